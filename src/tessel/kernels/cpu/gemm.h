@@ -1,0 +1,13 @@
+// Row-major single-precision GEMM: C = alpha · op(A) · op(B) + beta · C, with op(A) (M, K),
+// op(B) (K, N), C (M, N). The library behind it was chosen by measurement (bench/RESULTS.md):
+// oneDNN's sgemm, which picks its AVX-512 kernels itself.
+#pragma once
+
+#include <cstdint>
+
+namespace tessel::cpu {
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+}  // namespace tessel::cpu

@@ -1,0 +1,101 @@
+// The CPU kernels: the readable reference for every op of the model.
+//
+// Conventions (llm.c):
+// - forward(out..., saved..., inputs..., sizes) / backward(dinputs..., dout, saved..., sizes):
+//   outputs first, explicit sizes, shapes in comments.
+// - Backward kernels ACCUMULATE (+=) into every gradient they write (parameters and inputs), so
+//   gradient accumulation and residual branches need no extra code. Exceptions are marked
+//   "in place": those overwrite (the gradient aliases the input buffer).
+// - A gradient pointer may be nullptr when that gradient is not needed.
+// - No allocation after the first call: scratch space is sized once and reused.
+// - N = B·T rows (tokens), C channels.
+#pragma once
+
+#include <cstdint>
+
+namespace tessel::cpu {
+
+// ---- embeddings ---------------------------------------------------------------------------
+// out (N, C) = wte[tokens[n]] (+ wpe[positions[n]] when wpe != nullptr). Overwrites out.
+void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
+                       const float* wte, const float* wpe, int64_t N, int64_t C);
+// dwte[tokens[n]] += dout[n]; dwpe[positions[n]] += dout[n] (when dwpe != nullptr).
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        const int32_t* positions, int64_t N, int64_t C);
+
+// ---- norms ---------------------------------------------------------------------------------
+// out (N, C) = (inp - mean) · rstd · weight + bias; saves mean (N), rstd (N).
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int64_t N, int64_t C);
+// out (N, C) = inp · rstd · weight, rstd = 1/sqrt(mean(inp²) + eps); saves rstd (N).
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C);
+
+// ---- activations ---------------------------------------------------------------------------
+// GELU, tanh form: 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))). n elements.
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+// SwiGLU: out = silu(gate) · up, silu(x) = x·sigmoid(x). n elements each.
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, int64_t n);
+
+// ---- linear --------------------------------------------------------------------------------
+// Weight layouts: InOut is GPT-2's Conv1D [in, out] (y = x·W); OutIn is nn.Linear [out, in]
+// (y = x·Wᵀ). Both are the Hugging Face tensors as stored, so names and shapes match files.
+enum class WeightLayout : uint8_t { InOut, OutIn };
+// out (N, OC) = inp (N, IC) · W + bias (OC, optional). Overwrites out.
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                    int64_t N, int64_t IC, int64_t OC, WeightLayout layout);
+// dinp (N, IC) += dout · Wᵀ; dweight += inpᵀ · dout (in the weight's layout); dbias += Σ dout.
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC,
+                     WeightLayout layout);
+
+// ---- rotary position embedding (Hugging Face Llama, rotate-half) ---------------------------
+// cos/sin tables (max_pos, head_dim/2): angle[p][i] = p · base^(-2i/head_dim).
+void rope_tables(float* cos, float* sin, int64_t max_pos, int64_t head_dim, float base);
+// In place on x: N rows, each row holds `heads` vectors of head_dim at x + n·ld + h·head_dim.
+// x' = x·cos + rotate_half(x)·sin, rotate_half([a, b]) = [-b, a]; angle from positions[n].
+void rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin,
+                  int64_t N, int64_t heads, int64_t head_dim, int64_t ld);
+// In place on dx: the inverse rotation (the transpose), turning d(x') into d(x).
+void rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin,
+                   int64_t N, int64_t heads, int64_t head_dim, int64_t ld);
+
+// ---- attention ------------------------------------------------------------------------------
+// Scaled dot-product attention with grouped-query heads: H query heads share G key/value heads
+// (query head h reads kv head h / (H/G)). q rows: q + (b·T + t)·q_ld + h·D; k, v alike with
+// their own ld and G heads. out (B, T, H·D) contiguous; lse (B, H, T) = log Σ exp(scores),
+// saved for backward (flash-attention style: probabilities are recomputed, never stored).
+// causal: key s visible to query t iff s ≤ t. scale = 1/sqrt(D).
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
+                       int64_t k_ld, int64_t v_ld, bool causal);
+// dq, dk, dv use the same layouts and ld as q, k, v (they may be views of one fused buffer).
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                        const float* k, const float* v, const float* out, const float* lse,
+                        int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
+                        int64_t k_ld, int64_t v_ld, bool causal);
+
+// ---- loss -----------------------------------------------------------------------------------
+// losses (N) = lse[n] - logits[n][targets[n]], lse (N) = log Σ_v exp(logits[n][v]).
+void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                           int64_t N, int64_t V);
+// In place allowed (dlogits may equal logits): dlogits = (softmax(logits) - onehot) · grad_scale.
+// Overwrites. grad_scale is d(loss)/d(losses[n]), e.g. 1 / (tokens in the global batch).
+void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                            const int32_t* targets, float grad_scale, int64_t N, int64_t V);
+
+// ---- optimizer ------------------------------------------------------------------------------
+// AdamW as torch.optim.AdamW: p -= lr·wd·p; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;
+// p -= (lr / (1-β1^step)) · m / (sqrt(v)/sqrt(1-β2^step) + eps). step counts from 1.
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t step);
+
+}  // namespace tessel::cpu

@@ -1,0 +1,129 @@
+#include "tessel/model/config.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+std::string arch_name(Arch arch) { return arch == Arch::GPT2 ? "gpt2" : "llama"; }
+
+Arch parse_arch(const std::string& name) {
+  if (name == "gpt2") return Arch::GPT2;
+  if (name == "llama") return Arch::Llama;
+  fail("unknown architecture '{}' (expected gpt2 or llama)", name);
+}
+
+int ModelConfig::ffn_size() const {
+  if (ffn_hidden_size > 0) return ffn_hidden_size;
+  if (arch == Arch::GPT2) return 4 * hidden_size;
+  // Megatron's rule with SwiGLU: 2/3 of 4·hidden (two up projections), down to a multiple of 64.
+  return static_cast<int>(4.0 * hidden_size * 2.0 / 3.0 / 64.0) * 64;
+}
+
+std::vector<std::string> ModelConfig::violations() const {
+  std::vector<std::string> v;
+  auto positive = [&](const char* flag, int value) {
+    if (value <= 0) v.push_back(fmt::format("{} must be positive (got {})", flag, value));
+  };
+  positive("--num-layers", num_layers);
+  positive("--hidden-size", hidden_size);
+  positive("--num-attention-heads", num_attention_heads);
+  positive("--seq-length", seq_length);
+  positive("--vocab-size", vocab_size);
+  if (num_attention_heads > 0 && hidden_size % num_attention_heads != 0)
+    v.push_back(fmt::format("--hidden-size {} is not divisible by --num-attention-heads {}",
+                            hidden_size, num_attention_heads));
+  if (num_query_groups < 0) v.push_back("--num-query-groups must not be negative");
+  if (num_query_groups > 0 && num_attention_heads % num_query_groups != 0)
+    v.push_back(fmt::format("--num-attention-heads {} is not divisible by --num-query-groups {}",
+                            num_attention_heads, num_query_groups));
+  if (arch == Arch::GPT2 && num_query_groups > 0 && num_query_groups != num_attention_heads)
+    v.push_back("--num-query-groups (grouped-query attention) needs --arch llama");
+  if (ffn_hidden_size < 0) v.push_back("--ffn-hidden-size must not be negative");
+  else if (hidden_size > 0 && ffn_size() <= 0)
+    v.push_back("--ffn-hidden-size is needed: the default (2/3 of 4·hidden, a multiple of 64) is 0");
+  if (max_position_embeddings > 0 && max_position_embeddings < seq_length)
+    v.push_back(fmt::format("--max-position-embeddings {} is smaller than --seq-length {}",
+                            max_position_embeddings, seq_length));
+  if (arch == Arch::Llama && num_attention_heads > 0 && hidden_size % num_attention_heads == 0 &&
+      head_dim() % 2 != 0)
+    v.push_back(fmt::format("RoPE needs an even head dimension (hidden/heads = {})", head_dim()));
+  if (!(norm_epsilon > 0)) v.push_back("--norm-epsilon must be positive");
+  if (!(rotary_base > 0)) v.push_back("--rotary-base must be positive");
+  return v;
+}
+
+void ModelConfig::validate() const {
+  std::vector<std::string> v = violations();
+  if (v.empty()) return;
+  std::string msg = "invalid model config: " + v[0];
+  for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
+  throw Error(msg);
+}
+
+int64_t ModelConfig::num_parameters() const {
+  int64_t C = hidden_size, V = vocab_size, F = ffn_size(), L = num_layers;
+  int64_t kv = static_cast<int64_t>(query_groups()) * head_dim();
+  if (arch == Arch::GPT2) {
+    int64_t layer = 2 * 2 * C + C * 3 * C + 3 * C + C * C + C + C * F + F + F * C + C;
+    return V * C + static_cast<int64_t>(max_positions()) * C + L * layer + 2 * C;
+  }
+  int64_t layer = 2 * C + C * C + 2 * C * kv + C * C + 3 * C * F;
+  return 2 * V * C + L * layer + C;
+}
+
+void model_config_from_json(const nlohmann::json& j, ModelConfig& cfg, const std::string& source) {
+  TESSEL_CHECK(j.is_object(), "{}: expected a JSON object", source);
+  try {
+    for (auto& [key, value] : j.items()) {
+      if (key == "arch") cfg.arch = parse_arch(value.get<std::string>());
+      else if (key == "num_layers") cfg.num_layers = value.get<int>();
+      else if (key == "hidden_size") cfg.hidden_size = value.get<int>();
+      else if (key == "num_attention_heads") cfg.num_attention_heads = value.get<int>();
+      else if (key == "num_query_groups") cfg.num_query_groups = value.get<int>();
+      else if (key == "ffn_hidden_size") cfg.ffn_hidden_size = value.get<int>();
+      else if (key == "seq_length") cfg.seq_length = value.get<int>();
+      else if (key == "max_position_embeddings") cfg.max_position_embeddings = value.get<int>();
+      else if (key == "vocab_size") cfg.vocab_size = value.get<int>();
+      else if (key == "norm_epsilon") cfg.norm_epsilon = value.get<float>();
+      else if (key == "rotary_base") cfg.rotary_base = value.get<float>();
+      else fail("{}: unknown model key '{}'", source, key);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: {}", source, e.what());
+  }
+}
+
+nlohmann::json model_config_to_json(const ModelConfig& c) {
+  return {{"arch", arch_name(c.arch)},
+          {"num_layers", c.num_layers},
+          {"hidden_size", c.hidden_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_query_groups", c.query_groups()},
+          {"ffn_hidden_size", c.ffn_size()},
+          {"seq_length", c.seq_length},
+          {"max_position_embeddings", c.max_positions()},
+          {"vocab_size", c.vocab_size},
+          {"norm_epsilon", c.norm_epsilon},
+          {"rotary_base", c.rotary_base}};
+}
+
+ModelConfig load_model_config_file(const std::string& path) {
+  std::ifstream in(path);
+  TESSEL_CHECK(in.good(), "{}: cannot open model file", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON ({})", path, e.what());
+  }
+  ModelConfig cfg;
+  model_config_from_json(j, cfg, path);
+  return cfg;
+}
+
+}  // namespace tessel

@@ -1,0 +1,88 @@
+#include "tessel/model/params.h"
+
+#include "tessel/core/error.h"
+#include "tessel/core/philox.h"
+
+namespace tessel {
+
+int64_t Param::global_index(int64_t local) const {
+  if (shard.dim < 0) return local;
+  // Unravel the local index, move the split coordinate to its global place, ravel again.
+  int64_t global = 0;
+  int64_t rest = local;
+  int64_t coord[8];  // parameters have at most a few dimensions
+  for (int d = static_cast<int>(local_shape.size()) - 1; d >= 0; --d) {
+    coord[d] = rest % local_shape[d];
+    rest /= local_shape[d];
+  }
+  int64_t local_part = local_shape[shard.dim] / shard.fused_parts;
+  int64_t global_part = global_shape[shard.dim] / shard.fused_parts;
+  int64_t c = coord[shard.dim];
+  coord[shard.dim] = (c / local_part) * global_part + shard.index * local_part + c % local_part;
+  for (size_t d = 0; d < global_shape.size(); ++d) global = global * global_shape[d] + coord[d];
+  return global;
+}
+
+int ParamRegistry::add(std::string name, Shape global_shape, ParamInit init, float init_std,
+                       bool weight_decay, ShardSpec shard) {
+  TESSEL_CHECK(!has(name), "parameter {} declared twice", name);
+  TESSEL_CHECK(values_ == nullptr, "parameter {} declared after finalize()", name);
+  Param p;
+  p.name = std::move(name);
+  p.global_shape = global_shape;
+  p.local_shape = std::move(global_shape);
+  if (shard.dim >= 0) {
+    int64_t& d = p.local_shape.at(shard.dim);
+    TESSEL_CHECK(d % (static_cast<int64_t>(shard.count) * shard.fused_parts) == 0,
+                 "parameter {}: dimension {} of size {} does not split into {} parts", p.name,
+                 shard.dim, d, shard.count * shard.fused_parts);
+    d /= shard.count;
+  }
+  p.shard = shard;
+  p.init = init;
+  p.init_std = init_std;
+  p.weight_decay = weight_decay;
+  p.offset = numel_;
+  numel_ += p.numel();
+  index_[p.name] = static_cast<int>(params_.size());
+  params_.push_back(std::move(p));
+  return static_cast<int>(params_.size()) - 1;
+}
+
+void ParamRegistry::finalize() {
+  values_ = alloc_floats(numel_);
+  grads_ = alloc_floats(numel_);
+  for (Param& p : params_) {
+    p.value = values_.get() + p.offset;
+    p.grad = grads_.get() + p.offset;
+  }
+}
+
+void ParamRegistry::init_values(uint64_t seed) {
+  for (Param& p : params_) {
+    const int64_t n = p.numel();
+    if (p.init == ParamInit::Normal) {
+      const uint64_t stream = fnv1a64(p.name);
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i)
+        p.value[i] = p.init_std * random_normal(seed, stream, p.global_index(i));
+    } else {
+      const float v = p.init == ParamInit::Ones ? 1.0f : 0.0f;
+      for (int64_t i = 0; i < n; ++i) p.value[i] = v;
+    }
+  }
+}
+
+void ParamRegistry::zero_grads() { std::fill(grads_.get(), grads_.get() + numel_, 0.0f); }
+
+Param& ParamRegistry::get(const std::string& name) {
+  auto it = index_.find(name);
+  TESSEL_CHECK(it != index_.end(), "no parameter named {}", name);
+  return params_[it->second];
+}
+
+const Param& ParamRegistry::get(const std::string& name) const {
+  return const_cast<ParamRegistry*>(this)->get(name);
+}
+
+}  // namespace tessel

@@ -1,0 +1,79 @@
+// The parameter registry (DESIGN invariant 2). Every parameter has its Hugging Face name, its
+// global shape and a shard spec saying which dimension is split over which group and which slice
+// this rank holds. Checkpoints, gradient sync, the gradient norm and import/export read it.
+//
+// Values and gradients of all parameters live in two flat buffers laid out alike (llm.c), so
+// "parameter i" and "gradient i" sit at the same offset: flat all-reduce and flat I/O are trivial.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tessel/core/tensor.h"
+
+namespace tessel {
+
+enum class ShardGroup : uint8_t { None, TP, EP };
+
+// Which slice of the global tensor this rank holds. `fused_parts` > 1 means dimension `dim`
+// concatenates that many equal blocks (GPT-2's fused q,k,v) and each block is split alike.
+struct ShardSpec {
+  int dim = -1;  // -1: not split
+  ShardGroup group = ShardGroup::None;
+  int index = 0;
+  int count = 1;
+  int fused_parts = 1;
+};
+
+enum class ParamInit : uint8_t { Normal, Ones, Zeros };
+
+struct Param {
+  std::string name;   // global Hugging Face name
+  Shape global_shape;
+  ShardSpec shard;
+  Shape local_shape;
+  ParamInit init = ParamInit::Normal;
+  float init_std = 0.0f;     // for ParamInit::Normal
+  bool weight_decay = true;  // false for biases and norm weights
+  int64_t offset = 0;        // into the registry's flat buffers
+  float* value = nullptr;
+  float* grad = nullptr;
+
+  int64_t numel() const { return shape_numel(local_shape); }
+  Tensor value_tensor() const { return Tensor::view(value, local_shape); }
+  Tensor grad_tensor() const { return Tensor::view(grad, local_shape); }
+  // The global flat index of local element `local` (row-major in both).
+  int64_t global_index(int64_t local) const;
+};
+
+class ParamRegistry {
+ public:
+  // Declares a parameter; memory is assigned by finalize(). Returns its index.
+  int add(std::string name, Shape global_shape, ParamInit init, float init_std, bool weight_decay,
+          ShardSpec shard = {});
+  // Allocates the flat value and gradient buffers and points every Param into them.
+  void finalize();
+  // Sets every element to f(seed, name, global element index): independent of the layout.
+  void init_values(uint64_t seed);
+  void zero_grads();
+
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
+  Param& get(const std::string& name);
+  const Param& get(const std::string& name) const;
+  std::vector<Param>& params() { return params_; }
+  const std::vector<Param>& params() const { return params_; }
+
+  float* values() { return values_.get(); }
+  float* grads() { return grads_.get(); }
+  int64_t numel() const { return numel_; }
+
+ private:
+  std::vector<Param> params_;
+  std::unordered_map<std::string, int> index_;
+  std::shared_ptr<float> values_, grads_;
+  int64_t numel_ = 0;
+};
+
+}  // namespace tessel
