@@ -23,6 +23,11 @@ void embedding_forward(float* out, const int32_t* tokens, const int32_t* positio
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         const int32_t* positions, int64_t N, int64_t C);
 
+// ---- residual -----------------------------------------------------------------------------
+// out = a + b, n elements (the residual connection; its backward is the identity, so the model
+// lets the gradient flow through one buffer without a kernel).
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+
 // ---- norms ---------------------------------------------------------------------------------
 // out (N, C) = (inp - mean) · rstd · weight + bias; saves mean (N), rstd (N).
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
