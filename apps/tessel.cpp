@@ -1,1 +1,225 @@
-int main() { return 0; }
+// tessel: one binary, one subcommand per job. Flags carry Megatron-LM's names.
+//   tessel train     train a model (the default one on the bundled corpus with no flags)
+//   tessel generate  sample text from a model folder
+//   tessel export    write a model's initial (or --init-from) weights as a Hugging Face folder
+#include <omp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fmt/format.h>
+
+#include "tessel/ckpt/hf.h"
+#include "tessel/core/error.h"
+#include "tessel/model/config.h"
+#include "tessel/model/generate.h"
+#include "tessel/model/params.h"
+#include "tessel/model/transformer.h"
+#include "tessel/train/trainer.h"
+
+#ifndef TESSEL_DEFAULT_DATA
+#define TESSEL_DEFAULT_DATA "data/kjv-genesis-esther.txt"
+#endif
+
+namespace tessel {
+namespace {
+
+// Model flags: defaults, then --model-config FILE, then the flags given on the command line.
+struct ModelFlags {
+  ModelConfig cfg;    // the defaults, then the resolved config
+  ModelConfig flags;  // what CLI11 parsed into; copied over only for the flags actually given
+  std::string arch = "gpt2";
+  std::string model_config;
+  std::vector<std::pair<CLI::Option*, std::function<void(ModelConfig&)>>> given;
+
+  void add(CLI::App& app) {
+    app.add_option("--model-config", model_config, "JSON model file (keys = flag names with _)");
+    given.emplace_back(app.add_option("--arch", arch, "gpt2 | llama")->capture_default_str(),
+                       [this](ModelConfig& c) { c.arch = parse_arch(arch); });
+    option(app, "--num-layers", &ModelConfig::num_layers, "Transformer layers");
+    option(app, "--hidden-size", &ModelConfig::hidden_size, "hidden size");
+    option(app, "--num-attention-heads", &ModelConfig::num_attention_heads, "attention heads");
+    option(app, "--num-query-groups", &ModelConfig::num_query_groups, "key/value heads (GQA, llama)");
+    option(app, "--ffn-hidden-size", &ModelConfig::ffn_hidden_size, "MLP hidden size (0: default)");
+    option(app, "--seq-length", &ModelConfig::seq_length, "sequence length");
+    option(app, "--max-position-embeddings", &ModelConfig::max_position_embeddings,
+           "maximum positions (0: --seq-length)");
+    option(app, "--vocab-size", &ModelConfig::vocab_size, "vocabulary size");
+    option(app, "--norm-epsilon", &ModelConfig::norm_epsilon, "LayerNorm / RMSNorm epsilon");
+    option(app, "--rotary-base", &ModelConfig::rotary_base, "RoPE base (llama)");
+  }
+
+  template <typename T>
+  void option(CLI::App& app, const std::string& name, T ModelConfig::*member, const std::string& help) {
+    CLI::Option* opt = app.add_option(name, flags.*member, help)->capture_default_str();
+    given.emplace_back(opt, [this, member](ModelConfig& c) { c.*member = flags.*member; });
+  }
+
+  // The final config: defaults < model file < init-from's config.json < flags (which must agree
+  // with an init-from config.json on every size).
+  ModelConfig resolve(const std::string& init_from) {
+    ModelConfig defaults = cfg;
+    if (!model_config.empty()) cfg = load_model_config_file(model_config);
+    if (!init_from.empty()) {
+      if (std::optional<ModelConfig> file = hf_config_beside(init_from)) {
+        ModelConfig wanted = cfg;
+        for (auto& [opt, apply] : given)
+          if (opt->count() > 0) apply(wanted);
+        check_agrees(*file, wanted, init_from);
+        int seq = given_count("--seq-length") ? wanted.seq_length
+                                              : std::min(defaults.seq_length, file->max_positions());
+        cfg = *file;
+        cfg.seq_length = seq;
+        return cfg;
+      }
+    }
+    for (auto& [opt, apply] : given)
+      if (opt->count() > 0) apply(cfg);
+    return cfg;
+  }
+
+  int given_count(const std::string& name) const {
+    for (auto& [opt, apply] : given)
+      if (opt->get_name() == name) return static_cast<int>(opt->count());
+    return 0;
+  }
+
+  void check_agrees(const ModelConfig& file, const ModelConfig& flags, const std::string& path) {
+    std::vector<std::string> v;
+    auto same = [&](const char* flag, auto a, auto b) {
+      if (given_count(flag) && a != b) v.push_back(fmt::format("{} {} but {} has {}", flag, b, path, a));
+    };
+    same("--arch", arch_name(file.arch), arch_name(flags.arch));
+    same("--num-layers", file.num_layers, flags.num_layers);
+    same("--hidden-size", file.hidden_size, flags.hidden_size);
+    same("--num-attention-heads", file.num_attention_heads, flags.num_attention_heads);
+    same("--num-query-groups", file.query_groups(), flags.query_groups());
+    same("--ffn-hidden-size", file.ffn_size(), flags.ffn_size());
+    same("--vocab-size", file.vocab_size, flags.vocab_size);
+    same("--max-position-embeddings", file.max_positions(), flags.max_positions());
+    if (v.empty()) return;
+    std::string msg = "--init-from does not match the flags: " + v[0];
+    for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
+    throw Error(msg);
+  }
+};
+
+void set_threads(int threads) {
+  if (threads > 0) omp_set_num_threads(threads);
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"tessel: trains Transformer language models with Megatron-LM's parallelisms"};
+  app.require_subcommand(1);
+
+  // ---- train ----
+  CLI::App* train_cmd = app.add_subcommand("train", "train a model");
+  ModelFlags train_model;
+  train_model.add(*train_cmd);
+  TrainOptions t;
+  t.data_path = TESSEL_DEFAULT_DATA;
+  t.lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 30, .decay_iters = 0, .train_iters = 600,
+          .style = LrDecayStyle::Cosine};
+  std::string sampling = "shuffled", decay_style = "cosine";
+  int threads = 0;
+  train_cmd->add_option("--micro-batch-size", t.micro_batch_size, "samples per microbatch")->capture_default_str();
+  train_cmd->add_option("--global-batch-size", t.global_batch_size, "samples per iteration")->capture_default_str();
+  train_cmd->add_option("--train-iters", t.lr.train_iters, "iterations")->capture_default_str();
+  train_cmd->add_option("--seed", t.seed, "seed of initialisation and sampling")->capture_default_str();
+  train_cmd->add_option("--log-interval", t.log_interval, "iterations between log lines")->capture_default_str();
+  train_cmd->add_option("--log-json", t.log_json, "write one JSON object per logged iteration");
+  train_cmd->add_option("--data-path", t.data_path, "training text file")->capture_default_str();
+  train_cmd->add_option("--data-sampling", sampling, "shuffled | sequential")->capture_default_str();
+  train_cmd->add_option("--init-from", t.init_from, "start from a Hugging Face safetensors file or folder");
+  train_cmd->add_option("--save-hf", t.save_hf, "write model.safetensors + config.json here at the end");
+  train_cmd->add_option("--lr", t.lr.lr, "peak learning rate")->capture_default_str();
+  train_cmd->add_option("--min-lr", t.lr.min_lr, "final learning rate")->capture_default_str();
+  train_cmd->add_option("--lr-warmup-iters", t.lr.warmup_iters, "linear warmup iterations")->capture_default_str();
+  train_cmd->add_option("--lr-decay-iters", t.lr.decay_iters, "decay iterations (0: --train-iters)")->capture_default_str();
+  train_cmd->add_option("--lr-decay-style", decay_style, "constant | linear | cosine")->capture_default_str();
+  train_cmd->add_option("--weight-decay", t.optimizer.weight_decay, "AdamW weight decay")->capture_default_str();
+  train_cmd->add_option("--adam-beta1", t.optimizer.beta1, "AdamW beta1")->capture_default_str();
+  train_cmd->add_option("--adam-beta2", t.optimizer.beta2, "AdamW beta2")->capture_default_str();
+  train_cmd->add_option("--adam-eps", t.optimizer.eps, "AdamW epsilon")->capture_default_str();
+  train_cmd->add_option("--clip-grad", t.optimizer.clip_grad, "gradient clipping by global norm (0: off)")->capture_default_str();
+  train_cmd->add_option("--threads", threads, "threads per process (default: OMP_NUM_THREADS or all cores)");
+
+  // ---- generate ----
+  CLI::App* gen_cmd = app.add_subcommand("generate", "sample text from a model folder");
+  std::string model_dir;
+  GenerateOptions g;
+  gen_cmd->add_option("--model", model_dir, "folder with config.json + model.safetensors")->required();
+  gen_cmd->add_option("--prompt", g.prompt, "text to continue");
+  gen_cmd->add_option("--max-new-tokens", g.max_new_tokens, "tokens to generate")->capture_default_str();
+  gen_cmd->add_option("--temperature", g.temperature, "sampling temperature (0: greedy)")->capture_default_str();
+  gen_cmd->add_option("--top-k", g.top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str();
+  gen_cmd->add_option("--seed", g.seed, "sampling seed")->capture_default_str();
+  gen_cmd->add_option("--threads", threads, "threads");
+
+  // ---- export ----
+  CLI::App* export_cmd = app.add_subcommand("export", "write a model as a Hugging Face folder");
+  ModelFlags export_model;
+  export_model.add(*export_cmd);
+  std::string out_dir, export_init;
+  uint64_t export_seed = 1234;
+  export_cmd->add_option("--out", out_dir, "output folder")->required();
+  export_cmd->add_option("--seed", export_seed, "initialisation seed")->capture_default_str();
+  export_cmd->add_option("--init-from", export_init, "weights to convert instead of a fresh initialisation");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    fmt::print(stderr, "tessel: error: {} (see tessel --help)\n", what);
+    return 2;
+  }
+  set_threads(threads);
+
+  if (*train_cmd) {
+    t.sampling = parse_sampling(sampling);
+    t.lr.style = parse_lr_decay_style(decay_style);
+    t.progress = isatty(STDOUT_FILENO) != 0;
+    ModelConfig cfg = train_model.resolve(t.init_from);
+    train(cfg, t);
+  } else if (*gen_cmd) {
+    generate(model_dir, g, [](const std::string& text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::fputs("\n", stdout);
+  } else if (*export_cmd) {
+    ModelConfig cfg = export_model.resolve(export_init);
+    cfg.validate();
+    ParamRegistry params;
+    TransformerChunk model(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, params);
+    params.finalize();
+    if (export_init.empty()) params.init_values(export_seed);
+    else load_hf_weights(params, cfg, hf_weights_file(export_init));
+    export_hf(params, cfg, out_dir);
+    fmt::print("wrote {}/model.safetensors and config.json ({:.2f}M parameters)\n", out_dir,
+               params.numel() / 1e6);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessel
+
+int main(int argc, char** argv) {
+  try {
+    return tessel::run(argc, argv);
+  } catch (const tessel::Error& e) {
+    fmt::print(stderr, "tessel: error: {}\n", e.what());
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "tessel: error: out of memory\n");
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "tessel: error: {}\n", e.what());
+  }
+  return 1;
+}

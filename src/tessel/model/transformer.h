@@ -1,0 +1,105 @@
+// The decoder-only Transformer, GPT-2 or Llama flavoured, as a pipeline chunk: a contiguous range
+// of layers, plus the embedding when it is the first chunk and the final norm, LM head and loss
+// when it is the last. One process training alone runs one chunk holding everything.
+//
+// Forward and backward are explicit (DESIGN invariant 4): forward(acts, ...) fills a
+// per-microbatch `ChunkActivations` with exactly what backward needs; backward(acts, ...) reads
+// it and accumulates parameter gradients. Whoever runs the microbatch owns its activations, so
+// several microbatches can be in flight. Scratch that lives only inside one call is shared.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tessel/core/tensor.h"
+#include "tessel/model/config.h"
+#include "tessel/model/params.h"
+
+namespace tessel {
+
+struct ChunkSpec {
+  int first_layer = 0;
+  int num_layers = 0;
+  bool has_embedding = true;  // first pipeline chunk
+  bool has_head = true;       // last pipeline chunk: final norm, LM head, loss
+};
+
+// What one layer's backward needs from its forward. Fields a given architecture does not use
+// stay empty. N = micro_batch · seq rows, C hidden, F ffn, H/G query/kv heads, D head dim.
+struct LayerActivations {
+  Tensor ln1, ln1_mean, ln1_rstd;  // (N, C), (N), (N)
+  Tensor qkv;                      // (N, 3C) gpt2: fused q|k|v
+  Tensor q, k, v;                  // (N, H·D), (N, G·D), (N, G·D) llama, after RoPE
+  Tensor attn, lse;                // (N, H·D), (B, H, T)
+  Tensor mid;                      // (N, C) residual stream after attention
+  Tensor ln2, ln2_mean, ln2_rstd;  // (N, C), (N), (N)
+  Tensor fc, fc_act;               // (N, F) gpt2: before and after GELU
+  Tensor gate, up, act;            // (N, F) llama: SwiGLU inputs and output
+};
+
+// One microbatch's activations for one chunk.
+struct ChunkActivations {
+  std::vector<Tensor> resid;              // num_layers + 1 tensors (N, C): each layer's input, then the output
+  std::vector<LayerActivations> layers;
+  std::vector<int32_t> tokens;            // (N) first chunk: the embedding's backward needs them
+  Tensor lnf, lnf_mean, lnf_rstd;         // (N, C), (N), (N) final norm
+  Tensor d_lnf;                           // (N, C) gradient of the final norm's output
+  double loss_sum = 0;                    // Σ of this microbatch's token losses
+};
+
+class TransformerChunk {
+ public:
+  // Declares this chunk's parameters in `registry` (before registry.finalize()).
+  TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
+                   ParamRegistry& registry);
+  // Looks up parameter memory after registry.finalize().
+  void bind(ParamRegistry& registry);
+
+  // Sized once per microbatch slot and reused every iteration.
+  ChunkActivations make_activations() const;
+
+  // First chunk: reads tokens (B, T); others: input (N, C) from the previous stage.
+  // Last chunk with targets: computes the loss and, when grad_scale > 0, the head's gradient at
+  // once (so the (N, V) logits are never kept per microbatch); returns Σ token losses.
+  // Without targets, logits() holds the (N, V) logits afterwards.
+  double forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
+                 const int32_t* targets, float grad_scale);
+  // d_output (N, C): gradient of this chunk's output (ignored on the last chunk).
+  // d_input (N, C): where the gradient of the chunk's input goes (not on the first chunk).
+  void backward(ChunkActivations& acts, const float* d_output, float* d_input);
+
+  const float* logits() const { return logits_.data(); }
+  const float* output(const ChunkActivations& acts) const { return acts.resid.back().data(); }
+  int64_t rows() const { return N_; }
+
+ private:
+  struct LayerParams {
+    Param *ln1_w = nullptr, *ln1_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
+    Param *qkv_w = nullptr, *qkv_b = nullptr;                  // gpt2 c_attn
+    Param *q_w = nullptr, *k_w = nullptr, *v_w = nullptr;      // llama
+    Param *proj_w = nullptr, *proj_b = nullptr;                // c_proj / o_proj
+    Param *fc_w = nullptr, *fc_b = nullptr;                    // c_fc / up_proj
+    Param *gate_w = nullptr;                                   // llama gate_proj
+    Param *down_w = nullptr, *down_b = nullptr;                // mlp c_proj / down_proj
+  };
+
+  void declare_params(ParamRegistry& registry);
+  void layer_forward(int l, ChunkActivations& acts);
+  void layer_backward(int l, ChunkActivations& acts, float* dres);
+  double head_forward(ChunkActivations& acts, const int32_t* targets, float grad_scale);
+  void head_backward(ChunkActivations& acts, float* dres);
+
+  ModelConfig cfg_;
+  ChunkSpec spec_;
+  int64_t B_, T_, N_, C_, F_, H_, G_, D_, V_;
+  std::vector<LayerParams> layers_;
+  Param *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr,
+        *lm_head_ = nullptr;
+  std::vector<int32_t> positions_;  // (N) position of each row: t for row b·T + t
+  Tensor rope_cos_, rope_sin_;      // (max positions, D/2)
+  // Scratch shared by all microbatches: used only inside one forward or backward call.
+  Tensor proj_, d_resid_, d_ln_, d_attn_, d_qkv_, d_q_, d_k_, d_v_, d_hidden_, d_hidden2_, d_act_;
+  Tensor logits_, losses_, loss_lse_;  // (N, V), (N), (N)
+};
+
+}  // namespace tessel

@@ -1,0 +1,66 @@
+#include "tessel/train/log.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+TrainLog::TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path,
+                   bool progress)
+    : train_iters_(train_iters), log_interval_(log_interval > 0 ? log_interval : 1),
+      progress_(progress) {
+  if (!json_path.empty()) {
+    json_ = std::fopen(json_path.c_str(), "w");
+    TESSEL_CHECK(json_ != nullptr, "{}: cannot open --log-json file for writing", json_path);
+  }
+}
+
+TrainLog::~TrainLog() {
+  if (progress_drawn_) std::fputs("\r\033[K", stdout);
+  if (json_ != nullptr) std::fclose(json_);
+}
+
+void TrainLog::iteration(const IterationStats& s) {
+  elapsed_s_ += s.iteration_time_ms / 1000.0;
+  const bool logged = s.iteration % log_interval_ == 0 || s.iteration == train_iters_ ||
+                      s.iteration == 1;
+  if (logged) {
+    message(fmt::format("iter {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | "
+                        "{:.0f} tok/s | {:.1f} ms",
+                        s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,
+                        s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms));
+    if (json_ != nullptr) {
+      nlohmann::json j = {{"iteration", s.iteration},      {"loss", s.loss},
+                          {"lr", s.lr},                    {"grad_norm", s.grad_norm},
+                          {"tokens_per_s", s.tokens_per_s}, {"iteration_time_ms", s.iteration_time_ms}};
+      std::fputs((j.dump() + "\n").c_str(), json_);
+      std::fflush(json_);
+    }
+  }
+  if (progress_) draw_progress(s);
+}
+
+void TrainLog::message(const std::string& line) {
+  if (progress_drawn_) std::fputs("\r\033[K", stdout);
+  std::fputs((line + "\n").c_str(), stdout);
+  std::fflush(stdout);
+  progress_drawn_ = false;
+}
+
+void TrainLog::draw_progress(const IterationStats& s) {
+  constexpr int kWidth = 30;
+  const double done = static_cast<double>(s.iteration) / train_iters_;
+  const int filled = static_cast<int>(done * kWidth);
+  const double eta = s.iteration > 0 ? elapsed_s_ / s.iteration * (train_iters_ - s.iteration) : 0;
+  std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
+  fmt::print("\r\033[K[{}] {:5.1f}% | loss {:.4f} | {:.0f} tok/s | eta {:.0f}:{:02.0f}", bar,
+             100 * done, s.loss, s.tokens_per_s, std::floor(eta / 60), std::fmod(eta, 60.0));
+  std::fflush(stdout);
+  progress_drawn_ = true;
+}
+
+}  // namespace tessel

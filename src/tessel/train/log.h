@@ -1,0 +1,41 @@
+// What a training run tells its user: a line per logged iteration on stdout, a live progress
+// line when stdout is a terminal, and --log-json's one JSON object per logged iteration.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace tessel {
+
+struct IterationStats {
+  int64_t iteration = 0;  // 1-based
+  double loss = 0;
+  double grad_norm = 0;
+  double lr = 0;
+  double tokens_per_s = 0;
+  double iteration_time_ms = 0;
+};
+
+class TrainLog {
+ public:
+  // json_path may be empty; progress draws a live line between logged iterations.
+  TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path, bool progress);
+  ~TrainLog();
+  TrainLog(const TrainLog&) = delete;
+  TrainLog& operator=(const TrainLog&) = delete;
+
+  void iteration(const IterationStats& s);
+  void message(const std::string& line);  // a plain line that does not break the progress line
+
+ private:
+  void draw_progress(const IterationStats& s);
+
+  int64_t train_iters_, log_interval_;
+  bool progress_;
+  std::FILE* json_ = nullptr;
+  double elapsed_s_ = 0;
+  bool progress_drawn_ = false;
+};
+
+}  // namespace tessel

@@ -1,0 +1,123 @@
+// The tessel binary as a user meets it: bad input gives one line naming the problem and a
+// non-zero exit, never a crash; export, train --init-from, --save-hf and generate work together.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(TESSEL_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("tessel_cli_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+const std::string kTiny =
+    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
+    "--micro-batch-size 2 --global-batch-size 4 --threads 1 ";
+
+// One line, non-zero exit (1 or 2, not a signal), and the message mentions `expected`.
+void expect_clean_error(const std::string& args, const std::string& expected) {
+  Result r = run(args);
+  EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << args << " -> " << r.exit_code << ": " << r.output;
+  EXPECT_NE(r.output.find(expected), std::string::npos) << args << " -> " << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+TEST(Cli, UnknownFlag) { expect_clean_error("train --no-such-flag 3", "--no-such-flag"); }
+
+TEST(Cli, HeadsNotDividingHiddenListsEveryRule) {
+  Result r = run("train --hidden-size 30 --num-attention-heads 4 --global-batch-size 6 "
+                 "--micro-batch-size 4 --train-iters 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--hidden-size 30 is not divisible by --num-attention-heads 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--global-batch-size 6 is not divisible by --micro-batch-size 4"), std::string::npos) << r.output;
+}
+
+TEST(Cli, MissingAndEmptyDataFile) {
+  expect_clean_error(kTiny + "train --data-path /nonexistent/corpus.txt", "/nonexistent/corpus.txt");
+  fs::path dir = temp_dir("empty");
+  std::ofstream(dir / "empty.txt");
+  expect_clean_error(kTiny + "train --data-path " + (dir / "empty.txt").string(), "empty.txt");
+}
+
+TEST(Cli, BadSafetensorsFiles) {
+  fs::path dir = temp_dir("badst");
+  Result ok = run("export --out " + dir.string() + " " + kTiny.substr(0, kTiny.find("--micro")));
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  fs::path file = dir / "model.safetensors";
+  // Truncated: cut the last 100 bytes.
+  fs::path trunc = temp_dir("trunc") / "model.safetensors";
+  fs::copy_file(file, trunc);
+  fs::resize_file(trunc, fs::file_size(trunc) - 100);
+  expect_clean_error("train --train-iters 1 " + kTiny + "--init-from " + trunc.string(), "truncated");
+  // Wrong shapes: a model of another size, sizes forced by flags (no config.json beside it).
+  fs::path other = temp_dir("other");
+  ASSERT_EQ(run("export --out " + other.string() + " --num-layers 2 --hidden-size 64 "
+                "--num-attention-heads 4 --seq-length 16").exit_code, 0);
+  fs::remove(other / "config.json");
+  expect_clean_error("train --train-iters 1 " + kTiny + "--init-from " + (other / "model.safetensors").string(),
+                     "shape");
+  // Wrong names: a llama file for a gpt2 model.
+  fs::path llama = temp_dir("llama");
+  ASSERT_EQ(run("export --arch llama --out " + llama.string() + " --num-layers 2 --hidden-size 32 "
+                "--num-attention-heads 4 --seq-length 16").exit_code, 0);
+  fs::remove(llama / "config.json");
+  expect_clean_error("train --train-iters 1 " + kTiny + "--init-from " + (llama / "model.safetensors").string(),
+                     "transformer.");
+}
+
+// export -> train --init-from -> --save-hf -> generate: the weights travel, the sizes come from
+// config.json, training continues from them and the result samples text.
+TEST(Cli, ExportTrainGenerateRoundTrip) {
+  fs::path init = temp_dir("init"), trained = temp_dir("trained"), log = temp_dir("log");
+  ASSERT_EQ(run("export --arch llama --num-query-groups 2 --out " + init.string() +
+                " --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16").exit_code, 0);
+  Result r = run("train --train-iters 3 --log-interval 1 --micro-batch-size 2 --global-batch-size 4 "
+                 "--threads 1 --init-from " + init.string() + " --save-hf " + trained.string() +
+                 " --log-json " + (log / "log.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream lines(log / "log.jsonl");
+  std::string line;
+  int count = 0;
+  while (std::getline(lines, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* key : {"iteration", "loss", "lr", "grad_norm", "tokens_per_s", "iteration_time_ms"})
+      EXPECT_TRUE(j.contains(key)) << key;
+    EXPECT_NEAR(j["loss"].get<double>(), std::log(256.0), 0.1);
+    ++count;
+  }
+  EXPECT_EQ(count, 3);
+  Result g = run("generate --model " + trained.string() + " --prompt 'In the' --max-new-tokens 20 --seed 3");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_GE(g.output.size(), 20u);
+  EXPECT_EQ(run("generate --model " + trained.string() + " --prompt 'In the' --max-new-tokens 20 --seed 3").output,
+            g.output);
+}
+
+}  // namespace
