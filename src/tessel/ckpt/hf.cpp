@@ -1,0 +1,320 @@
+#include "tessel/ckpt/hf.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "tessel/ckpt/safetensors.h"
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// fp32 values written as their shortest decimal form (1e-05, not 9.999999747378752e-06): readable,
+// and parsing it back yields the same float.
+double json_float(float v) { return std::stod(fmt::format("{}", v)); }
+
+template <typename T>
+T value_as(const nlohmann::json& value, const char* key, const std::string& source) {
+  try {
+    return value.get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail("{}: key '{}' has a value of the wrong type ({})", source, key, value.dump());
+  }
+}
+
+template <typename T>
+T required(const nlohmann::json& j, const char* key, const std::string& source) {
+  auto it = j.find(key);
+  TESSEL_CHECK(it != j.end() && !it->is_null(), "{}: missing key '{}'", source, key);
+  return value_as<T>(*it, key, source);
+}
+
+// The value of `key`, or `fallback` when it is absent or null (transformers' default).
+template <typename T>
+T optional_value(const nlohmann::json& j, const char* key, const std::string& source, T fallback) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? fallback : value_as<T>(*it, key, source);
+}
+
+ModelConfig gpt2_from_hf(const nlohmann::json& j, const std::string& source) {
+  ModelConfig cfg;
+  cfg.arch = Arch::GPT2;
+  cfg.hidden_size = required<int>(j, "n_embd", source);
+  cfg.num_layers = required<int>(j, "n_layer", source);
+  cfg.num_attention_heads = required<int>(j, "n_head", source);
+  cfg.vocab_size = required<int>(j, "vocab_size", source);
+  // Old GPT-2 configs also carry n_ctx, equal to n_positions.
+  cfg.max_position_embeddings = j.contains("n_positions") ? required<int>(j, "n_positions", source)
+                                                          : required<int>(j, "n_ctx", source);
+  cfg.ffn_hidden_size = optional_value(j, "n_inner", source, 0);  // null: 4·n_embd
+  cfg.norm_epsilon = optional_value(j, "layer_norm_epsilon", source, 1e-5f);
+  const std::string act = optional_value<std::string>(j, "activation_function", source, "gelu_new");
+  TESSEL_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
+               "{}: activation_function '{}' is not supported (tessel's gpt2 uses gelu_new)",
+               source, act);
+  TESSEL_CHECK(optional_value(j, "tie_word_embeddings", source, true),
+               "{}: untied embeddings (tie_word_embeddings false) are not supported for gpt2",
+               source);
+  TESSEL_CHECK(optional_value(j, "scale_attn_weights", source, true),
+               "{}: scale_attn_weights false is not supported", source);
+  TESSEL_CHECK(!optional_value(j, "scale_attn_by_inverse_layer_idx", source, false),
+               "{}: scale_attn_by_inverse_layer_idx is not supported", source);
+  TESSEL_CHECK(!optional_value(j, "add_cross_attention", source, false),
+               "{}: cross-attention is not supported", source);
+  return cfg;
+}
+
+ModelConfig llama_from_hf(const nlohmann::json& j, const std::string& source) {
+  ModelConfig cfg;
+  cfg.arch = Arch::Llama;
+  cfg.hidden_size = required<int>(j, "hidden_size", source);
+  cfg.num_layers = required<int>(j, "num_hidden_layers", source);
+  cfg.num_attention_heads = required<int>(j, "num_attention_heads", source);
+  cfg.num_query_groups = optional_value(j, "num_key_value_heads", source, cfg.num_attention_heads);
+  cfg.ffn_hidden_size = required<int>(j, "intermediate_size", source);
+  cfg.vocab_size = required<int>(j, "vocab_size", source);
+  cfg.max_position_embeddings = required<int>(j, "max_position_embeddings", source);
+  cfg.norm_epsilon = optional_value(j, "rms_norm_eps", source, 1e-6f);
+  cfg.rotary_base = optional_value(j, "rope_theta", source, 10000.0f);
+  if (cfg.num_attention_heads > 0) {
+    const int head_dim =
+        optional_value(j, "head_dim", source, cfg.hidden_size / cfg.num_attention_heads);
+    TESSEL_CHECK(head_dim * cfg.num_attention_heads == cfg.hidden_size,
+                 "{}: head_dim {} is not hidden_size / num_attention_heads ({} / {}); tessel "
+                 "needs them equal",
+                 source, head_dim, cfg.hidden_size, cfg.num_attention_heads);
+  }
+  const std::string act = optional_value<std::string>(j, "hidden_act", source, "silu");
+  TESSEL_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (tessel's llama uses silu)",
+               source, act);
+  TESSEL_CHECK(!optional_value(j, "attention_bias", source, false),
+               "{}: attention_bias true is not supported (tessel's llama has no biases)", source);
+  TESSEL_CHECK(!optional_value(j, "mlp_bias", source, false),
+               "{}: mlp_bias true is not supported (tessel's llama has no biases)", source);
+  TESSEL_CHECK(!optional_value(j, "tie_word_embeddings", source, false),
+               "{}: tied embeddings (tie_word_embeddings true) are not supported for llama",
+               source);
+  TESSEL_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(),
+               "{}: rope_scaling is not supported (tessel applies plain RoPE)", source);
+  return cfg;
+}
+
+// Hugging Face's non-parameter buffers: GPT-2's causal mask and masked-fill value, old Llama
+// checkpoints' RoPE frequencies. They are recomputed, never loaded.
+bool is_hf_buffer(const std::string& name) {
+  for (const char* suffix : {"attn.bias", "attn.masked_bias", "rotary_emb.inv_freq"}) {
+    const std::string s = suffix;
+    if (name == s || (name.size() > s.size() && name.ends_with("." + s))) return true;
+  }
+  return false;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    TESSEL_CHECK(out.good(), "{}: cannot create", tmp);
+    out << text;
+    out.flush();
+    TESSEL_CHECK(out.good(), "{}: write failed", tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail("{}: cannot rename {} over it", path, tmp);
+  }
+}
+
+}  // namespace
+
+nlohmann::json hf_config_json(const ModelConfig& cfg) {
+  if (cfg.arch == Arch::GPT2) {
+    const bool default_ffn = cfg.ffn_size() == 4 * cfg.hidden_size;
+    return {{"architectures", nlohmann::json::array({"GPT2LMHeadModel"})},
+            {"model_type", "gpt2"},
+            {"vocab_size", cfg.vocab_size},
+            {"n_positions", cfg.max_positions()},
+            {"n_ctx", cfg.max_positions()},
+            {"n_embd", cfg.hidden_size},
+            {"n_layer", cfg.num_layers},
+            {"n_head", cfg.num_attention_heads},
+            {"n_inner", default_ffn ? nlohmann::json(nullptr) : nlohmann::json(cfg.ffn_size())},
+            {"activation_function", "gelu_new"},
+            {"layer_norm_epsilon", json_float(cfg.norm_epsilon)},
+            {"resid_pdrop", 0.0},
+            {"embd_pdrop", 0.0},
+            {"attn_pdrop", 0.0},
+            {"initializer_range", 0.02},
+            {"tie_word_embeddings", true},
+            // tessel defines no special tokens; 0 keeps the ids inside any vocabulary.
+            {"bos_token_id", 0},
+            {"eos_token_id", 0},
+            {"torch_dtype", "float32"}};
+  }
+  return {{"architectures", nlohmann::json::array({"LlamaForCausalLM"})},
+          {"model_type", "llama"},
+          {"vocab_size", cfg.vocab_size},
+          {"hidden_size", cfg.hidden_size},
+          {"intermediate_size", cfg.ffn_size()},
+          {"num_hidden_layers", cfg.num_layers},
+          {"num_attention_heads", cfg.num_attention_heads},
+          {"num_key_value_heads", cfg.query_groups()},
+          {"head_dim", cfg.head_dim()},
+          {"max_position_embeddings", cfg.max_positions()},
+          {"rms_norm_eps", json_float(cfg.norm_epsilon)},
+          {"rope_theta", json_float(cfg.rotary_base)},
+          {"rope_scaling", nullptr},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"attention_dropout", 0.0},
+          {"mlp_bias", false},
+          {"initializer_range", 0.02},
+          {"tie_word_embeddings", false},
+          {"bos_token_id", 0},
+          {"eos_token_id", 0},
+          {"torch_dtype", "float32"}};
+}
+
+ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& source) {
+  TESSEL_CHECK(j.is_object(), "{}: expected a JSON object", source);
+  auto type = j.find("model_type");
+  TESSEL_CHECK(type != j.end() && type->is_string(),
+               "{}: no model_type (not a Hugging Face config.json?)", source);
+  const std::string model_type = type->get<std::string>();
+  ModelConfig cfg;
+  if (model_type == "gpt2")
+    cfg = gpt2_from_hf(j, source);
+  else if (model_type == "llama")
+    cfg = llama_from_hf(j, source);
+  else
+    fail("{}: model_type '{}' is not supported (tessel reads gpt2 and llama)", source, model_type);
+  cfg.seq_length = cfg.max_position_embeddings;
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    fail("{}: {}", source, e.what());
+  }
+  return cfg;
+}
+
+void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  TESSEL_CHECK(!ec, "{}: cannot create folder ({})", dir, ec.message());
+  std::vector<SafetensorsEntry> entries;
+  for (const Param& p : registry.params()) {
+    TESSEL_CHECK(p.value != nullptr,
+                 "export to {}: parameter {} has no memory (registry not "
+                 "finalized)",
+                 dir, p.name);
+    TESSEL_CHECK(p.shard.count == 1,
+                 "export to {}: parameter {} is split over {} ranks; "
+                 "exporting sharded parameters is not supported yet",
+                 dir, p.name, p.shard.count);
+    entries.push_back({p.name, p.global_shape, p.value});
+  }
+  // transformers refuses safetensors files whose metadata lacks format "pt".
+  write_safetensors((fs::path(dir) / "model.safetensors").string(), entries, {{"format", "pt"}});
+  write_text_file((fs::path(dir) / "config.json").string(), hf_config_json(cfg).dump(2) + "\n");
+}
+
+std::string hf_weights_file(const std::string& path) {
+  if (!fs::is_directory(path)) return path;
+  const fs::path file = fs::path(path) / "model.safetensors";
+  if (fs::exists(file)) return file.string();
+  TESSEL_CHECK(!fs::exists(fs::path(path) / "model.safetensors.index.json"),
+               "{}: sharded Hugging Face weights (model.safetensors.index.json) are not supported "
+               "yet",
+               path);
+  fail("{}: no model.safetensors in this folder", path);
+}
+
+std::optional<ModelConfig> hf_config_beside(const std::string& path) {
+  fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const std::string config = (dir / "config.json").string();
+  if (!fs::exists(config)) return std::nullopt;
+  std::ifstream in(config);
+  TESSEL_CHECK(in.good(), "{}: cannot open", config);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    fail("{}: not valid JSON ({})", config, what);
+  }
+  return model_config_from_hf(j, config);
+}
+
+void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path) {
+  const std::string file = hf_weights_file(path);
+  const SafetensorsReader reader(file);
+
+  // Match every tensor of the file to its parameter and check it before touching any value, so
+  // a bad file leaves the registry as it was.
+  struct Match {
+    const SafetensorsTensor* tensor;
+    Param* param;
+  };
+  std::vector<Match> matches;
+  std::unordered_map<std::string, std::string> file_name_of;  // parameter -> tensor in the file
+  for (const SafetensorsTensor& t : reader.tensors()) {
+    std::string name = t.name;
+    // Hugging Face's GPT-2 checkpoints were saved from GPT2Model, without the "transformer."
+    // prefix.
+    if (!registry.has(name) && cfg.arch == Arch::GPT2 && registry.has("transformer." + name))
+      name = "transformer." + name;
+    if (!registry.has(name)) {
+      if (is_hf_buffer(t.name) || (cfg.tied_embeddings() && t.name == "lm_head.weight")) continue;
+      fail(
+          "{}: unexpected tensor '{}': this {} model has no such parameter (is the file for "
+          "another architecture?)",
+          file, t.name, arch_name(cfg.arch));
+    }
+    auto [it, inserted] = file_name_of.emplace(name, t.name);
+    TESSEL_CHECK(inserted, "{}: tensors '{}' and '{}' both hold parameter {}", file, it->second,
+                 t.name, name);
+    Param& p = registry.get(name);
+    TESSEL_CHECK(t.shape == p.global_shape, "{}: tensor '{}' has shape {} but the model expects {}",
+                 file, t.name, shape_str(t.shape), shape_str(p.global_shape));
+    TESSEL_CHECK(safetensors_dtype_is_float(t.dtype),
+                 "{}: tensor '{}' has dtype {}; weights must be F32, F16, BF16 or F64", file,
+                 t.name, t.dtype);
+    matches.push_back({&t, &p});
+  }
+  if (matches.size() != registry.params().size()) {
+    const Param* first_missing = nullptr;
+    for (const Param& p : registry.params())
+      if (!file_name_of.count(p.name) && first_missing == nullptr) first_missing = &p;
+    fail("{}: missing tensor '{}' ({} of the model's {} parameters are not in the file)", file,
+         first_missing->name, registry.params().size() - matches.size(), registry.params().size());
+  }
+
+  std::vector<float> full;  // the global tensor, when this rank holds only a slice of it
+  for (const Match& m : matches) {
+    Param& p = *m.param;
+    TESSEL_CHECK(p.value != nullptr,
+                 "loading {}: parameter {} has no memory (registry not "
+                 "finalized)",
+                 file, p.name);
+    if (p.local_shape == p.global_shape) {
+      reader.read(m.tensor->name, p.value);
+      continue;
+    }
+    full.resize(m.tensor->numel());
+    reader.read(m.tensor->name, full.data());
+    const int64_t n = p.numel();
+    for (int64_t i = 0; i < n; ++i) p.value[i] = full[p.global_index(i)];
+  }
+}
+
+}  // namespace tessel

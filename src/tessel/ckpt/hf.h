@@ -1,0 +1,44 @@
+// Hugging Face import and export: a folder with config.json and model.safetensors that
+// transformers loads as GPT2LMHeadModel or LlamaForCausalLM, and back. Parameter names and
+// shapes are already Hugging Face's (DESIGN invariant 2), so weights move under their own names.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+
+#include "tessel/model/config.h"
+#include "tessel/model/params.h"
+
+namespace tessel {
+
+// config.json for transformers: GPT2LMHeadModel (gpt2) or LlamaForCausalLM (llama), fp32.
+nlohmann::json hf_config_json(const ModelConfig& cfg);
+
+// The inverse: sizes from a Hugging Face config.json (model_type "gpt2" or "llama"). Settings
+// tessel cannot reproduce (another activation, biases in a llama, RoPE scaling, ...) are errors
+// naming `source`. seq_length is set to the maximum positions; callers that train on shorter
+// sequences lower it afterwards.
+ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& source);
+
+// Writes dir/model.safetensors (every registry parameter under its name, F32) and
+// dir/config.json, creating dir. Parameters must be whole tensors (no TP/EP shards) for now.
+void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std::string& dir);
+
+// `path` itself when it is a file; path/model.safetensors when it is a folder.
+std::string hf_weights_file(const std::string& path);
+
+// The model config beside a weights file, for `--init-from` to take its sizes from: reads
+// config.json from the folder `path` names (or the folder holding the file `path` names) through
+// model_config_from_hf. nullopt when there is no config.json there.
+std::optional<ModelConfig> hf_config_beside(const std::string& path);
+
+// Fills every registry parameter from a safetensors file (or a folder holding model.safetensors).
+// Every registry name must be in the file with its global shape, in F32, F16, BF16 or F64; a shard
+// takes its own slice of the full tensor. Hugging Face's own GPT-2 files load too: their names
+// may lack the "transformer." prefix, and the attention-mask buffers ("attn.bias",
+// "attn.masked_bias", "rotary_emb.inv_freq") and a tied "lm_head.weight" are skipped. Any other
+// tensor is an error: it means the file holds a different architecture.
+void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path);
+
+}  // namespace tessel

@@ -1,0 +1,427 @@
+#include "tessel/ckpt/hf.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+
+#include "tessel/ckpt/safetensors.h"
+#include "tessel/core/error.h"
+
+namespace tessel {
+namespace {
+
+namespace fs = std::filesystem;
+
+class HfTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / fmt::format("tessel_hf_{}_{}", info->name(), ::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    for (const std::string& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << msg;
+    return;
+  }
+  ADD_FAILURE() << "no tessel::Error thrown";
+}
+
+// The parameters the models register, by name and global shape, in their order. Built by hand
+// here so these tests do not depend on the model classes. `shards` overrides the spec by name.
+void add_gpt2(ParamRegistry& r, const ModelConfig& c,
+              const std::unordered_map<std::string, ShardSpec>& shards = {}) {
+  const int64_t C = c.hidden_size, V = c.vocab_size, P = c.max_positions(), F = c.ffn_size();
+  auto add = [&](const std::string& name, Shape shape) {
+    auto it = shards.find(name);
+    r.add(name, std::move(shape), ParamInit::Normal, 0.02f, true,
+          it == shards.end() ? ShardSpec{} : it->second);
+  };
+  add("transformer.wte.weight", {V, C});
+  add("transformer.wpe.weight", {P, C});
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string h = fmt::format("transformer.h.{}.", l);
+    add(h + "ln_1.weight", {C});
+    add(h + "ln_1.bias", {C});
+    add(h + "attn.c_attn.weight", {C, 3 * C});
+    add(h + "attn.c_attn.bias", {3 * C});
+    add(h + "attn.c_proj.weight", {C, C});
+    add(h + "attn.c_proj.bias", {C});
+    add(h + "ln_2.weight", {C});
+    add(h + "ln_2.bias", {C});
+    add(h + "mlp.c_fc.weight", {C, F});
+    add(h + "mlp.c_fc.bias", {F});
+    add(h + "mlp.c_proj.weight", {F, C});
+    add(h + "mlp.c_proj.bias", {C});
+  }
+  add("transformer.ln_f.weight", {C});
+  add("transformer.ln_f.bias", {C});
+}
+
+void add_llama(ParamRegistry& r, const ModelConfig& c) {
+  const int64_t C = c.hidden_size, V = c.vocab_size, F = c.ffn_size();
+  const int64_t q = static_cast<int64_t>(c.num_attention_heads) * c.head_dim();
+  const int64_t kv = static_cast<int64_t>(c.query_groups()) * c.head_dim();
+  auto add = [&](const std::string& name, Shape shape) {
+    r.add(name, std::move(shape), ParamInit::Normal, 0.02f, true);
+  };
+  add("model.embed_tokens.weight", {V, C});
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    add(p + "input_layernorm.weight", {C});
+    add(p + "self_attn.q_proj.weight", {q, C});
+    add(p + "self_attn.k_proj.weight", {kv, C});
+    add(p + "self_attn.v_proj.weight", {kv, C});
+    add(p + "self_attn.o_proj.weight", {C, q});
+    add(p + "post_attention_layernorm.weight", {C});
+    add(p + "mlp.gate_proj.weight", {F, C});
+    add(p + "mlp.up_proj.weight", {F, C});
+    add(p + "mlp.down_proj.weight", {C, F});
+  }
+  add("model.norm.weight", {C});
+  add("lm_head.weight", {V, C});
+}
+
+ModelConfig small_gpt2() {
+  ModelConfig c;
+  c.arch = Arch::GPT2;
+  c.num_layers = 2;
+  c.hidden_size = 8;
+  c.num_attention_heads = 2;
+  c.seq_length = 6;
+  c.max_position_embeddings = 12;
+  c.vocab_size = 20;
+  return c;
+}
+
+ModelConfig small_llama() {
+  ModelConfig c;
+  c.arch = Arch::Llama;
+  c.num_layers = 2;
+  c.hidden_size = 16;
+  c.num_attention_heads = 4;
+  c.num_query_groups = 2;
+  c.ffn_hidden_size = 24;
+  c.seq_length = 10;
+  c.vocab_size = 30;
+  c.norm_epsilon = 1e-6f;
+  c.rotary_base = 500000.0f;
+  return c;
+}
+
+ParamRegistry make_registry(const ModelConfig& c, uint64_t seed) {
+  ParamRegistry r;
+  if (c.arch == Arch::GPT2)
+    add_gpt2(r, c);
+  else
+    add_llama(r, c);
+  r.finalize();
+  r.init_values(seed);
+  return r;
+}
+
+void expect_same_values(const ParamRegistry& a, const ParamRegistry& b) {
+  ASSERT_EQ(a.numel(), b.numel());
+  for (const Param& p : a.params()) {
+    const Param& q = b.get(p.name);
+    ASSERT_EQ(p.numel(), q.numel()) << p.name;
+    EXPECT_EQ(std::memcmp(p.value, q.value, p.numel() * sizeof(float)), 0) << p.name;
+  }
+}
+
+nlohmann::json read_json(const std::string& file) {
+  std::ifstream in(file);
+  return nlohmann::json::parse(in);
+}
+
+void expect_same_sizes(const ModelConfig& a, const ModelConfig& b) {
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.num_layers, b.num_layers);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.num_attention_heads, b.num_attention_heads);
+  EXPECT_EQ(a.query_groups(), b.query_groups());
+  EXPECT_EQ(a.ffn_size(), b.ffn_size());
+  EXPECT_EQ(a.max_positions(), b.max_positions());
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.norm_epsilon, b.norm_epsilon);
+  EXPECT_EQ(a.num_parameters(), b.num_parameters());
+  if (a.arch == Arch::Llama) {
+    EXPECT_EQ(a.rotary_base, b.rotary_base);
+  }
+}
+
+TEST_F(HfTest, ExportLoadRoundTripGpt2) {
+  const ModelConfig cfg = small_gpt2();
+  const ParamRegistry saved = make_registry(cfg, 1);
+  EXPECT_EQ(saved.numel(), cfg.num_parameters());
+  export_hf(saved, cfg, path("gpt2"));
+
+  ParamRegistry loaded = make_registry(cfg, 2);
+  ASSERT_NE(std::memcmp(saved.params()[0].value, loaded.params()[0].value, 4), 0);
+  load_hf_weights(loaded, cfg, path("gpt2"));  // the folder finds model.safetensors
+  expect_same_values(saved, loaded);
+
+  SafetensorsReader reader(path("gpt2/model.safetensors"));
+  EXPECT_EQ(reader.metadata().at("format"), "pt");
+  EXPECT_EQ(reader.tensors().size(), saved.params().size());
+  EXPECT_FALSE(reader.has("lm_head.weight"));  // tied to wte
+
+  const nlohmann::json j = read_json(path("gpt2/config.json"));
+  EXPECT_EQ(j.at("architectures").at(0), "GPT2LMHeadModel");
+  EXPECT_EQ(j.at("model_type"), "gpt2");
+  EXPECT_TRUE(j.at("n_inner").is_null());  // 4·hidden
+  EXPECT_EQ(j.at("activation_function"), "gelu_new");
+  std::optional<ModelConfig> beside = hf_config_beside(path("gpt2/model.safetensors"));
+  ASSERT_TRUE(beside.has_value());
+  expect_same_sizes(cfg, *beside);
+  EXPECT_EQ(beside->seq_length, cfg.max_positions());
+}
+
+TEST_F(HfTest, ExportLoadRoundTripLlama) {
+  const ModelConfig cfg = small_llama();
+  const ParamRegistry saved = make_registry(cfg, 3);
+  EXPECT_EQ(saved.numel(), cfg.num_parameters());
+  export_hf(saved, cfg, path("llama"));
+  ParamRegistry loaded = make_registry(cfg, 4);
+  load_hf_weights(loaded, cfg, path("llama/model.safetensors"));
+  expect_same_values(saved, loaded);
+
+  const nlohmann::json j = read_json(path("llama/config.json"));
+  EXPECT_EQ(j.at("architectures").at(0), "LlamaForCausalLM");
+  EXPECT_EQ(j.at("num_key_value_heads"), 2);
+  EXPECT_EQ(j.at("head_dim"), 4);
+  EXPECT_EQ(j.at("intermediate_size"), 24);
+  EXPECT_EQ(j.at("tie_word_embeddings"), false);
+  EXPECT_EQ(j.at("rms_norm_eps").get<double>(), 1e-6);  // written short, not as a float's double
+  std::optional<ModelConfig> beside = hf_config_beside(path("llama"));
+  ASSERT_TRUE(beside.has_value());
+  expect_same_sizes(cfg, *beside);
+  EXPECT_FALSE(hf_config_beside(path("nothing_here.safetensors")).has_value());
+}
+
+TEST_F(HfTest, ConfigRoundTrip) {
+  ModelConfig gpt2 = small_gpt2();
+  expect_same_sizes(gpt2, model_config_from_hf(hf_config_json(gpt2), "g"));
+  gpt2.ffn_hidden_size = 20;  // not 4·hidden: n_inner is written
+  EXPECT_EQ(hf_config_json(gpt2).at("n_inner"), 20);
+  expect_same_sizes(gpt2, model_config_from_hf(hf_config_json(gpt2), "g"));
+
+  ModelConfig llama = small_llama();
+  expect_same_sizes(llama, model_config_from_hf(hf_config_json(llama), "l"));
+  llama.num_query_groups = 0;  // plain multi-head attention
+  llama.hidden_size = 96;
+  llama.ffn_hidden_size = 0;  // the rounded default (256), written out explicitly
+  const nlohmann::json j = hf_config_json(llama);
+  EXPECT_EQ(j.at("num_key_value_heads"), 4);
+  EXPECT_EQ(j.at("intermediate_size"), 256);
+  expect_same_sizes(llama, model_config_from_hf(j, "l"));
+}
+
+TEST_F(HfTest, ConfigFromRealGpt2Json) {
+  // The fields of openai-community/gpt2's config.json that tessel reads.
+  const nlohmann::json j = nlohmann::json::parse(R"({
+    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
+    "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256,
+    "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "gpt2",
+    "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+    "resid_pdrop": 0.1, "vocab_size": 50257})");
+  const ModelConfig c = model_config_from_hf(j, "config.json");
+  EXPECT_EQ(c.arch, Arch::GPT2);
+  EXPECT_EQ(c.num_layers, 12);
+  EXPECT_EQ(c.hidden_size, 768);
+  EXPECT_EQ(c.ffn_size(), 3072);
+  EXPECT_EQ(c.seq_length, 1024);
+  EXPECT_EQ(c.num_parameters(), 124439808);  // GPT-2 small as Hugging Face counts it
+}
+
+TEST_F(HfTest, ConfigErrors) {
+  nlohmann::json j = hf_config_json(small_llama());
+  j["model_type"] = "bert";
+  expect_error([&] { model_config_from_hf(j, "cfg.json"); }, {"cfg.json", "model_type 'bert'"});
+  j = hf_config_json(small_llama());
+  j.erase("hidden_size");
+  expect_error([&] { model_config_from_hf(j, "cfg.json"); },
+               {"cfg.json", "missing key 'hidden_size'"});
+  j = hf_config_json(small_llama());
+  j["attention_bias"] = true;
+  expect_error([&] { model_config_from_hf(j, "cfg.json"); }, {"cfg.json", "attention_bias"});
+  j = hf_config_json(small_llama());
+  j["num_key_value_heads"] = 3;
+  expect_error([&] { model_config_from_hf(j, "cfg.json"); }, {"cfg.json", "not divisible"});
+  j = hf_config_json(small_gpt2());
+  j["n_embd"] = "big";
+  expect_error([&] { model_config_from_hf(j, "cfg.json"); },
+               {"cfg.json", "'n_embd' has a value of the wrong type (\"big\")"});
+  expect_error([&] { model_config_from_hf(nlohmann::json::object(), "cfg.json"); },
+               {"cfg.json", "no model_type"});
+}
+
+// A Hugging Face GPT-2 file: names without "transformer.", the attention-mask buffers, and the
+// tied LM head, in the file's own order.
+TEST_F(HfTest, LoadsHuggingFaceGpt2Names) {
+  const ModelConfig cfg = small_gpt2();
+  const ParamRegistry saved = make_registry(cfg, 5);
+  const int64_t P = cfg.max_positions();
+  std::vector<float> mask(P * P, 1.0f), masked_bias{-1e4f};
+  std::vector<SafetensorsEntry> entries;
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    entries.push_back({fmt::format("h.{}.attn.bias", l), {1, 1, P, P}, mask.data()});
+    entries.push_back({fmt::format("h.{}.attn.masked_bias", l), {}, masked_bias.data()});
+  }
+  for (auto it = saved.params().rbegin(); it != saved.params().rend(); ++it)
+    entries.push_back({it->name.substr(std::strlen("transformer.")), it->global_shape, it->value});
+  const Param& wte = saved.get("transformer.wte.weight");
+  entries.push_back({"lm_head.weight", wte.global_shape, wte.value});
+  write_safetensors(path("hf.safetensors"), entries, {{"format", "pt"}});
+
+  ParamRegistry loaded = make_registry(cfg, 6);
+  load_hf_weights(loaded, cfg, path("hf.safetensors"));
+  expect_same_values(saved, loaded);
+}
+
+// Tensor-parallel shards take their slice of the full tensor: c_attn splits each of q, k and v
+// (fused_parts 3) along the columns, c_proj splits rows.
+TEST_F(HfTest, LoadsShardSlices) {
+  const ModelConfig cfg = small_gpt2();
+  const ParamRegistry full = make_registry(cfg, 7);
+  write_safetensors(path("full.safetensors"), [&] {
+    std::vector<SafetensorsEntry> e;
+    for (const Param& p : full.params()) e.push_back({p.name, p.global_shape, p.value});
+    return e;
+  }());
+  const int64_t C = cfg.hidden_size;
+  for (int rank = 0; rank < 2; ++rank) {
+    ParamRegistry shard;
+    add_gpt2(shard, cfg,
+             {{"transformer.h.1.attn.c_attn.weight", {1, ShardGroup::TP, rank, 2, 3}},
+              {"transformer.h.1.attn.c_proj.weight", {0, ShardGroup::TP, rank, 2, 1}}});
+    shard.finalize();
+    load_hf_weights(shard, cfg, path("full.safetensors"));
+
+    const Param& qkv = shard.get("transformer.h.1.attn.c_attn.weight");
+    const float* g = full.get("transformer.h.1.attn.c_attn.weight").value;
+    ASSERT_EQ(qkv.local_shape, (Shape{C, 3 * C / 2}));
+    const int64_t half = C / 2;  // each of q, k, v contributes `half` columns to a rank
+    for (int64_t row = 0; row < C; ++row)
+      for (int part = 0; part < 3; ++part)
+        for (int64_t col = 0; col < half; ++col)
+          ASSERT_EQ(qkv.value[row * 3 * half + part * half + col],
+                    g[row * 3 * C + part * C + rank * half + col]);
+
+    const Param& proj = shard.get("transformer.h.1.attn.c_proj.weight");
+    const float* gp = full.get("transformer.h.1.attn.c_proj.weight").value;
+    EXPECT_EQ(std::memcmp(proj.value, gp + rank * half * C, half * C * sizeof(float)), 0);
+
+    expect_error([&] { export_hf(shard, cfg, path("out")); },
+                 {"transformer.h.1.attn.c_attn.weight", "split over 2 ranks"});
+  }
+}
+
+TEST_F(HfTest, MissingTensor) {
+  ModelConfig cfg = small_llama();
+  export_hf(make_registry(cfg, 1), cfg, path("m"));
+  cfg.num_layers = 3;
+  ParamRegistry r = make_registry(cfg, 1);
+  const std::string file = path("m/model.safetensors");
+  expect_error(
+      [&] { load_hf_weights(r, cfg, file); },
+      {file, "missing tensor 'model.layers.2.input_layernorm.weight'", "9 of the model's"});
+}
+
+TEST_F(HfTest, WrongShapeLeavesRegistryUntouched) {
+  ModelConfig cfg = small_gpt2();
+  export_hf(make_registry(cfg, 1), cfg, path("s"));
+  cfg.vocab_size = 21;
+  ParamRegistry r = make_registry(cfg, 2);
+  const ParamRegistry before = make_registry(cfg, 2);
+  const std::string file = path("s/model.safetensors");
+  expect_error([&] { load_hf_weights(r, cfg, file); },
+               {file, "'transformer.wte.weight' has shape [20, 8] but the model expects [21, 8]"});
+  expect_same_values(before, r);
+}
+
+TEST_F(HfTest, UnexpectedTensor) {
+  // Llama weights offered to a gpt2 model.
+  const ModelConfig llama = small_llama();
+  export_hf(make_registry(llama, 1), llama, path("u"));
+  ParamRegistry r = make_registry(small_gpt2(), 1);
+  const std::string file = path("u/model.safetensors");
+  expect_error([&] { load_hf_weights(r, small_gpt2(), file); },
+               {file, "unexpected tensor 'model.", "gpt2"});
+  // A gpt2 file with one tensor too many.
+  const ModelConfig gpt2 = small_gpt2();
+  const ParamRegistry g = make_registry(gpt2, 1);
+  std::vector<SafetensorsEntry> e;
+  for (const Param& p : g.params()) e.push_back({p.name, p.global_shape, p.value});
+  e.push_back({"transformer.h.0.attn.q_proj.weight", {8, 8}, g.params()[0].value});
+  write_safetensors(path("extra.safetensors"), e);
+  expect_error(
+      [&] { load_hf_weights(r, gpt2, path("extra.safetensors")); },
+      {path("extra.safetensors"), "unexpected tensor 'transformer.h.0.attn.q_proj.weight'"});
+}
+
+TEST_F(HfTest, TensorGivenTwice) {
+  const ModelConfig cfg = small_gpt2();
+  const ParamRegistry g = make_registry(cfg, 1);
+  std::vector<SafetensorsEntry> e;
+  for (const Param& p : g.params()) e.push_back({p.name, p.global_shape, p.value});
+  const Param& wte = g.get("transformer.wte.weight");
+  e.push_back({"wte.weight", wte.global_shape, wte.value});
+  write_safetensors(path("twice.safetensors"), e);
+  ParamRegistry r = make_registry(cfg, 2);
+  expect_error([&] { load_hf_weights(r, cfg, path("twice.safetensors")); },
+               {"twice.safetensors", "'transformer.wte.weight' and 'wte.weight'"});
+}
+
+TEST_F(HfTest, UnsupportedDtype) {
+  // A parameter stored as integers: same shape, wrong kind of data.
+  const std::string file = path("int.safetensors");
+  const std::string header =
+      R"({"model.norm.weight":{"dtype":"I32","shape":[16],"data_offsets":[0,64]}})";
+  std::ofstream out(file, std::ios::binary);
+  const uint64_t len = header.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out << header << std::string(64, '\0');
+  out.close();
+  ModelConfig cfg = small_llama();
+  ParamRegistry r = make_registry(cfg, 1);
+  expect_error([&] { load_hf_weights(r, cfg, file); }, {file, "'model.norm.weight' has dtype I32"});
+}
+
+TEST_F(HfTest, CorruptFiles) {
+  ModelConfig cfg = small_llama();
+  ParamRegistry r = make_registry(cfg, 1);
+  const std::string empty = path("empty.safetensors");
+  std::ofstream{empty};
+  expect_error([&] { load_hf_weights(r, cfg, empty); }, {empty, "empty file"});
+
+  export_hf(make_registry(cfg, 1), cfg, path("t"));
+  const std::string file = path("t/model.safetensors");
+  fs::resize_file(file, fs::file_size(file) - 5);
+  expect_error([&] { load_hf_weights(r, cfg, file); },
+               {file, "truncated: tensor 'lm_head.weight'"});
+
+  expect_error([&] { load_hf_weights(r, cfg, path("")); }, {"no model.safetensors"});
+  std::ofstream(path("model.safetensors.index.json")) << "{}";
+  expect_error([&] { load_hf_weights(r, cfg, path("")); }, {"sharded"});
+}
+
+}  // namespace
+}  // namespace tessel
