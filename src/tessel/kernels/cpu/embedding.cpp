@@ -1,0 +1,47 @@
+// Token (+ learned position) embeddings: a row gather forward, a row scatter-add backward.
+#include <algorithm>
+
+#include "tessel/kernels/cpu/kernels.h"
+
+namespace tessel::cpu {
+
+void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
+                       const float* wte, const float* wpe, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* out_n = out + n * C;                // (C)
+    const float* wte_n = wte + tokens[n] * C;  // (C)
+    if (wpe == nullptr) {
+      std::copy(wte_n, wte_n + C, out_n);
+      continue;
+    }
+    const float* wpe_n = wpe + positions[n] * C;  // (C)
+    for (int64_t c = 0; c < C; ++c) out_n[c] = wte_n[c] + wpe_n[c];
+  }
+}
+
+// Rows repeat (the same token twice in a batch), so threads split the channels, not the rows:
+// each thread adds the rows in order into its own columns, which is race-free and gives the same
+// sums on every run.
+static void scatter_add_rows(float* table, const float* dout, const int32_t* index, int64_t N,
+                             int64_t C) {
+  constexpr int64_t block = 64;
+  const int64_t blocks = (C + block - 1) / block;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * block, width = std::min(block, C - c0);
+    for (int64_t n = 0; n < N; ++n) {
+      float* row = table + index[n] * C + c0;
+      const float* d = dout + n * C + c0;
+      for (int64_t c = 0; c < width; ++c) row[c] += d[c];
+    }
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        const int32_t* positions, int64_t N, int64_t C) {
+  if (dwte != nullptr) scatter_add_rows(dwte, dout, tokens, N, C);
+  if (dwpe != nullptr) scatter_add_rows(dwpe, dout, positions, N, C);
+}
+
+}  // namespace tessel::cpu
