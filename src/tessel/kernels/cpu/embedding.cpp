@@ -2,12 +2,13 @@
 #include <algorithm>
 
 #include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/cpu/vec_math.h"
 
 namespace tessel::cpu {
 
 void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
                        const float* wte, const float* wpe, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * C))
   for (int64_t n = 0; n < N; ++n) {
     float* out_n = out + n * C;                // (C)
     const float* wte_n = wte + tokens[n] * C;  // (C)
@@ -27,7 +28,7 @@ static void scatter_add_rows(float* table, const float* dout, const int32_t* ind
                              int64_t C) {
   constexpr int64_t block = 64;
   const int64_t blocks = (C + block - 1) / block;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * C))
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t c0 = b * block, width = std::min(block, C - c0);
     for (int64_t n = 0; n < N; ++n) {

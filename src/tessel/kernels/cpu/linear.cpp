@@ -3,6 +3,7 @@
 
 #include "tessel/kernels/cpu/gemm.h"
 #include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/cpu/vec_math.h"
 
 namespace tessel::cpu {
 
@@ -14,7 +15,7 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
     gemm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);  // inp · Wᵀ
   }
   if (bias == nullptr) return;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * OC))
   for (int64_t n = 0; n < N; ++n) {
     float* o = out + n * OC;  // (OC)
     for (int64_t j = 0; j < OC; ++j) o[j] += bias[j];
@@ -26,7 +27,7 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 static void add_column_sums(float* dbias, const float* dout, int64_t N, int64_t OC) {
   constexpr int64_t block = 64;
   const int64_t blocks = (OC + block - 1) / block;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * OC))
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t j0 = b * block, width = std::min(block, OC - j0);
     float sum[block] = {};

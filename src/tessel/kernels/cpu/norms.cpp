@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/cpu/vec_math.h"
 
 namespace tessel::cpu {
 
@@ -37,7 +38,7 @@ static void add_thread_partials(float* dst, const float* partials, int64_t strid
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int64_t N, int64_t C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
     float sum = 0.0f;
@@ -60,7 +61,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int64_t N, int64_t C) {
   float* partials = zeroed_thread_partials(2 * C);  // per thread: dweight (C), dbias (C)
-#pragma omp parallel
+#pragma omp parallel if (worth_parallel(N * C))
   {
     float* dweight_t = partials + omp_get_thread_num() * 2 * C;
     float* dbias_t = dweight_t + C;
@@ -100,7 +101,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
                      int64_t C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
     float sum_sq = 0.0f;
@@ -117,7 +118,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int64_t N, int64_t C) {
   float* partials = zeroed_thread_partials(C);  // per thread: dweight (C)
-#pragma omp parallel
+#pragma omp parallel if (worth_parallel(N * C))
   {
     float* dweight_t = partials + omp_get_thread_num() * C;
 #pragma omp for schedule(static)

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/cpu/vec_math.h"
 
 namespace tessel::cpu {
 
@@ -25,7 +26,7 @@ void rope_tables(float* cos, float* sin, int64_t max_pos, int64_t head_dim, floa
 static void rotate(float* x, const int32_t* positions, const float* cos, const float* sin,
                    int64_t N, int64_t heads, int64_t head_dim, int64_t ld, float sign) {
   const int64_t half = head_dim / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (worth_parallel(N * heads * head_dim))
   for (int64_t n = 0; n < N; ++n) {
     const float* c = cos + positions[n] * half;  // (D/2)
     const float* s = sin + positions[n] * half;  // (D/2)
