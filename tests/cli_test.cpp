@@ -60,10 +60,10 @@ TEST(Cli, HeadsNotDividingHiddenListsEveryRule) {
 }
 
 TEST(Cli, MissingAndEmptyDataFile) {
-  expect_clean_error(kTiny + "train --data-path /nonexistent/corpus.txt", "/nonexistent/corpus.txt");
+  expect_clean_error("train " + kTiny + "--data-path /nonexistent/corpus.txt", "/nonexistent/corpus.txt");
   fs::path dir = temp_dir("empty");
   std::ofstream(dir / "empty.txt");
-  expect_clean_error(kTiny + "train --data-path " + (dir / "empty.txt").string(), "empty.txt");
+  expect_clean_error("train " + kTiny + "--data-path " + (dir / "empty.txt").string(), "empty.txt");
 }
 
 TEST(Cli, BadSafetensorsFiles) {
@@ -89,7 +89,7 @@ TEST(Cli, BadSafetensorsFiles) {
                 "--num-attention-heads 4 --seq-length 16").exit_code, 0);
   fs::remove(llama / "config.json");
   expect_clean_error("train --train-iters 1 " + kTiny + "--init-from " + (llama / "model.safetensors").string(),
-                     "transformer.");
+                     "unexpected tensor 'model.embed_tokens.weight'");
 }
 
 // export -> train --init-from -> --save-hf -> generate: the weights travel, the sizes come from

@@ -20,6 +20,7 @@
 #include "tessel/core/error.h"
 #include "tessel/kernels/cpu/gemm.h"
 #include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/cpu/vec_math.h"
 
 namespace tessel::cpu {
 
@@ -29,34 +30,6 @@ namespace {
 // causal diagonal block (half of it masked) wastes little and the scores stay in L2. 64 measured
 // faster than 32 and 128 for T = 128…1024, D = 32…128.
 constexpr int64_t kQueryRows = 64;
-
-// exp(x) for x ≤ 88, relative error ~1e-7, written so that loops over it vectorise (std::exp
-// does not without -ffast-math). x = n·ln2 + r with |r| ≤ ln2/2; exp(r) by its Taylor series to
-// degree 7 (remainder < 1e-8); 2^n assembled in the exponent bits. Below about -87 (-inf
-// included, the masked scores) the exponent bits clamp at 0 and the result is exactly 0:
-// e^-87 is negligible next to a row sum ≥ 1. NaN stays NaN, so bad scores are not masked away.
-inline float exp_approx(float x) {
-  const float kLog2e = 1.44269504088896341f;
-  const float kLn2Hi = 0.693359375f;  // ln 2 split so that n·kLn2Hi is exact in float
-  const float kLn2Lo = -2.12194440e-4f;
-  const float kRoundMagic = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer
-  x = x < -88.0f ? -88.0f : x;            // keeps NaN
-  const float shifted = x * kLog2e + kRoundMagic;
-  const float n = shifted - kRoundMagic;
-  int32_t exponent = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRoundMagic) + 127;
-  exponent = exponent > 0 ? exponent : 0;
-  float r = x - n * kLn2Hi;
-  r = r - n * kLn2Lo;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  return p * std::bit_cast<float>(exponent << 23);
-}
 
 // Vector width in floats (AVX-512); score rows are padded to a multiple of it.
 constexpr int64_t kLanes = 16;
