@@ -142,6 +142,7 @@ int run(int argc, char** argv) {
   train_cmd->add_option("--adam-beta2", t.optimizer.beta2, "AdamW beta2")->capture_default_str();
   train_cmd->add_option("--adam-eps", t.optimizer.eps, "AdamW epsilon")->capture_default_str();
   train_cmd->add_option("--clip-grad", t.optimizer.clip_grad, "gradient clipping by global norm (0: off)")->capture_default_str();
+  train_cmd->add_flag("--profile", t.profile, "report GEMM throughput and memory at the end");
   train_cmd->add_option("--threads", threads, "threads per process (default: OMP_NUM_THREADS or all cores)");
 
   // ---- generate ----

@@ -206,6 +206,28 @@ ChunkActivations TransformerChunk::make_activations() const {
   return a;
 }
 
+int64_t ChunkActivations::bytes() const {
+  int64_t n = 0;
+  auto add = [&](const Tensor& t) { n += t.empty() ? 0 : t.numel() * 4; };
+  for (const Tensor& t : resid) add(t);
+  for (const LayerActivations& l : layers)
+    for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.q, &l.k, &l.v, &l.attn,
+                            &l.lse, &l.mid, &l.ln2, &l.ln2_mean, &l.ln2_rstd, &l.fc, &l.fc_act,
+                            &l.gate, &l.up, &l.act})
+      add(*t);
+  for (const Tensor* t : {&lnf, &lnf_mean, &lnf_rstd, &d_lnf}) add(*t);
+  return n + static_cast<int64_t>(tokens.size()) * 4;
+}
+
+int64_t TransformerChunk::scratch_bytes() const {
+  int64_t n = static_cast<int64_t>(positions_.size()) * 4;
+  for (const Tensor* t : {&rope_cos_, &rope_sin_, &proj_, &d_resid_, &d_ln_, &d_attn_, &d_qkv_,
+                          &d_q_, &d_k_, &d_v_, &d_hidden_, &d_hidden2_, &d_act_, &logits_,
+                          &losses_, &loss_lse_})
+    n += t->empty() ? 0 : t->numel() * 4;
+  return n;
+}
+
 double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
                                  const int32_t* targets, float grad_scale) {
   if (spec_.has_embedding) {

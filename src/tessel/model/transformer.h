@@ -45,6 +45,8 @@ struct ChunkActivations {
   Tensor lnf, lnf_mean, lnf_rstd;         // (N, C), (N), (N) final norm
   Tensor d_lnf;                           // (N, C) gradient of the final norm's output
   double loss_sum = 0;                    // Σ of this microbatch's token losses
+
+  int64_t bytes() const;
 };
 
 class TransformerChunk {
@@ -71,6 +73,8 @@ class TransformerChunk {
   const float* logits() const { return logits_.data(); }
   const float* output(const ChunkActivations& acts) const { return acts.resid.back().data(); }
   int64_t rows() const { return N_; }
+  // Memory of the scratch shared by all microbatches (logits, backward temporaries, RoPE tables).
+  int64_t scratch_bytes() const;
 
  private:
   struct LayerParams {

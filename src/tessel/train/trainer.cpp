@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
+#include "tessel/kernels/cpu/gemm.h"
 #include "tessel/model/transformer.h"
 
 namespace tessel {
@@ -28,6 +31,30 @@ void validate(const ModelConfig& model, const TrainOptions& o, const Tokenizer& 
   std::string msg = "invalid configuration: " + v[0];
   for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
   throw Error(msg);
+}
+
+// GEMM throughput over the profiled iterations, and peak memory against what the model needs:
+// parameters, gradients and Adam's two moments (4 floats per parameter), one microbatch's saved
+// activations, and the scratch shared by all microbatches.
+void report_profile(TrainLog& log, double seconds, const ParamRegistry& params,
+                    const TransformerChunk& model, const ChunkActivations& acts) {
+  cpu::gemm_stats_enable(false);
+  const cpu::GemmStats g = cpu::gemm_stats();
+  if (seconds > 0 && g.seconds > 0) {
+    log.message(fmt::format("profile: gemm {:.1f} GFLOP/s over {} calls, {:.1f}% of step time "
+                            "(summed over threads); whole step {:.1f} GFLOP/s in gemm flops",
+                            g.flops / g.seconds / 1e9, g.calls, 100 * g.seconds / seconds,
+                            g.flops / seconds / 1e9));
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double mib = 1024.0 * 1024.0;
+  const double state = params.numel() * 4.0 * 4.0, saved = static_cast<double>(acts.bytes()),
+               scratch = static_cast<double>(model.scratch_bytes());
+  log.message(fmt::format("profile: peak RSS {:.1f} MiB; analytic {:.1f} MiB = parameters, "
+                          "gradients, Adam m and v {:.1f} + saved activations {:.1f} + scratch {:.1f}",
+                          usage.ru_maxrss / 1024.0, (state + saved + scratch) / mib, state / mib,
+                          saved / mib, scratch / mib));
 }
 
 }  // namespace
@@ -73,7 +100,12 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o)
   const float grad_scale = static_cast<float>(1.0 / batch_tokens);
 
   std::vector<IterationStats> history;
+  double profiled_seconds = 0;
   for (int64_t it = 1; it <= o.lr.train_iters; ++it) {
+    if (o.profile && it == 2) {  // the first iteration sizes buffers and warms caches: not counted
+      cpu::gemm_stats_reset();
+      cpu::gemm_stats_enable(true);
+    }
     const auto start = std::chrono::steady_clock::now();
     params.zero_grads();
     double loss_sum = 0;
@@ -92,9 +124,11 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o)
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     s.iteration_time_ms = took.count() * 1000.0;
     s.tokens_per_s = batch_tokens / took.count();
+    if (o.profile && it >= 2) profiled_seconds += took.count();
     log.iteration(s);
     history.push_back(s);
   }
+  if (o.profile) report_profile(log, profiled_seconds, params, model, acts);
   if (!o.save_hf.empty()) {
     export_hf(params, cfg, o.save_hf);
     log.message(fmt::format("saved {}/model.safetensors and config.json", o.save_hf));

@@ -27,6 +27,7 @@ struct TrainOptions {
   OptimizerConfig optimizer;
   LrScheduleConfig lr;  // train_iters is taken from here
   bool progress = false;  // live progress line (when stdout is a terminal)
+  bool profile = false;   // report GEMM throughput and memory at the end
 };
 
 
