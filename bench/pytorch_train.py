@@ -1,0 +1,100 @@
+#!/usr/bin/python3
+"""PyTorch's CPU training throughput on a GPT-2-style model: the baseline tessel is measured against.
+
+A full step is forward + backward + AdamW in fp32 on the model of
+tools/crosscheck/torch_reference.py (Hugging Face's GPT-2 semantics), randomly initialised, with
+random tokens (or the bytes of --data-path). Prints one JSON line with tokens/s. Run it through
+bench/run_pytorch.sh, which sets the allocator and thread environment that PyTorch is fastest
+with here (bench/README.md says why).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--vocab", type=int, default=50304)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=384)
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--heads", type=int, default=6)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--iters", type=int, default=10, help="timed iterations")
+    p.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
+    p.add_argument("--data-path", help="train on this file's bytes instead of random tokens")
+    p.add_argument("--seed", type=int, default=1)
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
+    # Thread pools are sized when torch (and the BLAS under it) loads: set them first.
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools",
+                                    "crosscheck"))
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    import torch_reference as ref
+
+    torch.set_num_threads(args.threads)
+    cfg = {"arch": "gpt2", "vocab_size": args.vocab, "hidden_size": args.hidden,
+           "num_layers": args.layers, "num_heads": args.heads, "num_kv_heads": args.heads,
+           "ffn_size": 4 * args.hidden, "max_positions": args.seq, "norm_eps": 1e-5}
+    model = ref.build_model(cfg)
+    ref.init_normal(model, 0.02, args.seed)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+
+    gen = torch.Generator().manual_seed(args.seed)
+    tokens = None
+    if args.data_path:
+        tokens = torch.from_numpy(np.fromfile(args.data_path, dtype=np.uint8).astype(np.int64))
+
+    def batch(i):  # (B, T + 1) tokens: inputs are [:, :-1], targets [:, 1:]
+        if tokens is None:
+            return torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=gen)
+        span = args.batch * (args.seq + 1)
+        start = (i * span) % max(len(tokens) - span, 1)
+        return tokens[start:start + span].view(args.batch, args.seq + 1)
+
+    def step(i):
+        chunk = batch(i)
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(chunk[:, :-1])
+        loss = F.cross_entropy(logits.view(-1, args.vocab), chunk[:, 1:].reshape(-1))
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    for i in range(args.warmup):
+        step(i)
+    times, loss = [], 0.0
+    for i in range(args.warmup, args.warmup + args.iters):
+        start = time.perf_counter()
+        loss = step(i)
+        times.append(time.perf_counter() - start)
+    tokens_per_step = args.batch * args.seq
+    total = sum(times)
+    print(json.dumps({
+        "bench": "pytorch_train", "torch": torch.__version__, "threads": args.threads,
+        "vocab": args.vocab, "seq": args.seq, "hidden": args.hidden, "layers": args.layers,
+        "heads": args.heads, "batch": args.batch, "iters": args.iters,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "tokens_per_s": round(tokens_per_step * args.iters / total, 1),
+        "median_step_ms": round(1e3 * sorted(times)[len(times) // 2], 2),
+        "last_loss": round(loss, 4),
+        "ld_preload": os.environ.get("LD_PRELOAD", ""),
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,471 @@
+#!/usr/bin/python3
+"""An independent plain-PyTorch reference trainer for cross-checking tessel.
+
+It mirrors Hugging Face's GPT2LMHeadModel and LlamaForCausalLM (fp32, no dropout) with the same
+parameter names, loads the initial weights that `tessel export --out DIR` writes (config.json +
+model.safetensors), and trains with tessel's data order, loss, gradient clipping, AdamW and
+Megatron's learning-rate schedule, logging one JSON line per iteration. Nothing here is shared
+with tessel's C++ code, so agreement between the two is evidence that both are right.
+
+Usage: see tools/crosscheck/README.md. Needs torch and numpy only (no transformers, no
+safetensors module: the file format is read and written below).
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ---------------------------------------------------------------------------------------------
+# safetensors: 8-byte little-endian header length, a JSON header
+# {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data
+# (offsets relative to the end of the header).
+
+SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
+                      "I64": np.int64, "I32": np.int32, "U8": np.uint8}
+
+
+def read_safetensors(path):
+    """Returns {name: float32 numpy array} for every tensor in the file."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    if len(blob) < 8:
+        raise ValueError(f"{path}: too short for a safetensors header")
+    (header_len,) = struct.unpack("<Q", blob[:8])
+    if 8 + header_len > len(blob):
+        raise ValueError(f"{path}: header length {header_len} runs past the end of the file")
+    header = json.loads(blob[8:8 + header_len].decode("utf-8"))
+    data = memoryview(blob)[8 + header_len:]
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = SAFETENSORS_DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise ValueError(f"{path}: tensor {name} has unsupported dtype {entry['dtype']}")
+        begin, end = entry["data_offsets"]
+        shape = tuple(entry["shape"])
+        count = math.prod(shape)
+        if end - begin != count * np.dtype(dtype).itemsize or end > len(data):
+            raise ValueError(f"{path}: tensor {name} data_offsets {begin}..{end} do not fit "
+                             f"shape {list(shape)} of {entry['dtype']}")
+        array = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape)
+        if entry["dtype"] == "BF16":  # bf16 is the upper half of an fp32
+            array = (array.astype(np.uint32) << 16).view(np.float32)
+        tensors[name] = array.astype(np.float32)
+    return tensors
+
+
+def write_safetensors(path, tensors):
+    """Writes {name: numpy array} (float32 or float64) as a safetensors file, names sorted."""
+    header, offset, chunks = {}, 0, []
+    for name in sorted(tensors):
+        array = np.ascontiguousarray(tensors[name])
+        dtype = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64"}[array.dtype]
+        raw = array.tobytes()
+        header[name] = {"dtype": dtype, "shape": list(array.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        chunks.append(raw)
+    header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    header_bytes += b" " * (-len(header_bytes) % 8)  # the format allows space padding; align to 8
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header_bytes)))
+        f.write(header_bytes)
+        for raw in chunks:
+            f.write(raw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration: the Hugging Face config.json keys, reduced to what the two models use.
+
+def model_config_from_hf(hf):
+    """Turns a Hugging Face config.json dict into the flat dict the models below take."""
+    model_type = hf.get("model_type")
+    if model_type == "gpt2":
+        act = hf.get("activation_function", "gelu_new")
+        if act not in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(f"config.json: gpt2 activation_function {act!r} is not tanh GELU")
+        hidden = hf["n_embd"]
+        return {"arch": "gpt2", "vocab_size": hf["vocab_size"], "hidden_size": hidden,
+                "num_layers": hf["n_layer"], "num_heads": hf["n_head"],
+                "num_kv_heads": hf["n_head"], "ffn_size": hf.get("n_inner") or 4 * hidden,
+                "max_positions": hf["n_positions"], "norm_eps": hf.get("layer_norm_epsilon", 1e-5)}
+    if model_type == "llama":
+        if hf.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"config.json: llama hidden_act {hf['hidden_act']!r} is not silu")
+        for key in ("tie_word_embeddings", "attention_bias", "mlp_bias"):
+            if hf.get(key):
+                raise ValueError(f"config.json: llama {key}=true is not supported here")
+        if hf.get("rope_scaling"):
+            raise ValueError("config.json: llama rope_scaling is not supported here")
+        heads = hf["num_attention_heads"]
+        return {"arch": "llama", "vocab_size": hf["vocab_size"], "hidden_size": hf["hidden_size"],
+                "num_layers": hf["num_hidden_layers"], "num_heads": heads,
+                "num_kv_heads": hf.get("num_key_value_heads") or heads,
+                "ffn_size": hf["intermediate_size"],
+                "max_positions": hf["max_position_embeddings"],
+                "norm_eps": hf.get("rms_norm_eps", 1e-5), "rope_theta": hf.get("rope_theta", 1e4)}
+    raise ValueError(f"config.json: model_type {model_type!r} is neither 'gpt2' nor 'llama'")
+
+
+# ---------------------------------------------------------------------------------------------
+# GPT-2, as GPT2LMHeadModel.
+
+class Conv1D(nn.Module):
+    """GPT-2's linear layer: the weight is stored (in, out), so y = x @ W + b."""
+
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_in, n_out))
+        self.bias = nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, x):
+        out = torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight)
+        return out.view(*x.shape[:-1], -1)
+
+
+def causal_attention(q, k, v):
+    """q (B, H, T, D), k and v (B, H, T, D): softmax(q k^T / sqrt(D) + causal mask) v."""
+    T, D = q.shape[-2], q.shape[-1]
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)  # (B, H, T, T)
+    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    scores = scores.masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v  # (B, H, T, D)
+
+
+class GPT2Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C = cfg["hidden_size"]
+        self.num_heads = cfg["num_heads"]
+        self.c_attn = Conv1D(C, 3 * C)  # [q | k | v], each C wide
+        self.c_proj = Conv1D(C, C)
+
+    def forward(self, x):  # x (B, T, C)
+        B, T, C = x.shape
+        H = self.num_heads
+        q, k, v = self.c_attn(x).split(C, dim=-1)
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
+        return self.c_proj(y)
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.c_fc = Conv1D(cfg["hidden_size"], cfg["ffn_size"])
+        self.c_proj = Conv1D(cfg["ffn_size"], cfg["hidden_size"])
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))  # "gelu_new"
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C, eps = cfg["hidden_size"], cfg["norm_eps"]
+        self.ln_1 = nn.LayerNorm(C, eps=eps)
+        self.attn = GPT2Attention(cfg)
+        self.ln_2 = nn.LayerNorm(C, eps=eps)
+        self.mlp = GPT2MLP(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2Transformer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.wte = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
+        self.wpe = nn.Embedding(cfg["max_positions"], cfg["hidden_size"])
+        self.h = nn.ModuleList(GPT2Block(cfg) for _ in range(cfg["num_layers"]))
+        self.ln_f = nn.LayerNorm(cfg["hidden_size"], eps=cfg["norm_eps"])
+
+
+class GPT2LMHead(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.transformer = GPT2Transformer(cfg)
+
+    def forward(self, tokens):  # tokens (B, T) -> logits (B, T, V)
+        t = self.transformer
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = t.wte(tokens) + t.wpe(positions)
+        for block in t.h:
+            x = block(x)
+        return t.ln_f(x) @ t.wte.weight.t()  # tied LM head
+
+
+# ---------------------------------------------------------------------------------------------
+# Llama, as LlamaForCausalLM.
+
+class RMSNorm(nn.Module):
+    def __init__(self, size, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rope_cos_sin(T, D, theta):
+    """cos and sin (T, D) of angle pos · inv_freq, each half-width table repeated over both halves."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float32) / D))  # (D/2,)
+    angles = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)  # (T, D/2)
+    angles = torch.cat((angles, angles), dim=-1)  # (T, D)
+    return angles.cos(), angles.sin()
+
+
+def rotate_half(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C, H, G = cfg["hidden_size"], cfg["num_heads"], cfg["num_kv_heads"]
+        D = C // H
+        self.num_heads, self.num_kv_heads, self.head_dim = H, G, D
+        self.rope_theta = cfg["rope_theta"]
+        self.q_proj = nn.Linear(C, H * D, bias=False)
+        self.k_proj = nn.Linear(C, G * D, bias=False)
+        self.v_proj = nn.Linear(C, G * D, bias=False)
+        self.o_proj = nn.Linear(H * D, C, bias=False)
+
+    def forward(self, x):  # x (B, T, C)
+        B, T, _ = x.shape
+        H, G, D = self.num_heads, self.num_kv_heads, self.head_dim
+        q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(x).view(B, T, G, D).transpose(1, 2)  # (B, G, T, D)
+        v = self.v_proj(x).view(B, T, G, D).transpose(1, 2)
+        cos, sin = rope_cos_sin(T, D, self.rope_theta)
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(H // G, dim=1)  # query head h reads kv head h // (H/G)
+        v = v.repeat_interleave(H // G, dim=1)
+        y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, H * D)
+        return self.o_proj(y)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C, Fh = cfg["hidden_size"], cfg["ffn_size"]
+        self.gate_proj = nn.Linear(C, Fh, bias=False)
+        self.up_proj = nn.Linear(C, Fh, bias=False)
+        self.down_proj = nn.Linear(Fh, C, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C, eps = cfg["hidden_size"], cfg["norm_eps"]
+        self.input_layernorm = RMSNorm(C, eps)
+        self.self_attn = LlamaAttention(cfg)
+        self.post_attention_layernorm = RMSNorm(C, eps)
+        self.mlp = LlamaMLP(cfg)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
+        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg) for _ in range(cfg["num_layers"]))
+        self.norm = RMSNorm(cfg["hidden_size"], cfg["norm_eps"])
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.model = LlamaModel(cfg)
+        self.lm_head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)  # untied
+
+    def forward(self, tokens):  # tokens (B, T) -> logits (B, T, V)
+        x = self.model.embed_tokens(tokens)
+        for layer in self.model.layers:
+            x = layer(x)
+        return self.lm_head(self.model.norm(x))
+
+
+def build_model(cfg):
+    return GPT2LMHead(cfg) if cfg["arch"] == "gpt2" else LlamaForCausalLM(cfg)
+
+
+def init_normal(model, std, seed):
+    """A random init for benchmarks and self-tests: N(0, std) matrices, ones/zeros for norms/biases."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=gen) * std)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.fill_(1.0)
+
+
+def load_weights(model, tensors, path):
+    """Copies every parameter from {name: array}; missing, extra or misshapen names are errors."""
+    params = dict(model.named_parameters())
+    missing = sorted(set(params) - set(tensors))
+    extra = sorted(set(tensors) - set(params))
+    if missing or extra:
+        raise ValueError(f"{path}: missing tensors {missing}, unexpected tensors {extra}")
+    with torch.no_grad():
+        for name, p in params.items():
+            if tuple(tensors[name].shape) != tuple(p.shape):
+                raise ValueError(f"{path}: tensor {name} has shape {list(tensors[name].shape)}, "
+                                 f"the config needs {list(p.shape)}")
+            p.copy_(torch.from_numpy(tensors[name]))
+
+
+def load_model_folder(folder):
+    """Builds the model of folder/config.json and loads folder/model.safetensors into it."""
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = model_config_from_hf(json.load(f))
+    model = build_model(cfg)
+    weights_path = os.path.join(folder, "model.safetensors")
+    load_weights(model, read_safetensors(weights_path), weights_path)
+    return cfg, model
+
+
+# ---------------------------------------------------------------------------------------------
+# Data, learning rate and the training loop, as tessel does them.
+
+def sequential_batch(tokens, iteration, global_batch, seq_length):
+    """Inputs and targets (G, S) of 0-based `iteration`: samples (i·G + k) mod N, k = 0..G-1."""
+    num_samples = (len(tokens) - 1) // seq_length
+    rows = [((iteration * global_batch + k) % num_samples) * seq_length
+            for k in range(global_batch)]
+    inputs = torch.stack([tokens[r:r + seq_length] for r in rows])
+    targets = torch.stack([tokens[r + 1:r + seq_length + 1] for r in rows])
+    return inputs, targets
+
+
+def learning_rate(it, args):
+    """Megatron's schedule at 1-based iteration `it`: linear warm-up, then constant/linear/cosine."""
+    if args.lr_warmup_iters > 0 and it <= args.lr_warmup_iters:
+        return args.lr * it / args.lr_warmup_iters
+    if args.lr_decay_style == "constant":
+        return args.lr
+    ratio = (it - args.lr_warmup_iters) / (args.train_iters - args.lr_warmup_iters)
+    ratio = min(max(ratio, 0.0), 1.0)
+    if args.lr_decay_style == "linear":
+        coeff = 1.0 - ratio
+    else:
+        coeff = 0.5 * (math.cos(math.pi * ratio) + 1.0)
+    return args.min_lr + coeff * (args.lr - args.min_lr)
+
+
+def make_adamw(model, args):
+    """AdamW with weight decay on matrices (ndim >= 2) only; biases and norm weights get none."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": args.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=args.lr, betas=(args.adam_beta1, args.adam_beta2),
+                             eps=args.adam_eps)
+
+
+def train_step(model, optimizer, inputs, targets, micro_batch, clip_grad):
+    """One iteration over a global batch (G, S); returns (mean token loss, grad norm pre-clip)."""
+    G, S = inputs.shape
+    optimizer.zero_grad(set_to_none=True)
+    loss_total = 0.0
+    for start in range(0, G, micro_batch):
+        logits = model(inputs[start:start + micro_batch])  # (mb, S, V)
+        V = logits.shape[-1]
+        # Each microbatch's share of the mean over all G·S tokens.
+        loss = F.cross_entropy(logits.view(-1, V), targets[start:start + micro_batch].reshape(-1),
+                               reduction="sum") / (G * S)
+        loss.backward()
+        loss_total += loss.item()
+    params = [p for p in model.parameters() if p.grad is not None]
+    if clip_grad > 0:
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip_grad).item()
+    else:
+        grad_norm = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(p.grad) for p in params])).item()
+    optimizer.step()
+    return loss_total, grad_norm
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
+    p.add_argument("--data-path", required=True, help="text file, tokenized as bytes (vocab 256)")
+    p.add_argument("--micro-batch-size", type=int, required=True)
+    p.add_argument("--global-batch-size", type=int, required=True)
+    p.add_argument("--seq-length", type=int, required=True)
+    p.add_argument("--train-iters", type=int, required=True)
+    p.add_argument("--lr", type=float, required=True)
+    p.add_argument("--min-lr", type=float, default=0.0)
+    p.add_argument("--lr-warmup-iters", type=int, default=0)
+    p.add_argument("--lr-decay-style", choices=("constant", "linear", "cosine"), default="linear")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--adam-beta1", type=float, default=0.9)
+    p.add_argument("--adam-beta2", type=float, default=0.999)
+    p.add_argument("--adam-eps", type=float, default=1e-8)
+    p.add_argument("--clip-grad", type=float, default=1.0, help="0 turns clipping off")
+    p.add_argument("--log-json", help="write one JSON object per iteration to this file")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    if args.global_batch_size % args.micro_batch_size != 0:
+        p.error(f"--global-batch-size {args.global_batch_size} is not a multiple of "
+                f"--micro-batch-size {args.micro_batch_size}")
+    if args.lr_decay_style != "constant" and args.train_iters <= args.lr_warmup_iters:
+        p.error("--train-iters must exceed --lr-warmup-iters for a decaying learning rate")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cfg, model = load_model_folder(args.model)
+    tokens = torch.from_numpy(np.fromfile(args.data_path, dtype=np.uint8).astype(np.int64))
+    if (len(tokens) - 1) // args.seq_length < 1:
+        sys.exit(f"{args.data_path}: {len(tokens)} bytes hold no sample of "
+                 f"--seq-length {args.seq_length}")
+    if cfg["vocab_size"] < 256:
+        sys.exit(f"{args.model}: vocab_size {cfg['vocab_size']} is below the 256 byte tokens")
+    if args.seq_length > cfg["max_positions"]:
+        sys.exit(f"{args.model}: --seq-length {args.seq_length} exceeds the "
+                 f"{cfg['max_positions']} positions of the model")
+    optimizer = make_adamw(model, args)
+    log = open(args.log_json, "w") if args.log_json else None
+    for i in range(args.train_iters):
+        lr = learning_rate(i + 1, args)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = sequential_batch(tokens, i, args.global_batch_size, args.seq_length)
+        loss, grad_norm = train_step(model, optimizer, inputs, targets, args.micro_batch_size,
+                                     args.clip_grad)
+        record = {"iteration": i + 1, "loss": loss, "grad_norm": grad_norm, "lr": lr}
+        print(f"iteration {i + 1:5d} | loss {loss:.6f} | grad norm {grad_norm:.6f} | lr {lr:.3e}")
+        if log:
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+    if log:
+        log.close()
+
+
+if __name__ == "__main__":
+    main()
