@@ -121,3 +121,21 @@ TEST(Cli, ExportTrainGenerateRoundTrip) {
 }
 
 }  // namespace
+
+// A JSON model file gives the sizes; a flag given on the command line overrides it.
+TEST(Cli, ModelConfigFileAndFlagOverride) {
+  fs::path dir = temp_dir("modelcfg");
+  std::ofstream(dir / "model.json") << R"({"arch": "llama", "num_layers": 3, "hidden_size": 48,
+    "num_attention_heads": 6, "num_query_groups": 3, "ffn_hidden_size": 64, "seq_length": 16})";
+  ASSERT_EQ(run("export --out " + (dir / "out").string() + " --model-config " +
+                (dir / "model.json").string() + " --num-layers 2").exit_code, 0);
+  std::ifstream in(dir / "out" / "config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["model_type"], "llama");
+  EXPECT_EQ(j["num_hidden_layers"], 2);
+  EXPECT_EQ(j["hidden_size"], 48);
+  EXPECT_EQ(j["num_key_value_heads"], 3);
+  std::ofstream(dir / "bad.json") << R"({"arch": "llama", "hiden_size": 48})";
+  expect_clean_error("export --out " + (dir / "x").string() + " --model-config " +
+                     (dir / "bad.json").string(), "unknown model key 'hiden_size'");
+}
