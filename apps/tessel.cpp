@@ -189,6 +189,7 @@ int run(int argc, char** argv) {
     ModelConfig cfg = train_model.resolve(t.init_from);
     train(cfg, t);
   } else if (*gen_cmd) {
+    std::fwrite(g.prompt.data(), 1, g.prompt.size(), stdout);
     generate(model_dir, g, [](const std::string& text) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);

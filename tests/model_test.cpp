@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "tessel/core/philox.h"
+#include "tessel/model/generate.h"
 #include "tessel/model/transformer.h"
 #include "tessel/train/trainer.h"
 
@@ -188,6 +189,28 @@ TEST(ParamRegistry, ShardInitialisesItsSliceOfTheGlobalTensor) {
   const int cols[4] = {2, 3, 6, 7};
   for (int r = 0; r < 6; ++r)
     for (int c = 0; c < 4; ++c) EXPECT_EQ(s[r * 4 + c], g[r * 8 + cols[c]]);
+}
+
+// Sampling draws each token with its softmax probability at the temperature, among the top k.
+TEST(Generate, SampleTokenFollowsTheDistribution) {
+  const float logits[4] = {0.0f, std::log(2.0f), std::log(4.0f), -50.0f};  // p ∝ 1, 2, 4, ~0
+  std::vector<std::pair<float, int32_t>> scratch;
+  int counts[4] = {0, 0, 0, 0};
+  const int n = 7000;
+  for (int i = 0; i < n; ++i) ++counts[sample_token(logits, 4, 1.0f, 0, (i + 0.5f) / n, scratch)];
+  EXPECT_NEAR(counts[0], 1000, 2);
+  EXPECT_NEAR(counts[1], 2000, 2);
+  EXPECT_NEAR(counts[2], 4000, 2);
+  // Temperature 2 flattens: p ∝ 1, √2, 2.
+  int flat = 0;
+  for (int i = 0; i < n; ++i) flat += sample_token(logits, 4, 2.0f, 0, (i + 0.5f) / n, scratch) == 2;
+  EXPECT_NEAR(flat, n * 2 / (3 + std::sqrt(2.0)), 3);
+  // Top-1 and temperature 0 are greedy.
+  EXPECT_EQ(sample_token(logits, 4, 1.0f, 1, 0.01f, scratch), 2);
+  EXPECT_EQ(sample_token(logits, 4, 0.0f, 0, 0.01f, scratch), 2);
+  // Top-2 renormalises over {2, 1}: u below 4/6 gives 2.
+  EXPECT_EQ(sample_token(logits, 4, 1.0f, 2, 0.6f, scratch), 2);
+  EXPECT_EQ(sample_token(logits, 4, 1.0f, 2, 0.7f, scratch), 1);
 }
 
 }  // namespace

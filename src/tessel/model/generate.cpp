@@ -12,9 +12,6 @@
 
 namespace tessel {
 
-namespace {
-
-// Draws a token from logits (V) with temperature and top-k; `u` is uniform in (0, 1].
 int32_t sample_token(const float* logits, int64_t V, float temperature, int64_t top_k, float u,
                      std::vector<std::pair<float, int32_t>>& scratch) {
   scratch.clear();
@@ -23,9 +20,10 @@ int32_t sample_token(const float* logits, int64_t V, float temperature, int64_t 
   std::partial_sort(scratch.begin(), scratch.begin() + k, scratch.end(),
                     [](const auto& a, const auto& b) { return a.first > b.first; });
   if (temperature <= 0) return scratch[0].second;
+  const float max_logit = scratch[0].first;
   double total = 0;
   for (int64_t i = 0; i < k; ++i) {
-    scratch[i].first = static_cast<float>(std::exp((scratch[i].first - scratch[0].first) / temperature));
+    scratch[i].first = static_cast<float>(std::exp((scratch[i].first - max_logit) / temperature));
     total += scratch[i].first;
   }
   double target = u * total, acc = 0;
@@ -35,8 +33,6 @@ int32_t sample_token(const float* logits, int64_t V, float temperature, int64_t 
   }
   return scratch[k - 1].second;
 }
-
-}  // namespace
 
 void generate(const std::string& model_dir, const GenerateOptions& o,
               const std::function<void(const std::string&)>& emit) {

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessel {
 
@@ -19,5 +21,10 @@ struct GenerateOptions {
 // then generates; each new token's text is passed to `emit` as soon as it is drawn.
 void generate(const std::string& model_dir, const GenerateOptions& options,
               const std::function<void(const std::string&)>& emit);
+
+// Draws a token from logits (V) with temperature and top-k; `u` is uniform in (0, 1]: the token
+// whose cumulative probability first reaches u. `scratch` is reused between calls.
+int32_t sample_token(const float* logits, int64_t V, float temperature, int64_t top_k, float u,
+                     std::vector<std::pair<float, int32_t>>& scratch);
 
 }  // namespace tessel
