@@ -15,8 +15,6 @@ using cpu::WeightLayout;
 namespace {
 constexpr float kInitStd = 0.02f;  // Megatron's --init-method-std default
 
-inline float* val(Param* p) { return p ? p->value : nullptr; }
-inline float* grd(Param* p) { return p ? p->grad : nullptr; }
 inline void zero(Tensor& t) { t.zero(); }
 }  // namespace
 
@@ -71,100 +69,59 @@ void TransformerChunk::declare_params(ParamRegistry& reg) {
   const float out_std = kInitStd / std::sqrt(2.0f * cfg_.num_layers);
   const int64_t HD = H_ * D_, GD = G_ * D_;
   auto weight = [&](const std::string& name, Shape shape, float std) {
-    reg.add(name, std::move(shape), ParamInit::Normal, std, true);
+    return reg.add(name, std::move(shape), ParamInit::Normal, std, true);
   };
-  auto norm = [&](const std::string& name) { reg.add(name, {C_}, ParamInit::Ones, 0, false); };
+  auto norm = [&](const std::string& name) { return reg.add(name, {C_}, ParamInit::Ones, 0, false); };
   auto bias = [&](const std::string& name, int64_t n) {
-    reg.add(name, {n}, ParamInit::Zeros, 0, false);
+    return reg.add(name, {n}, ParamInit::Zeros, 0, false);
   };
   const bool gpt2 = cfg_.arch == Arch::GPT2;
   if (spec_.has_embedding || (spec_.has_head && cfg_.tied_embeddings())) {
     // A tied head on another stage keeps its own copy, synchronised as Megatron's embedding group.
-    weight(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", {V_, C_}, kInitStd);
+    wte_ = weight(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", {V_, C_}, kInitStd);
   }
   if (spec_.has_embedding && gpt2)
-    weight("transformer.wpe.weight", {cfg_.max_positions(), C_}, kInitStd);
-  for (int i = 0; i < spec_.num_layers; ++i) {
-    const int l = spec_.first_layer + i;
-    if (gpt2) {
-      const std::string p = fmt::format("transformer.h.{}.", l);
-      norm(p + "ln_1.weight");
-      bias(p + "ln_1.bias", C_);
-      weight(p + "attn.c_attn.weight", {C_, 3 * C_}, kInitStd);
-      bias(p + "attn.c_attn.bias", 3 * C_);
-      weight(p + "attn.c_proj.weight", {C_, C_}, out_std);
-      bias(p + "attn.c_proj.bias", C_);
-      norm(p + "ln_2.weight");
-      bias(p + "ln_2.bias", C_);
-      weight(p + "mlp.c_fc.weight", {C_, F_}, kInitStd);
-      bias(p + "mlp.c_fc.bias", F_);
-      weight(p + "mlp.c_proj.weight", {F_, C_}, out_std);
-      bias(p + "mlp.c_proj.bias", C_);
-    } else {
-      const std::string p = fmt::format("model.layers.{}.", l);
-      norm(p + "input_layernorm.weight");
-      weight(p + "self_attn.q_proj.weight", {HD, C_}, kInitStd);
-      weight(p + "self_attn.k_proj.weight", {GD, C_}, kInitStd);
-      weight(p + "self_attn.v_proj.weight", {GD, C_}, kInitStd);
-      weight(p + "self_attn.o_proj.weight", {C_, HD}, out_std);
-      norm(p + "post_attention_layernorm.weight");
-      weight(p + "mlp.gate_proj.weight", {F_, C_}, kInitStd);
-      weight(p + "mlp.up_proj.weight", {F_, C_}, kInitStd);
-      weight(p + "mlp.down_proj.weight", {C_, F_}, out_std);
-    }
-  }
-  if (spec_.has_head) {
-    if (gpt2) {
-      norm("transformer.ln_f.weight");
-      bias("transformer.ln_f.bias", C_);
-    } else {
-      norm("model.norm.weight");
-      weight("lm_head.weight", {V_, C_}, kInitStd);
-    }
-  }
-}
-
-void TransformerChunk::bind(ParamRegistry& reg) {
-  const bool gpt2 = cfg_.arch == Arch::GPT2;
-  auto get = [&](const std::string& name) { return &reg.get(name); };
-  const std::string wte_name = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
-  if (reg.has(wte_name)) wte_ = get(wte_name);
-  if (spec_.has_embedding && gpt2) wpe_ = get("transformer.wpe.weight");
+    wpe_ = weight("transformer.wpe.weight", {cfg_.max_positions(), C_}, kInitStd);
   layers_.assign(spec_.num_layers, {});
   for (int i = 0; i < spec_.num_layers; ++i) {
     const int l = spec_.first_layer + i;
     LayerParams& lp = layers_[i];
     if (gpt2) {
       const std::string p = fmt::format("transformer.h.{}.", l);
-      lp.ln1_w = get(p + "ln_1.weight");
-      lp.ln1_b = get(p + "ln_1.bias");
-      lp.qkv_w = get(p + "attn.c_attn.weight");
-      lp.qkv_b = get(p + "attn.c_attn.bias");
-      lp.proj_w = get(p + "attn.c_proj.weight");
-      lp.proj_b = get(p + "attn.c_proj.bias");
-      lp.ln2_w = get(p + "ln_2.weight");
-      lp.ln2_b = get(p + "ln_2.bias");
-      lp.fc_w = get(p + "mlp.c_fc.weight");
-      lp.fc_b = get(p + "mlp.c_fc.bias");
-      lp.down_w = get(p + "mlp.c_proj.weight");
-      lp.down_b = get(p + "mlp.c_proj.bias");
+      lp.ln1_w = norm(p + "ln_1.weight");
+      lp.ln1_b = bias(p + "ln_1.bias", C_);
+      lp.qkv_w = weight(p + "attn.c_attn.weight", {C_, 3 * C_}, kInitStd);
+      lp.qkv_b = bias(p + "attn.c_attn.bias", 3 * C_);
+      lp.proj_w = weight(p + "attn.c_proj.weight", {C_, C_}, out_std);
+      lp.proj_b = bias(p + "attn.c_proj.bias", C_);
+      lp.ln2_w = norm(p + "ln_2.weight");
+      lp.ln2_b = bias(p + "ln_2.bias", C_);
+      lp.fc_w = weight(p + "mlp.c_fc.weight", {C_, F_}, kInitStd);
+      lp.fc_b = bias(p + "mlp.c_fc.bias", F_);
+      lp.down_w = weight(p + "mlp.c_proj.weight", {F_, C_}, out_std);
+      lp.down_b = bias(p + "mlp.c_proj.bias", C_);
     } else {
       const std::string p = fmt::format("model.layers.{}.", l);
-      lp.ln1_w = get(p + "input_layernorm.weight");
-      lp.q_w = get(p + "self_attn.q_proj.weight");
-      lp.k_w = get(p + "self_attn.k_proj.weight");
-      lp.v_w = get(p + "self_attn.v_proj.weight");
-      lp.proj_w = get(p + "self_attn.o_proj.weight");
-      lp.ln2_w = get(p + "post_attention_layernorm.weight");
-      lp.gate_w = get(p + "mlp.gate_proj.weight");
-      lp.fc_w = get(p + "mlp.up_proj.weight");
-      lp.down_w = get(p + "mlp.down_proj.weight");
+      lp.ln1_w = norm(p + "input_layernorm.weight");
+      lp.q_w = weight(p + "self_attn.q_proj.weight", {HD, C_}, kInitStd);
+      lp.k_w = weight(p + "self_attn.k_proj.weight", {GD, C_}, kInitStd);
+      lp.v_w = weight(p + "self_attn.v_proj.weight", {GD, C_}, kInitStd);
+      lp.proj_w = weight(p + "self_attn.o_proj.weight", {C_, HD}, out_std);
+      lp.ln2_w = norm(p + "post_attention_layernorm.weight");
+      lp.gate_w = weight(p + "mlp.gate_proj.weight", {F_, C_}, kInitStd);
+      lp.fc_w = weight(p + "mlp.up_proj.weight", {F_, C_}, kInitStd);
+      lp.down_w = weight(p + "mlp.down_proj.weight", {C_, F_}, out_std);
     }
   }
   if (spec_.has_head) {
-    lnf_w_ = get(gpt2 ? "transformer.ln_f.weight" : "model.norm.weight");
-    if (gpt2) lnf_b_ = get("transformer.ln_f.bias");
-    lm_head_ = gpt2 ? wte_ : get("lm_head.weight");
+    if (gpt2) {
+      lnf_w_ = norm("transformer.ln_f.weight");
+      lnf_b_ = bias("transformer.ln_f.bias", C_);
+      lm_head_ = wte_;
+    } else {
+      lnf_w_ = norm("model.norm.weight");
+      lm_head_ = weight("lm_head.weight", {V_, C_}, kInitStd);
+    }
   }
 }
 

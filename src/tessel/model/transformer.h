@@ -54,8 +54,8 @@ class TransformerChunk {
   // Declares this chunk's parameters in `registry` (before registry.finalize()).
   TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
                    ParamRegistry& registry);
-  // Looks up parameter memory after registry.finalize().
-  void bind(ParamRegistry& registry);
+  // Points the chunk at parameter memory, after registry.finalize().
+  void bind(ParamRegistry& registry) { registry_ = &registry; }
 
   // Sized once per microbatch slot and reused every iteration.
   ChunkActivations make_activations() const;
@@ -77,14 +77,15 @@ class TransformerChunk {
   int64_t scratch_bytes() const;
 
  private:
+  // Registry indices of one layer's parameters (-1: not in this architecture).
   struct LayerParams {
-    Param *ln1_w = nullptr, *ln1_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
-    Param *qkv_w = nullptr, *qkv_b = nullptr;                  // gpt2 c_attn
-    Param *q_w = nullptr, *k_w = nullptr, *v_w = nullptr;      // llama
-    Param *proj_w = nullptr, *proj_b = nullptr;                // c_proj / o_proj
-    Param *fc_w = nullptr, *fc_b = nullptr;                    // c_fc / up_proj
-    Param *gate_w = nullptr;                                   // llama gate_proj
-    Param *down_w = nullptr, *down_b = nullptr;                // mlp c_proj / down_proj
+    int ln1_w = -1, ln1_b = -1, ln2_w = -1, ln2_b = -1;
+    int qkv_w = -1, qkv_b = -1;         // gpt2 c_attn
+    int q_w = -1, k_w = -1, v_w = -1;   // llama
+    int proj_w = -1, proj_b = -1;       // c_proj / o_proj
+    int fc_w = -1, fc_b = -1;           // c_fc / up_proj
+    int gate_w = -1;                    // llama gate_proj
+    int down_w = -1, down_b = -1;       // mlp c_proj / down_proj
   };
 
   void declare_params(ParamRegistry& registry);
@@ -96,9 +97,12 @@ class TransformerChunk {
   ModelConfig cfg_;
   ChunkSpec spec_;
   int64_t B_, T_, N_, C_, F_, H_, G_, D_, V_;
+  float* val(int param) const { return param < 0 ? nullptr : registry_->params()[param].value; }
+  float* grd(int param) const { return param < 0 ? nullptr : registry_->params()[param].grad; }
+
+  ParamRegistry* registry_ = nullptr;
   std::vector<LayerParams> layers_;
-  Param *wte_ = nullptr, *wpe_ = nullptr, *lnf_w_ = nullptr, *lnf_b_ = nullptr,
-        *lm_head_ = nullptr;
+  int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, lm_head_ = -1;
   std::vector<int32_t> positions_;  // (N) position of each row: t for row b·T + t
   Tensor rope_cos_, rope_sin_;      // (max positions, D/2)
   // Scratch shared by all microbatches: used only inside one forward or backward call.
