@@ -1,0 +1,75 @@
+// Comm: all communication of one process group (DESIGN invariant 5). Modules never call MPI or
+// NCCL directly; they hold the Comm of the group they talk over (ProcessGroups, groups.h).
+// Ranks are group-local: 0..size()-1 in the order of the group's rank list.
+//
+// Backends: MpiComm (mpi.cpp) over an MPI communicator, LocalComm for a group of one process
+// (every collective is then a copy or nothing), so single-process code runs the same calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace tessel {
+
+enum class ReduceOp : uint8_t { Sum, Max };
+
+// A non-blocking operation in flight. wait() blocks until it completes (then the buffers may be
+// reused); test() makes progress and says whether it has. A default Request is complete.
+class Request {
+ public:
+  struct Impl {
+    virtual ~Impl() = default;
+    virtual void wait() = 0;
+    virtual bool test() = 0;
+  };
+  Request() = default;
+  explicit Request(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  void wait() {
+    if (impl_) impl_->wait();
+    impl_.reset();
+  }
+  bool test() {
+    if (impl_ && !impl_->test()) return false;
+    impl_.reset();
+    return true;
+  }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+void wait_all(std::vector<Request>& requests);
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place over `count` elements.
+  virtual void all_reduce(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual void all_reduce(double* data, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual Request all_reduce_async(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
+  // recv (size · count) = every rank's send (count), in rank order.
+  virtual void all_gather(const float* send, float* recv, int64_t count) = 0;
+  virtual Request all_gather_async(const float* send, float* recv, int64_t count) = 0;
+  // recv (count) = Σ over ranks of send[rank() · count .. +count); send holds size · count.
+  virtual void reduce_scatter(const float* send, float* recv, int64_t count) = 0;
+  virtual Request reduce_scatter_async(const float* send, float* recv, int64_t count) = 0;
+  // Variable all-to-all: send_counts[r] elements at send_offsets[r] go to rank r, which
+  // receives them at its recv_offsets[this rank]. Counts and offsets in elements.
+  virtual void all_to_all_v(const float* send, const int64_t* send_counts,
+                            const int64_t* send_offsets, float* recv, const int64_t* recv_counts,
+                            const int64_t* recv_offsets) = 0;
+  virtual void broadcast(float* data, int64_t count, int root) = 0;
+  virtual void barrier() = 0;
+  // Point to point, non-blocking; `peer` is a group-local rank.
+  virtual Request isend(const float* data, int64_t count, int peer, int tag) = 0;
+  virtual Request irecv(float* data, int64_t count, int peer, int tag) = 0;
+};
+
+// A group of one process: collectives copy or do nothing; point to point with itself is an error.
+std::unique_ptr<Comm> make_local_comm();
+
+}  // namespace tessel
