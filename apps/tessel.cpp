@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 
 #include "tessel/ckpt/hf.h"
+#include "tessel/comm/groups.h"
+#include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/model/config.h"
 #include "tessel/model/generate.h"
@@ -108,7 +110,7 @@ void set_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, MpiRuntime& runtime) {
   CLI::App app{"tessel: trains Transformer language models with Megatron-LM's parallelisms"};
   app.require_subcommand(1);
 
@@ -142,6 +144,19 @@ int run(int argc, char** argv) {
   train_cmd->add_option("--adam-beta2", t.optimizer.beta2, "AdamW beta2")->capture_default_str();
   train_cmd->add_option("--adam-eps", t.optimizer.eps, "AdamW epsilon")->capture_default_str();
   train_cmd->add_option("--clip-grad", t.optimizer.clip_grad, "gradient clipping by global norm (0: off)")->capture_default_str();
+  ParallelConfig& pc = t.parallel;
+  train_cmd->add_option("--tp,--tensor-model-parallel-size", pc.tp, "tensor parallel size")->capture_default_str();
+  train_cmd->add_option("--pp,--pipeline-model-parallel-size", pc.pp, "pipeline parallel size")->capture_default_str();
+  train_cmd->add_option("--cp,--context-parallel-size", pc.cp, "context parallel size")->capture_default_str();
+  train_cmd->add_option("--ep,--expert-model-parallel-size", pc.ep, "expert parallel size")->capture_default_str();
+  train_cmd->add_option("--etp,--expert-tensor-parallel-size", pc.etp, "expert tensor parallel size (0: = TP)")->capture_default_str();
+  train_cmd->add_option("--vpp,--num-virtual-stages-per-pipeline-rank", pc.vpp, "virtual pipeline stages")->capture_default_str();
+  train_cmd->add_option("--order", pc.order, "rank order, first axis fastest")->capture_default_str();
+  train_cmd->add_flag("--sequence-parallel", pc.sequence_parallel, "split norms and residuals along the sequence over TP");
+  train_cmd->add_option("--ddp-bucket-size", t.ddp_bucket_size, "gradients per DP reduction bucket (floats)")->capture_default_str();
+  train_cmd->add_flag("--use-distributed-optimizer", pc.distributed_optimizer, "shard Adam state and the update over DP (ZeRO-1)");
+  train_cmd->add_option("--make-vocab-size-divisible-by", train_model.flags.make_vocab_size_divisible_by,
+                        "pad the vocabulary to a multiple of this × TP")->capture_default_str();
   train_cmd->add_flag("--profile", t.profile, "report GEMM throughput and memory at the end");
   train_cmd->add_option("--threads", threads, "threads per process (default: OMP_NUM_THREADS or all cores)");
 
@@ -187,7 +202,16 @@ int run(int argc, char** argv) {
     t.lr.style = parse_lr_decay_style(decay_style);
     t.progress = isatty(STDOUT_FILENO) != 0;
     ModelConfig cfg = train_model.resolve(t.init_from);
-    train(cfg, t);
+    cfg.make_vocab_size_divisible_by = train_model.flags.make_vocab_size_divisible_by;
+    pc.world = runtime.world_size();
+    validate_training(cfg, t);  // every rank alike, before any communication
+    if (runtime.active()) {
+      ProcessGroups groups = ProcessGroups::create(Layout(pc), runtime.world_rank());
+      train(cfg, t, groups);
+    } else {
+      ProcessGroups groups = ProcessGroups::single();
+      train(cfg, t, groups);
+    }
   } else if (*gen_cmd) {
     std::fwrite(g.prompt.data(), 1, g.prompt.size(), stdout);
     generate(model_dir, g, [](const std::string& text) {
@@ -199,7 +223,8 @@ int run(int argc, char** argv) {
     ModelConfig cfg = export_model.resolve(export_init);
     cfg.validate();
     ParamRegistry params;
-    TransformerChunk model(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, params);
+    TransformerChunk model(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, no_tensor_parallel(),
+                           params);
     params.finalize();
     if (export_init.empty()) params.init_values(export_seed);
     else load_hf_weights(params, cfg, hf_weights_file(export_init));
@@ -213,15 +238,19 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace tessel
 
+// Errors: a ConfigError is found by every rank alike before any communication, so the first
+// rank reports it and all exit normally; any other error may strike one rank alone while the
+// others wait for it in a collective, so it ends the whole job (DESIGN invariant 6).
 int main(int argc, char** argv) {
+  tessel::MpiRuntime runtime(&argc, &argv);
   try {
-    return tessel::run(argc, argv);
-  } catch (const tessel::Error& e) {
-    fmt::print(stderr, "tessel: error: {}\n", e.what());
+    return tessel::run(argc, argv, runtime);
+  } catch (const tessel::ConfigError& e) {
+    if (runtime.world_rank() == 0) fmt::print(stderr, "tessel: error: {}\n", e.what());
+    return 1;
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "tessel: error: out of memory\n");
+    tessel::abort_job("out of memory");
   } catch (const std::exception& e) {
-    fmt::print(stderr, "tessel: error: {}\n", e.what());
+    tessel::abort_job(e.what());
   }
-  return 1;
 }

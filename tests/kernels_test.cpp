@@ -353,8 +353,13 @@ TEST(Kernels, CrossEntropy) {
   for (int64_t v = 0; v < V; ++v) logits[3 * V + v] -= 1000.0f;
   const std::vector<int32_t> targets = random_indices(N, V, 81);
 
-  Floats losses(N), lse(N);
-  cross_entropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V);
+  Floats losses(N), lse(N), row_max(N), row_sumexp(N), target_logit(N);
+  cross_entropy_partial_forward(row_max.data(), row_sumexp.data(), target_logit.data(),
+                                logits.data(), targets.data(), 0, N, V, V);
+  for (int64_t n = 0; n < N; ++n) {
+    lse[n] = row_max[n] + std::log(row_sumexp[n]);
+    losses[n] = lse[n] - target_logit[n];
+  }
   const ref::CrossEntropyResult want = ref::cross_entropy(to_double(logits), targets, V);
   EXPECT_LT(relative_error(losses, want.losses), kForwardTolerance);
   EXPECT_LT(relative_error(lse, want.lse), kForwardTolerance);
@@ -369,8 +374,8 @@ TEST(Kernels, CrossEntropy) {
       {to_double(head)}, 0, Vec(rows, grad_scale));
 
   Floats dlogits(N * V, 123.0f);  // overwritten, whatever it held
-  cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), grad_scale, N,
-                         V);
+  cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), 0, grad_scale,
+                         N, V, V);
   EXPECT_LT(relative_error(Floats(dlogits.begin(), dlogits.begin() + rows * V), expected),
             kGradientTolerance);
   // All rows, the offset ones included, against softmax - onehot in double. (Their float lse
@@ -385,8 +390,8 @@ TEST(Kernels, CrossEntropy) {
   EXPECT_LT(relative_error(dlogits, softmax_minus_onehot), kGradientTolerance);
 
   Floats in_place = logits;
-  cross_entropy_backward(in_place.data(), in_place.data(), lse.data(), targets.data(), grad_scale,
-                         N, V);
+  cross_entropy_backward(in_place.data(), in_place.data(), lse.data(), targets.data(), 0,
+                         grad_scale, N, V, V);
   EXPECT_EQ(in_place, dlogits);
 }
 
@@ -399,7 +404,8 @@ TEST(Kernels, CrossEntropyExpIsAccurate) {
   const std::vector<int32_t> targets = {0};
   const Floats lse = {0.0f};
   Floats dlogits(V);
-  cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), 1.0f, 1, V);
+  cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), 0, 1.0f, 1, V,
+                         V);
   double worst = 0;
   for (int64_t v = 1; v < V; ++v) {
     const double want = std::exp(static_cast<double>(logits[v]));
@@ -409,22 +415,66 @@ TEST(Kernels, CrossEntropyExpIsAccurate) {
 
   const Floats far = {-200.0f, -88.0f, 0.0f};  // below the float range: 0, not garbage
   Floats dfar(3);
-  cross_entropy_backward(dfar.data(), far.data(), lse.data(), targets.data(), 1.0f, 1, 3);
+  cross_entropy_backward(dfar.data(), far.data(), lse.data(), targets.data(), 0, 1.0f, 1, 3, 3);
   EXPECT_EQ(dfar[0], -1.0f);
   EXPECT_LT(dfar[1], 1e-37f);
   EXPECT_EQ(dfar[2], 1.0f);
 }
 
-TEST(Kernels, CrossEntropyRejectsTargetOutsideVocabulary) {
-  const int64_t N = 2, V = 8;
-  const Floats logits = random_floats(N * V, 90);
-  Floats losses(N), lse(N);
-  for (int32_t bad : {-1, 8}) {
-    const std::vector<int32_t> targets = {3, bad};
-    EXPECT_THROW(
-        cross_entropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V),
-        Error);
+// The vocabulary split over two shards, the second padded: combining the shards' statistics
+// (max, then rescaled sums) gives the whole row's lse and loss, and the shards' gradients are the
+// whole row's gradient; padding columns neither count nor get a gradient.
+TEST(Kernels, CrossEntropyOverVocabularyShards) {
+  const int64_t N = 4, V = 13, V0 = 7, pad = 3;  // shard 0: columns 0..6; shard 1: 7..12 + 3 pad
+  const Floats logits = random_floats(N * V, 91, 3.0f);
+  const std::vector<int32_t> targets = {0, 6, 7, 12};
+  Floats rm(N), rs(N), tl(N), lse(N);
+  cross_entropy_partial_forward(rm.data(), rs.data(), tl.data(), logits.data(), targets.data(), 0,
+                                N, V, V);
+  for (int64_t n = 0; n < N; ++n) lse[n] = rm[n] + std::log(rs[n]);
+  Floats whole(N * V);
+  cross_entropy_backward(whole.data(), logits.data(), lse.data(), targets.data(), 0, 0.5f, N, V, V);
+
+  const int64_t V1 = V - V0 + pad;
+  Floats s0(N * V0), s1(N * V1, 1e4f);  // padding holds garbage that must not count
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t v = 0; v < V0; ++v) s0[n * V0 + v] = logits[n * V + v];
+    for (int64_t v = V0; v < V; ++v) s1[n * V1 + v - V0] = logits[n * V + v];
   }
+  Floats m0(N), e0(N), t0(N), m1(N), e1(N), t1(N);
+  cross_entropy_partial_forward(m0.data(), e0.data(), t0.data(), s0.data(), targets.data(), 0, N,
+                                V0, V0);
+  cross_entropy_partial_forward(m1.data(), e1.data(), t1.data(), s1.data(), targets.data(), V0, N,
+                                V1, V - V0);
+  Floats shard_lse(N);
+  for (int64_t n = 0; n < N; ++n) {
+    const float m = std::max(m0[n], m1[n]);
+    shard_lse[n] = m + std::log(e0[n] * std::exp(m0[n] - m) + e1[n] * std::exp(m1[n] - m));
+    EXPECT_NEAR(shard_lse[n], lse[n], 1e-5f * std::abs(lse[n]) + 1e-6f);
+    EXPECT_EQ(t0[n] + t1[n], tl[n]);  // exactly one shard holds the target
+  }
+  Floats d0(N * V0), d1(N * V1);
+  cross_entropy_backward(d0.data(), s0.data(), shard_lse.data(), targets.data(), 0, 0.5f, N, V0, V0);
+  cross_entropy_backward(d1.data(), s1.data(), shard_lse.data(), targets.data(), V0, 0.5f, N, V1,
+                         V - V0);
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t v = 0; v < V0; ++v) EXPECT_NEAR(d0[n * V0 + v], whole[n * V + v], 1e-6f);
+    for (int64_t v = V0; v < V; ++v) EXPECT_NEAR(d1[n * V1 + v - V0], whole[n * V + v], 1e-6f);
+    for (int64_t v = V - V0; v < V1; ++v) EXPECT_EQ(d1[n * V1 + v], 0.0f);
+  }
+}
+
+// A token id of -1 belongs to another tensor-parallel rank: a zero row, no gradient.
+TEST(Kernels, EmbeddingSkipsOtherRanksTokens) {
+  const int64_t C = 3;
+  const Floats wte = {1, 2, 3, 4, 5, 6};
+  const std::vector<int32_t> tokens = {1, -1, 0};
+  Floats out(3 * C, 9.0f), dwte(2 * C, 0.0f);
+  embedding_forward(out.data(), tokens.data(), nullptr, wte.data(), nullptr, 3, C);
+  EXPECT_EQ(out, (Floats{4, 5, 6, 0, 0, 0, 1, 2, 3}));
+  const Floats dout = {1, 1, 1, 7, 7, 7, 2, 2, 2};
+  embedding_backward(dwte.data(), nullptr, dout.data(), tokens.data(), nullptr, 3, C);
+  EXPECT_EQ(dwte, (Floats{2, 2, 2, 1, 1, 1}));
 }
 
 }  // namespace

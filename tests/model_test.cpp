@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tessel/comm/groups.h"
 #include "tessel/core/philox.h"
 #include "tessel/model/generate.h"
 #include "tessel/model/transformer.h"
@@ -35,7 +36,7 @@ struct TinyModel {
   std::vector<int32_t> tokens, targets;
 
   TinyModel(const ModelConfig& cfg, int64_t batch)
-      : chunk(cfg, ChunkSpec{0, cfg.num_layers, true, true}, batch, params) {
+      : chunk(cfg, ChunkSpec{0, cfg.num_layers, true, true}, batch, no_tensor_parallel(), params) {
     params.finalize();
     chunk.bind(params);
     params.init_values(7);
@@ -105,6 +106,11 @@ std::string write_text(const std::string& name, const std::string& text) {
   std::filesystem::path path = std::filesystem::temp_directory_path() / name;
   std::ofstream(path) << text;
   return path.string();
+}
+
+std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o) {
+  ProcessGroups groups = ProcessGroups::single();
+  return tessel::train(cfg, o, groups);
 }
 
 std::string corpus_path() { return std::string(TESSEL_SOURCE_DIR) + "/data/kjv-genesis-esther.txt"; }

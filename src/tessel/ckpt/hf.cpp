@@ -313,7 +313,10 @@ void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std:
     full.resize(m.tensor->numel());
     reader.read(m.tensor->name, full.data());
     const int64_t n = p.numel();
-    for (int64_t i = 0; i < n; ++i) p.value[i] = full[p.global_index(i)];
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t g = p.global_index(i);
+      p.value[i] = g < 0 ? 0.0f : full[g];  // padding rows of a split vocabulary stay 0
+    }
   }
 }
 

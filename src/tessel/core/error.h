@@ -14,6 +14,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A configuration that breaks rules (flags, sizes, layout). Every rank of a job finds the same
+// ones before any communication, so one rank reports and all exit without aborting the job.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));

@@ -54,6 +54,7 @@ std::vector<std::string> ModelConfig::violations() const {
     v.push_back(fmt::format("RoPE needs an even head dimension (hidden/heads = {})", head_dim()));
   if (!(norm_epsilon > 0)) v.push_back("--norm-epsilon must be positive");
   if (!(rotary_base > 0)) v.push_back("--rotary-base must be positive");
+  if (make_vocab_size_divisible_by <= 0) v.push_back("--make-vocab-size-divisible-by must be positive");
   return v;
 }
 

@@ -26,6 +26,7 @@ struct ModelConfig {
   int vocab_size = 256;
   float norm_epsilon = 1e-5f;
   float rotary_base = 10000.0f;
+  int make_vocab_size_divisible_by = 128;  // the vocabulary is padded to a multiple of this · TP
 
   int head_dim() const { return hidden_size / num_attention_heads; }
   int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
@@ -33,6 +34,11 @@ struct ModelConfig {
   int max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
   bool tied_embeddings() const { return arch == Arch::GPT2; }
   bool has_bias() const { return arch == Arch::GPT2; }
+  // Megatron's padded vocabulary for a TP size; the padding never counts in the loss.
+  int64_t padded_vocab(int tp) const {
+    const int64_t m = static_cast<int64_t>(make_vocab_size_divisible_by) * tp;
+    return (vocab_size + m - 1) / m * m;
+  }
 
   // Every rule the sizes break, one message each; empty when valid.
   std::vector<std::string> violations() const;

@@ -47,24 +47,25 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
   // One sequence of the model's full context; the context is right-padded, and causal attention
   // makes the logits at position t independent of everything after t.
   ParamRegistry params;
-  TransformerChunk model(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, params);
+  TransformerChunk model(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, no_tensor_parallel(),
+                         params);
   params.finalize();
   model.bind(params);
   load_hf_weights(params, cfg, hf_weights_file(model_dir));
   ChunkActivations acts = model.make_activations();
 
   std::vector<int32_t> context = tokenizer.encode(o.prompt.empty() ? "\n" : o.prompt);
-  const int64_t T = cfg.seq_length, V = cfg.vocab_size;
+  const int64_t T = cfg.seq_length;
   std::vector<int32_t> window(T, 0);
   std::vector<std::pair<float, int32_t>> scratch;
-  scratch.reserve(V);
+  scratch.reserve(tokenizer.vocab_size());
   const uint64_t stream = fnv1a64("generate");
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     const int64_t len = std::min<int64_t>(static_cast<int64_t>(context.size()), T);
     std::fill(window.begin(), window.end(), 0);
     std::copy(context.end() - len, context.end(), window.begin());
     model.forward(acts, window.data(), nullptr, nullptr, 0.0f);
-    const float* row = model.logits() + (len - 1) * V;
+    const float* row = model.logits() + (len - 1) * model.vocab_shard_size();
     // Only byte tokens can be printed by the byte tokenizer: padded vocabulary rows are skipped.
     int32_t token = sample_token(row, tokenizer.vocab_size(), o.temperature, o.top_k,
                                  random_uniform(o.seed, stream, step), scratch);

@@ -16,9 +16,11 @@ int64_t Param::global_index(int64_t local) const {
     rest /= local_shape[d];
   }
   int64_t local_part = local_shape[shard.dim] / shard.fused_parts;
-  int64_t global_part = global_shape[shard.dim] / shard.fused_parts;
+  int64_t global_part =
+      (shard.padded_size > 0 ? shard.padded_size : global_shape[shard.dim]) / shard.fused_parts;
   int64_t c = coord[shard.dim];
   coord[shard.dim] = (c / local_part) * global_part + shard.index * local_part + c % local_part;
+  if (coord[shard.dim] >= global_shape[shard.dim]) return -1;  // padding
   for (size_t d = 0; d < global_shape.size(); ++d) global = global * global_shape[d] + coord[d];
   return global;
 }
@@ -33,6 +35,11 @@ int ParamRegistry::add(std::string name, Shape global_shape, ParamInit init, flo
   p.local_shape = std::move(global_shape);
   if (shard.dim >= 0) {
     int64_t& d = p.local_shape.at(shard.dim);
+    if (shard.padded_size > 0) {
+      TESSEL_CHECK(shard.padded_size >= d, "parameter {}: padded size {} below {}", p.name,
+                   shard.padded_size, d);
+      d = shard.padded_size;
+    }
     TESSEL_CHECK(d % (static_cast<int64_t>(shard.count) * shard.fused_parts) == 0,
                  "parameter {}: dimension {} of size {} does not split into {} parts", p.name,
                  shard.dim, d, shard.count * shard.fused_parts);
@@ -64,8 +71,10 @@ void ParamRegistry::init_values(uint64_t seed) {
     if (p.init == ParamInit::Normal) {
       const uint64_t stream = fnv1a64(p.name);
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i)
-        p.value[i] = p.init_std * random_normal(seed, stream, p.global_index(i));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t g = p.global_index(i);
+        p.value[i] = g < 0 ? 0.0f : p.init_std * random_normal(seed, stream, g);
+      }
     } else {
       const float v = p.init == ParamInit::Ones ? 1.0f : 0.0f;
       for (int64_t i = 0; i < n; ++i) p.value[i] = v;

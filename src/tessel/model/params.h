@@ -19,12 +19,15 @@ enum class ShardGroup : uint8_t { None, TP, EP };
 
 // Which slice of the global tensor this rank holds. `fused_parts` > 1 means dimension `dim`
 // concatenates that many equal blocks (GPT-2's fused q,k,v) and each block is split alike.
+// `padded_size` > 0 pads dimension `dim` to that size before splitting (the vocabulary, as
+// Megatron's --make-vocab-size-divisible-by): local elements past the global size are padding.
 struct ShardSpec {
   int dim = -1;  // -1: not split
   ShardGroup group = ShardGroup::None;
   int index = 0;
   int count = 1;
   int fused_parts = 1;
+  int64_t padded_size = 0;
 };
 
 enum class ParamInit : uint8_t { Normal, Ones, Zeros };
@@ -44,8 +47,11 @@ struct Param {
   int64_t numel() const { return shape_numel(local_shape); }
   Tensor value_tensor() const { return Tensor::view(value, local_shape); }
   Tensor grad_tensor() const { return Tensor::view(grad, local_shape); }
-  // The global flat index of local element `local` (row-major in both).
+  // The global flat index of local element `local` (row-major in both); -1 for padding.
   int64_t global_index(int64_t local) const;
+  // Replicated on the ranks of a tensor-parallel group (norms, row-parallel biases, ...): its
+  // gradient is counted once in the global norm.
+  bool replicated() const { return shard.dim < 0; }
 };
 
 class ParamRegistry {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -19,18 +20,28 @@ inline void zero(Tensor& t) { t.zero(); }
 }  // namespace
 
 TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
-                                   ParamRegistry& registry)
-    : cfg_(cfg), spec_(spec) {
+                                   TensorParallel tp, ParamRegistry& registry)
+    : cfg_(cfg), spec_(spec), tp_(tp) {
   cfg_.validate();
+  const int t = tp_.size();
+  TESSEL_CHECK(cfg.num_attention_heads % t == 0 && cfg.query_groups() % t == 0 &&
+                   cfg.ffn_size() % t == 0,
+               "heads ({}), query groups ({}) and ffn ({}) must divide by the TP size {}",
+               cfg.num_attention_heads, cfg.query_groups(), cfg.ffn_size(), t);
   B_ = micro_batch;
   T_ = cfg.seq_length;
   N_ = B_ * T_;
+  TESSEL_CHECK(!tp_.sequence_parallel || N_ % t == 0,
+               "sequence parallel needs micro batch × sequence ({}) divisible by TP {}", N_, t);
+  N_l_ = tp_.local_rows(N_);
   C_ = cfg.hidden_size;
-  F_ = cfg.ffn_size();
-  H_ = cfg.num_attention_heads;
-  G_ = cfg.query_groups();
   D_ = cfg.head_dim();
-  V_ = cfg.vocab_size;
+  H_l_ = cfg.num_attention_heads / t;
+  G_l_ = cfg.query_groups() / t;
+  F_l_ = cfg.ffn_size() / t;
+  V_l_ = cfg.padded_vocab(t) / t;
+  vocab_start_ = tp_.rank() * V_l_;
+  V_valid_ = std::clamp<int64_t>(cfg.vocab_size - vocab_start_, 0, V_l_);
   declare_params(registry);
 
   positions_.resize(N_);
@@ -40,48 +51,63 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
     rope_sin_ = Tensor::zeros({cfg.max_positions(), D_ / 2});
     cpu::rope_tables(rope_cos_.data(), rope_sin_.data(), cfg.max_positions(), D_, cfg.rotary_base);
   }
-  const int64_t HD = H_ * D_, GD = G_ * D_;
-  proj_ = Tensor::zeros({N_, C_});
-  d_resid_ = Tensor::zeros({N_, C_});
-  d_ln_ = Tensor::zeros({N_, C_});
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  const bool sp = tp_.sequence_parallel;
+  proj_full_ = Tensor::zeros({N_, C_});
+  proj_local_ = sp ? Tensor::zeros({N_l_, C_}) : proj_full_;
+  norm_local_ = Tensor::zeros({N_l_, C_});
+  if (sp) rows_full_ = Tensor::zeros({N_, C_});
+  d_resid_ = Tensor::zeros({N_l_, C_});
+  d_ln_full_ = Tensor::zeros({N_, C_});
+  d_ln_local_ = sp ? Tensor::zeros({N_l_, C_}) : d_ln_full_;
   d_attn_ = Tensor::zeros({N_, HD});
   if (cfg_.arch == Arch::GPT2) {
-    d_qkv_ = Tensor::zeros({N_, 3 * C_});
+    d_qkv_ = Tensor::zeros({N_, 3 * HD});
   } else {
     d_q_ = Tensor::zeros({N_, HD});
     d_k_ = Tensor::zeros({N_, GD});
     d_v_ = Tensor::zeros({N_, GD});
-    d_hidden2_ = Tensor::zeros({N_, F_});
+    d_hidden2_ = Tensor::zeros({N_, F_l_});
   }
-  d_hidden_ = Tensor::zeros({N_, F_});
-  d_act_ = Tensor::zeros({N_, F_});
+  d_hidden_ = Tensor::zeros({N_, F_l_});
+  d_act_ = Tensor::zeros({N_, F_l_});
   if (spec_.has_head) {
-    logits_ = Tensor::zeros({N_, V_});
-    losses_ = Tensor::zeros({N_});
-    loss_lse_ = Tensor::zeros({N_});
+    logits_ = Tensor::zeros({N_, V_l_});
+    loss_stats_ = Tensor::zeros({4, N_});
+    row_max_global_ = Tensor::zeros({N_});
   }
 }
 
-// Parameters are declared in Hugging Face order with Hugging Face names and shapes (GPT-2's
-// Conv1D weights are [in, out]; Llama's nn.Linear weights are [out, in]). Initialisation as
-// Megatron: normal(0, 0.02), output projections 0.02/sqrt(2·layers), norms 1, biases 0.
+// Parameters are declared in Hugging Face order with Hugging Face names and global shapes
+// (GPT-2's Conv1D weights are [in, out]; Llama's nn.Linear weights are [out, in]), each with
+// the slice this TP rank holds. Initialisation as Megatron: normal(0, 0.02), output projections
+// 0.02/sqrt(2·layers), norms 1, biases 0.
 void TransformerChunk::declare_params(ParamRegistry& reg) {
   const float out_std = kInitStd / std::sqrt(2.0f * cfg_.num_layers);
-  const int64_t HD = H_ * D_, GD = G_ * D_;
-  auto weight = [&](const std::string& name, Shape shape, float std) {
-    return reg.add(name, std::move(shape), ParamInit::Normal, std, true);
+  const int64_t C = C_, F = cfg_.ffn_size(), V = cfg_.vocab_size;
+  const int64_t HD = static_cast<int64_t>(cfg_.num_attention_heads) * D_;
+  const int64_t GD = static_cast<int64_t>(cfg_.query_groups()) * D_;
+  auto split = [&](int dim, int fused = 1, int64_t padded = 0) {
+    return ShardSpec{.dim = dim, .group = ShardGroup::TP, .index = tp_.rank(), .count = tp_.size(),
+                     .fused_parts = fused, .padded_size = padded};
   };
-  auto norm = [&](const std::string& name) { return reg.add(name, {C_}, ParamInit::Ones, 0, false); };
-  auto bias = [&](const std::string& name, int64_t n) {
-    return reg.add(name, {n}, ParamInit::Zeros, 0, false);
+  const ShardSpec whole{};
+  const ShardSpec vocab = split(0, 1, cfg_.padded_vocab(tp_.size()));
+  auto weight = [&](const std::string& name, Shape shape, float std, ShardSpec shard) {
+    return reg.add(name, std::move(shape), ParamInit::Normal, std, true, shard);
+  };
+  auto norm = [&](const std::string& name) { return reg.add(name, {C}, ParamInit::Ones, 0, false); };
+  auto bias = [&](const std::string& name, int64_t n, ShardSpec shard) {
+    return reg.add(name, {n}, ParamInit::Zeros, 0, false, shard);
   };
   const bool gpt2 = cfg_.arch == Arch::GPT2;
   if (spec_.has_embedding || (spec_.has_head && cfg_.tied_embeddings())) {
     // A tied head on another stage keeps its own copy, synchronised as Megatron's embedding group.
-    wte_ = weight(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", {V_, C_}, kInitStd);
+    wte_ = weight(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", {V, C}, kInitStd,
+                  vocab);
   }
   if (spec_.has_embedding && gpt2)
-    wpe_ = weight("transformer.wpe.weight", {cfg_.max_positions(), C_}, kInitStd);
+    wpe_ = weight("transformer.wpe.weight", {cfg_.max_positions(), C}, kInitStd, whole);
   layers_.assign(spec_.num_layers, {});
   for (int i = 0; i < spec_.num_layers; ++i) {
     const int l = spec_.first_layer + i;
@@ -89,78 +115,40 @@ void TransformerChunk::declare_params(ParamRegistry& reg) {
     if (gpt2) {
       const std::string p = fmt::format("transformer.h.{}.", l);
       lp.ln1_w = norm(p + "ln_1.weight");
-      lp.ln1_b = bias(p + "ln_1.bias", C_);
-      lp.qkv_w = weight(p + "attn.c_attn.weight", {C_, 3 * C_}, kInitStd);
-      lp.qkv_b = bias(p + "attn.c_attn.bias", 3 * C_);
-      lp.proj_w = weight(p + "attn.c_proj.weight", {C_, C_}, out_std);
-      lp.proj_b = bias(p + "attn.c_proj.bias", C_);
+      lp.ln1_b = bias(p + "ln_1.bias", C, whole);
+      lp.qkv_w = weight(p + "attn.c_attn.weight", {C, 3 * C}, kInitStd, split(1, 3));
+      lp.qkv_b = bias(p + "attn.c_attn.bias", 3 * C, split(0, 3));
+      lp.proj_w = weight(p + "attn.c_proj.weight", {C, C}, out_std, split(0));
+      lp.proj_b = bias(p + "attn.c_proj.bias", C, whole);
       lp.ln2_w = norm(p + "ln_2.weight");
-      lp.ln2_b = bias(p + "ln_2.bias", C_);
-      lp.fc_w = weight(p + "mlp.c_fc.weight", {C_, F_}, kInitStd);
-      lp.fc_b = bias(p + "mlp.c_fc.bias", F_);
-      lp.down_w = weight(p + "mlp.c_proj.weight", {F_, C_}, out_std);
-      lp.down_b = bias(p + "mlp.c_proj.bias", C_);
+      lp.ln2_b = bias(p + "ln_2.bias", C, whole);
+      lp.fc_w = weight(p + "mlp.c_fc.weight", {C, F}, kInitStd, split(1));
+      lp.fc_b = bias(p + "mlp.c_fc.bias", F, split(0));
+      lp.down_w = weight(p + "mlp.c_proj.weight", {F, C}, out_std, split(0));
+      lp.down_b = bias(p + "mlp.c_proj.bias", C, whole);
     } else {
       const std::string p = fmt::format("model.layers.{}.", l);
       lp.ln1_w = norm(p + "input_layernorm.weight");
-      lp.q_w = weight(p + "self_attn.q_proj.weight", {HD, C_}, kInitStd);
-      lp.k_w = weight(p + "self_attn.k_proj.weight", {GD, C_}, kInitStd);
-      lp.v_w = weight(p + "self_attn.v_proj.weight", {GD, C_}, kInitStd);
-      lp.proj_w = weight(p + "self_attn.o_proj.weight", {C_, HD}, out_std);
+      lp.q_w = weight(p + "self_attn.q_proj.weight", {HD, C}, kInitStd, split(0));
+      lp.k_w = weight(p + "self_attn.k_proj.weight", {GD, C}, kInitStd, split(0));
+      lp.v_w = weight(p + "self_attn.v_proj.weight", {GD, C}, kInitStd, split(0));
+      lp.proj_w = weight(p + "self_attn.o_proj.weight", {C, HD}, out_std, split(1));
       lp.ln2_w = norm(p + "post_attention_layernorm.weight");
-      lp.gate_w = weight(p + "mlp.gate_proj.weight", {F_, C_}, kInitStd);
-      lp.fc_w = weight(p + "mlp.up_proj.weight", {F_, C_}, kInitStd);
-      lp.down_w = weight(p + "mlp.down_proj.weight", {C_, F_}, out_std);
+      lp.gate_w = weight(p + "mlp.gate_proj.weight", {F, C}, kInitStd, split(0));
+      lp.fc_w = weight(p + "mlp.up_proj.weight", {F, C}, kInitStd, split(0));
+      lp.down_w = weight(p + "mlp.down_proj.weight", {C, F}, out_std, split(1));
     }
   }
   if (spec_.has_head) {
     if (gpt2) {
       lnf_w_ = norm("transformer.ln_f.weight");
-      lnf_b_ = bias("transformer.ln_f.bias", C_);
+      lnf_b_ = bias("transformer.ln_f.bias", C, whole);
       lm_head_ = wte_;
     } else {
       lnf_w_ = norm("model.norm.weight");
-      lm_head_ = weight("lm_head.weight", {V_, C_}, kInitStd);
+      lm_head_ = weight("lm_head.weight", {V, C}, kInitStd, vocab);
     }
   }
-}
-
-ChunkActivations TransformerChunk::make_activations() const {
-  ChunkActivations a;
-  const int64_t HD = H_ * D_, GD = G_ * D_;
-  for (int i = 0; i <= spec_.num_layers; ++i) a.resid.push_back(Tensor::zeros({N_, C_}));
-  a.layers.resize(spec_.num_layers);
-  for (LayerActivations& la : a.layers) {
-    la.ln1 = Tensor::zeros({N_, C_});
-    la.ln1_rstd = Tensor::zeros({N_});
-    la.attn = Tensor::zeros({N_, HD});
-    la.lse = Tensor::zeros({B_, H_, T_});
-    la.mid = Tensor::zeros({N_, C_});
-    la.ln2 = Tensor::zeros({N_, C_});
-    la.ln2_rstd = Tensor::zeros({N_});
-    if (cfg_.arch == Arch::GPT2) {
-      la.ln1_mean = Tensor::zeros({N_});
-      la.ln2_mean = Tensor::zeros({N_});
-      la.qkv = Tensor::zeros({N_, 3 * C_});
-      la.fc = Tensor::zeros({N_, F_});
-      la.fc_act = Tensor::zeros({N_, F_});
-    } else {
-      la.q = Tensor::zeros({N_, HD});
-      la.k = Tensor::zeros({N_, GD});
-      la.v = Tensor::zeros({N_, GD});
-      la.gate = Tensor::zeros({N_, F_});
-      la.up = Tensor::zeros({N_, F_});
-      la.act = Tensor::zeros({N_, F_});
-    }
-  }
-  if (spec_.has_embedding) a.tokens.resize(N_);
-  if (spec_.has_head) {
-    a.lnf = Tensor::zeros({N_, C_});
-    a.lnf_rstd = Tensor::zeros({N_});
-    if (cfg_.arch == Arch::GPT2) a.lnf_mean = Tensor::zeros({N_});
-    a.d_lnf = Tensor::zeros({N_, C_});
-  }
-  return a;
 }
 
 int64_t ChunkActivations::bytes() const {
@@ -173,214 +161,343 @@ int64_t ChunkActivations::bytes() const {
                             &l.gate, &l.up, &l.act})
       add(*t);
   for (const Tensor* t : {&lnf, &lnf_mean, &lnf_rstd, &d_lnf}) add(*t);
-  return n + static_cast<int64_t>(tokens.size()) * 4;
+  return n + static_cast<int64_t>(vocab_ids.size()) * 4;
 }
 
 int64_t TransformerChunk::scratch_bytes() const {
   int64_t n = static_cast<int64_t>(positions_.size()) * 4;
-  for (const Tensor* t : {&rope_cos_, &rope_sin_, &proj_, &d_resid_, &d_ln_, &d_attn_, &d_qkv_,
-                          &d_q_, &d_k_, &d_v_, &d_hidden_, &d_hidden2_, &d_act_, &logits_,
-                          &losses_, &loss_lse_})
+  const bool sp = tp_.sequence_parallel;
+  for (const Tensor* t : {&rope_cos_, &rope_sin_, &proj_full_, &norm_local_, &rows_full_, &d_resid_,
+                          &d_ln_full_, &d_attn_, &d_qkv_, &d_q_, &d_k_, &d_v_, &d_hidden_,
+                          &d_hidden2_, &d_act_, &logits_, &loss_stats_, &row_max_global_})
     n += t->empty() ? 0 : t->numel() * 4;
+  if (sp) n += (proj_local_.numel() + d_ln_local_.numel()) * 4;  // otherwise views
   return n;
+}
+
+ChunkActivations TransformerChunk::make_activations() const {
+  ChunkActivations a;
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  for (int i = 0; i <= spec_.num_layers; ++i) a.resid.push_back(Tensor::zeros({N_l_, C_}));
+  a.layers.resize(spec_.num_layers);
+  for (LayerActivations& la : a.layers) {
+    la.ln1 = Tensor::zeros({N_, C_});
+    la.ln1_rstd = Tensor::zeros({N_l_});
+    la.attn = Tensor::zeros({N_, HD});
+    la.lse = Tensor::zeros({B_, H_l_, T_});
+    la.mid = Tensor::zeros({N_l_, C_});
+    la.ln2 = Tensor::zeros({N_, C_});
+    la.ln2_rstd = Tensor::zeros({N_l_});
+    if (cfg_.arch == Arch::GPT2) {
+      la.ln1_mean = Tensor::zeros({N_l_});
+      la.ln2_mean = Tensor::zeros({N_l_});
+      la.qkv = Tensor::zeros({N_, 3 * HD});
+      la.fc = Tensor::zeros({N_, F_l_});
+      la.fc_act = Tensor::zeros({N_, F_l_});
+    } else {
+      la.q = Tensor::zeros({N_, HD});
+      la.k = Tensor::zeros({N_, GD});
+      la.v = Tensor::zeros({N_, GD});
+      la.gate = Tensor::zeros({N_, F_l_});
+      la.up = Tensor::zeros({N_, F_l_});
+      la.act = Tensor::zeros({N_, F_l_});
+    }
+  }
+  if (spec_.has_embedding) a.vocab_ids.resize(N_);
+  if (spec_.has_head) {
+    a.lnf = Tensor::zeros({N_, C_});
+    a.lnf_rstd = Tensor::zeros({N_l_});
+    if (cfg_.arch == Arch::GPT2) a.lnf_mean = Tensor::zeros({N_l_});
+    a.d_lnf = Tensor::zeros({N_l_, C_});
+  }
+  return a;
 }
 
 double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
                                  const int32_t* targets, float grad_scale) {
   if (spec_.has_embedding) {
-    for (int64_t n = 0; n < N_; ++n) {
-      TESSEL_CHECK(tokens[n] >= 0 && tokens[n] < V_, "token id {} is outside the vocabulary (size {})",
-                   tokens[n], V_);
-    }
-    std::memcpy(acts.tokens.data(), tokens, sizeof(int32_t) * N_);
-    cpu::embedding_forward(acts.resid[0].data(), tokens, positions_.data(), val(wte_), val(wpe_),
-                           N_, C_);
+    embedding_forward(acts, tokens);
   } else {
-    std::memcpy(acts.resid[0].data(), input, sizeof(float) * N_ * C_);
+    std::memcpy(acts.resid[0].data(), input, sizeof(float) * N_l_ * C_);
   }
   for (int i = 0; i < spec_.num_layers; ++i) layer_forward(i, acts);
   acts.loss_sum = spec_.has_head ? head_forward(acts, targets, grad_scale) : 0.0;
   return acts.loss_sum;
 }
 
-void TransformerChunk::backward(ChunkActivations& acts, const float* d_output, float* d_input) {
+void TransformerChunk::backward(ChunkActivations& acts, const float* d_output, float* d_input,
+                                const std::function<void(int)>& grad_ready) {
+  auto ready = [&](std::initializer_list<int> params) {
+    if (!grad_ready) return;
+    for (int p : params)
+      if (p >= 0) grad_ready(p);
+  };
   // dres: the gradient of the residual stream, updated in place from the chunk's output back to
   // its input; it ends as d(input), in the caller's buffer when there is one.
   float* dres = d_input != nullptr ? d_input : d_resid_.data();
   if (spec_.has_head) {
-    std::memset(dres, 0, sizeof(float) * N_ * C_);
+    std::memset(dres, 0, sizeof(float) * N_l_ * C_);
     head_backward(acts, dres);
+    // A tied head's weight is the embedding's: final only after the embedding's backward.
+    ready({lnf_w_, lnf_b_, lm_head_ != wte_ ? lm_head_ : -1});
   } else {
-    std::memcpy(dres, d_output, sizeof(float) * N_ * C_);
+    std::memcpy(dres, d_output, sizeof(float) * N_l_ * C_);
   }
-  for (int i = spec_.num_layers - 1; i >= 0; --i) layer_backward(i, acts, dres);
-  if (spec_.has_embedding)
-    cpu::embedding_backward(grd(wte_), grd(wpe_), dres, acts.tokens.data(), positions_.data(), N_,
-                            C_);
+  for (int i = spec_.num_layers - 1; i >= 0; --i) {
+    layer_backward(i, acts, dres);
+    const LayerParams& p = layers_[i];
+    ready({p.ln1_w, p.ln1_b, p.qkv_w, p.qkv_b, p.q_w, p.k_w, p.v_w, p.proj_w, p.proj_b, p.ln2_w,
+           p.ln2_b, p.fc_w, p.fc_b, p.gate_w, p.down_w, p.down_b});
+  }
+  if (spec_.has_embedding) {
+    embedding_backward(acts, dres);
+    ready({wte_, wpe_});
+  }
+}
+
+// The vocabulary-parallel embedding: each TP rank looks up the tokens of its vocabulary shard
+// (zeros for the rest), the partial rows are summed over TP (reduce-scattered under sequence
+// parallel), then the replicated position embedding is added to this rank's rows.
+void TransformerChunk::embedding_forward(ChunkActivations& acts, const int32_t* tokens) {
+  for (int64_t n = 0; n < N_; ++n) {
+    TESSEL_CHECK(tokens[n] >= 0 && tokens[n] < cfg_.vocab_size,
+                 "token id {} is outside the vocabulary (size {})", tokens[n], cfg_.vocab_size);
+    const int64_t local = tokens[n] - vocab_start_;
+    acts.vocab_ids[n] = local >= 0 && local < V_valid_ ? static_cast<int32_t>(local) : -1;
+  }
+  float* x = acts.resid[0].data();  // (N_l, C)
+  cpu::embedding_forward(d_ln_full_.data(), acts.vocab_ids.data(), nullptr, val(wte_), nullptr, N_,
+                         C_);
+  tp_.reduce_rows(d_ln_full_.data(), x, N_, C_);
+  if (wpe_ >= 0) {
+    const int32_t* pos = positions_.data() + tp_.first_row(N_);
+    cpu::embedding_forward(norm_local_.data(), pos, nullptr, val(wpe_), nullptr, N_l_, C_);
+    cpu::residual_forward(x, x, norm_local_.data(), N_l_ * C_);
+  }
+}
+
+void TransformerChunk::embedding_backward(ChunkActivations& acts, float* dres) {
+  if (wpe_ >= 0) {
+    const int32_t* pos = positions_.data() + tp_.first_row(N_);
+    cpu::embedding_backward(grd(wpe_), nullptr, dres, pos, nullptr, N_l_, C_);
+  }
+  float* full = tp_.sequence_parallel ? rows_full_.data() : dres;
+  tp_.gather_rows(dres, full, N_, C_);
+  cpu::embedding_backward(grd(wte_), nullptr, full, acts.vocab_ids.data(), nullptr, N_, C_);
+}
+
+// LayerNorm (gpt2, with bias b) or RMSNorm (llama; mean unused) over this rank's rows.
+void TransformerChunk::norm_forward(float* out, float* mean, float* rstd, const float* x, int w,
+                                    int b) {
+  if (cfg_.arch == Arch::GPT2) {
+    cpu::layernorm_forward(out, mean, rstd, x, val(w), val(b), N_l_, C_, cfg_.norm_epsilon);
+  } else {
+    cpu::rmsnorm_forward(out, rstd, x, val(w), N_l_, C_, cfg_.norm_epsilon);
+  }
+}
+
+void TransformerChunk::norm_backward(float* dx, const float* dout, const float* x,
+                                     const float* mean, const float* rstd, int w, int b) {
+  if (cfg_.arch == Arch::GPT2) {
+    cpu::layernorm_backward(dx, grd(w), grd(b), dout, x, val(w), mean, rstd, N_l_, C_);
+  } else {
+    cpu::rmsnorm_backward(dx, grd(w), dout, x, val(w), rstd, N_l_, C_);
+  }
+}
+
+void TransformerChunk::row_parallel_exit(float* out, const float* x, int bias) {
+  float* proj = proj_local_.data();
+  tp_.reduce_rows(proj_full_.data(), proj, N_, C_);
+  if (bias >= 0) cpu::bias_forward(proj, val(bias), N_l_, C_);
+  cpu::residual_forward(out, x, proj, N_l_ * C_);
+}
+
+const float* TransformerChunk::row_parallel_exit_backward(const float* dres, int bias) {
+  if (bias >= 0) cpu::bias_backward(grd(bias), dres, N_l_, C_);
+  if (!tp_.sequence_parallel) return dres;
+  tp_.gather_rows(dres, rows_full_.data(), N_, C_);
+  return rows_full_.data();
 }
 
 void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
   const LayerParams& p = layers_[i];
   LayerActivations& a = acts.layers[i];
-  const float* x = acts.resid[i].data();  // (N, C)
-  float* out = acts.resid[i + 1].data();  // (N, C)
-  const float eps = cfg_.norm_epsilon;
-  const int64_t HD = H_ * D_, GD = G_ * D_;
+  const float* x = acts.resid[i].data();  // (N_l, C)
+  float* out = acts.resid[i + 1].data();  // (N_l, C)
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  const bool sp = tp_.sequence_parallel;
+  // Attention: norm on this rank's rows, gathered to all rows for the column-parallel q, k, v.
+  float* ln1 = sp ? norm_local_.data() : a.ln1.data();
+  norm_forward(ln1, a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1_w, p.ln1_b);
+  tp_.gather_rows(ln1, a.ln1.data(), N_, C_);
   if (cfg_.arch == Arch::GPT2) {
-    cpu::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, val(p.ln1_w),
-                           val(p.ln1_b), N_, C_, eps);
-    cpu::linear_forward(a.qkv.data(), a.ln1.data(), val(p.qkv_w), val(p.qkv_b), N_, C_, 3 * C_,
+    cpu::linear_forward(a.qkv.data(), a.ln1.data(), val(p.qkv_w), val(p.qkv_b), N_, C_, 3 * HD,
                         WeightLayout::InOut);
-    const float* qkv = a.qkv.data();  // (N, 3C): q | k | v
-    cpu::attention_forward(a.attn.data(), a.lse.data(), qkv, qkv + C_, qkv + 2 * C_, B_, T_, H_,
-                           H_, D_, 3 * C_, 3 * C_, 3 * C_, true);
-    cpu::linear_forward(proj_.data(), a.attn.data(), val(p.proj_w), val(p.proj_b), N_, C_, C_,
-                        WeightLayout::InOut);
-    cpu::residual_forward(a.mid.data(), x, proj_.data(), N_ * C_);
-    cpu::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(),
-                           val(p.ln2_w), val(p.ln2_b), N_, C_, eps);
-    cpu::linear_forward(a.fc.data(), a.ln2.data(), val(p.fc_w), val(p.fc_b), N_, C_, F_,
-                        WeightLayout::InOut);
-    cpu::gelu_forward(a.fc_act.data(), a.fc.data(), N_ * F_);
-    cpu::linear_forward(proj_.data(), a.fc_act.data(), val(p.down_w), val(p.down_b), N_, F_, C_,
+    const float* qkv = a.qkv.data();  // (N, 3·H_l·D): q | k | v of this rank's heads
+    cpu::attention_forward(a.attn.data(), a.lse.data(), qkv, qkv + HD, qkv + 2 * HD, B_, T_, H_l_,
+                           H_l_, D_, 3 * HD, 3 * HD, 3 * HD, true);
+    cpu::linear_forward(proj_full_.data(), a.attn.data(), val(p.proj_w), nullptr, N_, HD, C_,
                         WeightLayout::InOut);
   } else {
-    cpu::rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), x, val(p.ln1_w), N_, C_, eps);
     cpu::linear_forward(a.q.data(), a.ln1.data(), val(p.q_w), nullptr, N_, C_, HD, WeightLayout::OutIn);
     cpu::linear_forward(a.k.data(), a.ln1.data(), val(p.k_w), nullptr, N_, C_, GD, WeightLayout::OutIn);
     cpu::linear_forward(a.v.data(), a.ln1.data(), val(p.v_w), nullptr, N_, C_, GD, WeightLayout::OutIn);
-    cpu::rope_forward(a.q.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, H_, D_, HD);
-    cpu::rope_forward(a.k.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, G_, D_, GD);
+    cpu::rope_forward(a.q.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
+    cpu::rope_forward(a.k.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
     cpu::attention_forward(a.attn.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B_, T_,
-                           H_, G_, D_, HD, GD, GD, true);
-    cpu::linear_forward(proj_.data(), a.attn.data(), val(p.proj_w), nullptr, N_, HD, C_,
-                        WeightLayout::OutIn);
-    cpu::residual_forward(a.mid.data(), x, proj_.data(), N_ * C_);
-    cpu::rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.mid.data(), val(p.ln2_w), N_, C_, eps);
-    cpu::linear_forward(a.gate.data(), a.ln2.data(), val(p.gate_w), nullptr, N_, C_, F_, WeightLayout::OutIn);
-    cpu::linear_forward(a.up.data(), a.ln2.data(), val(p.fc_w), nullptr, N_, C_, F_, WeightLayout::OutIn);
-    cpu::swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), N_ * F_);
-    cpu::linear_forward(proj_.data(), a.act.data(), val(p.down_w), nullptr, N_, F_, C_,
+                           H_l_, G_l_, D_, HD, GD, GD, true);
+    cpu::linear_forward(proj_full_.data(), a.attn.data(), val(p.proj_w), nullptr, N_, HD, C_,
                         WeightLayout::OutIn);
   }
-  cpu::residual_forward(out, a.mid.data(), proj_.data(), N_ * C_);
+  row_parallel_exit(a.mid.data(), x, p.proj_b);
+
+  // MLP: the same pattern, column-parallel up (and gate), row-parallel down.
+  float* ln2 = sp ? norm_local_.data() : a.ln2.data();
+  norm_forward(ln2, a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), p.ln2_w, p.ln2_b);
+  tp_.gather_rows(ln2, a.ln2.data(), N_, C_);
+  if (cfg_.arch == Arch::GPT2) {
+    cpu::linear_forward(a.fc.data(), a.ln2.data(), val(p.fc_w), val(p.fc_b), N_, C_, F_l_,
+                        WeightLayout::InOut);
+    cpu::gelu_forward(a.fc_act.data(), a.fc.data(), N_ * F_l_);
+    cpu::linear_forward(proj_full_.data(), a.fc_act.data(), val(p.down_w), nullptr, N_, F_l_, C_,
+                        WeightLayout::InOut);
+  } else {
+    cpu::linear_forward(a.gate.data(), a.ln2.data(), val(p.gate_w), nullptr, N_, C_, F_l_, WeightLayout::OutIn);
+    cpu::linear_forward(a.up.data(), a.ln2.data(), val(p.fc_w), nullptr, N_, C_, F_l_, WeightLayout::OutIn);
+    cpu::swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), N_ * F_l_);
+    cpu::linear_forward(proj_full_.data(), a.act.data(), val(p.down_w), nullptr, N_, F_l_, C_,
+                        WeightLayout::OutIn);
+  }
+  row_parallel_exit(out, a.mid.data(), p.down_b);
 }
 
-// dres (N, C) holds d(layer output) on entry and d(layer input) on exit: each branch's input
-// gradient is accumulated into it by the norm's backward, the identity path needs nothing.
+// dres (N_l, C) holds d(layer output) on entry and d(layer input) on exit: each branch's input
+// gradient is reduced over TP and accumulated into it by the norm's backward; the identity path
+// needs nothing.
 void TransformerChunk::layer_backward(int i, ChunkActivations& acts, float* dres) {
   const LayerParams& p = layers_[i];
   LayerActivations& a = acts.layers[i];
   const float* x = acts.resid[i].data();
-  const int64_t HD = H_ * D_, GD = G_ * D_;
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  const WeightLayout layout = cfg_.arch == Arch::GPT2 ? WeightLayout::InOut : WeightLayout::OutIn;
+
+  // MLP
+  const float* d_out = row_parallel_exit_backward(dres, p.down_b);  // (N, C)
+  zero(d_act_);
+  zero(d_ln_full_);
   if (cfg_.arch == Arch::GPT2) {
-    zero(d_act_);
-    cpu::linear_backward(d_act_.data(), grd(p.down_w), grd(p.down_b), dres, a.fc_act.data(),
-                         val(p.down_w), N_, F_, C_, WeightLayout::InOut);
+    cpu::linear_backward(d_act_.data(), grd(p.down_w), nullptr, d_out, a.fc_act.data(),
+                         val(p.down_w), N_, F_l_, C_, layout);
     zero(d_hidden_);
-    cpu::gelu_backward(d_hidden_.data(), d_act_.data(), a.fc.data(), N_ * F_);
-    zero(d_ln_);
-    cpu::linear_backward(d_ln_.data(), grd(p.fc_w), grd(p.fc_b), d_hidden_.data(), a.ln2.data(),
-                         val(p.fc_w), N_, C_, F_, WeightLayout::InOut);
-    cpu::layernorm_backward(dres, grd(p.ln2_w), grd(p.ln2_b), d_ln_.data(), a.mid.data(),
-                            val(p.ln2_w), a.ln2_mean.data(), a.ln2_rstd.data(), N_, C_);
-    zero(d_attn_);
-    cpu::linear_backward(d_attn_.data(), grd(p.proj_w), grd(p.proj_b), dres, a.attn.data(),
-                         val(p.proj_w), N_, C_, C_, WeightLayout::InOut);
-    zero(d_qkv_);
-    const float* qkv = a.qkv.data();
-    float* dqkv = d_qkv_.data();
-    cpu::attention_backward(dqkv, dqkv + C_, dqkv + 2 * C_, d_attn_.data(), qkv, qkv + C_,
-                            qkv + 2 * C_, a.attn.data(), a.lse.data(), B_, T_, H_, H_, D_, 3 * C_,
-                            3 * C_, 3 * C_, true);
-    zero(d_ln_);
-    cpu::linear_backward(d_ln_.data(), grd(p.qkv_w), grd(p.qkv_b), dqkv, a.ln1.data(),
-                         val(p.qkv_w), N_, C_, 3 * C_, WeightLayout::InOut);
-    cpu::layernorm_backward(dres, grd(p.ln1_w), grd(p.ln1_b), d_ln_.data(), x, val(p.ln1_w),
-                            a.ln1_mean.data(), a.ln1_rstd.data(), N_, C_);
+    cpu::gelu_backward(d_hidden_.data(), d_act_.data(), a.fc.data(), N_ * F_l_);
+    cpu::linear_backward(d_ln_full_.data(), grd(p.fc_w), grd(p.fc_b), d_hidden_.data(),
+                         a.ln2.data(), val(p.fc_w), N_, C_, F_l_, layout);
   } else {
-    zero(d_act_);
-    cpu::linear_backward(d_act_.data(), grd(p.down_w), nullptr, dres, a.act.data(), val(p.down_w),
-                         N_, F_, C_, WeightLayout::OutIn);
+    cpu::linear_backward(d_act_.data(), grd(p.down_w), nullptr, d_out, a.act.data(), val(p.down_w),
+                         N_, F_l_, C_, layout);
     zero(d_hidden_);   // d gate
     zero(d_hidden2_);  // d up
     cpu::swiglu_backward(d_hidden_.data(), d_hidden2_.data(), d_act_.data(), a.gate.data(),
-                         a.up.data(), N_ * F_);
-    zero(d_ln_);
-    cpu::linear_backward(d_ln_.data(), grd(p.gate_w), nullptr, d_hidden_.data(), a.ln2.data(),
-                         val(p.gate_w), N_, C_, F_, WeightLayout::OutIn);
-    cpu::linear_backward(d_ln_.data(), grd(p.fc_w), nullptr, d_hidden2_.data(), a.ln2.data(),
-                         val(p.fc_w), N_, C_, F_, WeightLayout::OutIn);
-    cpu::rmsnorm_backward(dres, grd(p.ln2_w), d_ln_.data(), a.mid.data(), val(p.ln2_w),
-                          a.ln2_rstd.data(), N_, C_);
-    zero(d_attn_);
-    cpu::linear_backward(d_attn_.data(), grd(p.proj_w), nullptr, dres, a.attn.data(),
-                         val(p.proj_w), N_, HD, C_, WeightLayout::OutIn);
+                         a.up.data(), N_ * F_l_);
+    cpu::linear_backward(d_ln_full_.data(), grd(p.gate_w), nullptr, d_hidden_.data(), a.ln2.data(),
+                         val(p.gate_w), N_, C_, F_l_, layout);
+    cpu::linear_backward(d_ln_full_.data(), grd(p.fc_w), nullptr, d_hidden2_.data(), a.ln2.data(),
+                         val(p.fc_w), N_, C_, F_l_, layout);
+  }
+  tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
+  norm_backward(dres, d_ln_local_.data(), a.mid.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
+                p.ln2_w, p.ln2_b);
+
+  // Attention
+  d_out = row_parallel_exit_backward(dres, p.proj_b);
+  zero(d_attn_);
+  zero(d_ln_full_);
+  cpu::linear_backward(d_attn_.data(), grd(p.proj_w), nullptr, d_out, a.attn.data(), val(p.proj_w),
+                       N_, HD, C_, layout);
+  if (cfg_.arch == Arch::GPT2) {
+    zero(d_qkv_);
+    const float* qkv = a.qkv.data();
+    float* dqkv = d_qkv_.data();
+    cpu::attention_backward(dqkv, dqkv + HD, dqkv + 2 * HD, d_attn_.data(), qkv, qkv + HD,
+                            qkv + 2 * HD, a.attn.data(), a.lse.data(), B_, T_, H_l_, H_l_, D_,
+                            3 * HD, 3 * HD, 3 * HD, true);
+    cpu::linear_backward(d_ln_full_.data(), grd(p.qkv_w), grd(p.qkv_b), dqkv, a.ln1.data(),
+                         val(p.qkv_w), N_, C_, 3 * HD, layout);
+  } else {
     zero(d_q_);
     zero(d_k_);
     zero(d_v_);
     cpu::attention_backward(d_q_.data(), d_k_.data(), d_v_.data(), d_attn_.data(), a.q.data(),
-                            a.k.data(), a.v.data(), a.attn.data(), a.lse.data(), B_, T_, H_, G_,
+                            a.k.data(), a.v.data(), a.attn.data(), a.lse.data(), B_, T_, H_l_, G_l_,
                             D_, HD, GD, GD, true);
-    cpu::rope_backward(d_q_.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, H_,
+    cpu::rope_backward(d_q_.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, H_l_,
                        D_, HD);
-    cpu::rope_backward(d_k_.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, G_,
+    cpu::rope_backward(d_k_.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, G_l_,
                        D_, GD);
-    zero(d_ln_);
-    cpu::linear_backward(d_ln_.data(), grd(p.q_w), nullptr, d_q_.data(), a.ln1.data(), val(p.q_w),
-                         N_, C_, HD, WeightLayout::OutIn);
-    cpu::linear_backward(d_ln_.data(), grd(p.k_w), nullptr, d_k_.data(), a.ln1.data(), val(p.k_w),
-                         N_, C_, GD, WeightLayout::OutIn);
-    cpu::linear_backward(d_ln_.data(), grd(p.v_w), nullptr, d_v_.data(), a.ln1.data(), val(p.v_w),
-                         N_, C_, GD, WeightLayout::OutIn);
-    cpu::rmsnorm_backward(dres, grd(p.ln1_w), d_ln_.data(), x, val(p.ln1_w), a.ln1_rstd.data(), N_,
-                          C_);
+    cpu::linear_backward(d_ln_full_.data(), grd(p.q_w), nullptr, d_q_.data(), a.ln1.data(),
+                         val(p.q_w), N_, C_, HD, layout);
+    cpu::linear_backward(d_ln_full_.data(), grd(p.k_w), nullptr, d_k_.data(), a.ln1.data(),
+                         val(p.k_w), N_, C_, GD, layout);
+    cpu::linear_backward(d_ln_full_.data(), grd(p.v_w), nullptr, d_v_.data(), a.ln1.data(),
+                         val(p.v_w), N_, C_, GD, layout);
   }
+  tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
+  norm_backward(dres, d_ln_local_.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), p.ln1_w, p.ln1_b);
 }
 
-// The head's backward runs inside its forward: the loss gradient's scale is known in advance
-// (1 / tokens of the global batch), and doing so means the (N, V) logits are shared scratch
-// rather than a per-microbatch tensor — the largest activation of a small-hidden, large-vocab model.
+// The vocabulary-parallel head and loss. Each TP rank computes the logits of its vocabulary
+// shard for all N rows; the softmax statistics are combined over TP (max, then Σ exp and the
+// target logit), so no rank ever holds a whole row. The head's backward runs here too: the
+// loss gradient's scale is known in advance (1 / tokens of the global batch), so the (N, V_l)
+// logits are shared scratch rather than a per-microbatch tensor — the largest activation of a
+// small-hidden, large-vocab model.
 double TransformerChunk::head_forward(ChunkActivations& acts, const int32_t* targets,
                                       float grad_scale) {
-  const float* x = acts.resid.back().data();
-  if (cfg_.arch == Arch::GPT2) {
-    cpu::layernorm_forward(acts.lnf.data(), acts.lnf_mean.data(), acts.lnf_rstd.data(), x,
-                           val(lnf_w_), val(lnf_b_), N_, C_, cfg_.norm_epsilon);
-  } else {
-    cpu::rmsnorm_forward(acts.lnf.data(), acts.lnf_rstd.data(), x, val(lnf_w_), N_, C_,
-                         cfg_.norm_epsilon);
-  }
-  // logits (N, V) = lnf (N, C) · Wᵀ with W (V, C): the tied embedding or lm_head.weight.
-  cpu::linear_forward(logits_.data(), acts.lnf.data(), val(lm_head_), nullptr, N_, C_, V_,
+  float* lnf = tp_.sequence_parallel ? norm_local_.data() : acts.lnf.data();
+  norm_forward(lnf, acts.lnf_mean.data(), acts.lnf_rstd.data(), acts.resid.back().data(), lnf_w_,
+               lnf_b_);
+  tp_.gather_rows(lnf, acts.lnf.data(), N_, C_);
+  // logits (N, V_l) = lnf (N, C) · Wᵀ with W (V_l, C): the tied embedding or lm_head.weight.
+  cpu::linear_forward(logits_.data(), acts.lnf.data(), val(lm_head_), nullptr, N_, C_, V_l_,
                       WeightLayout::OutIn);
   if (targets == nullptr) return 0.0;
   for (int64_t n = 0; n < N_; ++n) {
-    TESSEL_CHECK(targets[n] >= 0 && targets[n] < V_, "target id {} is outside the vocabulary (size {})",
-                 targets[n], V_);
+    TESSEL_CHECK(targets[n] >= 0 && targets[n] < cfg_.vocab_size,
+                 "target id {} is outside the vocabulary (size {})", targets[n], cfg_.vocab_size);
   }
-  cpu::cross_entropy_forward(losses_.data(), loss_lse_.data(), logits_.data(), targets, N_, V_);
+  float* row_max = loss_stats_.data();    // (N)
+  float* sum_exp = row_max + N_;          // (N) followed by
+  float* target_logit = sum_exp + N_;     // (N): reduced together
+  float* lse = target_logit + N_;         // (N)
+  float* global_max = row_max_global_.data();
+  cpu::cross_entropy_partial_forward(row_max, sum_exp, target_logit, logits_.data(), targets,
+                                     vocab_start_, N_, V_l_, V_valid_);
+  std::memcpy(global_max, row_max, sizeof(float) * N_);
+  if (tp_.size() > 1) {
+    tp_.comm->all_reduce(global_max, N_, ReduceOp::Max);
+    for (int64_t n = 0; n < N_; ++n) sum_exp[n] *= std::exp(row_max[n] - global_max[n]);
+    tp_.comm->all_reduce(sum_exp, 2 * N_, ReduceOp::Sum);
+  }
   double loss_sum = 0;
-  for (int64_t n = 0; n < N_; ++n) loss_sum += losses_.data()[n];
+  for (int64_t n = 0; n < N_; ++n) {
+    lse[n] = global_max[n] + std::log(sum_exp[n]);
+    loss_sum += lse[n] - target_logit[n];
+  }
   if (grad_scale > 0) {
-    cpu::cross_entropy_backward(logits_.data(), logits_.data(), loss_lse_.data(), targets,
-                                grad_scale, N_, V_);
-    zero(acts.d_lnf);
-    cpu::linear_backward(acts.d_lnf.data(), grd(lm_head_), nullptr, logits_.data(),
-                         acts.lnf.data(), val(lm_head_), N_, C_, V_, WeightLayout::OutIn);
+    cpu::cross_entropy_backward(logits_.data(), logits_.data(), lse, targets, vocab_start_,
+                                grad_scale, N_, V_l_, V_valid_);
+    zero(d_ln_full_);
+    cpu::linear_backward(d_ln_full_.data(), grd(lm_head_), nullptr, logits_.data(),
+                         acts.lnf.data(), val(lm_head_), N_, C_, V_l_, WeightLayout::OutIn);
+    tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
+    std::memcpy(acts.d_lnf.data(), d_ln_local_.data(), sizeof(float) * N_l_ * C_);
   }
   return loss_sum;
 }
 
 void TransformerChunk::head_backward(ChunkActivations& acts, float* dres) {
-  const float* x = acts.resid.back().data();
-  if (cfg_.arch == Arch::GPT2) {
-    cpu::layernorm_backward(dres, grd(lnf_w_), grd(lnf_b_), acts.d_lnf.data(), x, val(lnf_w_),
-                            acts.lnf_mean.data(), acts.lnf_rstd.data(), N_, C_);
-  } else {
-    cpu::rmsnorm_backward(dres, grd(lnf_w_), acts.d_lnf.data(), x, val(lnf_w_),
-                          acts.lnf_rstd.data(), N_, C_);
-  }
+  norm_backward(dres, acts.d_lnf.data(), acts.resid.back().data(), acts.lnf_mean.data(),
+                acts.lnf_rstd.data(), lnf_w_, lnf_b_);
 }
 
 }  // namespace tessel

@@ -6,14 +6,21 @@
 // per-microbatch `ChunkActivations` with exactly what backward needs; backward(acts, ...) reads
 // it and accumulates parameter gradients. Whoever runs the microbatch owns its activations, so
 // several microbatches can be in flight. Scratch that lives only inside one call is shared.
+//
+// Tensor parallelism (parallel/tensor_parallel.h) splits attention heads (and query groups), MLP
+// neurons and the (padded) vocabulary over the TP group: q/k/v, up/gate and the LM head are
+// column-parallel, the attention output and MLP down projections row-parallel. Sizes below with
+// a trailing l are this rank's share; rows are N_l = N/TP under sequence parallel, else N.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tessel/core/tensor.h"
 #include "tessel/model/config.h"
 #include "tessel/model/params.h"
+#include "tessel/parallel/tensor_parallel.h"
 
 namespace tessel {
 
@@ -25,34 +32,37 @@ struct ChunkSpec {
 };
 
 // What one layer's backward needs from its forward. Fields a given architecture does not use
-// stay empty. N = micro_batch · seq rows, C hidden, F ffn, H/G query/kv heads, D head dim.
+// stay empty. N rows (N_l under sequence parallel), C hidden, F_l ffn, H_l/G_l heads, D head dim.
 struct LayerActivations {
-  Tensor ln1, ln1_mean, ln1_rstd;  // (N, C), (N), (N)
-  Tensor qkv;                      // (N, 3C) gpt2: fused q|k|v
-  Tensor q, k, v;                  // (N, H·D), (N, G·D), (N, G·D) llama, after RoPE
-  Tensor attn, lse;                // (N, H·D), (B, H, T)
-  Tensor mid;                      // (N, C) residual stream after attention
-  Tensor ln2, ln2_mean, ln2_rstd;  // (N, C), (N), (N)
-  Tensor fc, fc_act;               // (N, F) gpt2: before and after GELU
-  Tensor gate, up, act;            // (N, F) llama: SwiGLU inputs and output
+  Tensor ln1_mean, ln1_rstd;        // (N_l), (N_l)
+  Tensor ln1;                       // (N, C) norm output, gathered to all rows
+  Tensor qkv;                       // (N, 3·H_l·D) gpt2: fused q|k|v
+  Tensor q, k, v;                   // (N, H_l·D), (N, G_l·D), (N, G_l·D) llama, after RoPE
+  Tensor attn, lse;                 // (N, H_l·D), (B, H_l, T)
+  Tensor mid;                       // (N_l, C) residual stream after attention
+  Tensor ln2_mean, ln2_rstd, ln2;   // (N_l), (N_l), (N, C)
+  Tensor fc, fc_act;                // (N, F_l) gpt2: before and after GELU
+  Tensor gate, up, act;             // (N, F_l) llama: SwiGLU inputs and output
 };
 
 // One microbatch's activations for one chunk.
 struct ChunkActivations {
-  std::vector<Tensor> resid;              // num_layers + 1 tensors (N, C): each layer's input, then the output
+  std::vector<Tensor> resid;             // num_layers + 1 tensors (N_l, C): each layer's input, then the output
   std::vector<LayerActivations> layers;
-  std::vector<int32_t> tokens;            // (N) first chunk: the embedding's backward needs them
-  Tensor lnf, lnf_mean, lnf_rstd;         // (N, C), (N), (N) final norm
-  Tensor d_lnf;                           // (N, C) gradient of the final norm's output
-  double loss_sum = 0;                    // Σ of this microbatch's token losses
+  std::vector<int32_t> vocab_ids;        // (N) first chunk: token ids in this rank's vocabulary shard, or -1
+  Tensor lnf_mean, lnf_rstd;             // (N_l), (N_l) final norm
+  Tensor lnf;                            // (N, C) final norm output, gathered
+  Tensor d_lnf;                          // (N_l, C) gradient of the final norm's output
+  double loss_sum = 0;                   // Σ of this microbatch's token losses
 
   int64_t bytes() const;
 };
 
 class TransformerChunk {
  public:
-  // Declares this chunk's parameters in `registry` (before registry.finalize()).
-  TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
+  // Declares this chunk's parameters — this TP rank's shards — in `registry` (before
+  // registry.finalize()). `tp.comm` must outlive the chunk.
+  TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch, TensorParallel tp,
                    ParamRegistry& registry);
   // Points the chunk at parameter memory, after registry.finalize().
   void bind(ParamRegistry& registry) { registry_ = &registry; }
@@ -60,19 +70,25 @@ class TransformerChunk {
   // Sized once per microbatch slot and reused every iteration.
   ChunkActivations make_activations() const;
 
-  // First chunk: reads tokens (B, T); others: input (N, C) from the previous stage.
+  // First chunk: reads tokens (B, T); others: input (N_l, C) from the previous stage.
   // Last chunk with targets: computes the loss and, when grad_scale > 0, the head's gradient at
-  // once (so the (N, V) logits are never kept per microbatch); returns Σ token losses.
-  // Without targets, logits() holds the (N, V) logits afterwards.
+  // once (so the (N, V_l) logits are never kept per microbatch); returns Σ token losses.
+  // Without targets, logits() holds this rank's (N, V_l) logits afterwards.
   double forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
                  const int32_t* targets, float grad_scale);
-  // d_output (N, C): gradient of this chunk's output (ignored on the last chunk).
-  // d_input (N, C): where the gradient of the chunk's input goes (not on the first chunk).
-  void backward(ChunkActivations& acts, const float* d_output, float* d_input);
+  // d_output (N_l, C): gradient of this chunk's output (ignored on the last chunk).
+  // d_input (N_l, C): where the gradient of the chunk's input goes (not on the first chunk).
+  // grad_ready(index), when given, is called for every parameter (registry index) as soon as
+  // this backward has finished adding to its gradient: data parallelism starts reducing there.
+  void backward(ChunkActivations& acts, const float* d_output, float* d_input,
+                const std::function<void(int)>& grad_ready = {});
 
   const float* logits() const { return logits_.data(); }
+  int64_t vocab_shard_start() const { return vocab_start_; }
+  int64_t vocab_shard_size() const { return V_l_; }
+  int64_t vocab_shard_valid() const { return V_valid_; }
   const float* output(const ChunkActivations& acts) const { return acts.resid.back().data(); }
-  int64_t rows() const { return N_; }
+  int64_t local_rows() const { return N_l_; }
   // Memory of the scratch shared by all microbatches (logits, backward temporaries, RoPE tables).
   int64_t scratch_bytes() const;
 
@@ -89,25 +105,43 @@ class TransformerChunk {
   };
 
   void declare_params(ParamRegistry& registry);
+  void embedding_forward(ChunkActivations& acts, const int32_t* tokens);
+  void embedding_backward(ChunkActivations& acts, float* dres);
+  void norm_forward(float* out, float* mean, float* rstd, const float* x, int w, int b);
+  void norm_backward(float* dx, const float* dout, const float* x, const float* mean,
+                     const float* rstd, int w, int b);
   void layer_forward(int l, ChunkActivations& acts);
   void layer_backward(int l, ChunkActivations& acts, float* dres);
+  // The row-parallel output projection's tail: reduce the partial sums in proj_full_ over TP,
+  // add the bias, add the residual: out (N_l, C) = x + Σ proj + bias.
+  void row_parallel_exit(float* out, const float* x, int bias);
+  // Its backward's head: the bias gradient, then d(out) on all N rows for the projection's GEMM.
+  const float* row_parallel_exit_backward(const float* dres, int bias);
   double head_forward(ChunkActivations& acts, const int32_t* targets, float grad_scale);
   void head_backward(ChunkActivations& acts, float* dres);
 
-  ModelConfig cfg_;
-  ChunkSpec spec_;
-  int64_t B_, T_, N_, C_, F_, H_, G_, D_, V_;
   float* val(int param) const { return param < 0 ? nullptr : registry_->params()[param].value; }
   float* grd(int param) const { return param < 0 ? nullptr : registry_->params()[param].grad; }
 
+  ModelConfig cfg_;
+  ChunkSpec spec_;
+  TensorParallel tp_;
+  int64_t B_, T_, N_, N_l_, C_, D_, H_l_, G_l_, F_l_, V_l_, V_valid_, vocab_start_;
   ParamRegistry* registry_ = nullptr;
   std::vector<LayerParams> layers_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, lm_head_ = -1;
   std::vector<int32_t> positions_;  // (N) position of each row: t for row b·T + t
   Tensor rope_cos_, rope_sin_;      // (max positions, D/2)
   // Scratch shared by all microbatches: used only inside one forward or backward call.
-  Tensor proj_, d_resid_, d_ln_, d_attn_, d_qkv_, d_q_, d_k_, d_v_, d_hidden_, d_hidden2_, d_act_;
-  Tensor logits_, losses_, loss_lse_;  // (N, V), (N), (N)
+  Tensor proj_full_, proj_local_;   // (N, C), (N_l, C) row-parallel outputs before / after reduction
+  Tensor norm_local_;               // (N_l, C) a norm's output before it is gathered (sequence parallel)
+  Tensor rows_full_;                // (N, C) gathered gradient rows (sequence parallel)
+  Tensor d_resid_;                  // (N_l, C) the residual gradient of a first chunk
+  Tensor d_ln_full_, d_ln_local_;   // (N, C), (N_l, C) a norm output's gradient before / after reduction
+  Tensor d_attn_, d_qkv_, d_q_, d_k_, d_v_, d_hidden_, d_hidden2_, d_act_;
+  Tensor logits_;                   // (N, V_l)
+  Tensor loss_stats_;               // (4, N): row max, [Σ exp, target logit] (reduced together), lse
+  Tensor row_max_global_;           // (N)
 };
 
 }  // namespace tessel

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "tessel/model/params.h"
 
@@ -26,27 +27,36 @@ struct OptimizerConfig {
   float clip_grad = 1.0f;  // max global gradient norm; 0 disables clipping
 };
 
+// A range [begin, end) of the registry's flat buffers.
+struct FlatRange {
+  int64_t begin = 0, end = 0;
+};
+
 class AdamW {
  public:
   // `params` must be finalized and outlive the optimizer. Throws tessel::Error on a bad config.
-  AdamW(ParamRegistry& params, const OptimizerConfig& config);
+  // `owned`: the parts of the flat buffers this rank updates (the distributed optimizer's shard,
+  // ascending, disjoint); empty means all of it. m and v are kept for those parts only.
+  AdamW(ParamRegistry& params, const OptimizerConfig& config, std::vector<FlatRange> owned = {});
 
-  // Σ g² over every gradient of the registry, accumulated in double in a fixed order: the same
-  // bits whatever the number of threads.
-  double grad_sq_sum() const;
-  float grad_norm() const;  // sqrt(grad_sq_sum())
+  // Σ g² over the owned gradients, accumulated in double in a fixed order: the same bits
+  // whatever the number of threads. Parameters replicated over the TP group are left out when
+  // `include_replicated` is false, so that across TP ranks each is counted once.
+  double grad_sq_sum(bool include_replicated = true) const;
+  float grad_norm() const;  // sqrt(grad_sq_sum()), one process
 
-  // Scales every gradient by clip_grad / (norm + 1e-6) when that is below 1 (and clip_grad > 0).
-  // `norm` is the global gradient norm. Returns the factor applied (1 when none).
+  // Scales the owned gradients by clip_grad / (norm + 1e-6) when that is below 1 (and
+  // clip_grad > 0). `norm` is the global gradient norm. Returns the factor applied (1 when none).
   float clip(float norm);
 
-  // One AdamW update of every parameter at learning rate `lr`; the step count goes up first,
-  // so the first call uses step 1 in the bias corrections.
+  // One AdamW update of the owned parameters at learning rate `lr`; the step count goes up
+  // first, so the first call uses step 1 in the bias corrections.
   void step(float lr);
 
-  // State, for checkpoints: m and v have numel() floats each, laid out like the gradients.
+  // State, for checkpoints: m and v hold numel() floats each, the owned ranges in order.
   const OptimizerConfig& config() const { return config_; }
-  int64_t numel() const { return params_.numel(); }
+  const std::vector<FlatRange>& owned() const { return owned_; }
+  int64_t numel() const { return state_numel_; }
   float* exp_avg() { return m_.get(); }
   float* exp_avg_sq() { return v_.get(); }
   const float* exp_avg() const { return m_.get(); }
@@ -55,8 +65,15 @@ class AdamW {
   void set_step_count(int64_t step) { step_ = step; }
 
  private:
+  // Calls f(param, first element, count, state offset) for every piece of a parameter that lies
+  // in an owned range, in flat order.
+  template <typename F>
+  void for_each_owned_piece(F&& f) const;
+
   ParamRegistry& params_;
   OptimizerConfig config_;
+  std::vector<FlatRange> owned_;
+  int64_t state_numel_ = 0;
   std::shared_ptr<float> m_, v_;  // (numel)
   int64_t step_ = 0;
 };

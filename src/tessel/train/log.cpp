@@ -10,9 +10,9 @@
 namespace tessel {
 
 TrainLog::TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path,
-                   bool progress)
+                   bool progress, bool quiet)
     : train_iters_(train_iters), log_interval_(log_interval > 0 ? log_interval : 1),
-      progress_(progress) {
+      progress_(progress && !quiet), quiet_(quiet) {
   if (!json_path.empty()) {
     json_ = std::fopen(json_path.c_str(), "w");
     TESSEL_CHECK(json_ != nullptr, "{}: cannot open --log-json file for writing", json_path);
@@ -45,6 +45,7 @@ void TrainLog::iteration(const IterationStats& s) {
 }
 
 void TrainLog::message(const std::string& line) {
+  if (quiet_) return;
   if (progress_drawn_) std::fputs("\r\033[K", stdout);
   std::fputs((line + "\n").c_str(), stdout);
   std::fflush(stdout);

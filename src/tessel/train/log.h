@@ -19,8 +19,10 @@ struct IterationStats {
 
 class TrainLog {
  public:
-  // json_path may be empty; progress draws a live line between logged iterations.
-  TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path, bool progress);
+  // json_path may be empty; progress draws a live line between logged iterations; a quiet log
+  // (every rank but the first) prints nothing.
+  TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path, bool progress,
+           bool quiet = false);
   ~TrainLog();
   TrainLog(const TrainLog&) = delete;
   TrainLog& operator=(const TrainLog&) = delete;
@@ -33,6 +35,7 @@ class TrainLog {
 
   int64_t train_iters_, log_interval_;
   bool progress_;
+  bool quiet_;
   std::FILE* json_ = nullptr;
   double elapsed_s_ = 0;
   bool progress_drawn_ = false;

@@ -4,34 +4,20 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "tessel/ckpt/hf.h"
+#include "tessel/comm/groups.h"
 #include "tessel/core/error.h"
 #include "tessel/kernels/cpu/gemm.h"
 #include "tessel/model/transformer.h"
+#include "tessel/parallel/data_parallel.h"
 
 namespace tessel {
 
 namespace {
-
-void validate(const ModelConfig& model, const TrainOptions& o, const Tokenizer& tokenizer) {
-  std::vector<std::string> v = model.violations();
-  if (o.micro_batch_size <= 0) v.push_back("--micro-batch-size must be positive");
-  if (o.global_batch_size <= 0) v.push_back("--global-batch-size must be positive");
-  if (o.micro_batch_size > 0 && o.global_batch_size % o.micro_batch_size != 0)
-    v.push_back(fmt::format("--global-batch-size {} is not divisible by --micro-batch-size {}",
-                            o.global_batch_size, o.micro_batch_size));
-  if (o.lr.train_iters < 0) v.push_back("--train-iters must not be negative");
-  if (model.vocab_size < tokenizer.vocab_size())
-    v.push_back(fmt::format("--vocab-size {} is smaller than the tokenizer's {}", model.vocab_size,
-                            tokenizer.vocab_size()));
-  if (o.data_path.empty()) v.push_back("--data-path is required");
-  if (v.empty()) return;
-  std::string msg = "invalid configuration: " + v[0];
-  for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
-  throw Error(msg);
-}
 
 // GEMM throughput over the profiled iterations, and peak memory against what the model needs:
 // parameters, gradients and Adam's two moments (4 floats per parameter), one microbatch's saved
@@ -57,18 +43,63 @@ void report_profile(TrainLog& log, double seconds, const ParamRegistry& params,
                           saved / mib, scratch / mib));
 }
 
+// The whole model as Hugging Face tensors: TP shards gathered (every TP rank takes part), then
+// written by the first rank only.
+void export_gathered(const ParamRegistry& params, const ModelConfig& cfg, const std::string& dir,
+                     ProcessGroups& groups) {
+  ParamRegistry whole;
+  for (const Param& p : params.params())
+    whole.add(p.name, p.global_shape, p.init, p.init_std, p.weight_decay);
+  whole.finalize();
+  for (size_t i = 0; i < params.params().size(); ++i) {
+    std::vector<float> g = gather_global(params.params()[i], groups.tp());
+    std::copy(g.begin(), g.end(), whole.params()[i].value);
+  }
+  if (groups.world_rank() == 0) export_hf(whole, cfg, dir);
+}
+
 }  // namespace
 
-std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o) {
+void validate_training(const ModelConfig& model, const TrainOptions& o) {
+  std::vector<std::string> v = model.violations();
+  if (o.micro_batch_size <= 0) v.push_back("--micro-batch-size must be positive");
+  if (o.global_batch_size <= 0) v.push_back("--global-batch-size must be positive");
+  if (o.lr.train_iters < 0) v.push_back("--train-iters must not be negative");
+  if (model.vocab_size < ByteTokenizer().vocab_size())
+    v.push_back(fmt::format("--vocab-size {} is smaller than the byte tokenizer's 256",
+                            model.vocab_size));
+  if (o.data_path.empty()) v.push_back("--data-path is required");
+  if (o.ddp_bucket_size <= 0) v.push_back("--ddp-bucket-size must be positive");
+  std::vector<std::string> layout = layout_violations(o.parallel);
+  // The model and batch rules need a valid layout (they use DP).
+  if (layout.empty())
+    layout = training_violations(o.parallel, model, o.micro_batch_size, o.global_batch_size);
+  for (std::string& m : layout)
+    if (std::find(v.begin(), v.end(), m) == v.end()) v.push_back(std::move(m));
+  const ParallelConfig& pc = o.parallel;
+  if (pc.pp > 1) v.push_back("--pipeline-model-parallel-size > 1 is not supported yet");
+  if (pc.cp > 1) v.push_back("--context-parallel-size > 1 is not supported yet");
+  if (pc.ep > 1) v.push_back("--expert-model-parallel-size > 1 is not supported yet (no MoE)");
+  if (v.empty()) return;
+  std::string msg = "invalid configuration: " + v[0];
+  for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
+  throw ConfigError(msg);
+}
+
+std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
+                                  ProcessGroups& groups) {
+  validate_training(cfg, o);
   ByteTokenizer tokenizer;
-  validate(cfg, o, tokenizer);
   TokenDataset data(o.data_path, tokenizer);
   Sampler sampler(data, cfg.seq_length, o.global_batch_size, o.sampling, o.seed);
   LrSchedule schedule(o.lr);
+  const ParallelConfig& pc = o.parallel;
+  const bool first_rank = groups.world_rank() == 0;
 
   ParamRegistry params;
   const ChunkSpec whole{0, cfg.num_layers, true, true};
-  TransformerChunk model(cfg, whole, o.micro_batch_size, params);
+  const TensorParallel tp{&groups.tp(), pc.sequence_parallel};
+  TransformerChunk model(cfg, whole, o.micro_batch_size, tp, params);
   params.finalize();
   model.bind(params);
   if (o.init_from.empty()) {
@@ -76,25 +107,41 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o)
   } else {
     load_hf_weights(params, cfg, o.init_from);
   }
-  AdamW optimizer(params, o.optimizer);
+  Comm& dp = groups.dp();
+  DataParallel data_parallel(params, dp, pc.distributed_optimizer, o.ddp_bucket_size);
+  AdamW optimizer(params, o.optimizer, data_parallel.owned_ranges());
+  // Gradients of parameters replicated over TP come from this rank's rows alone under sequence
+  // parallel: they are summed over TP before the DP reduction sees them.
+  const bool sync_replicated = pc.sequence_parallel && tp.size() > 1;
+  const std::function<void(int)> grad_ready = [&](int index) {
+    Param& p = params.params()[index];
+    if (sync_replicated && p.replicated()) groups.tp().all_reduce(p.grad, p.numel());
+    data_parallel.grad_ready(index);
+  };
 
-  TrainLog log(o.lr.train_iters, o.log_interval, o.log_json, o.progress);
+  TrainLog log(o.lr.train_iters, o.log_interval, first_rank ? o.log_json : std::string(),
+               o.progress && first_rank, !first_rank);
   log.message(fmt::format("model: {} | {} layers | hidden {} | heads {} | ffn {} | seq {} | vocab {} "
                           "| {:.2f}M parameters",
                           arch_name(cfg.arch), cfg.num_layers, cfg.hidden_size,
                           cfg.num_attention_heads, cfg.ffn_size(), cfg.seq_length, cfg.vocab_size,
                           params.numel() / 1e6));
-  log.message(fmt::format("data: {} | {} tokens | {} samples of {} | global batch {} = {} "
-                          "microbatches of {}",
+  const int64_t microbatches = o.global_batch_size / (o.micro_batch_size * dp.size());
+  log.message(fmt::format("data: {} | {} tokens | {} samples of {} | global batch {} = micro "
+                          "batch {} × DP {} × {} microbatches",
                           o.data_path, data.size(), sampler.num_samples(), cfg.seq_length,
-                          o.global_batch_size, o.global_batch_size / o.micro_batch_size,
-                          o.micro_batch_size));
+                          o.global_batch_size, o.micro_batch_size, dp.size(), microbatches));
+  if (groups.world().size() > 1)
+    log.message(fmt::format("parallel: world {} = TP {} × DP {}{}{} | order {}", groups.world().size(),
+                            tp.size(), dp.size(), pc.sequence_parallel ? " | sequence parallel" : "",
+                            pc.distributed_optimizer ? " | distributed optimizer" : "", pc.order));
 
   // Sized once; every iteration reuses them.
   ChunkActivations acts = model.make_activations();
   const int64_t S = cfg.seq_length, mb = o.micro_batch_size;
   std::vector<int32_t> tokens(mb * S), targets(mb * S);
-  const int64_t microbatches = o.global_batch_size / mb;
+  // This DP rank's share of the global batch: positions [first, first + G / DP).
+  const int64_t first_sample = groups.coords().dp * (o.global_batch_size / dp.size());
   const double batch_tokens = static_cast<double>(o.global_batch_size) * S;
   // The loss is the mean over every token of the global batch (DESIGN invariant 1).
   const float grad_scale = static_cast<float>(1.0 / batch_tokens);
@@ -110,17 +157,27 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o)
     params.zero_grads();
     double loss_sum = 0;
     for (int64_t m = 0; m < microbatches; ++m) {
-      sampler.fill(it - 1, m * mb, mb, tokens.data(), targets.data());
+      sampler.fill(it - 1, first_sample + m * mb, mb, tokens.data(), targets.data());
       loss_sum += model.forward(acts, tokens.data(), nullptr, targets.data(), grad_scale);
-      model.backward(acts, nullptr, nullptr);
+      const bool last = m == microbatches - 1;
+      if (last) data_parallel.arm();
+      model.backward(acts, nullptr, nullptr, last ? grad_ready : std::function<void(int)>());
     }
+    data_parallel.finish_grad_reduction();
+    dp.all_reduce(&loss_sum, 1);
+    // The norm counts every parameter once: TP shards summed, TP-replicated ones from TP rank 0
+    // only, and the distributed optimizer's DP slices summed.
+    double sq = optimizer.grad_sq_sum(tp.rank() == 0);
+    groups.tp().all_reduce(&sq, 1);
+    if (pc.distributed_optimizer) dp.all_reduce(&sq, 1);
     IterationStats s;
     s.iteration = it;
     s.loss = loss_sum / batch_tokens;
-    s.grad_norm = optimizer.grad_norm();
+    s.grad_norm = std::sqrt(sq);
     optimizer.clip(static_cast<float>(s.grad_norm));
     s.lr = schedule.at(it);
     optimizer.step(static_cast<float>(s.lr));
+    data_parallel.gather_params();
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     s.iteration_time_ms = took.count() * 1000.0;
     s.tokens_per_s = batch_tokens / took.count();
@@ -130,7 +187,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o)
   }
   if (o.profile) report_profile(log, profiled_seconds, params, model, acts);
   if (!o.save_hf.empty()) {
-    export_hf(params, cfg, o.save_hf);
+    export_gathered(params, cfg, o.save_hf, groups);
     log.message(fmt::format("saved {}/model.safetensors and config.json", o.save_hf));
   }
   return history;

@@ -10,6 +10,7 @@
 #include "tessel/model/config.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/lr_schedule.h"
+#include "tessel/parallel/layout.h"
 #include "tessel/train/log.h"
 
 namespace tessel {
@@ -28,10 +29,19 @@ struct TrainOptions {
   LrScheduleConfig lr;  // train_iters is taken from here
   bool progress = false;  // live progress line (when stdout is a terminal)
   bool profile = false;   // report GEMM throughput and memory at the end
+  ParallelConfig parallel;
+  int64_t ddp_bucket_size = int64_t{1} << 22;  // floats per gradient-reduction bucket
 };
 
+class ProcessGroups;
 
-// Trains and returns every iteration's statistics.
-std::vector<IterationStats> train(const ModelConfig& model, const TrainOptions& options);
+
+// Every rule the configuration breaks — model, batch, parallel layout — in one tessel::Error.
+void validate_training(const ModelConfig& model, const TrainOptions& options);
+
+// Trains on this rank's part of the layout and returns every iteration's statistics (the same
+// on every rank). `groups` holds this rank's communicators (ProcessGroups::single() alone).
+std::vector<IterationStats> train(const ModelConfig& model, const TrainOptions& options,
+                                  ProcessGroups& groups);
 
 }  // namespace tessel

@@ -9,35 +9,29 @@
 
 namespace tessel::cpu {
 
-static void check_targets(const int32_t* targets, int64_t N, int64_t V) {
-  for (int64_t n = 0; n < N; ++n) {
-    TESSEL_CHECK(targets[n] >= 0 && targets[n] < V,
-                 "cross_entropy: target {} of row {} is outside the vocabulary [0, {})", targets[n],
-                 n, V);
-  }
-}
-
-void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                           int64_t N, int64_t V) {
-  check_targets(targets, N, V);
+void cross_entropy_partial_forward(float* row_max, float* row_sumexp, float* target_logit,
+                                   const float* logits, const int32_t* targets,
+                                   int64_t vocab_start, int64_t N, int64_t V, int64_t V_valid) {
 #pragma omp parallel for schedule(static) if (worth_parallel(N * V))
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * V;  // (V)
-    float max = x[0];
+    float max = -INFINITY;
 #pragma omp simd reduction(max : max)
-    for (int64_t v = 0; v < V; ++v) max = x[v] > max ? x[v] : max;
+    for (int64_t v = 0; v < V_valid; ++v) max = x[v] > max ? x[v] : max;
     // Subtracting the max keeps every exp in (0, 1]: no overflow, and the largest term is exact.
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < V; ++v) sum += exp_approx(x[v] - max);
-    lse[n] = max + std::log(sum);
-    losses[n] = lse[n] - x[targets[n]];
+    for (int64_t v = 0; v < V_valid; ++v) sum += exp_approx(x[v] - max);
+    row_max[n] = max;
+    row_sumexp[n] = sum;
+    const int64_t t = targets[n] - vocab_start;
+    target_logit[n] = t >= 0 && t < V_valid ? x[t] : 0.0f;
   }
 }
 
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
-                            const int32_t* targets, float grad_scale, int64_t N, int64_t V) {
-  check_targets(targets, N, V);
+                            const int32_t* targets, int64_t vocab_start, float grad_scale,
+                            int64_t N, int64_t V, int64_t V_valid) {
 #pragma omp parallel for schedule(static) if (worth_parallel(N * V))
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * V;  // (V)
@@ -45,8 +39,10 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
     const float l = lse[n];
     // simd: each element reads x[v] before writing d[v], which is safe when d == x.
 #pragma omp simd
-    for (int64_t v = 0; v < V; ++v) d[v] = exp_approx(x[v] - l) * grad_scale;
-    d[targets[n]] -= grad_scale;
+    for (int64_t v = 0; v < V_valid; ++v) d[v] = exp_approx(x[v] - l) * grad_scale;
+    for (int64_t v = V_valid; v < V; ++v) d[v] = 0.0f;
+    const int64_t t = targets[n] - vocab_start;
+    if (t >= 0 && t < V_valid) d[t] -= grad_scale;
   }
 }
 

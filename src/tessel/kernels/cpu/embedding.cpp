@@ -10,7 +10,11 @@ void embedding_forward(float* out, const int32_t* tokens, const int32_t* positio
                        const float* wte, const float* wpe, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static) if (worth_parallel(N * C))
   for (int64_t n = 0; n < N; ++n) {
-    float* out_n = out + n * C;                // (C)
+    float* out_n = out + n * C;  // (C)
+    if (tokens[n] < 0) {         // another tensor-parallel rank's part of the vocabulary
+      std::fill(out_n, out_n + C, 0.0f);
+      continue;
+    }
     const float* wte_n = wte + tokens[n] * C;  // (C)
     if (wpe == nullptr) {
       std::copy(wte_n, wte_n + C, out_n);
@@ -32,6 +36,7 @@ static void scatter_add_rows(float* table, const float* dout, const int32_t* ind
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t c0 = b * block, width = std::min(block, C - c0);
     for (int64_t n = 0; n < N; ++n) {
+      if (index[n] < 0) continue;
       float* row = table + index[n] * C + c0;
       const float* d = dout + n * C + c0;
       for (int64_t c = 0; c < width; ++c) row[c] += d[c];

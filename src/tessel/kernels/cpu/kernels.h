@@ -17,6 +17,8 @@ namespace tessel::cpu {
 
 // ---- embeddings ---------------------------------------------------------------------------
 // out (N, C) = wte[tokens[n]] (+ wpe[positions[n]] when wpe != nullptr). Overwrites out.
+// A token id of -1 (a vocabulary row held by another tensor-parallel rank) gives a zero row
+// and no gradient.
 void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions,
                        const float* wte, const float* wpe, int64_t N, int64_t C);
 // dwte[tokens[n]] += dout[n]; dwpe[positions[n]] += dout[n] (when dwpe != nullptr).
@@ -62,6 +64,11 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC,
                      WeightLayout layout);
 
+// The bias alone, for a row-parallel linear whose bias is added after the partial sums are
+// reduced: out (N, OC) += bias; dbias (OC) += Σ_n dout[n].
+void bias_forward(float* out, const float* bias, int64_t N, int64_t OC);
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC);
+
 // ---- rotary position embedding (Hugging Face Llama, rotate-half) ---------------------------
 // cos/sin tables (max_pos, head_dim/2): angle[p][i] = p · base^(-2i/head_dim).
 void rope_tables(float* cos, float* sin, int64_t max_pos, int64_t head_dim, float base);
@@ -89,13 +96,21 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         int64_t k_ld, int64_t v_ld, bool causal);
 
 // ---- loss -----------------------------------------------------------------------------------
-// losses (N) = lse[n] - logits[n][targets[n]], lse (N) = log Σ_v exp(logits[n][v]).
-void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                           int64_t N, int64_t V);
-// In place allowed (dlogits may equal logits): dlogits = (softmax(logits) - onehot) · grad_scale.
-// Overwrites. grad_scale is d(loss)/d(losses[n]), e.g. 1 / (tokens in the global batch).
+// The vocabulary may be split over tensor-parallel ranks: this shard holds columns
+// [vocab_start, vocab_start + V) of the logits, of which the first V_valid are real entries (the
+// rest pad the vocabulary to a multiple of 128·TP and never count). Per row n:
+//   row_max[n] = max over valid columns, row_sumexp[n] = Σ exp(x - row_max[n]),
+//   target_logit[n] = x[targets[n] - vocab_start] when the target is in this shard, else 0.
+// The caller combines the shards (max, then sums) into lse = log Σ exp and the loss lse - target.
+void cross_entropy_partial_forward(float* row_max, float* row_sumexp, float* target_logit,
+                                   const float* logits, const int32_t* targets,
+                                   int64_t vocab_start, int64_t N, int64_t V, int64_t V_valid);
+// In place allowed (dlogits may equal logits): dlogits = (softmax(logits) - onehot) · grad_scale
+// on valid columns, 0 on padding; overwrites. lse (N) is the global log Σ exp of each row.
+// grad_scale is d(loss)/d(loss of one token), e.g. 1 / (tokens in the global batch).
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
-                            const int32_t* targets, float grad_scale, int64_t N, int64_t V);
+                            const int32_t* targets, int64_t vocab_start, float grad_scale,
+                            int64_t N, int64_t V, int64_t V_valid);
 
 // ---- optimizer ------------------------------------------------------------------------------
 // AdamW as torch.optim.AdamW: p -= lr·wd·p; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;

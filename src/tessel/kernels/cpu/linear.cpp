@@ -14,7 +14,10 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
   } else {
     gemm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);  // inp · Wᵀ
   }
-  if (bias == nullptr) return;
+  if (bias != nullptr) bias_forward(out, bias, N, OC);
+}
+
+void bias_forward(float* out, const float* bias, int64_t N, int64_t OC) {
 #pragma omp parallel for schedule(static) if (worth_parallel(N * OC))
   for (int64_t n = 0; n < N; ++n) {
     float* o = out + n * OC;  // (OC)
@@ -22,9 +25,9 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
   }
 }
 
-// dbias (OC) += Σ_n dout[n]. Threads split the columns and add the rows in order, so the sum is
-// the same on every run and for every thread count.
-static void add_column_sums(float* dbias, const float* dout, int64_t N, int64_t OC) {
+// Threads split the columns and add the rows in order, so the sum is the same on every run and
+// for every thread count.
+void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC) {
   constexpr int64_t block = 64;
   const int64_t blocks = (OC + block - 1) / block;
 #pragma omp parallel for schedule(static) if (worth_parallel(N * OC))
@@ -56,7 +59,7 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
       gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);  // doutᵀ · inp
     }
   }
-  if (dbias != nullptr) add_column_sums(dbias, dout, N, OC);
+  if (dbias != nullptr) bias_backward(dbias, dout, N, OC);
 }
 
 }  // namespace tessel::cpu

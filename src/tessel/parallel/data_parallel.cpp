@@ -1,0 +1,107 @@
+#include "tessel/parallel/data_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tessel {
+
+DataParallel::DataParallel(ParamRegistry& params, Comm& dp, bool distributed_optimizer,
+                           int64_t bucket_floats)
+    : params_(params), dp_(dp), distributed_(distributed_optimizer) {
+  const std::vector<Param>& ps = params.params();
+  bucket_of_.assign(ps.size(), -1);
+  // Backward finishes the last parameters first: buckets are cut from the end of the buffer.
+  for (int i = static_cast<int>(ps.size()) - 1; i >= 0; --i) {
+    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_floats) {
+      buckets_.emplace_back();
+      buckets_.back().end = ps[i].offset + ps[i].numel();
+    }
+    buckets_.back().begin = ps[i].offset;
+    bucket_of_[i] = static_cast<int>(buckets_.size()) - 1;
+  }
+  const int dp_size = dp_.size();
+  for (Bucket& b : buckets_) b.shard = (b.end - b.begin + dp_size - 1) / dp_size;
+  if (distributed_) {
+    for (const Bucket& b : buckets_) {
+      staging_.emplace_back(b.shard * dp_size, 0.0f);
+      slices_.emplace_back(b.shard, 0.0f);
+    }
+  }
+}
+
+std::vector<FlatRange> DataParallel::owned_ranges() const {
+  if (!distributed_) return {{0, params_.numel()}};
+  std::vector<FlatRange> owned;
+  for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {  // ascending offsets
+    const int64_t begin = std::min(it->end, it->begin + dp_.rank() * it->shard);
+    const int64_t end = std::min(it->end, begin + it->shard);
+    if (begin < end) owned.push_back({begin, end});
+  }
+  return owned;
+}
+
+void DataParallel::arm() {
+  armed_ = true;
+  for (Bucket& b : buckets_) {
+    b.pending = 0;
+    b.started = false;
+  }
+  for (int bucket : bucket_of_) ++buckets_[bucket].pending;
+}
+
+void DataParallel::grad_ready(int index) {
+  if (!armed_) return;
+  Bucket& b = buckets_[bucket_of_[index]];
+  if (--b.pending == 0) start(b);
+  // Give the reductions already in flight a chance to progress while backward goes on.
+  for (Bucket& other : buckets_)
+    if (other.started) other.request.test();
+}
+
+void DataParallel::start(Bucket& b) {
+  b.started = true;
+  float* grads = params_.grads() + b.begin;
+  const int64_t n = b.end - b.begin;
+  if (dp_.size() == 1) return;
+  if (!distributed_) {
+    b.request = dp_.all_reduce_async(grads, n);
+    return;
+  }
+  const size_t i = &b - buckets_.data();
+  std::memcpy(staging_[i].data(), grads, sizeof(float) * n);  // the padding stays 0
+  b.request = dp_.reduce_scatter_async(staging_[i].data(), slices_[i].data(), b.shard);
+}
+
+void DataParallel::finish_grad_reduction() {
+  for (Bucket& b : buckets_)
+    if (!b.started) start(b);
+  for (Bucket& b : buckets_) b.request.wait();
+  armed_ = false;
+  if (!distributed_ || dp_.size() == 1) return;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const Bucket& b = buckets_[i];
+    const int64_t begin = std::min(b.end, b.begin + dp_.rank() * b.shard);
+    const int64_t end = std::min(b.end, begin + b.shard);
+    if (begin < end)
+      std::memcpy(params_.grads() + begin, slices_[i].data(), sizeof(float) * (end - begin));
+  }
+}
+
+void DataParallel::gather_params() {
+  if (!distributed_ || dp_.size() == 1) return;
+  std::vector<Request> requests;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const Bucket& b = buckets_[i];
+    const int64_t begin = std::min(b.end, b.begin + dp_.rank() * b.shard);
+    const int64_t end = std::min(b.end, begin + b.shard);
+    if (begin < end)
+      std::memcpy(slices_[i].data(), params_.values() + begin, sizeof(float) * (end - begin));
+    requests.push_back(dp_.all_gather_async(slices_[i].data(), staging_[i].data(), b.shard));
+  }
+  wait_all(requests);
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    std::memcpy(params_.values() + buckets_[i].begin, staging_[i].data(),
+                sizeof(float) * (buckets_[i].end - buckets_[i].begin));
+}
+
+}  // namespace tessel
