@@ -204,7 +204,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   if (*train_cmd) {
     t.sampling = parse_sampling(sampling);
     t.lr.style = parse_lr_decay_style(decay_style);
-    t.progress = isatty(STDOUT_FILENO) != 0;
+    // The live progress line only for a terminal, and not through mpirun's forwarded output.
+    t.progress = isatty(STDOUT_FILENO) != 0 && !runtime.active();
     ModelConfig cfg = train_model.resolve(t.init_from);
     cfg.make_vocab_size_divisible_by = train_model.flags.make_vocab_size_divisible_by;
     pc.world = runtime.world_size();
