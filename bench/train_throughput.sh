@@ -5,7 +5,7 @@
 # each pair gives a ratio and the summary is the median ratio (bench/README.md).
 #
 #   bench/train_throughput.sh [--rounds R] [--iters N] [--warmup W] CONFIG THREADS
-#   bench/train_throughput.sh --gemm [--rounds R] small 1
+#   bench/train_throughput.sh --gemm [--rounds R] CONFIG THREADS
 #
 # CONFIG is tiny or small. Each run does W untimed iterations, then N timed ones. tessel's rate is
 # the median tokens_per_s of the timed iterations in its --log-json; PyTorch's is batch·seq over
