@@ -17,6 +17,8 @@
 #include "tessel/model/transformer.h"
 #include "tessel/train/trainer.h"
 
+#include "layout_command.h"
+
 #ifndef TESSEL_DEFAULT_DATA
 #define TESSEL_DEFAULT_DATA "data/kjv-genesis-esther.txt"
 #endif
@@ -167,6 +169,8 @@ int run(int argc, char** argv) {
   export_cmd->add_option("--seed", export_seed, "initialisation seed")->capture_default_str();
   export_cmd->add_option("--init-from", export_init, "weights to convert instead of a fresh initialisation");
 
+  LayoutCommand layout_cmd(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -206,6 +210,8 @@ int run(int argc, char** argv) {
     export_hf(params, cfg, out_dir);
     fmt::print("wrote {}/model.safetensors and config.json ({:.2f}M parameters)\n", out_dir,
                params.numel() / 1e6);
+  } else if (layout_cmd.selected()) {
+    layout_cmd.run();
   }
   return 0;
 }

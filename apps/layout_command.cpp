@@ -1,0 +1,258 @@
+#include "layout_command.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+namespace {
+
+// The axes a rank has a coordinate on, each with its own group kind; the combined kinds (dp_cp,
+// mp, ...) are listed after the table.
+constexpr std::array<GroupKind, 7> kAxisKinds = {GroupKind::TP, GroupKind::CP, GroupKind::DP, GroupKind::PP,
+                                                 GroupKind::ETP, GroupKind::EP, GroupKind::EDP};
+
+const char* group_kind_role(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::TP: return "tensor parallel: splits each layer's weights";
+    case GroupKind::CP: return "context parallel: splits the sequence";
+    case GroupKind::DP: return "data parallel: same weights, other samples";
+    case GroupKind::DP_CP: return "data × context: gradients are reduced here";
+    case GroupKind::PP: return "pipeline: one rank per stage";
+    case GroupKind::TP_CP: return "tensor × context";
+    case GroupKind::MP: return "model parallel: tensor × pipeline";
+    case GroupKind::TP_DP_CP: return "tensor × data × context";
+    case GroupKind::Embedding: return "first and last pipeline stage: the tied embedding";
+    case GroupKind::EP: return "expert parallel: splits the experts";
+    case GroupKind::ETP: return "expert tensor parallel";
+    case GroupKind::EDP: return "expert data parallel";
+    case GroupKind::TP_EP: return "expert tensor × expert parallel";
+  }
+  return "";
+}
+
+// (0,1,2) as the seed writes groups.
+std::string group_text(const std::vector<int>& group) {
+  if (group.empty()) return "(none)";
+  return "(" + fmt::format("{}", fmt::join(group, ",")) + ")";
+}
+
+// "rank 0 heads 0–3, rank 1 heads 4–7": `count` things split evenly over TP.
+std::string split_text(int count, int tp, const char* one, const char* many) {
+  const int per = count / tp;
+  std::vector<std::string> parts;
+  for (int r = 0; r < tp; ++r) {
+    if (per == 1) parts.push_back(fmt::format("rank {} {} {}", r, one, r));
+    else parts.push_back(fmt::format("rank {} {} {}–{}", r, many, r * per, (r + 1) * per - 1));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+void print_summary(const Layout& layout) {
+  const ParallelConfig& c = layout.config();
+  fmt::print("world {} = TP {} × CP {} × PP {} × DP {}   (order {}, first axis varies fastest)\n",
+             c.world, c.tp, c.cp, c.pp, c.dp(), c.order);
+  fmt::print("DP = world / (TP × CP × PP) = {} / ({} × {} × {}) = {}\n", c.world, c.tp, c.cp, c.pp, c.dp());
+  fmt::print("expert layers: world {} = ETP {} × EP {} × PP {} × EDP {}, EDP = {} / ({} × {} × {}) = {}\n",
+             c.world, c.expert_tp(), c.ep, c.pp, c.expert_dp(), c.world, c.expert_tp(), c.ep, c.pp,
+             c.expert_dp());
+}
+
+void print_batch(int64_t micro_batch, int dp, int64_t microbatches) {
+  fmt::print("global batch = micro batch × DP × microbatches = {} × {} × {} = {}\n", micro_batch, dp,
+             microbatches, micro_batch * dp * microbatches);
+}
+
+void print_model_split(const ModelConfig& m, int tp, bool heads, bool groups, bool mlp) {
+  fmt::print("TP {} splits the model:\n", tp);
+  if (heads) {
+    fmt::print("  attention heads: {} / TP {} = {} per TP rank\n", m.num_attention_heads, tp,
+               m.num_attention_heads / tp);
+    fmt::print("  attention heads per TP rank: {}\n", split_text(m.num_attention_heads, tp, "head", "heads"));
+  }
+  if (groups) {
+    fmt::print("  query groups (key/value heads): {} / TP {} = {} per TP rank\n", m.query_groups(), tp,
+               m.query_groups() / tp);
+    fmt::print("  query groups per TP rank: {}\n", split_text(m.query_groups(), tp, "group", "groups"));
+  }
+  if (mlp) {
+    const int C = m.hidden_size, F = m.ffn_size();
+    fmt::print("  MLP {} → {} → {}: {} / TP {} = {} neurons per TP rank\n", C, F, C, F, tp, F / tp);
+    fmt::print("  MLP neurons per TP rank: {}\n", split_text(F, tp, "neuron", "neurons"));
+    fmt::print("  the first linear{} is split by columns: each TP rank computes its own neurons;\n",
+               m.arch == Arch::Llama ? " (gate and up)" : "");
+    fmt::print("  the second linear is split by rows: the TP ranks' partial sums ({} values per token) "
+               "are all-reduced\n", C);
+  }
+}
+
+// One row per rank: its coordinates, then its group on every axis whose groups have more than one
+// rank.
+void print_table(const Layout& layout) {
+  std::vector<GroupKind> shown;
+  for (GroupKind kind : kAxisKinds)
+    if (layout.groups(kind).front().size() > 1) shown.push_back(kind);
+  std::vector<std::string> lines(layout.world() + 1);
+  lines[0] = "rank | tp cp dp pp | etp ep edp";
+  for (int r = 0; r < layout.world(); ++r) {
+    RankCoords c = layout.coords(r);
+    lines[r + 1] = fmt::format("{:>4} | {:>2} {:>2} {:>2} {:>2} | {:>3} {:>2} {:>3}", r, c.tp, c.cp, c.dp,
+                               c.pp, c.etp, c.ep, c.edp);
+  }
+  // One column per shown kind, as wide as its widest cell.
+  for (size_t i = 0; i < shown.size(); ++i) {
+    std::vector<std::string> cells = {std::string(group_kind_name(shown[i])) + " group"};
+    for (int r = 0; r < layout.world(); ++r) cells.push_back(group_text(layout.group_of(shown[i], r)));
+    size_t width = 0;
+    for (const std::string& cell : cells) width = std::max(width, cell.size());
+    for (size_t row = 0; row < lines.size(); ++row)
+      lines[row] += (i == 0 ? " | " : "  ") +
+                    (i + 1 == shown.size() ? cells[row] : fmt::format("{:<{}}", cells[row], width));
+  }
+  fmt::print("\n");
+  for (const std::string& line : lines) fmt::print("{}\n", line);
+}
+
+void print_group_lists(const Layout& layout) {
+  fmt::print("\ngroups, in Megatron-Core's order:\n");
+  for (GroupKind kind : kAllGroupKinds) {
+    const std::vector<std::vector<int>>& groups = layout.groups(kind);
+    std::vector<std::string> texts;
+    for (const std::vector<int>& g : groups) texts.push_back(group_text(g));
+    fmt::print("  {:<10} {} group{} of {}: {}\n", group_kind_name(kind), groups.size(),
+               groups.size() == 1 ? "" : "s", groups.front().size(), fmt::join(texts, " "));
+  }
+}
+
+void print_rank(const Layout& layout, int rank) {
+  RankCoords c = layout.coords(rank);
+  fmt::print("\nrank {}: tp {}, cp {}, dp {}, pp {}; expert layers: etp {}, ep {}, edp {}\n", rank, c.tp, c.cp,
+             c.dp, c.pp, c.etp, c.ep, c.edp);
+  std::vector<std::string> texts;
+  size_t width = 0;
+  for (GroupKind kind : kAllGroupKinds) {
+    const std::vector<int>& g = layout.group_of(kind, rank);
+    texts.push_back(g.empty() ? "(none: a middle pipeline stage)" : group_text(g));
+    width = std::max(width, texts.back().size());
+  }
+  for (int k = 0; k < kNumGroupKinds; ++k)
+    fmt::print("  {:<10} {:<{}}   {}\n", group_kind_name(kAllGroupKinds[k]), texts[k], width,
+               group_kind_role(kAllGroupKinds[k]));
+}
+
+nlohmann::ordered_json layout_json(const Layout& layout) {
+  nlohmann::ordered_json j;
+  j["world"] = layout.world();
+  j["order"] = layout.config().order;
+  nlohmann::ordered_json groups = nlohmann::ordered_json::object();
+  for (GroupKind kind : kAllGroupKinds) groups[group_kind_name(kind)] = layout.groups(kind);
+  j["groups"] = std::move(groups);
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (int r = 0; r < layout.world(); ++r) {
+    RankCoords c = layout.coords(r);
+    ranks.push_back({{"rank", r}, {"tp", c.tp}, {"cp", c.cp}, {"dp", c.dp}, {"pp", c.pp},
+                     {"ep", c.ep}, {"etp", c.etp}, {"edp", c.edp}});
+  }
+  j["ranks"] = std::move(ranks);
+  return j;
+}
+
+}  // namespace
+
+LayoutCommand::LayoutCommand(CLI::App& app) {
+  cmd_ = app.add_subcommand("layout", "show the process groups, batch and model split of a parallel layout");
+  CLI::App& c = *cmd_;
+  c.add_option("--world", config_.world, "number of ranks")->required();
+  c.add_option("--tp,--tensor-model-parallel-size", config_.tp, "tensor parallel size")->capture_default_str();
+  c.add_option("--pp,--pipeline-model-parallel-size", config_.pp, "pipeline stages")->capture_default_str();
+  c.add_option("--cp,--context-parallel-size", config_.cp, "context parallel size")->capture_default_str();
+  c.add_option("--ep,--expert-model-parallel-size", config_.ep, "expert parallel size")->capture_default_str();
+  c.add_option("--etp,--expert-tensor-parallel-size", config_.etp, "expert tensor parallel size (default: TP)");
+  c.add_option("--order", config_.order, "axes, the first varying fastest")->capture_default_str();
+  rank_opt_ = c.add_option("--rank", rank_, "show this rank's groups only");
+  c.add_flag("--json", json_, "print one JSON object: world, order, groups, ranks")->excludes(rank_opt_);
+
+  micro_batch_opt_ = c.add_option("--micro-batch-size", micro_batch_, "samples per microbatch");
+  num_microbatches_opt_ = c.add_option("--num-microbatches", num_microbatches_, "microbatches per iteration");
+  global_batch_opt_ = c.add_option("--global-batch-size", global_batch_, "samples per iteration")
+                         ->excludes(num_microbatches_opt_);
+
+  model_opts_.push_back(c.add_option("--arch", arch_, "gpt2 | llama (the MLP's default size and shape)"));
+  heads_opt_ = c.add_option("--num-attention-heads", model_.num_attention_heads, "attention heads");
+  groups_opt_ = c.add_option("--num-query-groups", model_.num_query_groups, "key/value heads (GQA)");
+  mlp_opts_[0] = c.add_option("--hidden-size", model_.hidden_size, "hidden size");
+  mlp_opts_[1] = c.add_option("--ffn-hidden-size", model_.ffn_hidden_size, "MLP hidden size (default: 4·hidden; llama: 8/3·hidden rounded)");
+  model_opts_.insert(model_opts_.end(), {heads_opt_, groups_opt_, mlp_opts_[0], mlp_opts_[1]});
+  model_opts_.push_back(c.add_option("--seq-length", model_.seq_length, "sequence length (sequence and context parallel rules)"));
+  model_opts_.push_back(c.add_flag("--sequence-parallel", config_.sequence_parallel,
+                                   "split norms and dropout along the sequence over TP"));
+}
+
+bool LayoutCommand::model_given() const {
+  return std::any_of(model_opts_.begin(), model_opts_.end(), [](CLI::Option* o) { return o->count() > 0; });
+}
+
+bool LayoutCommand::batch_given() const {
+  return micro_batch_opt_->count() + num_microbatches_opt_->count() + global_batch_opt_->count() > 0;
+}
+
+void LayoutCommand::run() const {
+  ModelConfig model = model_;
+  model.arch = parse_arch(arch_);
+  std::vector<std::string> v = layout_violations(config_);
+  const bool layout_ok = v.empty();
+  if (rank_opt_->count() > 0 && (rank_ < 0 || rank_ >= config_.world))
+    v.push_back(fmt::format("--rank {} is outside the world of {} ranks", rank_, config_.world));
+
+  // The batch: micro batch × DP × microbatches, from the micro batch and either of the others
+  // (Megatron's default global batch is micro batch × DP).
+  if (batch_given() && micro_batch_opt_->count() == 0)
+    v.push_back(fmt::format("{} needs --micro-batch-size",
+                            num_microbatches_opt_->count() > 0 ? "--num-microbatches" : "--global-batch-size"));
+  if (num_microbatches_ < 1) v.push_back(fmt::format("--num-microbatches must be positive (got {})", num_microbatches_));
+  const int64_t per_step = layout_ok ? micro_batch_ * config_.dp() : 0;
+  int64_t global_batch = global_batch_opt_->count() > 0 ? global_batch_ : per_step * num_microbatches_;
+
+  if (model_given()) {
+    std::vector<std::string> m = model.violations();
+    v.insert(v.end(), m.begin(), m.end());
+    std::vector<std::string> t = training_violations(config_, model, micro_batch_, std::max<int64_t>(global_batch, 1));
+    v.insert(v.end(), t.begin(), t.end());
+  } else if (batch_given()) {
+    if (micro_batch_ < 1) v.push_back(fmt::format("--micro-batch-size must be positive (got {})", micro_batch_));
+    if (global_batch_ < 1 && global_batch_opt_->count() > 0)
+      v.push_back(fmt::format("--global-batch-size must be positive (got {})", global_batch_));
+    else if (per_step > 0 && global_batch % per_step != 0)
+      v.push_back(fmt::format("--global-batch-size {} is not divisible by --micro-batch-size {} × DP {} = {}",
+                              global_batch, micro_batch_, config_.dp(), per_step));
+  }
+  if (!v.empty()) {
+    std::string msg = "invalid layout: " + v[0];
+    for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
+    throw Error(msg);
+  }
+
+  Layout layout(config_);
+  if (json_) {
+    fmt::print("{}\n", layout_json(layout).dump());
+    return;
+  }
+  print_summary(layout);
+  if (batch_given()) print_batch(micro_batch_, config_.dp(), global_batch / per_step);
+  const bool heads = heads_opt_->count() > 0;
+  const bool groups = groups_opt_->count() > 0 && model.query_groups() != model.num_attention_heads;
+  const bool mlp = mlp_opts_[0]->count() + mlp_opts_[1]->count() > 0;
+  if (heads || groups || mlp) print_model_split(model, config_.tp, heads, groups, mlp);
+  if (rank_opt_->count() > 0) {
+    print_rank(layout, rank_);
+    return;
+  }
+  print_table(layout);
+  print_group_lists(layout);
+}
+
+}  // namespace tessel
