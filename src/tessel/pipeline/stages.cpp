@@ -1,0 +1,175 @@
+#include "tessel/pipeline/stages.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+namespace {
+
+// Expands repeats and groups: "(tt|)*2L" -> "tt|tt|L". Appends problems to `errors`.
+std::string expand_layout(const std::string& s, size_t& i, int depth, std::vector<std::string>& errors) {
+  std::string out;
+  while (i < s.size() && s[i] != ')') {
+    std::string item;
+    if (s[i] == '(') {
+      ++i;
+      item = expand_layout(s, i, depth + 1, errors);
+      if (i >= s.size()) {
+        errors.push_back("--pipeline-model-parallel-layout: '(' without ')'");
+        return out;
+      }
+      ++i;  // ')'
+    } else {
+      item = std::string(1, s[i++]);
+    }
+    if (i < s.size() && s[i] == '*') {
+      size_t digits = ++i;
+      while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+      if (digits == i) {
+        errors.push_back("--pipeline-model-parallel-layout: '*' needs a repeat count");
+        continue;
+      }
+      const int n = std::stoi(s.substr(digits, i - digits));
+      std::string repeated;
+      for (int r = 0; r < n; ++r) repeated += item;
+      item = repeated;
+    }
+    out += item;
+  }
+  if (depth == 0 && i < s.size()) {
+    errors.push_back("--pipeline-model-parallel-layout: ')' without '('");
+    ++i;
+  }
+  return out;
+}
+
+struct LayoutEntries {
+  std::vector<int> layers;  // Transformer layers per model chunk
+  std::vector<std::string> errors;
+};
+
+LayoutEntries parse_layout(const std::string& layout, int chunks) {
+  LayoutEntries r;
+  size_t i = 0;
+  std::string flat = expand_layout(layout, i, 0, r.errors);
+  while (i < layout.size()) flat += expand_layout(layout, ++i, 0, r.errors);
+  std::vector<std::string> entries(1);
+  for (char c : flat) {
+    if (c == '|') entries.emplace_back();
+    else if (c != ',' && c != ' ') entries.back() += c;
+  }
+  if (static_cast<int>(entries.size()) != chunks) {
+    r.errors.push_back(fmt::format("--pipeline-model-parallel-layout has {} stages but PP × VPP is {}",
+                                   entries.size(), chunks));
+  }
+  for (size_t k = 0; k < entries.size(); ++k) {
+    int t = 0;
+    for (char c : entries[k]) {
+      if (c == 't') ++t;
+      else if (c == 'E' && k != 0)
+        r.errors.push_back("--pipeline-model-parallel-layout: the embedding 'E' must be in the first stage");
+      else if (c == 'L' && k + 1 != entries.size())
+        r.errors.push_back("--pipeline-model-parallel-layout: the loss 'L' must be in the last stage");
+      else if (c != 'E' && c != 'L')
+        r.errors.push_back(fmt::format("--pipeline-model-parallel-layout: unknown layer '{}' (t, E, L)", c));
+    }
+    r.layers.push_back(t);
+  }
+  if (entries.front().find('E') == std::string::npos)
+    r.errors.push_back("--pipeline-model-parallel-layout: the first stage must hold the embedding 'E'");
+  if (entries.back().find('L') == std::string::npos)
+    r.errors.push_back("--pipeline-model-parallel-layout: the last stage must hold the loss 'L'");
+  return r;
+}
+
+// Layers per model chunk, or the reasons there is none.
+std::vector<int> layer_counts(int L, const StageOptions& o, std::vector<std::string>& v) {
+  const int p = o.pipeline_size, vpp = o.virtual_stages, chunks = p * vpp;
+  if (p < 1 || vpp < 1) {
+    v.push_back("--pipeline-model-parallel-size and --num-virtual-stages-per-pipeline-rank must be positive");
+    return {};
+  }
+  const bool uneven = o.first_stage_layers >= 0 || o.last_stage_layers >= 0;
+  if (!o.layout.empty()) {
+    if (uneven)
+      v.push_back("--pipeline-model-parallel-layout cannot be combined with "
+                  "--decoder-first/last-pipeline-num-layers");
+    LayoutEntries e = parse_layout(o.layout, chunks);
+    v.insert(v.end(), e.errors.begin(), e.errors.end());
+    int total = 0;
+    for (int t : e.layers) total += t;
+    if (total != L)
+      v.push_back(fmt::format("--pipeline-model-parallel-layout holds {} layers but --num-layers is {}",
+                              total, L));
+    return e.layers;
+  }
+  if (!uneven) {
+    if (L % chunks != 0) {
+      v.push_back(vpp > 1 ? fmt::format("--num-layers {} is not divisible by --pipeline-model-parallel-size {} × "
+                                        "--num-virtual-stages-per-pipeline-rank {}", L, p, vpp)
+                          : fmt::format("--num-layers {} is not divisible by --pipeline-model-parallel-size {} "
+                                        "(use --decoder-first/last-pipeline-num-layers for an uneven split)", L, p));
+      return {};
+    }
+    return std::vector<int>(chunks, L / chunks);
+  }
+  if (vpp > 1) {
+    v.push_back("--decoder-first/last-pipeline-num-layers with virtual stages: use "
+                "--pipeline-model-parallel-layout");
+    return {};
+  }
+  if (p < 2) {
+    v.push_back("--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size > 1");
+    return {};
+  }
+  const int first = o.first_stage_layers, last = o.last_stage_layers;
+  int middle_stages = p - (first >= 0) - (last >= 0);
+  int middle_layers = L - std::max(first, 0) - std::max(last, 0);
+  if (middle_layers < 0 || (middle_stages == 0 && middle_layers != 0) ||
+      (middle_stages > 0 && middle_layers % middle_stages != 0)) {
+    v.push_back(fmt::format("--num-layers {} minus the first/last stages' layers ({}) does not split "
+                            "evenly over the {} other stages", L, L - middle_layers, middle_stages));
+    return {};
+  }
+  std::vector<int> counts(p, middle_stages > 0 ? middle_layers / middle_stages : 0);
+  if (first >= 0) counts.front() = first;
+  if (last >= 0) counts.back() = last;
+  return counts;
+}
+
+}  // namespace
+
+std::vector<std::string> stage_violations(int num_layers, const StageOptions& options) {
+  std::vector<std::string> v;
+  layer_counts(num_layers, options, v);
+  return v;
+}
+
+std::vector<ChunkSpec> assign_layers(int num_layers, const StageOptions& options) {
+  std::vector<std::string> v;
+  std::vector<int> counts = layer_counts(num_layers, options, v);
+  if (!v.empty()) {
+    std::string msg = "invalid pipeline split: " + v[0];
+    for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
+    throw ConfigError(msg);
+  }
+  std::vector<ChunkSpec> chunks;
+  int first = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    chunks.push_back({first, counts[k], k == 0, k + 1 == counts.size()});
+    first += counts[k];
+  }
+  return chunks;
+}
+
+std::vector<ChunkSpec> rank_chunks(const std::vector<ChunkSpec>& all, int pipeline_size, int rank) {
+  std::vector<ChunkSpec> mine;
+  for (size_t k = rank; k < all.size(); k += pipeline_size) mine.push_back(all[k]);
+  return mine;
+}
+
+}  // namespace tessel

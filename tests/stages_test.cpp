@@ -1,0 +1,61 @@
+#include <gtest/gtest.h>
+
+#include "tessel/core/error.h"
+#include "tessel/pipeline/stages.h"
+
+namespace tessel {
+namespace {
+
+// (first layer, count, embedding, head) of every model chunk.
+std::vector<std::tuple<int, int, bool, bool>> describe(const std::vector<ChunkSpec>& chunks) {
+  std::vector<std::tuple<int, int, bool, bool>> d;
+  for (const ChunkSpec& c : chunks) d.emplace_back(c.first_layer, c.num_layers, c.has_embedding, c.has_head);
+  return d;
+}
+
+// Seed example 7: 8 layers on PP 2 -> stage 0 layers 1-4, stage 1 layers 5-8.
+TEST(Stages, EvenSplit) {
+  auto chunks = assign_layers(8, {.pipeline_size = 2});
+  EXPECT_EQ(describe(chunks), (std::vector<std::tuple<int, int, bool, bool>>{{0, 4, true, false}, {4, 4, false, true}}));
+}
+
+// Seed example 9: 8 layers, PP 2, VPP 2 -> rank 0 holds layers 1-2 and 5-6, rank 1 3-4 and 7-8.
+TEST(Stages, VirtualStagesInterleave) {
+  auto chunks = assign_layers(8, {.pipeline_size = 2, .virtual_stages = 2});
+  auto r0 = rank_chunks(chunks, 2, 0), r1 = rank_chunks(chunks, 2, 1);
+  EXPECT_EQ(describe(r0), (std::vector<std::tuple<int, int, bool, bool>>{{0, 2, true, false}, {4, 2, false, false}}));
+  EXPECT_EQ(describe(r1), (std::vector<std::tuple<int, int, bool, bool>>{{2, 2, false, false}, {6, 2, false, true}}));
+}
+
+// Seed example 12: 60 layers on PP 8 is 7.5 per stage; lighter first and last stages split it.
+TEST(Stages, UnevenSplit) {
+  auto chunks = assign_layers(60, {.pipeline_size = 8, .first_stage_layers = 6, .last_stage_layers = 6});
+  ASSERT_EQ(chunks.size(), 8u);
+  EXPECT_EQ(chunks[0].num_layers, 6);
+  for (int k = 1; k < 7; ++k) EXPECT_EQ(chunks[k].num_layers, 8);
+  EXPECT_EQ(chunks[7].first_layer, 54);
+  auto seven = assign_layers(7, {.pipeline_size = 2, .first_stage_layers = 3});
+  EXPECT_EQ(describe(seven), (std::vector<std::tuple<int, int, bool, bool>>{{0, 3, true, false}, {3, 4, false, true}}));
+}
+
+TEST(Stages, LayoutString) {
+  auto chunks = assign_layers(8, {.pipeline_size = 2, .virtual_stages = 2, .layout = "Et|(ttt|)*2tL"});
+  std::vector<int> counts;
+  for (const ChunkSpec& c : chunks) counts.push_back(c.num_layers);
+  EXPECT_EQ(counts, (std::vector<int>{1, 3, 3, 1}));
+  EXPECT_TRUE(chunks.front().has_embedding);
+  EXPECT_TRUE(chunks.back().has_head);
+}
+
+TEST(Stages, BadSplitsNameTheRule) {
+  EXPECT_NE(stage_violations(7, {.pipeline_size = 2})[0].find("--num-layers 7 is not divisible"), std::string::npos);
+  EXPECT_NE(stage_violations(8, {.pipeline_size = 2, .layout = "Ett|ttX|L"})[0].find("PP × VPP is 2"),
+            std::string::npos);
+  auto v = stage_violations(8, {.pipeline_size = 2, .layout = "tttt|Etttt"});
+  EXPECT_GE(v.size(), 2u);  // E outside the first stage, no L in the last
+  EXPECT_FALSE(stage_violations(8, {.pipeline_size = 2, .layout = "(tt|L"}).empty());
+  EXPECT_THROW(assign_layers(60, {.pipeline_size = 8, .first_stage_layers = 5}), ConfigError);
+}
+
+}  // namespace
+}  // namespace tessel
