@@ -84,6 +84,12 @@ void ParamRegistry::init_values(uint64_t seed) {
 
 void ParamRegistry::zero_grads() { std::fill(grads_.get(), grads_.get() + numel_, 0.0f); }
 
+int ParamRegistry::index(const std::string& name) const {
+  auto it = index_.find(name);
+  TESSEL_CHECK(it != index_.end(), "no parameter named {}", name);
+  return it->second;
+}
+
 Param& ParamRegistry::get(const std::string& name) {
   auto it = index_.find(name);
   TESSEL_CHECK(it != index_.end(), "no parameter named {}", name);

@@ -66,6 +66,7 @@ class ParamRegistry {
   void zero_grads();
 
   bool has(const std::string& name) const { return index_.count(name) != 0; }
+  int index(const std::string& name) const;  // throws for an unknown name
   Param& get(const std::string& name);
   const Param& get(const std::string& name) const;
   std::vector<Param>& params() { return params_; }

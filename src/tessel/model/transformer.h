@@ -89,6 +89,10 @@ class TransformerChunk {
   int64_t vocab_shard_valid() const { return V_valid_; }
   const float* output(const ChunkActivations& acts) const { return acts.resid.back().data(); }
   int64_t local_rows() const { return N_l_; }
+  int64_t hidden_size() const { return C_; }
+  // The registry index of this chunk's copy of a tied embedding that it does not own (a last
+  // pipeline stage without the embedding), else -1: kept equal over the embedding group.
+  int tied_embedding_copy() const { return spec_.has_head && !spec_.has_embedding ? lm_head_ == wte_ ? wte_ : -1 : -1; }
   // Memory of the scratch shared by all microbatches (logits, backward temporaries, RoPE tables).
   int64_t scratch_bytes() const;
 

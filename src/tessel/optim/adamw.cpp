@@ -67,10 +67,10 @@ void AdamW::for_each_owned_piece(F&& f) const {
   }
 }
 
-double AdamW::grad_sq_sum(bool include_replicated) const {
+double AdamW::grad_sq_sum(const std::function<bool(const Param&)>& counted) const {
   double sum = 0.0;
   for_each_owned_piece([&](const Param& p, int64_t first, int64_t n, int64_t) {
-    if (!include_replicated && p.replicated()) return;
+    if (counted && !counted(p)) return;
     const float* g = p.grad + first;
     const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
     std::vector<double> block_sums(blocks);

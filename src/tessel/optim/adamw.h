@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -40,9 +41,9 @@ class AdamW {
   AdamW(ParamRegistry& params, const OptimizerConfig& config, std::vector<FlatRange> owned = {});
 
   // Σ g² over the owned gradients, accumulated in double in a fixed order: the same bits
-  // whatever the number of threads. Parameters replicated over the TP group are left out when
-  // `include_replicated` is false, so that across TP ranks each is counted once.
-  double grad_sq_sum(bool include_replicated = true) const;
+  // whatever the number of threads. Only parameters `counted` accepts (all when empty) count:
+  // a parameter replicated over TP, or a tied copy, must count on one rank only.
+  double grad_sq_sum(const std::function<bool(const Param&)>& counted = {}) const;
   float grad_norm() const;  // sqrt(grad_sq_sum()), one process
 
   // Scales the owned gradients by clip_grad / (norm + 1e-6) when that is below 1 (and

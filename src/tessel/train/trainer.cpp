@@ -167,7 +167,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     dp.all_reduce(&loss_sum, 1);
     // The norm counts every parameter once: TP shards summed, TP-replicated ones from TP rank 0
     // only, and the distributed optimizer's DP slices summed.
-    double sq = optimizer.grad_sq_sum(tp.rank() == 0);
+    double sq = optimizer.grad_sq_sum([&](const Param& p) { return tp.rank() == 0 || !p.replicated(); });
     groups.tp().all_reduce(&sq, 1);
     if (pc.distributed_optimizer) dp.all_reduce(&sq, 1);
     IterationStats s;

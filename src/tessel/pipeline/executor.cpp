@@ -1,0 +1,126 @@
+#include "tessel/pipeline/executor.h"
+
+#include <chrono>
+
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(std::vector<TransformerChunk*> chunks, Comm& pp,
+                                   int64_t tokens_per_microbatch)
+    : chunks_(std::move(chunks)), pp_(pp), tokens_(tokens_per_microbatch),
+      num_model_chunks_(static_cast<int>(chunks_.size()) * pp.size()), slots_(chunks_.size()) {}
+
+// Tags name the message: (microbatch, the model chunk that receives it, forward or backward).
+int PipelineExecutor::tag(int microbatch, int receiving_model_chunk, int direction) const {
+  return (microbatch * num_model_chunks_ + receiving_model_chunk) * 2 + direction;
+}
+
+PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
+  std::vector<Slot>& slots = slots_[chunk];
+  for (Slot& s : slots)
+    if (s.microbatch == microbatch) return s;
+  // A free slot whose messages have left; a new one only when every slot is in flight.
+  for (Slot& s : slots) {
+    if (s.microbatch == -1 && s.send_forward.test() && s.send_backward.test()) {
+      s.microbatch = microbatch;
+      return s;
+    }
+  }
+  const TransformerChunk& c = *chunks_[chunk];
+  const int k = model_chunk(chunk);
+  const int64_t rows = c.local_rows() * c.hidden_size();
+  Slot s;
+  s.acts = c.make_activations();
+  s.tokens.resize(tokens_);
+  s.targets.resize(tokens_);
+  if (k > 0) s.input = Tensor::zeros({rows}), s.d_input = Tensor::zeros({rows});
+  if (k + 1 < num_model_chunks_) s.d_output = Tensor::zeros({rows});
+  s.microbatch = microbatch;
+  slots.push_back(std::move(s));
+  return slots.back();
+}
+
+void PipelineExecutor::wait(Request& r) {
+  const auto start = Clock::now();
+  r.wait();
+  stats_.wait_seconds += seconds_since(start);
+}
+
+double PipelineExecutor::run(const RankSchedule& actions, int microbatches, const FillFn& fill,
+                             float grad_scale, const std::function<void()>& arm,
+                             const std::function<void(int)>& grad_ready) {
+  const auto start = Clock::now();
+  stats_ = {};
+  const int p = pp_.size(), rank = pp_.rank();
+  const int64_t rows = chunks_.empty() ? 0 : chunks_[0]->local_rows() * chunks_[0]->hidden_size();
+  int in_flight = 0;
+  bool armed = false;
+  double loss_sum = 0;
+  for (const Action& a : actions) {
+    const int k = model_chunk(a.chunk);
+    TransformerChunk& chunk = *chunks_[a.chunk];
+    Slot& s = slot(a.chunk, a.microbatch);
+    const int next = (rank + 1) % p, prev = (rank + p - 1) % p;  // ranks of model chunks k ± 1
+    switch (a.kind) {
+      case ActionKind::RecvForward:
+        s.recv = pp_.irecv(s.input.data(), rows, prev, tag(a.microbatch, k, 0));
+        break;
+      case ActionKind::RecvBackward:
+        s.recv = pp_.irecv(s.d_output.data(), rows, next, tag(a.microbatch, k, 1));
+        break;
+      case ActionKind::Forward: {
+        wait(s.recv);
+        const bool first = k == 0, last = k + 1 == num_model_chunks_;
+        if (first || last) fill(a.microbatch, s.tokens.data(), s.targets.data());
+        loss_sum += chunk.forward(s.acts, first ? s.tokens.data() : nullptr,
+                                  first ? nullptr : s.input.data(), last ? s.targets.data() : nullptr,
+                                  grad_scale);
+        stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
+        break;
+      }
+      case ActionKind::SendForward:
+        s.send_forward = pp_.isend(chunk.output(s.acts), rows, next, tag(a.microbatch, k + 1, 0));
+        break;
+      case ActionKind::Backward: {
+        wait(s.recv);
+        const bool last_microbatch = a.microbatch == microbatches - 1;
+        if (last_microbatch && !armed) {
+          arm();
+          armed = true;
+        }
+        chunk.backward(s.acts, k + 1 < num_model_chunks_ ? s.d_output.data() : nullptr,
+                       k > 0 ? s.d_input.data() : nullptr,
+                       last_microbatch ? grad_ready : std::function<void(int)>());
+        --in_flight;
+        if (k == 0) s.microbatch = -1;  // no gradient to send: the slot is free
+        break;
+      }
+      case ActionKind::SendBackward:
+        s.send_backward = pp_.isend(s.d_input.data(), rows, prev, tag(a.microbatch, k - 1, 1));
+        s.microbatch = -1;  // free once the send has left (checked when the slot is reused)
+        break;
+      case ActionKind::BackwardInput:
+      case ActionKind::BackwardWeight:
+        fail("the pipeline executor does not run split backward actions yet");
+    }
+  }
+  for (std::vector<Slot>& slots : slots_) {
+    for (Slot& s : slots) {
+      s.send_forward.wait();
+      s.send_backward.wait();
+      TESSEL_CHECK(s.microbatch == -1, "pipeline schedule left microbatch {} unfinished", s.microbatch);
+    }
+  }
+  stats_.seconds = seconds_since(start);
+  return loss_sum;
+}
+
+}  // namespace tessel

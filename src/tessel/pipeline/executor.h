@@ -1,0 +1,63 @@
+// Runs one pipeline rank's lowered schedule (pipeline/schedule.h) for one iteration: forwards and
+// backwards of its model chunks, with the activations and their gradients moving between
+// neighbouring stages by non-blocking point-to-point messages. Receives are posted when the
+// schedule reaches them and waited for only by the compute that consumes them; sends never wait,
+// so a schedule without a dependency cycle never deadlocks.
+//
+// Each (chunk, microbatch) in flight holds a slot: its activations and its message buffers, sized
+// once and reused (a slot is free again when its last send has completed).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "tessel/comm/comm.h"
+#include "tessel/model/transformer.h"
+#include "tessel/pipeline/schedule.h"
+
+namespace tessel {
+
+class PipelineExecutor {
+ public:
+  // Writes microbatch mb's tokens and targets, (micro_batch · seq) each.
+  using FillFn = std::function<void(int mb, int32_t* tokens, int32_t* targets)>;
+
+  // `chunks`: this rank's model chunks in its chunk order (chunk c is model chunk c·p + rank).
+  PipelineExecutor(std::vector<TransformerChunk*> chunks, Comm& pp, int64_t tokens_per_microbatch);
+
+  struct Stats {
+    double seconds = 0;       // the whole iteration on this rank
+    double wait_seconds = 0;  // blocked on a receive: the bubble as this rank sees it
+    int peak_in_flight = 0;   // microbatches forwarded but not yet backwarded, at most
+  };
+
+  // Runs `actions` for `microbatches` microbatches. Before the first backward of the last
+  // microbatch `arm` is called, and that microbatch's backwards report finished gradients to
+  // `grad_ready` (data parallelism's hook). Returns Σ token losses computed on this rank.
+  double run(const RankSchedule& actions, int microbatches, const FillFn& fill, float grad_scale,
+             const std::function<void()>& arm, const std::function<void(int)>& grad_ready);
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Slot {
+    ChunkActivations acts;
+    std::vector<int32_t> tokens, targets;
+    Tensor input, d_output, d_input;  // (N_l, C) each, where the chunk has a neighbour
+    Request recv, send_forward, send_backward;
+    int microbatch = -1;  // -1: free
+  };
+  Slot& slot(int chunk, int microbatch);  // the slot of (chunk, microbatch), taken if needed
+  int model_chunk(int chunk) const { return chunk * pp_.size() + pp_.rank(); }
+  int tag(int microbatch, int receiving_model_chunk, int direction) const;
+  void wait(Request& r);
+
+  std::vector<TransformerChunk*> chunks_;
+  Comm& pp_;
+  int64_t tokens_;
+  int num_model_chunks_;
+  std::vector<std::vector<Slot>> slots_;  // per chunk
+  Stats stats_;
+};
+
+}  // namespace tessel
