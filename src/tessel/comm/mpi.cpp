@@ -1,0 +1,223 @@
+// MpiComm and the MPI runtime (mpi.h). Each Comm call maps onto one MPI call; this file only
+// converts counts, picks datatypes and reduction ops, and checks what MPI cannot.
+
+#include "tessel/comm/mpi.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "tessel/core/error.h"
+
+namespace tessel {
+namespace {
+
+bool mpi_usable() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+// MPI counts and displacements are int.
+int to_mpi_count(int64_t n, const char* what) {
+  TESSEL_CHECK(n >= 0 && n <= INT_MAX, "comm/mpi.cpp: {} {} is outside MPI's count range [0, {}]",
+               what, n, INT_MAX);
+  return static_cast<int>(n);
+}
+
+MPI_Op to_mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
+
+bool overlaps(const float* a, int64_t a_count, const float* b, int64_t b_count) {
+  auto a_begin = reinterpret_cast<uintptr_t>(a), b_begin = reinterpret_cast<uintptr_t>(b);
+  auto a_end = a_begin + a_count * sizeof(float), b_end = b_begin + b_count * sizeof(float);
+  return a_count > 0 && b_count > 0 && a_begin < b_end && b_begin < a_end;
+}
+
+// One MPI request. A Request dropped while in flight is waited for here: MPI may still read or
+// write its buffer, and freeing a non-blocking collective's request is not allowed.
+class MpiRequest final : public Request::Impl {
+ public:
+  explicit MpiRequest(MPI_Request request) : request_(request) {}
+  ~MpiRequest() override {
+    if (request_ != MPI_REQUEST_NULL && mpi_usable()) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  void wait() override { MPI_Wait(&request_, MPI_STATUS_IGNORE); }
+  bool test() override {
+    int done = 0;
+    MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    return done != 0;
+  }
+
+ private:
+  MPI_Request request_;
+};
+
+Request wrap(MPI_Request request) { return Request(std::make_shared<MpiRequest>(request)); }
+
+// All-gather in place when this rank's block already sits at its place in recv (MPI forbids
+// aliased buffers otherwise).
+const void* gather_send_buffer(const float* send, float* recv, int64_t count, int rank, int size) {
+  if (send == recv + rank * count) return MPI_IN_PLACE;
+  TESSEL_CHECK(!overlaps(send, count, recv, size * count),
+               "comm/mpi.cpp: all_gather send buffer overlaps recv without being this rank's block");
+  return send;
+}
+
+}  // namespace
+
+MpiComm::MpiComm(MPI_Comm comm) : comm_(comm) {
+  TESSEL_CHECK(comm != MPI_COMM_NULL && comm != MPI_COMM_WORLD && comm != MPI_COMM_SELF,
+               "comm/mpi.cpp: MpiComm needs a communicator of its own (split or dup), not a "
+               "predefined one");
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  int* tag_ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found);
+  if (found) tag_ub_ = *tag_ub;
+}
+
+MpiComm::~MpiComm() {
+  if (mpi_usable()) MPI_Comm_free(&comm_);
+}
+
+void MpiComm::check_peer(int peer, const char* what) const {
+  TESSEL_CHECK(peer >= 0 && peer < size_, "comm/mpi.cpp: {} rank {} outside a group of {}", what,
+               peer, size_);
+}
+
+void MpiComm::check_tag(int tag) const {
+  TESSEL_CHECK(tag >= 0 && tag <= tag_ub_, "comm/mpi.cpp: tag {} outside MPI's range [0, {}]", tag,
+               tag_ub_);
+}
+
+void MpiComm::all_reduce(float* data, int64_t count, ReduceOp op) {
+  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_FLOAT,
+                to_mpi_op(op), comm_);
+}
+
+void MpiComm::all_reduce(double* data, int64_t count, ReduceOp op) {
+  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_DOUBLE,
+                to_mpi_op(op), comm_);
+}
+
+Request MpiComm::all_reduce_async(float* data, int64_t count, ReduceOp op) {
+  MPI_Request request;
+  MPI_Iallreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_FLOAT,
+                 to_mpi_op(op), comm_, &request);
+  return wrap(request);
+}
+
+void MpiComm::all_gather(const float* send, float* recv, int64_t count) {
+  int n = to_mpi_count(count, "all_gather count");
+  MPI_Allgather(gather_send_buffer(send, recv, count, rank_, size_), n, MPI_FLOAT, recv, n,
+                MPI_FLOAT, comm_);
+}
+
+Request MpiComm::all_gather_async(const float* send, float* recv, int64_t count) {
+  int n = to_mpi_count(count, "all_gather count");
+  MPI_Request request;
+  MPI_Iallgather(gather_send_buffer(send, recv, count, rank_, size_), n, MPI_FLOAT, recv, n,
+                 MPI_FLOAT, comm_, &request);
+  return wrap(request);
+}
+
+void MpiComm::reduce_scatter(const float* send, float* recv, int64_t count) {
+  TESSEL_CHECK(!overlaps(send, size_ * count, recv, count),
+               "comm/mpi.cpp: reduce_scatter recv overlaps send");
+  MPI_Reduce_scatter_block(send, recv, to_mpi_count(count, "reduce_scatter count"), MPI_FLOAT,
+                           MPI_SUM, comm_);
+}
+
+Request MpiComm::reduce_scatter_async(const float* send, float* recv, int64_t count) {
+  TESSEL_CHECK(!overlaps(send, size_ * count, recv, count),
+               "comm/mpi.cpp: reduce_scatter recv overlaps send");
+  MPI_Request request;
+  MPI_Ireduce_scatter_block(send, recv, to_mpi_count(count, "reduce_scatter count"), MPI_FLOAT,
+                            MPI_SUM, comm_, &request);
+  return wrap(request);
+}
+
+void MpiComm::all_to_all_v(const float* send, const int64_t* send_counts,
+                           const int64_t* send_offsets, float* recv, const int64_t* recv_counts,
+                           const int64_t* recv_offsets) {
+  std::vector<int> counts_out(size_), offsets_out(size_), counts_in(size_), offsets_in(size_);
+  for (int r = 0; r < size_; ++r) {
+    counts_out[r] = to_mpi_count(send_counts[r], "all_to_all_v send count");
+    offsets_out[r] = to_mpi_count(send_offsets[r], "all_to_all_v send offset");
+    counts_in[r] = to_mpi_count(recv_counts[r], "all_to_all_v recv count");
+    offsets_in[r] = to_mpi_count(recv_offsets[r], "all_to_all_v recv offset");
+  }
+  MPI_Alltoallv(send, counts_out.data(), offsets_out.data(), MPI_FLOAT, recv, counts_in.data(),
+                offsets_in.data(), MPI_FLOAT, comm_);
+}
+
+void MpiComm::broadcast(float* data, int64_t count, int root) {
+  check_peer(root, "broadcast root");
+  MPI_Bcast(data, to_mpi_count(count, "broadcast count"), MPI_FLOAT, root, comm_);
+}
+
+void MpiComm::barrier() { MPI_Barrier(comm_); }
+
+Request MpiComm::isend(const float* data, int64_t count, int peer, int tag) {
+  check_peer(peer, "isend to");
+  check_tag(tag);
+  MPI_Request request;
+  MPI_Isend(data, to_mpi_count(count, "isend count"), MPI_FLOAT, peer, tag, comm_, &request);
+  return wrap(request);
+}
+
+Request MpiComm::irecv(float* data, int64_t count, int peer, int tag) {
+  check_peer(peer, "irecv from");
+  check_tag(tag);
+  MPI_Request request;
+  MPI_Irecv(data, to_mpi_count(count, "irecv count"), MPI_FLOAT, peer, tag, comm_, &request);
+  return wrap(request);
+}
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") ||
+         std::getenv("PMI_SIZE");
+}
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  static bool created = false;  // MPI can be initialised once per process
+  TESSEL_CHECK(!created, "comm/mpi.cpp: a second MpiRuntime in one process");
+  created = true;
+  if (!launched_by_mpi()) return;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  active_ = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  if (provided < MPI_THREAD_FUNNELED)
+    abort_job("the MPI library does not support MPI_THREAD_FUNNELED (OpenMP threads beside MPI)");
+}
+
+MpiRuntime::~MpiRuntime() {
+  if (active_ && mpi_usable()) MPI_Finalize();
+}
+
+void abort_job(const std::string& message, int code) {
+  static std::atomic<bool> printed = false;  // once, even if two threads fail together
+  const bool mpi = mpi_usable();
+  int rank = 0;
+  if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (!printed.exchange(true)) {
+    std::string prefix = rank == 0 ? "" : fmt::format("[rank {}] ", rank);
+    fmt::print(stderr, "{}tessel: error: {}\n", prefix, message);
+    std::fflush(stderr);
+  }
+  // A zero code would let mpirun report success for a failed job.
+  if (code == 0) code = 1;
+  if (mpi) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+}  // namespace tessel

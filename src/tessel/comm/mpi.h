@@ -1,0 +1,88 @@
+// MPI backend of Comm (Open MPI), and the process-wide MPI state: start-up, rank, finalize, and
+// ending the whole job when one rank fails (DESIGN invariant 6: never a hang).
+//
+// Only this file, mpi.cpp and groups.cpp include <mpi.h>; the rest of tessel sees Comm.
+// Errors inside MPI stay MPI_ERRORS_ARE_FATAL (the default): a failed call ends the job.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "tessel/comm/comm.h"
+
+namespace tessel {
+
+// Comm over one MPI communicator, which it owns (MPI_Comm_free in the destructor). float goes as
+// MPI_FLOAT and double as MPI_DOUBLE. Counts are int64_t in the interface but int in MPI: a count
+// or offset above INT_MAX throws tessel::Error. all_gather may run in place
+// (send == recv + rank() · count); other overlaps of send and recv throw.
+class MpiComm final : public Comm {
+ public:
+  // Takes ownership of `comm` (from MPI_Comm_split or MPI_Comm_dup; never MPI_COMM_WORLD itself).
+  explicit MpiComm(MPI_Comm comm);
+  ~MpiComm() override;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  MPI_Comm handle() const { return comm_; }
+
+  // Default arguments repeat Comm's, for calls through an MpiComm.
+  void all_reduce(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) override;
+  void all_reduce(double* data, int64_t count, ReduceOp op = ReduceOp::Sum) override;
+  Request all_reduce_async(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) override;
+  void all_gather(const float* send, float* recv, int64_t count) override;
+  Request all_gather_async(const float* send, float* recv, int64_t count) override;
+  void reduce_scatter(const float* send, float* recv, int64_t count) override;
+  Request reduce_scatter_async(const float* send, float* recv, int64_t count) override;
+  void all_to_all_v(const float* send, const int64_t* send_counts, const int64_t* send_offsets,
+                    float* recv, const int64_t* recv_counts, const int64_t* recv_offsets) override;
+  void broadcast(float* data, int64_t count, int root) override;
+  void barrier() override;
+  Request isend(const float* data, int64_t count, int peer, int tag) override;
+  Request irecv(float* data, int64_t count, int peer, int tag) override;
+
+ private:
+  void check_peer(int peer, const char* what) const;
+  void check_tag(int tag) const;
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  int tag_ub_ = 32767;  // MPI_TAG_UB of the communicator; the standard guarantees at least this
+};
+
+// True when an MPI launcher started this process: Open MPI's mpirun (OMPI_COMM_WORLD_SIZE),
+// any PMIx launcher (PMIX_RANK), or a PMI-1/2 one such as MPICH's or Slurm's (PMI_SIZE).
+bool launched_by_mpi();
+
+// The process-wide MPI state; exactly one, created first thing in main() and destroyed last.
+// Under an MPI launcher it calls MPI_Init_thread (MPI_THREAD_FUNNELED: only the main thread
+// calls MPI; OpenMP threads never do) and MPI_Finalize on destruction; otherwise it does nothing
+// and the process is a world of one rank (no MPI_Init, so a plain run needs no launcher).
+// Every communicator (MpiComm, ProcessGroups) must be destroyed before it.
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  bool active() const { return active_; }  // MPI_Init was called
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+
+ private:
+  bool active_ = false;
+  int world_rank_ = 0;
+  int world_size_ = 1;
+};
+
+// Ends the whole job: prints "tessel: error: <message>" once to stderr (prefixed "[rank R] " on
+// ranks other than 0) and calls MPI_Abort(MPI_COMM_WORLD, code), which makes mpirun kill every
+// rank, including those waiting in a collective for this one. Without MPI it exits with `code`.
+[[noreturn]] void abort_job(const std::string& message, int code = 1);
+
+}  // namespace tessel
