@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tessel/comm/comm.h"
+#include "tessel/comm/groups.h"
 #include "tessel/core/error.h"
 
 namespace tessel {
@@ -82,6 +83,21 @@ TEST(Request, WaitAllWaitsForEachAndEmptiesTheList) {
   wait_all(requests);
   EXPECT_EQ(waits, 2);
   EXPECT_TRUE(requests.empty());
+}
+
+TEST(ProcessGroups, SingleIsOneProcessInEveryGroup) {
+  ProcessGroups groups = ProcessGroups::single();
+  EXPECT_EQ(groups.world().size(), 1);
+  for (GroupKind kind : kAllGroupKinds) {
+    EXPECT_EQ(groups.get(kind).size(), 1) << group_kind_name(kind);
+    EXPECT_EQ(groups.get(kind).rank(), 0) << group_kind_name(kind);
+  }
+  float x = 2.0f;
+  groups.tp().all_reduce(&x, 1);
+  groups.dp_cp().all_reduce(&x, 1);
+  EXPECT_EQ(x, 2.0f);
+  EXPECT_EQ(groups.coords().tp, 0);
+  EXPECT_EQ(groups.world_rank(), 0);
 }
 
 }  // namespace tessel
