@@ -19,6 +19,7 @@
 #include "tessel/model/transformer.h"
 #include "tessel/train/trainer.h"
 
+#include "demo_command.h"
 #include "layout_command.h"
 
 #ifndef TESSEL_DEFAULT_DATA
@@ -185,6 +186,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   export_cmd->add_option("--init-from", export_init, "weights to convert instead of a fresh initialisation");
 
   LayoutCommand layout_cmd(app);
+  DemoCommand demo_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -238,6 +240,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
                params.numel() / 1e6);
   } else if (layout_cmd.selected()) {
     layout_cmd.run();
+  } else if (demo_cmd.selected()) {
+    demo_cmd.run(runtime);
   }
   return 0;
 }
