@@ -19,8 +19,8 @@ struct Result {
   std::string output;  // stdout and stderr together
 };
 
-Result run(const std::string& args) {
-  std::string cmd = std::string(TESSEL_BINARY) + " " + args + " 2>&1";
+Result run_raw(const std::string& command) {
+  std::string cmd = command + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   std::string out;
   std::array<char, 4096> buf;
@@ -29,6 +29,8 @@ Result run(const std::string& args) {
   int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
+
+Result run(const std::string& args) { return run_raw(std::string(TESSEL_BINARY) + " " + args); }
 
 fs::path temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("tessel_cli_" + name);
@@ -138,4 +140,19 @@ TEST(Cli, ModelConfigFileAndFlagOverride) {
   std::ofstream(dir / "bad.json") << R"({"arch": "llama", "hiden_size": 48})";
   expect_clean_error("export --out " + (dir / "x").string() + " --model-config " +
                      (dir / "bad.json").string(), "unknown model key 'hiden_size'");
+}
+
+// A bad parallel configuration under mpirun: every rule in one message, printed by one rank
+// only, and the job exits non-zero (every rank returns 1; no rank is left waiting).
+TEST(Cli, BadParallelConfigUnderMpirun) {
+  Result r = run_raw("timeout 60 mpirun --allow-run-as-root --oversubscribe -n 4 -x OMP_NUM_THREADS=1 " +
+                     std::string(TESSEL_BINARY) +
+                     " train --tp 3 --num-attention-heads 4 --global-batch-size 6 --micro-batch-size 4"
+                     " --train-iters 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "timed out";
+  const std::string rule = "world size 4 is not divisible by TP";
+  const size_t first = r.output.find(rule);
+  ASSERT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(rule, first + 1), std::string::npos) << "reported twice:\n" << r.output;
 }
