@@ -26,13 +26,15 @@ struct Layout {
   int ranks;
   const char* flags;
   bool odd_model = false;  // a parameter count that no DP size divides evenly
+  int layers = 2;
 };
 
 // Small enough for CI's two cores, large enough that every split is real: 8 heads (4 query
 // groups for llama) split over TP up to 4, 2 layers, a byte vocabulary.
-std::string model_flags(const std::string& arch, bool odd) {
+std::string model_flags(const std::string& arch, bool odd, int layers) {
   if (!odd) {
-    return "--arch " + arch + " --num-layers 2 --hidden-size 64 --num-attention-heads 8 " +
+    return "--arch " + arch + " --num-layers " + std::to_string(layers) +
+           " --hidden-size 64 --num-attention-heads 8 " +
            "--ffn-hidden-size 128 " + (arch == "llama" ? "--num-query-groups 4 " : "");
   }
   // gpt2: 63 · 33 positions makes the count odd; llama (even head dim for RoPE): hidden 66 = 2 ·
@@ -43,8 +45,9 @@ std::string model_flags(const std::string& arch, bool odd) {
                           "--num-query-groups 1 --ffn-hidden-size 128 ";
 }
 
+// The microbatch size is the layout's (default 2): the trajectory must not depend on it.
 const char* kTraining =
-    "--seq-length 32 --micro-batch-size 2 --global-batch-size 8 --train-iters 10 "
+    "--seq-length 32 --global-batch-size 8 --train-iters 10 "
     "--lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1 "
     "--seed 11 --threads 1 ";
 
@@ -71,13 +74,13 @@ fs::path work_dir() {
 }
 
 // Runs tessel on `ranks` processes (1: no mpirun) and reads what it wrote.
-TrainRun run_tessel(const std::string& arch, bool odd, const std::string& name, int ranks,
-        const std::string& flags) {
+TrainRun run_tessel(const std::string& arch, const Layout& layout, const std::string& name,
+                    int ranks, const std::string& flags) {
   const fs::path dir = work_dir() / (arch + "_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string train = std::string(TESSEL_BINARY) + " train " + model_flags(arch, odd) +
-                            kTraining + flags +
+  std::string train = std::string(TESSEL_BINARY) + " train " +
+                      model_flags(arch, layout.odd_model, layout.layers) + kTraining + flags +
                             " --log-json " + (dir / "log.jsonl").string() + " --save-hf " +
                             (dir / "model").string();
   const std::string cmd =
@@ -96,17 +99,19 @@ TrainRun run_tessel(const std::string& arch, bool odd, const std::string& name, 
 }
 
 // The reference, run afresh for each case so that cases can run side by side.
-TrainRun single_process(const std::string& arch, bool odd, const std::string& case_name) {
-  return run_tessel(arch, odd, case_name + "_single", 1, "");
+TrainRun single_process(const std::string& arch, const Layout& layout) {
+  return run_tessel(arch, layout, std::string(layout.name) + "_single", 1, "--micro-batch-size 2");
 }
 
 class Equivalence : public ::testing::TestWithParam<std::tuple<std::string, Layout>> {};
 
 TEST_P(Equivalence, FollowsTheSingleProcess) {
   const auto& [arch, layout] = GetParam();
-  const TrainRun want = single_process(arch, layout.odd_model, layout.name);
+  const TrainRun want = single_process(arch, layout);
   ASSERT_EQ(want.losses.size(), 10u);
-  const TrainRun got = run_tessel(arch, layout.odd_model, layout.name, layout.ranks, layout.flags);
+  std::string flags = layout.flags;
+  if (flags.find("--micro-batch-size") == std::string::npos) flags += " --micro-batch-size 2";
+  const TrainRun got = run_tessel(arch, layout, layout.name, layout.ranks, flags);
   ASSERT_EQ(got.losses.size(), want.losses.size());
   for (size_t i = 0; i < want.losses.size(); ++i) {
     const double rel = std::abs(got.losses[i] - want.losses[i]) / want.losses[i];
@@ -137,6 +142,15 @@ const Layout kLayouts[] = {
     // the backward pass goes on.
     {"dp4_distopt_odd", 4, "--use-distributed-optimizer --ddp-bucket-size 5000", true},
     {"dp2_small_buckets", 2, "--ddp-bucket-size 3000"},
+    // Pipeline: 1F1B, interleaved virtual stages, GPipe, an uneven split, all axes at once. GPT-2
+    // ties its LM head to the embedding across the first and last stages.
+    {"pp2", 2, "--pp 2"},
+    {"pp4", 4, "--pp 4", false, 4},
+    {"pp2_vpp2", 2, "--pp 2 --vpp 2", false, 4},
+    {"pp4_vpp2_8mb", 4, "--pp 4 --vpp 2 --micro-batch-size 1", false, 8},
+    {"pp2_gpipe", 2, "--pp 2 --schedule gpipe", false, 4},
+    {"pp2_uneven_7", 2, "--pp 2 --decoder-first-pipeline-num-layers 3", false, 7},
+    {"tp2_pp2_dp2", 8, "--tp 2 --pp 2", false, 4},
 };
 
 INSTANTIATE_TEST_SUITE_P(
