@@ -20,6 +20,7 @@
 #include "tessel/train/trainer.h"
 
 #include "layout_command.h"
+#include "schedule_command.h"
 
 #ifndef TESSEL_DEFAULT_DATA
 #define TESSEL_DEFAULT_DATA "data/kjv-genesis-esther.txt"
@@ -185,6 +186,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   export_cmd->add_option("--init-from", export_init, "weights to convert instead of a fresh initialisation");
 
   LayoutCommand layout_cmd(app);
+  ScheduleCommand schedule_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -238,6 +240,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
                params.numel() / 1e6);
   } else if (layout_cmd.selected()) {
     layout_cmd.run();
+  } else if (schedule_cmd.selected()) {
+    schedule_cmd.run();
   }
   return 0;
 }
