@@ -244,8 +244,11 @@ void ScheduleCommand::run() const {
                                   forward_only_ ? " (forward only)" : "", p, m);
   if (config.kind == ScheduleKind::Interleaved)
     title += fmt::format(", vpp {}, microbatch group {}", vpp, config.microbatch_group ? config.microbatch_group : p);
-  fmt::print("{}; forward {}, backward {}, communication {} time units\n", title, forward_cost_, backward_cost_,
-             communication_cost_);
+  if (forward_only_)
+    fmt::print("{}; forward {}, communication {} time units\n", title, forward_cost_, communication_cost_);
+  else
+    fmt::print("{}; forward {}, backward {}, communication {} time units\n", title, forward_cost_, backward_cost_,
+               communication_cost_);
   if (vpp > 1)
     fmt::print("cells: F<microbatch>.<chunk> / B<microbatch>.<chunk>, microbatches from 1 as the seed counts them; "
                "chunk c on rank r is model chunk c·{} + r; · = idle\n\n", p);

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 
-#include "tessel/core/error.h"
 #include "tessel/pipeline/schedule.h"
 #include "tessel/pipeline/simulate.h"
 
@@ -65,8 +64,8 @@ int main(int argc, char** argv) {
         high = std::max(high, t.bubble_ratio());
       }
       const double formula = (p - 1.0) / (row.vpp * m);
-      fmt::print("{:<12}{:>5}{:>8}{:>11.4g}{:>12.4f}{:>14}{:>10.4f}{:>16}\n", tessel::schedule_kind_name(c.kind), row.vpp,
-                 fmt::format("1:{:g}", backward_ratio), sim.makespan, high,
+      fmt::print("{:<12}{:>5}{:>8}{:>11.4g}{:>12.4f}{:>14}{:>10.4f}{:>16}\n", tessel::schedule_kind_name(c.kind),
+                 row.vpp, fmt::format("1:{:g}", backward_ratio), sim.makespan, high,
                  high - low < 1e-12 ? "all ranks" : fmt::format("{:.4f}+", low), formula,
                  sim.ranks[0].peak_in_flight);
     }

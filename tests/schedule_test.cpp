@@ -115,7 +115,8 @@ TEST(Schedule, WarmupCountsAreMegatrons) {
       }
     }
   // Interleaved: 2 (p − r − 1) + (v − 1) g, clipped to v · m.
-  for (const auto& [p, m, v, g] : std::vector<std::array<int, 4>>{{4, 8, 2, 4}, {2, 5, 2, 3}, {4, 12, 3, 6}, {2, 2, 2, 2}}) {
+  const std::vector<std::array<int, 4>> pmvg = {{4, 8, 2, 4}, {2, 5, 2, 3}, {4, 12, 3, 6}, {2, 2, 2, 2}};
+  for (const auto& [p, m, v, g] : pmvg) {
     std::vector<RankSchedule> s = tessel::generate_schedule(config(ScheduleKind::Interleaved, p, m, v, g));
     for (int r = 0; r < p; ++r) {
       const int warmup = std::min(2 * (p - r - 1) + (v - 1) * g, v * m);
@@ -360,7 +361,8 @@ TEST(Simulate, ReportsBrokenSchedules) {
   std::vector<RankSchedule> compute = tessel::generate_schedule(c);
   // Not lowered: rank 0 would run a backward whose output gradient it never received.
   tessel::Simulation unlowered = tessel::simulate(compute, c);
-  EXPECT_NE(unlowered.error.find("rank 0 runs B1 before receiving its output gradient"), std::string::npos) << unlowered.error;
+  EXPECT_NE(unlowered.error.find("rank 0 runs B1 before receiving its output gradient"), std::string::npos)
+      << unlowered.error;
   // A backward before its forward.
   std::vector<RankSchedule> swapped = compute;
   std::swap(swapped[1][0], swapped[1][1]);
@@ -411,7 +413,8 @@ TEST(Schedule, ViolationsNameTheRule) {
   v = violations(config(ScheduleKind::Interleaved, 4, 8, 2, 3));
   EXPECT_NE(v.find("--microbatch-group-size-per-virtual-pipeline-stage 3 is below --pp 4"), std::string::npos) << v;
   v = violations(config(ScheduleKind::Interleaved, 4, 8, 2, 9));
-  EXPECT_NE(v.find("--microbatch-group-size-per-virtual-pipeline-stage 9 exceeds --microbatches 8"), std::string::npos) << v;
+  EXPECT_NE(v.find("--microbatch-group-size-per-virtual-pipeline-stage 9 exceeds --microbatches 8"), std::string::npos)
+      << v;
   v = violations(config(ScheduleKind::Interleaved, 4, 3, 2));
   EXPECT_NE(v.find("--microbatches 3 is below --pp 4"), std::string::npos) << v;
   v = violations(config(ScheduleKind::Interleaved, 4, 6, 2));
@@ -455,18 +458,18 @@ std::map<int, std::map<std::string, std::string>> parse_table(const std::string&
   std::vector<std::string> header;
   std::istringstream lines(output);
   std::string line;
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
   while (std::getline(lines, line)) {
     std::istringstream words(line);
     std::vector<std::string> w;
     for (std::string x; words >> x;) w.push_back(x);
-    if (!w.empty() && w[0] == "T1") header = w;
-    else if (!w.empty() && w[0].size() > 1 && w[0][0] == 'T' && std::isdigit(static_cast<unsigned char>(w[0][1]))) header = w;
-    else if (w.size() >= 2 && w[0] == "rank" && !header.empty() && std::isdigit(static_cast<unsigned char>(w[1][0]))) {
+    if (w.empty()) continue;
+    if (w[0].size() > 1 && w[0][0] == 'T' && digit(w[0][1])) {
+      header = w;  // "T1 T2 …" or, in a later block, "T21 T22 …"
+    } else if (w[0] == "rank" && w.size() >= 2 && digit(w[1][0])) {
       for (size_t i = 2; i < w.size() && i - 2 < header.size(); ++i) cells[std::stoi(w[1])][header[i - 2]] = w[i];
-    } else if (w.empty()) {
-      continue;
     } else if (w[0] == "rank") {
-      header.clear();  // the statistics table
+      header.clear();  // the statistics table follows
     }
   }
   return cells;
@@ -573,7 +576,8 @@ TEST(ScheduleCli, BadInputNamesEveryRule) {
   expect_one_line_error("--pp 4 --microbatches 6 --vpp 2",
                         {"--microbatches 6 leaves a final group of 2", "must be 0 or at least pp"});
   expect_one_line_error("--pp 0 --microbatches 0 --forward-cost 0",
-                        {"--pp must be at least 1", "--microbatches must be at least 1", "--forward-cost must be at least 1"});
+                        {"--pp must be at least 1", "--microbatches must be at least 1",
+                         "--forward-cost must be at least 1"});
   expect_one_line_error("--pp 2 --microbatches 4 --vpp 2 --schedule 1f1b", {"--vpp 2 needs --schedule interleaved"});
   expect_one_line_error("--pp 2 --microbatches 4 --schedule zigzag", {"unknown --schedule 'zigzag'"});
   expect_one_line_error("--pp 4 --microbatches 8 --vpp 2 --microbatch-group-size-per-virtual-pipeline-stage 2",

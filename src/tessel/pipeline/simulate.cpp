@@ -61,9 +61,9 @@ struct RankState {
 
 bool has(const Done& done, ActionKind kind, const Action& a) { return done.count({kind, a.microbatch, a.chunk}) > 0; }
 
-// Why `a` may not run on `rank` now although nothing needs to be waited for: the data it consumes
-// was never received or produced there. Empty when it may run.
-std::string missing_input(const Action& a, int rank, const ScheduleConfig& config, const Done& done) {
+// Why `a` can never run correctly on `rank` at this point of its list (no waiting would help): the
+// data it consumes was never received or produced there, or it already ran. Empty when it may run.
+std::string rule_broken_by(const Action& a, int rank, const ScheduleConfig& config, const Done& done) {
   const int k = model_chunk_index(rank, a.chunk, config.pipeline_size);
   const int last = config.pipeline_size * config.virtual_stages - 1;
   auto complain = [&](const char* what) {
@@ -139,7 +139,7 @@ Simulation simulate(const std::vector<RankSchedule>& lowered, const ScheduleConf
             return sim;
           }
         }
-        std::string problem = missing_input(a, r, config, s.done);
+        std::string problem = rule_broken_by(a, r, config, s.done);
         if (!problem.empty()) {
           sim.error = problem;
           return sim;
