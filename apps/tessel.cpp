@@ -21,6 +21,7 @@
 
 #include "demo_command.h"
 #include "layout_command.h"
+#include "schedule_command.h"
 
 #ifndef TESSEL_DEFAULT_DATA
 #define TESSEL_DEFAULT_DATA "data/kjv-genesis-esther.txt"
@@ -156,6 +157,12 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_option("--vpp,--num-virtual-stages-per-pipeline-rank", pc.vpp, "virtual pipeline stages")->capture_default_str();
   train_cmd->add_option("--order", pc.order, "rank order, first axis fastest")->capture_default_str();
   train_cmd->add_flag("--sequence-parallel", pc.sequence_parallel, "split norms and residuals along the sequence over TP");
+  train_cmd->add_option("--schedule", t.schedule, "pipeline schedule: gpipe | 1f1b | interleaved (default 1f1b, interleaved with --vpp)");
+  train_cmd->add_option("--microbatch-group-size-per-virtual-pipeline-stage", t.microbatch_group,
+                        "interleaved schedule's microbatch group (0: PP)")->capture_default_str();
+  train_cmd->add_option("--decoder-first-pipeline-num-layers", t.first_stage_layers, "layers of the first pipeline stage");
+  train_cmd->add_option("--decoder-last-pipeline-num-layers", t.last_stage_layers, "layers of the last pipeline stage");
+  train_cmd->add_option("--pipeline-model-parallel-layout", t.pipeline_layout, "Megatron's layout string, e.g. \"Et*3|(tt|)*2tL\"");
   train_cmd->add_option("--ddp-bucket-size", t.ddp_bucket_size, "gradients per DP reduction bucket (floats)")->capture_default_str();
   train_cmd->add_flag("--use-distributed-optimizer", pc.distributed_optimizer, "shard Adam state and the update over DP (ZeRO-1)");
   train_cmd->add_option("--make-vocab-size-divisible-by", train_model.flags.make_vocab_size_divisible_by,
@@ -187,6 +194,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
 
   LayoutCommand layout_cmd(app);
   DemoCommand demo_cmd(app);
+  ScheduleCommand schedule_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -242,6 +250,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     layout_cmd.run();
   } else if (demo_cmd.selected()) {
     demo_cmd.run(runtime);
+  } else if (schedule_cmd.selected()) {
+    schedule_cmd.run();
   }
   return 0;
 }

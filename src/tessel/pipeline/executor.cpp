@@ -14,14 +14,9 @@ double seconds_since(Clock::time_point t) {
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(std::vector<TransformerChunk*> chunks, Comm& pp,
-                                   int64_t tokens_per_microbatch)
-    : chunks_(std::move(chunks)), pp_(pp), tokens_(tokens_per_microbatch),
+                                   const ScheduleConfig& schedule, int64_t tokens_per_microbatch)
+    : chunks_(std::move(chunks)), pp_(pp), schedule_(schedule), tokens_(tokens_per_microbatch),
       num_model_chunks_(static_cast<int>(chunks_.size()) * pp.size()), slots_(chunks_.size()) {}
-
-// Tags name the message: (microbatch, the model chunk that receives it, forward or backward).
-int PipelineExecutor::tag(int microbatch, int receiving_model_chunk, int direction) const {
-  return (microbatch * num_model_chunks_ + receiving_model_chunk) * 2 + direction;
-}
 
 PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   std::vector<Slot>& slots = slots_[chunk];
@@ -59,7 +54,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
                              const std::function<void(int)>& grad_ready) {
   const auto start = Clock::now();
   stats_ = {};
-  const int p = pp_.size(), rank = pp_.rank();
+  const int rank = pp_.rank();
   const int64_t rows = chunks_.empty() ? 0 : chunks_[0]->local_rows() * chunks_[0]->hidden_size();
   int in_flight = 0;
   bool armed = false;
@@ -68,13 +63,12 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
     const int k = model_chunk(a.chunk);
     TransformerChunk& chunk = *chunks_[a.chunk];
     Slot& s = slot(a.chunk, a.microbatch);
-    const int next = (rank + 1) % p, prev = (rank + p - 1) % p;  // ranks of model chunks k ± 1
     switch (a.kind) {
       case ActionKind::RecvForward:
-        s.recv = pp_.irecv(s.input.data(), rows, prev, tag(a.microbatch, k, 0));
+        s.recv = pp_.irecv(s.input.data(), rows, a.peer, p2p_tag(a, rank, schedule_));
         break;
       case ActionKind::RecvBackward:
-        s.recv = pp_.irecv(s.d_output.data(), rows, next, tag(a.microbatch, k, 1));
+        s.recv = pp_.irecv(s.d_output.data(), rows, a.peer, p2p_tag(a, rank, schedule_));
         break;
       case ActionKind::Forward: {
         wait(s.recv);
@@ -87,7 +81,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         break;
       }
       case ActionKind::SendForward:
-        s.send_forward = pp_.isend(chunk.output(s.acts), rows, next, tag(a.microbatch, k + 1, 0));
+        s.send_forward = pp_.isend(chunk.output(s.acts), rows, a.peer, p2p_tag(a, rank, schedule_));
         break;
       case ActionKind::Backward: {
         wait(s.recv);
@@ -104,7 +98,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         break;
       }
       case ActionKind::SendBackward:
-        s.send_backward = pp_.isend(s.d_input.data(), rows, prev, tag(a.microbatch, k - 1, 1));
+        s.send_backward = pp_.isend(s.d_input.data(), rows, a.peer, p2p_tag(a, rank, schedule_));
         s.microbatch = -1;  // free once the send has left (checked when the slot is reused)
         break;
       case ActionKind::BackwardInput:

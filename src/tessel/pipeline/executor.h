@@ -23,8 +23,10 @@ class PipelineExecutor {
   // Writes microbatch mb's tokens and targets, (micro_batch · seq) each.
   using FillFn = std::function<void(int mb, int32_t* tokens, int32_t* targets)>;
 
-  // `chunks`: this rank's model chunks in its chunk order (chunk c is model chunk c·p + rank).
-  PipelineExecutor(std::vector<TransformerChunk*> chunks, Comm& pp, int64_t tokens_per_microbatch);
+  // `chunks`: this rank's model chunks in its chunk order (chunk c is model chunk c·p + rank);
+  // `schedule` is what the action lists were generated from (their tags and peers).
+  PipelineExecutor(std::vector<TransformerChunk*> chunks, Comm& pp, const ScheduleConfig& schedule,
+                   int64_t tokens_per_microbatch);
 
   struct Stats {
     double seconds = 0;       // the whole iteration on this rank
@@ -48,12 +50,12 @@ class PipelineExecutor {
     int microbatch = -1;  // -1: free
   };
   Slot& slot(int chunk, int microbatch);  // the slot of (chunk, microbatch), taken if needed
-  int model_chunk(int chunk) const { return chunk * pp_.size() + pp_.rank(); }
-  int tag(int microbatch, int receiving_model_chunk, int direction) const;
+  int model_chunk(int chunk) const { return model_chunk_index(pp_.rank(), chunk, pp_.size()); }
   void wait(Request& r);
 
   std::vector<TransformerChunk*> chunks_;
   Comm& pp_;
+  ScheduleConfig schedule_;
   int64_t tokens_;
   int num_model_chunks_;
   std::vector<std::vector<Slot>> slots_;  // per chunk

@@ -42,8 +42,8 @@ struct ScheduleConfig {
 
 using RankSchedule = std::vector<Action>;
 
-// Every rule the config breaks (p ≥ 1, m ≥ 1, interleaved: v ≥ 2, p ≤ g ≤ m, m mod g == 0 or
-// ... as Megatron), one message each; empty when valid.
+// Every rule the config breaks (p ≥ 1, m ≥ 1, interleaved: v ≥ 2, p ≥ 2, p ≤ g ≤ m, m mod g == 0
+// or ≥ p, as Megatron), one message each naming the flags; empty when valid.
 std::vector<std::string> schedule_violations(const ScheduleConfig& config);
 
 // Compute actions only (F and B), per pipeline rank. Throws tessel::Error listing violations.
@@ -52,5 +52,16 @@ std::vector<RankSchedule> generate_schedule(const ScheduleConfig& config);
 // Adds the sends and receives every F and B needs: a receive right before the compute that
 // consumes it, a send right after the compute that produces it.
 std::vector<RankSchedule> lower(const std::vector<RankSchedule>& compute, const ScheduleConfig& config);
+
+// Megatron's VPP assignment: local chunk c on pipeline rank r holds model chunk c · p + r, so a
+// microbatch visits ranks 0, 1, …, p−1 with chunk 0, then again with chunk 1, and so on.
+int model_chunk_index(int rank, int chunk, int pipeline_size);
+
+// The point-to-point tag of a send or receive action on `rank`. Every message of an iteration has
+// its own tag, so a send matches exactly one receive on its peer whatever the posting order:
+// tag = 2 · (microbatch · (K − 1) + b) + d, where K = p · v model chunks, b is the boundary the
+// message crosses (between model chunks b and b + 1) and d = 0 for an activation going forward,
+// 1 for a gradient going back. Tags run from 0 to 2 · m · (K − 1) − 1.
+int p2p_tag(const Action& action, int rank, const ScheduleConfig& config);
 
 }  // namespace tessel

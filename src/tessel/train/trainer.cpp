@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 
 #include "tessel/ckpt/hf.h"
 #include "tessel/comm/groups.h"
@@ -14,6 +15,8 @@
 #include "tessel/kernels/cpu/gemm.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/data_parallel.h"
+#include "tessel/pipeline/executor.h"
+#include "tessel/pipeline/stages.h"
 
 namespace tessel {
 
@@ -43,19 +46,75 @@ void report_profile(TrainLog& log, double seconds, const ParamRegistry& params,
                           saved / mib, scratch / mib));
 }
 
-// The whole model as Hugging Face tensors: TP shards gathered (every TP rank takes part), then
-// written by the first rank only.
-void export_gathered(const ParamRegistry& params, const ModelConfig& cfg, const std::string& dir,
+// Each pipeline rank's measured idle fraction (time blocked on a receive) and peak number of
+// microbatches in flight, gathered to the first rank.
+void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double total_s, int peak) {
+  Comm& world = groups.world();
+  float mine[3] = {static_cast<float>(total_s > 0 ? wait_s / total_s : 0), static_cast<float>(peak),
+                   static_cast<float>(groups.coords().pp)};
+  std::vector<float> all(3 * world.size());
+  world.all_gather(mine, all.data(), 3);
+  for (int r = 0; r < world.size(); ++r)
+    log.message(fmt::format("pipeline: rank {} (stage {}): idle {:.1f}% of the step, peak {} "
+                            "microbatches in flight", r, static_cast<int>(all[3 * r + 2]),
+                            100 * all[3 * r], static_cast<int>(all[3 * r + 1])));
+}
+
+StageOptions stage_options(const TrainOptions& o) {
+  return {o.parallel.pp, o.parallel.vpp, o.first_stage_layers, o.last_stage_layers,
+          o.pipeline_layout};
+}
+
+ScheduleConfig schedule_config(const TrainOptions& o, int microbatches) {
+  const ParallelConfig& pc = o.parallel;
+  ScheduleKind kind = pc.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+  if (!o.schedule.empty()) kind = parse_schedule_kind(o.schedule);
+  return {kind, pc.pp, microbatches, pc.vpp, o.microbatch_group};
+}
+
+// Names and shapes of the parameters of some model chunks, declared as the chunks declare them.
+void declare_chunks(const ModelConfig& cfg, const std::vector<ChunkSpec>& specs, ParamRegistry& reg) {
+  for (const ChunkSpec& spec : specs) TransformerChunk(cfg, spec, 1, no_tensor_parallel(), reg);
+}
+
+// The whole model as Hugging Face tensors, written by world rank 0: TP shards are gathered over
+// TP, then the first DP replica's pipeline stages send theirs to stage 0.
+void export_gathered(const ParamRegistry& params, const ModelConfig& cfg, const TrainOptions& o,
                      ProcessGroups& groups) {
-  ParamRegistry whole;
-  for (const Param& p : params.params())
-    whole.add(p.name, p.global_shape, p.init, p.init_std, p.weight_decay);
-  whole.finalize();
-  for (size_t i = 0; i < params.params().size(); ++i) {
-    std::vector<float> g = gather_global(params.params()[i], groups.tp());
-    std::copy(g.begin(), g.end(), whole.params()[i].value);
+  std::vector<std::vector<float>> mine;
+  for (const Param& p : params.params()) mine.push_back(gather_global(p, groups.tp()));
+  const RankCoords& at = groups.coords();
+  if (at.tp != 0 || at.dp != 0) return;
+  Comm& pp = groups.pp();
+  if (pp.rank() != 0) {
+    std::vector<Request> sends;
+    for (size_t i = 0; i < mine.size(); ++i)
+      sends.push_back(pp.isend(mine[i].data(), mine[i].size(), 0, static_cast<int>(i)));
+    wait_all(sends);
+    return;
   }
-  if (groups.world_rank() == 0) export_hf(whole, cfg, dir);
+  ParamRegistry whole;
+  declare_chunks(cfg, {ChunkSpec{0, cfg.num_layers, true, true}}, whole);
+  whole.finalize();
+  auto put = [&](const std::string& name, const float* data) {
+    if (!whole.has(name)) return;  // a tied head's copy of the embedding
+    Param& p = whole.get(name);
+    std::copy(data, data + p.numel(), p.value);
+  };
+  for (size_t i = 0; i < mine.size(); ++i) put(params.params()[i].name, mine[i].data());
+  const std::vector<ChunkSpec> all = assign_layers(cfg.num_layers, stage_options(o));
+  for (int stage = 1; stage < pp.size(); ++stage) {
+    ParamRegistry theirs;
+    declare_chunks(cfg, rank_chunks(all, pp.size(), stage), theirs);
+    std::vector<float> buffer;
+    for (size_t i = 0; i < theirs.params().size(); ++i) {
+      const Param& p = theirs.params()[i];
+      buffer.resize(p.numel());
+      pp.irecv(buffer.data(), p.numel(), stage, static_cast<int>(i)).wait();
+      put(p.name, buffer.data());
+    }
+  }
+  export_hf(whole, cfg, o.save_hf);
 }
 
 }  // namespace
@@ -77,7 +136,15 @@ void validate_training(const ModelConfig& model, const TrainOptions& o) {
   for (std::string& m : layout)
     if (std::find(v.begin(), v.end(), m) == v.end()) v.push_back(std::move(m));
   const ParallelConfig& pc = o.parallel;
-  if (pc.pp > 1) v.push_back("--pipeline-model-parallel-size > 1 is not supported yet");
+  for (std::string& m : stage_violations(model.num_layers, stage_options(o))) v.push_back(std::move(m));
+  if (layout.empty() && o.micro_batch_size > 0 && o.global_batch_size % (o.micro_batch_size * pc.dp()) == 0) {
+    const int microbatches = static_cast<int>(o.global_batch_size / (o.micro_batch_size * pc.dp()));
+    try {
+      for (std::string& m : schedule_violations(schedule_config(o, microbatches))) v.push_back(std::move(m));
+    } catch (const Error& e) {
+      v.push_back(e.what());  // an unknown --schedule name
+    }
+  }
   if (pc.cp > 1) v.push_back("--context-parallel-size > 1 is not supported yet");
   if (pc.ep > 1) v.push_back("--expert-model-parallel-size > 1 is not supported yet (no MoE)");
   if (v.empty()) return;
@@ -96,17 +163,32 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   const ParallelConfig& pc = o.parallel;
   const bool first_rank = groups.world_rank() == 0;
 
+  // This rank's model chunks: its pipeline stage's layers (several chunks with VPP), each split
+  // over TP; all their parameters in one registry.
   ParamRegistry params;
-  const ChunkSpec whole{0, cfg.num_layers, true, true};
   const TensorParallel tp{&groups.tp(), pc.sequence_parallel};
-  TransformerChunk model(cfg, whole, o.micro_batch_size, tp, params);
+  const RankCoords& at = groups.coords();
+  const std::vector<ChunkSpec> all_chunks = assign_layers(cfg.num_layers, stage_options(o));
+  std::vector<std::unique_ptr<TransformerChunk>> chunks;
+  std::vector<TransformerChunk*> chunk_ptrs;
+  for (const ChunkSpec& spec : rank_chunks(all_chunks, pc.pp, at.pp)) {
+    chunks.push_back(std::make_unique<TransformerChunk>(cfg, spec, o.micro_batch_size, tp, params));
+    chunk_ptrs.push_back(chunks.back().get());
+  }
   params.finalize();
-  model.bind(params);
+  for (auto& c : chunks) c->bind(params);
   if (o.init_from.empty()) {
     params.init_values(o.seed);
   } else {
     load_hf_weights(params, cfg, o.init_from);
   }
+  // A tied embedding lives on the first and the last stage; both copies start equal (same seed
+  // and name, or the same file) and stay equal by summing their gradients over the embedding
+  // group, as Megatron does. The norm counts the first stage's copy.
+  const int tied_copy = chunks.back()->tied_embedding_copy();
+  const int tied_owner = cfg.tied_embeddings() && pc.pp > 1 && at.pp == 0
+                             ? params.index("transformer.wte.weight")
+                             : -1;
   Comm& dp = groups.dp();
   DataParallel data_parallel(params, dp, pc.distributed_optimizer, o.ddp_bucket_size);
   AdamW optimizer(params, o.optimizer, data_parallel.owned_ranges());
@@ -116,38 +198,45 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   const std::function<void(int)> grad_ready = [&](int index) {
     Param& p = params.params()[index];
     if (sync_replicated && p.replicated()) groups.tp().all_reduce(p.grad, p.numel());
+    if (index == tied_owner) groups.embedding().all_reduce(p.grad, p.numel());
     data_parallel.grad_ready(index);
   };
 
   TrainLog log(o.lr.train_iters, o.log_interval, first_rank ? o.log_json : std::string(),
                o.progress && first_rank, !first_rank);
   log.message(fmt::format("model: {} | {} layers | hidden {} | heads {} | ffn {} | seq {} | vocab {} "
-                          "| {:.2f}M parameters",
+                          "| {:.2f}M parameters{}",
                           arch_name(cfg.arch), cfg.num_layers, cfg.hidden_size,
                           cfg.num_attention_heads, cfg.ffn_size(), cfg.seq_length, cfg.vocab_size,
-                          params.numel() / 1e6));
-  const int64_t microbatches = o.global_batch_size / (o.micro_batch_size * dp.size());
+                          cfg.num_parameters() / 1e6,
+                          groups.world().size() > 1
+                              ? fmt::format(" ({:.2f}M on rank 0)", params.numel() / 1e6)
+                              : std::string()));
+  const int microbatches = static_cast<int>(o.global_batch_size / (o.micro_batch_size * dp.size()));
   log.message(fmt::format("data: {} | {} tokens | {} samples of {} | global batch {} = micro "
                           "batch {} × DP {} × {} microbatches",
                           o.data_path, data.size(), sampler.num_samples(), cfg.seq_length,
                           o.global_batch_size, o.micro_batch_size, dp.size(), microbatches));
+  const ScheduleConfig sc = schedule_config(o, microbatches);
   if (groups.world().size() > 1)
-    log.message(fmt::format("parallel: world {} = TP {} × DP {}{}{} | order {}", groups.world().size(),
-                            tp.size(), dp.size(), pc.sequence_parallel ? " | sequence parallel" : "",
+    log.message(fmt::format("parallel: world {} = TP {} × PP {} × DP {}{}{}{} | order {}",
+                            groups.world().size(), tp.size(), pc.pp, dp.size(),
+                            pc.pp > 1 ? " | schedule " + schedule_kind_name(sc.kind) : "",
+                            pc.sequence_parallel ? " | sequence parallel" : "",
                             pc.distributed_optimizer ? " | distributed optimizer" : "", pc.order));
 
-  // Sized once; every iteration reuses them.
-  ChunkActivations acts = model.make_activations();
+  const RankSchedule actions = lower(generate_schedule(sc), sc)[at.pp];
   const int64_t S = cfg.seq_length, mb = o.micro_batch_size;
-  std::vector<int32_t> tokens(mb * S), targets(mb * S);
+  PipelineExecutor pipeline(chunk_ptrs, groups.pp(), sc, mb * S);
   // This DP rank's share of the global batch: positions [first, first + G / DP).
-  const int64_t first_sample = groups.coords().dp * (o.global_batch_size / dp.size());
+  const int64_t first_sample = at.dp * (o.global_batch_size / dp.size());
   const double batch_tokens = static_cast<double>(o.global_batch_size) * S;
   // The loss is the mean over every token of the global batch (DESIGN invariant 1).
   const float grad_scale = static_cast<float>(1.0 / batch_tokens);
 
   std::vector<IterationStats> history;
-  double profiled_seconds = 0;
+  double profiled_seconds = 0, wait_seconds = 0, pipeline_seconds = 0;
+  int peak_in_flight = 0;
   for (int64_t it = 1; it <= o.lr.train_iters; ++it) {
     if (o.profile && it == 2) {  // the first iteration sizes buffers and warms caches: not counted
       cpu::gemm_stats_reset();
@@ -155,20 +244,26 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     }
     const auto start = std::chrono::steady_clock::now();
     params.zero_grads();
-    double loss_sum = 0;
-    for (int64_t m = 0; m < microbatches; ++m) {
-      sampler.fill(it - 1, first_sample + m * mb, mb, tokens.data(), targets.data());
-      loss_sum += model.forward(acts, tokens.data(), nullptr, targets.data(), grad_scale);
-      const bool last = m == microbatches - 1;
-      if (last) data_parallel.arm();
-      model.backward(acts, nullptr, nullptr, last ? grad_ready : std::function<void(int)>());
+    const PipelineExecutor::FillFn fill = [&](int m, int32_t* tokens, int32_t* targets) {
+      sampler.fill(it - 1, first_sample + m * mb, mb, tokens, targets);
+    };
+    double loss_sum = pipeline.run(actions, microbatches, fill, grad_scale,
+                                   [&] { data_parallel.arm(); }, grad_ready);
+    if (tied_copy >= 0) {
+      Param& p = params.params()[tied_copy];
+      groups.embedding().all_reduce(p.grad, p.numel());
     }
     data_parallel.finish_grad_reduction();
+    // Only the last stage computed losses; every rank learns their sum over stages and DP.
+    groups.pp().all_reduce(&loss_sum, 1);
     dp.all_reduce(&loss_sum, 1);
     // The norm counts every parameter once: TP shards summed, TP-replicated ones from TP rank 0
-    // only, and the distributed optimizer's DP slices summed.
-    double sq = optimizer.grad_sq_sum([&](const Param& p) { return tp.rank() == 0 || !p.replicated(); });
+    // only, stages summed (a tied embedding once), the distributed optimizer's DP slices summed.
+    double sq = optimizer.grad_sq_sum([&](const Param& p) {
+      return (tp.rank() == 0 || !p.replicated()) && p.offset != (tied_copy >= 0 ? params.params()[tied_copy].offset : -1);
+    });
     groups.tp().all_reduce(&sq, 1);
+    groups.pp().all_reduce(&sq, 1);
     if (pc.distributed_optimizer) dp.all_reduce(&sq, 1);
     IterationStats s;
     s.iteration = it;
@@ -182,12 +277,21 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     s.iteration_time_ms = took.count() * 1000.0;
     s.tokens_per_s = batch_tokens / took.count();
     if (o.profile && it >= 2) profiled_seconds += took.count();
+    if (it >= 2 || o.lr.train_iters == 1) {
+      wait_seconds += pipeline.stats().wait_seconds;
+      pipeline_seconds += pipeline.stats().seconds;
+    }
+    peak_in_flight = std::max(peak_in_flight, pipeline.stats().peak_in_flight);
     log.iteration(s);
     history.push_back(s);
   }
-  if (o.profile) report_profile(log, profiled_seconds, params, model, acts);
+  if (pc.pp > 1 && o.lr.train_iters > 0) report_pipeline(log, groups, wait_seconds, pipeline_seconds, peak_in_flight);
+  if (o.profile) {
+    ChunkActivations acts = chunks.front()->make_activations();
+    report_profile(log, profiled_seconds, params, *chunks.front(), acts);
+  }
   if (!o.save_hf.empty()) {
-    export_gathered(params, cfg, o.save_hf, groups);
+    export_gathered(params, cfg, o, groups);
     log.message(fmt::format("saved {}/model.safetensors and config.json", o.save_hf));
   }
   return history;

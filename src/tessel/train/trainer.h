@@ -31,6 +31,11 @@ struct TrainOptions {
   bool profile = false;   // report GEMM throughput and memory at the end
   ParallelConfig parallel;
   int64_t ddp_bucket_size = int64_t{1} << 22;  // floats per gradient-reduction bucket
+  std::string schedule;                 // gpipe | 1f1b | interleaved; empty: 1f1b, interleaved with VPP
+  int microbatch_group = 0;             // --microbatch-group-size-per-virtual-pipeline-stage
+  int first_stage_layers = -1;          // --decoder-first-pipeline-num-layers
+  int last_stage_layers = -1;           // --decoder-last-pipeline-num-layers
+  std::string pipeline_layout;          // --pipeline-model-parallel-layout
 };
 
 class ProcessGroups;

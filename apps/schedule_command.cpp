@@ -1,0 +1,270 @@
+#include "schedule_command.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "tessel/core/error.h"
+#include "tessel/pipeline/simulate.h"
+
+namespace tessel {
+
+namespace {
+
+// Characters on screen: every non-ASCII character used here ("·", "−") is one column wide.
+size_t display_width(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s)
+    if ((c & 0xC0) != 0x80) n++;
+  return n;
+}
+
+std::string pad(const std::string& s, size_t width) {
+  return s + std::string(width > display_width(s) ? width - display_width(s) : 0, ' ');
+}
+
+// One cell per time unit: the label of the compute running in [t − 1, t), or "·" when idle.
+std::vector<std::vector<std::string>> time_cells(const Simulation& sim, const ScheduleConfig& config) {
+  const int slots = static_cast<int>(std::lround(sim.makespan));
+  std::vector<std::vector<std::string>> cells(sim.ranks.size(), std::vector<std::string>(slots, "·"));
+  for (size_t r = 0; r < sim.ranks.size(); ++r)
+    for (const TimedAction& ta : sim.ranks[r].compute)
+      for (long t = std::lround(ta.start); t < std::lround(ta.end); ++t)
+        cells[r][t] = action_label(ta.action, config.virtual_stages);
+  return cells;
+}
+
+// Rows are ranks, columns T1, T2, … (one per time unit), in blocks of `columns` so that a long
+// schedule wraps instead of running off the screen.
+void print_table(const Simulation& sim, const ScheduleConfig& config, int columns) {
+  const std::vector<std::vector<std::string>> cells = time_cells(sim, config);
+  const int slots = cells.empty() ? 0 : static_cast<int>(cells[0].size());
+  size_t width = display_width(fmt::format("T{}", slots));
+  for (const auto& row : cells)
+    for (const std::string& c : row) width = std::max(width, display_width(c));
+  width += 2;
+  const size_t label_width = display_width(fmt::format("rank {}", cells.size() - 1)) + 2;
+  for (int first = 0; first < slots; first += columns) {
+    const int end = std::min(slots, first + columns);
+    std::string line = pad("", label_width);
+    for (int t = first; t < end; ++t) line += pad(fmt::format("T{}", t + 1), width);
+    fmt::print("{}\n", line.substr(0, line.find_last_not_of(' ') + 1));
+    for (size_t r = 0; r < cells.size(); ++r) {
+      line = pad(fmt::format("rank {}", r), label_width);
+      for (int t = first; t < end; ++t) line += pad(cells[r][t], width);
+      fmt::print("{}\n", line.substr(0, line.find_last_not_of(' ') + 1));
+    }
+    if (end < slots) fmt::print("\n");
+  }
+}
+
+std::string number(double x) { return fmt::format("{:.4g}", x); }
+
+void print_rank_stats(const Simulation& sim, const ScheduleConfig& config, bool forward_only) {
+  fmt::print("\n{:<6}{:>9}{:>7}{:>15}{:>17}", "rank", "compute", "idle", "bubble/ideal", "idle/iteration");
+  if (!forward_only) fmt::print("{:>17}", "peak in flight");
+  fmt::print("\n");
+  for (size_t r = 0; r < sim.ranks.size(); ++r) {
+    const RankTimeline& t = sim.ranks[r];
+    fmt::print("{:<6}{:>9}{:>7}{:>15}{:>17}", r, number(t.busy), number(t.idle_time), number(t.bubble_ratio()),
+               number(t.idle_fraction()));
+    if (!forward_only) fmt::print("{:>17}", t.peak_in_flight);
+    fmt::print("\n");
+  }
+  if (forward_only) return;
+  if (config.virtual_stages > 1)
+    fmt::print("peak in flight: (microbatch, chunk) forwards whose backward has not run; each holds 1/{} "
+               "of a rank's activations for one microbatch\n", config.virtual_stages);
+  else
+    fmt::print("peak in flight: microbatches whose forward has run and backward not yet\n");
+}
+
+void print_bubble(const Simulation& sim, const ScheduleConfig& config, int communication_cost) {
+  const int p = config.pipeline_size, m = config.microbatches, v = config.virtual_stages;
+  double low = sim.ranks[0].bubble_ratio(), high = low;
+  size_t low_rank = 0, high_rank = 0;
+  for (size_t r = 1; r < sim.ranks.size(); ++r) {
+    const double b = sim.ranks[r].bubble_ratio();
+    if (b < low) low = b, low_rank = r;
+    if (b > high) high = b, high_rank = r;
+  }
+  fmt::print("\nbubble = bubble time / ideal time (a rank's idle time in the iteration ÷ its compute time)\n");
+  if (high - low < 1e-9)
+    fmt::print("  measured: {} on every rank (makespan {})\n", number(high), number(sim.makespan));
+  else
+    fmt::print("  measured: {} (rank {}) to {} (rank {}) (makespan {})\n", number(low), low_rank, number(high),
+               high_rank, number(sim.makespan));
+  if (config.kind == ScheduleKind::Interleaved)
+    fmt::print("  formula:  (p − 1)/(v·m) = ({} − 1)/({}·{}) = {}", p, v, m, number((p - 1.0) / (v * m)));
+  else
+    fmt::print("  formula:  (p − 1)/m = ({} − 1)/{} = {}", p, m, number((p - 1.0) / m));
+  fmt::print("{}\n", communication_cost > 0 ? " (without communication time)" : "");
+}
+
+// A colour per compute kind, lightened towards white for later chunks so that a rank's chunks
+// stand apart.
+std::string fill_colour(const Action& a, int virtual_stages) {
+  int rgb[3] = {76, 120, 168};                                                  // F: blue
+  if (a.kind == ActionKind::Backward) rgb[0] = 228, rgb[1] = 120, rgb[2] = 30;  // B: orange
+  if (a.kind == ActionKind::BackwardInput) rgb[0] = 214, rgb[1] = 80, rgb[2] = 80;
+  if (a.kind == ActionKind::BackwardWeight) rgb[0] = 84, rgb[1] = 162, rgb[2] = 75;
+  const double lighten = virtual_stages > 1 ? 0.55 * a.chunk / (virtual_stages - 1) : 0;
+  for (int& c : rgb) c = static_cast<int>(std::lround(c + (255 - c) * lighten));
+  return fmt::format("#{:02x}{:02x}{:02x}", rgb[0], rgb[1], rgb[2]);
+}
+
+const char* kind_class(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::Forward: return "F";
+    case ActionKind::Backward: return "B";
+    case ActionKind::BackwardInput: return "I";
+    case ActionKind::BackwardWeight: return "W";
+    default: return "comm";
+  }
+}
+
+// One row per rank, one box per compute action (class F / B / I / W, the microbatch number
+// inside), a time axis below, and a legend.
+std::string schedule_svg(const Simulation& sim, const ScheduleConfig& config, const std::string& title) {
+  const int p = config.pipeline_size, v = config.virtual_stages;
+  const double unit = std::clamp(1200.0 / std::max(sim.makespan, 1.0), 8.0, 48.0);  // pixels per time unit
+  const double left = 70, top = 40, row = 34, gap = 8;
+  const double plot_w = sim.makespan * unit, plot_h = p * (row + gap);
+  const double width = left + plot_w + 20, height = top + plot_h + 80;
+  std::string s = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n",
+      width, height);
+  s += fmt::format("<text x=\"{}\" y=\"22\" font-size=\"14\">{}</text>\n", left, title);
+  for (int r = 0; r < p; ++r) {
+    const double y = top + r * (row + gap);
+    s += fmt::format("<text x=\"8\" y=\"{:.1f}\">rank {}</text>\n", y + row * 0.62, r);
+    s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ccc\"/>\n", left,
+                     y + row / 2, left + plot_w, y + row / 2);
+    for (const TimedAction& ta : sim.ranks[r].compute) {
+      const double x = left + ta.start * unit, w = (ta.end - ta.start) * unit;
+      s += fmt::format("<rect class=\"{}\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" "
+                       "stroke=\"#333\" stroke-width=\"0.6\"><title>rank {} {}</title></rect>\n",
+                       kind_class(ta.action.kind), x, y, w, row, fill_colour(ta.action, v), r,
+                       action_label(ta.action, v));
+      s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"{:.0f}\">{}</text>\n",
+                       x + w / 2, y + row * 0.62, std::min(12.0, unit * 0.9), ta.action.microbatch + 1);
+    }
+  }
+  // Time axis: a tick every `step` units, at least ~30 px apart.
+  const double axis_y = top + plot_h;
+  s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#000\"/>\n", left, axis_y,
+                   left + plot_w, axis_y);
+  const int step = std::max(1, static_cast<int>(std::ceil(30.0 / unit)));
+  for (int t = 0; t <= static_cast<int>(sim.makespan); t += step) {
+    const double x = left + t * unit;
+    s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#000\"/>\n", x, axis_y,
+                     x, axis_y + 5);
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x, axis_y + 18, t);
+  }
+  s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">time</text>\n", left + plot_w,
+                   axis_y + 34);
+  // Legend: F and B of every chunk.
+  double x = left;
+  const double legend_y = axis_y + 48;
+  for (ActionKind kind : {ActionKind::Forward, ActionKind::Backward}) {
+    for (int c = 0; c < v; ++c) {
+      Action a{kind, 0, c, -1};
+      s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"14\" fill=\"{}\" stroke=\"#333\" "
+                       "stroke-width=\"0.6\"/>\n", x, legend_y, fill_colour(a, v));
+      const std::string name = fmt::format("{}{}", kind_class(kind), v > 1 ? fmt::format(" chunk {}", c) : "");
+      s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", x + 18, legend_y + 11, name);
+      x += 30 + 7.0 * name.size();
+    }
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+}  // namespace
+
+ScheduleCommand::ScheduleCommand(CLI::App& app) {
+  cmd_ = app.add_subcommand("schedule", "draw a pipeline schedule: each rank's time line, the bubble, "
+                                        "microbatches in flight");
+  CLI::App& c = *cmd_;
+  c.add_option("--pp,--pipeline-model-parallel-size", config_.pipeline_size, "pipeline stages (ranks)")->required();
+  c.add_option("--microbatches,--num-microbatches", config_.microbatches, "microbatches per iteration")->required();
+  c.add_option("--vpp,--num-virtual-stages-per-pipeline-rank", config_.virtual_stages,
+               "model chunks per rank")->capture_default_str();
+  c.add_option("--schedule", schedule_, "gpipe | 1f1b | interleaved (default: interleaved when --vpp > 1, else 1f1b)");
+  c.add_option("--microbatch-group-size-per-virtual-pipeline-stage", config_.microbatch_group,
+               "interleaved: microbatches a chunk runs in a row (default: --pp)");
+  c.add_option("--forward-cost", forward_cost_, "time units of one forward of one chunk")->capture_default_str();
+  c.add_option("--backward-cost", backward_cost_, "time units of one backward of one chunk")->capture_default_str();
+  c.add_option("--communication-cost", communication_cost_, "time units from a send to its receive")
+      ->capture_default_str();
+  c.add_flag("--forward-only", forward_only_, "forwards only, as Megatron's forward_only (evaluation) runs them");
+  c.add_option("--columns", columns_, "time units per block of the table")->capture_default_str();
+  c.add_option("--svg", svg_path_, "also draw the schedule into this SVG file");
+}
+
+void ScheduleCommand::run() const {
+  ScheduleConfig config = config_;
+  std::vector<std::string> v;
+  config.kind = config.virtual_stages > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+  if (!schedule_.empty()) {
+    try {
+      config.kind = parse_schedule_kind(schedule_);
+    } catch (const Error& e) {
+      v.push_back(e.what());  // and the other rules under the default schedule
+    }
+  }
+  for (const std::string& rule : schedule_violations(config)) v.push_back(rule);
+  if (forward_cost_ < 1) v.push_back(fmt::format("--forward-cost must be at least 1 (got {})", forward_cost_));
+  if (backward_cost_ < 1) v.push_back(fmt::format("--backward-cost must be at least 1 (got {})", backward_cost_));
+  if (communication_cost_ < 0)
+    v.push_back(fmt::format("--communication-cost must not be negative (got {})", communication_cost_));
+  if (columns_ < 1) v.push_back(fmt::format("--columns must be at least 1 (got {})", columns_));
+  if (!v.empty()) {
+    std::string msg = "invalid schedule: " + v[0];
+    for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
+    throw ConfigError(msg);
+  }
+
+  std::vector<RankSchedule> compute = generate_schedule(config);
+  if (forward_only_)
+    for (RankSchedule& s : compute)
+      std::erase_if(s, [](const Action& a) { return a.kind != ActionKind::Forward; });
+  SimulationCosts costs;
+  costs.forward = forward_cost_;
+  costs.backward = backward_cost_;
+  costs.communication = communication_cost_;
+  const Simulation sim = simulate(lower(compute, config), config, costs);
+  if (!sim.ok()) fail("the {} schedule does not run: {}", schedule_kind_name(config.kind), sim.error);
+
+  const int p = config.pipeline_size, m = config.microbatches, vpp = config.virtual_stages;
+  std::string title = fmt::format("{}{}: pp {}, {} microbatches", schedule_kind_name(config.kind),
+                                  forward_only_ ? " (forward only)" : "", p, m);
+  if (config.kind == ScheduleKind::Interleaved)
+    title += fmt::format(", vpp {}, microbatch group {}", vpp, config.microbatch_group ? config.microbatch_group : p);
+  if (forward_only_)
+    fmt::print("{}; forward {}, communication {} time units\n", title, forward_cost_, communication_cost_);
+  else
+    fmt::print("{}; forward {}, backward {}, communication {} time units\n", title, forward_cost_, backward_cost_,
+               communication_cost_);
+  if (vpp > 1)
+    fmt::print("cells: F<microbatch>.<chunk> / B<microbatch>.<chunk>, microbatches from 1 as the seed counts them; "
+               "chunk c on rank r is model chunk c·{} + r; · = idle\n\n", p);
+  else
+    fmt::print("cells: F<microbatch> / B<microbatch>, microbatches from 1 as the seed counts them; · = idle\n\n");
+  print_table(sim, config, columns_);
+  print_rank_stats(sim, config, forward_only_);
+  print_bubble(sim, config, communication_cost_);
+
+  if (!svg_path_.empty()) {
+    std::ofstream out(svg_path_);
+    TESSEL_CHECK(out.good(), "cannot write --svg {}", svg_path_);
+    out << schedule_svg(sim, config, title);
+    TESSEL_CHECK(out.good(), "cannot write --svg {}", svg_path_);
+    fmt::print("wrote {}\n", svg_path_);
+  }
+}
+
+}  // namespace tessel

@@ -1,0 +1,205 @@
+#!/bin/bash
+# Parallel training throughput on this 2-core machine: data-parallel scaling, tessel DP2 against
+# PyTorch on two threads, tensor parallel's overhead, DP bucket sizes and the allocator, and the
+# all-reduce bandwidth tessel gets against a plain MPI_Allreduce (issue 3's bench items).
+#
+#   bench/parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] MODE CONFIG
+#
+# MODE      variants, run in this order every round (the first is the reference of the ratios)
+#   dp        1 rank × 1 thread, global batch = 2 microbatches | DP2 (2 ranks × 1 thread), same
+#             global batch | DP2 + --use-distributed-optimizer
+#   torch     tessel DP2, global batch = 2 microbatches | bench/run_pytorch.sh --threads 2 with
+#             batch = that global batch (ratio tessel / PyTorch)
+#   tp        TP2 (2 ranks × 1 thread) | TP2 + --sequence-parallel | 1 process × 2 threads |
+#             1 process × 1 thread, all with micro = global batch = the config's batch
+#   buckets   DP2 with --ddp-bucket-size 1M, 4M (default, the reference), 16M floats, each with
+#             glibc malloc and with tcmalloc (-x LD_PRELOAD=libtcmalloc_minimal.so.4)
+#   allreduce build/bench/allreduce_bench on 2 ranks, glibc then tcmalloc, R rounds; per size the
+#             medians over rounds of tessel's and plain MPI_Allreduce's GB/s and their ratio
+#             (default 3 rounds; CONFIG is ignored, give either)
+# CONFIG is tiny (V256 T128 d128 L4 H4, micro batch 8) or small (V50304 T256 d384 L6 H6, micro 4).
+#
+# Runs alternate A B C A B C ... so that load from other processes falls on every variant; each
+# round gives ratios against the reference and the summary shows min / median / max. A tessel
+# run's rate is the median tokens_per_s (whole global batch) of its timed iterations (--log-json,
+# rank 0), PyTorch's is batch·seq / median_step_ms. Ranks run with OMP_NUM_THREADS=1 under
+# `mpirun --allow-run-as-root -n 2` (Open MPI binds each rank to a core). TESSEL=...,
+# ALLREDUCE_BENCH=... point at other binaries (a build of a fixed commit while others rebuild
+# build/).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+tessel=${TESSEL:-$root/build/tessel}
+allreduce_bench=${ALLREDUCE_BENCH:-$root/build/bench/allreduce_bench}
+corpus=$root/data/kjv-genesis-esther.txt
+tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+
+rounds= iters= warmup=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rounds) rounds=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "parallel_scaling.sh: unknown flag $1" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+if [ $# -ne 2 ]; then
+  echo "usage: parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] dp|torch|tp|buckets|allreduce tiny|small" >&2
+  exit 2
+fi
+mode=$1 config=$2
+
+# vocab seq hidden layers heads micro-batch, default timed iterations, warm-up, rounds
+case $config in
+  tiny)  set -- 256 128 128 4 4 8;   def_iters=40 def_warmup=5 def_rounds=7 ;;
+  small) set -- 50304 256 384 6 6 4; def_iters=6  def_warmup=2 def_rounds=5 ;;
+  *) echo "parallel_scaling.sh: config must be tiny or small, not $config" >&2; exit 2 ;;
+esac
+vocab=$1 seq=$2 hidden=$3 layers=$4 heads=$5 micro=$6
+[ "$mode" = allreduce ] && def_rounds=3
+iters=${iters:-$def_iters} warmup=${warmup:-$def_warmup} rounds=${rounds:-$def_rounds}
+
+case $mode in
+  dp)      variants=(1rank dp2 dp2-distopt) ;;
+  torch)   variants=(dp2 torch2) ;;
+  tp)      variants=(tp2 tp2-sp 1proc-2threads 1proc-1thread) ;;
+  buckets) variants=(dp2-b4M dp2-b1M dp2-b16M dp2-b4M-tcmalloc dp2-b1M-tcmalloc dp2-b16M-tcmalloc) ;;
+  allreduce) variants=() ;;
+  *) echo "parallel_scaling.sh: unknown mode $mode" >&2; exit 2 ;;
+esac
+# The global batch: two microbatches per step, split over DP2 or taken in turn by one rank; TP
+# runs one microbatch (every TP rank sees the same samples).
+if [ "$mode" = tp ]; then global=$micro; else global=$((2 * micro)); fi
+
+command -v mpirun >/dev/null || { echo "parallel_scaling.sh: mpirun not found" >&2; exit 1; }
+mpirun=(mpirun --allow-run-as-root -n 2 -x OMP_NUM_THREADS=1)
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if [ "$mode" = allreduce ]; then
+  [ -x "$allreduce_bench" ] || { echo "parallel_scaling.sh: $allreduce_bench not found (build first)" >&2; exit 1; }
+  [ -e "$tcmalloc" ] || { echo "parallel_scaling.sh: $tcmalloc not found" >&2; exit 1; }
+  echo "allreduce_bench, 2 ranks, glibc then tcmalloc, $rounds rounds, $(date -u '+%F %T') UTC, load $(load)"
+  for r in $(seq 1 "$rounds"); do
+    "${mpirun[@]}" "$allreduce_bench" >"$work/glibc_$r"
+    "${mpirun[@]}" -x LD_PRELOAD="$tcmalloc" "$allreduce_bench" >"$work/tcmalloc_$r"
+    echo "round $r done, load $(load)"
+  done
+  echo "--- last round's tables:"; cat "$work/glibc_$rounds" "$work/tcmalloc_$rounds"
+  python3 - "$work" "$rounds" <<'EOF'
+import statistics, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
+def table(path):  # bytes -> (tessel GB/s, mpi GB/s, ratio, faults/call)
+    rows = {}
+    for line in open(path):
+        f = line.split()
+        if f and f[0].isdigit():
+            rows[int(f[0])] = (float(f[3]), float(f[5]), float(f[6]), float(f[7]))
+    return rows
+print(f"--- medians over {rounds} rounds (GB/s = bytes / median call time; ratio = plain time / tessel time)")
+for alloc in ("glibc", "tcmalloc"):
+    tables = [table(f"{work}/{alloc}_{r}") for r in range(1, rounds + 1)]
+    print(f"{alloc}:")
+    print(f"{'bytes':>10} {'tessel_GB/s':>12} {'mpi_GB/s':>10} {'ratio min/med/max':>22} {'faults/call':>12}")
+    for size in sorted(tables[0]):
+        cols = list(zip(*[t[size] for t in tables]))
+        ratio = cols[2]
+        print(f"{size:>10} {statistics.median(cols[0]):>12.3f} {statistics.median(cols[1]):>10.3f} "
+              f"{min(ratio):>7.3f}/{statistics.median(ratio):.3f}/{max(ratio):.3f} "
+              f"{statistics.median(cols[3]):>12.1f}")
+EOF
+  exit 0
+fi
+
+[ -x "$tessel" ] || { echo "parallel_scaling.sh: $tessel not found (build first)" >&2; exit 1; }
+tessel_args=(train --arch gpt2 --vocab-size "$vocab" --seq-length "$seq" --hidden-size "$hidden"
+  --num-layers "$layers" --num-attention-heads "$heads" --micro-batch-size "$micro"
+  --global-batch-size "$global" --train-iters $((warmup + iters)) --log-interval 1
+  --data-path "$corpus")
+
+tessel_rate() {  # $1: --log-json file; prints "median_tok_s mean_tok_s" of the timed iterations
+  python3 - "$1" "$warmup" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+timed = [r for r in rows if r["iteration"] > int(sys.argv[2])]
+tokens = timed[0]["tokens_per_s"] * timed[0]["iteration_time_ms"] / 1e3  # tokens per iteration
+mean = tokens * len(timed) / (sum(r["iteration_time_ms"] for r in timed) / 1e3)
+print(f'{statistics.median(r["tokens_per_s"] for r in timed):.1f} {mean:.1f}')
+EOF
+}
+
+run_variant() {  # $1: variant, $2: output prefix; prints "median_tok_s mean_tok_s"
+  local name=$1 out=$2 extra=() env=()
+  case $name in
+    1rank|1proc-1thread)
+      (cd "$work" && OMP_NUM_THREADS=1 "$tessel" "${tessel_args[@]}" --threads 1 \
+        --log-json "$out.json" >"$out.log")
+      tessel_rate "$out.json"; return ;;
+    1proc-2threads)
+      (cd "$work" && OMP_NUM_THREADS=2 "$tessel" "${tessel_args[@]}" --threads 2 \
+        --log-json "$out.json" >"$out.log")
+      tessel_rate "$out.json"; return ;;
+    torch2)
+      "$root/bench/run_pytorch.sh" --threads 2 --vocab "$vocab" --seq "$seq" --hidden "$hidden" \
+        --layers "$layers" --heads "$heads" --batch "$global" --iters "$iters" \
+        --warmup "$warmup" --data-path "$corpus" >"$out.log"
+      python3 - "$out.log" <<'EOF'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+print(f'{r["batch"] * r["seq"] / (r["median_step_ms"] / 1e3):.1f} {r["tokens_per_s"]:.1f}')
+EOF
+      return ;;
+    dp2) ;;
+    dp2-distopt) extra=(--use-distributed-optimizer) ;;
+    tp2) extra=(--tp 2) ;;
+    tp2-sp) extra=(--tp 2 --sequence-parallel) ;;
+    dp2-b*)
+      local size=${name#dp2-b}; size=${size%-tcmalloc}
+      extra=(--ddp-bucket-size $((${size%M} * 1024 * 1024)))
+      case $name in *-tcmalloc) env=(-x LD_PRELOAD="$tcmalloc") ;; esac ;;
+    *) echo "parallel_scaling.sh: unknown variant $name" >&2; exit 2 ;;
+  esac
+  (cd "$work" && "${mpirun[@]}" "${env[@]}" "$tessel" "${tessel_args[@]}" --threads 1 \
+    "${extra[@]}" --log-json "$out.json" >"$out.log")
+  tessel_rate "$out.json"
+}
+
+echo "mode $mode, config $config: gpt2 V$vocab T$seq d$hidden L$layers H$heads, micro batch $micro," \
+  "global batch $global, $warmup warm-up + $iters timed iterations, $rounds rounds, $(nproc) CPUs," \
+  "$(date -u '+%F %T') UTC"
+echo "tessel: $tessel"
+echo "load before: $(load)"
+printf '%-5s' round; printf ' %16s' "${variants[@]}"; printf '   %s\n' "load (1 5 15 min)"
+: >"$work/median_rows"; : >"$work/mean_rows"
+for r in $(seq 1 "$rounds"); do
+  medians=() means=()
+  for v in "${variants[@]}"; do
+    read -r med mean < <(run_variant "$v" "$work/${v}_$r")
+    medians+=("$med") means+=("$mean")
+  done
+  printf '%-5s' "$r"; printf ' %16s' "${medians[@]}"; printf '   %s\n' "$(load)"
+  echo "${medians[*]}" >>"$work/median_rows"
+  echo "${means[*]}" >>"$work/mean_rows"
+done
+
+python3 - "$work" "${variants[@]}" <<'EOF'
+import statistics, sys
+work, names = sys.argv[1], sys.argv[2:]
+def rows(kind):
+    return [list(map(float, line.split())) for line in open(f"{work}/{kind}_rows") if line.strip()]
+def line(label, values):
+    return (f"{label:<40} min {min(values):>9.3f}  median {statistics.median(values):>9.3f}  "
+            f"max {max(values):>9.3f}")
+median_rows, mean_rows = rows("median"), rows("mean")
+print(f"summary over {len(median_rows)} rounds; tok/s = median of the timed iterations:")
+for i, name in enumerate(names):
+    print(line(f"{name} tok/s", [r[i] for r in median_rows]))
+print(f"ratios to {names[0]}, per round (second line: from mean rates, total tokens / total time):")
+for i, name in enumerate(names[1:], 1):
+    print(line(f"{name} / {names[0]}", [r[i] / r[0] for r in median_rows]))
+    print(line(f"  mean-based", [r[i] / r[0] for r in mean_rows]))
+    print(line(f"{names[0]} / {name}", [r[0] / r[i] for r in median_rows]))
+EOF

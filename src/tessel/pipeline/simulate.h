@@ -1,0 +1,68 @@
+// Replays lowered pipeline schedules with costs: each rank runs its list in order, a receive waits
+// for its matching send (plus the communication cost), sends never block. Gives every rank's time
+// line, the makespan, each rank's bubble and its peak number of microbatches in flight; finds
+// deadlocks and broken schedules instead of hanging. Behind `tessel schedule` and the planner.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tessel/pipeline/schedule.h"
+
+namespace tessel {
+
+// Time of one action of one chunk (a chunk is 1/v of a rank's layers, so with VPP each costs 1/v
+// of a non-interleaved stage's; the bubble fractions are ratios and do not depend on the unit).
+struct SimulationCosts {
+  double forward = 1;
+  double backward = 2;         // B: input and weight gradients together
+  double backward_input = 1;   // I
+  double backward_weight = 1;  // W
+  double communication = 0;    // from a send until its receive can complete
+};
+
+struct TimedAction {
+  Action action;
+  double start = 0;
+  double end = 0;
+};
+
+struct Interval {
+  double start = 0;
+  double end = 0;
+};
+
+struct RankTimeline {
+  std::vector<TimedAction> compute;  // the rank's F / B / I / W in the order it ran them
+  std::vector<Interval> idle;        // the gaps in [0, makespan) with no compute
+  double busy = 0;                   // useful time: the sum of compute costs (the ideal time)
+  double idle_time = 0;              // makespan − busy: the rank's bubble
+  // The most (microbatch, chunk) forwards whose backward (or weight gradient, when split) had not
+  // yet run: the activations the rank holds at its fullest. With v = 1, microbatches.
+  int peak_in_flight = 0;
+  // Bubble time / ideal time: the measure behind (p − 1)/m and (p − 1)/(v·m).
+  double bubble_ratio() const { return busy > 0 ? idle_time / busy : 0; }
+  // Idle time / makespan: the share of the iteration the rank waits.
+  double idle_fraction() const { return busy + idle_time > 0 ? idle_time / (busy + idle_time) : 0; }
+};
+
+struct Simulation {
+  std::vector<RankTimeline> ranks;
+  double makespan = 0;
+  // Empty when every rank ran its list to the end. Otherwise why not: "deadlock: ..." naming each
+  // stuck rank and the receive it waits at, or the first broken rule (a compute without its
+  // input, a send nobody receives, an action run twice).
+  std::string error;
+  bool ok() const { return error.empty(); }
+};
+
+// `lowered`: one list per pipeline rank, as lower() makes them (compute lists alone have no
+// receives, so a rank would run a chunk before its input exists: that is reported as an error).
+Simulation simulate(const std::vector<RankSchedule>& lowered, const ScheduleConfig& config,
+                    const SimulationCosts& costs = {});
+
+// "F3", "B1", or with VPP "F3.1" (microbatch 3, chunk 1): microbatches counted from 1 as the seed
+// counts them, chunks from 0 as Megatron does. Sends and receives: "sendF3", "recvB3.1", ….
+std::string action_label(const Action& action, int virtual_stages);
+
+}  // namespace tessel
