@@ -167,6 +167,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_flag("--use-distributed-optimizer", pc.distributed_optimizer, "shard Adam state and the update over DP (ZeRO-1)");
   train_cmd->add_option("--make-vocab-size-divisible-by", train_model.flags.make_vocab_size_divisible_by,
                         "pad the vocabulary to a multiple of this × TP")->capture_default_str();
+  bool force_progress = false;
+  train_cmd->add_flag("--progress", force_progress, "draw the live progress line (default: on a terminal, not under mpirun)");
   train_cmd->add_flag("--profile", t.profile, "report GEMM throughput and memory at the end");
   train_cmd->add_option("--threads", threads, "threads per process (default: OMP_NUM_THREADS or all cores)");
 
@@ -214,8 +216,9 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   if (*train_cmd) {
     t.sampling = parse_sampling(sampling);
     t.lr.style = parse_lr_decay_style(decay_style);
-    // The live progress line only for a terminal, and not through mpirun's forwarded output.
-    t.progress = isatty(STDOUT_FILENO) != 0 && !runtime.active();
+    // The live progress line for a terminal. Under mpirun every rank's stdout is a pseudo-terminal
+    // whatever the user's is, so there it takes --progress.
+    t.progress = force_progress || (isatty(STDOUT_FILENO) != 0 && !runtime.active());
     ModelConfig cfg = train_model.resolve(t.init_from);
     cfg.make_vocab_size_divisible_by = train_model.flags.make_vocab_size_divisible_by;
     pc.world = runtime.world_size();
