@@ -92,6 +92,33 @@ void print_model_split(const ModelConfig& m, int tp, bool heads, bool groups, bo
 
 // One row per rank: its coordinates, then its group on every axis whose groups have more than one
 // rank.
+// Which layers each pipeline rank holds (seed examples 7, 9 and 12), and what crosses between
+// neighbouring stages.
+void print_stages(const std::vector<ChunkSpec>& chunks, const StageOptions& o, const ModelConfig& m,
+                  int64_t micro_batch) {
+  fmt::print("pipeline: {} layers over PP {}{}:\n", m.num_layers, o.pipeline_size,
+             o.virtual_stages > 1 ? fmt::format(" × VPP {} (model chunk k on stage k mod PP)", o.virtual_stages)
+                                  : std::string());
+  for (int stage = 0; stage < o.pipeline_size; ++stage) {
+    std::vector<ChunkSpec> mine = rank_chunks(chunks, o.pipeline_size, stage);
+    std::string text;
+    for (size_t c = 0; c < mine.size(); ++c) {
+      const ChunkSpec& s = mine[c];
+      if (!text.empty()) text += "; ";
+      if (mine.size() > 1) text += fmt::format("chunk {} = ", c);
+      text += s.num_layers == 0 ? std::string("no layers")
+                                : fmt::format("layers {}–{}", s.first_layer + 1, s.first_layer + s.num_layers);
+      if (s.has_embedding) text += " + embedding";
+      if (s.has_head) text += " + final norm, LM head, loss";
+    }
+    fmt::print("  stage {}: {}\n", stage, text);
+  }
+  if (o.pipeline_size > 1)
+    fmt::print("  each stage sends its output activation [micro batch, sequence, hidden] = [{}, {}, {}] "
+               "forward and receives its gradient back\n",
+               micro_batch, m.seq_length, m.hidden_size);
+}
+
 void print_table(const Layout& layout) {
   std::vector<GroupKind> shown;
   for (GroupKind kind : kAxisKinds)
@@ -190,6 +217,13 @@ LayoutCommand::LayoutCommand(CLI::App& app) {
   model_opts_.push_back(c.add_option("--seq-length", model_.seq_length, "sequence length (sequence and context parallel rules)"));
   model_opts_.push_back(c.add_flag("--sequence-parallel", config_.sequence_parallel,
                                    "split norms and dropout along the sequence over TP"));
+
+  layers_opt_ = c.add_option("--num-layers", model_.num_layers, "Transformer layers: show the pipeline stages");
+  c.add_option("--vpp,--num-virtual-stages-per-pipeline-rank", stages_.virtual_stages, "virtual stages per pipeline rank")
+      ->capture_default_str();
+  c.add_option("--decoder-first-pipeline-num-layers", stages_.first_stage_layers, "layers of the first stage");
+  c.add_option("--decoder-last-pipeline-num-layers", stages_.last_stage_layers, "layers of the last stage");
+  c.add_option("--pipeline-model-parallel-layout", stages_.layout, "Megatron's layout string");
 }
 
 bool LayoutCommand::model_given() const {
@@ -230,6 +264,12 @@ void LayoutCommand::run() const {
       v.push_back(fmt::format("--global-batch-size {} is not divisible by --micro-batch-size {} × DP {} = {}",
                               global_batch, micro_batch_, config_.dp(), per_step));
   }
+  StageOptions stages = stages_;
+  stages.pipeline_size = config_.pp;
+  if (layers_opt_->count() > 0) {
+    std::vector<std::string> st = stage_violations(model.num_layers, stages);
+    v.insert(v.end(), st.begin(), st.end());
+  }
   if (!v.empty()) {
     std::string msg = "invalid layout: " + v[0];
     for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
@@ -247,6 +287,8 @@ void LayoutCommand::run() const {
   const bool groups = groups_opt_->count() > 0 && model.query_groups() != model.num_attention_heads;
   const bool mlp = mlp_opts_[0]->count() + mlp_opts_[1]->count() > 0;
   if (heads || groups || mlp) print_model_split(model, config_.tp, heads, groups, mlp);
+  if (layers_opt_->count() > 0)
+    print_stages(assign_layers(model.num_layers, stages), stages, model, micro_batch_opt_->count() ? micro_batch_ : 1);
   if (rank_opt_->count() > 0) {
     print_rank(layout, rank_);
     return;

@@ -10,6 +10,7 @@
 
 #include "tessel/model/config.h"
 #include "tessel/parallel/layout.h"
+#include "tessel/pipeline/stages.h"
 
 namespace tessel {
 
@@ -43,6 +44,8 @@ class LayoutCommand {
   CLI::Option* micro_batch_opt_ = nullptr;
   CLI::Option* num_microbatches_opt_ = nullptr;
   CLI::Option* global_batch_opt_ = nullptr;
+  CLI::Option* layers_opt_ = nullptr;  // --num-layers: show the pipeline stages
+  StageOptions stages_;
 };
 
 }  // namespace tessel

@@ -156,3 +156,20 @@ TEST(Cli, BadParallelConfigUnderMpirun) {
   ASSERT_NE(first, std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(rule, first + 1), std::string::npos) << "reported twice:\n" << r.output;
 }
+
+// Pipeline rules: layers that do not divide over the stages, microbatches that break the
+// interleaved schedule's rules, a malformed layout string — each named in the one message.
+TEST(Cli, BadPipelineConfigNamesTheRule) {
+  const std::string mpirun = "timeout 60 mpirun --allow-run-as-root --oversubscribe -n 2 -x OMP_NUM_THREADS=1 " +
+                             std::string(TESSEL_BINARY) + " train --train-iters 1 --pp 2 ";
+  Result layers = run_raw(mpirun + "--num-layers 3");
+  EXPECT_NE(layers.exit_code, 0);
+  EXPECT_NE(layers.output.find("--num-layers 3 is not divisible by --pipeline-model-parallel-size 2"),
+            std::string::npos) << layers.output;
+  Result interleaved = run_raw(mpirun + "--vpp 2 --num-layers 4 --micro-batch-size 16 --global-batch-size 16");
+  EXPECT_NE(interleaved.exit_code, 0);
+  EXPECT_NE(interleaved.output.find("--microbatches 1 is below --pp 2"), std::string::npos) << interleaved.output;
+  Result layout = run_raw(mpirun + "--num-layers 4 --pipeline-model-parallel-layout 'Ett|ttX'");
+  EXPECT_NE(layout.exit_code, 0);
+  EXPECT_NE(layout.output.find("unknown layer 'X'"), std::string::npos) << layout.output;
+}

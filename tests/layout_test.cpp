@@ -432,6 +432,39 @@ TEST(LayoutCli, SeedExample6MlpNeuronsPerTpRank) {
   expect_contains(r, "partial sums (8 values per token) are all-reduced");
 }
 
+// Seed example 7: 8 layers on PP 2; the stages exchange [4, 4, 8] activations and gradients.
+TEST(LayoutCli, SeedExample7PipelineStages) {
+  Result r = run_ok("--world 2 --pp 2 --num-layers 8 --micro-batch-size 4 --seq-length 4 --hidden-size 8");
+  expect_contains(r, "stage 0: layers 1–4 + embedding\n");
+  expect_contains(r, "stage 1: layers 5–8 + final norm, LM head, loss\n");
+  expect_contains(r, "[micro batch, sequence, hidden] = [4, 4, 8] forward and receives its gradient back");
+}
+
+// Seed example 9: 8 layers, PP 2, VPP 2 — each stage holds two chunks, every other piece.
+TEST(LayoutCli, SeedExample9VirtualStages) {
+  Result r = run_ok("--world 2 --pp 2 --vpp 2 --num-layers 8");
+  expect_contains(r, "stage 0: chunk 0 = layers 1–2 + embedding; chunk 1 = layers 5–6\n");
+  expect_contains(r, "stage 1: chunk 0 = layers 3–4; chunk 1 = layers 7–8 + final norm, LM head, loss\n");
+}
+
+// Seed example 12: 60 layers over PP 8 is 7.5 per stage: refused evenly, accepted with lighter
+// first and last stages.
+TEST(LayoutCli, SeedExample12UnevenStages) {
+  Result bad = run_layout("--world 8 --pp 8 --num-layers 60");
+  EXPECT_EQ(bad.exit_code, 1);
+  expect_contains(bad, "--num-layers 60 is not divisible by --pipeline-model-parallel-size 8");
+  Result r = run_ok("--world 8 --pp 8 --num-layers 60 --decoder-first-pipeline-num-layers 6 "
+                    "--decoder-last-pipeline-num-layers 6");
+  expect_contains(r, "stage 0: layers 1–6 + embedding\n");
+  for (int s = 1; s < 7; ++s)
+    expect_contains(r, "stage " + std::to_string(s) + ": layers " + std::to_string(7 + 8 * (s - 1)) + "–" +
+                           std::to_string(6 + 8 * s) + "\n");
+  expect_contains(r, "stage 7: layers 55–60 + final norm, LM head, loss\n");
+  Result layout = run_layout("--world 2 --pp 2 --num-layers 8 --pipeline-model-parallel-layout 'Ett|tttt)L'");
+  EXPECT_EQ(layout.exit_code, 1);
+  expect_contains(layout, "--pipeline-model-parallel-layout");
+}
+
 TEST(LayoutCli, JsonIsOneObject) {
   Result r = run_ok("--world 8 --tp 2 --pp 2 --order tp-pp-dp --json");
   nlohmann::json j = nlohmann::json::parse(r.output);  // throws on anything around the object
