@@ -1,11 +1,14 @@
-// The whole model: its gradient against finite differences, the untrained loss, and the
-// training loop's determinism, overfitting and microbatch-split invariance — both architectures.
+// The whole model: its gradient against finite differences, the backward halves against the
+// combined backward, the untrained loss, and the training loop's determinism, overfitting and
+// microbatch-split invariance — both architectures.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "tessel/comm/groups.h"
 #include "tessel/core/philox.h"
@@ -96,6 +99,93 @@ TEST_P(ModelGradient, UntrainedLossIsLogVocab) {
   cfg.seq_length = 32;
   TinyModel m(cfg, 4);
   EXPECT_NEAR(m.loss(), std::log(256.0), 0.05);
+}
+
+// The backward halves against the combined backward, on two microbatches, for a whole model
+// (embedding, head and loss) and for a middle chunk (input and output gradients from neighbours).
+// Combined: F0 F1 B0 B1. Split in the zero-bubble order: F0 F1 I0 I1 W0 W1 — W0 running after
+// I1 needs microbatch 0's saved output gradients to be its own. The halves run the same kernels
+// on the same operands in the same order per gradient, so everything must match bitwise. The
+// second microbatch reports to grad_ready, as the executor's last microbatch does: every
+// parameter exactly once, and its gradient must already be final when reported.
+void check_split_backward(Arch arch, ChunkSpec spec) {
+  const ModelConfig cfg = tiny_config(arch);
+  const int64_t batch = 2, n = batch * cfg.seq_length, C = cfg.hidden_size;
+  ParamRegistry params;
+  TransformerChunk chunk(cfg, spec, batch, no_tensor_parallel(), params);
+  params.finalize();
+  chunk.bind(params);
+  params.init_values(7);
+  const float scale = 1.0f / (2 * n);
+  ChunkActivations acts[2] = {chunk.make_activations(), chunk.make_activations()};
+  std::vector<int32_t> tokens[2], targets[2];
+  std::vector<float> input[2], d_output[2], d_input[2];
+  for (int mb = 0; mb < 2; ++mb) {
+    for (int64_t i = 0; i < n; ++i) {
+      tokens[mb].push_back(static_cast<int32_t>(random_bits(3, 1 + 2 * mb, i) % cfg.vocab_size));
+      targets[mb].push_back(static_cast<int32_t>(random_bits(3, 2 + 2 * mb, i) % cfg.vocab_size));
+    }
+    for (int64_t i = 0; i < n * C; ++i) {
+      input[mb].push_back(random_normal(4, mb, i));
+      d_output[mb].push_back(0.01f * random_normal(5, mb, i));
+    }
+    d_input[mb].assign(n * C, 0.0f);
+  }
+  auto forward = [&](int mb) {
+    chunk.forward(acts[mb], spec.has_embedding ? tokens[mb].data() : nullptr,
+                  spec.has_embedding ? nullptr : input[mb].data(),
+                  spec.has_head ? targets[mb].data() : nullptr, scale);
+  };
+  const bool gives_d_input = !spec.has_embedding;
+  auto d_in = [&](int mb) { return gives_d_input ? d_input[mb].data() : nullptr; };
+
+  params.zero_grads();
+  forward(0);
+  forward(1);
+  chunk.backward(acts[0], d_output[0].data(), d_in(0));
+  chunk.backward(acts[1], d_output[1].data(), d_in(1));
+  const std::vector<float> grads(params.grads(), params.grads() + params.numel());
+  const std::vector<float> d_input_combined[2] = {d_input[0], d_input[1]};
+
+  params.zero_grads();
+  for (std::vector<float>& d : d_input) std::fill(d.begin(), d.end(), 0.0f);
+  std::vector<std::vector<float>> reported(params.params().size());
+  const std::function<void(int)> grad_ready = [&](int index) {
+    const Param& p = params.params()[index];
+    EXPECT_TRUE(reported[index].empty()) << p.name << " reported twice";
+    reported[index].assign(p.grad, p.grad + p.numel());
+  };
+  forward(0);
+  forward(1);
+  chunk.backward_input(acts[0], d_output[0].data(), d_in(0));
+  chunk.backward_input(acts[1], d_output[1].data(), d_in(1), grad_ready);
+  chunk.backward_weight(acts[0]);
+  chunk.backward_weight(acts[1], grad_ready);
+
+  for (const Param& p : params.params()) {
+    int64_t differ = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) differ += p.grad[i] != grads[p.offset + i];
+    EXPECT_EQ(differ, 0) << p.name << ": gradient elements that differ from the combined backward";
+    const std::vector<float>& at_report = reported[&p - params.params().data()];
+    ASSERT_EQ(static_cast<int64_t>(at_report.size()), p.numel()) << p.name << " never reported";
+    EXPECT_TRUE(std::equal(at_report.begin(), at_report.end(), p.grad))
+        << p.name << " changed after it was reported final";
+  }
+  EXPECT_NE(grads, std::vector<float>(grads.size(), 0.0f));
+  if (gives_d_input) {
+    for (int mb = 0; mb < 2; ++mb) {
+      EXPECT_EQ(d_input[mb], d_input_combined[mb]) << "microbatch " << mb;
+      EXPECT_NE(d_input[mb], std::vector<float>(n * C, 0.0f));
+    }
+  }
+}
+
+TEST_P(ModelGradient, SplitBackwardMatchesCombinedWholeModel) {
+  check_split_backward(GetParam(), ChunkSpec{0, 2, true, true});
+}
+
+TEST_P(ModelGradient, SplitBackwardMatchesCombinedMiddleChunk) {
+  check_split_backward(GetParam(), ChunkSpec{0, 2, false, false});
 }
 
 INSTANTIATE_TEST_SUITE_P(Arches, ModelGradient, ::testing::Values(Arch::GPT2, Arch::Llama),

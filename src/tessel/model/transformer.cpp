@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 #include "tessel/core/error.h"
 #include "tessel/kernels/cpu/kernels.h"
@@ -17,6 +18,14 @@ namespace {
 constexpr float kInitStd = 0.02f;  // Megatron's --init-method-std default
 
 inline void zero(Tensor& t) { t.zero(); }
+
+// Tells grad_ready (when given) that these parameters' gradients are final; -1 entries are
+// parameters the architecture does not have.
+void report(const std::function<void(int)>& grad_ready, std::initializer_list<int> params) {
+  if (!grad_ready) return;
+  for (int p : params)
+    if (p >= 0) grad_ready(p);
+}
 }  // namespace
 
 TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
@@ -51,7 +60,7 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
     rope_sin_ = Tensor::zeros({cfg.max_positions(), D_ / 2});
     cpu::rope_tables(rope_cos_.data(), rope_sin_.data(), cfg.max_positions(), D_, cfg.rotary_base);
   }
-  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  const int64_t HD = H_l_ * D_;
   const bool sp = tp_.sequence_parallel;
   proj_full_ = Tensor::zeros({N_, C_});
   proj_local_ = sp ? Tensor::zeros({N_l_, C_}) : proj_full_;
@@ -61,15 +70,6 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
   d_ln_full_ = Tensor::zeros({N_, C_});
   d_ln_local_ = sp ? Tensor::zeros({N_l_, C_}) : d_ln_full_;
   d_attn_ = Tensor::zeros({N_, HD});
-  if (cfg_.arch == Arch::GPT2) {
-    d_qkv_ = Tensor::zeros({N_, 3 * HD});
-  } else {
-    d_q_ = Tensor::zeros({N_, HD});
-    d_k_ = Tensor::zeros({N_, GD});
-    d_v_ = Tensor::zeros({N_, GD});
-    d_hidden2_ = Tensor::zeros({N_, F_l_});
-  }
-  d_hidden_ = Tensor::zeros({N_, F_l_});
   d_act_ = Tensor::zeros({N_, F_l_});
   if (spec_.has_head) {
     logits_ = Tensor::zeros({N_, V_l_});
@@ -158,7 +158,8 @@ int64_t ChunkActivations::bytes() const {
   for (const LayerActivations& l : layers)
     for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.q, &l.k, &l.v, &l.attn,
                             &l.lse, &l.mid, &l.ln2, &l.ln2_mean, &l.ln2_rstd, &l.fc, &l.fc_act,
-                            &l.gate, &l.up, &l.act})
+                            &l.gate, &l.up, &l.act, &l.d_qkv, &l.d_q, &l.d_k, &l.d_v,
+                            &l.d_attn_out, &l.d_fc, &l.d_gate, &l.d_up, &l.d_mlp_out})
       add(*t);
   for (const Tensor* t : {&lnf, &lnf_mean, &lnf_rstd, &d_lnf}) add(*t);
   return n + static_cast<int64_t>(vocab_ids.size()) * 4;
@@ -168,8 +169,7 @@ int64_t TransformerChunk::scratch_bytes() const {
   int64_t n = static_cast<int64_t>(positions_.size()) * 4;
   const bool sp = tp_.sequence_parallel;
   for (const Tensor* t : {&rope_cos_, &rope_sin_, &proj_full_, &norm_local_, &rows_full_, &d_resid_,
-                          &d_ln_full_, &d_attn_, &d_qkv_, &d_q_, &d_k_, &d_v_, &d_hidden_,
-                          &d_hidden2_, &d_act_, &logits_, &loss_stats_, &row_max_global_})
+                          &d_ln_full_, &d_attn_, &d_act_, &logits_, &loss_stats_, &row_max_global_})
     n += t->empty() ? 0 : t->numel() * 4;
   if (sp) n += (proj_local_.numel() + d_ln_local_.numel()) * 4;  // otherwise views
   return n;
@@ -188,12 +188,16 @@ ChunkActivations TransformerChunk::make_activations() const {
     la.mid = Tensor::zeros({N_l_, C_});
     la.ln2 = Tensor::zeros({N_, C_});
     la.ln2_rstd = Tensor::zeros({N_l_});
+    la.d_attn_out = Tensor::zeros({N_, C_});
+    la.d_mlp_out = Tensor::zeros({N_, C_});
     if (cfg_.arch == Arch::GPT2) {
       la.ln1_mean = Tensor::zeros({N_l_});
       la.ln2_mean = Tensor::zeros({N_l_});
       la.qkv = Tensor::zeros({N_, 3 * HD});
       la.fc = Tensor::zeros({N_, F_l_});
       la.fc_act = Tensor::zeros({N_, F_l_});
+      la.d_qkv = Tensor::zeros({N_, 3 * HD});
+      la.d_fc = Tensor::zeros({N_, F_l_});
     } else {
       la.q = Tensor::zeros({N_, HD});
       la.k = Tensor::zeros({N_, GD});
@@ -201,6 +205,11 @@ ChunkActivations TransformerChunk::make_activations() const {
       la.gate = Tensor::zeros({N_, F_l_});
       la.up = Tensor::zeros({N_, F_l_});
       la.act = Tensor::zeros({N_, F_l_});
+      la.d_q = Tensor::zeros({N_, HD});
+      la.d_k = Tensor::zeros({N_, GD});
+      la.d_v = Tensor::zeros({N_, GD});
+      la.d_gate = Tensor::zeros({N_, F_l_});
+      la.d_up = Tensor::zeros({N_, F_l_});
     }
   }
   if (spec_.has_embedding) a.vocab_ids.resize(N_);
@@ -227,11 +236,12 @@ double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, 
 
 void TransformerChunk::backward(ChunkActivations& acts, const float* d_output, float* d_input,
                                 const std::function<void(int)>& grad_ready) {
-  auto ready = [&](std::initializer_list<int> params) {
-    if (!grad_ready) return;
-    for (int p : params)
-      if (p >= 0) grad_ready(p);
-  };
+  backward_input(acts, d_output, d_input, grad_ready);
+  backward_weight(acts, grad_ready);
+}
+
+void TransformerChunk::backward_input(ChunkActivations& acts, const float* d_output, float* d_input,
+                                      const std::function<void(int)>& grad_ready) {
   // dres: the gradient of the residual stream, updated in place from the chunk's output back to
   // its input; it ends as d(input), in the caller's buffer when there is one.
   float* dres = d_input != nullptr ? d_input : d_resid_.data();
@@ -239,19 +249,32 @@ void TransformerChunk::backward(ChunkActivations& acts, const float* d_output, f
     std::memset(dres, 0, sizeof(float) * N_l_ * C_);
     head_backward(acts, dres);
     // A tied head's weight is the embedding's: final only after the embedding's backward.
-    ready({lnf_w_, lnf_b_, lm_head_ != wte_ ? lm_head_ : -1});
+    report(grad_ready, {lnf_w_, lnf_b_, lm_head_ != wte_ ? lm_head_ : -1});
   } else {
     std::memcpy(dres, d_output, sizeof(float) * N_l_ * C_);
   }
   for (int i = spec_.num_layers - 1; i >= 0; --i) {
-    layer_backward(i, acts, dres);
+    layer_backward_input(i, acts, dres);
     const LayerParams& p = layers_[i];
-    ready({p.ln1_w, p.ln1_b, p.qkv_w, p.qkv_b, p.q_w, p.k_w, p.v_w, p.proj_w, p.proj_b, p.ln2_w,
-           p.ln2_b, p.fc_w, p.fc_b, p.gate_w, p.down_w, p.down_b});
+    report(grad_ready, {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b});
   }
+  // The embeddings' gradients are scatter-adds of d(input) itself (after a gather under sequence
+  // parallel): done here, so d(input) need not be kept for backward_weight.
   if (spec_.has_embedding) {
     embedding_backward(acts, dres);
-    ready({wte_, wpe_});
+    report(grad_ready, {wte_, wpe_});
+  }
+}
+
+// Last layer first, as backward_input, so data parallelism's buckets (cut from the end of the
+// parameters) fill in the same order.
+void TransformerChunk::backward_weight(ChunkActivations& acts,
+                                       const std::function<void(int)>& grad_ready) {
+  for (int i = spec_.num_layers - 1; i >= 0; --i) {
+    layer_backward_weight(i, acts);
+    const LayerParams& p = layers_[i];
+    report(grad_ready, {p.qkv_w, p.qkv_b, p.q_w, p.k_w, p.v_w, p.proj_w, p.proj_b, p.fc_w, p.fc_b,
+                        p.gate_w, p.down_w, p.down_b});
   }
 }
 
@@ -312,11 +335,8 @@ void TransformerChunk::row_parallel_exit(float* out, const float* x, int bias) {
   cpu::residual_forward(out, x, proj, N_l_ * C_);
 }
 
-const float* TransformerChunk::row_parallel_exit_backward(const float* dres, int bias) {
-  if (bias >= 0) cpu::bias_backward(grd(bias), dres, N_l_, C_);
-  if (!tp_.sequence_parallel) return dres;
-  tp_.gather_rows(dres, rows_full_.data(), N_, C_);
-  return rows_full_.data();
+void TransformerChunk::row_parallel_exit_backward(float* d_out, const float* dres) {
+  tp_.gather_rows(dres, d_out, N_, C_);  // a copy without sequence parallel
 }
 
 void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
@@ -373,8 +393,8 @@ void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
 
 // dres (N_l, C) holds d(layer output) on entry and d(layer input) on exit: each branch's input
 // gradient is reduced over TP and accumulated into it by the norm's backward; the identity path
-// needs nothing.
-void TransformerChunk::layer_backward(int i, ChunkActivations& acts, float* dres) {
+// needs nothing. The linears' output gradients stay in acts for layer_backward_weight.
+void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float* dres) {
   const LayerParams& p = layers_[i];
   LayerActivations& a = acts.layers[i];
   const float* x = acts.resid[i].data();
@@ -382,67 +402,111 @@ void TransformerChunk::layer_backward(int i, ChunkActivations& acts, float* dres
   const WeightLayout layout = cfg_.arch == Arch::GPT2 ? WeightLayout::InOut : WeightLayout::OutIn;
 
   // MLP
-  const float* d_out = row_parallel_exit_backward(dres, p.down_b);  // (N, C)
+  row_parallel_exit_backward(a.d_mlp_out.data(), dres);
   zero(d_act_);
   zero(d_ln_full_);
   if (cfg_.arch == Arch::GPT2) {
-    cpu::linear_backward(d_act_.data(), grd(p.down_w), nullptr, d_out, a.fc_act.data(),
+    cpu::linear_backward(d_act_.data(), nullptr, nullptr, a.d_mlp_out.data(), a.fc_act.data(),
                          val(p.down_w), N_, F_l_, C_, layout);
-    zero(d_hidden_);
-    cpu::gelu_backward(d_hidden_.data(), d_act_.data(), a.fc.data(), N_ * F_l_);
-    cpu::linear_backward(d_ln_full_.data(), grd(p.fc_w), grd(p.fc_b), d_hidden_.data(),
-                         a.ln2.data(), val(p.fc_w), N_, C_, F_l_, layout);
+    zero(a.d_fc);
+    cpu::gelu_backward(a.d_fc.data(), d_act_.data(), a.fc.data(), N_ * F_l_);
+    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_fc.data(), a.ln2.data(),
+                         val(p.fc_w), N_, C_, F_l_, layout);
   } else {
-    cpu::linear_backward(d_act_.data(), grd(p.down_w), nullptr, d_out, a.act.data(), val(p.down_w),
-                         N_, F_l_, C_, layout);
-    zero(d_hidden_);   // d gate
-    zero(d_hidden2_);  // d up
-    cpu::swiglu_backward(d_hidden_.data(), d_hidden2_.data(), d_act_.data(), a.gate.data(),
-                         a.up.data(), N_ * F_l_);
-    cpu::linear_backward(d_ln_full_.data(), grd(p.gate_w), nullptr, d_hidden_.data(), a.ln2.data(),
+    cpu::linear_backward(d_act_.data(), nullptr, nullptr, a.d_mlp_out.data(), a.act.data(),
+                         val(p.down_w), N_, F_l_, C_, layout);
+    zero(a.d_gate);
+    zero(a.d_up);
+    cpu::swiglu_backward(a.d_gate.data(), a.d_up.data(), d_act_.data(), a.gate.data(), a.up.data(),
+                         N_ * F_l_);
+    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_gate.data(), a.ln2.data(),
                          val(p.gate_w), N_, C_, F_l_, layout);
-    cpu::linear_backward(d_ln_full_.data(), grd(p.fc_w), nullptr, d_hidden2_.data(), a.ln2.data(),
+    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_up.data(), a.ln2.data(),
                          val(p.fc_w), N_, C_, F_l_, layout);
   }
   tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
+  // The norms' small weight (and bias) gradients are computed here, with their input gradient.
   norm_backward(dres, d_ln_local_.data(), a.mid.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
                 p.ln2_w, p.ln2_b);
 
   // Attention
-  d_out = row_parallel_exit_backward(dres, p.proj_b);
+  row_parallel_exit_backward(a.d_attn_out.data(), dres);
   zero(d_attn_);
   zero(d_ln_full_);
-  cpu::linear_backward(d_attn_.data(), grd(p.proj_w), nullptr, d_out, a.attn.data(), val(p.proj_w),
-                       N_, HD, C_, layout);
+  cpu::linear_backward(d_attn_.data(), nullptr, nullptr, a.d_attn_out.data(), a.attn.data(),
+                       val(p.proj_w), N_, HD, C_, layout);
   if (cfg_.arch == Arch::GPT2) {
-    zero(d_qkv_);
+    zero(a.d_qkv);
     const float* qkv = a.qkv.data();
-    float* dqkv = d_qkv_.data();
+    float* dqkv = a.d_qkv.data();
     cpu::attention_backward(dqkv, dqkv + HD, dqkv + 2 * HD, d_attn_.data(), qkv, qkv + HD,
                             qkv + 2 * HD, a.attn.data(), a.lse.data(), B_, T_, H_l_, H_l_, D_,
                             3 * HD, 3 * HD, 3 * HD, true);
-    cpu::linear_backward(d_ln_full_.data(), grd(p.qkv_w), grd(p.qkv_b), dqkv, a.ln1.data(),
-                         val(p.qkv_w), N_, C_, 3 * HD, layout);
+    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, dqkv, a.ln1.data(), val(p.qkv_w), N_,
+                         C_, 3 * HD, layout);
   } else {
-    zero(d_q_);
-    zero(d_k_);
-    zero(d_v_);
-    cpu::attention_backward(d_q_.data(), d_k_.data(), d_v_.data(), d_attn_.data(), a.q.data(),
+    zero(a.d_q);
+    zero(a.d_k);
+    zero(a.d_v);
+    cpu::attention_backward(a.d_q.data(), a.d_k.data(), a.d_v.data(), d_attn_.data(), a.q.data(),
                             a.k.data(), a.v.data(), a.attn.data(), a.lse.data(), B_, T_, H_l_, G_l_,
                             D_, HD, GD, GD, true);
-    cpu::rope_backward(d_q_.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, H_l_,
-                       D_, HD);
-    cpu::rope_backward(d_k_.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, G_l_,
-                       D_, GD);
-    cpu::linear_backward(d_ln_full_.data(), grd(p.q_w), nullptr, d_q_.data(), a.ln1.data(),
+    cpu::rope_backward(a.d_q.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_,
+                       H_l_, D_, HD);
+    cpu::rope_backward(a.d_k.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_,
+                       G_l_, D_, GD);
+    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_q.data(), a.ln1.data(),
                          val(p.q_w), N_, C_, HD, layout);
-    cpu::linear_backward(d_ln_full_.data(), grd(p.k_w), nullptr, d_k_.data(), a.ln1.data(),
+    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_k.data(), a.ln1.data(),
                          val(p.k_w), N_, C_, GD, layout);
-    cpu::linear_backward(d_ln_full_.data(), grd(p.v_w), nullptr, d_v_.data(), a.ln1.data(),
+    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_v.data(), a.ln1.data(),
                          val(p.v_w), N_, C_, GD, layout);
   }
   tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
   norm_backward(dres, d_ln_local_.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), p.ln1_w, p.ln1_b);
+}
+
+// Each linear's weight (and bias) gradient from its input, saved by forward, and its output
+// gradient, saved by layer_backward_input. A row-parallel bias was added after the TP reduction
+// to this rank's rows only: its gradient sums those rows of the gathered output gradient.
+void TransformerChunk::layer_backward_weight(int i, ChunkActivations& acts) {
+  const LayerParams& p = layers_[i];
+  const LayerActivations& a = acts.layers[i];
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  const int64_t own_rows = tp_.first_row(N_) * C_;  // offset of this rank's rows in (N, C)
+  const WeightLayout layout = cfg_.arch == Arch::GPT2 ? WeightLayout::InOut : WeightLayout::OutIn;
+
+  // MLP
+  if (p.down_b >= 0) cpu::bias_backward(grd(p.down_b), a.d_mlp_out.data() + own_rows, N_l_, C_);
+  if (cfg_.arch == Arch::GPT2) {
+    cpu::linear_backward(nullptr, grd(p.down_w), nullptr, a.d_mlp_out.data(), a.fc_act.data(),
+                         val(p.down_w), N_, F_l_, C_, layout);
+    cpu::linear_backward(nullptr, grd(p.fc_w), grd(p.fc_b), a.d_fc.data(), a.ln2.data(),
+                         val(p.fc_w), N_, C_, F_l_, layout);
+  } else {
+    cpu::linear_backward(nullptr, grd(p.down_w), nullptr, a.d_mlp_out.data(), a.act.data(),
+                         val(p.down_w), N_, F_l_, C_, layout);
+    cpu::linear_backward(nullptr, grd(p.gate_w), nullptr, a.d_gate.data(), a.ln2.data(),
+                         val(p.gate_w), N_, C_, F_l_, layout);
+    cpu::linear_backward(nullptr, grd(p.fc_w), nullptr, a.d_up.data(), a.ln2.data(), val(p.fc_w),
+                         N_, C_, F_l_, layout);
+  }
+
+  // Attention
+  if (p.proj_b >= 0) cpu::bias_backward(grd(p.proj_b), a.d_attn_out.data() + own_rows, N_l_, C_);
+  cpu::linear_backward(nullptr, grd(p.proj_w), nullptr, a.d_attn_out.data(), a.attn.data(),
+                       val(p.proj_w), N_, HD, C_, layout);
+  if (cfg_.arch == Arch::GPT2) {
+    cpu::linear_backward(nullptr, grd(p.qkv_w), grd(p.qkv_b), a.d_qkv.data(), a.ln1.data(),
+                         val(p.qkv_w), N_, C_, 3 * HD, layout);
+  } else {
+    cpu::linear_backward(nullptr, grd(p.q_w), nullptr, a.d_q.data(), a.ln1.data(), val(p.q_w), N_,
+                         C_, HD, layout);
+    cpu::linear_backward(nullptr, grd(p.k_w), nullptr, a.d_k.data(), a.ln1.data(), val(p.k_w), N_,
+                         C_, GD, layout);
+    cpu::linear_backward(nullptr, grd(p.v_w), nullptr, a.d_v.data(), a.ln1.data(), val(p.v_w), N_,
+                         C_, GD, layout);
+  }
 }
 
 // The vocabulary-parallel head and loss. Each TP rank computes the logits of its vocabulary

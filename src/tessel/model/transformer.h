@@ -7,6 +7,11 @@
 // it and accumulates parameter gradients. Whoever runs the microbatch owns its activations, so
 // several microbatches can be in flight. Scratch that lives only inside one call is shared.
 //
+// Backward comes in two halves, as zero-bubble schedules need: backward_input computes
+// d(input), saving every linear's output gradient in the microbatch's activations, and
+// backward_weight later turns those into the linears' weight and bias gradients. backward runs
+// both at once.
+//
 // Tensor parallelism (parallel/tensor_parallel.h) splits attention heads (and query groups), MLP
 // neurons and the (padded) vocabulary over the TP group: q/k/v, up/gate and the LM head are
 // column-parallel, the attention output and MLP down projections row-parallel. Sizes below with
@@ -43,6 +48,13 @@ struct LayerActivations {
   Tensor ln2_mean, ln2_rstd, ln2;   // (N_l), (N_l), (N, C)
   Tensor fc, fc_act;                // (N, F_l) gpt2: before and after GELU
   Tensor gate, up, act;             // (N, F_l) llama: SwiGLU inputs and output
+  // Left by backward_input for backward_weight: the gradient of each linear's output.
+  Tensor d_qkv;                     // (N, 3·H_l·D) gpt2
+  Tensor d_q, d_k, d_v;             // (N, H_l·D), (N, G_l·D), (N, G_l·D) llama, before RoPE
+  Tensor d_attn_out;                // (N, C) attention output projection's, gathered to all rows
+  Tensor d_fc;                      // (N, F_l) gpt2, before GELU
+  Tensor d_gate, d_up;              // (N, F_l) llama
+  Tensor d_mlp_out;                 // (N, C) MLP down projection's, gathered to all rows
 };
 
 // One microbatch's activations for one chunk.
@@ -78,10 +90,22 @@ class TransformerChunk {
                  const int32_t* targets, float grad_scale);
   // d_output (N_l, C): gradient of this chunk's output (ignored on the last chunk).
   // d_input (N_l, C): where the gradient of the chunk's input goes (not on the first chunk).
-  // grad_ready(index), when given, is called for every parameter (registry index) as soon as
-  // this backward has finished adding to its gradient: data parallelism starts reducing there.
+  // grad_ready(index), when given, is called once for every parameter (registry index) as soon
+  // as this microbatch's backward has finished adding to its gradient: data parallelism starts
+  // reducing there. backward = backward_input, then backward_weight, with the same grad_ready.
   void backward(ChunkActivations& acts, const float* d_output, float* d_input,
                 const std::function<void(int)>& grad_ready = {});
+  // Everything d(input) needs: the gradients of the activations through every layer, the norms,
+  // attention, RoPE and the linears' input-gradient GEMMs. It also finishes the gradients that
+  // need no saved output gradient — the norms' weights and biases, the embeddings (first chunk),
+  // the LM head (computed by forward) — and reports those to grad_ready. Saves each linear's
+  // output gradient in acts for backward_weight; d_input is complete on return.
+  void backward_input(ChunkActivations& acts, const float* d_output, float* d_input,
+                      const std::function<void(int)>& grad_ready = {});
+  // The linears' weight-gradient GEMMs and bias gradients, from what backward_input saved in the
+  // same acts (any other microbatches' halves may run in between); reports every linear's weight
+  // and bias to grad_ready. No communication. Call once after each backward_input.
+  void backward_weight(ChunkActivations& acts, const std::function<void(int)>& grad_ready = {});
 
   const float* logits() const { return logits_.data(); }
   int64_t vocab_shard_start() const { return vocab_start_; }
@@ -115,12 +139,14 @@ class TransformerChunk {
   void norm_backward(float* dx, const float* dout, const float* x, const float* mean,
                      const float* rstd, int w, int b);
   void layer_forward(int l, ChunkActivations& acts);
-  void layer_backward(int l, ChunkActivations& acts, float* dres);
+  void layer_backward_input(int l, ChunkActivations& acts, float* dres);
+  void layer_backward_weight(int l, ChunkActivations& acts);
   // The row-parallel output projection's tail: reduce the partial sums in proj_full_ over TP,
   // add the bias, add the residual: out (N_l, C) = x + Σ proj + bias.
   void row_parallel_exit(float* out, const float* x, int bias);
-  // Its backward's head: the bias gradient, then d(out) on all N rows for the projection's GEMM.
-  const float* row_parallel_exit_backward(const float* dres, int bias);
+  // Its backward: d(out) (N, C) on all N rows from dres (N_l, C), for the projection's GEMMs
+  // (the bias gradient comes later, in backward_weight, from this rank's rows of it).
+  void row_parallel_exit_backward(float* d_out, const float* dres);
   double head_forward(ChunkActivations& acts, const int32_t* targets, float grad_scale);
   void head_backward(ChunkActivations& acts, float* dres);
 
@@ -142,7 +168,8 @@ class TransformerChunk {
   Tensor rows_full_;                // (N, C) gathered gradient rows (sequence parallel)
   Tensor d_resid_;                  // (N_l, C) the residual gradient of a first chunk
   Tensor d_ln_full_, d_ln_local_;   // (N, C), (N_l, C) a norm output's gradient before / after reduction
-  Tensor d_attn_, d_qkv_, d_q_, d_k_, d_v_, d_hidden_, d_hidden2_, d_act_;
+  Tensor d_attn_;                   // (N, H_l·D) gradient of the attention output
+  Tensor d_act_;                    // (N, F_l) gradient of the MLP's activation output
   Tensor logits_;                   // (N, V_l)
   Tensor loss_stats_;               // (4, N): row max, [Σ exp, target logit] (reduced together), lse
   Tensor row_max_global_;           // (N)

@@ -26,6 +26,7 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   for (Slot& s : slots) {
     if (s.microbatch == -1 && s.send_forward.test() && s.send_backward.test()) {
       s.microbatch = microbatch;
+      s.input_grad_done = s.weights_done = s.input_grad_sent = false;
       return s;
     }
   }
@@ -41,6 +42,10 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   s.microbatch = microbatch;
   slots.push_back(std::move(s));
   return slots.back();
+}
+
+void PipelineExecutor::release_if_done(Slot& s, int model_chunk) {
+  if (s.weights_done && (model_chunk == 0 || s.input_grad_sent)) s.microbatch = -1;
 }
 
 void PipelineExecutor::wait(Request& r) {
@@ -59,10 +64,21 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
   int in_flight = 0;
   bool armed = false;
   double loss_sum = 0;
+  const std::function<void(int)> no_hook;
+  // Per chunk: whether the last microbatch's input (bit 0) and weight (bit 1) gradients have been
+  // reported; a backward of that kind after it would change gradients already reported final.
+  std::vector<int> reported(chunks_.size(), 0);
+  auto check_not_reported = [&](const Action& a, int kinds) {
+    TESSEL_CHECK((reported[a.chunk] & kinds) == 0,
+                 "pipeline schedule runs a backward of microbatch {} on chunk {} after the last "
+                 "microbatch's, whose gradients are already reported final", a.microbatch, a.chunk);
+  };
   for (const Action& a : actions) {
     const int k = model_chunk(a.chunk);
     TransformerChunk& chunk = *chunks_[a.chunk];
     Slot& s = slot(a.chunk, a.microbatch);
+    const bool last_microbatch = a.microbatch == microbatches - 1;
+    const std::function<void(int)>& ready = last_microbatch ? grad_ready : no_hook;
     switch (a.kind) {
       case ActionKind::RecvForward:
         s.recv = pp_.irecv(s.input.data(), rows, a.peer, p2p_tag(a, rank, schedule_));
@@ -83,27 +99,45 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
       case ActionKind::SendForward:
         s.send_forward = pp_.isend(chunk.output(s.acts), rows, a.peer, p2p_tag(a, rank, schedule_));
         break;
-      case ActionKind::Backward: {
+      case ActionKind::Backward:
+      case ActionKind::BackwardInput: {
+        const bool whole = a.kind == ActionKind::Backward;
+        check_not_reported(a, whole ? 3 : 1);
         wait(s.recv);
-        const bool last_microbatch = a.microbatch == microbatches - 1;
         if (last_microbatch && !armed) {
           arm();
           armed = true;
         }
-        chunk.backward(s.acts, k + 1 < num_model_chunks_ ? s.d_output.data() : nullptr,
-                       k > 0 ? s.d_input.data() : nullptr,
-                       last_microbatch ? grad_ready : std::function<void(int)>());
+        const float* d_output = k + 1 < num_model_chunks_ ? s.d_output.data() : nullptr;
+        float* d_input = k > 0 ? s.d_input.data() : nullptr;
+        s.input_grad_done = true;
+        if (last_microbatch) reported[a.chunk] |= whole ? 3 : 1;
+        if (!whole) {
+          chunk.backward_input(s.acts, d_output, d_input, ready);
+          break;
+        }
+        chunk.backward(s.acts, d_output, d_input, ready);
         --in_flight;
-        if (k == 0) s.microbatch = -1;  // no gradient to send: the slot is free
+        s.weights_done = true;
+        release_if_done(s, k);
         break;
       }
+      case ActionKind::BackwardWeight:
+        check_not_reported(a, 2);
+        TESSEL_CHECK(s.input_grad_done && !s.weights_done,
+                     "pipeline schedule runs W of microbatch {} on chunk {} without a backward_input "
+                     "before it", a.microbatch, a.chunk);
+        if (last_microbatch) reported[a.chunk] |= 2;
+        chunk.backward_weight(s.acts, ready);
+        --in_flight;
+        s.weights_done = true;
+        release_if_done(s, k);
+        break;
       case ActionKind::SendBackward:
         s.send_backward = pp_.isend(s.d_input.data(), rows, a.peer, p2p_tag(a, rank, schedule_));
-        s.microbatch = -1;  // free once the send has left (checked when the slot is reused)
+        s.input_grad_sent = true;  // the slot is reused only once the send has left
+        release_if_done(s, k);
         break;
-      case ActionKind::BackwardInput:
-      case ActionKind::BackwardWeight:
-        fail("the pipeline executor does not run split backward actions yet");
     }
   }
   for (std::vector<Slot>& slots : slots_) {

@@ -6,6 +6,10 @@
 //
 // Each (chunk, microbatch) in flight holds a slot: its activations and its message buffers, sized
 // once and reused (a slot is free again when its last send has completed).
+//
+// Backward runs whole (B) or in halves (I then W, as zero-bubble schedules place them): I computes
+// the input gradient, which SendBackward can ship at once; W, any time later, the weight
+// gradients from what I saved in the slot's activations. The slot is free after both.
 #pragma once
 
 #include <cstdint>
@@ -31,12 +35,14 @@ class PipelineExecutor {
   struct Stats {
     double seconds = 0;       // the whole iteration on this rank
     double wait_seconds = 0;  // blocked on a receive: the bubble as this rank sees it
-    int peak_in_flight = 0;   // microbatches forwarded but not yet backwarded, at most
+    int peak_in_flight = 0;   // microbatches forwarded whose backward (W included) is not done, at most
   };
 
-  // Runs `actions` for `microbatches` microbatches. Before the first backward of the last
-  // microbatch `arm` is called, and that microbatch's backwards report finished gradients to
-  // `grad_ready` (data parallelism's hook). Returns Σ token losses computed on this rank.
+  // Runs `actions` for `microbatches` microbatches. Before the first backward (B or I) of the last
+  // microbatch `arm` is called, and that microbatch's backwards (B, I and W) report finished
+  // gradients to `grad_ready` (data parallelism's hook): so on every chunk the last microbatch's
+  // I and W must come after the other microbatches' (checked). Returns Σ token losses computed on
+  // this rank.
   double run(const RankSchedule& actions, int microbatches, const FillFn& fill, float grad_scale,
              const std::function<void()>& arm, const std::function<void(int)>& grad_ready);
   const Stats& stats() const { return stats_; }
@@ -48,10 +54,15 @@ class PipelineExecutor {
     Tensor input, d_output, d_input;  // (N_l, C) each, where the chunk has a neighbour
     Request recv, send_forward, send_backward;
     int microbatch = -1;  // -1: free
+    bool input_grad_done = false;  // B or I has run
+    bool weights_done = false;     // B or W has run
+    bool input_grad_sent = false;  // SendBackward has been posted
   };
   Slot& slot(int chunk, int microbatch);  // the slot of (chunk, microbatch), taken if needed
   int model_chunk(int chunk) const { return model_chunk_index(pp_.rank(), chunk, pp_.size()); }
   void wait(Request& r);
+  // Frees the slot once its backward is complete and its input gradient (if any) has been posted.
+  void release_if_done(Slot& s, int model_chunk);
 
   std::vector<TransformerChunk*> chunks_;
   Comm& pp_;
