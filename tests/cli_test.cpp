@@ -1,6 +1,8 @@
 // The tessel binary as a user meets it: bad input gives one line naming the problem and a
 // non-zero exit, never a crash; export, train --init-from, --save-hf and generate work together.
 #include <gtest/gtest.h>
+
+#include "run_command.h"
 #include <sys/wait.h>
 
 #include <array>
@@ -14,23 +16,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
 
-Result run_raw(const std::string& command) {
-  std::string cmd = command + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
 
-Result run(const std::string& args) { return run_raw(std::string(TESSEL_BINARY) + " " + args); }
+using Result = tessel::testing::CommandResult;
+using tessel::testing::run_command;
+Result run(const std::string& args) { return tessel::testing::run_tessel(args); }
 
 fs::path temp_dir(const std::string& name) {
   fs::path p = fs::temp_directory_path() / ("tessel_cli_" + name);
@@ -145,7 +135,7 @@ TEST(Cli, ModelConfigFileAndFlagOverride) {
 // A bad parallel configuration under mpirun: every rule in one message, printed by one rank
 // only, and the job exits non-zero (every rank returns 1; no rank is left waiting).
 TEST(Cli, BadParallelConfigUnderMpirun) {
-  Result r = run_raw("timeout 60 mpirun --allow-run-as-root --oversubscribe -n 4 -x OMP_NUM_THREADS=1 " +
+  Result r = run_command("timeout 60 mpirun --allow-run-as-root --oversubscribe -n 4 -x OMP_NUM_THREADS=1 " +
                      std::string(TESSEL_BINARY) +
                      " train --tp 3 --num-attention-heads 4 --global-batch-size 6 --micro-batch-size 4"
                      " --train-iters 1");
@@ -162,14 +152,14 @@ TEST(Cli, BadParallelConfigUnderMpirun) {
 TEST(Cli, BadPipelineConfigNamesTheRule) {
   const std::string mpirun = "timeout 60 mpirun --allow-run-as-root --oversubscribe -n 2 -x OMP_NUM_THREADS=1 " +
                              std::string(TESSEL_BINARY) + " train --train-iters 1 --pp 2 ";
-  Result layers = run_raw(mpirun + "--num-layers 3");
+  Result layers = run_command(mpirun + "--num-layers 3");
   EXPECT_NE(layers.exit_code, 0);
   EXPECT_NE(layers.output.find("--num-layers 3 is not divisible by --pipeline-model-parallel-size 2"),
             std::string::npos) << layers.output;
-  Result interleaved = run_raw(mpirun + "--vpp 2 --num-layers 4 --micro-batch-size 16 --global-batch-size 16");
+  Result interleaved = run_command(mpirun + "--vpp 2 --num-layers 4 --micro-batch-size 16 --global-batch-size 16");
   EXPECT_NE(interleaved.exit_code, 0);
   EXPECT_NE(interleaved.output.find("--microbatches 1 is below --pp 2"), std::string::npos) << interleaved.output;
-  Result layout = run_raw(mpirun + "--num-layers 4 --pipeline-model-parallel-layout 'Ett|ttX'");
+  Result layout = run_command(mpirun + "--num-layers 4 --pipeline-model-parallel-layout 'Ett|ttX'");
   EXPECT_NE(layout.exit_code, 0);
   EXPECT_NE(layout.output.find("unknown layer 'X'"), std::string::npos) << layout.output;
 }

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "run_command.h"
 #include "tessel/ckpt/safetensors.h"
 
 namespace tessel {
@@ -56,16 +57,6 @@ struct TrainRun {
   fs::path weights;
 };
 
-std::string shell(const std::string& cmd, int* exit_code) {
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return out;
-}
 
 fs::path work_dir() {
   fs::path dir = fs::temp_directory_path() / "tessel_equivalence";
@@ -87,9 +78,8 @@ TrainRun run_tessel(const std::string& arch, const Layout& layout, const std::st
       ranks == 1 ? "timeout 120 " + train
                  : "timeout 240 mpirun --allow-run-as-root --oversubscribe -n " +
                        std::to_string(ranks) + " -x OMP_NUM_THREADS=1 " + train;
-  int code = 0;
-  const std::string out = shell(cmd, &code);
-  EXPECT_EQ(code, 0) << cmd << "\n" << out;
+  const testing::CommandResult result = testing::run_command(cmd);
+  EXPECT_EQ(result.exit_code, 0) << cmd << "\n" << result.output;
   TrainRun r;
   std::ifstream log(dir / "log.jsonl");
   for (std::string line; std::getline(log, line);)

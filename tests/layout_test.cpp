@@ -6,6 +6,8 @@
 // rank = tp + 2·pp + 4·dp. A TP group fixes (pp, dp) and runs tp over 0..1; groups are numbered by
 // (pp, dp) with pp fastest: (0,0) → (0,1), (1,0) → (2,3), (0,1) → (4,5), (1,1) → (6,7).
 #include <gtest/gtest.h>
+
+#include "run_command.h"
 #include <sys/wait.h>
 
 #include <array>
@@ -340,21 +342,10 @@ TEST(TrainingViolations, ModelAndBatchRules) {
 
 // ---- tessel layout ----
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
 
-Result run_layout(const std::string& args) {
-  std::string cmd = std::string(TESSEL_BINARY) + " layout " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+using Result = tessel::testing::CommandResult;
+
+Result run_layout(const std::string& args) { return tessel::testing::run_tessel("layout " + args); }
 
 Result run_ok(const std::string& args) {
   Result r = run_layout(args);

@@ -6,6 +6,8 @@
 // worked out by hand from the rules (warm-up min(p − r − 1, m) for 1F1B; as soon as possible
 // start of each action in the rank's order).
 #include <gtest/gtest.h>
+
+#include "run_command.h"
 #include <sys/wait.h>
 
 #include <array>
@@ -436,21 +438,10 @@ TEST(Schedule, ViolationsNameTheRule) {
 
 // ---- tessel schedule ----
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
 
-Result tessel_schedule(const std::string& args) {
-  std::string cmd = std::string(TESSEL_BINARY) + " schedule " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
+using Result = tessel::testing::CommandResult;
+
+Result tessel_schedule(const std::string& args) { return tessel::testing::run_tessel("schedule " + args); }
 
 // The printed table as cells[rank]["T3"], joining the blocks a long table wraps into.
 std::map<int, std::map<std::string, std::string>> parse_table(const std::string& output) {
