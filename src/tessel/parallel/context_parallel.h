@@ -1,0 +1,56 @@
+// Context parallelism, in one place: the positions of every sequence are split over the CP group
+// and attention still sees every earlier token.
+//
+// Megatron's causal load balance: the sequence (T tokens) is cut into 2·CP chunks of T/(2·CP);
+// CP rank i holds chunks i and 2·CP−1−i, in that order, so each rank's rows are
+// [chunk i | chunk 2·CP−1−i] and every rank gets the same share of the causal triangle.
+//
+// Attention (scaled dot product, causal by global position, grouped-query heads as in
+// kernels.h) over the local query rows against the keys and values of the whole sequence:
+//   p2p (ring):  the K/V blocks of every rank travel around the CP ring with non-blocking
+//                send/recv, overlapped with the current block's compute; partial results are
+//                merged by log-sum-exp; block pairs are skipped, causal on the diagonal or full,
+//                by their global positions. Backward circulates K/V again with their dK/dV
+//                accumulators, which end on the rank that owns them.
+//   all-gather:  K and V all-gathered, one attention call; dK/dV reduce-scattered back.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/comm/comm.h"
+
+namespace tessel {
+
+enum class CpCommType : uint8_t { P2P, AllGather };
+CpCommType parse_cp_comm_type(const std::string& name);  // "p2p" | "all-gather"
+
+struct ContextParallel {
+  Comm* comm = nullptr;  // the CP group (a group of one without CP)
+  CpCommType comm_type = CpCommType::P2P;
+
+  int rank() const { return comm->rank(); }
+  int size() const { return comm->size(); }
+  // The global position of each of this rank's T / CP rows of a sequence of length T.
+  std::vector<int32_t> local_positions(int64_t T) const;
+  // Copies this rank's rows out of whole sequences: in (B, T, width) -> out (B, T/CP, width).
+  void take_local_rows(const int32_t* in, int32_t* out, int64_t B, int64_t T, int64_t width) const;
+
+  // Shapes as kernels.h's attention_forward/backward, with T_l = T / CP local rows per sequence:
+  // q rows (B, T_l) of H heads, k and v rows (B, T_l) of G heads, each with its row stride;
+  // out (B, T_l, H·D) contiguous, lse (B, H, T_l). Causal by global position. With one CP rank
+  // these are exactly the kernels'. Backward accumulates into dq, dk, dv (same layouts as q, k, v).
+  void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                         int64_t B, int64_t T_l, int64_t H, int64_t G, int64_t D, int64_t q_ld,
+                         int64_t k_ld, int64_t v_ld) const;
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                          const float* k, const float* v, const float* out, const float* lse,
+                          int64_t B, int64_t T_l, int64_t H, int64_t G, int64_t D, int64_t q_ld,
+                          int64_t k_ld, int64_t v_ld) const;
+};
+
+// One process, no context parallelism.
+ContextParallel no_context_parallel();
+
+}  // namespace tessel
