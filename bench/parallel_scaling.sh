@@ -14,6 +14,11 @@
 #             1 process × 1 thread, all with micro = global batch = the config's batch
 #   buckets   DP2 with --ddp-bucket-size 1M, 4M (default, the reference), 16M floats, each with
 #             glibc malloc and with tcmalloc (-x LD_PRELOAD=libtcmalloc_minimal.so.4)
+#   dpcost    where DP2's step goes: 1 rank with 2 microbatches | 1 rank with 1 microbatch | two
+#             independent 1-microbatch processes at once (DP2's work without its communication)
+#             | DP2 | DP2 with tcmalloc; derives one microbatch's cost, the step's fixed cost
+#             (optimizer etc., not divided by DP), the two processes' mutual slow-down and DP2's
+#             communication time = DP2's step - the independent pair's
 #   allreduce build/bench/allreduce_bench on 2 ranks, glibc then tcmalloc, R rounds; per size the
 #             medians over rounds of tessel's and plain MPI_Allreduce's GB/s and their ratio
 #             (default 3 rounds; CONFIG is ignored, give either)
@@ -40,7 +45,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "parallel_scaling.sh: unknown flag $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -66,6 +71,7 @@ case $mode in
   torch)   variants=(dp2 torch2) ;;
   tp)      variants=(tp2 tp2-sp 1proc-2threads 1proc-1thread) ;;
   buckets) variants=(dp2-b4M dp2-b1M dp2-b16M dp2-b4M-tcmalloc dp2-b1M-tcmalloc dp2-b16M-tcmalloc) ;;
+  dpcost)  variants=(1rank 1rank-1mb 2procs-1mb dp2 dp2-tcmalloc) ;;
   allreduce) variants=() ;;
   *) echo "parallel_scaling.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
@@ -115,10 +121,12 @@ EOF
 fi
 
 [ -x "$tessel" ] || { echo "parallel_scaling.sh: $tessel not found (build first)" >&2; exit 1; }
-tessel_args=(train --arch gpt2 --vocab-size "$vocab" --seq-length "$seq" --hidden-size "$hidden"
-  --num-layers "$layers" --num-attention-heads "$heads" --micro-batch-size "$micro"
-  --global-batch-size "$global" --train-iters $((warmup + iters)) --log-interval 1
-  --data-path "$corpus")
+tessel_args() {  # $1: global batch; sets the array args
+  args=(train --arch gpt2 --vocab-size "$vocab" --seq-length "$seq" --hidden-size "$hidden"
+    --num-layers "$layers" --num-attention-heads "$heads" --micro-batch-size "$micro"
+    --global-batch-size "$1" --train-iters $((warmup + iters)) --log-interval 1
+    --data-path "$corpus")
+}
 
 tessel_rate() {  # $1: --log-json file; prints "median_tok_s mean_tok_s" of the timed iterations
   python3 - "$1" "$warmup" <<'EOF'
@@ -131,17 +139,27 @@ print(f'{statistics.median(r["tokens_per_s"] for r in timed):.1f} {mean:.1f}')
 EOF
 }
 
+one_process() {  # $1: threads, $2: output prefix; runs tessel with args, no mpirun
+  (cd "$work" && OMP_NUM_THREADS=$1 "$tessel" "${args[@]}" --threads "$1" \
+    --log-json "$2.json" >"$2.log")
+}
+
 run_variant() {  # $1: variant, $2: output prefix; prints "median_tok_s mean_tok_s"
-  local name=$1 out=$2 extra=() env=()
+  local name=$1 out=$2 extra=() env=() args
+  tessel_args "$global"
   case $name in
-    1rank|1proc-1thread)
-      (cd "$work" && OMP_NUM_THREADS=1 "$tessel" "${tessel_args[@]}" --threads 1 \
-        --log-json "$out.json" >"$out.log")
-      tessel_rate "$out.json"; return ;;
-    1proc-2threads)
-      (cd "$work" && OMP_NUM_THREADS=2 "$tessel" "${tessel_args[@]}" --threads 2 \
-        --log-json "$out.json" >"$out.log")
-      tessel_rate "$out.json"; return ;;
+    1rank|1proc-1thread) one_process 1 "$out"; tessel_rate "$out.json"; return ;;
+    1proc-2threads) one_process 2 "$out"; tessel_rate "$out.json"; return ;;
+    1rank-1mb)  # one microbatch per step
+      tessel_args "$micro"; one_process 1 "$out"; tessel_rate "$out.json"; return ;;
+    2procs-1mb)  # two independent 1-microbatch processes at once: DP2 without communication
+      tessel_args "$micro"
+      one_process 1 "$out.a" & one_process 1 "$out.b"; wait
+      # The pair's rate: both processes' tokens at the slower one's rate.
+      read -r a_med a_mean < <(tessel_rate "$out.a.json")
+      read -r b_med b_mean < <(tessel_rate "$out.b.json")
+      python3 -c "print(f'{2 * min($a_med, $b_med):.1f} {2 * min($a_mean, $b_mean):.1f}')"
+      return ;;
     torch2)
       "$root/bench/run_pytorch.sh" --threads 2 --vocab "$vocab" --seq "$seq" --hidden "$hidden" \
         --layers "$layers" --heads "$heads" --batch "$global" --iters "$iters" \
@@ -153,6 +171,7 @@ print(f'{r["batch"] * r["seq"] / (r["median_step_ms"] / 1e3):.1f} {r["tokens_per
 EOF
       return ;;
     dp2) ;;
+    dp2-tcmalloc) env=(-x LD_PRELOAD="$tcmalloc") ;;
     dp2-distopt) extra=(--use-distributed-optimizer) ;;
     tp2) extra=(--tp 2) ;;
     tp2-sp) extra=(--tp 2 --sequence-parallel) ;;
@@ -162,7 +181,7 @@ EOF
       case $name in *-tcmalloc) env=(-x LD_PRELOAD="$tcmalloc") ;; esac ;;
     *) echo "parallel_scaling.sh: unknown variant $name" >&2; exit 2 ;;
   esac
-  (cd "$work" && "${mpirun[@]}" "${env[@]}" "$tessel" "${tessel_args[@]}" --threads 1 \
+  (cd "$work" && "${mpirun[@]}" "${env[@]}" "$tessel" "${args[@]}" --threads 1 \
     "${extra[@]}" --log-json "$out.json" >"$out.log")
   tessel_rate "$out.json"
 }
@@ -185,9 +204,10 @@ for r in $(seq 1 "$rounds"); do
   echo "${means[*]}" >>"$work/mean_rows"
 done
 
-python3 - "$work" "${variants[@]}" <<'EOF'
+python3 - "$work" "$mode" $((global * seq)) $((micro * seq)) "${variants[@]}" <<'EOF'
 import statistics, sys
-work, names = sys.argv[1], sys.argv[2:]
+work, mode, step_tokens, micro_tokens, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
+    int(sys.argv[4]), sys.argv[5:]
 def rows(kind):
     return [list(map(float, line.split())) for line in open(f"{work}/{kind}_rows") if line.strip()]
 def line(label, values):
@@ -202,4 +222,25 @@ for i, name in enumerate(names[1:], 1):
     print(line(f"{name} / {names[0]}", [r[i] / r[0] for r in median_rows]))
     print(line(f"  mean-based", [r[i] / r[0] for r in mean_rows]))
     print(line(f"{names[0]} / {name}", [r[0] / r[i] for r in median_rows]))
+if mode == "dpcost":
+    # Step times (ms) from the median rates; every variant but 1rank-1mb and 2procs-1mb does the
+    # whole global batch (two microbatches) per step.
+    print("where DP2's step time goes, ms per step, per round:")
+    derived = {k: [] for k in ("1 rank, 2 microbatches (T2)", "1 rank, 1 microbatch (T1)",
+                               "one microbatch's fwd+bwd (C = T2 - T1)",
+                               "per-step fixed cost (O = T1 - C)",
+                               "2 independent procs, 1 microbatch (P)", "contention P / T1",
+                               "DP2 step (D)", "DP2 communication (D - P)",
+                               "DP2 tcmalloc communication", "bound without comm T2 / P",
+                               "bound, no contention T2 / T1")}
+    for r in median_rows:
+        ms = dict(zip(names, r))
+        t2, t1 = 1e3 * step_tokens / ms["1rank"], 1e3 * micro_tokens / ms["1rank-1mb"]
+        par = 1e3 * 2 * micro_tokens / ms["2procs-1mb"]
+        dp, dp_tc = 1e3 * step_tokens / ms["dp2"], 1e3 * step_tokens / ms["dp2-tcmalloc"]
+        for key, value in zip(derived, (t2, t1, t2 - t1, 2 * t1 - t2, par, par / t1, dp, dp - par,
+                                        dp_tc - par, t2 / par, t2 / t1)):
+            derived[key].append(value)
+    for key, values in derived.items():
+        print(line(key, values))
 EOF
