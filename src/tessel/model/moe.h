@@ -4,10 +4,27 @@
 // the ranks holding their experts by all-to-all(v) (counts first, then tokens), the local experts
 // run as one grouped pass, and the results travel back to be combined with their weights.
 //
-// Hugging Face names (Qwen2-MoE / Qwen3-MoE): model.layers.N.mlp.gate.weight [E, C] (the
-// router), model.layers.N.mlp.experts.e.{gate_proj,up_proj}.weight [F_e, C],
-// ...experts.e.down_proj.weight [C, F_e]; shared expert: mlp.shared_expert.{gate,up,down}_proj
-// .weight and mlp.shared_expert_gate.weight [1, C] (its output scaled by sigmoid(x·gate)).
+// Hugging Face names (Qwen2-MoE / Qwen3-MoE), N the layer:
+//   model.layers.N.mlp.gate.weight [E, C]                         the router
+//   model.layers.N.mlp.experts.e.{gate_proj,up_proj}.weight [F_e, C], .down_proj.weight [C, F_e]
+//   model.layers.N.mlp.shared_expert.{gate_proj,up_proj}.weight [F_s, C], .down_proj [C, F_s]
+//   model.layers.N.mlp.shared_expert_gate.weight [1, C]           shared output · sigmoid(x·gateᵀ)
+//
+// Routing follows Megatron-LM's TopKRouter (the kernels in kernels/cpu/router.cpp): softmax or
+// sigmoid scores, top-k with --moe-router-pre-softmax, the switch load-balancing loss and the
+// z-loss, dropless or with a capacity (Megatron's "probs" drop policy). Tie-breaking is
+// deterministic: the lower expert index, then the lower token index, wins. Hugging Face's
+// Qwen2-MoE (norm_topk_prob false) routes as --moe-router-pre-softmax; Qwen3-MoE
+// (norm_topk_prob true) as the default, top-k then softmax (the same weights).
+//
+// Expert parallelism, as Megatron's: EP is carved out of data parallelism, so every EP rank
+// routes its own microbatch's tokens; rank r of the EP group holds experts
+// [r·E/EP, (r+1)·E/EP). Each expert is its own parameter, so a rank declares only its experts',
+// marked ShardSpec{dim -1, group EP, index r, count EP}: whole, held by one EP rank. The router
+// and the shared expert are replicated. The layer produces local gradients only; the trainer
+// reduces expert gradients over the expert-data-parallel group (edp) and the router's and shared
+// expert's over DP×CP like every dense parameter, and the global gradient norm sums expert
+// gradients over EP (is_expert_param below tells them apart).
 #pragma once
 
 #include <cstdint>
@@ -17,52 +34,171 @@
 
 #include "tessel/comm/comm.h"
 #include "tessel/core/tensor.h"
+#include "tessel/model/config.h"
 #include "tessel/model/params.h"
 
 namespace tessel {
 
 struct MoeConfig {
-  int num_experts = 0;               // --num-experts (0: dense model)
-  int topk = 2;                      // --moe-router-topk
-  int ffn_hidden_size = 0;           // --moe-ffn-hidden-size (0: the dense ffn size)
-  std::vector<int> layer_pattern;    // --moe-layer-freq: 1 = MoE layer, 0 = dense (empty: all MoE)
-  int shared_expert_size = 0;        // --moe-shared-expert-intermediate-size (0: none)
-  bool score_sigmoid = false;        // --moe-router-score-function sigmoid (default softmax)
-  bool pre_softmax = false;          // --moe-router-pre-softmax
-  float aux_loss_coeff = 0.0f;       // --moe-aux-loss-coeff
-  float z_loss_coeff = 0.0f;         // --moe-z-loss-coeff
-  float capacity_factor = 0.0f;      // --moe-expert-capacity-factor (0: dropless)
-  bool pad_to_capacity = false;      // --moe-pad-expert-input-to-capacity
+  int num_experts = 0;             // --num-experts (0: dense model)
+  int topk = 2;                    // --moe-router-topk
+  int ffn_hidden_size = 0;         // --moe-ffn-hidden-size (0: the dense --ffn-hidden-size)
+  std::vector<int> layer_pattern;  // --moe-layer-freq: 1 = MoE layer, 0 = dense (empty: all MoE)
+  int shared_expert_size = 0;      // --moe-shared-expert-intermediate-size (0: none)
+  bool score_sigmoid = false;      // --moe-router-score-function sigmoid (default softmax)
+  bool pre_softmax = false;        // --moe-router-pre-softmax
+  float aux_loss_coeff = 0.0f;     // --moe-aux-loss-coeff
+  float z_loss_coeff = 0.0f;       // --moe-z-loss-coeff
+  double capacity_factor = 0.0;    // --moe-expert-capacity-factor (0: dropless)
+  bool pad_to_capacity = false;    // --moe-pad-expert-input-to-capacity
+
+  bool is_moe_layer(int layer) const {
+    return num_experts > 0 && (layer_pattern.empty() || layer_pattern.at(layer) == 1);
+  }
+  // Every rule the settings break for this EP size and layer count, one message each (empty:
+  // valid): top-k in [1, E], E divisible by EP, top-1 softmax needs pre-softmax (Megatron's rule:
+  // a softmax over one logit has no gradient), padding needs a capacity, the pattern's length.
+  std::vector<std::string> violations(int ep_size, int num_layers) const;
 };
+
+// --moe-layer-freq as Megatron reads it: an interval k (layers 0, k, 2k, ... are MoE) or a
+// num_layers-long pattern of 0/1, as a list "[1,0,1,0]" or Python's "([1]*3+[0]*1)*2".
+// Throws tessel::Error naming the problem.
+std::vector<int> parse_moe_layer_freq(const std::string& text, int num_layers);
+
+// A routed expert's parameter (held by one EP rank), as opposed to a dense or replicated one.
+inline bool is_expert_param(const Param& p) { return p.shard.group == ShardGroup::EP; }
 
 // Router statistics of one forward, for the logs.
 struct RouterStats {
-  std::vector<int64_t> tokens_per_expert;  // (E) assignments after dropping, summed over EP
-  int64_t dropped = 0;
-  double aux_loss = 0, z_loss = 0;
+  std::vector<double> tokens_per_expert;  // (E) assignments kept after dropping, summed over EP
+  int64_t dropped = 0;                    // assignments dropped by the capacity, summed over EP
+  double aux_loss = 0, z_loss = 0;        // this rank's losses (each already times its coeff)
 };
 
 class MoeLayer {
  public:
-  // Declares the layer's parameters (its EP rank's experts only) under `prefix`
-  // ("model.layers.N.mlp."); `ep` is the expert-parallel group, experts split evenly over it.
-  MoeLayer(const MoeConfig& moe, int64_t hidden, const std::string& prefix, int64_t max_tokens,
-           Comm& ep, ParamRegistry& registry);
+  // What the backward of one microbatch needs, filled by forward (Nr: rows this rank routed,
+  // S: rows it dispatched, R: rows its experts received; F the expert, F_s the shared expert
+  // size). Buffers whose size depends on the routing grow to the largest seen, then are reused:
+  // dropless routing cannot know in advance how many rows will reach a rank.
+  struct Saved {
+    int64_t N = 0;
+    float aux_grad_scale = 0;      // d(objective)/d(aux + z-loss), see forward
+    Tensor logits;                 // (N, E)
+    std::vector<int32_t> experts;  // (N, k) chosen experts, best first
+    Tensor probs;                  // (N, k) their routing weights
+    std::vector<int64_t> slot_row;  // (N·k) each assignment's row in dispatch order; -1 dropped
+    Tensor aux_scores, aux_counts;  // (N, E), (E) with the load-balancing loss
+    int64_t aux_tokens = 0;         // its T: N summed over the token group
+    Tensor lse;                     // (N) with the z-loss
+    // Dispatch plan: send_rows[r] rows go to EP rank r; block (s, e) = rows from rank s for
+    // local expert e, at block_src[s·E_l + e] in arrival order (by source) and block_dst[...]
+    // in expert order (expert_rows[e] rows per local expert, contiguous).
+    std::vector<int64_t> send_rows, block_rows, block_src, block_dst, expert_rows;
+    int64_t rows_out = 0, rows_in = 0;  // S, R
+    Tensor combined;                    // (S, C) expert outputs back here, in dispatch order
+    Tensor expert_in, gate, up, act;    // (R, C), (R, F) x3: the experts' inputs, expert order
+    Tensor d_expert_out, d_gate, d_up;  // (R, C), (R, F) x2: left by backward_input
+    // Shared expert: (N, F_s) x3, (N, C); shared_scale (N) = sigmoid(x · shared_expert_gateᵀ).
+    Tensor shared_gate, shared_up, shared_act, shared_out, shared_scale;
+    // Left by backward_input: (N, C), (N, F_s) x2, (N); d_logits (N, E).
+    Tensor d_shared_out, d_shared_gate, d_shared_up, d_shared_logit, d_logits;
+    RouterStats stats;
+
+    int64_t bytes() const;
+  };
+
+  // Declares layer `layer`'s parameters (this EP rank's experts only) in `registry`, before
+  // registry.finalize(). Expert size: moe.ffn_hidden_size, or model.ffn_size() when 0.
+  // Initialisation as Megatron: normal(0, 0.02), down projections 0.02/sqrt(2·layers).
+  // `ep` is the expert-parallel group. `token_group`, when given, is the group whose ranks hold
+  // parts of the same sequences (TP under sequence parallel, × CP: Megatron's tp_cp group): the
+  // load-balancing loss then counts tokens over it, as Megatron's. max_tokens sizes the buffers.
+  // Throws tessel::Error for settings that break MoeConfig::violations.
+  MoeLayer(const ModelConfig& model, const MoeConfig& moe, int layer, int64_t max_tokens, Comm& ep,
+           ParamRegistry& registry, Comm* token_group = nullptr);
+  // Points the layer at parameter memory, after registry.finalize().
   void bind(ParamRegistry& registry) { registry_ = &registry; }
 
-  // Everything the backward of one microbatch needs; sized by make_saved(), reused.
-  struct Saved;
-  std::unique_ptr<Saved> make_saved() const;
+  Saved make_saved() const;
 
-  // out (N, C) = the MoE block's output for x (N, C) (not including the residual). The auxiliary
-  // losses' gradients are scaled by `aux_grad_scale` (the same 1 / tokens as the main loss, so
-  // they are means over the global batch as Megatron's); returns the aux + z loss value added to
-  // this microbatch's loss sum.
-  double forward(Saved& saved, float* out, const float* x, int64_t N, float aux_grad_scale);
-  // dx (N, C) += d(x) from dout (N, C); accumulates parameter gradients.
-  void backward(Saved& saved, float* dx, const float* dout, int64_t N);
+  // out (N, C) = the MoE block's output for this rank's rows x (N, C), N ≤ max_tokens (not the
+  // residual; overwrites out). Collective over the EP group (and the token group): every rank
+  // calls it, whatever its N, zero included.
+  //
+  // Loss accounting: the auxiliary losses are means over this microbatch's tokens, as Megatron's;
+  // their contribution to the training objective is their mean over the global batch's
+  // microbatches. With grad_scale = 1/(tokens in the global batch), the same scale the main loss
+  // uses, and T = the microbatch's tokens (N, or N summed over the token group), backward adds the
+  // gradient of T · grad_scale · (aux + z). Returns T · (aux + z): added to the microbatch's sum
+  // of token losses, it is the part of the loss sum whose gradient backward adds (saved.stats
+  // has the two losses apart, for the logs).
+  double forward(Saved& saved, float* out, const float* x, int64_t N, float grad_scale);
+  // dx (N, C) += d(x) from dout (N, C); x is the same input forward read. Collective, like
+  // forward. Computes every input gradient and leaves each linear's output gradient in saved for
+  // backward_weight; adds to no parameter gradient.
+  void backward_input(Saved& saved, float* dx, const float* dout, const float* x);
+  // The weight gradients of the router, the local experts and the shared expert (accumulated),
+  // from what backward_input left in saved; no communication. grad_ready(index) is called for
+  // each of the layer's parameters (registry indices) once its gradient is final.
+  void backward_weight(Saved& saved, const float* x,
+                       const std::function<void(int)>& grad_ready = {});
+  // Both halves.
+  void backward(Saved& saved, float* dx, const float* dout, const float* x,
+                const std::function<void(int)>& grad_ready = {});
 
-  const RouterStats& stats() const;
+  int64_t num_local_experts() const { return E_l_; }
+  int64_t first_local_expert() const { return first_expert_; }
+  // Registry indices of all this layer's parameters, in declaration (Hugging Face) order.
+  std::vector<int> param_indices() const;
+  // Memory of the scratch shared by all microbatches.
+  int64_t scratch_bytes() const;
+
+ private:
+  struct ExpertParams {
+    int gate = -1, up = -1, down = -1;
+  };
+
+  // Router, auxiliary losses, top-k and capacity drop; returns T, the microbatch's tokens.
+  int64_t route(Saved& s, const float* x);
+  void plan_dispatch(Saved& s);
+  void experts_forward(Saved& s);
+  void shared_forward(Saved& s, float* out, const float* x);
+  void shared_backward_input(Saved& s, float* dx, const float* dout, const float* x);
+  float z_coeff() const;
+  int64_t capacity(int64_t N) const;
+  // Moves the R arrived rows between arrival order (by source rank) and expert order.
+  void to_expert_order(const Saved& s, float* dst, const float* src) const;
+  void to_arrival_order(const Saved& s, float* dst, const float* src) const;
+  // all_to_all_v of rows: forward's dispatch (S rows out, R in), or its return trip.
+  void row_counts(const Saved& s);
+  void dispatch_rows(const Saved& s, const float* send, float* recv);
+  void return_rows(const Saved& s, const float* send, float* recv);
+
+  float* val(int param) const { return registry_->params()[param].value; }
+  float* grd(int param) const { return registry_->params()[param].grad; }
+
+  MoeConfig moe_;
+  int64_t C_, F_, F_s_, E_, k_, E_l_, first_expert_, max_tokens_;
+  int P_, ep_rank_;
+  Comm* ep_;
+  Comm* token_group_;
+  ParamRegistry* registry_ = nullptr;
+  int router_ = -1;
+  std::vector<ExpertParams> experts_;  // this rank's E_l experts
+  ExpertParams shared_;
+  int shared_gate_ = -1;  // mlp.shared_expert_gate.weight
+  // Scratch shared by all microbatches, used only inside one call; grows like Saved's buffers.
+  Tensor send_, arrival_, expert_rows_;  // (S, C), (R, C) arrival order, (R, C) expert order
+  Tensor d_act_;                         // (max(R, N), max(F, F_s))
+  Tensor d_probs_;                       // (N, k)
+  std::vector<int64_t> counts_out_, counts_in_, offsets_out_, offsets_in_;  // (EP) each
+  std::vector<uint8_t> keep_;         // (N·k) 1: the assignment survived the capacity
+  std::vector<int64_t> row_cursor_;   // (E)
+  std::vector<float> group_counts_;   // (E + 1) top-k counts and N, summed over the token group
+  std::vector<float> count_buffer_;   // (E + EP·E_l) row counts out and in
+  std::vector<double> stats_buffer_;  // (E + 1)
 };
 
 }  // namespace tessel

@@ -112,6 +112,49 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
                             const int32_t* targets, int64_t vocab_start, float grad_scale,
                             int64_t N, int64_t V, int64_t V_valid);
 
+// ---- Mixture-of-Experts router (Megatron-LM's TopKRouter; router.cpp) --------------------------
+// Per token n of N over E experts, from the router logits (N, E).
+enum class RouterScore : uint8_t { Softmax, Sigmoid };
+// experts (N, k): each token's k chosen experts, best first, ties to the lower expert index;
+// probs (N, k): their routing weights. Selection is on the scores as Megatron's:
+//   softmax:              top-k of the logits, then softmax over those k;
+//   softmax, pre_softmax: softmax over all E experts, then its k largest values as they are;
+//   sigmoid:              top-k of sigmoid(logits), divided by their sum (+1e-20) when k > 1
+//                         (pre_softmax is ignored).
+void moe_topk_forward(int32_t* experts, float* probs, const float* logits, int64_t N, int64_t E,
+                      int64_t k, RouterScore score, bool pre_softmax);
+// dlogits (N, E) += d(probs)/d(logits) applied to dprobs (N, k); probs as forward left them.
+void moe_topk_backward(float* dlogits, const float* dprobs, const float* logits,
+                       const int32_t* experts, const float* probs, int64_t N, int64_t E,
+                       int64_t k, RouterScore score, bool pre_softmax);
+// The scores the load-balancing loss reads, scores (N, E): softmax(logits), or sigmoid(logits)
+// divided by its sum over the E experts (+1e-20).
+void moe_aux_scores_forward(float* scores, const float* logits, int64_t N, int64_t E,
+                            RouterScore score);
+// Megatron's switch_load_balancing_loss_func over this rank's N rows of T tokens (T > N when
+// other ranks hold the rest of the sequence): coeff · E / (k · T²) · Σ_e counts[e] · Σ_n
+// scores[n, e], counts (E) the top-k assignments per expert over all T tokens (before dropping).
+double moe_aux_loss_forward(const float* scores, const float* counts, int64_t N, int64_t E,
+                            int64_t k, int64_t T, float coeff);
+// dlogits (N, E) += grad_scale · d(aux loss)/d(logits) (counts are constants).
+void moe_aux_loss_backward(float* dlogits, const float* logits, const float* scores,
+                           const float* counts, int64_t N, int64_t E, int64_t k, int64_t T,
+                           float coeff, float grad_scale, RouterScore score);
+// Router z-loss (ST-MoE; Megatron's z_loss_func): coeff · (1/N) Σ_n lse[n]², lse (N) =
+// log Σ_e exp(logits[n, e]), saved for backward.
+double moe_z_loss_forward(float* lse, const float* logits, int64_t N, int64_t E, float coeff);
+// dlogits (N, E) += grad_scale · coeff · (2 · lse[n] / N) · softmax(logits[n]).
+void moe_z_loss_backward(float* dlogits, const float* logits, const float* lse, int64_t N,
+                         int64_t E, float coeff, float grad_scale);
+// Megatron's get_capacity for N tokens and top-k: ceil(N · k / E · factor), at most N (an expert
+// can take each token once).
+int64_t moe_expert_capacity(int64_t N, int64_t E, int64_t k, double factor);
+// Megatron's "probs" drop policy: each expert keeps the `capacity` assignments routed to it with
+// the highest probs (ties to the lower token index) and drops the rest. keep (N, k): 1 kept,
+// 0 dropped (overwritten). Returns the number of dropped assignments.
+int64_t moe_capacity_drop(uint8_t* keep, const int32_t* experts, const float* probs, int64_t N,
+                          int64_t E, int64_t k, int64_t capacity);
+
 // ---- optimizer ------------------------------------------------------------------------------
 // AdamW as torch.optim.AdamW: p -= lr·wd·p; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;
 // p -= (lr / (1-β1^step)) · m / (sqrt(v)/sqrt(1-β2^step) + eps). step counts from 1.

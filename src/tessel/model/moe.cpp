@@ -1,0 +1,683 @@
+#include "tessel/model/moe.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+#include "tessel/core/error.h"
+#include "tessel/kernels/cpu/kernels.h"
+
+namespace tessel {
+
+using cpu::WeightLayout;
+
+namespace {
+constexpr float kInitStd = 0.02f;  // Megatron's --init-method-std default
+
+// t holds at least rows × cols floats afterwards (reallocated half as large again when short;
+// never shrinks, so the largest routing load seen sets the size). The contents are not kept.
+float* reserve_rows(Tensor& t, int64_t rows, int64_t cols) {
+  if (t.empty() || t.numel() < rows * cols) {
+    const int64_t grown = t.empty() ? 0 : t.numel() / cols * 3 / 2;
+    t = Tensor::zeros({std::max<int64_t>({rows, grown, 1}), cols});
+  }
+  return t.data();
+}
+
+void zero_rows(float* p, int64_t rows, int64_t cols) {
+  std::memset(p, 0, sizeof(float) * rows * cols);
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void axpy(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// Megatron's moe_layer_freq string: a Python list expression of 0/1 built from list literals,
+// '+' (concatenation), '* integer' (repetition) and parentheses, e.g. "([1]*3+[0]*1)*2".
+class PatternParser {
+ public:
+  explicit PatternParser(const std::string& text) : text_(text) {}
+
+  std::vector<int> parse() {
+    std::vector<int> v = expr();
+    skip_space();
+    if (pos_ != text_.size()) error("unexpected '{}'", text_[pos_]);
+    return v;
+  }
+
+ private:
+  std::vector<int> expr() {
+    std::vector<int> v = term();
+    while (accept('+')) {
+      std::vector<int> more = term();
+      v.insert(v.end(), more.begin(), more.end());
+    }
+    return v;
+  }
+  std::vector<int> term() {
+    std::vector<int> v = atom();
+    while (accept('*')) {
+      const int64_t times = integer();
+      std::vector<int> repeated;
+      for (int64_t i = 0; i < times; ++i) repeated.insert(repeated.end(), v.begin(), v.end());
+      v = std::move(repeated);
+    }
+    return v;
+  }
+  std::vector<int> atom() {
+    if (accept('(')) {
+      std::vector<int> v = expr();
+      expect(')');
+      return v;
+    }
+    expect('[');
+    std::vector<int> v;
+    if (accept(']')) return v;
+    do {
+      v.push_back(static_cast<int>(integer()));
+    } while (accept(','));
+    expect(']');
+    return v;
+  }
+  int64_t integer() {
+    skip_space();
+    const size_t start = pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    if (start == pos_ || pos_ - start > 6) error("expected a small integer at position {}", start);
+    return std::stoll(text_.substr(start, pos_ - start));
+  }
+  bool accept(char c) {
+    skip_space();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c) {
+    if (!accept(c)) error("expected '{}' at position {}", c, pos_);
+  }
+  void skip_space() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  template <typename... Args>
+  [[noreturn]] void error(fmt::format_string<Args...> format, Args&&... args) {
+    fail("--moe-layer-freq \"{}\": {}", text_, fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  const std::string& text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> MoeConfig::violations(int ep_size, int num_layers) const {
+  std::vector<std::string> v;
+  if (num_experts < 1) v.push_back(fmt::format("--num-experts {} must be at least 1", num_experts));
+  if (topk < 1 || topk > num_experts) {
+    v.push_back(fmt::format("--moe-router-topk {} must be between 1 and --num-experts {}", topk,
+                            num_experts));
+  }
+  if (ep_size < 1 || (num_experts > 0 && num_experts % ep_size != 0)) {
+    v.push_back(fmt::format("--num-experts {} must be divisible by --expert-model-parallel-size {}",
+                            num_experts, ep_size));
+  }
+  if (topk == 1 && !score_sigmoid && !pre_softmax) {
+    v.push_back(
+        "--moe-router-topk 1 with softmax scores needs --moe-router-pre-softmax (a softmax "
+        "over one logit has no gradient)");
+  }
+  if (ffn_hidden_size < 0)
+    v.push_back(fmt::format("--moe-ffn-hidden-size {} is negative", ffn_hidden_size));
+  if (shared_expert_size < 0) {
+    v.push_back(
+        fmt::format("--moe-shared-expert-intermediate-size {} is negative", shared_expert_size));
+  }
+  if (capacity_factor < 0) {
+    v.push_back(fmt::format("--moe-expert-capacity-factor {} is negative", capacity_factor));
+  }
+  if (pad_to_capacity && capacity_factor <= 0) {
+    v.push_back("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
+  }
+  if (aux_loss_coeff < 0 || z_loss_coeff < 0) {
+    v.push_back(
+        fmt::format("--moe-aux-loss-coeff {} and --moe-z-loss-coeff {} must not be negative",
+                    aux_loss_coeff, z_loss_coeff));
+  }
+  if (!layer_pattern.empty() && static_cast<int>(layer_pattern.size()) != num_layers) {
+    v.push_back(fmt::format("--moe-layer-freq has {} entries for {} layers", layer_pattern.size(),
+                            num_layers));
+  }
+  return v;
+}
+
+std::vector<int> parse_moe_layer_freq(const std::string& text, int num_layers) {
+  const bool interval = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+  std::vector<int> pattern;
+  if (interval) {
+    TESSEL_CHECK(text.size() <= 6 && std::stoi(text) >= 1,
+                 "--moe-layer-freq {}: the interval must be at least 1", text);
+    const int every = std::stoi(text);
+    for (int i = 0; i < num_layers; ++i) pattern.push_back(i % every == 0 ? 1 : 0);
+    return pattern;
+  }
+  pattern = PatternParser(text).parse();
+  TESSEL_CHECK(static_cast<int>(pattern.size()) == num_layers,
+               "--moe-layer-freq \"{}\" has {} entries for {} layers", text, pattern.size(),
+               num_layers);
+  for (int p : pattern) {
+    TESSEL_CHECK(p == 0 || p == 1, "--moe-layer-freq \"{}\": entries must be 0 or 1, not {}", text,
+                 p);
+  }
+  return pattern;
+}
+
+MoeLayer::MoeLayer(const ModelConfig& model, const MoeConfig& moe, int layer, int64_t max_tokens,
+                   Comm& ep, ParamRegistry& registry, Comm* token_group)
+    : moe_(moe), ep_(&ep), token_group_(token_group) {
+  const std::vector<std::string> problems = moe.violations(ep.size(), model.num_layers);
+  TESSEL_CHECK(problems.empty(), "MoE layer {}: {}", layer, fmt::join(problems, "; "));
+  TESSEL_CHECK(max_tokens >= 0, "MoE layer {}: max_tokens {} is negative", layer, max_tokens);
+  C_ = model.hidden_size;
+  F_ = moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : model.ffn_size();
+  F_s_ = moe.shared_expert_size;
+  E_ = moe.num_experts;
+  k_ = moe.topk;
+  P_ = ep.size();
+  ep_rank_ = ep.rank();
+  E_l_ = E_ / P_;
+  first_expert_ = ep_rank_ * E_l_;
+  max_tokens_ = max_tokens;
+
+  // Hugging Face order: router, experts, shared expert, its gate.
+  const std::string p = fmt::format("model.layers.{}.mlp.", layer);
+  const float out_std = kInitStd / std::sqrt(2.0f * model.num_layers);
+  auto weight = [&](const std::string& name, Shape shape, float std, ShardSpec shard = {}) {
+    return registry.add(name, std::move(shape), ParamInit::Normal, std, true, shard);
+  };
+  router_ = weight(p + "gate.weight", {E_, C_}, kInitStd);
+  const ShardSpec expert{.dim = -1, .group = ShardGroup::EP, .index = ep_rank_, .count = P_};
+  for (int64_t e = first_expert_; e < first_expert_ + E_l_; ++e) {
+    const std::string q = fmt::format("{}experts.{}.", p, e);
+    experts_.push_back({.gate = weight(q + "gate_proj.weight", {F_, C_}, kInitStd, expert),
+                        .up = weight(q + "up_proj.weight", {F_, C_}, kInitStd, expert),
+                        .down = weight(q + "down_proj.weight", {C_, F_}, out_std, expert)});
+  }
+  if (F_s_ > 0) {
+    shared_.gate = weight(p + "shared_expert.gate_proj.weight", {F_s_, C_}, kInitStd);
+    shared_.up = weight(p + "shared_expert.up_proj.weight", {F_s_, C_}, kInitStd);
+    shared_.down = weight(p + "shared_expert.down_proj.weight", {C_, F_s_}, out_std);
+    shared_gate_ = weight(p + "shared_expert_gate.weight", {1, C_}, kInitStd);
+  }
+
+  const int64_t N = std::max<int64_t>(max_tokens_, 1);
+  reserve_rows(send_, N * k_, C_);
+  reserve_rows(arrival_, N * k_, C_);
+  reserve_rows(expert_rows_, N * k_, C_);
+  reserve_rows(d_act_, N * k_, std::max(F_, F_s_));
+  reserve_rows(d_probs_, N, k_);
+  keep_.resize(N * k_);
+  for (auto* v : {&counts_out_, &counts_in_, &offsets_out_, &offsets_in_}) v->resize(P_);
+  row_cursor_.resize(E_);
+  group_counts_.resize(E_ + 1);
+  count_buffer_.resize(E_ + P_ * E_l_);
+  stats_buffer_.resize(E_ + 1);
+}
+
+std::vector<int> MoeLayer::param_indices() const {
+  std::vector<int> ids = {router_};
+  for (const ExpertParams& e : experts_) ids.insert(ids.end(), {e.gate, e.up, e.down});
+  if (F_s_ > 0) ids.insert(ids.end(), {shared_.gate, shared_.up, shared_.down, shared_gate_});
+  return ids;
+}
+
+MoeLayer::Saved MoeLayer::make_saved() const {
+  Saved s;
+  const int64_t N = std::max<int64_t>(max_tokens_, 1);
+  // Routed rows: N·k leave this rank; as many arrive when the load is balanced (dropless routing
+  // may bring more: those buffers grow on first need).
+  const int64_t rows = N * k_;
+  s.logits = Tensor::zeros({N, E_});
+  s.experts.resize(N * k_);
+  s.probs = Tensor::zeros({N, k_});
+  s.slot_row.resize(N * k_);
+  if (moe_.aux_loss_coeff > 0) {
+    s.aux_scores = Tensor::zeros({N, E_});
+    s.aux_counts = Tensor::zeros({E_});
+  }
+  if (moe_.z_loss_coeff > 0) s.lse = Tensor::zeros({N});
+  s.send_rows.resize(P_);
+  for (auto* v : {&s.block_rows, &s.block_src, &s.block_dst}) v->resize(P_ * E_l_);
+  s.expert_rows.resize(E_l_);
+  s.combined = Tensor::zeros({rows, C_});
+  s.expert_in = Tensor::zeros({rows, C_});
+  s.d_expert_out = Tensor::zeros({rows, C_});
+  for (Tensor* t : {&s.gate, &s.up, &s.act, &s.d_gate, &s.d_up}) *t = Tensor::zeros({rows, F_});
+  if (F_s_ > 0) {
+    for (Tensor* t :
+         {&s.shared_gate, &s.shared_up, &s.shared_act, &s.d_shared_gate, &s.d_shared_up})
+      *t = Tensor::zeros({N, F_s_});
+    s.shared_out = Tensor::zeros({N, C_});
+    s.d_shared_out = Tensor::zeros({N, C_});
+    s.shared_scale = Tensor::zeros({N});
+    s.d_shared_logit = Tensor::zeros({N});
+  }
+  s.d_logits = Tensor::zeros({N, E_});
+  s.stats.tokens_per_expert.assign(E_, 0.0);
+  return s;
+}
+
+int64_t MoeLayer::Saved::bytes() const {
+  int64_t n = 0;
+  for (const Tensor* t :
+       {&logits,       &probs,          &aux_scores,   &aux_counts,   &lse,
+        &combined,     &expert_in,      &gate,         &up,           &act,
+        &d_expert_out, &d_gate,         &d_up,         &shared_gate,  &shared_up,
+        &shared_act,   &shared_out,     &shared_scale, &d_shared_out, &d_shared_gate,
+        &d_shared_up,  &d_shared_logit, &d_logits})
+    n += t->empty() ? 0 : t->numel() * 4;
+  n += static_cast<int64_t>(experts.size()) * 4;
+  for (const auto* v : {&slot_row, &send_rows, &block_rows, &block_src, &block_dst, &expert_rows})
+    n += static_cast<int64_t>(v->size()) * 8;
+  return n;
+}
+
+int64_t MoeLayer::scratch_bytes() const {
+  int64_t n = static_cast<int64_t>(keep_.size());
+  for (const Tensor* t : {&send_, &arrival_, &expert_rows_, &d_act_, &d_probs_})
+    n += t->empty() ? 0 : t->numel() * 4;
+  return n;
+}
+
+// ---- forward ---------------------------------------------------------------------------------
+
+double MoeLayer::forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale) {
+  TESSEL_CHECK(N >= 0 && N <= max_tokens_, "MoE forward: {} rows for a layer sized for {}", N,
+               max_tokens_);
+  s.N = N;
+  const int64_t tokens = route(s, x);
+  s.aux_grad_scale = static_cast<float>(tokens) * grad_scale;
+  plan_dispatch(s);
+
+  // Permute: this rank's rows, one copy per kept assignment, grouped by expert (pads stay zero).
+  float* send = reserve_rows(send_, s.rows_out, C_);
+  if (moe_.pad_to_capacity) zero_rows(send, s.rows_out, C_);
+  for (int64_t a = 0; a < N * k_; ++a) {
+    if (s.slot_row[a] >= 0)
+      std::memcpy(send + s.slot_row[a] * C_, x + a / k_ * C_, sizeof(float) * C_);
+  }
+  float* arrival = reserve_rows(arrival_, s.rows_in, C_);
+  dispatch_rows(s, send, arrival);
+  to_expert_order(s, reserve_rows(s.expert_in, s.rows_in, C_), arrival);
+  experts_forward(s);
+  to_arrival_order(s, arrival, expert_rows_.data());
+  float* combined = reserve_rows(s.combined, s.rows_out, C_);
+  return_rows(s, arrival, combined);
+
+  // Unpermute and combine: out[n] = Σ_j probs[n, j] · (expert j's output for row n).
+  const float* probs = s.probs.data();
+  for (int64_t n = 0; n < N; ++n) {
+    float* o = out + n * C_;
+    zero_rows(o, 1, C_);
+    for (int64_t j = 0; j < k_; ++j) {
+      const int64_t row = s.slot_row[n * k_ + j];
+      if (row >= 0) axpy(o, probs[n * k_ + j], combined + row * C_, C_);
+    }
+  }
+  if (F_s_ > 0) shared_forward(s, out, x);
+  return static_cast<double>(tokens) * (s.stats.aux_loss + s.stats.z_loss);
+}
+
+// Router logits, the auxiliary losses and the top-k choice with its capacity drop; fills
+// s.experts, s.probs and keep_. Returns T, the microbatch's tokens over the token group.
+int64_t MoeLayer::route(Saved& s, const float* x) {
+  const int64_t N = s.N;
+  const auto score = moe_.score_sigmoid ? cpu::RouterScore::Sigmoid : cpu::RouterScore::Softmax;
+  const bool aux = moe_.aux_loss_coeff > 0, z = moe_.z_loss_coeff > 0;
+  float* logits = s.logits.data();
+  if (N > 0) cpu::linear_forward(logits, x, val(router_), nullptr, N, C_, E_, WeightLayout::OutIn);
+  cpu::moe_topk_forward(s.experts.data(), s.probs.data(), logits, N, E_, k_, score,
+                        moe_.pre_softmax);
+
+  // The load-balancing loss counts the top-k choices (before dropping) of the whole sequence:
+  // the counts per expert and N (the last entry), summed over the token group.
+  std::vector<float>& counts = group_counts_;  // (E + 1)
+  std::fill(counts.begin(), counts.end(), 0.0f);
+  for (int64_t a = 0; a < N * k_; ++a) counts[s.experts[a]] += 1.0f;
+  counts[E_] = static_cast<float>(N);
+  if (token_group_ != nullptr && token_group_->size() > 1 && (aux || z))
+    token_group_->all_reduce(counts.data(), E_ + 1);
+  const int64_t tokens = static_cast<int64_t>(counts[E_]);
+  s.aux_tokens = tokens;
+  s.stats.aux_loss = s.stats.z_loss = 0;
+  if (aux) {
+    std::copy_n(counts.data(), E_, s.aux_counts.data());
+    cpu::moe_aux_scores_forward(s.aux_scores.data(), logits, N, E_, score);
+    s.stats.aux_loss = cpu::moe_aux_loss_forward(s.aux_scores.data(), s.aux_counts.data(), N, E_,
+                                                 k_, tokens, moe_.aux_loss_coeff);
+  }
+  if (z) s.stats.z_loss = cpu::moe_z_loss_forward(s.lse.data(), logits, N, E_, z_coeff());
+
+  std::fill(keep_.begin(), keep_.begin() + N * k_, uint8_t{1});
+  s.stats.dropped = 0;
+  if (moe_.capacity_factor > 0) {
+    s.stats.dropped = cpu::moe_capacity_drop(keep_.data(), s.experts.data(), s.probs.data(), N, E_,
+                                             k_, capacity(N));
+  }
+  return tokens;
+}
+
+// Megatron divides the z-loss coefficient by the token group's size, so that the ranks' means
+// add up to the mean over the sequence.
+float MoeLayer::z_coeff() const {
+  const int split = token_group_ != nullptr ? token_group_->size() : 1;
+  return moe_.z_loss_coeff / static_cast<float>(split);
+}
+
+int64_t MoeLayer::capacity(int64_t N) const {
+  return cpu::moe_expert_capacity(N, E_, k_, moe_.capacity_factor);
+}
+
+// Where every kept assignment goes: the dispatch order groups rows by expert (so by destination
+// rank, each rank's experts in turn), tokens in order within an expert; each expert's block
+// padded to the capacity when asked. The row counts per (rank, expert) travel first, so each
+// rank learns what will arrive from whom; then the statistics are summed over EP.
+void MoeLayer::plan_dispatch(Saved& s) {
+  const int64_t N = s.N;
+  std::vector<float>& counts = count_buffer_;  // (E) rows per expert out, then (EP · E_l) in
+  std::vector<double>& kept = stats_buffer_;   // (E + 1) kept per expert, then the dropped
+  std::fill(kept.begin(), kept.end(), 0.0);
+  for (int64_t a = 0; a < N * k_; ++a) kept[s.experts[a]] += keep_[a];
+  const int64_t pad = moe_.pad_to_capacity ? capacity(N) : -1;
+  std::vector<int64_t>& next = row_cursor_;  // (E) the next free row of each expert's block
+  int64_t rows = 0;
+  std::fill(s.send_rows.begin(), s.send_rows.end(), 0);
+  for (int64_t e = 0; e < E_; ++e) {
+    const int64_t expert_rows = pad >= 0 ? pad : static_cast<int64_t>(kept[e]);
+    counts[e] = static_cast<float>(expert_rows);
+    next[e] = rows;
+    rows += expert_rows;
+    s.send_rows[e / E_l_] += expert_rows;
+  }
+  s.rows_out = rows;
+  TESSEL_CHECK(rows < (int64_t{1} << 24), "MoE: {} rows to dispatch (counts travel as floats)",
+               rows);
+  for (int64_t a = 0; a < N * k_; ++a) s.slot_row[a] = keep_[a] ? next[s.experts[a]]++ : -1;
+
+  // Counts first: rank r receives the E_l counts of its experts from every rank.
+  for (int r = 0; r < P_; ++r) {
+    counts_out_[r] = counts_in_[r] = E_l_;
+    offsets_out_[r] = offsets_in_[r] = r * E_l_;
+  }
+  ep_->all_to_all_v(counts.data(), counts_out_.data(), offsets_out_.data(), counts.data() + E_,
+                    counts_in_.data(), offsets_in_.data());
+  int64_t arrival = 0;
+  for (int64_t b = 0; b < P_ * E_l_; ++b) {
+    s.block_rows[b] = static_cast<int64_t>(counts[E_ + b]);
+    s.block_src[b] = arrival;
+    arrival += s.block_rows[b];
+  }
+  s.rows_in = arrival;
+  int64_t at = 0;
+  for (int64_t e = 0; e < E_l_; ++e) {
+    s.expert_rows[e] = 0;
+    for (int src = 0; src < P_; ++src) {
+      s.block_dst[src * E_l_ + e] = at;
+      at += s.block_rows[src * E_l_ + e];
+      s.expert_rows[e] += s.block_rows[src * E_l_ + e];
+    }
+  }
+
+  kept[E_] = static_cast<double>(s.stats.dropped);
+  ep_->all_reduce(kept.data(), E_ + 1);
+  s.stats.tokens_per_expert.assign(kept.begin(), kept.begin() + E_);
+  s.stats.dropped = static_cast<int64_t>(kept[E_]);
+}
+
+void MoeLayer::to_expert_order(const Saved& s, float* dst, const float* src) const {
+  for (int64_t b = 0; b < P_ * E_l_; ++b) {
+    std::memcpy(dst + s.block_dst[b] * C_, src + s.block_src[b] * C_,
+                sizeof(float) * s.block_rows[b] * C_);
+  }
+}
+
+void MoeLayer::to_arrival_order(const Saved& s, float* dst, const float* src) const {
+  for (int64_t b = 0; b < P_ * E_l_; ++b) {
+    std::memcpy(dst + s.block_src[b] * C_, src + s.block_dst[b] * C_,
+                sizeof(float) * s.block_rows[b] * C_);
+  }
+}
+
+// The element counts and offsets of the dispatch: S rows leave by destination rank, R arrive by
+// source rank. The return trip swaps the two sides.
+void MoeLayer::row_counts(const Saved& s) {
+  int64_t at = 0;
+  for (int r = 0; r < P_; ++r) {
+    counts_out_[r] = s.send_rows[r] * C_;
+    offsets_out_[r] = at * C_;
+    at += s.send_rows[r];
+    counts_in_[r] = 0;
+    for (int64_t e = 0; e < E_l_; ++e) counts_in_[r] += s.block_rows[r * E_l_ + e] * C_;
+    offsets_in_[r] = s.block_src[r * E_l_] * C_;
+  }
+}
+
+void MoeLayer::dispatch_rows(const Saved& s, const float* send, float* recv) {
+  row_counts(s);
+  ep_->all_to_all_v(send, counts_out_.data(), offsets_out_.data(), recv, counts_in_.data(),
+                    offsets_in_.data());
+}
+
+void MoeLayer::return_rows(const Saved& s, const float* send, float* recv) {
+  row_counts(s);
+  ep_->all_to_all_v(send, counts_in_.data(), offsets_in_.data(), recv, counts_out_.data(),
+                    offsets_out_.data());
+}
+
+// The grouped pass: each local expert's rows are contiguous in expert order; one SwiGLU MLP per
+// expert over them. Outputs (R, C) in expert_rows_.
+void MoeLayer::experts_forward(Saved& s) {
+  const int64_t R = s.rows_in;
+  float* in = s.expert_in.data();
+  float* gate = reserve_rows(s.gate, R, F_);
+  float* up = reserve_rows(s.up, R, F_);
+  float* act = reserve_rows(s.act, R, F_);
+  float* y = reserve_rows(expert_rows_, R, C_);
+  int64_t o = 0;
+  for (int64_t e = 0; e < E_l_; ++e) {
+    const int64_t M = s.expert_rows[e];
+    const ExpertParams& w = experts_[e];
+    if (M > 0) {
+      cpu::linear_forward(gate + o * F_, in + o * C_, val(w.gate), nullptr, M, C_, F_,
+                          WeightLayout::OutIn);
+      cpu::linear_forward(up + o * F_, in + o * C_, val(w.up), nullptr, M, C_, F_,
+                          WeightLayout::OutIn);
+      cpu::swiglu_forward(act + o * F_, gate + o * F_, up + o * F_, M * F_);
+      cpu::linear_forward(y + o * C_, act + o * F_, val(w.down), nullptr, M, F_, C_,
+                          WeightLayout::OutIn);
+    }
+    o += M;
+  }
+}
+
+// Qwen2-MoE's shared expert: out += sigmoid(x · gateᵀ) · SwiGLU-MLP(x).
+void MoeLayer::shared_forward(Saved& s, float* out, const float* x) {
+  const int64_t N = s.N;
+  if (N == 0) return;
+  float* scale = s.shared_scale.data();
+  cpu::linear_forward(s.shared_gate.data(), x, val(shared_.gate), nullptr, N, C_, F_s_,
+                      WeightLayout::OutIn);
+  cpu::linear_forward(s.shared_up.data(), x, val(shared_.up), nullptr, N, C_, F_s_,
+                      WeightLayout::OutIn);
+  cpu::swiglu_forward(s.shared_act.data(), s.shared_gate.data(), s.shared_up.data(), N * F_s_);
+  cpu::linear_forward(s.shared_out.data(), s.shared_act.data(), val(shared_.down), nullptr, N, F_s_,
+                      C_, WeightLayout::OutIn);
+  cpu::linear_forward(scale, x, val(shared_gate_), nullptr, N, C_, 1, WeightLayout::OutIn);
+  for (int64_t n = 0; n < N; ++n) {
+    scale[n] = 1.0f / (1.0f + std::exp(-scale[n]));
+    axpy(out + n * C_, scale[n], s.shared_out.data() + n * C_, C_);
+  }
+}
+
+// ---- backward --------------------------------------------------------------------------------
+
+void MoeLayer::backward(Saved& s, float* dx, const float* dout, const float* x,
+                        const std::function<void(int)>& grad_ready) {
+  backward_input(s, dx, dout, x);
+  backward_weight(s, x, grad_ready);
+}
+
+void MoeLayer::backward_input(Saved& s, float* dx, const float* dout, const float* x) {
+  const int64_t N = s.N, R = s.rows_in;
+  // Combine's backward: d(probs[n, j]) = dout[n] · y, d(y) = probs[n, j] · dout[n], in dispatch
+  // order.
+  float* d_probs = reserve_rows(d_probs_, N, k_);
+  float* send = reserve_rows(send_, s.rows_out, C_);
+  if (moe_.pad_to_capacity) zero_rows(send, s.rows_out, C_);
+  const float* combined = s.combined.data();
+  const float* probs = s.probs.data();
+  for (int64_t a = 0; a < N * k_; ++a) {
+    const int64_t row = s.slot_row[a];
+    const float* g = dout + a / k_ * C_;
+    d_probs[a] = row >= 0 ? dot(g, combined + row * C_, C_) : 0.0f;
+    if (row < 0) continue;
+    for (int64_t c = 0; c < C_; ++c) send[row * C_ + c] = probs[a] * g[c];
+  }
+  float* arrival = reserve_rows(arrival_, R, C_);
+  dispatch_rows(s, send, arrival);
+  float* d_y = reserve_rows(s.d_expert_out, R, C_);
+  to_expert_order(s, d_y, arrival);
+
+  // The experts' input gradients, expert by expert (expert_rows_ collects d(expert input)).
+  float* d_gate = reserve_rows(s.d_gate, R, F_);
+  float* d_up = reserve_rows(s.d_up, R, F_);
+  float* d_in = reserve_rows(expert_rows_, R, C_);
+  float* d_act = reserve_rows(d_act_, std::max(R, N), std::max(F_, F_s_));
+  zero_rows(d_gate, R, F_);
+  zero_rows(d_up, R, F_);
+  zero_rows(d_in, R, C_);
+  const float* in = s.expert_in.data();
+  int64_t o = 0;
+  for (int64_t e = 0; e < E_l_; ++e) {
+    const int64_t M = s.expert_rows[e];
+    const ExpertParams& w = experts_[e];
+    if (M > 0) {
+      zero_rows(d_act, M, F_);
+      cpu::linear_backward(d_act, nullptr, nullptr, d_y + o * C_, s.act.data() + o * F_,
+                           val(w.down), M, F_, C_, WeightLayout::OutIn);
+      cpu::swiglu_backward(d_gate + o * F_, d_up + o * F_, d_act, s.gate.data() + o * F_,
+                           s.up.data() + o * F_, M * F_);
+      cpu::linear_backward(d_in + o * C_, nullptr, nullptr, d_gate + o * F_, in + o * C_,
+                           val(w.gate), M, C_, F_, WeightLayout::OutIn);
+      cpu::linear_backward(d_in + o * C_, nullptr, nullptr, d_up + o * F_, in + o * C_, val(w.up),
+                           M, C_, F_, WeightLayout::OutIn);
+    }
+    o += M;
+  }
+  to_arrival_order(s, arrival, d_in);
+  return_rows(s, arrival, send);
+  for (int64_t a = 0; a < N * k_; ++a) {
+    if (s.slot_row[a] >= 0) axpy(dx + a / k_ * C_, 1.0f, send + s.slot_row[a] * C_, C_);
+  }
+
+  if (F_s_ > 0) shared_backward_input(s, dx, dout, x);
+
+  // The router: d(logits) from the routing weights and the auxiliary losses, then d(x).
+  const auto score = moe_.score_sigmoid ? cpu::RouterScore::Sigmoid : cpu::RouterScore::Softmax;
+  float* d_logits = s.d_logits.data();
+  zero_rows(d_logits, N, E_);
+  cpu::moe_topk_backward(d_logits, d_probs, s.logits.data(), s.experts.data(), probs, N, E_, k_,
+                         score, moe_.pre_softmax);
+  if (moe_.aux_loss_coeff > 0) {
+    cpu::moe_aux_loss_backward(d_logits, s.logits.data(), s.aux_scores.data(), s.aux_counts.data(),
+                               N, E_, k_, s.aux_tokens, moe_.aux_loss_coeff, s.aux_grad_scale,
+                               score);
+  }
+  if (moe_.z_loss_coeff > 0) {
+    cpu::moe_z_loss_backward(d_logits, s.logits.data(), s.lse.data(), N, E_, z_coeff(),
+                             s.aux_grad_scale);
+  }
+  if (N > 0) {
+    cpu::linear_backward(dx, nullptr, nullptr, d_logits, x, val(router_), N, C_, E_,
+                         WeightLayout::OutIn);
+  }
+}
+
+void MoeLayer::shared_backward_input(Saved& s, float* dx, const float* dout, const float* x) {
+  const int64_t N = s.N;
+  if (N == 0) return;
+  const float* scale = s.shared_scale.data();
+  float* d_out = s.d_shared_out.data();
+  float* d_logit = s.d_shared_logit.data();
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = dout + n * C_;
+    for (int64_t c = 0; c < C_; ++c) d_out[n * C_ + c] = scale[n] * g[c];
+    d_logit[n] = dot(g, s.shared_out.data() + n * C_, C_) * scale[n] * (1.0f - scale[n]);
+  }
+  float* d_act = d_act_.data();  // sized for N rows of F_s by backward_input
+  zero_rows(d_act, N, F_s_);
+  cpu::linear_backward(d_act, nullptr, nullptr, d_out, s.shared_act.data(), val(shared_.down), N,
+                       F_s_, C_, WeightLayout::OutIn);
+  s.d_shared_gate.zero();
+  s.d_shared_up.zero();
+  cpu::swiglu_backward(s.d_shared_gate.data(), s.d_shared_up.data(), d_act, s.shared_gate.data(),
+                       s.shared_up.data(), N * F_s_);
+  cpu::linear_backward(dx, nullptr, nullptr, s.d_shared_gate.data(), x, val(shared_.gate), N, C_,
+                       F_s_, WeightLayout::OutIn);
+  cpu::linear_backward(dx, nullptr, nullptr, s.d_shared_up.data(), x, val(shared_.up), N, C_, F_s_,
+                       WeightLayout::OutIn);
+  cpu::linear_backward(dx, nullptr, nullptr, d_logit, x, val(shared_gate_), N, C_, 1,
+                       WeightLayout::OutIn);
+}
+
+void MoeLayer::backward_weight(Saved& s, const float* x,
+                               const std::function<void(int)>& grad_ready) {
+  const int64_t N = s.N;
+  if (N > 0) {
+    cpu::linear_backward(nullptr, grd(router_), nullptr, s.d_logits.data(), x, val(router_), N, C_,
+                         E_, WeightLayout::OutIn);
+  }
+  int64_t o = 0;
+  for (int64_t e = 0; e < E_l_; ++e) {
+    const int64_t M = s.expert_rows[e];
+    const ExpertParams& w = experts_[e];
+    if (M > 0) {
+      const float* in = s.expert_in.data() + o * C_;
+      cpu::linear_backward(nullptr, grd(w.down), nullptr, s.d_expert_out.data() + o * C_,
+                           s.act.data() + o * F_, val(w.down), M, F_, C_, WeightLayout::OutIn);
+      cpu::linear_backward(nullptr, grd(w.gate), nullptr, s.d_gate.data() + o * F_, in, val(w.gate),
+                           M, C_, F_, WeightLayout::OutIn);
+      cpu::linear_backward(nullptr, grd(w.up), nullptr, s.d_up.data() + o * F_, in, val(w.up), M,
+                           C_, F_, WeightLayout::OutIn);
+    }
+    o += M;
+  }
+  if (F_s_ > 0 && N > 0) {
+    cpu::linear_backward(nullptr, grd(shared_.down), nullptr, s.d_shared_out.data(),
+                         s.shared_act.data(), val(shared_.down), N, F_s_, C_, WeightLayout::OutIn);
+    cpu::linear_backward(nullptr, grd(shared_.gate), nullptr, s.d_shared_gate.data(), x,
+                         val(shared_.gate), N, C_, F_s_, WeightLayout::OutIn);
+    cpu::linear_backward(nullptr, grd(shared_.up), nullptr, s.d_shared_up.data(), x,
+                         val(shared_.up), N, C_, F_s_, WeightLayout::OutIn);
+    cpu::linear_backward(nullptr, grd(shared_gate_), nullptr, s.d_shared_logit.data(), x,
+                         val(shared_gate_), N, C_, 1, WeightLayout::OutIn);
+  }
+  if (grad_ready) {
+    const std::vector<int> ids = param_indices();
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it) grad_ready(*it);
+  }
+}
+
+}  // namespace tessel
