@@ -365,7 +365,8 @@ struct BlockInputs {
 
 BlockInputs random_block_inputs(const BlockCase& c, uint64_t stream) {
   return {random_vector(c.q_size(), stream, 1.5f), random_vector(c.kv_size(), stream + 1, 1.5f),
-          random_vector(c.kv_size(), stream + 2, 1.0f), random_vector(c.out_size(), stream + 3, 1.0f)};
+          random_vector(c.kv_size(), stream + 2, 1.0f),
+          random_vector(c.out_size(), stream + 3, 1.0f)};
 }
 
 // Outputs in the kernels' layouts; gradients of Σ out·dout in q, k and v's.
@@ -436,18 +437,21 @@ BlockResult<float> run_block_kernels(const BlockCase& c, const BlockInputs& x,
   BlockResult<float> r = init;
   r.out.assign(c.out_size(), 0.0f);
   r.lse.assign(c.B * c.H * c.Tq, 0.0f);
-  attention_block_forward(r.out.data(), r.lse.data(), x.q.data(), x.k.data(), x.v.data(), c.B,
-                          c.Tq, c.Tk, c.H, c.G, c.D, c.q_ld(), c.kv_ld(), c.kv_ld(),
-                          c.q_pos.data(), c.k_pos.data());
+  attention_block_forward(r.out.data(), r.lse.data(), x.q.data(), x.k.data(), x.v.data(), c.B, c.Tq,
+                          c.Tk, c.H, c.G, c.D, c.q_ld(), c.kv_ld(), c.kv_ld(), c.q_pos.data(),
+                          c.k_pos.data());
   attention_block_backward(r.dq.data(), r.dk.data(), r.dv.data(), x.dout.data(), x.q.data(),
-                           x.k.data(), x.v.data(), r.out.data(), r.lse.data(), c.B, c.Tq, c.Tk,
-                           c.H, c.G, c.D, c.q_ld(), c.kv_ld(), c.kv_ld(), c.q_pos.data(),
+                           x.k.data(), x.v.data(), r.out.data(), r.lse.data(), c.B, c.Tq, c.Tk, c.H,
+                           c.G, c.D, c.q_ld(), c.kv_ld(), c.kv_ld(), c.q_pos.data(),
                            c.k_pos.data());
   return r;
 }
 
 BlockResult<float> random_gradients(const BlockCase& c, uint64_t stream) {
-  return {{}, {}, random_vector(c.q_size(), stream, 1.0f), random_vector(c.kv_size(), stream + 1, 1.0f),
+  return {{},
+          {},
+          random_vector(c.q_size(), stream, 1.0f),
+          random_vector(c.kv_size(), stream + 1, 1.0f),
           random_vector(c.kv_size(), stream + 2, 1.0f)};
 }
 
@@ -514,8 +518,15 @@ std::vector<int32_t> chunk_positions(int32_t chunk, int32_t c0, int32_t c1) {
 // The reference's gradients against central differences of Σ out·dout, on a small case with
 // unsorted positions and rows that see no key.
 TEST(BlockAttention, ReferenceBackwardMatchesFiniteDifferences) {
-  BlockCase c{.B = 1, .Tq = 6, .Tk = 5, .H = 2, .G = 1, .D = 3, .pad = 1,
-              .q_pos = {4, 0, 9, 2, 7, 3}, .k_pos = {3, 8, 1, 6, 2}};
+  BlockCase c{.B = 1,
+              .Tq = 6,
+              .Tk = 5,
+              .H = 2,
+              .G = 1,
+              .D = 3,
+              .pad = 1,
+              .q_pos = {4, 0, 9, 2, 7, 3},
+              .k_pos = {3, 8, 1, 6, 2}};
   BlockInputs x = random_block_inputs(c, 30);
   const BlockResult<double> ref = block_reference(c, x);
   auto objective = [&](const BlockInputs& at) {
@@ -541,8 +552,15 @@ TEST(BlockAttention, ReferenceBackwardMatchesFiniteDifferences) {
 
 // Unsorted query and key positions; query rows below every key position see nothing.
 TEST(BlockAttention, ArbitraryPositions) {
-  BlockCase c{.B = 2, .Tq = 70, .Tk = 45, .H = 4, .G = 2, .D = 8, .pad = 3,
-              .q_pos = random_positions(70, 0, 40, 20), .k_pos = random_positions(45, 5, 60, 21)};
+  BlockCase c{.B = 2,
+              .Tq = 70,
+              .Tk = 45,
+              .H = 4,
+              .G = 2,
+              .D = 8,
+              .pad = 3,
+              .q_pos = random_positions(70, 0, 40, 20),
+              .k_pos = random_positions(45, 5, 60, 21)};
   const int32_t first_key = *std::min_element(c.k_pos.begin(), c.k_pos.end());
   ASSERT_GT(std::count_if(c.q_pos.begin(), c.q_pos.end(), [&](int32_t p) { return p < first_key; }),
             2);
@@ -556,7 +574,13 @@ TEST(BlockAttention, ContextParallelChunkPairs) {
   const int cp = 2;
   for (int q_rank = 0; q_rank < cp; ++q_rank)
     for (int k_rank = 0; k_rank < cp; ++k_rank) {
-      BlockCase c{.B = 2, .Tq = 2 * chunk, .Tk = 2 * chunk, .H = 2, .G = 1, .D = 16, .pad = 0,
+      BlockCase c{.B = 2,
+                  .Tq = 2 * chunk,
+                  .Tk = 2 * chunk,
+                  .H = 2,
+                  .G = 1,
+                  .D = 16,
+                  .pad = 0,
                   .q_pos = chunk_positions(chunk, q_rank, 2 * cp - 1 - q_rank),
                   .k_pos = chunk_positions(chunk, k_rank, 2 * cp - 1 - k_rank)};
       check_block_against_reference(c, 40 + 10 * q_rank + k_rank);
@@ -564,8 +588,15 @@ TEST(BlockAttention, ContextParallelChunkPairs) {
 }
 
 TEST(BlockAttention, NoVisibleKeyAnywhere) {
-  BlockCase c{.B = 1, .Tq = 20, .Tk = 30, .H = 2, .G = 2, .D = 8, .pad = 0,
-              .q_pos = random_positions(20, 0, 50, 50), .k_pos = random_positions(30, 50, 90, 51)};
+  BlockCase c{.B = 1,
+              .Tq = 20,
+              .Tk = 30,
+              .H = 2,
+              .G = 2,
+              .D = 8,
+              .pad = 0,
+              .q_pos = random_positions(20, 0, 50, 50),
+              .k_pos = random_positions(30, 50, 90, 51)};
   check_block_against_reference(c, 52);
 }
 
@@ -586,8 +617,8 @@ TEST(BlockAttention, CausalPositionsEqualCausalKernel) {
     float* g = grad.data();
     attention_block_backward(g + a.q_off(), g + a.k_off(), g + a.v_off(), dout.data(),
                              base + a.q_off(), base + a.k_off(), base + a.v_off(), out.data(),
-                             lse.data(), a.B, a.T, a.T, a.H, a.G, a.D, a.q_ld(), a.k_ld(),
-                             a.v_ld(), positions.data(), positions.data());
+                             lse.data(), a.B, a.T, a.T, a.H, a.G, a.D, a.q_ld(), a.k_ld(), a.v_ld(),
+                             positions.data(), positions.data());
     EXPECT_EQ(std::memcmp(out.data(), causal.out.data(), out.size() * 4), 0) << "shift " << shift;
     EXPECT_EQ(std::memcmp(lse.data(), causal.lse.data(), lse.size() * 4), 0) << "shift " << shift;
     EXPECT_EQ(std::memcmp(grad.data(), causal.grad.data(), grad.size() * 4), 0)
@@ -616,11 +647,20 @@ BlockCase key_slice(const BlockCase& c, const BlockInputs& x, int64_t begin, int
 // merged by log-sum-exp (in either order) equal one call over all keys and the reference; each
 // block's backward with the final out and lse gives its share, and the shares sum to the whole.
 TEST(BlockAttention, MergedKeyBlocksEqualOneCall) {
-  BlockCase c{.B = 2, .Tq = 90, .Tk = 100, .H = 4, .G = 2, .D = 8, .pad = 2,
-              .q_pos = random_positions(90, 0, 100, 70), .k_pos = random_positions(100, 10, 100, 71)};
+  BlockCase c{.B = 2,
+              .Tq = 90,
+              .Tk = 100,
+              .H = 4,
+              .G = 2,
+              .D = 8,
+              .pad = 2,
+              .q_pos = random_positions(90, 0, 100, 70),
+              .k_pos = random_positions(100, 10, 100, 71)};
   const BlockInputs x = random_block_inputs(c, 72);
   const BlockResult<double> ref = block_reference(c, x);
-  const BlockResult<float> zeros{{}, {}, std::vector<float>(c.q_size(), 0.0f),
+  const BlockResult<float> zeros{{},
+                                 {},
+                                 std::vector<float>(c.q_size(), 0.0f),
                                  std::vector<float>(c.kv_size(), 0.0f),
                                  std::vector<float>(c.kv_size(), 0.0f)};
   const BlockResult<float> whole = run_block_kernels(c, x, zeros);
@@ -656,10 +696,9 @@ TEST(BlockAttention, MergedKeyBlocksEqualOneCall) {
   for (auto [part, part_x] : {std::pair{&first, &first_x}, {&second, &second_x}}) {
     std::vector<float> dk_part(part->kv_size(), 0.0f), dv_part(part->kv_size(), 0.0f);
     attention_block_backward(dq.data(), dk_part.data(), dv_part.data(), x.dout.data(),
-                             part_x->q.data(), part_x->k.data(), part_x->v.data(),
-                             whole.out.data(), whole.lse.data(), c.B, c.Tq, part->Tk, c.H, c.G,
-                             c.D, c.q_ld(), c.kv_ld(), c.kv_ld(), c.q_pos.data(),
-                             part->k_pos.data());
+                             part_x->q.data(), part_x->k.data(), part_x->v.data(), whole.out.data(),
+                             whole.lse.data(), c.B, c.Tq, part->Tk, c.H, c.G, c.D, c.q_ld(),
+                             c.kv_ld(), c.kv_ld(), c.q_pos.data(), part->k_pos.data());
     for (int64_t b = 0; b < c.B; ++b) {
       const int64_t to = (b * c.Tk + key_row) * c.kv_ld(), from = b * part->Tk * c.kv_ld();
       std::copy_n(dk_part.begin() + from, part->Tk * c.kv_ld(), dk.begin() + to);
@@ -679,9 +718,9 @@ TEST(BlockAttention, MissingPositionsThrow) {
   std::vector<float> buf(64, 0.0f);
   std::vector<int32_t> positions(2, 0);
   float* p = buf.data();
-  EXPECT_THROW(attention_block_forward(p, p, p, p, p, 1, 2, 2, 2, 2, 4, 8, 8, 8, nullptr,
-                                       positions.data()),
-               Error);
+  EXPECT_THROW(
+      attention_block_forward(p, p, p, p, p, 1, 2, 2, 2, 2, 4, 8, 8, 8, nullptr, positions.data()),
+      Error);
   EXPECT_THROW(attention_block_backward(p, p, p, p, p, p, p, p, p, 1, 2, 2, 2, 2, 4, 8, 8, 8,
                                         positions.data(), nullptr),
                Error);

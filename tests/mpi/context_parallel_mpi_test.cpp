@@ -104,7 +104,8 @@ TEST(ContextParallel, ParseCommType) {
   EXPECT_THROW(parse_cp_comm_type("ring"), Error);
 }
 
-// ---- attention against the single process ---------------------------------------------------------
+// ---- attention against the single process
+// ---------------------------------------------------------
 
 struct AttentionCase {
   int64_t B, T, H, G, D;
@@ -138,8 +139,8 @@ void check_against_full_attention(const ContextParallel& cp, const AttentionCase
   const std::vector<float> dout = random_vector(B * T * H * D, stream + 3, 1.0f);
   std::vector<float> out(B * T * H * D), lse(B * H * T);
   std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
-  cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, G, D,
-                         H * D, G * D, G * D, true);
+  cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, G, D, H * D,
+                         G * D, G * D, true);
   cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
                           v.data(), out.data(), lse.data(), B, T, H, G, D, H * D, G * D, G * D,
                           true);
@@ -161,14 +162,15 @@ void check_against_full_attention(const ContextParallel& cp, const AttentionCase
       std::copy_n(&dq[row * H * D], H * D, &want_grad[local * ld]);
       std::copy_n(&dk[row * G * D], G * D, &want_grad[local * ld + H * D]);
       std::copy_n(&dv[row * G * D], G * D, &want_grad[local * ld + (H + G) * D]);
-      for (int64_t h = 0; h < H; ++h) want_lse[(b * H + h) * T_l + t] = lse[(b * H + h) * T + positions[t]];
+      for (int64_t h = 0; h < H; ++h)
+        want_lse[(b * H + h) * T_l + t] = lse[(b * H + h) * T + positions[t]];
     }
 
   std::vector<float> cp_out(want_out.size()), cp_lse(want_lse.size());
   std::vector<float> grad(qkv.size(), 0.0f);
   const float* base = qkv.data();
-  cp.attention_forward(cp_out.data(), cp_lse.data(), base, base + H * D, base + (H + G) * D, B,
-                       T_l, H, G, D, ld, ld, ld);
+  cp.attention_forward(cp_out.data(), cp_lse.data(), base, base + H * D, base + (H + G) * D, B, T_l,
+                       H, G, D, ld, ld, ld);
   float* g = grad.data();
   cp.attention_backward(g, g + H * D, g + (H + G) * D, local_dout.data(), base, base + H * D,
                         base + (H + G) * D, cp_out.data(), cp_lse.data(), B, T_l, H, G, D, ld, ld,
@@ -226,10 +228,10 @@ TEST(ContextParallel, OneRankIsTheKernel) {
   const std::vector<float> q = random_vector(B * T * H * D, 1, 1.0f);
   const std::vector<float> kv = random_vector(B * T * G * D, 2, 1.0f);
   std::vector<float> out(B * T * H * D), lse(B * H * T), want_out(out.size()), want_lse(lse.size());
-  cpu::attention_forward(want_out.data(), want_lse.data(), q.data(), kv.data(), kv.data(), B, T,
-                         H, G, D, H * D, G * D, G * D, true);
-  cp.attention_forward(out.data(), lse.data(), q.data(), kv.data(), kv.data(), B, T, H, G, D,
-                       H * D, G * D, G * D);
+  cpu::attention_forward(want_out.data(), want_lse.data(), q.data(), kv.data(), kv.data(), B, T, H,
+                         G, D, H * D, G * D, G * D, true);
+  cp.attention_forward(out.data(), lse.data(), q.data(), kv.data(), kv.data(), B, T, H, G, D, H * D,
+                       G * D, G * D);
   EXPECT_EQ(out, want_out);
   EXPECT_EQ(lse, want_lse);
 }

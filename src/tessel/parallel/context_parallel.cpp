@@ -32,8 +32,8 @@ struct CpWorkspace {
   std::vector<float> gathered;    // all-gather: (CP, 2, B, T_l, G·D), rank-major
   std::vector<float> global_kv;   // all-gather: (2, B, T, G·D), global position order
   std::vector<float> global_kv_grad;
-  std::vector<int32_t> q_pos;     // (T_l): this rank's positions
-  std::vector<int32_t> k_pos;     // (T_l) of a ring block's owner, or (T) in global order
+  std::vector<int32_t> q_pos;  // (T_l): this rank's positions
+  std::vector<int32_t> k_pos;  // (T_l) of a ring block's owner, or (T) in global order
 };
 
 CpWorkspace& workspace() {
@@ -81,8 +81,8 @@ void pack_kv(float* kv, const float* k, const float* v, int64_t N, int64_t width
 }
 
 // dk, dv (rows with strides) += packed kv_grad (2, N, width).
-void add_kv_grad(float* dk, float* dv, const float* kv_grad, int64_t N, int64_t width,
-                 int64_t k_ld, int64_t v_ld) {
+void add_kv_grad(float* dk, float* dv, const float* kv_grad, int64_t N, int64_t width, int64_t k_ld,
+                 int64_t v_ld) {
   for (int64_t n = 0; n < N; ++n) {
     const float* gk = kv_grad + n * width;
     const float* gv = kv_grad + (N + n) * width;
@@ -103,21 +103,20 @@ struct Shape {
 void check_shape(const Shape& s, int cp, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
   check_sequence(s.T_l * cp, cp);
   TESSEL_CHECK(s.B >= 0 && s.D > 0 && s.H > 0 && s.G > 0 && s.H % s.G == 0,
-               "context_parallel.cpp: bad attention shape B={} H={} G={} D={}", s.B, s.H, s.G,
-               s.D);
+               "context_parallel.cpp: bad attention shape B={} H={} G={} D={}", s.B, s.H, s.G, s.D);
   TESSEL_CHECK(q_ld >= s.H * s.D && k_ld >= s.G * s.D && v_ld >= s.G * s.D,
                "context_parallel.cpp: row strides q_ld={} k_ld={} v_ld={} are shorter than the "
                "heads they hold",
                q_ld, k_ld, v_ld);
 }
 
-// ---- p2p: the ring -------------------------------------------------------------------------------
-// Step s (0..CP−1) works on the K/V block of rank (r − s) mod CP; the next block is already on its
-// way (isend to r+1, irecv from r−1, posted before the step's compute) while this one is used.
+// ---- p2p: the ring
+// ------------------------------------------------------------------------------- Step s (0..CP−1)
+// works on the K/V block of rank (r − s) mod CP; the next block is already on its way (isend to
+// r+1, irecv from r−1, posted before the step's compute) while this one is used.
 
-void ring_forward(const ContextParallel& cp, float* out, float* lse, const float* q,
-                  const float* k, const float* v, const Shape& s, int64_t q_ld, int64_t k_ld,
-                  int64_t v_ld) {
+void ring_forward(const ContextParallel& cp, float* out, float* lse, const float* q, const float* k,
+                  const float* v, const Shape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
   const int n = cp.size(), r = cp.rank();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   const int64_t T = s.T_l * n, count = s.kv_count(), width = s.kv_width();
@@ -142,8 +141,8 @@ void ring_forward(const ContextParallel& cp, float* out, float* lse, const float
     // blocks that see nothing of each other are skipped inside the kernel, by position.
     float* step_out = step == 0 ? out : block_out;
     float* step_lse = step == 0 ? lse : block_lse;
-    cpu::attention_block_forward(step_out, step_lse, q, held, held + count / 2, s.B, s.T_l,
-                                 s.T_l, s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos);
+    cpu::attention_block_forward(step_out, step_lse, q, held, held + count / 2, s.B, s.T_l, s.T_l,
+                                 s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos);
     if (step > 0) cpu::attention_merge(out, lse, block_out, block_lse, s.B, s.T_l, s.H, s.D);
     send.wait();
     recv.wait();
@@ -255,8 +254,8 @@ void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float*
   const float* global = gather_kv(cp, k, v, s, k_ld, v_ld);  // (2, B, T, G·D)
   CpWorkspace& ws = workspace();
   float* global_grad = sized(ws.global_kv_grad, n * count);  // (2, B, T, G·D)
-  float* rank_major = sized(ws.gathered, n * count);          // (CP, 2, B, T_l, G·D)
-  float* own_grad = sized(ws.kv[1], count);                   // (2, B, T_l, G·D)
+  float* rank_major = sized(ws.gathered, n * count);         // (CP, 2, B, T_l, G·D)
+  float* own_grad = sized(ws.kv[1], count);                  // (2, B, T_l, G·D)
   int32_t* q_pos = sized(ws.q_pos, s.T_l);
   int32_t* k_pos = sized(ws.k_pos, T);
   std::iota(k_pos, k_pos + T, 0);
@@ -324,12 +323,12 @@ void ContextParallel::attention_forward(float* out, float* lse, const float* q, 
 
 void ContextParallel::attention_backward(float* dq, float* dk, float* dv, const float* dout,
                                          const float* q, const float* k, const float* v,
-                                         const float* out, const float* lse, int64_t B,
-                                         int64_t T_l, int64_t H, int64_t G, int64_t D,
-                                         int64_t q_ld, int64_t k_ld, int64_t v_ld) const {
+                                         const float* out, const float* lse, int64_t B, int64_t T_l,
+                                         int64_t H, int64_t G, int64_t D, int64_t q_ld,
+                                         int64_t k_ld, int64_t v_ld) const {
   if (size() == 1) {
-    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_l, H, G, D, q_ld, k_ld,
-                            v_ld, true);
+    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_l, H, G, D, q_ld, k_ld, v_ld,
+                            true);
     return;
   }
   const Shape shape{B, T_l, H, G, D};

@@ -196,7 +196,7 @@ void forward_query_block(float* out, float* lse, const float* q, const float* k,
   float* probs = scratch.probs.data();         // (rows, ld)
   float* inv_sum = scratch.row_values.data();  // (rows)
 
-  const float* q_block = q + (b * Tq + t0) * q_ld + h * D;                // (rows, D), stride q_ld
+  const float* q_block = q + (b * Tq + t0) * q_ld + h * D;              // (rows, D), stride q_ld
   const float* k_head = k + (b * Tk + block.key_begin) * k_ld + g * D;  // (keys, D), stride k_ld
   const float* v_head = v + (b * Tk + block.key_begin) * v_ld + g * D;  // (keys, D), stride v_ld
 
@@ -270,10 +270,10 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   forward(out, lse, q, k, v, B, T, T, H, G, D, q_ld, k_ld, v_ld, positions, positions);
 }
 
-void attention_block_forward(float* out, float* lse, const float* q, const float* k,
-                             const float* v, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
-                             int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
-                             const int32_t* q_pos, const int32_t* k_pos) {
+void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                             int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
+                             int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
+                             const int32_t* k_pos) {
   check_attention_args("attention_block_forward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
   TESSEL_CHECK(q_pos != nullptr && k_pos != nullptr,
                "attention.cpp: attention_block_forward: query and key positions are required");
@@ -345,12 +345,12 @@ void backward_query_block(float* dq, KvGrads kv, const float* dout, const float*
   float* out_dot_dout = scratch.row_values.data();  // (rows)
   int64_t* spans = scratch.spans.data();            // (rows)
 
-  const float* q_block = q + (b * Tq + t0) * q_ld + h * D;                // (rows, D), stride q_ld
+  const float* q_block = q + (b * Tq + t0) * q_ld + h * D;              // (rows, D), stride q_ld
   const float* k_head = k + (b * Tk + block.key_begin) * k_ld + g * D;  // (keys, D), stride k_ld
   const float* v_head = v + (b * Tk + block.key_begin) * v_ld + g * D;  // (keys, D), stride v_ld
-  const float* out_block = out + (b * Tq + t0) * out_ld + h * D;    // (rows, D), stride H·D
-  const float* dout_block = dout + (b * Tq + t0) * out_ld + h * D;  // (rows, D), stride H·D
-  const float* lse_block = lse + (b * H + h) * Tq + t0;             // (rows)
+  const float* out_block = out + (b * Tq + t0) * out_ld + h * D;        // (rows, D), stride H·D
+  const float* dout_block = dout + (b * Tq + t0) * out_ld + h * D;      // (rows, D), stride H·D
+  const float* lse_block = lse + (b * H + h) * Tq + t0;                 // (rows)
 
   // D_t = Σ_d dout·out: the softmax backward's row term Σ_s P·dP, without P.
   for (int64_t r = 0; r < rows; ++r) {
@@ -406,9 +406,9 @@ void backward_query_block(float* dq, KvGrads kv, const float* dout, const float*
 }
 
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-              const float* v, const float* out, const float* lse, int64_t B, int64_t Tq,
-              int64_t Tk, int64_t H, int64_t G, int64_t D, int64_t q_ld, int64_t k_ld,
-              int64_t v_ld, const int32_t* q_pos, const int32_t* k_pos) {
+              const float* v, const float* out, const float* lse, int64_t B, int64_t Tq, int64_t Tk,
+              int64_t H, int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
+              const int32_t* q_pos, const int32_t* k_pos) {
   if (B == 0 || Tq == 0 || Tk == 0) return;
   const AttentionPlan& plan = plan_attention(Tq, Tk, q_pos, k_pos);
   const int64_t heads_per_group = H / G;
@@ -500,8 +500,7 @@ void attention_block_backward(float* dq, float* dk, float* dv, const float* dout
   check_attention_args("attention_block_backward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
   TESSEL_CHECK(q_pos != nullptr && k_pos != nullptr,
                "attention.cpp: attention_block_backward: query and key positions are required");
-  backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos,
-           k_pos);
+  backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos);
 }
 
 }  // namespace tessel::cpu
