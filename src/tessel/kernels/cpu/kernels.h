@@ -94,6 +94,28 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* k, const float* v, const float* out, const float* lse,
                         int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
                         int64_t k_ld, int64_t v_ld, bool causal);
+// The same over a block of keys, for context parallelism: Tq query rows against Tk key rows
+// (q, out, dq, dout rows b·Tq + t; k, v, dk, dv rows b·Tk + s; lse (B, H, Tq)). q_pos (Tq) and
+// k_pos (Tk) are global positions, the same for every batch item: key s is visible to query t
+// iff k_pos[s] ≤ q_pos[t] (attention_forward's causal case is positions 0..T-1 for both). A row
+// that sees no key comes out with out = 0 and lse = -inf, so partial results over key blocks
+// merge by log-sum-exp. The backward takes the final out and lse of the attention over all key
+// blocks and adds exactly this block's share to dq, dk and dv.
+void attention_block_forward(float* out, float* lse, const float* q, const float* k,
+                             const float* v, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                             int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
+                             const int32_t* q_pos, const int32_t* k_pos);
+void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                              const float* k, const float* v, const float* out, const float* lse,
+                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
+                              int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
+                              const int32_t* k_pos);
+// Merges the partial attention of another key block into (out, lse), row by row, by log-sum-exp:
+// lse' = log(e^lse + e^block_lse), out' = (e^lse·out + e^block_lse·block_out) / e^lse'. Rows of
+// either side with lse = -inf (no key seen) add nothing. out, block_out (B, T, H·D); lse,
+// block_lse (B, H, T).
+void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,
+                     int64_t B, int64_t T, int64_t H, int64_t D);
 
 // ---- loss -----------------------------------------------------------------------------------
 // The vocabulary may be split over tensor-parallel ranks: this shard holds columns
