@@ -141,6 +141,14 @@ const Layout kLayouts[] = {
     {"pp2_gpipe", 2, "--pp 2 --schedule gpipe", false, 4},
     {"pp2_uneven_7", 2, "--pp 2 --decoder-first-pipeline-num-layers 3", false, 7},
     {"tp2_pp2_dp2", 8, "--tp 2 --pp 2", false, 4},
+    // Context parallel: every sequence's positions split over CP (ring attention), with the
+    // other axes, and the all-gather variant.
+    {"cp2", 2, "--cp 2"},
+    {"cp4", 4, "--cp 4"},
+    {"cp2_allgather", 2, "--cp 2 --cp-comm-type all-gather"},
+    {"cp2_tp2", 4, "--cp 2 --tp 2"},
+    {"cp2_dp2", 4, "--cp 2"},
+    {"cp2_pp2", 4, "--cp 2 --pp 2", false, 4},
 };
 
 INSTANTIATE_TEST_SUITE_P(

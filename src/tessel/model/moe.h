@@ -39,27 +39,6 @@
 
 namespace tessel {
 
-struct MoeConfig {
-  int num_experts = 0;             // --num-experts (0: dense model)
-  int topk = 2;                    // --moe-router-topk
-  int ffn_hidden_size = 0;         // --moe-ffn-hidden-size (0: the dense --ffn-hidden-size)
-  std::vector<int> layer_pattern;  // --moe-layer-freq: 1 = MoE layer, 0 = dense (empty: all MoE)
-  int shared_expert_size = 0;      // --moe-shared-expert-intermediate-size (0: none)
-  bool score_sigmoid = false;      // --moe-router-score-function sigmoid (default softmax)
-  bool pre_softmax = false;        // --moe-router-pre-softmax
-  float aux_loss_coeff = 0.0f;     // --moe-aux-loss-coeff
-  float z_loss_coeff = 0.0f;       // --moe-z-loss-coeff
-  double capacity_factor = 0.0;    // --moe-expert-capacity-factor (0: dropless)
-  bool pad_to_capacity = false;    // --moe-pad-expert-input-to-capacity
-
-  bool is_moe_layer(int layer) const {
-    return num_experts > 0 && (layer_pattern.empty() || layer_pattern.at(layer) == 1);
-  }
-  // Every rule the settings break for this EP size and layer count, one message each (empty:
-  // valid): top-k in [1, E], E divisible by EP, top-1 softmax needs pre-softmax (Megatron's rule:
-  // a softmax over one logit has no gradient), padding needs a capacity, the pattern's length.
-  std::vector<std::string> violations(int ep_size, int num_layers) const;
-};
 
 // --moe-layer-freq as Megatron reads it: an interval k (layers 0, k, 2k, ... are MoE) or a
 // num_layers-long pattern of 0/1, as a list "[1,0,1,0]" or Python's "([1]*3+[0]*1)*2".

@@ -29,8 +29,9 @@ void report(const std::function<void(int)>& grad_ready, std::initializer_list<in
 }  // namespace
 
 TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
-                                   TensorParallel tp, ParamRegistry& registry)
-    : cfg_(cfg), spec_(spec), tp_(tp) {
+                                   TensorParallel tp, ParamRegistry& registry, ContextParallel cp,
+                                   Comm* ep, Comm* moe_token_group)
+    : cfg_(cfg), spec_(spec), tp_(tp), cp_(cp) {
   cfg_.validate();
   const int t = tp_.size();
   TESSEL_CHECK(cfg.num_attention_heads % t == 0 && cfg.query_groups() % t == 0 &&
@@ -38,7 +39,10 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
                "heads ({}), query groups ({}) and ffn ({}) must divide by the TP size {}",
                cfg.num_attention_heads, cfg.query_groups(), cfg.ffn_size(), t);
   B_ = micro_batch;
-  T_ = cfg.seq_length;
+  TESSEL_CHECK(cfg.seq_length % (2 * cp_.size()) == 0 || cp_.size() == 1,
+               "context parallel needs --seq-length {} divisible by 2 × CP = {}", cfg.seq_length,
+               2 * cp_.size());
+  T_ = cfg.seq_length / cp_.size();  // this CP rank's rows of every sequence
   N_ = B_ * T_;
   TESSEL_CHECK(!tp_.sequence_parallel || N_ % t == 0,
                "sequence parallel needs micro batch × sequence ({}) divisible by TP {}", N_, t);
@@ -51,10 +55,13 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
   V_l_ = cfg.padded_vocab(t) / t;
   vocab_start_ = tp_.rank() * V_l_;
   V_valid_ = std::clamp<int64_t>(cfg.vocab_size - vocab_start_, 0, V_l_);
-  declare_params(registry);
+  TESSEL_CHECK(cfg.moe.num_experts == 0 || (cfg.arch == Arch::Llama && t == 1),
+               "Mixture of Experts needs --arch llama and no tensor parallelism (yet)");
+  declare_params(registry, ep != nullptr ? *ep : *no_tensor_parallel().comm, moe_token_group);
 
   positions_.resize(N_);
-  for (int64_t n = 0; n < N_; ++n) positions_[n] = static_cast<int32_t>(n % T_);
+  const std::vector<int32_t> local = cp_.local_positions(cfg.seq_length);
+  for (int64_t n = 0; n < N_; ++n) positions_[n] = local[n % T_];
   if (cfg_.arch == Arch::Llama) {
     rope_cos_ = Tensor::zeros({cfg.max_positions(), D_ / 2});
     rope_sin_ = Tensor::zeros({cfg.max_positions(), D_ / 2});
@@ -82,7 +89,7 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
 // (GPT-2's Conv1D weights are [in, out]; Llama's nn.Linear weights are [out, in]), each with
 // the slice this TP rank holds. Initialisation as Megatron: normal(0, 0.02), output projections
 // 0.02/sqrt(2·layers), norms 1, biases 0.
-void TransformerChunk::declare_params(ParamRegistry& reg) {
+void TransformerChunk::declare_params(ParamRegistry& reg, Comm& ep, Comm* moe_token_group) {
   const float out_std = kInitStd / std::sqrt(2.0f * cfg_.num_layers);
   const int64_t C = C_, F = cfg_.ffn_size(), V = cfg_.vocab_size;
   const int64_t HD = static_cast<int64_t>(cfg_.num_attention_heads) * D_;
@@ -134,6 +141,11 @@ void TransformerChunk::declare_params(ParamRegistry& reg) {
       lp.v_w = weight(p + "self_attn.v_proj.weight", {GD, C}, kInitStd, split(0));
       lp.proj_w = weight(p + "self_attn.o_proj.weight", {C, HD}, out_std, split(1));
       lp.ln2_w = norm(p + "post_attention_layernorm.weight");
+      if (cfg_.moe.is_moe_layer(l)) {
+        lp.moe = static_cast<int>(moe_.size());
+        moe_.push_back(std::make_unique<MoeLayer>(cfg_, cfg_.moe, l, N_l_, ep, reg, moe_token_group));
+        continue;
+      }
       lp.gate_w = weight(p + "mlp.gate_proj.weight", {F, C}, kInitStd, split(0));
       lp.fc_w = weight(p + "mlp.up_proj.weight", {F, C}, kInitStd, split(0));
       lp.down_w = weight(p + "mlp.down_proj.weight", {C, F}, out_std, split(1));
@@ -161,6 +173,7 @@ int64_t ChunkActivations::bytes() const {
                             &l.gate, &l.up, &l.act, &l.d_qkv, &l.d_q, &l.d_k, &l.d_v,
                             &l.d_attn_out, &l.d_fc, &l.d_gate, &l.d_up, &l.d_mlp_out})
       add(*t);
+  for (const LayerActivations& l : layers) n += l.moe.bytes();
   for (const Tensor* t : {&lnf, &lnf_mean, &lnf_rstd, &d_lnf}) add(*t);
   return n + static_cast<int64_t>(vocab_ids.size()) * 4;
 }
@@ -180,7 +193,9 @@ ChunkActivations TransformerChunk::make_activations() const {
   const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
   for (int i = 0; i <= spec_.num_layers; ++i) a.resid.push_back(Tensor::zeros({N_l_, C_}));
   a.layers.resize(spec_.num_layers);
-  for (LayerActivations& la : a.layers) {
+  for (int i = 0; i < spec_.num_layers; ++i) {
+    LayerActivations& la = a.layers[i];
+    if (layers_[i].moe >= 0) la.moe = moe_[layers_[i].moe]->make_saved();
     la.ln1 = Tensor::zeros({N_, C_});
     la.ln1_rstd = Tensor::zeros({N_l_});
     la.attn = Tensor::zeros({N_, HD});
@@ -202,14 +217,16 @@ ChunkActivations TransformerChunk::make_activations() const {
       la.q = Tensor::zeros({N_, HD});
       la.k = Tensor::zeros({N_, GD});
       la.v = Tensor::zeros({N_, GD});
-      la.gate = Tensor::zeros({N_, F_l_});
-      la.up = Tensor::zeros({N_, F_l_});
-      la.act = Tensor::zeros({N_, F_l_});
       la.d_q = Tensor::zeros({N_, HD});
       la.d_k = Tensor::zeros({N_, GD});
       la.d_v = Tensor::zeros({N_, GD});
-      la.d_gate = Tensor::zeros({N_, F_l_});
-      la.d_up = Tensor::zeros({N_, F_l_});
+      if (layers_[i].moe < 0) {  // a dense MLP's SwiGLU
+        la.gate = Tensor::zeros({N_, F_l_});
+        la.up = Tensor::zeros({N_, F_l_});
+        la.act = Tensor::zeros({N_, F_l_});
+        la.d_gate = Tensor::zeros({N_, F_l_});
+        la.d_up = Tensor::zeros({N_, F_l_});
+      }
     }
   }
   if (spec_.has_embedding) a.vocab_ids.resize(N_);
@@ -224,6 +241,7 @@ ChunkActivations TransformerChunk::make_activations() const {
 
 double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
                                  const int32_t* targets, float grad_scale) {
+  grad_scale_ = grad_scale;
   if (spec_.has_embedding) {
     embedding_forward(acts, tokens);
   } else {
@@ -271,7 +289,7 @@ void TransformerChunk::backward_input(ChunkActivations& acts, const float* d_out
 void TransformerChunk::backward_weight(ChunkActivations& acts,
                                        const std::function<void(int)>& grad_ready) {
   for (int i = spec_.num_layers - 1; i >= 0; --i) {
-    layer_backward_weight(i, acts);
+    layer_backward_weight(i, acts, grad_ready);
     const LayerParams& p = layers_[i];
     report(grad_ready, {p.qkv_w, p.qkv_b, p.q_w, p.k_w, p.v_w, p.proj_w, p.proj_b, p.fc_w, p.fc_b,
                         p.gate_w, p.down_w, p.down_b});
@@ -354,8 +372,8 @@ void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
     cpu::linear_forward(a.qkv.data(), a.ln1.data(), val(p.qkv_w), val(p.qkv_b), N_, C_, 3 * HD,
                         WeightLayout::InOut);
     const float* qkv = a.qkv.data();  // (N, 3·H_l·D): q | k | v of this rank's heads
-    cpu::attention_forward(a.attn.data(), a.lse.data(), qkv, qkv + HD, qkv + 2 * HD, B_, T_, H_l_,
-                           H_l_, D_, 3 * HD, 3 * HD, 3 * HD, true);
+    cp_.attention_forward(a.attn.data(), a.lse.data(), qkv, qkv + HD, qkv + 2 * HD, B_, T_, H_l_,
+                          H_l_, D_, 3 * HD, 3 * HD, 3 * HD);
     cpu::linear_forward(proj_full_.data(), a.attn.data(), val(p.proj_w), nullptr, N_, HD, C_,
                         WeightLayout::InOut);
   } else {
@@ -364,8 +382,8 @@ void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
     cpu::linear_forward(a.v.data(), a.ln1.data(), val(p.v_w), nullptr, N_, C_, GD, WeightLayout::OutIn);
     cpu::rope_forward(a.q.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
     cpu::rope_forward(a.k.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
-    cpu::attention_forward(a.attn.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B_, T_,
-                           H_l_, G_l_, D_, HD, GD, GD, true);
+    cp_.attention_forward(a.attn.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B_, T_,
+                          H_l_, G_l_, D_, HD, GD, GD);
     cpu::linear_forward(proj_full_.data(), a.attn.data(), val(p.proj_w), nullptr, N_, HD, C_,
                         WeightLayout::OutIn);
   }
@@ -375,6 +393,19 @@ void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
   float* ln2 = sp ? norm_local_.data() : a.ln2.data();
   norm_forward(ln2, a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), p.ln2_w, p.ln2_b);
   tp_.gather_rows(ln2, a.ln2.data(), N_, C_);
+  if (p.moe >= 0) {  // the experts take this rank's rows (no TP): out = mid + MoE(ln2)
+    moe_[p.moe]->forward(a.moe, proj_full_.data(), a.ln2.data(), N_, grad_scale_);
+    cpu::residual_forward(out, a.mid.data(), proj_full_.data(), N_l_ * C_);
+    const RouterStats& st = a.moe.stats;
+    RouterTotals& t = router_totals_;
+    t.tokens_per_expert.resize(st.tokens_per_expert.size(), 0.0);
+    for (size_t e = 0; e < st.tokens_per_expert.size(); ++e) t.tokens_per_expert[e] += st.tokens_per_expert[e];
+    t.dropped += st.dropped;
+    t.aux_loss += st.aux_loss;
+    t.z_loss += st.z_loss;
+    ++t.forwards;
+    return;
+  }
   if (cfg_.arch == Arch::GPT2) {
     cpu::linear_forward(a.fc.data(), a.ln2.data(), val(p.fc_w), val(p.fc_b), N_, C_, F_l_,
                         WeightLayout::InOut);
@@ -405,7 +436,9 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
   row_parallel_exit_backward(a.d_mlp_out.data(), dres);
   zero(d_act_);
   zero(d_ln_full_);
-  if (cfg_.arch == Arch::GPT2) {
+  if (p.moe >= 0) {
+    moe_[p.moe]->backward_input(a.moe, d_ln_full_.data(), a.d_mlp_out.data(), a.ln2.data());
+  } else if (cfg_.arch == Arch::GPT2) {
     cpu::linear_backward(d_act_.data(), nullptr, nullptr, a.d_mlp_out.data(), a.fc_act.data(),
                          val(p.down_w), N_, F_l_, C_, layout);
     zero(a.d_fc);
@@ -439,18 +472,18 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
     zero(a.d_qkv);
     const float* qkv = a.qkv.data();
     float* dqkv = a.d_qkv.data();
-    cpu::attention_backward(dqkv, dqkv + HD, dqkv + 2 * HD, d_attn_.data(), qkv, qkv + HD,
-                            qkv + 2 * HD, a.attn.data(), a.lse.data(), B_, T_, H_l_, H_l_, D_,
-                            3 * HD, 3 * HD, 3 * HD, true);
+    cp_.attention_backward(dqkv, dqkv + HD, dqkv + 2 * HD, d_attn_.data(), qkv, qkv + HD,
+                           qkv + 2 * HD, a.attn.data(), a.lse.data(), B_, T_, H_l_, H_l_, D_,
+                           3 * HD, 3 * HD, 3 * HD);
     cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, dqkv, a.ln1.data(), val(p.qkv_w), N_,
                          C_, 3 * HD, layout);
   } else {
     zero(a.d_q);
     zero(a.d_k);
     zero(a.d_v);
-    cpu::attention_backward(a.d_q.data(), a.d_k.data(), a.d_v.data(), d_attn_.data(), a.q.data(),
-                            a.k.data(), a.v.data(), a.attn.data(), a.lse.data(), B_, T_, H_l_, G_l_,
-                            D_, HD, GD, GD, true);
+    cp_.attention_backward(a.d_q.data(), a.d_k.data(), a.d_v.data(), d_attn_.data(), a.q.data(),
+                           a.k.data(), a.v.data(), a.attn.data(), a.lse.data(), B_, T_, H_l_, G_l_,
+                           D_, HD, GD, GD);
     cpu::rope_backward(a.d_q.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_,
                        H_l_, D_, HD);
     cpu::rope_backward(a.d_k.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_,
@@ -469,7 +502,8 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
 // Each linear's weight (and bias) gradient from its input, saved by forward, and its output
 // gradient, saved by layer_backward_input. A row-parallel bias was added after the TP reduction
 // to this rank's rows only: its gradient sums those rows of the gathered output gradient.
-void TransformerChunk::layer_backward_weight(int i, ChunkActivations& acts) {
+void TransformerChunk::layer_backward_weight(int i, ChunkActivations& acts,
+                                             const std::function<void(int)>& grad_ready) {
   const LayerParams& p = layers_[i];
   const LayerActivations& a = acts.layers[i];
   const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
@@ -478,7 +512,9 @@ void TransformerChunk::layer_backward_weight(int i, ChunkActivations& acts) {
 
   // MLP
   if (p.down_b >= 0) cpu::bias_backward(grd(p.down_b), a.d_mlp_out.data() + own_rows, N_l_, C_);
-  if (cfg_.arch == Arch::GPT2) {
+  if (p.moe >= 0) {
+    moe_[p.moe]->backward_weight(const_cast<MoeLayer::Saved&>(a.moe), a.ln2.data(), grad_ready);
+  } else if (cfg_.arch == Arch::GPT2) {
     cpu::linear_backward(nullptr, grd(p.down_w), nullptr, a.d_mlp_out.data(), a.fc_act.data(),
                          val(p.down_w), N_, F_l_, C_, layout);
     cpu::linear_backward(nullptr, grd(p.fc_w), grd(p.fc_b), a.d_fc.data(), a.ln2.data(),

@@ -20,11 +20,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "tessel/core/tensor.h"
 #include "tessel/model/config.h"
+#include "tessel/model/moe.h"
 #include "tessel/model/params.h"
+#include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
 
 namespace tessel {
@@ -48,6 +51,7 @@ struct LayerActivations {
   Tensor ln2_mean, ln2_rstd, ln2;   // (N_l), (N_l), (N, C)
   Tensor fc, fc_act;                // (N, F_l) gpt2: before and after GELU
   Tensor gate, up, act;             // (N, F_l) llama: SwiGLU inputs and output
+  MoeLayer::Saved moe;              // a Mixture-of-Experts layer's routing and expert activations
   // Left by backward_input for backward_weight: the gradient of each linear's output.
   Tensor d_qkv;                     // (N, 3·H_l·D) gpt2
   Tensor d_q, d_k, d_v;             // (N, H_l·D), (N, G_l·D), (N, G_l·D) llama, before RoPE
@@ -73,11 +77,27 @@ struct ChunkActivations {
 class TransformerChunk {
  public:
   // Declares this chunk's parameters — this TP rank's shards — in `registry` (before
-  // registry.finalize()). `tp.comm` must outlive the chunk.
+  // registry.finalize()). `tp.comm` and `cp.comm` must outlive the chunk. Under context
+  // parallelism each sequence holds this CP rank's seq_length / CP rows (parallel/
+  // context_parallel.h), at their global positions.
+  // MoE layers (cfg.moe) split their experts over `ep` (a group of one when null); their
+  // auxiliary losses count tokens over `moe_token_group` when the sequence is split (CP).
   TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch, TensorParallel tp,
-                   ParamRegistry& registry);
+                   ParamRegistry& registry, ContextParallel cp = no_context_parallel(),
+                   Comm* ep = nullptr, Comm* moe_token_group = nullptr);
   // Points the chunk at parameter memory, after registry.finalize().
-  void bind(ParamRegistry& registry) { registry_ = &registry; }
+  void bind(ParamRegistry& registry) {
+    registry_ = &registry;
+    for (auto& m : moe_) m->bind(registry);
+  }
+  // Router statistics summed over this chunk's MoE layers and the forwards since the last reset.
+  struct RouterTotals {
+    std::vector<double> tokens_per_expert;  // (E) per layer and microbatch, summed
+    int64_t dropped = 0;
+    double aux_loss = 0, z_loss = 0;        // summed; `forwards` layer-forwards contributed
+    int64_t forwards = 0;
+  };
+  RouterTotals& router_totals() { return router_totals_; }
 
   // Sized once per microbatch slot and reused every iteration.
   ChunkActivations make_activations() const;
@@ -130,9 +150,10 @@ class TransformerChunk {
     int fc_w = -1, fc_b = -1;           // c_fc / up_proj
     int gate_w = -1;                    // llama gate_proj
     int down_w = -1, down_b = -1;       // mlp c_proj / down_proj
+    int moe = -1;                       // index into moe_ for a Mixture-of-Experts layer
   };
 
-  void declare_params(ParamRegistry& registry);
+  void declare_params(ParamRegistry& registry, Comm& ep, Comm* moe_token_group);
   void embedding_forward(ChunkActivations& acts, const int32_t* tokens);
   void embedding_backward(ChunkActivations& acts, float* dres);
   void norm_forward(float* out, float* mean, float* rstd, const float* x, int w, int b);
@@ -140,7 +161,7 @@ class TransformerChunk {
                      const float* rstd, int w, int b);
   void layer_forward(int l, ChunkActivations& acts);
   void layer_backward_input(int l, ChunkActivations& acts, float* dres);
-  void layer_backward_weight(int l, ChunkActivations& acts);
+  void layer_backward_weight(int l, ChunkActivations& acts, const std::function<void(int)>& grad_ready);
   // The row-parallel output projection's tail: reduce the partial sums in proj_full_ over TP,
   // add the bias, add the residual: out (N_l, C) = x + Σ proj + bias.
   void row_parallel_exit(float* out, const float* x, int bias);
@@ -156,11 +177,15 @@ class TransformerChunk {
   ModelConfig cfg_;
   ChunkSpec spec_;
   TensorParallel tp_;
+  ContextParallel cp_;
   int64_t B_, T_, N_, N_l_, C_, D_, H_l_, G_l_, F_l_, V_l_, V_valid_, vocab_start_;
   ParamRegistry* registry_ = nullptr;
   std::vector<LayerParams> layers_;
+  std::vector<std::unique_ptr<MoeLayer>> moe_;
+  float grad_scale_ = 0;  // of the forward in progress (MoE layers scale their auxiliary losses)
+  RouterTotals router_totals_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, lm_head_ = -1;
-  std::vector<int32_t> positions_;  // (N) position of each row: t for row b·T + t
+  std::vector<int32_t> positions_;  // (N) global position of each row b·T_l + t
   Tensor rope_cos_, rope_sin_;      // (max positions, D/2)
   // Scratch shared by all microbatches: used only inside one forward or backward call.
   Tensor proj_full_, proj_local_;   // (N, C), (N_l, C) row-parallel outputs before / after reduction

@@ -84,7 +84,7 @@ void export_gathered(const ParamRegistry& params, const ModelConfig& cfg, const 
   std::vector<std::vector<float>> mine;
   for (const Param& p : params.params()) mine.push_back(gather_global(p, groups.tp()));
   const RankCoords& at = groups.coords();
-  if (at.tp != 0 || at.dp != 0) return;
+  if (at.tp != 0 || at.dp != 0 || at.cp != 0) return;
   Comm& pp = groups.pp();
   if (pp.rank() != 0) {
     std::vector<Request> sends;
@@ -145,7 +145,11 @@ void validate_training(const ModelConfig& model, const TrainOptions& o) {
       v.push_back(e.what());  // an unknown --schedule name
     }
   }
-  if (pc.cp > 1) v.push_back("--context-parallel-size > 1 is not supported yet");
+  try {
+    parse_cp_comm_type(o.cp_comm_type);
+  } catch (const Error& e) {
+    v.push_back(e.what());
+  }
   if (pc.ep > 1) v.push_back("--expert-model-parallel-size > 1 is not supported yet (no MoE)");
   if (v.empty()) return;
   std::string msg = "invalid configuration: " + v[0];
@@ -167,12 +171,13 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   // over TP; all their parameters in one registry.
   ParamRegistry params;
   const TensorParallel tp{&groups.tp(), pc.sequence_parallel};
+  const ContextParallel cp{&groups.cp(), parse_cp_comm_type(o.cp_comm_type)};
   const RankCoords& at = groups.coords();
   const std::vector<ChunkSpec> all_chunks = assign_layers(cfg.num_layers, stage_options(o));
   std::vector<std::unique_ptr<TransformerChunk>> chunks;
   std::vector<TransformerChunk*> chunk_ptrs;
   for (const ChunkSpec& spec : rank_chunks(all_chunks, pc.pp, at.pp)) {
-    chunks.push_back(std::make_unique<TransformerChunk>(cfg, spec, o.micro_batch_size, tp, params));
+    chunks.push_back(std::make_unique<TransformerChunk>(cfg, spec, o.micro_batch_size, tp, params, cp));
     chunk_ptrs.push_back(chunks.back().get());
   }
   params.finalize();
@@ -189,8 +194,11 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   const int tied_owner = cfg.tied_embeddings() && pc.pp > 1 && at.pp == 0
                              ? params.index("transformer.wte.weight")
                              : -1;
+  // Gradients are summed over every rank that saw other tokens of the same global batch: DP and,
+  // with context parallelism, the CP ranks holding other positions of the same sequences.
   Comm& dp = groups.dp();
-  DataParallel data_parallel(params, dp, pc.distributed_optimizer, o.ddp_bucket_size);
+  Comm& dp_cp = groups.dp_cp();
+  DataParallel data_parallel(params, dp_cp, pc.distributed_optimizer, o.ddp_bucket_size);
   AdamW optimizer(params, o.optimizer, data_parallel.owned_ranges());
   // Gradients of parameters replicated over TP come from this rank's rows alone under sequence
   // parallel: they are summed over TP before the DP reduction sees them.
@@ -219,15 +227,17 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
                           o.global_batch_size, o.micro_batch_size, dp.size(), microbatches));
   const ScheduleConfig sc = schedule_config(o, microbatches);
   if (groups.world().size() > 1)
-    log.message(fmt::format("parallel: world {} = TP {} × PP {} × DP {}{}{}{} | order {}",
-                            groups.world().size(), tp.size(), pc.pp, dp.size(),
+    log.message(fmt::format("parallel: world {} = TP {} × CP {} × PP {} × DP {}{}{}{} | order {}",
+                            groups.world().size(), tp.size(), cp.size(), pc.pp, dp.size(),
                             pc.pp > 1 ? " | schedule " + schedule_kind_name(sc.kind) : "",
                             pc.sequence_parallel ? " | sequence parallel" : "",
                             pc.distributed_optimizer ? " | distributed optimizer" : "", pc.order));
 
   const RankSchedule actions = lower(generate_schedule(sc), sc)[at.pp];
   const int64_t S = cfg.seq_length, mb = o.micro_batch_size;
-  PipelineExecutor pipeline(chunk_ptrs, groups.pp(), sc, mb * S);
+  const int64_t S_l = S / cp.size();  // this CP rank's rows of every sequence
+  PipelineExecutor pipeline(chunk_ptrs, groups.pp(), sc, mb * S_l);
+  std::vector<int32_t> whole_tokens(mb * S), whole_targets(mb * S);
   // This DP rank's share of the global batch: positions [first, first + G / DP).
   const int64_t first_sample = at.dp * (o.global_batch_size / dp.size());
   const double batch_tokens = static_cast<double>(o.global_batch_size) * S;
@@ -245,7 +255,9 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     const auto start = std::chrono::steady_clock::now();
     params.zero_grads();
     const PipelineExecutor::FillFn fill = [&](int m, int32_t* tokens, int32_t* targets) {
-      sampler.fill(it - 1, first_sample + m * mb, mb, tokens, targets);
+      sampler.fill(it - 1, first_sample + m * mb, mb, whole_tokens.data(), whole_targets.data());
+      cp.take_local_rows(whole_tokens.data(), tokens, mb, S, 1);
+      cp.take_local_rows(whole_targets.data(), targets, mb, S, 1);
     };
     double loss_sum = pipeline.run(actions, microbatches, fill, grad_scale,
                                    [&] { data_parallel.arm(); }, grad_ready);
@@ -256,7 +268,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     data_parallel.finish_grad_reduction();
     // Only the last stage computed losses; every rank learns their sum over stages and DP.
     groups.pp().all_reduce(&loss_sum, 1);
-    dp.all_reduce(&loss_sum, 1);
+    dp_cp.all_reduce(&loss_sum, 1);
     // The norm counts every parameter once: TP shards summed, TP-replicated ones from TP rank 0
     // only, stages summed (a tied embedding once), the distributed optimizer's DP slices summed.
     double sq = optimizer.grad_sq_sum([&](const Param& p) {
@@ -264,7 +276,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     });
     groups.tp().all_reduce(&sq, 1);
     groups.pp().all_reduce(&sq, 1);
-    if (pc.distributed_optimizer) dp.all_reduce(&sq, 1);
+    if (pc.distributed_optimizer) dp_cp.all_reduce(&sq, 1);
     IterationStats s;
     s.iteration = it;
     s.loss = loss_sum / batch_tokens;

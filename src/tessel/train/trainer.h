@@ -36,6 +36,7 @@ struct TrainOptions {
   int first_stage_layers = -1;          // --decoder-first-pipeline-num-layers
   int last_stage_layers = -1;           // --decoder-last-pipeline-num-layers
   std::string pipeline_layout;          // --pipeline-model-parallel-layout
+  std::string cp_comm_type = "p2p";     // --cp-comm-type p2p | all-gather
 };
 
 class ProcessGroups;
