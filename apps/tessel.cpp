@@ -15,6 +15,7 @@
 #include "tessel/core/error.h"
 #include "tessel/model/config.h"
 #include "tessel/model/generate.h"
+#include "tessel/model/moe.h"
 #include "tessel/model/params.h"
 #include "tessel/model/transformer.h"
 #include "tessel/train/trainer.h"
@@ -38,7 +39,21 @@ struct ModelFlags {
   std::string model_config;
   std::vector<std::pair<CLI::Option*, std::function<void(ModelConfig&)>>> given;
 
+  MoeConfig moe;
+  std::string moe_layer_freq = "1", moe_score = "softmax";
+
   void add(CLI::App& app) {
+    app.add_option("--num-experts", moe.num_experts, "Mixture of Experts: experts per MoE layer (0: dense)")->capture_default_str();
+    app.add_option("--moe-router-topk", moe.topk, "experts per token")->capture_default_str();
+    app.add_option("--moe-ffn-hidden-size", moe.ffn_hidden_size, "an expert's MLP size (0: --ffn-hidden-size)")->capture_default_str();
+    app.add_option("--moe-layer-freq", moe_layer_freq, "MoE every N layers, or a 0/1 list such as [1,0,1,0]")->capture_default_str();
+    app.add_option("--moe-shared-expert-intermediate-size", moe.shared_expert_size, "shared expert MLP size (0: none)")->capture_default_str();
+    app.add_option("--moe-router-score-function", moe_score, "softmax | sigmoid")->capture_default_str();
+    app.add_flag("--moe-router-pre-softmax", moe.pre_softmax, "softmax over all experts before the top-k");
+    app.add_option("--moe-aux-loss-coeff", moe.aux_loss_coeff, "load-balancing loss coefficient")->capture_default_str();
+    app.add_option("--moe-z-loss-coeff", moe.z_loss_coeff, "router z-loss coefficient")->capture_default_str();
+    app.add_option("--moe-expert-capacity-factor", moe.capacity_factor, "expert capacity factor (0: dropless)")->capture_default_str();
+    app.add_flag("--moe-pad-expert-input-to-capacity", moe.pad_to_capacity, "pad every expert's input to its capacity");
     app.add_option("--model-config", model_config, "JSON model file (keys = flag names with _)");
     given.emplace_back(app.add_option("--arch", arch, "gpt2 | llama")->capture_default_str(),
                        [this](ModelConfig& c) { c.arch = parse_arch(arch); });
@@ -62,8 +77,20 @@ struct ModelFlags {
   }
 
   // The final config: defaults < model file < init-from's config.json < flags (which must agree
-  // with an init-from config.json on every size).
+  // with an init-from config.json on every size). The MoE settings come from the flags.
   ModelConfig resolve(const std::string& init_from) {
+    ModelConfig c = resolve_sizes(init_from);
+    if (moe.num_experts > 0) {
+      c.moe = moe;
+      c.moe.score_sigmoid = moe_score == "sigmoid";
+      TESSEL_CHECK(moe_score == "softmax" || moe_score == "sigmoid",
+                   "--moe-router-score-function must be softmax or sigmoid (got {})", moe_score);
+      c.moe.layer_pattern = parse_moe_layer_freq(moe_layer_freq, c.num_layers);
+    }
+    return c;
+  }
+
+  ModelConfig resolve_sizes(const std::string& init_from) {
     ModelConfig defaults = cfg;
     if (!model_config.empty()) cfg = load_model_config_file(model_config);
     if (!init_from.empty()) {

@@ -28,6 +28,7 @@ struct Layout {
   const char* flags;
   bool odd_model = false;  // a parameter count that no DP size divides evenly
   int layers = 2;
+  const char* model_extra = "";  // flags for the reference too (the MoE settings)
 };
 
 // Small enough for CI's two cores, large enough that every split is real: 8 heads (4 query
@@ -71,7 +72,8 @@ TrainRun run_tessel(const std::string& arch, const Layout& layout, const std::st
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::string train = std::string(TESSEL_BINARY) + " train " +
-                      model_flags(arch, layout.odd_model, layout.layers) + kTraining + flags +
+                      model_flags(arch, layout.odd_model, layout.layers) + layout.model_extra + " " +
+                      kTraining + flags +
                             " --log-json " + (dir / "log.jsonl").string() + " --save-hf " +
                             (dir / "model").string();
   const std::string cmd =
@@ -157,6 +159,27 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
     });
+
+// Mixture of Experts (Llama-style experts): 8 experts, top-2, load-balancing and z losses, split
+// over EP — with DP, with PP, every other layer dense, a shared expert, a capacity that drops.
+const char* kMoe = "--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001";
+const Layout kMoeLayouts[] = {
+    {"moe_ep2", 2, "--ep 2", false, 2, kMoe},
+    {"moe_ep4", 4, "--ep 4", false, 2, kMoe},
+    {"moe_ep2_dp2", 4, "--ep 2", false, 2, kMoe},
+    {"moe_ep2_pp2", 4, "--ep 2 --pp 2", false, 2, kMoe},
+    {"moe_ep2_distopt", 2, "--ep 2 --use-distributed-optimizer", false, 2, kMoe},
+    {"moe_mixed_ep2", 2, "--ep 2", false, 4,
+     "--num-experts 8 --moe-router-topk 2 --moe-layer-freq [1,0,1,0] --moe-aux-loss-coeff 0.01"},
+    {"moe_shared_ep2", 2, "--ep 2", false, 2,
+     "--num-experts 8 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 0.01"},
+    {"moe_capacity_ep2", 2, "--ep 2", false, 2,
+     "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01"},
+};
+
+INSTANTIATE_TEST_SUITE_P(Moe, Equivalence,
+                         ::testing::Combine(::testing::Values("llama"), ::testing::ValuesIn(kMoeLayouts)),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
 
 }  // namespace
 }  // namespace tessel

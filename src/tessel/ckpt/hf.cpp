@@ -159,7 +159,7 @@ nlohmann::json hf_config_json(const ModelConfig& cfg) {
             {"eos_token_id", 0},
             {"torch_dtype", "float32"}};
   }
-  return {{"architectures", nlohmann::json::array({"LlamaForCausalLM"})},
+  nlohmann::json j = {{"architectures", nlohmann::json::array({"LlamaForCausalLM"})},
           {"model_type", "llama"},
           {"vocab_size", cfg.vocab_size},
           {"hidden_size", cfg.hidden_size},
@@ -181,6 +181,50 @@ nlohmann::json hf_config_json(const ModelConfig& cfg) {
           {"bos_token_id", 0},
           {"eos_token_id", 0},
           {"torch_dtype", "float32"}};
+  if (cfg.moe.num_experts > 0) {
+    // Qwen2-MoE's names and keys for the experts. (Qwen2-MoE's own attention has q/k/v biases,
+    // tessel's has none: transformers would add zero-initialised ones.)
+    const MoeConfig& m = cfg.moe;
+    j["architectures"] = nlohmann::json::array({"Qwen2MoeForCausalLM"});
+    j["model_type"] = "qwen2_moe";
+    j["num_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.topk;
+    j["moe_intermediate_size"] = m.ffn_hidden_size > 0 ? m.ffn_hidden_size : cfg.ffn_size();
+    j["shared_expert_intermediate_size"] = m.shared_expert_size;
+    j["norm_topk_prob"] = !m.pre_softmax;
+    j["router_aux_loss_coef"] = m.aux_loss_coeff;
+    j["decoder_sparse_step"] = 1;
+    nlohmann::json dense = nlohmann::json::array();
+    for (int l = 0; l < cfg.num_layers; ++l)
+      if (!m.is_moe_layer(l)) dense.push_back(l);
+    j["mlp_only_layers"] = dense;
+    j["tessel_moe"] = {{"score_function", m.score_sigmoid ? "sigmoid" : "softmax"},
+                       {"pre_softmax", m.pre_softmax},
+                       {"z_loss_coeff", m.z_loss_coeff},
+                       {"capacity_factor", m.capacity_factor},
+                       {"pad_to_capacity", m.pad_to_capacity}};
+  }
+  return j;
+}
+
+// The MoE settings of a Qwen2-MoE config.json (and tessel's own extra keys, when it wrote it).
+void moe_from_hf(const nlohmann::json& j, ModelConfig& cfg) {
+  MoeConfig& m = cfg.moe;
+  m.num_experts = j.at("num_experts").get<int>();
+  m.topk = j.at("num_experts_per_tok").get<int>();
+  m.ffn_hidden_size = j.at("moe_intermediate_size").get<int>();
+  m.shared_expert_size = j.value("shared_expert_intermediate_size", 0);
+  m.pre_softmax = !j.value("norm_topk_prob", true);
+  m.aux_loss_coeff = j.value("router_aux_loss_coef", 0.0f);
+  m.layer_pattern.assign(cfg.num_layers, 1);
+  for (int l : j.value("mlp_only_layers", std::vector<int>{})) m.layer_pattern.at(l) = 0;
+  if (j.contains("tessel_moe")) {
+    const nlohmann::json& t = j["tessel_moe"];
+    m.score_sigmoid = t.value("score_function", "softmax") == "sigmoid";
+    m.z_loss_coeff = t.value("z_loss_coeff", 0.0f);
+    m.capacity_factor = t.value("capacity_factor", 0.0);
+    m.pad_to_capacity = t.value("pad_to_capacity", false);
+  }
 }
 
 ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& source) {
@@ -194,8 +238,16 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& sou
     cfg = gpt2_from_hf(j, source);
   else if (model_type == "llama")
     cfg = llama_from_hf(j, source);
-  else
-    fail("{}: model_type '{}' is not supported (tessel reads gpt2 and llama)", source, model_type);
+  else if (model_type == "qwen2_moe") {
+    cfg = llama_from_hf(j, source);
+    try {
+      moe_from_hf(j, cfg);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: {}", source, e.what());
+    }
+  } else
+    fail("{}: model_type '{}' is not supported (tessel reads gpt2, llama and qwen2_moe)", source,
+         model_type);
   cfg.seq_length = cfg.max_position_embeddings;
   try {
     cfg.validate();

@@ -73,8 +73,18 @@ int64_t ModelConfig::num_parameters() const {
     int64_t layer = 2 * 2 * C + C * 3 * C + 3 * C + C * C + C + C * F + F + F * C + C;
     return V * C + static_cast<int64_t>(max_positions()) * C + L * layer + 2 * C;
   }
-  int64_t layer = 2 * C + C * C + 2 * C * kv + C * C + 3 * C * F;
-  return 2 * V * C + L * layer + C;
+  const int64_t attention = 2 * C + C * C + 2 * C * kv + C * C;  // norms, q, k, v, o
+  int64_t total = 2 * V * C + C;
+  for (int l = 0; l < num_layers; ++l) {
+    if (!moe.is_moe_layer(l)) {
+      total += attention + 3 * C * F;
+      continue;
+    }
+    const int64_t E = moe.num_experts, Fe = moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : F;
+    const int64_t S = moe.shared_expert_size;
+    total += attention + E * C + E * 3 * C * Fe + (S > 0 ? 3 * C * S + C : 0);
+  }
+  return total;
 }
 
 void model_config_from_json(const nlohmann::json& j, ModelConfig& cfg, const std::string& source) {

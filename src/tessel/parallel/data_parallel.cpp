@@ -6,13 +6,16 @@
 namespace tessel {
 
 DataParallel::DataParallel(ParamRegistry& params, Comm& dp, bool distributed_optimizer,
-                           int64_t bucket_floats)
+                           int64_t bucket_floats, const std::function<bool(const Param&)>& include)
     : params_(params), dp_(dp), distributed_(distributed_optimizer) {
   const std::vector<Param>& ps = params.params();
   bucket_of_.assign(ps.size(), -1);
-  // Backward finishes the last parameters first: buckets are cut from the end of the buffer.
+  // Backward finishes the last parameters first: buckets are cut from the end of the buffer, as
+  // runs of consecutive included parameters.
   for (int i = static_cast<int>(ps.size()) - 1; i >= 0; --i) {
-    if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= bucket_floats) {
+    if (include && !include(ps[i])) continue;
+    const bool adjacent = !buckets_.empty() && ps[i].offset + ps[i].numel() == buckets_.back().begin;
+    if (!adjacent || buckets_.back().end - buckets_.back().begin >= bucket_floats) {
       buckets_.emplace_back();
       buckets_.back().end = ps[i].offset + ps[i].numel();
     }
@@ -30,9 +33,12 @@ DataParallel::DataParallel(ParamRegistry& params, Comm& dp, bool distributed_opt
 }
 
 std::vector<FlatRange> DataParallel::owned_ranges() const {
-  if (!distributed_) return {{0, params_.numel()}};
   std::vector<FlatRange> owned;
   for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {  // ascending offsets
+    if (!distributed_) {
+      owned.push_back({it->begin, it->end});
+      continue;
+    }
     const int64_t begin = std::min(it->end, it->begin + dp_.rank() * it->shard);
     const int64_t end = std::min(it->end, begin + it->shard);
     if (begin < end) owned.push_back({begin, end});
@@ -46,11 +52,12 @@ void DataParallel::arm() {
     b.pending = 0;
     b.started = false;
   }
-  for (int bucket : bucket_of_) ++buckets_[bucket].pending;
+  for (int bucket : bucket_of_)
+    if (bucket >= 0) ++buckets_[bucket].pending;
 }
 
 void DataParallel::grad_ready(int index) {
-  if (!armed_) return;
+  if (!armed_ || bucket_of_[index] < 0) return;
   Bucket& b = buckets_[bucket_of_[index]];
   if (--b.pending == 0) start(b);
   // Give the reductions already in flight a chance to progress while backward goes on.

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "tessel/comm/comm.h"
@@ -23,10 +24,13 @@ namespace tessel {
 
 class DataParallel {
  public:
+  // `include` selects the parameters this instance reduces (all when empty): dense parameters
+  // over DP × CP and experts over expert-DP are two instances over one registry.
   DataParallel(ParamRegistry& params, Comm& dp, bool distributed_optimizer,
-               int64_t bucket_floats = int64_t{1} << 22);
+               int64_t bucket_floats = int64_t{1} << 22,
+               const std::function<bool(const Param&)>& include = {});
 
-  // The flat ranges this rank's optimizer updates: everything, or its slice of every bucket.
+  // The flat ranges this rank's optimizer updates: its parameters, or its slice of every bucket.
   std::vector<FlatRange> owned_ranges() const;
 
   // Before the last microbatch's backward: from now on finished gradients start reductions.

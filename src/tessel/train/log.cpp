@@ -29,14 +29,25 @@ void TrainLog::iteration(const IterationStats& s) {
   const bool logged = s.iteration % log_interval_ == 0 || s.iteration == train_iters_ ||
                       s.iteration == 1;
   if (logged) {
+    std::string moe;
+    if (s.moe)
+      moe = fmt::format(" | experts {:.0f}/{:.1f}/{:.0f} tok | dropped {:.1f} | aux {:.4f}",
+                        s.expert_tokens_min, s.expert_tokens_mean, s.expert_tokens_max,
+                        s.dropped_tokens, s.aux_loss);
     message(fmt::format("iter {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | "
-                        "{:.0f} tok/s | {:.1f} ms",
+                        "{:.0f} tok/s | {:.1f} ms{}",
                         s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,
-                        s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms));
+                        s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms, moe));
     if (json_ != nullptr) {
       nlohmann::json j = {{"iteration", s.iteration},      {"loss", s.loss},
                           {"lr", s.lr},                    {"grad_norm", s.grad_norm},
                           {"tokens_per_s", s.tokens_per_s}, {"iteration_time_ms", s.iteration_time_ms}};
+      if (s.moe) {
+        j["expert_tokens"] = {{"min", s.expert_tokens_min}, {"mean", s.expert_tokens_mean},
+                              {"max", s.expert_tokens_max}};
+        j["dropped_tokens"] = s.dropped_tokens;
+        j["aux_loss"] = s.aux_loss;
+      }
       std::fputs((j.dump() + "\n").c_str(), json_);
       std::fflush(json_);
     }

@@ -15,6 +15,11 @@ struct IterationStats {
   double lr = 0;
   double tokens_per_s = 0;
   double iteration_time_ms = 0;
+  // Mixture of Experts: per MoE layer and microbatch, averaged — tokens routed to an expert
+  // (min / mean / max over experts), assignments dropped by the capacity, aux + z loss.
+  bool moe = false;
+  double expert_tokens_min = 0, expert_tokens_mean = 0, expert_tokens_max = 0;
+  double dropped_tokens = 0, aux_loss = 0;
 };
 
 class TrainLog {

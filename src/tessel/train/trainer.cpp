@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 
 #include "tessel/ckpt/hf.h"
@@ -60,6 +61,35 @@ void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double
                             100 * all[3 * r], static_cast<int>(all[3 * r + 1])));
 }
 
+// The MoE layers' router statistics of this iteration (the first rank's view; tokens per expert
+// are summed over its EP group), then reset.
+void add_router_stats(IterationStats& s, std::vector<std::unique_ptr<TransformerChunk>>& chunks,
+                      ProcessGroups& groups) {
+  std::vector<double> tokens;
+  double aux = 0;
+  int64_t forwards = 0, dropped = 0;
+  for (auto& c : chunks) {
+    TransformerChunk::RouterTotals& t = c->router_totals();
+    tokens.resize(std::max(tokens.size(), t.tokens_per_expert.size()), 0.0);
+    for (size_t e = 0; e < t.tokens_per_expert.size(); ++e) tokens[e] += t.tokens_per_expert[e];
+    aux += t.aux_loss + t.z_loss;
+    forwards += t.forwards;
+    dropped += t.dropped;
+    t = {};
+  }
+  if (forwards == 0) return;
+  // Each layer-forward's counts cover the EP group's microbatches: per microbatch, divide by EP.
+  forwards *= groups.ep().size();
+  s.moe = true;
+  s.expert_tokens_min = *std::min_element(tokens.begin(), tokens.end()) / forwards;
+  s.expert_tokens_max = *std::max_element(tokens.begin(), tokens.end()) / forwards;
+  double sum = 0;
+  for (double x : tokens) sum += x;
+  s.expert_tokens_mean = sum / tokens.size() / forwards;
+  s.dropped_tokens = static_cast<double>(dropped) / forwards;
+  s.aux_loss = aux / forwards;
+}
+
 StageOptions stage_options(const TrainOptions& o) {
   return {o.parallel.pp, o.parallel.vpp, o.first_stage_layers, o.last_stage_layers,
           o.pipeline_layout};
@@ -79,40 +109,74 @@ void declare_chunks(const ModelConfig& cfg, const std::vector<ChunkSpec>& specs,
 
 // The whole model as Hugging Face tensors, written by world rank 0: TP shards are gathered over
 // TP, then the first DP replica's pipeline stages send theirs to stage 0.
+// "model.layers.3.mlp.experts.5.up_proj.weight" with the expert index moved by `offset`.
+std::string shift_expert(const std::string& name, int offset) {
+  const std::string key = ".experts.";
+  const size_t at = name.find(key) + key.size(), end = name.find('.', at);
+  return name.substr(0, at) + std::to_string(std::stoi(name.substr(at, end - at)) + offset) +
+         name.substr(end);
+}
+
+// The whole model as Hugging Face tensors, written by world rank 0: TP shards are gathered over
+// TP, the experts of the other EP ranks over EP, then the pipeline stages of the first replica
+// send theirs to stage 0 (every stage in the order its own chunks declare them, all experts).
 void export_gathered(const ParamRegistry& params, const ModelConfig& cfg, const TrainOptions& o,
                      ProcessGroups& groups) {
-  std::vector<std::vector<float>> mine;
-  for (const Param& p : params.params()) mine.push_back(gather_global(p, groups.tp()));
+  std::map<std::string, std::vector<float>> tensors;
+  for (const Param& p : params.params()) tensors[p.name] = gather_global(p, groups.tp());
   const RankCoords& at = groups.coords();
-  if (at.tp != 0 || at.dp != 0 || at.cp != 0) return;
+  if (at.tp != 0 || at.cp != 0 || at.edp != 0) return;
+  Comm& ep = groups.ep();
+  if (ep.size() > 1) {
+    const int local_experts = cfg.moe.num_experts / ep.size();
+    if (ep.rank() != 0) {
+      std::vector<Request> sends;
+      int tag = 0;
+      for (const Param& p : params.params())
+        if (is_expert_param(p)) sends.push_back(ep.isend(tensors[p.name].data(), p.numel(), 0, tag++));
+      wait_all(sends);
+      return;
+    }
+    for (int r = 1; r < ep.size(); ++r) {
+      int tag = 0;
+      for (const Param& p : params.params()) {
+        if (!is_expert_param(p)) continue;
+        std::vector<float>& t = tensors[shift_expert(p.name, r * local_experts)];
+        t.resize(p.numel());
+        ep.irecv(t.data(), p.numel(), r, tag++).wait();
+      }
+    }
+  }
+  // The rank of EP coordinate 0 and expert-DP coordinate 0 is the first DP replica.
   Comm& pp = groups.pp();
+  const std::vector<ChunkSpec> all = assign_layers(cfg.num_layers, stage_options(o));
   if (pp.rank() != 0) {
+    ParamRegistry mine;
+    declare_chunks(cfg, rank_chunks(all, pp.size(), pp.rank()), mine);
     std::vector<Request> sends;
-    for (size_t i = 0; i < mine.size(); ++i)
-      sends.push_back(pp.isend(mine[i].data(), mine[i].size(), 0, static_cast<int>(i)));
+    for (size_t i = 0; i < mine.params().size(); ++i) {
+      std::vector<float>& t = tensors[mine.params()[i].name];
+      sends.push_back(pp.isend(t.data(), t.size(), 0, static_cast<int>(i)));
+    }
     wait_all(sends);
     return;
+  }
+  for (int stage = 1; stage < pp.size(); ++stage) {
+    ParamRegistry theirs;
+    declare_chunks(cfg, rank_chunks(all, pp.size(), stage), theirs);
+    for (size_t i = 0; i < theirs.params().size(); ++i) {
+      const Param& p = theirs.params()[i];
+      std::vector<float>& t = tensors[p.name];  // a tied head's copy of the embedding overwrites
+      t.resize(p.numel());                      // the same values
+      pp.irecv(t.data(), p.numel(), stage, static_cast<int>(i)).wait();
+    }
   }
   ParamRegistry whole;
   declare_chunks(cfg, {ChunkSpec{0, cfg.num_layers, true, true}}, whole);
   whole.finalize();
-  auto put = [&](const std::string& name, const float* data) {
-    if (!whole.has(name)) return;  // a tied head's copy of the embedding
-    Param& p = whole.get(name);
-    std::copy(data, data + p.numel(), p.value);
-  };
-  for (size_t i = 0; i < mine.size(); ++i) put(params.params()[i].name, mine[i].data());
-  const std::vector<ChunkSpec> all = assign_layers(cfg.num_layers, stage_options(o));
-  for (int stage = 1; stage < pp.size(); ++stage) {
-    ParamRegistry theirs;
-    declare_chunks(cfg, rank_chunks(all, pp.size(), stage), theirs);
-    std::vector<float> buffer;
-    for (size_t i = 0; i < theirs.params().size(); ++i) {
-      const Param& p = theirs.params()[i];
-      buffer.resize(p.numel());
-      pp.irecv(buffer.data(), p.numel(), stage, static_cast<int>(i)).wait();
-      put(p.name, buffer.data());
-    }
+  for (Param& p : whole.params()) {
+    const std::vector<float>& t = tensors.at(p.name);
+    std::copy(t.begin(), t.end(), p.value);
   }
   export_hf(whole, cfg, o.save_hf);
 }
@@ -150,7 +214,16 @@ void validate_training(const ModelConfig& model, const TrainOptions& o) {
   } catch (const Error& e) {
     v.push_back(e.what());
   }
-  if (pc.ep > 1) v.push_back("--expert-model-parallel-size > 1 is not supported yet (no MoE)");
+  if (model.moe.num_experts > 0)
+    for (std::string& m : model.moe.violations(pc.ep, model.num_layers)) v.push_back(std::move(m));
+  if (pc.ep > 1 && model.moe.num_experts == 0)
+    v.push_back("--expert-model-parallel-size > 1 needs --num-experts (a Mixture-of-Experts model)");
+  if (model.moe.num_experts > 0 && model.arch != Arch::Llama)
+    v.push_back("--num-experts needs --arch llama (Qwen-MoE style experts)");
+  if (model.moe.num_experts > 0 && pc.tp > 1)
+    v.push_back("--num-experts with --tensor-model-parallel-size > 1 is not supported yet");
+  if (pc.expert_tp() != pc.tp)
+    v.push_back("--expert-tensor-parallel-size other than TP is not supported yet");
   if (v.empty()) return;
   std::string msg = "invalid configuration: " + v[0];
   for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
@@ -177,7 +250,9 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   std::vector<std::unique_ptr<TransformerChunk>> chunks;
   std::vector<TransformerChunk*> chunk_ptrs;
   for (const ChunkSpec& spec : rank_chunks(all_chunks, pc.pp, at.pp)) {
-    chunks.push_back(std::make_unique<TransformerChunk>(cfg, spec, o.micro_batch_size, tp, params, cp));
+    chunks.push_back(std::make_unique<TransformerChunk>(cfg, spec, o.micro_batch_size, tp, params,
+                                                        cp, &groups.ep(),
+                                                        cp.size() > 1 ? &groups.cp() : nullptr));
     chunk_ptrs.push_back(chunks.back().get());
   }
   params.finalize();
@@ -198,8 +273,15 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   // with context parallelism, the CP ranks holding other positions of the same sequences.
   Comm& dp = groups.dp();
   Comm& dp_cp = groups.dp_cp();
-  DataParallel data_parallel(params, dp_cp, pc.distributed_optimizer, o.ddp_bucket_size);
-  AdamW optimizer(params, o.optimizer, data_parallel.owned_ranges());
+  // Experts (MoE) are summed over expert-DP instead: the ranks holding the same experts.
+  DataParallel data_parallel(params, dp_cp, pc.distributed_optimizer, o.ddp_bucket_size,
+                             [](const Param& p) { return !is_expert_param(p); });
+  DataParallel expert_data_parallel(params, groups.edp(), pc.distributed_optimizer,
+                                    o.ddp_bucket_size, is_expert_param);
+  std::vector<FlatRange> owned = data_parallel.owned_ranges();
+  for (const FlatRange& r : expert_data_parallel.owned_ranges()) owned.push_back(r);
+  std::sort(owned.begin(), owned.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  AdamW optimizer(params, o.optimizer, owned);
   // Gradients of parameters replicated over TP come from this rank's rows alone under sequence
   // parallel: they are summed over TP before the DP reduction sees them.
   const bool sync_replicated = pc.sequence_parallel && tp.size() > 1;
@@ -208,6 +290,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     if (sync_replicated && p.replicated()) groups.tp().all_reduce(p.grad, p.numel());
     if (index == tied_owner) groups.embedding().all_reduce(p.grad, p.numel());
     data_parallel.grad_ready(index);
+    expert_data_parallel.grad_ready(index);
   };
 
   TrainLog log(o.lr.train_iters, o.log_interval, first_rank ? o.log_json : std::string(),
@@ -260,23 +343,36 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
       cp.take_local_rows(whole_targets.data(), targets, mb, S, 1);
     };
     double loss_sum = pipeline.run(actions, microbatches, fill, grad_scale,
-                                   [&] { data_parallel.arm(); }, grad_ready);
+                                   [&] {
+                                     data_parallel.arm();
+                                     expert_data_parallel.arm();
+                                   },
+                                   grad_ready);
     if (tied_copy >= 0) {
       Param& p = params.params()[tied_copy];
       groups.embedding().all_reduce(p.grad, p.numel());
     }
     data_parallel.finish_grad_reduction();
+    expert_data_parallel.finish_grad_reduction();
     // Only the last stage computed losses; every rank learns their sum over stages and DP.
     groups.pp().all_reduce(&loss_sum, 1);
     dp_cp.all_reduce(&loss_sum, 1);
     // The norm counts every parameter once: TP shards summed, TP-replicated ones from TP rank 0
     // only, stages summed (a tied embedding once), the distributed optimizer's DP slices summed.
+    // Experts differ over EP (each rank its own), so theirs are summed over EP as well.
+    const int64_t tied_offset = tied_copy >= 0 ? params.params()[tied_copy].offset : -1;
     double sq = optimizer.grad_sq_sum([&](const Param& p) {
-      return (tp.rank() == 0 || !p.replicated()) && p.offset != (tied_copy >= 0 ? params.params()[tied_copy].offset : -1);
+      return !is_expert_param(p) && (tp.rank() == 0 || !p.replicated()) && p.offset != tied_offset;
     });
+    double sq_experts = optimizer.grad_sq_sum(is_expert_param);
+    if (pc.distributed_optimizer) {
+      dp_cp.all_reduce(&sq, 1);
+      groups.edp().all_reduce(&sq_experts, 1);
+    }
+    groups.ep().all_reduce(&sq_experts, 1);
+    sq += sq_experts;
     groups.tp().all_reduce(&sq, 1);
     groups.pp().all_reduce(&sq, 1);
-    if (pc.distributed_optimizer) dp_cp.all_reduce(&sq, 1);
     IterationStats s;
     s.iteration = it;
     s.loss = loss_sum / batch_tokens;
@@ -285,6 +381,8 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     s.lr = schedule.at(it);
     optimizer.step(static_cast<float>(s.lr));
     data_parallel.gather_params();
+    expert_data_parallel.gather_params();
+    add_router_stats(s, chunks, groups);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     s.iteration_time_ms = took.count() * 1000.0;
     s.tokens_per_s = batch_tokens / took.count();
