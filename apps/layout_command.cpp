@@ -1,11 +1,13 @@
 #include "layout_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
+#include "tessel/parallel/context_parallel.h"
 
 namespace tessel {
 
@@ -119,6 +121,27 @@ void print_stages(const std::vector<ChunkSpec>& chunks, const StageOptions& o, c
                micro_batch, m.seq_length, m.hidden_size);
 }
 
+// How context parallelism splits one sequence (seed example 11): the seed's simple split into
+// CP contiguous pieces, and Megatron's load-balanced one that tessel runs — 2·CP chunks, rank i
+// holding chunks i and 2·CP−1−i, so every rank gets the same share of the causal triangle.
+void print_context_split(int cp, int64_t T) {
+  fmt::print("context parallel: sequence {} over CP {}\n", T, cp);
+  std::vector<std::string> simple;
+  for (int r = 0; r < cp; ++r)
+    simple.push_back(fmt::format("rank {} positions {}–{}", r, r * T / cp, (r + 1) * T / cp - 1));
+  fmt::print("  simple split: {}\n", fmt::join(simple, ", "));
+  fmt::print("  load-balanced (what tessel runs): {} chunks of {}\n", 2 * cp, T / (2 * cp));
+  for (int r = 0; r < cp; ++r)
+    fmt::print("    rank {} chunks {{{},{}}}: positions [{}]\n", r, r, 2 * cp - 1 - r,
+               fmt::join(context_parallel_positions(T, cp, r), ","));
+}
+
+// Seed example 10: the experts of every MoE layer split evenly over EP.
+void print_expert_split(int experts, int ep) {
+  fmt::print("experts: {} / EP {} = {} per EP rank: {}\n", experts, ep, experts / ep,
+             split_text(experts, ep, "expert", "experts"));
+}
+
 void print_table(const Layout& layout) {
   std::vector<GroupKind> shown;
   for (GroupKind kind : kAxisKinds)
@@ -219,6 +242,7 @@ LayoutCommand::LayoutCommand(CLI::App& app) {
                                    "split norms and dropout along the sequence over TP"));
 
   layers_opt_ = c.add_option("--num-layers", model_.num_layers, "Transformer layers: show the pipeline stages");
+  experts_opt_ = c.add_option("--num-experts", num_experts_, "experts per MoE layer: show their split over EP");
   c.add_option("--vpp,--num-virtual-stages-per-pipeline-rank", stages_.virtual_stages, "virtual stages per pipeline rank")
       ->capture_default_str();
   c.add_option("--decoder-first-pipeline-num-layers", stages_.first_stage_layers, "layers of the first stage");
@@ -228,6 +252,12 @@ LayoutCommand::LayoutCommand(CLI::App& app) {
 
 bool LayoutCommand::model_given() const {
   return std::any_of(model_opts_.begin(), model_opts_.end(), [](CLI::Option* o) { return o->count() > 0; });
+}
+
+bool LayoutCommand::seq_given() const {
+  for (CLI::Option* o : model_opts_)
+    if (o->get_name() == "--seq-length" && o->count() > 0) return true;
+  return false;
 }
 
 bool LayoutCommand::batch_given() const {
@@ -270,6 +300,11 @@ void LayoutCommand::run() const {
     std::vector<std::string> st = stage_violations(model.num_layers, stages);
     v.insert(v.end(), st.begin(), st.end());
   }
+  if (experts_opt_->count() > 0 && (num_experts_ < 1 || num_experts_ % config_.ep != 0))
+    v.push_back(fmt::format("--num-experts {} is not divisible by --expert-model-parallel-size {}",
+                            num_experts_, config_.ep));
+  // (training_violations checks the sequence against 2·CP: --seq-length is a model flag.)
+  const bool show_cp = config_.cp > 1 && seq_given();
   if (!v.empty()) {
     std::string msg = "invalid layout: " + v[0];
     for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
@@ -287,6 +322,8 @@ void LayoutCommand::run() const {
   const bool groups = groups_opt_->count() > 0 && model.query_groups() != model.num_attention_heads;
   const bool mlp = mlp_opts_[0]->count() + mlp_opts_[1]->count() > 0;
   if (heads || groups || mlp) print_model_split(model, config_.tp, heads, groups, mlp);
+  if (show_cp) print_context_split(config_.cp, model_.seq_length);
+  if (experts_opt_->count() > 0) print_expert_split(num_experts_, config_.ep);
   if (layers_opt_->count() > 0)
     print_stages(assign_layers(model.num_layers, stages), stages, model, micro_batch_opt_->count() ? micro_batch_ : 1);
   if (rank_opt_->count() > 0) {

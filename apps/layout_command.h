@@ -26,6 +26,7 @@ class LayoutCommand {
  private:
   bool model_given() const;
   bool batch_given() const;
+  bool seq_given() const;
 
   CLI::App* cmd_;
   ParallelConfig config_;
@@ -45,6 +46,8 @@ class LayoutCommand {
   CLI::Option* num_microbatches_opt_ = nullptr;
   CLI::Option* global_batch_opt_ = nullptr;
   CLI::Option* layers_opt_ = nullptr;  // --num-layers: show the pipeline stages
+  CLI::Option* experts_opt_ = nullptr;  // --num-experts: show the experts per EP rank
+  int num_experts_ = 0;
   StageOptions stages_;
 };
 

@@ -163,3 +163,12 @@ TEST(Cli, BadPipelineConfigNamesTheRule) {
   EXPECT_NE(layout.exit_code, 0);
   EXPECT_NE(layout.output.find("unknown layer 'X'"), std::string::npos) << layout.output;
 }
+
+// Context parallel: a sequence that does not cut into 2·CP chunks is refused by name.
+TEST(Cli, BadContextParallelSequence) {
+  Result r = run_command("timeout 60 mpirun --allow-run-as-root --oversubscribe -n 2 -x OMP_NUM_THREADS=1 " +
+                         std::string(TESSEL_BINARY) + " train --train-iters 1 --cp 2 --seq-length 30");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--seq-length 30"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2"), std::string::npos);
+}

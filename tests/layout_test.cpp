@@ -456,6 +456,30 @@ TEST(LayoutCli, SeedExample12UnevenStages) {
   expect_contains(layout, "--pipeline-model-parallel-layout");
 }
 
+// Seed example 10: 8 experts over EP 2, 512 over EP 8.
+TEST(LayoutCli, SeedExample10ExpertsPerEpRank) {
+  expect_contains(run_ok("--world 2 --ep 2 --num-experts 8"),
+                  "experts: 8 / EP 2 = 4 per EP rank: rank 0 experts 0–3, rank 1 experts 4–7\n");
+  Result r = run_ok("--world 8 --ep 8 --num-experts 512");
+  expect_contains(r, "512 / EP 8 = 64 per EP rank");
+  expect_contains(r, "rank 7 experts 448–511\n");
+  expect_line(r, "ep", "1 group of 8: (0,1,2,3,4,5,6,7)");
+  Result bad = run_layout("--world 8 --ep 8 --num-experts 12");
+  EXPECT_EQ(bad.exit_code, 1);
+  expect_contains(bad, "--num-experts 12 is not divisible by --expert-model-parallel-size 8");
+}
+
+// Seed example 11: sequence 8 over CP 2 — the seed's simple split and Megatron's balanced one.
+TEST(LayoutCli, SeedExample11ContextSplit) {
+  Result r = run_ok("--world 2 --cp 2 --seq-length 8");
+  expect_contains(r, "simple split: rank 0 positions 0–3, rank 1 positions 4–7\n");
+  expect_contains(r, "rank 0 chunks {0,3}: positions [0,1,6,7]\n");
+  expect_contains(r, "rank 1 chunks {1,2}: positions [2,3,4,5]\n");
+  Result bad = run_layout("--world 2 --cp 2 --seq-length 6");
+  EXPECT_EQ(bad.exit_code, 1);
+  expect_contains(bad, "--seq-length 6");
+}
+
 TEST(LayoutCli, JsonIsOneObject) {
   Result r = run_ok("--world 8 --tp 2 --pp 2 --order tp-pp-dp --json");
   nlohmann::json j = nlohmann::json::parse(r.output);  // throws on anything around the object

@@ -288,11 +288,15 @@ CpCommType parse_cp_comm_type(const std::string& name) {
        name);
 }
 
-std::vector<int32_t> ContextParallel::local_positions(int64_t T) const {
-  check_sequence(T, size());
-  std::vector<int32_t> positions(T / size());
-  fill_positions(positions.data(), T, size(), rank());
+std::vector<int32_t> context_parallel_positions(int64_t T, int cp, int rank) {
+  check_sequence(T, cp);
+  std::vector<int32_t> positions(T / cp);
+  fill_positions(positions.data(), T, cp, rank);
   return positions;
+}
+
+std::vector<int32_t> ContextParallel::local_positions(int64_t T) const {
+  return context_parallel_positions(T, size(), rank());
 }
 
 void ContextParallel::take_local_rows(const int32_t* in, int32_t* out, int64_t B, int64_t T,

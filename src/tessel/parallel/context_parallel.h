@@ -50,6 +50,9 @@ struct ContextParallel {
                           int64_t k_ld, int64_t v_ld) const;
 };
 
+// The global positions CP rank `rank` of `cp` holds of a sequence of length T (its two chunks).
+std::vector<int32_t> context_parallel_positions(int64_t T, int cp, int rank);
+
 // One process, no context parallelism.
 ContextParallel no_context_parallel();
 
