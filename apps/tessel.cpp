@@ -20,6 +20,7 @@
 #include "tessel/model/transformer.h"
 #include "tessel/train/trainer.h"
 
+#include "checkpoint_command.h"
 #include "demo_command.h"
 #include "layout_command.h"
 #include "schedule_command.h"
@@ -165,6 +166,10 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_option("--data-sampling", sampling, "shuffled | sequential")->capture_default_str();
   train_cmd->add_option("--init-from", t.init_from, "start from a Hugging Face safetensors file or folder");
   train_cmd->add_option("--save-hf", t.save_hf, "write model.safetensors + config.json here at the end");
+  train_cmd->add_option("--save", t.save, "checkpoint folder (a save every --save-interval and at the end)");
+  train_cmd->add_option("--save-interval", t.save_interval, "iterations between checkpoints (0: only at the end)")->capture_default_str();
+  train_cmd->add_option("--exit-interval", t.exit_interval, "stop once the iteration is a multiple of this (after saving)");
+  train_cmd->add_option("--load", t.load, "resume from the newest checkpoint in this folder (any layout)");
   train_cmd->add_option("--lr", t.lr.lr, "peak learning rate")->capture_default_str();
   train_cmd->add_option("--min-lr", t.lr.min_lr, "final learning rate")->capture_default_str();
   train_cmd->add_option("--lr-warmup-iters", t.lr.warmup_iters, "linear warmup iterations")->capture_default_str();
@@ -225,6 +230,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   LayoutCommand layout_cmd(app);
   DemoCommand demo_cmd(app);
   ScheduleCommand schedule_cmd(app);
+  CheckpointCommand checkpoint_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -283,6 +289,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     demo_cmd.run(runtime);
   } else if (schedule_cmd.selected()) {
     schedule_cmd.run();
+  } else if (checkpoint_cmd.selected()) {
+    checkpoint_cmd.run();
   }
   return 0;
 }

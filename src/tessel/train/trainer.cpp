@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 
+#include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/comm/groups.h"
 #include "tessel/core/error.h"
@@ -282,6 +283,20 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   for (const FlatRange& r : expert_data_parallel.owned_ranges()) owned.push_back(r);
   std::sort(owned.begin(), owned.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
   AdamW optimizer(params, o.optimizer, owned);
+  // Sampling and the learning rate depend on (seed, iteration) only: resuming needs no more
+  // than the weights, the moments and the step count.
+  const int64_t resumed = o.load.empty() ? 0 : load_checkpoint(o.load, params, optimizer, cfg);
+  const nlohmann::json run_config = {
+      {"tp", pc.tp}, {"pp", pc.pp}, {"vpp", pc.vpp}, {"cp", pc.cp}, {"ep", pc.ep},
+      {"dp", groups.dp().size()}, {"world", groups.world().size()},
+      {"distributed_optimizer", pc.distributed_optimizer},
+      {"sequence_parallel", pc.sequence_parallel}, {"micro_batch_size", o.micro_batch_size},
+      {"global_batch_size", o.global_batch_size}, {"train_iters", o.lr.train_iters},
+      {"data_path", o.data_path}};
+  const auto save = [&](int64_t it) {
+    save_checkpoint(o.save, it, params, optimizer, cfg, pc.distributed_optimizer, o.seed,
+                    run_config, groups);
+  };
   // Gradients of parameters replicated over TP come from this rank's rows alone under sequence
   // parallel: they are summed over TP before the DP reduction sees them.
   const bool sync_replicated = pc.sequence_parallel && tp.size() > 1;
@@ -330,7 +345,8 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   std::vector<IterationStats> history;
   double profiled_seconds = 0, wait_seconds = 0, pipeline_seconds = 0;
   int peak_in_flight = 0;
-  for (int64_t it = 1; it <= o.lr.train_iters; ++it) {
+  if (resumed > 0) log.message(fmt::format("resumed from {} at iteration {}", o.load, resumed));
+  for (int64_t it = resumed + 1; it <= o.lr.train_iters; ++it) {
     if (o.profile && it == 2) {  // the first iteration sizes buffers and warms caches: not counted
       cpu::gemm_stats_reset();
       cpu::gemm_stats_enable(true);
@@ -394,6 +410,11 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     peak_in_flight = std::max(peak_in_flight, pipeline.stats().peak_in_flight);
     log.iteration(s);
     history.push_back(s);
+    const bool exiting = o.exit_interval > 0 && it % o.exit_interval == 0;
+    if (!o.save.empty() && (exiting || it == o.lr.train_iters ||
+                            (o.save_interval > 0 && it % o.save_interval == 0)))
+      save(it);
+    if (exiting) break;
   }
   if (pc.pp > 1 && o.lr.train_iters > 0) report_pipeline(log, groups, wait_seconds, pipeline_seconds, peak_in_flight);
   if (o.profile) {

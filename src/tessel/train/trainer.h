@@ -25,6 +25,10 @@ struct TrainOptions {
   std::string log_json;   // one JSON object per logged iteration
   std::string init_from;  // Hugging Face safetensors file to start from
   std::string save_hf;    // folder for model.safetensors + config.json at the end
+  std::string save;       // --save: checkpoint folder (checkpoint.h)
+  int64_t save_interval = 0;  // --save-interval: save every N iterations (and at the end)
+  std::string load;       // --load: resume from this folder's newest save
+  int64_t exit_interval = 0;  // --exit-interval: stop (after a save) once the iteration is a multiple
   OptimizerConfig optimizer;
   LrScheduleConfig lr;  // train_iters is taken from here
   bool progress = false;  // live progress line (when stdout is a terminal)

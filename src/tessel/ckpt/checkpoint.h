@@ -1,0 +1,60 @@
+// Layout-independent training checkpoints (Megatron's --save/--load folders).
+//
+// DIR/iter_0000100/ holds one safetensors file per rank (rank_00003.safetensors) with, for every
+// parameter that rank is the first holder of (DP×CP rank 0 for dense parameters, expert-DP rank 0
+// for experts, TP rank 0 for TP-replicated ones), its local values and the Adam moments of the
+// same elements ("optim.exp_avg/<name>", "optim.exp_avg_sq/<name>"). Every tensor is stored under
+// its global name, with the slice it holds (ShardSpec) in the file's metadata. metadata.json
+// (written by rank 0 once every file is complete) lists each tensor's global shape and the files
+// holding its slices, the iteration, step count, seed, the run's configuration and a CRC-32 per
+// file. DIR/latest_checkpointed_iteration.txt names the newest complete save; it is replaced
+// atomically after metadata.json, so it never points at a half-written save.
+//
+// Loading rebuilds each global tensor from its saved slices and takes this rank's slice, so any
+// TP/PP/DP/CP/EP layout may load a save made under any other.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "tessel/model/config.h"
+#include "tessel/model/params.h"
+#include "tessel/optim/adamw.h"
+
+namespace tessel {
+
+class ProcessGroups;
+
+// CRC-32 (IEEE 802.3, as zlib's crc32) of `size` bytes, continuing from `crc`.
+uint32_t crc32_update(uint32_t crc, const void* data, size_t size);
+// CRC-32 of a whole file; throws Error naming the file when it cannot be read.
+uint32_t file_crc32(const std::string& path);
+
+// "DIR/iter_0000100".
+std::string checkpoint_iteration_dir(const std::string& dir, int64_t iteration);
+// The iteration the tracker names; throws Error naming the tracker when it is missing or bad.
+int64_t latest_checkpointed_iteration(const std::string& dir);
+
+// Collective over the world. `run_config` is stored as is (the parallel layout, training flags);
+// `seed` and the step count go in too. `distributed_optimizer`: the optimizer's moments are
+// sliced over DP×CP (dense) and expert-DP (experts) and are gathered before writing.
+void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegistry& params,
+                     const AdamW& optimizer, const ModelConfig& cfg, bool distributed_optimizer,
+                     uint64_t seed, const nlohmann::json& run_config, ProcessGroups& groups);
+
+// Fills this rank's parameters and its owned Adam moments from a save under any layout, sets the
+// step count and returns the saved iteration (training resumes at the next one). `iteration` < 0
+// reads the tracker. Throws Error naming the file for a missing, truncated or altered file and
+// for a save of another model.
+int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& optimizer,
+                        const ModelConfig& cfg, int64_t iteration = -1);
+
+// metadata.json of a save (iteration < 0: the tracker's).
+nlohmann::json read_checkpoint_metadata(const std::string& dir, int64_t iteration = -1);
+// Recomputes every file's CRC-32 against metadata.json; throws Error naming the first bad file.
+// Returns the number of files checked.
+int verify_checkpoint(const std::string& dir, int64_t iteration = -1);
+
+}  // namespace tessel

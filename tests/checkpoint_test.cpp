@@ -1,0 +1,163 @@
+// Checkpoints (checkpoint.h): resuming in a new process follows the uninterrupted run bitwise
+// under the same layout and within the equivalence tolerance under another; damaged saves and
+// saves of another model are refused with an error naming the file. Every run is `tessel train`
+// as a user runs it (under mpirun for several ranks), with a time limit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "run_command.h"
+#include "tessel/ckpt/checkpoint.h"
+
+namespace tessel {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kModel =
+    "--arch gpt2 --num-layers 2 --hidden-size 64 --num-attention-heads 8 --ffn-hidden-size 128 ";
+const char* kTraining =
+    "--seq-length 32 --global-batch-size 8 --micro-batch-size 2 --train-iters 20 --lr 3e-3 "
+    "--min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1 --seed 11 "
+    "--threads 1 ";
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / "tessel_checkpoint" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// `tessel train` on `ranks` processes with `flags`; the losses it logged.
+std::vector<double> train(const fs::path& dir, int ranks, const std::string& flags,
+                          const char* model = kModel) {
+  const std::string log = (dir / "log.jsonl").string();
+  fs::remove(log);
+  const std::string train =
+      std::string(TESSEL_BINARY) + " train " + model + kTraining + flags + " --log-json " + log;
+  const std::string cmd = ranks == 1 ? "timeout 120 " + train
+                                     : "timeout 240 mpirun --allow-run-as-root --oversubscribe -n " +
+                                           std::to_string(ranks) + " -x OMP_NUM_THREADS=1 " + train;
+  const testing::CommandResult r = testing::run_command(cmd);
+  EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  std::vector<double> losses;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);)
+    losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return losses;
+}
+
+// 20 iterations straight, and 10 + save then resume for 10 in a new process under `resumed`.
+struct Resume {
+  std::vector<double> straight, first, second;
+};
+
+Resume straight_and_resumed(const std::string& name, int saved_ranks, const std::string& saved,
+                            int resumed_ranks, const std::string& resumed) {
+  const fs::path dir = fresh_dir(name), ckpt = dir / "ckpt";
+  Resume r;
+  r.straight = train(dir, saved_ranks, saved);
+  // The first half runs with --train-iters 20 too (the schedule is the whole run's) and stops
+  // after the save at 10 (--exit-interval, as Megatron's).
+  r.first = train(dir, saved_ranks, saved + " --save " + ckpt.string() + " --save-interval 10 --exit-interval 10");
+  r.second = train(dir, resumed_ranks, resumed + " --load " + ckpt.string());
+  return r;
+}
+
+TEST(Checkpoint, SameLayoutResumeIsBitwise) {
+  const Resume r = straight_and_resumed("same", 1, "", 1, "");
+  ASSERT_EQ(r.straight.size(), 20u);
+  ASSERT_EQ(r.first.size(), 10u);
+  ASSERT_EQ(r.second.size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(r.first[i], r.straight[i]) << "iteration " << i + 1;
+    EXPECT_EQ(r.second[i], r.straight[10 + i]) << "iteration " << 11 + i;
+  }
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, size_t from) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double rel = std::abs(got[i] - want[from + i]) / want[from + i];
+    EXPECT_LT(rel, 1e-4) << "iteration " << from + i + 1 << ": " << got[i] << " vs " << want[from + i];
+  }
+}
+
+// Saved by two TP ranks, resumed by one process.
+TEST(Checkpoint, Tp2SaveResumesUnderOneProcess) {
+  const Resume r = straight_and_resumed("tp2_to_single", 2, "--tp 2", 1, "");
+  ASSERT_EQ(r.straight.size(), 20u);
+  ASSERT_EQ(r.second.size(), 10u);
+  expect_close(r.second, r.straight, 10);
+}
+
+// Saved by two DP ranks with the distributed optimizer (each holds half of Adam's moments),
+// resumed under TP2.
+TEST(Checkpoint, DistributedOptimizerSaveResumesUnderTp2) {
+  const Resume r = straight_and_resumed("dp2_distopt_to_tp2", 2, "--use-distributed-optimizer", 2, "--tp 2");
+  ASSERT_EQ(r.straight.size(), 20u);
+  ASSERT_EQ(r.second.size(), 10u);
+  expect_close(r.second, r.straight, 10);
+}
+
+// A two-iteration save to damage: its folder, and the file of rank 0.
+fs::path small_save(const std::string& name) {
+  const fs::path dir = fresh_dir(name), ckpt = dir / "ckpt";
+  train(dir, 1, "--exit-interval 2 --save " + ckpt.string());
+  return ckpt;
+}
+
+void expect_error(const std::string& args, const std::string& needle) {
+  const testing::CommandResult r = testing::run_tessel(args);
+  EXPECT_NE(r.exit_code, 0) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+}
+
+TEST(Checkpoint, InspectAndVerifyDescribeASave) {
+  const fs::path ckpt = small_save("inspect");
+  EXPECT_EQ(latest_checkpointed_iteration(ckpt.string()), 2);
+  EXPECT_EQ(verify_checkpoint(ckpt.string()), 1);
+  const testing::CommandResult v = testing::run_tessel("checkpoint verify " + ckpt.string());
+  EXPECT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_NE(v.output.find("1 files OK"), std::string::npos) << v.output;
+  const testing::CommandResult i = testing::run_tessel("checkpoint inspect " + ckpt.string());
+  EXPECT_EQ(i.exit_code, 0) << i.output;
+  EXPECT_NE(i.output.find("iteration 2 | step count 2"), std::string::npos) << i.output;
+  EXPECT_NE(i.output.find("tensor transformer.wte.weight [256, 64]"), std::string::npos) << i.output;
+}
+
+TEST(Checkpoint, DamagedOrMissingFilesAreRefusedNamingTheFile) {
+  const fs::path ckpt = small_save("damaged");
+  const fs::path file = ckpt / "iter_0000002" / "rank_00000.safetensors";
+  const std::string load = std::string("train ") + kModel + kTraining + "--load " + ckpt.string();
+  const auto size = fs::file_size(file);
+  {  // one byte of the data section altered
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size - 100));
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(static_cast<std::streamoff>(size - 100));
+    c = static_cast<char>(c ^ 0x40);
+    f.write(&c, 1);
+  }
+  expect_error("checkpoint verify " + ckpt.string(), file.string() + ": checksum mismatch");
+  expect_error(load, file.string() + ": checksum mismatch");
+  fs::resize_file(file, size / 2);  // truncated
+  expect_error(load, file.string() + ": checksum mismatch");
+  fs::remove(file);
+  expect_error(load, file.string() + ": missing checkpoint file");
+}
+
+TEST(Checkpoint, SaveOfAnotherModelIsRefused) {
+  const fs::path ckpt = small_save("other_model");
+  expect_error(std::string("train --arch gpt2 --num-layers 2 --hidden-size 32 --num-attention-heads 8 "
+                           "--ffn-hidden-size 128 ") + kTraining + "--load " + ckpt.string(),
+               (ckpt / "iter_0000002" / "metadata.json").string() + ": saved from another model");
+}
+
+}  // namespace
+}  // namespace tessel
