@@ -58,19 +58,21 @@ struct Resume {
 };
 
 Resume straight_and_resumed(const std::string& name, int saved_ranks, const std::string& saved,
-                            int resumed_ranks, const std::string& resumed) {
+                            int resumed_ranks, const std::string& resumed,
+                            const char* model = kModel) {
   const fs::path dir = fresh_dir(name), ckpt = dir / "ckpt";
   Resume r;
-  r.straight = train(dir, saved_ranks, saved);
+  r.straight = train(dir, saved_ranks, saved, model);
   // The first half runs with --train-iters 20 too (the schedule is the whole run's) and stops
   // after the save at 10 (--exit-interval, as Megatron's).
-  r.first = train(dir, saved_ranks, saved + " --save " + ckpt.string() + " --save-interval 10 --exit-interval 10");
-  r.second = train(dir, resumed_ranks, resumed + " --load " + ckpt.string());
+  r.first = train(dir, saved_ranks,
+                  saved + " --save " + ckpt.string() + " --load " + ckpt.string() + " --exit-interval 10",
+                  model);
+  r.second = train(dir, resumed_ranks, resumed + " --load " + ckpt.string(), model);
   return r;
 }
 
-TEST(Checkpoint, SameLayoutResumeIsBitwise) {
-  const Resume r = straight_and_resumed("same", 1, "", 1, "");
+void expect_bitwise(const Resume& r) {
   ASSERT_EQ(r.straight.size(), 20u);
   ASSERT_EQ(r.first.size(), 10u);
   ASSERT_EQ(r.second.size(), 10u);
@@ -78,6 +80,22 @@ TEST(Checkpoint, SameLayoutResumeIsBitwise) {
     EXPECT_EQ(r.first[i], r.straight[i]) << "iteration " << i + 1;
     EXPECT_EQ(r.second[i], r.straight[10 + i]) << "iteration " << 11 + i;
   }
+}
+
+TEST(Checkpoint, SameLayoutResumeIsBitwise) { expect_bitwise(straight_and_resumed("same", 1, "", 1, "")); }
+
+// Tensor and pipeline parallel at once (GPT-2's tied embedding on both stages), the same layout
+// again after the restart.
+TEST(Checkpoint, SameLayoutResumeIsBitwiseUnderTp2Pp2) {
+  expect_bitwise(straight_and_resumed("tp2pp2", 4, "--tp 2 --pp 2", 4, "--tp 2 --pp 2"));
+}
+
+const char* kMoeModel =
+    "--arch llama --num-layers 2 --hidden-size 64 --num-attention-heads 8 --num-query-groups 4 "
+    "--ffn-hidden-size 128 --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 ";
+
+TEST(Checkpoint, MoeSameLayoutResumeIsBitwise) {
+  expect_bitwise(straight_and_resumed("moe_same", 1, "", 1, "", kMoeModel));
 }
 
 void expect_close(const std::vector<double>& got, const std::vector<double>& want, size_t from) {
@@ -99,6 +117,21 @@ TEST(Checkpoint, Tp2SaveResumesUnderOneProcess) {
 // resumed under TP2.
 TEST(Checkpoint, DistributedOptimizerSaveResumesUnderTp2) {
   const Resume r = straight_and_resumed("dp2_distopt_to_tp2", 2, "--use-distributed-optimizer", 2, "--tp 2");
+  ASSERT_EQ(r.straight.size(), 20u);
+  ASSERT_EQ(r.second.size(), 10u);
+  expect_close(r.second, r.straight, 10);
+}
+
+// Pipeline stages (the tied embedding saved by both) resumed by one process.
+TEST(Checkpoint, Pp2SaveResumesUnderOneProcess) {
+  const Resume r = straight_and_resumed("pp2_to_single", 2, "--pp 2", 1, "");
+  ASSERT_EQ(r.second.size(), 10u);
+  expect_close(r.second, r.straight, 10);
+}
+
+// Experts saved by two EP ranks (each holding two, under local names) resumed by one process.
+TEST(Checkpoint, MoeEp2SaveResumesUnderOneProcess) {
+  const Resume r = straight_and_resumed("ep2_to_single", 2, "--ep 2", 1, "", kMoeModel);
   ASSERT_EQ(r.straight.size(), 20u);
   ASSERT_EQ(r.second.size(), 10u);
   expect_close(r.second, r.straight, 10);

@@ -60,17 +60,6 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 
 std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
 
-// A routed expert is declared under its EP rank's local index ("experts.0" on every rank); the
-// checkpoint names it by its global index.
-std::string global_name(const Param& p, const ModelConfig& cfg) {
-  if (!is_expert_param(p) || p.shard.count <= 1) return p.name;
-  const int offset = p.shard.index * (cfg.moe.num_experts / p.shard.count);
-  const std::string key = ".experts.";
-  const size_t at = p.name.find(key) + key.size(), end = p.name.find('.', at);
-  return p.name.substr(0, at) + std::to_string(std::stoi(p.name.substr(at, end - at)) + offset) +
-         p.name.substr(end);
-}
-
 // The first holder of each parameter writes it: DP×CP rank 0 (expert-DP rank 0 for experts),
 // and TP rank 0 for those replicated over TP.
 bool writes_param(const Param& p, ProcessGroups& groups) {
@@ -244,7 +233,7 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegis
   json slices = json::object();
   for (const Param& p : params.params()) {
     if (!writes_param(p, groups)) continue;
-    const std::string name = global_name(p, cfg);
+    const std::string name = p.name;
     if (slices.contains(name)) continue;  // a tied embedding's second copy
     slices[name] = slice_json(p);
     entries.push_back({name, p.local_shape, p.value});
@@ -323,7 +312,7 @@ int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& op
                  iter_dir, key, meta.at("model").value(key, json()).dump(), value.dump());
   const json& tensors = meta.at("tensors");
   for (const Param& p : params.params()) {
-    const std::string name = global_name(p, cfg);
+    const std::string name = p.name;
     TESSEL_CHECK(tensors.contains(name), "{}/metadata.json: no tensor '{}' (saved from another model?)",
                  iter_dir, name);
     const Shape saved = tensors.at(name).at("shape").get<Shape>();
@@ -334,7 +323,7 @@ int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& op
   ShardFiles files(iter_dir, meta);
   std::vector<float> m(params.numel()), v(params.numel());
   for (Param& p : params.params()) {
-    const std::string name = global_name(p, cfg);
+    const std::string name = p.name;
     const json& entry = tensors.at(name);
     assemble(entry, name, "", p, p.value, files, iter_dir);
     assemble(entry, name, kExpAvg, p, m.data() + p.offset, files, iter_dir);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -285,7 +286,11 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   AdamW optimizer(params, o.optimizer, owned);
   // Sampling and the learning rate depend on (seed, iteration) only: resuming needs no more
   // than the weights, the moments and the step count.
-  const int64_t resumed = o.load.empty() ? 0 : load_checkpoint(o.load, params, optimizer, cfg);
+  // As Megatron, a --load folder without a save yet starts from scratch: the same command line
+  // (--save X --load X) starts a run and resumes it after a crash.
+  const bool has_save =
+      !o.load.empty() && std::filesystem::exists(o.load + "/latest_checkpointed_iteration.txt");
+  const int64_t resumed = has_save ? load_checkpoint(o.load, params, optimizer, cfg) : 0;
   const nlohmann::json run_config = {
       {"tp", pc.tp}, {"pp", pc.pp}, {"vpp", pc.vpp}, {"cp", pc.cp}, {"ep", pc.ep},
       {"dp", groups.dp().size()}, {"world", groups.world().size()},
@@ -345,7 +350,8 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   std::vector<IterationStats> history;
   double profiled_seconds = 0, wait_seconds = 0, pipeline_seconds = 0;
   int peak_in_flight = 0;
-  if (resumed > 0) log.message(fmt::format("resumed from {} at iteration {}", o.load, resumed));
+  if (has_save) log.message(fmt::format("resumed from {} after iteration {}", o.load, resumed));
+  else if (!o.load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", o.load));
   for (int64_t it = resumed + 1; it <= o.lr.train_iters; ++it) {
     if (o.profile && it == 2) {  // the first iteration sizes buffers and warms caches: not counted
       cpu::gemm_stats_reset();
