@@ -1,7 +1,9 @@
 // tessel: one binary, one subcommand per job. Flags carry Megatron-LM's names.
 //   tessel train     train a model (the default one on the bundled corpus with no flags)
 //   tessel generate  sample text from a model folder
-//   tessel export    write a model's initial (or --init-from) weights as a Hugging Face folder
+//   tessel export    write a model's initial (or --init-from, or a --load save's) weights as a
+//                    Hugging Face folder
+//   tessel checkpoint inspect or verify a --save folder
 #include <omp.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <cstdio>
 #include <fmt/format.h>
 
+#include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/comm/groups.h"
 #include "tessel/comm/mpi.h"
@@ -221,11 +224,13 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   CLI::App* export_cmd = app.add_subcommand("export", "write a model as a Hugging Face folder");
   ModelFlags export_model;
   export_model.add(*export_cmd);
-  std::string out_dir, export_init;
+  std::string out_dir, export_init, export_load;
   uint64_t export_seed = 1234;
   export_cmd->add_option("--out", out_dir, "output folder")->required();
   export_cmd->add_option("--seed", export_seed, "initialisation seed")->capture_default_str();
   export_cmd->add_option("--init-from", export_init, "weights to convert instead of a fresh initialisation");
+  export_cmd->add_option("--load", export_load, "consolidate the newest save of this --save folder (any layout)")
+      ->excludes("--init-from");
 
   LayoutCommand layout_cmd(app);
   DemoCommand demo_cmd(app);
@@ -272,14 +277,24 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     });
     std::fputs("\n", stdout);
   } else if (*export_cmd) {
-    ModelConfig cfg = export_model.resolve(export_init);
+    // A save carries its model's config.json: the sizes come from there, not from flags.
+    ModelConfig cfg = export_load.empty()
+                          ? export_model.resolve(export_init)
+                          : model_config_from_hf(read_checkpoint_metadata(export_load).at("model"),
+                                                 export_load + " (metadata.json)");
     cfg.validate();
     ParamRegistry params;
     TransformerChunk model(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, no_tensor_parallel(),
                            params);
     params.finalize();
-    if (export_init.empty()) params.init_values(export_seed);
-    else load_hf_weights(params, cfg, hf_weights_file(export_init));
+    if (!export_load.empty()) {
+      AdamW moments(params, OptimizerConfig{});  // read along, not written out
+      load_checkpoint(export_load, params, moments, cfg);
+    } else if (export_init.empty()) {
+      params.init_values(export_seed);
+    } else {
+      load_hf_weights(params, cfg, hf_weights_file(export_init));
+    }
     export_hf(params, cfg, out_dir);
     fmt::print("wrote {}/model.safetensors and config.json ({:.2f}M parameters)\n", out_dir,
                params.numel() / 1e6);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "run_command.h"
+#include "tessel/ckpt/safetensors.h"
 #include "tessel/ckpt/checkpoint.h"
 
 namespace tessel {
@@ -21,10 +22,10 @@ namespace fs = std::filesystem;
 
 const char* kModel =
     "--arch gpt2 --num-layers 2 --hidden-size 64 --num-attention-heads 8 --ffn-hidden-size 128 ";
-const char* kTraining =
-    "--seq-length 32 --global-batch-size 8 --micro-batch-size 2 --train-iters 20 --lr 3e-3 "
-    "--min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1 --seed 11 "
-    "--threads 1 ";
+const std::string kCommon =
+    "--seq-length 32 --global-batch-size 8 --micro-batch-size 2 --lr 3e-3 --min-lr 3e-4 "
+    "--lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1 --seed 11 --threads 1 ";
+const std::string kTraining = kCommon + "--train-iters 20 ";
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / "tessel_checkpoint" / name;
@@ -135,6 +136,45 @@ TEST(Checkpoint, MoeEp2SaveResumesUnderOneProcess) {
   ASSERT_EQ(r.straight.size(), 20u);
   ASSERT_EQ(r.second.size(), 10u);
   expect_close(r.second, r.straight, 10);
+}
+
+// `tessel export --load` of a TP2 save writes the same weights as the run's own --save-hf.
+TEST(Checkpoint, ExportOfATp2SaveMatchesSaveHf) {
+  const fs::path dir = fresh_dir("export"), ckpt = dir / "ckpt";
+  train(dir, 2, "--tp 2 --save " + ckpt.string() + " --save-hf " + (dir / "hf").string());
+  const testing::CommandResult r =
+      testing::run_tessel("export --load " + ckpt.string() + " --out " + (dir / "exported").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const SafetensorsReader want((dir / "hf" / "model.safetensors").string()),
+      got((dir / "exported" / "model.safetensors").string());
+  ASSERT_EQ(want.tensors().size(), got.tensors().size());
+  for (const SafetensorsTensor& t : want.tensors()) {
+    ASSERT_TRUE(got.has(t.name)) << t.name;
+    std::vector<float> a(t.numel()), b(t.numel());
+    want.read(t.name, a.data());
+    got.read(t.name, b.data());
+    EXPECT_EQ(a, b) << t.name;
+  }
+}
+
+// A job killed (SIGKILL) while it saves every iteration leaves the tracker on a complete save,
+// which verifies and resumes.
+TEST(Checkpoint, KilledJobLeavesTheTrackerOnACompleteSave) {
+  const fs::path dir = fresh_dir("killed"), ckpt = dir / "ckpt";
+  const std::string cmd = std::string(TESSEL_BINARY) + " train " + kModel + kCommon +
+                          "--train-iters 100000 --save-interval 1 --save " + ckpt.string();
+  // Killed once the third save is on disk, in the middle of some later one.
+  const testing::CommandResult r = testing::run_command(
+      "(" + cmd + " > /dev/null & pid=$!; for i in $(seq 200); do [ -e " +
+      (ckpt / "iter_0000003" / "metadata.json").string() +
+      " ] && break; sleep 0.05; done; kill -9 $pid; wait $pid; true)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const int64_t latest = latest_checkpointed_iteration(ckpt.string());
+  EXPECT_GE(latest, 3);
+  EXPECT_EQ(verify_checkpoint(ckpt.string()), 1);
+  // The resumed run's schedule is another (20 iterations, not 100000): only the count is checked.
+  const std::vector<double> resumed = train(dir, 1, "--load " + ckpt.string());
+  EXPECT_EQ(static_cast<int64_t>(resumed.size()), std::max<int64_t>(0, 20 - latest));
 }
 
 // A two-iteration save to damage: its folder, and the file of rank 0.

@@ -222,6 +222,10 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegis
                      uint64_t seed, const json& run_config, ProcessGroups& groups) {
   const std::string iter_dir = checkpoint_iteration_dir(dir, iteration);
   fs::create_directories(iter_dir);
+  // A save of this iteration made before (an earlier run) stops being complete before any of its
+  // files is replaced: its checksums would no longer match.
+  if (groups.world_rank() == 0) fs::remove(iter_dir + "/metadata.json");
+  groups.world().barrier();
   std::vector<float> m, v;
   spread_moments(optimizer, params.numel(), m, v);
   if (distributed_optimizer) {
