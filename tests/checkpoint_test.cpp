@@ -138,6 +138,25 @@ TEST(Checkpoint, MoeEp2SaveResumesUnderOneProcess) {
   expect_close(r.second, r.straight, 10);
 }
 
+// Context parallel (each rank holds half of every sequence) resumed by one process.
+TEST(Checkpoint, Cp2SaveResumesUnderOneProcess) {
+  const Resume r = straight_and_resumed("cp2_to_single", 2, "--cp 2", 1, "");
+  ASSERT_EQ(r.second.size(), 10u);
+  expect_close(r.second, r.straight, 10);
+}
+
+// All of TP, PP and DP in the save (8 ranks); the resume has none of its TP and PP: two stages of
+// two virtual chunks each, over DP 2 with the distributed optimizer.
+TEST(Checkpoint, Tp2Pp2Dp2SaveResumesUnderVppAndDistributedOptimizer) {
+  const char* four_layers =
+      "--arch gpt2 --num-layers 4 --hidden-size 64 --num-attention-heads 8 --ffn-hidden-size 128 ";
+  const Resume r = straight_and_resumed("tp2pp2dp2_to_vpp", 8, "--tp 2 --pp 2", 4,
+                                        "--pp 2 --vpp 2 --use-distributed-optimizer", four_layers);
+  ASSERT_EQ(r.straight.size(), 20u);
+  ASSERT_EQ(r.second.size(), 10u);
+  expect_close(r.second, r.straight, 10);
+}
+
 // `tessel export --load` of a TP2 save writes the same weights as the run's own --save-hf.
 TEST(Checkpoint, ExportOfATp2SaveMatchesSaveHf) {
   const fs::path dir = fresh_dir("export"), ckpt = dir / "ckpt";
