@@ -27,7 +27,7 @@ namespace tessel {
 
 class ProcessGroups;
 
-// CRC-32 (IEEE 802.3, as zlib's crc32) of `size` bytes, continuing from `crc`.
+// CRC-32 (zlib's crc32) of `size` bytes, continuing from `crc`.
 uint32_t crc32_update(uint32_t crc, const void* data, size_t size);
 // CRC-32 of a whole file; throws Error naming the file when it cannot be read.
 uint32_t file_crc32(const std::string& path);
