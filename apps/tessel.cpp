@@ -171,6 +171,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_option("--save-hf", t.save_hf, "write model.safetensors + config.json here at the end");
   train_cmd->add_option("--save", t.save, "checkpoint folder (a save every --save-interval and at the end)");
   train_cmd->add_option("--save-interval", t.save_interval, "iterations between checkpoints (0: only at the end)")->capture_default_str();
+  train_cmd->add_flag("--async-save", t.async_save, "write checkpoints on a background thread while training goes on");
   train_cmd->add_option("--exit-interval", t.exit_interval, "stop once the iteration is a multiple of this (after saving)");
   train_cmd->add_option("--load", t.load, "resume from the newest checkpoint in this folder (any layout)");
   train_cmd->add_option("--lr", t.lr.lr, "peak learning rate")->capture_default_str();

@@ -85,6 +85,12 @@ void expect_bitwise(const Resume& r) {
 
 TEST(Checkpoint, SameLayoutResumeIsBitwise) { expect_bitwise(straight_and_resumed("same", 1, "", 1, "")); }
 
+// Saved by a background writer while training went on (a save every 3 iterations, the last one
+// committed at exit), under TP2.
+TEST(Checkpoint, AsyncSaveResumeIsBitwise) {
+  expect_bitwise(straight_and_resumed("async", 2, "--tp 2 --async-save --save-interval 3", 2, "--tp 2"));
+}
+
 // Tensor and pipeline parallel at once (GPT-2's tied embedding on both stages), the same layout
 // again after the restart.
 TEST(Checkpoint, SameLayoutResumeIsBitwiseUnderTp2Pp2) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "tessel/ckpt/hf.h"
@@ -212,59 +213,106 @@ int64_t latest_checkpointed_iteration(const std::string& dir) {
   return iteration;
 }
 
-void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegistry& params,
-                     const AdamW& optimizer, const ModelConfig& cfg, bool distributed_optimizer,
-                     uint64_t seed, const json& run_config, ProcessGroups& groups) {
-  const std::string iter_dir = checkpoint_iteration_dir(dir, iteration);
-  fs::create_directories(iter_dir);
+// One rank's part of a save between its snapshot and its commit: the values and whole moments
+// copied out of training's buffers, and what the commit needs.
+struct CheckpointSaver::Pending {
+  std::string dir, iter_dir, path;
+  int64_t iteration = 0, step_count = 0;
+  uint64_t seed = 0;
+  json model, run_config;
+  std::vector<float> values, m, v;  // (registry numel) each
+  std::vector<SafetensorsEntry> entries;  // into values, m and v
+  std::string slices;
+  uint32_t crc = 0;
+  std::exception_ptr error;  // from the background writer
+
+  void write() {
+    try {
+      write_safetensors(path, entries, {{kSlicesKey, slices}});
+      crc = file_crc32(path);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+};
+
+CheckpointSaver::CheckpointSaver(bool async) : async_(async) {}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (writer_.joinable()) writer_.join();
+}
+
+void CheckpointSaver::save(const std::string& dir, int64_t iteration, const ParamRegistry& params,
+                           const AdamW& optimizer, const ModelConfig& cfg,
+                           bool distributed_optimizer, uint64_t seed, const json& run_config,
+                           ProcessGroups& groups) {
+  finish(groups);
+  auto s = std::make_unique<Pending>();
+  s->dir = dir;
+  s->iter_dir = checkpoint_iteration_dir(dir, iteration);
+  s->path = s->iter_dir + "/" + rank_file_name(groups.world_rank());
+  s->iteration = iteration;
+  s->step_count = optimizer.step_count();
+  s->seed = seed;
+  s->model = hf_config_json(cfg);
+  s->run_config = run_config;
+  fs::create_directories(s->iter_dir);
   // A save of this iteration made before (an earlier run) stops being complete before any of its
   // files is replaced: its checksums would no longer match.
-  if (groups.world_rank() == 0) fs::remove(iter_dir + "/metadata.json");
+  if (groups.world_rank() == 0) fs::remove(s->iter_dir + "/metadata.json");
   groups.world().barrier();
-  std::vector<float> m, v;
-  spread_moments(optimizer, params.numel(), m, v);
+  spread_moments(optimizer, params.numel(), s->m, s->v);
   if (distributed_optimizer) {
-    gather_moments(params, m, groups);
-    gather_moments(params, v, groups);
+    gather_moments(params, s->m, groups);
+    gather_moments(params, s->v, groups);
   }
-
-  std::vector<SafetensorsEntry> entries;
+  s->values.resize(params.numel());
+  for (const Param& p : params.params()) std::copy(p.value, p.value + p.numel(), s->values.begin() + p.offset);
   json slices = json::object();
   for (const Param& p : params.params()) {
     if (!writes_param(p, groups)) continue;
-    const std::string name = p.name;
+    const std::string& name = p.name;
     if (slices.contains(name)) continue;  // a tied embedding's second copy
     slices[name] = slice_json(p);
-    entries.push_back({name, p.local_shape, p.value});
-    entries.push_back({kExpAvg + name, p.local_shape, m.data() + p.offset});
-    entries.push_back({kExpAvgSq + name, p.local_shape, v.data() + p.offset});
+    s->entries.push_back({name, p.local_shape, s->values.data() + p.offset});
+    s->entries.push_back({kExpAvg + name, p.local_shape, s->m.data() + p.offset});
+    s->entries.push_back({kExpAvgSq + name, p.local_shape, s->v.data() + p.offset});
   }
-  const int rank = groups.world_rank();
-  const std::string path = iter_dir + "/" + rank_file_name(rank);
-  write_safetensors(path, entries, {{kSlicesKey, slices.dump()}});
+  s->slices = slices.dump();
+  pending_ = std::move(s);
+  if (async_) {
+    writer_ = std::thread([p = pending_.get()] { p->write(); });
+  } else {
+    pending_->write();
+  }
+}
 
+void CheckpointSaver::finish(ProcessGroups& groups) {
+  if (!pending_) return;
+  if (writer_.joinable()) writer_.join();
+  const std::unique_ptr<Pending> s = std::move(pending_);
+  if (s->error) std::rethrow_exception(s->error);
   // Every rank's CRC-32, as two exact 16-bit halves; the gather also waits for every file.
-  const uint32_t crc = file_crc32(path);
-  const float mine[2] = {static_cast<float>(crc >> 16), static_cast<float>(crc & 0xFFFF)};
+  const float mine[2] = {static_cast<float>(s->crc >> 16), static_cast<float>(s->crc & 0xFFFF)};
   Comm& world = groups.world();
   std::vector<float> crcs(2 * world.size());
   world.all_gather(mine, crcs.data(), 2);
-  if (rank == 0) {
+  if (groups.world_rank() == 0) {
     json meta = {{"format", "tessel-checkpoint"},
                  {"version", 1},
-                 {"iteration", iteration},
-                 {"data_position", iteration},  // sampling depends on (seed, iteration) only
-                 {"step_count", optimizer.step_count()},
-                 {"seed", seed},
-                 {"model", hf_config_json(cfg)},
-                 {"run_config", run_config},
+                 {"iteration", s->iteration},
+                 {"data_position", s->iteration},  // sampling depends on (seed, iteration) only
+                 {"step_count", s->step_count},
+                 {"seed", s->seed},
+                 {"model", s->model},
+                 {"run_config", s->run_config},
                  {"world_size", world.size()}};
     json files = json::array(), tensors = json::object();
     for (int r = 0; r < world.size(); ++r) {
-      const std::string name = rank_file_name(r);
+      const std::string name = rank_file_name(r), path = s->iter_dir + "/" + name;
       const uint32_t c = (static_cast<uint32_t>(crcs[2 * r]) << 16) | static_cast<uint32_t>(crcs[2 * r + 1]);
-      files.push_back({{"name", name}, {"crc32", c}, {"bytes", fs::file_size(iter_dir + "/" + name)}});
-      const SafetensorsReader reader(iter_dir + "/" + name);
+      files.push_back({{"name", name}, {"crc32", c}, {"bytes", fs::file_size(path)}});
+      const SafetensorsReader reader(path);
       const json theirs = json::parse(reader.metadata().at(kSlicesKey));
       for (const auto& [tensor, slice] : theirs.items()) {
         json& t = tensors[tensor];
@@ -278,10 +326,18 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegis
     }
     meta["files"] = files;
     meta["tensors"] = tensors;
-    write_file_atomic(iter_dir + "/metadata.json", meta.dump(1));
-    write_file_atomic(dir + "/latest_checkpointed_iteration.txt", std::to_string(iteration) + "\n");
+    write_file_atomic(s->iter_dir + "/metadata.json", meta.dump(1));
+    write_file_atomic(s->dir + "/latest_checkpointed_iteration.txt", std::to_string(s->iteration) + "\n");
   }
   world.barrier();
+}
+
+void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegistry& params,
+                     const AdamW& optimizer, const ModelConfig& cfg, bool distributed_optimizer,
+                     uint64_t seed, const json& run_config, ProcessGroups& groups) {
+  CheckpointSaver saver(false);
+  saver.save(dir, iteration, params, optimizer, cfg, distributed_optimizer, seed, run_config, groups);
+  saver.finish(groups);
 }
 
 json read_checkpoint_metadata(const std::string& dir, int64_t iteration) {

@@ -17,7 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "tessel/model/config.h"
 #include "tessel/model/params.h"
@@ -43,6 +45,32 @@ int64_t latest_checkpointed_iteration(const std::string& dir);
 void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegistry& params,
                      const AdamW& optimizer, const ModelConfig& cfg, bool distributed_optimizer,
                      uint64_t seed, const nlohmann::json& run_config, ProcessGroups& groups);
+
+// Saves in three steps: a collective snapshot (the moments gathered, the values copied out of
+// training's buffers), the write of this rank's file — on a background thread with `async`
+// (--async-save), so training goes on — and a collective commit (every rank's CRC-32 gathered,
+// metadata.json and the tracker written by rank 0), run by the next save() or by finish().
+// A save not yet committed is not a save: the tracker still names the one before.
+class CheckpointSaver {
+ public:
+  explicit CheckpointSaver(bool async);
+  ~CheckpointSaver();  // waits for a write in flight, which stays uncommitted
+  CheckpointSaver(const CheckpointSaver&) = delete;
+  CheckpointSaver& operator=(const CheckpointSaver&) = delete;
+
+  // Collective, as save_checkpoint. Commits the previous save first.
+  void save(const std::string& dir, int64_t iteration, const ParamRegistry& params,
+            const AdamW& optimizer, const ModelConfig& cfg, bool distributed_optimizer,
+            uint64_t seed, const nlohmann::json& run_config, ProcessGroups& groups);
+  // Collective: waits for the write in flight and commits it (nothing when none).
+  void finish(ProcessGroups& groups);
+
+ private:
+  struct Pending;
+  bool async_;
+  std::unique_ptr<Pending> pending_;
+  std::thread writer_;
+};
 
 // Fills this rank's parameters and its owned Adam moments from a save under any layout, sets the
 // step count and returns the saved iteration (training resumes at the next one). `iteration` < 0

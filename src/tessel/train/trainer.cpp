@@ -298,9 +298,10 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
       {"sequence_parallel", pc.sequence_parallel}, {"micro_batch_size", o.micro_batch_size},
       {"global_batch_size", o.global_batch_size}, {"train_iters", o.lr.train_iters},
       {"data_path", o.data_path}};
+  CheckpointSaver saver(o.async_save);
   const auto save = [&](int64_t it) {
-    save_checkpoint(o.save, it, params, optimizer, cfg, pc.distributed_optimizer, o.seed,
-                    run_config, groups);
+    saver.save(o.save, it, params, optimizer, cfg, pc.distributed_optimizer, o.seed, run_config,
+               groups);
   };
   // Gradients of parameters replicated over TP come from this rank's rows alone under sequence
   // parallel: they are summed over TP before the DP reduction sees them.
@@ -422,6 +423,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
       save(it);
     if (exiting) break;
   }
+  saver.finish(groups);
   if (pc.pp > 1 && o.lr.train_iters > 0) report_pipeline(log, groups, wait_seconds, pipeline_seconds, peak_in_flight);
   if (o.profile) {
     ChunkActivations acts = chunks.front()->make_activations();

@@ -28,6 +28,7 @@ struct TrainOptions {
   std::string save;       // --save: checkpoint folder (checkpoint.h)
   int64_t save_interval = 0;  // --save-interval: save every N iterations (and at the end)
   std::string load;       // --load: resume from this folder's newest save
+  bool async_save = false;  // --async-save: write checkpoints on a background thread
   int64_t exit_interval = 0;  // --exit-interval: stop (after a save) once the iteration is a multiple
   OptimizerConfig optimizer;
   LrScheduleConfig lr;  // train_iters is taken from here
