@@ -163,6 +163,37 @@ TEST(Checkpoint, Tp2Pp2Dp2SaveResumesUnderVppAndDistributedOptimizer) {
   expect_close(r.second, r.straight, 10);
 }
 
+// One save under TP2·PP2·DP2 (8 ranks), resumed under other layouts: TP1·PP4, TP4·PP1·DP2, one
+// process, DP2 with the distributed optimizer.
+TEST(Checkpoint, Tp2Pp2Dp2SaveResumesUnderManyLayouts) {
+  const char* four_layers =
+      "--arch gpt2 --num-layers 4 --hidden-size 64 --num-attention-heads 8 --ffn-hidden-size 128 ";
+  const fs::path dir = fresh_dir("tp2pp2dp2_many"), ckpt = dir / "ckpt";
+  const std::vector<double> straight = train(dir, 8, "--tp 2 --pp 2", four_layers);
+  train(dir, 8, "--tp 2 --pp 2 --save " + ckpt.string() + " --exit-interval 10", four_layers);
+  const std::pair<int, std::string> layouts[] = {
+      {4, "--pp 4"}, {8, "--tp 4"}, {1, ""}, {2, "--use-distributed-optimizer"}};
+  for (const auto& [ranks, flags] : layouts) {
+    SCOPED_TRACE(flags);
+    const std::vector<double> second = train(dir, ranks, flags + " --load " + ckpt.string(), four_layers);
+    ASSERT_EQ(second.size(), 10u);
+    expect_close(second, straight, 10);
+  }
+}
+
+// A MoE save under EP4 resumed under EP2 and by one process (EP1).
+TEST(Checkpoint, MoeEp4SaveResumesUnderEp2AndEp1) {
+  const fs::path dir = fresh_dir("ep4_many"), ckpt = dir / "ckpt";
+  const std::vector<double> straight = train(dir, 4, "--ep 4", kMoeModel);
+  train(dir, 4, "--ep 4 --save " + ckpt.string() + " --exit-interval 10", kMoeModel);
+  for (const auto& [ranks, flags] : {std::pair<int, std::string>{2, "--ep 2"}, {1, ""}}) {
+    SCOPED_TRACE(flags);
+    const std::vector<double> second = train(dir, ranks, flags + " --load " + ckpt.string(), kMoeModel);
+    ASSERT_EQ(second.size(), 10u);
+    expect_close(second, straight, 10);
+  }
+}
+
 // `tessel export --load` of a TP2 save writes the same weights as the run's own --save-hf.
 TEST(Checkpoint, ExportOfATp2SaveMatchesSaveHf) {
   const fs::path dir = fresh_dir("export"), ckpt = dir / "ckpt";
