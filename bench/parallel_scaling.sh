@@ -191,41 +191,67 @@ echo "mode $mode, config $config: gpt2 V$vocab T$seq d$hidden L$layers H$heads, 
   "$(date -u '+%F %T') UTC"
 echo "tessel: $tessel"
 echo "load before: $(load)"
-printf '%-5s' round; printf ' %16s' "${variants[@]}"; printf '   %s\n' "load (1 5 15 min)"
+# CPU the rest of the machine used meanwhile, in cores: the busy time of all CPUs (/proc/stat,
+# steal included) less the CPU time of this shell's children (`times`, so the runs are called in
+# this shell, not in a subshell).
+cpu_mark() {  # sets mark_busy, mark_wall, mark_ours (seconds)
+  mark_busy=$(awk '/^cpu /{print ($2 + $3 + $4 + $7 + $8 + $9) / 100}' /proc/stat)
+  mark_wall=$(cut -d' ' -f1 /proc/uptime)
+  times >"$work/times"
+  mark_ours=$(tail -n 1 "$work/times" | awk '{for (i = 1; i <= 2; i++) {
+    split($i, t, "m"); s += t[1] * 60 + substr(t[2], 1, length(t[2]) - 1)}; print s}')
+}
+
+printf '%-5s' round; printf ' %16s' "${variants[@]}"; printf '  %8s   %s\n' others "load (1 5 15 min)"
 : >"$work/median_rows"; : >"$work/mean_rows"
 for r in $(seq 1 "$rounds"); do
-  medians=() means=()
+  medians=() means=() others=()
   for v in "${variants[@]}"; do
-    read -r med mean < <(run_variant "$v" "$work/${v}_$r")
+    cpu_mark; busy0=$mark_busy wall0=$mark_wall ours0=$mark_ours
+    run_variant "$v" "$work/${v}_$r" >"$work/rate"
+    cpu_mark
+    read -r med mean <"$work/rate"
     medians+=("$med") means+=("$mean")
+    others+=("$(python3 -c "print(f'{max(0.0, ($mark_busy - $busy0) - ($mark_ours - $ours0)) / ($mark_wall - $wall0):.2f}')")")
   done
-  printf '%-5s' "$r"; printf ' %16s' "${medians[@]}"; printf '   %s\n' "$(load)"
-  echo "${medians[*]}" >>"$work/median_rows"
-  echo "${means[*]}" >>"$work/mean_rows"
+  most=$(printf '%s\n' "${others[@]}" | sort -g | tail -n 1)
+  printf '%-5s' "$r"; printf ' %16s' "${medians[@]}"; printf '  %8s   %s\n' "$most" "$(load)"
+  echo "$most ${medians[*]}" >>"$work/median_rows"
+  echo "$most ${means[*]}" >>"$work/mean_rows"
 done
+echo "others: cores' worth of CPU that other processes used during the round's busiest run"
 
 python3 - "$work" "$mode" $((global * seq)) $((micro * seq)) "${variants[@]}" <<'EOF'
 import statistics, sys
 work, mode, step_tokens, micro_tokens, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), \
     int(sys.argv[4]), sys.argv[5:]
+QUIET = 0.25  # cores; the summary repeats over the rounds where others used at most this
 def rows(kind):
     return [list(map(float, line.split())) for line in open(f"{work}/{kind}_rows") if line.strip()]
 def line(label, values):
     return (f"{label:<40} min {min(values):>9.3f}  median {statistics.median(values):>9.3f}  "
-            f"max {max(values):>9.3f}")
-median_rows, mean_rows = rows("median"), rows("mean")
-print(f"summary over {len(median_rows)} rounds; tok/s = median of the timed iterations:")
-for i, name in enumerate(names):
-    print(line(f"{name} tok/s", [r[i] for r in median_rows]))
-print(f"ratios to {names[0]}, per round (second line: from mean rates, total tokens / total time):")
-for i, name in enumerate(names[1:], 1):
-    print(line(f"{name} / {names[0]}", [r[i] / r[0] for r in median_rows]))
-    print(line(f"  mean-based", [r[i] / r[0] for r in mean_rows]))
-    print(line(f"{names[0]} / {name}", [r[0] / r[i] for r in median_rows]))
+            f"max {max(values):>9.3f}  ({len(values)})")
+def report(median_rows, mean_rows, title):
+    print(f"{title}; tok/s = median of the timed iterations:")
+    for i, name in enumerate(names):
+        print(line(f"{name} tok/s", [r[i] for r in median_rows]))
+    print(f"ratios to {names[0]}, per round (second line: from mean rates, total tokens / total time):")
+    for i, name in enumerate(names[1:], 1):
+        print(line(f"{name} / {names[0]}", [r[i] / r[0] for r in median_rows]))
+        print(line(f"  mean-based", [r[i] / r[0] for r in mean_rows]))
+        print(line(f"{names[0]} / {name}", [r[0] / r[i] for r in median_rows]))
+all_median, all_mean = rows("median"), rows("mean")
+median_rows, mean_rows = [r[1:] for r in all_median], [r[1:] for r in all_mean]
+report(median_rows, mean_rows, f"summary over all {len(median_rows)} rounds")
+quiet = [i for i, r in enumerate(all_median) if r[0] <= QUIET]
+if quiet and len(quiet) < len(all_median):
+    report([median_rows[i] for i in quiet], [mean_rows[i] for i in quiet],
+           f"quiet rounds only (others <= {QUIET} cores in every run): {len(quiet)}")
 if mode == "dpcost":
     # Step times (ms) from the median rates; every variant but 1rank-1mb and 2procs-1mb does the
     # whole global batch (two microbatches) per step.
-    print("where DP2's step time goes, ms per step, per round:")
+    use = [median_rows[i] for i in quiet] or median_rows
+    print(f"where DP2's step time goes, ms per step, over the {'quiet' if quiet else 'all'} rounds:")
     derived = {k: [] for k in ("1 rank, 2 microbatches (T2)", "1 rank, 1 microbatch (T1)",
                                "one microbatch's fwd+bwd (C = T2 - T1)",
                                "per-step fixed cost (O = T1 - C)",
@@ -233,7 +259,7 @@ if mode == "dpcost":
                                "DP2 step (D)", "DP2 communication (D - P)",
                                "DP2 tcmalloc communication", "bound without comm T2 / P",
                                "bound, no contention T2 / T1")}
-    for r in median_rows:
+    for r in use:
         ms = dict(zip(names, r))
         t2, t1 = 1e3 * step_tokens / ms["1rank"], 1e3 * micro_tokens / ms["1rank-1mb"]
         par = 1e3 * 2 * micro_tokens / ms["2procs-1mb"]
