@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "gradient_check.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -43,41 +45,10 @@ std::vector<int32_t> random_indices(int64_t n, int32_t bound, uint64_t stream) {
 
 Vec to_double(const Floats& x) { return Vec(x.begin(), x.end()); }
 
-// ‖got - want‖ / ‖want‖.
-double relative_error(const Floats& got, const Vec& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-}
-
-double dot(const Vec& a, const Vec& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// A reference forward: the inputs that get gradients, in double, to the output.
-using Reference = std::function<Vec(const std::vector<Vec>&)>;
-
-// d(Σ f(inputs) · w) / d(inputs[which]) by central differences, h = 1e-6.
-Vec numerical_gradient(const Reference& f, std::vector<Vec> inputs, size_t which, const Vec& w) {
-  const double h = 1e-6;
-  Vec grad(inputs[which].size());
-  for (size_t j = 0; j < grad.size(); ++j) {
-    const double saved = inputs[which][j];
-    inputs[which][j] = saved + h;
-    const double plus = dot(f(inputs), w);
-    inputs[which][j] = saved - h;
-    const double minus = dot(f(inputs), w);
-    inputs[which][j] = saved;
-    grad[j] = (plus - minus) / (2 * h);
-  }
-  return grad;
-}
+using tessel::testing::dot;
+using tessel::testing::numerical_gradient;
+using tessel::testing::Reference;
+using tessel::testing::relative_error;
 
 // Runs a kernel's backward with dout = w, writing into grads[k] for input k (nullptr: skip it).
 using Backward = std::function<void(const std::vector<float*>& grads)>;
