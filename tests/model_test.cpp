@@ -14,23 +14,13 @@
 #include "tessel/core/philox.h"
 #include "tessel/model/generate.h"
 #include "tessel/model/transformer.h"
+#include "tiny_model.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel {
 namespace {
 
-ModelConfig tiny_config(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.num_query_groups = arch == Arch::Llama ? 2 : 0;
-  c.ffn_hidden_size = 24;
-  c.seq_length = 6;
-  c.vocab_size = 11;
-  return c;
-}
+using testing::tiny_config;
 
 struct TinyModel {
   ParamRegistry params;
