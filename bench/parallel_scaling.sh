@@ -3,13 +3,19 @@
 # PyTorch on two threads, tensor parallel's overhead, DP bucket sizes and the allocator, and the
 # all-reduce bandwidth tessel gets against a plain MPI_Allreduce (issue 3's bench items).
 #
-#   bench/parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] MODE CONFIG
+#   bench/parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] [--microbatches K] [--tcmalloc]
+#                             MODE CONFIG
+#
+# --microbatches K: global batch = K microbatches (default 2) in every mode but tp; --tcmalloc:
+# every tessel run (one process or ranks) with LD_PRELOAD=libtcmalloc_minimal.so.4 (the allreduce
+# mode and the *-tcmalloc variants always compare both allocators, so not there).
 #
 # MODE      variants, run in this order every round (the first is the reference of the ratios)
-#   dp        1 rank × 1 thread, global batch = 2 microbatches | DP2 (2 ranks × 1 thread), same
+#   dp        1 rank × 1 thread, global batch = K microbatches | DP2 (2 ranks × 1 thread), same
 #             global batch | DP2 + --use-distributed-optimizer
-#   torch     tessel DP2, global batch = 2 microbatches | bench/run_pytorch.sh --threads 2 with
-#             batch = that global batch (ratio tessel / PyTorch)
+#   torch     tessel DP2, global batch = K microbatches | bench/run_pytorch.sh --threads 2 with
+#             batch = that global batch (ratio tessel / PyTorch) | tessel, 1 process × 2 threads,
+#             same global batch
 #   tp        TP2 (2 ranks × 1 thread) | TP2 + --sequence-parallel | 1 process × 2 threads |
 #             1 process × 1 thread, all with micro = global batch = the config's batch
 #   buckets   DP2 with --ddp-bucket-size 1M, 4M (default, the reference), 16M floats, each with
@@ -27,7 +33,9 @@
 # Runs alternate A B C A B C ... so that load from other processes falls on every variant; each
 # round gives ratios against the reference and the summary shows min / median / max. A tessel
 # run's rate is the median tokens_per_s (whole global batch) of its timed iterations (--log-json,
-# rank 0), PyTorch's is batch·seq / median_step_ms. Ranks run with OMP_NUM_THREADS=1 under
+# rank 0), PyTorch's is batch·seq / median_step_ms. Column "others": the cores' worth of CPU
+# other processes used during the round's busiest run (/proc/stat less this script's children);
+# the summary is repeated over the rounds where that stayed <= 0.25 (the quiet ones). Ranks run with OMP_NUM_THREADS=1 under
 # `mpirun --allow-run-as-root -n 2` (Open MPI binds each rank to a core). TESSEL=...,
 # ALLREDUCE_BENCH=... point at other binaries (a build of a fixed commit while others rebuild
 # build/).
@@ -39,19 +47,22 @@ allreduce_bench=${ALLREDUCE_BENCH:-$root/build/bench/allreduce_bench}
 corpus=$root/data/kjv-genesis-esther.txt
 tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
 
-rounds= iters= warmup=
+rounds= iters= warmup= microbatches=2 preload=
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --microbatches) microbatches=$2; shift 2 ;;
+    --tcmalloc) preload=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4; shift ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     -*) echo "parallel_scaling.sh: unknown flag $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
 if [ $# -ne 2 ]; then
-  echo "usage: parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] dp|torch|tp|buckets|allreduce tiny|small" >&2
+  echo "usage: parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] [--microbatches K] [--tcmalloc]" \
+    "dp|torch|tp|buckets|dpcost|allreduce tiny|small" >&2
   exit 2
 fi
 mode=$1 config=$2
@@ -67,8 +78,12 @@ vocab=$1 seq=$2 hidden=$3 layers=$4 heads=$5 micro=$6
 iters=${iters:-$def_iters} warmup=${warmup:-$def_warmup} rounds=${rounds:-$def_rounds}
 
 case $mode in
+  buckets|dpcost|allreduce)
+    [ -z "$preload" ] || { echo "parallel_scaling.sh: --tcmalloc does not apply to $mode" >&2; exit 2; } ;;&
+  dpcost)
+    [ "$microbatches" = 2 ] || { echo "parallel_scaling.sh: dpcost needs 2 microbatches" >&2; exit 2; } ;;&
   dp)      variants=(1rank dp2 dp2-distopt) ;;
-  torch)   variants=(dp2 torch2) ;;
+  torch)   variants=(dp2 torch2 1proc-2threads) ;;
   tp)      variants=(tp2 tp2-sp 1proc-2threads 1proc-1thread) ;;
   buckets) variants=(dp2-b4M dp2-b1M dp2-b16M dp2-b4M-tcmalloc dp2-b1M-tcmalloc dp2-b16M-tcmalloc) ;;
   dpcost)  variants=(1rank 1rank-1mb 2procs-1mb dp2 dp2-tcmalloc) ;;
@@ -77,22 +92,36 @@ case $mode in
 esac
 # The global batch: two microbatches per step, split over DP2 or taken in turn by one rank; TP
 # runs one microbatch (every TP rank sees the same samples).
-if [ "$mode" = tp ]; then global=$micro; else global=$((2 * micro)); fi
+if [ "$mode" = tp ]; then global=$micro; else global=$((microbatches * micro)); fi
 
 command -v mpirun >/dev/null || { echo "parallel_scaling.sh: mpirun not found" >&2; exit 1; }
 mpirun=(mpirun --allow-run-as-root -n 2 -x OMP_NUM_THREADS=1)
+[ -n "$preload" ] && mpirun+=(-x LD_PRELOAD="$preload")
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+
+# CPU the rest of the machine used meanwhile, in cores: the busy time of all CPUs (/proc/stat,
+# steal included) less the CPU time of this shell's children (`times`, so the runs are called in
+# this shell, not in a subshell).
+cpu_mark() {  # sets mark_busy, mark_wall, mark_ours (seconds)
+  mark_busy=$(awk '/^cpu /{print ($2 + $3 + $4 + $7 + $8 + $9) / 100}' /proc/stat)
+  mark_wall=$(cut -d' ' -f1 /proc/uptime)
+  times >"$work/times"
+  mark_ours=$(tail -n 1 "$work/times" | awk '{for (i = 1; i <= 2; i++) {
+    split($i, t, "m"); s += t[1] * 60 + substr(t[2], 1, length(t[2]) - 1)}; print s}')
+}
 
 if [ "$mode" = allreduce ]; then
   [ -x "$allreduce_bench" ] || { echo "parallel_scaling.sh: $allreduce_bench not found (build first)" >&2; exit 1; }
   [ -e "$tcmalloc" ] || { echo "parallel_scaling.sh: $tcmalloc not found" >&2; exit 1; }
   echo "allreduce_bench, 2 ranks, glibc then tcmalloc, $rounds rounds, $(date -u '+%F %T') UTC, load $(load)"
   for r in $(seq 1 "$rounds"); do
+    cpu_mark; busy0=$mark_busy wall0=$mark_wall ours0=$mark_ours
     "${mpirun[@]}" "$allreduce_bench" >"$work/glibc_$r"
     "${mpirun[@]}" -x LD_PRELOAD="$tcmalloc" "$allreduce_bench" >"$work/tcmalloc_$r"
-    echo "round $r done, load $(load)"
+    cpu_mark
+    echo "round $r done, others $(python3 -c "print(f'{max(0.0, ($mark_busy - $busy0) - ($mark_ours - $ours0)) / ($mark_wall - $wall0):.2f}')") cores, load $(load)"
   done
   echo "--- last round's tables:"; cat "$work/glibc_$rounds" "$work/tcmalloc_$rounds"
   python3 - "$work" "$rounds" <<'EOF'
@@ -140,7 +169,7 @@ EOF
 }
 
 one_process() {  # $1: threads, $2: output prefix; runs tessel with args, no mpirun
-  (cd "$work" && OMP_NUM_THREADS=$1 "$tessel" "${args[@]}" --threads "$1" \
+  (cd "$work" && LD_PRELOAD=$preload OMP_NUM_THREADS=$1 "$tessel" "${args[@]}" --threads "$1" \
     --log-json "$2.json" >"$2.log")
 }
 
@@ -189,19 +218,8 @@ EOF
 echo "mode $mode, config $config: gpt2 V$vocab T$seq d$hidden L$layers H$heads, micro batch $micro," \
   "global batch $global, $warmup warm-up + $iters timed iterations, $rounds rounds, $(nproc) CPUs," \
   "$(date -u '+%F %T') UTC"
-echo "tessel: $tessel"
+echo "tessel: $tessel${preload:+, LD_PRELOAD=$preload}"
 echo "load before: $(load)"
-# CPU the rest of the machine used meanwhile, in cores: the busy time of all CPUs (/proc/stat,
-# steal included) less the CPU time of this shell's children (`times`, so the runs are called in
-# this shell, not in a subshell).
-cpu_mark() {  # sets mark_busy, mark_wall, mark_ours (seconds)
-  mark_busy=$(awk '/^cpu /{print ($2 + $3 + $4 + $7 + $8 + $9) / 100}' /proc/stat)
-  mark_wall=$(cut -d' ' -f1 /proc/uptime)
-  times >"$work/times"
-  mark_ours=$(tail -n 1 "$work/times" | awk '{for (i = 1; i <= 2; i++) {
-    split($i, t, "m"); s += t[1] * 60 + substr(t[2], 1, length(t[2]) - 1)}; print s}')
-}
-
 printf '%-5s' round; printf ' %16s' "${variants[@]}"; printf '  %8s   %s\n' others "load (1 5 15 min)"
 : >"$work/median_rows"; : >"$work/mean_rows"
 for r in $(seq 1 "$rounds"); do
