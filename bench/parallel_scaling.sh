@@ -3,12 +3,10 @@
 # PyTorch on two threads, tensor parallel's overhead, DP bucket sizes and the allocator, and the
 # all-reduce bandwidth tessel gets against a plain MPI_Allreduce (issue 3's bench items).
 #
-#   bench/parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] [--microbatches K] [--tcmalloc]
-#                             MODE CONFIG
+#   bench/parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] [--microbatches K] MODE CONFIG
 #
-# --microbatches K: global batch = K microbatches (default 2) in every mode but tp; --tcmalloc:
-# every tessel run (one process or ranks) with LD_PRELOAD=libtcmalloc_minimal.so.4 (the allreduce
-# mode and the *-tcmalloc variants always compare both allocators, so not there).
+# --microbatches K: global batch = K microbatches (default 2) in every mode but tp. tessel itself
+# is linked with tcmalloc (CMakeLists.txt); the allreduce mode compares the allocators.
 #
 # MODE      variants, run in this order every round (the first is the reference of the ratios)
 #   dp        1 rank × 1 thread, global batch = K microbatches | DP2 (2 ranks × 1 thread), same
@@ -18,13 +16,12 @@
 #             same global batch
 #   tp        TP2 (2 ranks × 1 thread) | TP2 + --sequence-parallel | 1 process × 2 threads |
 #             1 process × 1 thread, all with micro = global batch = the config's batch
-#   buckets   DP2 with --ddp-bucket-size 1M, 4M (default, the reference), 16M floats, each with
-#             glibc malloc and with tcmalloc (-x LD_PRELOAD=libtcmalloc_minimal.so.4)
+#   buckets   DP2 with --ddp-bucket-size 4M (default, the reference), 1M, 16M floats
 #   dpcost    where DP2's step goes: 1 rank with 2 microbatches | 1 rank with 1 microbatch | two
 #             independent 1-microbatch processes at once (DP2's work without its communication)
-#             | DP2 | DP2 with tcmalloc; derives one microbatch's cost, the step's fixed cost
-#             (optimizer etc., not divided by DP), the two processes' mutual slow-down and DP2's
-#             communication time = DP2's step - the independent pair's
+#             | DP2 | DP2 + distributed optimizer; derives one microbatch's cost, the step's
+#             fixed cost (optimizer etc., not divided by DP), the two processes' mutual slow-down
+#             and DP2's communication time = DP2's step - the independent pair's
 #   allreduce build/bench/allreduce_bench on 2 ranks, glibc then tcmalloc, R rounds; per size the
 #             medians over rounds of tessel's and plain MPI_Allreduce's GB/s and their ratio
 #             (default 3 rounds; CONFIG is ignored, give either)
@@ -47,21 +44,20 @@ allreduce_bench=${ALLREDUCE_BENCH:-$root/build/bench/allreduce_bench}
 corpus=$root/data/kjv-genesis-esther.txt
 tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
 
-rounds= iters= warmup= microbatches=2 preload=
+rounds= iters= warmup= microbatches=2
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --microbatches) microbatches=$2; shift 2 ;;
-    --tcmalloc) preload=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4; shift ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     -*) echo "parallel_scaling.sh: unknown flag $1" >&2; exit 2 ;;
     *) break ;;
   esac
 done
 if [ $# -ne 2 ]; then
-  echo "usage: parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] [--microbatches K] [--tcmalloc]" \
+  echo "usage: parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] [--microbatches K]" \
     "dp|torch|tp|buckets|dpcost|allreduce tiny|small" >&2
   exit 2
 fi
@@ -78,15 +74,13 @@ vocab=$1 seq=$2 hidden=$3 layers=$4 heads=$5 micro=$6
 iters=${iters:-$def_iters} warmup=${warmup:-$def_warmup} rounds=${rounds:-$def_rounds}
 
 case $mode in
-  buckets|dpcost|allreduce)
-    [ -z "$preload" ] || { echo "parallel_scaling.sh: --tcmalloc does not apply to $mode" >&2; exit 2; } ;;&
   dpcost)
     [ "$microbatches" = 2 ] || { echo "parallel_scaling.sh: dpcost needs 2 microbatches" >&2; exit 2; } ;;&
   dp)      variants=(1rank dp2 dp2-distopt) ;;
   torch)   variants=(dp2 torch2 1proc-2threads) ;;
   tp)      variants=(tp2 tp2-sp 1proc-2threads 1proc-1thread) ;;
-  buckets) variants=(dp2-b4M dp2-b1M dp2-b16M dp2-b4M-tcmalloc dp2-b1M-tcmalloc dp2-b16M-tcmalloc) ;;
-  dpcost)  variants=(1rank 1rank-1mb 2procs-1mb dp2 dp2-tcmalloc) ;;
+  buckets) variants=(dp2-b4M dp2-b1M dp2-b16M) ;;
+  dpcost)  variants=(1rank 1rank-1mb 2procs-1mb dp2 dp2-distopt) ;;
   allreduce) variants=() ;;
   *) echo "parallel_scaling.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
@@ -96,7 +90,6 @@ if [ "$mode" = tp ]; then global=$micro; else global=$((microbatches * micro)); 
 
 command -v mpirun >/dev/null || { echo "parallel_scaling.sh: mpirun not found" >&2; exit 1; }
 mpirun=(mpirun --allow-run-as-root -n 2 -x OMP_NUM_THREADS=1)
-[ -n "$preload" ] && mpirun+=(-x LD_PRELOAD="$preload")
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -169,12 +162,12 @@ EOF
 }
 
 one_process() {  # $1: threads, $2: output prefix; runs tessel with args, no mpirun
-  (cd "$work" && LD_PRELOAD=$preload OMP_NUM_THREADS=$1 "$tessel" "${args[@]}" --threads "$1" \
+  (cd "$work" && OMP_NUM_THREADS=$1 "$tessel" "${args[@]}" --threads "$1" \
     --log-json "$2.json" >"$2.log")
 }
 
 run_variant() {  # $1: variant, $2: output prefix; prints "median_tok_s mean_tok_s"
-  local name=$1 out=$2 extra=() env=() args
+  local name=$1 out=$2 extra=() args
   tessel_args "$global"
   case $name in
     1rank|1proc-1thread) one_process 1 "$out"; tessel_rate "$out.json"; return ;;
@@ -200,17 +193,15 @@ print(f'{r["batch"] * r["seq"] / (r["median_step_ms"] / 1e3):.1f} {r["tokens_per
 EOF
       return ;;
     dp2) ;;
-    dp2-tcmalloc) env=(-x LD_PRELOAD="$tcmalloc") ;;
     dp2-distopt) extra=(--use-distributed-optimizer) ;;
     tp2) extra=(--tp 2) ;;
     tp2-sp) extra=(--tp 2 --sequence-parallel) ;;
     dp2-b*)
-      local size=${name#dp2-b}; size=${size%-tcmalloc}
-      extra=(--ddp-bucket-size $((${size%M} * 1024 * 1024)))
-      case $name in *-tcmalloc) env=(-x LD_PRELOAD="$tcmalloc") ;; esac ;;
+      local size=${name#dp2-b}
+      extra=(--ddp-bucket-size $((${size%M} * 1024 * 1024))) ;;
     *) echo "parallel_scaling.sh: unknown variant $name" >&2; exit 2 ;;
   esac
-  (cd "$work" && "${mpirun[@]}" "${env[@]}" "$tessel" "${args[@]}" --threads 1 \
+  (cd "$work" && "${mpirun[@]}" "$tessel" "${args[@]}" --threads 1 \
     "${extra[@]}" --log-json "$out.json" >"$out.log")
   tessel_rate "$out.json"
 }
@@ -218,7 +209,7 @@ EOF
 echo "mode $mode, config $config: gpt2 V$vocab T$seq d$hidden L$layers H$heads, micro batch $micro," \
   "global batch $global, $warmup warm-up + $iters timed iterations, $rounds rounds, $(nproc) CPUs," \
   "$(date -u '+%F %T') UTC"
-echo "tessel: $tessel${preload:+, LD_PRELOAD=$preload}"
+echo "tessel: $tessel"
 echo "load before: $(load)"
 printf '%-5s' round; printf ' %16s' "${variants[@]}"; printf '  %8s   %s\n' others "load (1 5 15 min)"
 : >"$work/median_rows"; : >"$work/mean_rows"
@@ -275,13 +266,13 @@ if mode == "dpcost":
                                "per-step fixed cost (O = T1 - C)",
                                "2 independent procs, 1 microbatch (P)", "contention P / T1",
                                "DP2 step (D)", "DP2 communication (D - P)",
-                               "DP2 tcmalloc communication", "bound without comm T2 / P",
+                               "DP2 + dist. optimizer communication", "bound without comm T2 / P",
                                "bound, no contention T2 / T1")}
     for r in use:
         ms = dict(zip(names, r))
         t2, t1 = 1e3 * step_tokens / ms["1rank"], 1e3 * micro_tokens / ms["1rank-1mb"]
         par = 1e3 * 2 * micro_tokens / ms["2procs-1mb"]
-        dp, dp_tc = 1e3 * step_tokens / ms["dp2"], 1e3 * step_tokens / ms["dp2-tcmalloc"]
+        dp, dp_tc = 1e3 * step_tokens / ms["dp2"], 1e3 * step_tokens / ms["dp2-distopt"]
         for key, value in zip(derived, (t2, t1, t2 - t1, 2 * t1 - t2, par, par / t1, dp, dp - par,
                                         dp_tc - par, t2 / par, t2 / t1)):
             derived[key].append(value)
