@@ -225,6 +225,40 @@ TEST(MpiComm, RingExchangeBothDirections) {
 }
 
 // Checked before any MPI call, identically on every rank, so no rank is left in a collective.
+// The counters say what each kind of call moved: calls, bytes of the message (an all-to-all's
+// sent to other ranks only), and time blocked — which includes waiting for a late rank.
+TEST(MpiComm, StatsCountCallsBytesAndBlockedTime) {
+  auto comm = world_copy();
+  const int size = comm->size(), me = comm->rank();
+  std::vector<float> data(1000, 1.0f);
+  comm->all_reduce(data.data(), 1000);
+  Request pending = comm->all_reduce_async(data.data(), 250);
+  pending.wait();
+  std::vector<float> gathered(size * 10);
+  comm->all_gather(data.data(), gathered.data(), 10);
+  std::vector<int64_t> counts(size, 3), offsets(size);
+  for (int r = 0; r < size; ++r) offsets[r] = 3 * r;
+  std::vector<float> recv(3 * size);
+  comm->all_to_all_v(data.data(), counts.data(), offsets.data(), recv.data(), counts.data(),
+                     offsets.data());
+  const CommStats& stats = comm->stats();
+  const CommCounter& reduce = stats[static_cast<int>(CommOp::AllReduce)];
+  EXPECT_EQ(reduce.calls, 2);
+  EXPECT_EQ(reduce.bytes, 1250.0 * sizeof(float));
+  EXPECT_EQ(stats[static_cast<int>(CommOp::AllGather)].bytes, size * 10.0 * sizeof(float));
+  EXPECT_EQ(stats[static_cast<int>(CommOp::AllToAll)].bytes, (size - 1) * 3.0 * sizeof(float));
+  EXPECT_EQ(stats[static_cast<int>(CommOp::Send)].calls, 0);
+  // Rank 0 arrives 50 ms late: every other rank's barrier-free all-reduce blocks that long.
+  comm->reset_stats();
+  EXPECT_EQ(comm->stats()[static_cast<int>(CommOp::AllReduce)].calls, 0);
+  if (me == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  comm->all_reduce(data.data(), 1);
+  const double blocked = comm->stats()[static_cast<int>(CommOp::AllReduce)].seconds;
+  if (me != 0) {
+    EXPECT_GT(blocked, 0.04);
+  }
+}
+
 TEST(MpiComm, BadArgumentsThrow) {
   auto comm = world_copy();
   float x = 0;

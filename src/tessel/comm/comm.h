@@ -6,6 +6,7 @@
 // (every collective is then a copy or nothing), so single-process code runs the same calls.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -41,11 +42,31 @@ class Request {
 
 void wait_all(std::vector<Request>& requests);
 
+// What this rank's calls on one group moved and how long they held it up, per kind of call:
+// calls; bytes of the message (an all-reduce's buffer, an all-gather's result, a reduce-scatter's
+// input, what an all-to-all or a send sends to other ranks, what a receive receives); and the
+// seconds spent blocked — inside a blocking call, or in wait() on a non-blocking one (time a
+// non-blocking operation spends in flight while this rank computes is not counted: it is hidden).
+enum class CommOp : uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, Broadcast, Send, Recv };
+inline constexpr int kNumCommOps = 7;
+// "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send", "recv"
+const char* comm_op_name(CommOp op);
+struct CommCounter {
+  int64_t calls = 0;
+  double bytes = 0;
+  double seconds = 0;
+};
+using CommStats = std::array<CommCounter, kNumCommOps>;
+
 class Comm {
  public:
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+
+  // Counters since the last reset (a group of one process moves nothing and counts nothing).
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
 
   // In place over `count` elements.
   virtual void all_reduce(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
@@ -67,6 +88,9 @@ class Comm {
   // Point to point, non-blocking; `peer` is a group-local rank.
   virtual Request isend(const float* data, int64_t count, int peer, int tag) = 0;
   virtual Request irecv(float* data, int64_t count, int peer, int tag) = 0;
+
+ protected:
+  CommStats stats_{};
 };
 
 // A group of one process: collectives copy or do nothing; point to point with itself is an error.

@@ -97,4 +97,20 @@ ProcessGroups ProcessGroups::single() {
   return groups;
 }
 
+void ProcessGroups::reset_comm_stats() {
+  for (auto& comm : comms_) comm->reset_stats();
+}
+
+std::vector<ProcessGroups::CommUse> ProcessGroups::comm_uses() const {
+  std::vector<CommUse> uses;
+  for (GroupKind kind : kAllGroupKinds) {
+    const Comm& comm = *comms_[static_cast<int>(kind)];
+    if (comm.size() == 1) continue;  // nothing moves in a group of one
+    const CommStats& stats = comm.stats();
+    for (int op = 0; op < kNumCommOps; ++op)
+      if (stats[op].calls > 0) uses.push_back({kind, static_cast<CommOp>(op), stats[op]});
+  }
+  return uses;
+}
+
 }  // namespace tessel

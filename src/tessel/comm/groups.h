@@ -8,6 +8,7 @@
 
 #include <array>
 #include <memory>
+#include <vector>
 
 #include "tessel/comm/comm.h"
 #include "tessel/parallel/layout.h"
@@ -42,6 +43,16 @@ class ProcessGroups {
   Comm& etp() { return get(GroupKind::ETP); }
   Comm& edp() { return get(GroupKind::EDP); }
   Comm& tp_ep() { return get(GroupKind::TP_EP); }
+
+  // The communication counters (comm.h) of every group kind's Comm: all reset, or those with
+  // calls since the last reset as (group kind, call kind, counter), groups of one left out.
+  void reset_comm_stats();
+  struct CommUse {
+    GroupKind group;
+    CommOp op;
+    CommCounter counter;
+  };
+  std::vector<CommUse> comm_uses() const;
 
   int world_rank() const { return world_rank_; }
   // This rank's coordinate on every axis of the layout (all 0 for single()).

@@ -66,12 +66,4 @@ class LocalComm final : public Comm {
 
 std::unique_ptr<Comm> make_local_comm() { return std::make_unique<LocalComm>(); }
 
-// Waits for each request in turn and empties the list, so it can collect the next round.
-// Waiting in order cannot deadlock: every request is already posted, and waiting on one makes
-// progress on all of them.
-void wait_all(std::vector<Request>& requests) {
-  for (Request& request : requests) request.wait();
-  requests.clear();
-}
-
 }  // namespace tessel

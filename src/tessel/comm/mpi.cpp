@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -39,15 +40,42 @@ bool overlaps(const float* a, int64_t a_count, const float* b, int64_t b_count) 
   return a_count > 0 && b_count > 0 && a_begin < b_end && b_begin < a_end;
 }
 
-// One MPI request. A Request dropped while in flight is waited for here: MPI may still read or
-// write its buffer, and freeing a non-blocking collective's request is not allowed.
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Counts one call moving `bytes` in `counter`; the time until it goes out of scope is blocked.
+class BlockingCall {
+ public:
+  BlockingCall(CommCounter& counter, double bytes) : counter_(counter), start_(Clock::now()) {
+    ++counter_.calls;
+    counter_.bytes += bytes;
+  }
+  ~BlockingCall() { counter_.seconds += seconds_since(start_); }
+  BlockingCall(const BlockingCall&) = delete;
+  BlockingCall& operator=(const BlockingCall&) = delete;
+
+ private:
+  CommCounter& counter_;
+  Clock::time_point start_;
+};
+
+// One MPI request; the time this rank waits for it is added to its counter. A Request dropped
+// while in flight is waited for here: MPI may still read or write its buffer, and freeing a
+// non-blocking collective's request is not allowed.
 class MpiRequest final : public Request::Impl {
  public:
-  explicit MpiRequest(MPI_Request request) : request_(request) {}
+  MpiRequest(MPI_Request request, CommCounter& counter) : request_(request), counter_(counter) {}
   ~MpiRequest() override {
-    if (request_ != MPI_REQUEST_NULL && mpi_usable()) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    if (request_ != MPI_REQUEST_NULL && mpi_usable()) wait();
   }
-  void wait() override { MPI_Wait(&request_, MPI_STATUS_IGNORE); }
+  void wait() override {
+    const Clock::time_point start = Clock::now();
+    MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    counter_.seconds += seconds_since(start);
+  }
   bool test() override {
     int done = 0;
     MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
@@ -56,9 +84,15 @@ class MpiRequest final : public Request::Impl {
 
  private:
   MPI_Request request_;
+  CommCounter& counter_;
 };
 
-Request wrap(MPI_Request request) { return Request(std::make_shared<MpiRequest>(request)); }
+// Counts a non-blocking call moving `bytes`; its wait time is counted when it is waited for.
+Request started(MPI_Request request, CommCounter& counter, double bytes) {
+  ++counter.calls;
+  counter.bytes += bytes;
+  return Request(std::make_shared<MpiRequest>(request, counter));
+}
 
 // All-gather in place when this rank's block already sits at its place in recv (MPI forbids
 // aliased buffers otherwise).
@@ -98,11 +132,13 @@ void MpiComm::check_tag(int tag) const {
 }
 
 void MpiComm::all_reduce(float* data, int64_t count, ReduceOp op) {
+  BlockingCall call(counter(CommOp::AllReduce), count * sizeof(float));
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_FLOAT,
                 to_mpi_op(op), comm_);
 }
 
 void MpiComm::all_reduce(double* data, int64_t count, ReduceOp op) {
+  BlockingCall call(counter(CommOp::AllReduce), count * sizeof(double));
   MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_DOUBLE,
                 to_mpi_op(op), comm_);
 }
@@ -111,11 +147,12 @@ Request MpiComm::all_reduce_async(float* data, int64_t count, ReduceOp op) {
   MPI_Request request;
   MPI_Iallreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_FLOAT,
                  to_mpi_op(op), comm_, &request);
-  return wrap(request);
+  return started(request, counter(CommOp::AllReduce), count * sizeof(float));
 }
 
 void MpiComm::all_gather(const float* send, float* recv, int64_t count) {
   int n = to_mpi_count(count, "all_gather count");
+  BlockingCall call(counter(CommOp::AllGather), size_ * count * sizeof(float));
   MPI_Allgather(gather_send_buffer(send, recv, count, rank_, size_), n, MPI_FLOAT, recv, n,
                 MPI_FLOAT, comm_);
 }
@@ -125,12 +162,13 @@ Request MpiComm::all_gather_async(const float* send, float* recv, int64_t count)
   MPI_Request request;
   MPI_Iallgather(gather_send_buffer(send, recv, count, rank_, size_), n, MPI_FLOAT, recv, n,
                  MPI_FLOAT, comm_, &request);
-  return wrap(request);
+  return started(request, counter(CommOp::AllGather), size_ * count * sizeof(float));
 }
 
 void MpiComm::reduce_scatter(const float* send, float* recv, int64_t count) {
   TESSEL_CHECK(!overlaps(send, size_ * count, recv, count),
                "comm/mpi.cpp: reduce_scatter recv overlaps send");
+  BlockingCall call(counter(CommOp::ReduceScatter), size_ * count * sizeof(float));
   MPI_Reduce_scatter_block(send, recv, to_mpi_count(count, "reduce_scatter count"), MPI_FLOAT,
                            MPI_SUM, comm_);
 }
@@ -141,25 +179,29 @@ Request MpiComm::reduce_scatter_async(const float* send, float* recv, int64_t co
   MPI_Request request;
   MPI_Ireduce_scatter_block(send, recv, to_mpi_count(count, "reduce_scatter count"), MPI_FLOAT,
                             MPI_SUM, comm_, &request);
-  return wrap(request);
+  return started(request, counter(CommOp::ReduceScatter), size_ * count * sizeof(float));
 }
 
 void MpiComm::all_to_all_v(const float* send, const int64_t* send_counts,
                            const int64_t* send_offsets, float* recv, const int64_t* recv_counts,
                            const int64_t* recv_offsets) {
   std::vector<int> counts_out(size_), offsets_out(size_), counts_in(size_), offsets_in(size_);
+  int64_t sent_elsewhere = 0;
   for (int r = 0; r < size_; ++r) {
+    if (r != rank_) sent_elsewhere += send_counts[r];
     counts_out[r] = to_mpi_count(send_counts[r], "all_to_all_v send count");
     offsets_out[r] = to_mpi_count(send_offsets[r], "all_to_all_v send offset");
     counts_in[r] = to_mpi_count(recv_counts[r], "all_to_all_v recv count");
     offsets_in[r] = to_mpi_count(recv_offsets[r], "all_to_all_v recv offset");
   }
+  BlockingCall call(counter(CommOp::AllToAll), sent_elsewhere * sizeof(float));
   MPI_Alltoallv(send, counts_out.data(), offsets_out.data(), MPI_FLOAT, recv, counts_in.data(),
                 offsets_in.data(), MPI_FLOAT, comm_);
 }
 
 void MpiComm::broadcast(float* data, int64_t count, int root) {
   check_peer(root, "broadcast root");
+  BlockingCall call(counter(CommOp::Broadcast), count * sizeof(float));
   MPI_Bcast(data, to_mpi_count(count, "broadcast count"), MPI_FLOAT, root, comm_);
 }
 
@@ -170,7 +212,7 @@ Request MpiComm::isend(const float* data, int64_t count, int peer, int tag) {
   check_tag(tag);
   MPI_Request request;
   MPI_Isend(data, to_mpi_count(count, "isend count"), MPI_FLOAT, peer, tag, comm_, &request);
-  return wrap(request);
+  return started(request, counter(CommOp::Send), count * sizeof(float));
 }
 
 Request MpiComm::irecv(float* data, int64_t count, int peer, int tag) {
@@ -178,7 +220,7 @@ Request MpiComm::irecv(float* data, int64_t count, int peer, int tag) {
   check_tag(tag);
   MPI_Request request;
   MPI_Irecv(data, to_mpi_count(count, "irecv count"), MPI_FLOAT, peer, tag, comm_, &request);
-  return wrap(request);
+  return started(request, counter(CommOp::Recv), count * sizeof(float));
 }
 
 bool launched_by_mpi() {

@@ -47,6 +47,7 @@ class MpiComm final : public Comm {
  private:
   void check_peer(int peer, const char* what) const;
   void check_tag(int tag) const;
+  CommCounter& counter(CommOp op) { return stats_[static_cast<int>(op)]; }
 
   MPI_Comm comm_;
   int rank_ = 0;

@@ -48,6 +48,8 @@ void TrainLog::iteration(const IterationStats& s) {
         j["dropped_tokens"] = s.dropped_tokens;
         j["aux_loss"] = s.aux_loss;
       }
+      for (const IterationStats::Comm& c : s.comm)
+        j["comm"][c.group][c.op] = {{"calls", c.calls}, {"bytes", c.bytes}, {"ms", 1e3 * c.seconds}};
       std::fputs((j.dump() + "\n").c_str(), json_);
       std::fflush(json_);
     }

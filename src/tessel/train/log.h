@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace tessel {
 
@@ -20,6 +21,14 @@ struct IterationStats {
   bool moe = false;
   double expert_tokens_min = 0, expert_tokens_mean = 0, expert_tokens_max = 0;
   double dropped_tokens = 0, aux_loss = 0;
+  // This rank's communication in the iteration (comm.h's counters), one entry per group kind and
+  // kind of call that had any calls.
+  struct Comm {
+    std::string group, op;
+    int64_t calls = 0;
+    double bytes = 0, seconds = 0;
+  };
+  std::vector<Comm> comm;
 };
 
 class TrainLog {

@@ -49,6 +49,18 @@ void report_profile(TrainLog& log, double seconds, const ParamRegistry& params,
                           saved / mib, scratch / mib));
 }
 
+// This rank's communication per profiled iteration, by group and kind of call: what moved and how
+// long the rank was blocked on it (the part that computation did not hide).
+void report_communication(TrainLog& log, const std::map<std::string, IterationStats::Comm>& sums,
+                          int iterations, double seconds) {
+  if (iterations == 0) return;
+  for (const auto& [name, c] : sums)
+    log.message(fmt::format("profile: comm {:<22} {:6.1f} calls {:9.3f} MB  blocked {:8.2f} ms "
+                            "({:.1f}% of step) per iteration",
+                            name, static_cast<double>(c.calls) / iterations, c.bytes / iterations / 1e6,
+                            1e3 * c.seconds / iterations, 100 * c.seconds / seconds));
+}
+
 // Each pipeline rank's measured idle fraction (time blocked on a receive) and peak number of
 // microbatches in flight, gathered to the first rank.
 void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double total_s, int peak) {
@@ -350,6 +362,8 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
 
   std::vector<IterationStats> history;
   double profiled_seconds = 0, wait_seconds = 0, pipeline_seconds = 0;
+  int profiled_iterations = 0;
+  std::map<std::string, IterationStats::Comm> profiled_comm;  // by "group op", summed
   int peak_in_flight = 0;
   if (has_save) log.message(fmt::format("resumed from {} after iteration {}", o.load, resumed));
   else if (!o.load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", o.load));
@@ -358,6 +372,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
       cpu::gemm_stats_reset();
       cpu::gemm_stats_enable(true);
     }
+    groups.reset_comm_stats();
     const auto start = std::chrono::steady_clock::now();
     params.zero_grads();
     const PipelineExecutor::FillFn fill = [&](int m, int32_t* tokens, int32_t* targets) {
@@ -409,7 +424,19 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     s.iteration_time_ms = took.count() * 1000.0;
     s.tokens_per_s = batch_tokens / took.count();
-    if (o.profile && it >= 2) profiled_seconds += took.count();
+    for (const ProcessGroups::CommUse& use : groups.comm_uses())
+      s.comm.push_back({group_kind_name(use.group), comm_op_name(use.op), use.counter.calls,
+                        use.counter.bytes, use.counter.seconds});
+    if (o.profile && it >= 2) {
+      profiled_seconds += took.count();
+      profiled_iterations += 1;
+      for (const IterationStats::Comm& c : s.comm) {
+        IterationStats::Comm& sum = profiled_comm[c.group + " " + c.op];
+        sum.calls += c.calls;
+        sum.bytes += c.bytes;
+        sum.seconds += c.seconds;
+      }
+    }
     if (it >= 2 || o.lr.train_iters == 1) {
       wait_seconds += pipeline.stats().wait_seconds;
       pipeline_seconds += pipeline.stats().seconds;
@@ -428,6 +455,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   if (o.profile) {
     ChunkActivations acts = chunks.front()->make_activations();
     report_profile(log, profiled_seconds, params, *chunks.front(), acts);
+    report_communication(log, profiled_comm, profiled_iterations, profiled_seconds);
   }
   if (!o.save_hf.empty()) {
     export_gathered(params, cfg, o, groups);
