@@ -201,6 +201,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_option("--pipeline-model-parallel-layout", t.pipeline_layout, "Megatron's layout string, e.g. \"Et*3|(tt|)*2tL\"");
   train_cmd->add_option("--cp-comm-type", t.cp_comm_type, "context parallel attention: p2p (ring) | all-gather")->capture_default_str();
   train_cmd->add_option("--ddp-bucket-size", t.ddp_bucket_size, "gradients per DP reduction bucket (floats)")->capture_default_str();
+  train_cmd->add_flag("--overlap-grad-reduce", t.overlap_grad_reduce,
+                      "start each DP bucket's reduction during backward (non-blocking)");
   train_cmd->add_flag("--use-distributed-optimizer", pc.distributed_optimizer, "shard Adam state and the update over DP (ZeRO-1)");
   train_cmd->add_option("--make-vocab-size-divisible-by", train_model.flags.make_vocab_size_divisible_by,
                         "pad the vocabulary to a multiple of this × TP")->capture_default_str();

@@ -132,8 +132,10 @@ const Layout kLayouts[] = {
     {"dp2_distopt", 2, "--use-distributed-optimizer"},
     // Uneven DP slices (padding in every bucket) and small buckets whose reductions start while
     // the backward pass goes on.
-    {"dp4_distopt_odd", 4, "--use-distributed-optimizer --ddp-bucket-size 5000", true},
-    {"dp2_small_buckets", 2, "--ddp-bucket-size 3000"},
+    {"dp4_distopt_odd", 4,
+     "--use-distributed-optimizer --ddp-bucket-size 5000 --overlap-grad-reduce", true},
+    {"dp2_small_buckets", 2, "--ddp-bucket-size 3000 --overlap-grad-reduce"},
+    {"dp2_distopt_small_buckets", 2, "--use-distributed-optimizer --ddp-bucket-size 3000"},
     // Pipeline: 1F1B, interleaved virtual stages, GPipe, an uneven split, all axes at once. GPT-2
     // ties its LM head to the embedding across the first and last stages.
     {"pp2", 2, "--pp 2"},

@@ -34,9 +34,12 @@ TEST(MpiComm, RankAndSize) {
   EXPECT_EQ(comm->size(), size);
 }
 
-TEST(MpiComm, AllReduceFloatSumAndMax) {
+// Sizes below, at and past the 4 MiB pieces a large all-reduce is sent in (mpi.cpp).
+class MpiCommAllReduce : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(MpiCommAllReduce, FloatSumAndMax) {
   auto comm = world_copy();
-  const int64_t n = 1000;
+  const int64_t n = GetParam();
   std::vector<float> sum(n), max(n);
   for (int64_t i = 0; i < n; ++i) sum[i] = max[i] = contribution(comm->rank(), i);
   comm->all_reduce(sum.data(), n, ReduceOp::Sum);
@@ -51,6 +54,9 @@ TEST(MpiComm, AllReduceFloatSumAndMax) {
     EXPECT_EQ(max[i], expected_max) << "element " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Sizes, MpiCommAllReduce,
+                         ::testing::Values(int64_t{1000}, int64_t{1} << 20, (int64_t{1} << 21) + 7));
 
 // 1e12 + rank: the sum needs double's 53 bits (in float every rank's term would round alike).
 TEST(MpiComm, AllReduceDoubleSumAndMax) {

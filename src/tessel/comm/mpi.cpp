@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -131,10 +132,16 @@ void MpiComm::check_tag(int tag) const {
                tag_ub_);
 }
 
+// Open MPI 4.1's all-reduce over shared memory slows from ~12 GB/s to 1-3 GB/s past a few MiB
+// on this machine (bench/RESULTS.md, allreduce mode): a large buffer goes as pieces of 4 MiB.
+constexpr int64_t kAllReducePiece = int64_t{1} << 20;  // floats
+
 void MpiComm::all_reduce(float* data, int64_t count, ReduceOp op) {
+  to_mpi_count(count, "all_reduce count");
   BlockingCall call(counter(CommOp::AllReduce), count * sizeof(float));
-  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_FLOAT,
-                to_mpi_op(op), comm_);
+  for (int64_t begin = 0; begin < count; begin += kAllReducePiece)
+    MPI_Allreduce(MPI_IN_PLACE, data + begin, static_cast<int>(std::min(kAllReducePiece, count - begin)),
+                  MPI_FLOAT, to_mpi_op(op), comm_);
 }
 
 void MpiComm::all_reduce(double* data, int64_t count, ReduceOp op) {

@@ -6,8 +6,9 @@
 namespace tessel {
 
 DataParallel::DataParallel(ParamRegistry& params, Comm& dp, bool distributed_optimizer,
-                           int64_t bucket_floats, const std::function<bool(const Param&)>& include)
-    : params_(params), dp_(dp), distributed_(distributed_optimizer) {
+                           int64_t bucket_floats, const std::function<bool(const Param&)>& include,
+                           bool overlap)
+    : params_(params), dp_(dp), distributed_(distributed_optimizer), overlap_(overlap) {
   const std::vector<Param>& ps = params.params();
   bucket_of_.assign(ps.size(), -1);
   // Backward finishes the last parameters first: buckets are cut from the end of the buffer, as
@@ -47,7 +48,7 @@ std::vector<FlatRange> DataParallel::owned_ranges() const {
 }
 
 void DataParallel::arm() {
-  armed_ = true;
+  armed_ = overlap_;
   for (Bucket& b : buckets_) {
     b.pending = 0;
     b.started = false;
@@ -59,29 +60,31 @@ void DataParallel::arm() {
 void DataParallel::grad_ready(int index) {
   if (!armed_ || bucket_of_[index] < 0) return;
   Bucket& b = buckets_[bucket_of_[index]];
-  if (--b.pending == 0) start(b);
+  if (--b.pending == 0) start(b, false);
   // Give the reductions already in flight a chance to progress while backward goes on.
   for (Bucket& other : buckets_)
     if (other.started) other.request.test();
 }
 
-void DataParallel::start(Bucket& b) {
+void DataParallel::start(Bucket& b, bool blocking) {
   b.started = true;
   float* grads = params_.grads() + b.begin;
   const int64_t n = b.end - b.begin;
   if (dp_.size() == 1) return;
   if (!distributed_) {
-    b.request = dp_.all_reduce_async(grads, n);
+    if (blocking) dp_.all_reduce(grads, n);
+    else b.request = dp_.all_reduce_async(grads, n);
     return;
   }
   const size_t i = &b - buckets_.data();
   std::memcpy(staging_[i].data(), grads, sizeof(float) * n);  // the padding stays 0
-  b.request = dp_.reduce_scatter_async(staging_[i].data(), slices_[i].data(), b.shard);
+  if (blocking) dp_.reduce_scatter(staging_[i].data(), slices_[i].data(), b.shard);
+  else b.request = dp_.reduce_scatter_async(staging_[i].data(), slices_[i].data(), b.shard);
 }
 
 void DataParallel::finish_grad_reduction() {
   for (Bucket& b : buckets_)
-    if (!b.started) start(b);
+    if (!b.started) start(b, true);
   for (Bucket& b : buckets_) b.request.wait();
   armed_ = false;
   if (!distributed_ || dp_.size() == 1) return;
@@ -96,19 +99,15 @@ void DataParallel::finish_grad_reduction() {
 
 void DataParallel::gather_params() {
   if (!distributed_ || dp_.size() == 1) return;
-  std::vector<Request> requests;
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const Bucket& b = buckets_[i];
     const int64_t begin = std::min(b.end, b.begin + dp_.rank() * b.shard);
     const int64_t end = std::min(b.end, begin + b.shard);
     if (begin < end)
       std::memcpy(slices_[i].data(), params_.values() + begin, sizeof(float) * (end - begin));
-    requests.push_back(dp_.all_gather_async(slices_[i].data(), staging_[i].data(), b.shard));
+    dp_.all_gather(slices_[i].data(), staging_[i].data(), b.shard);
+    std::memcpy(params_.values() + b.begin, staging_[i].data(), sizeof(float) * (b.end - b.begin));
   }
-  wait_all(requests);
-  for (size_t i = 0; i < buckets_.size(); ++i)
-    std::memcpy(params_.values() + buckets_[i].begin, staging_[i].data(),
-                sizeof(float) * (buckets_[i].end - buckets_[i].begin));
 }
 
 }  // namespace tessel

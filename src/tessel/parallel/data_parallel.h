@@ -1,8 +1,12 @@
 // Data parallelism's gradient reduction, in one place. Every DP rank computes gradients on its
 // share of the global batch; they are summed over the DP group (the loss is already scaled by
-// 1 / tokens of the whole global batch), bucket by bucket, each bucket's reduction started as
-// soon as the last microbatch's backward has finished every gradient in it — overlapping the
-// rest of the backward pass.
+// 1 / tokens of the whole global batch), bucket by bucket. As Megatron's DDP: by default every
+// bucket is reduced after the backward pass; with --overlap-grad-reduce each bucket's
+// non-blocking reduction starts as soon as the last microbatch's backward has finished every
+// gradient in it, overlapping the rest of the backward pass. On CPU ranks the reduction's work
+// runs on the core that computes anyway, and Open MPI's non-blocking all-reduce is several times
+// slower than its blocking one (bench/RESULTS.md), so overlapping pays only where a rank would
+// otherwise wait for a slower peer.
 //
 // Buckets are runs of consecutive parameters of the registry's flat gradient buffer, filled in
 // backward order (last parameters first) up to `bucket_floats`.
@@ -28,16 +32,17 @@ class DataParallel {
   // over DP × CP and experts over expert-DP are two instances over one registry.
   DataParallel(ParamRegistry& params, Comm& dp, bool distributed_optimizer,
                int64_t bucket_floats = int64_t{1} << 22,
-               const std::function<bool(const Param&)>& include = {});
+               const std::function<bool(const Param&)>& include = {}, bool overlap = false);
 
   // The flat ranges this rank's optimizer updates: its parameters, or its slice of every bucket.
   std::vector<FlatRange> owned_ranges() const;
 
-  // Before the last microbatch's backward: from now on finished gradients start reductions.
+  // Before the last microbatch's backward: from now on finished gradients start reductions
+  // (with overlap; otherwise both do nothing).
   void arm();
   // Called by the model's backward when parameter `index`'s gradient is final for this step.
   void grad_ready(int index);
-  // Starts what has not started, waits for every reduction; gradients are then reduced.
+  // Reduces what has not started, waits for every reduction; gradients are then reduced.
   void finish_grad_reduction();
   // Distributed optimizer only: every rank gets every bucket's updated parameters.
   void gather_params();
@@ -50,11 +55,12 @@ class DataParallel {
     bool started = false;
     Request request;
   };
-  void start(Bucket& b);
+  // Reduces bucket b: non-blocking (the request waited in finish_grad_reduction) or blocking.
+  void start(Bucket& b, bool blocking);
 
   ParamRegistry& params_;
   Comm& dp_;
-  bool distributed_;
+  bool distributed_, overlap_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;       // parameter index -> bucket
   bool armed_ = false;

@@ -289,9 +289,10 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   Comm& dp_cp = groups.dp_cp();
   // Experts (MoE) are summed over expert-DP instead: the ranks holding the same experts.
   DataParallel data_parallel(params, dp_cp, pc.distributed_optimizer, o.ddp_bucket_size,
-                             [](const Param& p) { return !is_expert_param(p); });
+                             [](const Param& p) { return !is_expert_param(p); },
+                             o.overlap_grad_reduce);
   DataParallel expert_data_parallel(params, groups.edp(), pc.distributed_optimizer,
-                                    o.ddp_bucket_size, is_expert_param);
+                                    o.ddp_bucket_size, is_expert_param, o.overlap_grad_reduce);
   std::vector<FlatRange> owned = data_parallel.owned_ranges();
   for (const FlatRange& r : expert_data_parallel.owned_ranges()) owned.push_back(r);
   std::sort(owned.begin(), owned.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });

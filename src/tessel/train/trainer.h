@@ -36,6 +36,7 @@ struct TrainOptions {
   bool profile = false;   // report GEMM throughput and memory at the end
   ParallelConfig parallel;
   int64_t ddp_bucket_size = int64_t{1} << 22;  // floats per gradient-reduction bucket
+  bool overlap_grad_reduce = false;  // start each bucket's reduction during backward
   std::string schedule;                 // gpipe | 1f1b | interleaved; empty: 1f1b, interleaved with VPP
   int microbatch_group = 0;             // --microbatch-group-size-per-virtual-pipeline-stage
   int first_stage_layers = -1;          // --decoder-first-pipeline-num-layers
