@@ -10,18 +10,23 @@
 #
 # MODE      variants, run in this order every round (the first is the reference of the ratios)
 #   dp        1 rank × 1 thread, global batch = K microbatches | DP2 (2 ranks × 1 thread), same
-#             global batch | DP2 + --use-distributed-optimizer
+#             global batch | DP2 --overlap-grad-reduce | DP2 + --use-distributed-optimizer
 #   torch     tessel DP2, global batch = K microbatches | bench/run_pytorch.sh --threads 2 with
 #             batch = that global batch (ratio tessel / PyTorch) | tessel, 1 process × 2 threads,
-#             same global batch
+#             same global batch | two independent tessel processes, one microbatch each (DP2's
+#             work without communication: the most DP2 can reach)
 #   tp        TP2 (2 ranks × 1 thread) | TP2 + --sequence-parallel | 1 process × 2 threads |
 #             1 process × 1 thread, all with micro = global batch = the config's batch
 #   buckets   DP2 with --ddp-bucket-size 4M (default, the reference), 1M, 16M floats
 #   dpcost    where DP2's step goes: 1 rank with 2 microbatches | 1 rank with 1 microbatch | two
 #             independent 1-microbatch processes at once (DP2's work without its communication)
-#             | DP2 | DP2 + distributed optimizer; derives one microbatch's cost, the step's
-#             fixed cost (optimizer etc., not divided by DP), the two processes' mutual slow-down
-#             and DP2's communication time = DP2's step - the independent pair's
+#             | DP2 | DP2 --overlap-grad-reduce; derives one microbatch's cost, the step's fixed
+#             cost (optimizer etc., not divided by DP), the two processes' mutual slow-down and
+#             DP2's communication time = DP2's step - the independent pair's
+#   moe       Mixture of Experts against a dense model with the same active parameters (llama,
+#             dense MLP 4·hidden; MoE 8 experts of 2·hidden, top-2): dense 1 rank | MoE 1 rank |
+#             dense DP2 | MoE EP2 (2 ranks, experts split, tokens by all-to-all); also the EP
+#             all-to-all's bytes and blocked time per iteration (rank 0, --log-json "comm")
 #   allreduce build/bench/allreduce_bench on 2 ranks, glibc then tcmalloc, R rounds; per size the
 #             medians over rounds of tessel's and plain MPI_Allreduce's GB/s and their ratio
 #             (default 3 rounds; CONFIG is ignored, give either)
@@ -58,7 +63,7 @@ while [ $# -gt 0 ]; do
 done
 if [ $# -ne 2 ]; then
   echo "usage: parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] [--microbatches K]" \
-    "dp|torch|tp|buckets|dpcost|allreduce tiny|small" >&2
+    "dp|torch|tp|buckets|dpcost|moe|allreduce tiny|small" >&2
   exit 2
 fi
 mode=$1 config=$2
@@ -76,11 +81,12 @@ iters=${iters:-$def_iters} warmup=${warmup:-$def_warmup} rounds=${rounds:-$def_r
 case $mode in
   dpcost)
     [ "$microbatches" = 2 ] || { echo "parallel_scaling.sh: dpcost needs 2 microbatches" >&2; exit 2; } ;;&
-  dp)      variants=(1rank dp2 dp2-distopt) ;;
-  torch)   variants=(dp2 torch2 1proc-2threads) ;;
+  dp)      variants=(1rank dp2 dp2-overlap dp2-distopt) ;;
+  torch)   variants=(dp2 torch2 1proc-2threads 2procs-1mb) ;;
   tp)      variants=(tp2 tp2-sp 1proc-2threads 1proc-1thread) ;;
   buckets) variants=(dp2-b4M dp2-b1M dp2-b16M) ;;
-  dpcost)  variants=(1rank 1rank-1mb 2procs-1mb dp2 dp2-distopt) ;;
+  dpcost)  variants=(1rank 1rank-1mb 2procs-1mb dp2 dp2-overlap) ;;
+  moe)     variants=(dense-1rank moe-1rank dense-dp2 moe-ep2) ;;
   allreduce) variants=() ;;
   *) echo "parallel_scaling.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
@@ -143,8 +149,15 @@ EOF
 fi
 
 [ -x "$tessel" ] || { echo "parallel_scaling.sh: $tessel not found (build first)" >&2; exit 1; }
+# The moe mode's models are llama (SwiGLU MLPs); the others GPT-2.
+if [ "$mode" = moe ]; then
+  model=(--arch llama --ffn-hidden-size $((4 * hidden)))
+  moe_flags=(--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size $((2 * hidden)))
+else
+  model=(--arch gpt2)
+fi
 tessel_args() {  # $1: global batch; sets the array args
-  args=(train --arch gpt2 --vocab-size "$vocab" --seq-length "$seq" --hidden-size "$hidden"
+  args=(train "${model[@]}" --vocab-size "$vocab" --seq-length "$seq" --hidden-size "$hidden"
     --num-layers "$layers" --num-attention-heads "$heads" --micro-batch-size "$micro"
     --global-batch-size "$1" --train-iters $((warmup + iters)) --log-interval 1
     --data-path "$corpus")
@@ -170,7 +183,8 @@ run_variant() {  # $1: variant, $2: output prefix; prints "median_tok_s mean_tok
   local name=$1 out=$2 extra=() args
   tessel_args "$global"
   case $name in
-    1rank|1proc-1thread) one_process 1 "$out"; tessel_rate "$out.json"; return ;;
+    1rank|1proc-1thread|dense-1rank) one_process 1 "$out"; tessel_rate "$out.json"; return ;;
+    moe-1rank) args+=("${moe_flags[@]}"); one_process 1 "$out"; tessel_rate "$out.json"; return ;;
     1proc-2threads) one_process 2 "$out"; tessel_rate "$out.json"; return ;;
     1rank-1mb)  # one microbatch per step
       tessel_args "$micro"; one_process 1 "$out"; tessel_rate "$out.json"; return ;;
@@ -192,7 +206,9 @@ r = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 print(f'{r["batch"] * r["seq"] / (r["median_step_ms"] / 1e3):.1f} {r["tokens_per_s"]:.1f}')
 EOF
       return ;;
-    dp2) ;;
+    dp2|dense-dp2) ;;
+    dp2-overlap) extra=(--overlap-grad-reduce) ;;
+    moe-ep2) extra=("${moe_flags[@]}" --ep 2) ;;
     dp2-distopt) extra=(--use-distributed-optimizer) ;;
     tp2) extra=(--tp 2) ;;
     tp2-sp) extra=(--tp 2 --sequence-parallel) ;;
@@ -206,7 +222,7 @@ EOF
   tessel_rate "$out.json"
 }
 
-echo "mode $mode, config $config: gpt2 V$vocab T$seq d$hidden L$layers H$heads, micro batch $micro," \
+echo "mode $mode, config $config: ${model[*]} ${moe_flags[*]} V$vocab T$seq d$hidden L$layers H$heads, micro batch $micro," \
   "global batch $global, $warmup warm-up + $iters timed iterations, $rounds rounds, $(nproc) CPUs," \
   "$(date -u '+%F %T') UTC"
 echo "tessel: $tessel"
@@ -266,16 +282,39 @@ if mode == "dpcost":
                                "per-step fixed cost (O = T1 - C)",
                                "2 independent procs, 1 microbatch (P)", "contention P / T1",
                                "DP2 step (D)", "DP2 communication (D - P)",
-                               "DP2 + dist. optimizer communication", "bound without comm T2 / P",
+                               "DP2 --overlap-grad-reduce communication", "bound without comm T2 / P",
                                "bound, no contention T2 / T1")}
     for r in use:
         ms = dict(zip(names, r))
         t2, t1 = 1e3 * step_tokens / ms["1rank"], 1e3 * micro_tokens / ms["1rank-1mb"]
         par = 1e3 * 2 * micro_tokens / ms["2procs-1mb"]
-        dp, dp_tc = 1e3 * step_tokens / ms["dp2"], 1e3 * step_tokens / ms["dp2-distopt"]
+        dp, dp_ov = 1e3 * step_tokens / ms["dp2"], 1e3 * step_tokens / ms["dp2-overlap"]
         for key, value in zip(derived, (t2, t1, t2 - t1, 2 * t1 - t2, par, par / t1, dp, dp - par,
-                                        dp_tc - par, t2 / par, t2 / t1)):
+                                        dp_ov - par, t2 / par, t2 / t1)):
             derived[key].append(value)
     for key, values in derived.items():
         print(line(key, values))
 EOF
+
+if [ "$mode" = moe ]; then
+  python3 - "$work" "$rounds" "$warmup" <<'EOF'
+import json, statistics, sys
+work, rounds, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+print("MoE EP2, rank 0's communication per iteration (medians of the timed iterations), per round:")
+for r in range(1, rounds + 1):
+    timed = [json.loads(l) for l in open(f"{work}/moe-ep2_{r}.json")]
+    timed = [t for t in timed if t["iteration"] > warmup]
+    cells = {}
+    for t in timed:
+        for group, ops in t.get("comm", {}).items():
+            for op, c in ops.items():
+                cells.setdefault(f"{group} {op}", []).append(c)
+    step = statistics.median(t["iteration_time_ms"] for t in timed)
+    print(f"round {r}: step {step:.1f} ms")
+    for name, cs in sorted(cells.items()):
+        ms = statistics.median(c["ms"] for c in cs)
+        print(f"  {name:<24} {statistics.median(c['calls'] for c in cs):5.0f} calls "
+              f"{statistics.median(c['bytes'] for c in cs) / 1e6:9.3f} MB  blocked {ms:8.2f} ms "
+              f"({100 * ms / step:.1f}% of the step)")
+EOF
+fi
