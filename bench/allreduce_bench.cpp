@@ -1,7 +1,9 @@
-// All-reduce bandwidth: tessel's MpiComm::all_reduce against a plain MPI_Allreduce of the same
-// size, float sum in place, from --min-bytes to --max-bytes (doubling). Run under mpirun:
+// Reduction bandwidth: tessel's MpiComm::all_reduce against a plain MPI_Allreduce of the same
+// size (float sum in place), or with --op reduce_scatter MpiComm::reduce_scatter against a plain
+// MPI_Reduce_scatter_block (bytes = every rank's whole send buffer), from --min-bytes to
+// --max-bytes (doubling). Run under mpirun:
 //
-//   mpirun --allow-run-as-root -n 2 -x OMP_NUM_THREADS=1 build/bench/allreduce_bench
+//   mpirun --allow-run-as-root -n 2 -x OMP_NUM_THREADS=1 build/bench/allreduce_bench [--op ...]
 //
 // Each size: one checked call (every rank contributes rank + 1), one untimed warm-up of each,
 // then rounds of one tessel call and one plain call, alternating so that noise hits both alike,
@@ -61,8 +63,11 @@ std::string load_average() {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"All-reduce bandwidth: tessel's MpiComm against plain MPI_Allreduce"};
+  CLI::App app{"Reduction bandwidth: tessel's MpiComm against plain MPI"};
   int64_t min_bytes = 1024, max_bytes = 64 << 20;
+  std::string op = "all_reduce";
+  app.add_option("--op", op, "all_reduce or reduce_scatter")
+      ->check(CLI::IsMember({"all_reduce", "reduce_scatter"}));
   int min_reps = 10;
   double min_seconds = 0.2;
   app.add_option("--min-bytes", min_bytes, "smallest message (bytes)");
@@ -75,32 +80,43 @@ int run(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &copy);
   tessel::MpiComm comm(copy);
   const int size = comm.size(), rank = comm.rank();
-  std::vector<float> data(max_bytes / sizeof(float), 0.0f);
+  const bool all_reduce = op == "all_reduce";
+  std::vector<float> data(max_bytes / sizeof(float), 0.0f), result(max_bytes / sizeof(float));
   if (rank == 0) {
-    fmt::print("# all-reduce, float sum in place, {} ranks; LD_PRELOAD={} MALLOC_MMAP_THRESHOLD_={} "
+    fmt::print("# {}, float sum, {} ranks; LD_PRELOAD={} MALLOC_MMAP_THRESHOLD_={} "
                "MALLOC_TRIM_THRESHOLD_={}; load {}\n",
-               size, environment_value("LD_PRELOAD"), environment_value("MALLOC_MMAP_THRESHOLD_"),
+               op, size, environment_value("LD_PRELOAD"), environment_value("MALLOC_MMAP_THRESHOLD_"),
                environment_value("MALLOC_TRIM_THRESHOLD_"), load_average());
     fmt::print("{:>10} {:>6} {:>11} {:>11} {:>11} {:>11} {:>7} {:>12}\n", "bytes", "reps",
                "tessel_us", "tessel_GB/s", "mpi_us", "mpi_GB/s", "ratio", "faults/call");
   }
   for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
-    const int64_t count = bytes / sizeof(float);
+    const int64_t count = bytes / sizeof(float), block = count / size;
+    if (!all_reduce && block == 0) continue;
     float* buffer = data.data();
+    float* out = all_reduce ? buffer : result.data();
+    const int64_t out_count = all_reduce ? count : block;
 
+    auto tessel_call = [&] {
+      if (all_reduce) comm.all_reduce(buffer, count);
+      else comm.reduce_scatter(buffer, out, block);
+    };
+    auto plain_call = [&] {
+      if (all_reduce)
+        MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+      else
+        MPI_Reduce_scatter_block(buffer, out, static_cast<int>(block), MPI_FLOAT, MPI_SUM,
+                                 MPI_COMM_WORLD);
+    };
     std::fill_n(buffer, count, static_cast<float>(rank + 1));
-    comm.all_reduce(buffer, count);
+    tessel_call();
     const float expected = size * (size + 1) / 2.0f;
-    int64_t wrong = std::count_if(buffer, buffer + count, [&](float x) { return x != expected; });
+    int64_t wrong = std::count_if(out, out + out_count, [&](float x) { return x != expected; });
     if (wrong) tessel::abort_job(fmt::format("allreduce_bench: {} wrong sums at {} bytes", wrong, bytes));
     // Zeros from here on: repeated sums stay 0, never overflow.
     std::fill_n(buffer, count, 0.0f);
 
-    auto tessel_call = [&] { comm.all_reduce(buffer, count); };
-    auto plain_call = [&] {
-      MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                    MPI_COMM_WORLD);
-    };
     timed(tessel_call);  // warm-up: first touches, MPI's first-call set-up
     timed(plain_call);
     // timed() returns the same value on every rank, so every rank stops after the same round.

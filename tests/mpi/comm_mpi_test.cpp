@@ -119,10 +119,14 @@ TEST(MpiComm, AllGatherInRankOrder) {
   expect_gathered(in_place, comm->size(), count);
 }
 
-TEST(MpiComm, ReduceScatterGivesEachRankItsSlice) {
+// A few elements, and blocks that go in several pieces with a short last one (mpi.cpp sends
+// pieces of 2^20 floats in all).
+class MpiCommReduceScatter : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(MpiCommReduceScatter, GivesEachRankItsSlice) {
   auto comm = world_copy();
   const int size = comm->size(), rank = comm->rank();
-  const int64_t count = 5;
+  const int64_t count = GetParam();
   std::vector<float> send(size * count);
   for (int64_t k = 0; k < size * count; ++k) send[k] = rank + k;
   std::vector<float> recv(count, -1.0f), async_recv(count, -1.0f);
@@ -135,6 +139,9 @@ TEST(MpiComm, ReduceScatterGivesEachRankItsSlice) {
     EXPECT_EQ(async_recv[j], expected) << "element " << j;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Sizes, MpiCommReduceScatter,
+                         ::testing::Values(int64_t{5}, (int64_t{1} << 19) + 3));
 
 // Rank s sends (s + 2d) % 3 elements to rank d (some zero), valued s·1000 + d·100 + k. Blocks
 // sit in reverse rank order in the send buffer and with a gap of one element in the receive

@@ -33,6 +33,11 @@ int to_mpi_count(int64_t n, const char* what) {
   return static_cast<int>(n);
 }
 
+// Open MPI 4.1's all-reduce and reduce-scatter over shared memory slow from ~12 GB/s to 1-3 GB/s
+// past a few MiB on this machine (bench/RESULTS.md, allreduce mode): large buffers go in pieces
+// of at most this many floats (4 MiB).
+constexpr int64_t kPieceFloats = int64_t{1} << 20;
+
 MPI_Op to_mpi_op(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
 
 bool overlaps(const float* a, int64_t a_count, const float* b, int64_t b_count) {
@@ -132,15 +137,11 @@ void MpiComm::check_tag(int tag) const {
                tag_ub_);
 }
 
-// Open MPI 4.1's all-reduce over shared memory slows from ~12 GB/s to 1-3 GB/s past a few MiB
-// on this machine (bench/RESULTS.md, allreduce mode): a large buffer goes as pieces of 4 MiB.
-constexpr int64_t kAllReducePiece = int64_t{1} << 20;  // floats
-
 void MpiComm::all_reduce(float* data, int64_t count, ReduceOp op) {
   to_mpi_count(count, "all_reduce count");
   BlockingCall call(counter(CommOp::AllReduce), count * sizeof(float));
-  for (int64_t begin = 0; begin < count; begin += kAllReducePiece)
-    MPI_Allreduce(MPI_IN_PLACE, data + begin, static_cast<int>(std::min(kAllReducePiece, count - begin)),
+  for (int64_t begin = 0; begin < count; begin += kPieceFloats)
+    MPI_Allreduce(MPI_IN_PLACE, data + begin, static_cast<int>(std::min(kPieceFloats, count - begin)),
                   MPI_FLOAT, to_mpi_op(op), comm_);
 }
 
@@ -175,9 +176,23 @@ Request MpiComm::all_gather_async(const float* send, float* recv, int64_t count)
 void MpiComm::reduce_scatter(const float* send, float* recv, int64_t count) {
   TESSEL_CHECK(!overlaps(send, size_ * count, recv, count),
                "comm/mpi.cpp: reduce_scatter recv overlaps send");
+  to_mpi_count(size_ * count, "reduce_scatter count");
   BlockingCall call(counter(CommOp::ReduceScatter), size_ * count * sizeof(float));
-  MPI_Reduce_scatter_block(send, recv, to_mpi_count(count, "reduce_scatter count"), MPI_FLOAT,
-                           MPI_SUM, comm_);
+  // Open MPI 4.1's MPI_Reduce_scatter_block reduces at ~1.5 GB/s at every size here and
+  // MPI_Reduce_scatter collapses past a few MiB like the all-reduce, so the ranks' blocks go in
+  // pieces: piece [o, o + len) of every block copied together (in cache), then reduce-scattered.
+  const int64_t piece = std::min(count, std::max<int64_t>(1, kPieceFloats / size_));
+  if (static_cast<int64_t>(reduce_scatter_staging_.size()) < size_ * piece)
+    reduce_scatter_staging_.resize(size_ * piece);
+  std::vector<int> counts(size_);
+  for (int64_t begin = 0; begin < count; begin += piece) {
+    const int64_t len = std::min(piece, count - begin);
+    for (int r = 0; r < size_; ++r)
+      std::copy_n(send + r * count + begin, len, reduce_scatter_staging_.data() + r * len);
+    std::fill(counts.begin(), counts.end(), static_cast<int>(len));
+    MPI_Reduce_scatter(reduce_scatter_staging_.data(), recv + begin, counts.data(), MPI_FLOAT,
+                       MPI_SUM, comm_);
+  }
 }
 
 Request MpiComm::reduce_scatter_async(const float* send, float* recv, int64_t count) {

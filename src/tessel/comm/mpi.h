@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "tessel/comm/comm.h"
 
@@ -53,6 +54,7 @@ class MpiComm final : public Comm {
   int rank_ = 0;
   int size_ = 1;
   int tag_ub_ = 32767;  // MPI_TAG_UB of the communicator; the standard guarantees at least this
+  std::vector<float> reduce_scatter_staging_;  // one piece of every rank's block, see reduce_scatter
 };
 
 // True when an MPI launcher started this process: Open MPI's mpirun (OMPI_COMM_WORLD_SIZE),
