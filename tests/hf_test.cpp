@@ -296,6 +296,8 @@ struct FamilyCase {
   bool exact;  // false: config.json carries tessel's options in "tessel_attention"
 };
 
+void PrintTo(const FamilyCase& c, std::ostream* os) { *os << c.model_type; }
+
 class HfFamily : public HfTest, public ::testing::WithParamInterface<FamilyCase> {};
 
 TEST_P(HfFamily, ExportImportGivesTheSameLoss) {

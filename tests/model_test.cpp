@@ -57,6 +57,8 @@ const Variant kVariants[] = {{"gpt2", Arch::GPT2},
                              {"llama_qk_layernorm", Arch::Llama, false, true},
                              {"llama_qkv_bias_qk_layernorm", Arch::Llama, true, true}};
 
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
 ModelConfig variant_config(const Variant& v) {
   ModelConfig c = tiny_config(v.arch);
   c.add_qkv_bias = v.qkv_bias;

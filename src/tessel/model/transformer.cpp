@@ -137,13 +137,12 @@ void TransformerChunk::declare_params(ParamRegistry& reg, Comm& ep, Comm* moe_to
     } else {
       const std::string p = fmt::format("model.layers.{}.", l);
       lp.ln1_w = norm(p + "input_layernorm.weight");
-      const bool qkv_bias = cfg_.add_qkv_bias;
       lp.q_w = weight(p + "self_attn.q_proj.weight", {HD, C}, kInitStd, split(0));
-      if (qkv_bias) lp.q_b = bias(p + "self_attn.q_proj.bias", HD, split(0));
+      if (cfg_.add_qkv_bias) lp.q_b = bias(p + "self_attn.q_proj.bias", HD, split(0));
       lp.k_w = weight(p + "self_attn.k_proj.weight", {GD, C}, kInitStd, split(0));
-      if (qkv_bias) lp.k_b = bias(p + "self_attn.k_proj.bias", GD, split(0));
+      if (cfg_.add_qkv_bias) lp.k_b = bias(p + "self_attn.k_proj.bias", GD, split(0));
       lp.v_w = weight(p + "self_attn.v_proj.weight", {GD, C}, kInitStd, split(0));
-      if (qkv_bias) lp.v_b = bias(p + "self_attn.v_proj.bias", GD, split(0));
+      if (cfg_.add_qkv_bias) lp.v_b = bias(p + "self_attn.v_proj.bias", GD, split(0));
       lp.proj_w = weight(p + "self_attn.o_proj.weight", {C, HD}, out_std, split(1));
       if (cfg_.qk_layernorm) {  // one weight per head dimension, shared by all heads: replicated
         lp.q_norm = reg.add(p + "self_attn.q_norm.weight", {D_}, ParamInit::Ones, 0, false);
@@ -192,7 +191,8 @@ int64_t TransformerChunk::scratch_bytes() const {
   int64_t n = static_cast<int64_t>(positions_.size()) * 4;
   const bool sp = tp_.sequence_parallel;
   for (const Tensor* t : {&rope_cos_, &rope_sin_, &proj_full_, &norm_local_, &rows_full_, &d_resid_,
-                          &d_ln_full_, &d_attn_, &qk_norm_grad_, &d_act_, &logits_, &loss_stats_, &row_max_global_})
+                          &d_ln_full_, &d_attn_, &qk_norm_grad_, &d_act_, &logits_, &loss_stats_,
+                          &row_max_global_})
     n += t->empty() ? 0 : t->numel() * 4;
   if (sp) n += (proj_local_.numel() + d_ln_local_.numel()) * 4;  // otherwise views
   return n;
