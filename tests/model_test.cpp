@@ -308,7 +308,9 @@ TEST_P(TrainLoop, OverfitsOneBatch) {
   ModelConfig cfg = byte_config(GetParam());
   cfg.hidden_size = 64;
   TrainOptions o = small_run(cfg, 150);
-  o.data_path = write_text("tessel_overfit.txt", "In the beginning God created the heaven and the earth.");
+  // One file per architecture: ctest runs the two cases side by side.
+  o.data_path = write_text("tessel_overfit_" + arch_name(GetParam()) + ".txt",
+                           "In the beginning God created the heaven and the earth.");
   o.micro_batch_size = 1;
   o.global_batch_size = 1;
   o.lr = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 5, .decay_iters = 0, .train_iters = 150,
