@@ -72,6 +72,14 @@ struct ModelFlags {
     option(app, "--vocab-size", &ModelConfig::vocab_size, "vocabulary size");
     option(app, "--norm-epsilon", &ModelConfig::norm_epsilon, "LayerNorm / RMSNorm epsilon");
     option(app, "--rotary-base", &ModelConfig::rotary_base, "RoPE base (llama)");
+    flag(app, "--add-qkv-bias", &ModelConfig::add_qkv_bias, "biases on q, k and v (llama; Qwen2)");
+    flag(app, "--qk-layernorm", &ModelConfig::qk_layernorm,
+         "RMSNorm over each head's q and k before RoPE (llama; Qwen3)");
+  }
+
+  void flag(CLI::App& app, const std::string& name, bool ModelConfig::*member, const std::string& help) {
+    CLI::Option* opt = app.add_flag(name, flags.*member, help);
+    given.emplace_back(opt, [this, member](ModelConfig& c) { c.*member = flags.*member; });
   }
 
   template <typename T>
@@ -134,6 +142,8 @@ struct ModelFlags {
     same("--ffn-hidden-size", file.ffn_size(), flags.ffn_size());
     same("--vocab-size", file.vocab_size, flags.vocab_size);
     same("--max-position-embeddings", file.max_positions(), flags.max_positions());
+    same("--add-qkv-bias", file.add_qkv_bias, flags.add_qkv_bias);
+    same("--qk-layernorm", file.qk_layernorm, flags.qk_layernorm);
     if (v.empty()) return;
     std::string msg = "--init-from does not match the flags: " + v[0];
     for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];

@@ -132,6 +132,25 @@ TEST(Cli, ModelConfigFileAndFlagOverride) {
                      (dir / "bad.json").string(), "unknown model key 'hiden_size'");
 }
 
+// Llama's attention options: refused for gpt2 by name; an exported Qwen3 folder trains from its
+// config.json alone, and a flag that contradicts that config.json is refused.
+TEST(Cli, AttentionOptions) {
+  expect_clean_error("train --arch gpt2 --add-qkv-bias --train-iters 1",
+                     "--add-qkv-bias needs --arch llama");
+  fs::path dir = temp_dir("qwen3");
+  expect_clean_error("export --arch gpt2 --qk-layernorm --out " + (dir / "x").string(),
+                     "--qk-layernorm needs --arch llama");
+  ASSERT_EQ(run("export --arch llama --qk-layernorm --out " + dir.string() +
+                " --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16").exit_code, 0);
+  std::ifstream in(dir / "config.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["model_type"], "qwen3");
+  Result r = run("train --train-iters 2 --micro-batch-size 2 --global-batch-size 4 --threads 1 "
+                 "--init-from " + dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  expect_clean_error("train --train-iters 1 --add-qkv-bias --init-from " + dir.string(),
+                     "--add-qkv-bias true but " + dir.string() + " has false");
+}
+
 // A bad parallel configuration under mpirun: every rule in one message, printed by one rank
 // only, and the job exits non-zero (every rank returns 1; no rank is left waiting).
 TEST(Cli, BadParallelConfigUnderMpirun) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# tessel against the independent PyTorch implementation (tools/crosscheck/): both architectures
-# start from the same exported weights and train 10 iterations on the same sequential data with
+# tessel against the independent PyTorch implementation (tools/crosscheck/): both architectures,
+# and llama with q/k/v biases (exported as qwen2) and with QK-norm (qwen3), start from the same
+# exported weights and train 10 iterations on the same sequential data with
 # the same optimizer settings; every iteration's loss must agree to 1e-4 relative.
 # Skipped (exit 77) where PyTorch is not installed: it is a development-time check.
 set -euo pipefail
@@ -17,15 +18,18 @@ train="--data-path $src/data/kjv-genesis-esther.txt --micro-batch-size 2 --globa
        --seq-length 64 --train-iters 10 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
        --lr-decay-style cosine --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
        --adam-eps 1e-8 --clip-grad 1.0"
-for arch in gpt2 llama; do
+for case in gpt2 llama llama_qkv_bias llama_qk_layernorm; do
+  arch=${case%%_*}
   model="--arch $arch --num-layers 2 --hidden-size 64 --num-attention-heads 4"
   [ "$arch" = llama ] && model="$model --num-query-groups 2 --ffn-hidden-size 160"
-  "$tessel" export --out "$work/$arch" $model --seq-length 64 --seed 7 > /dev/null
-  "$tessel" train --init-from "$work/$arch" $model $train --data-sampling sequential \
-    --log-interval 1 --log-json "$work/$arch.tessel.jsonl" > /dev/null
-  "$python" "$src/tools/crosscheck/torch_reference.py" --model "$work/$arch" $train \
-    --log-json "$work/$arch.torch.jsonl" > /dev/null
-  echo "== $arch"
-  "$python" "$src/tools/crosscheck/compare.py" "$work/$arch.tessel.jsonl" "$work/$arch.torch.jsonl" \
+  [ "$case" = llama_qkv_bias ] && model="$model --add-qkv-bias"
+  [ "$case" = llama_qk_layernorm ] && model="$model --qk-layernorm"
+  "$tessel" export --out "$work/$case" $model --seq-length 64 --seed 7 > /dev/null
+  "$tessel" train --init-from "$work/$case" $model $train --data-sampling sequential \
+    --log-interval 1 --log-json "$work/$case.tessel.jsonl" > /dev/null
+  "$python" "$src/tools/crosscheck/torch_reference.py" --model "$work/$case" $train \
+    --log-json "$work/$case.torch.jsonl" > /dev/null
+  echo "== $case"
+  "$python" "$src/tools/crosscheck/compare.py" "$work/$case.tessel.jsonl" "$work/$case.torch.jsonl" \
     --rtol 1e-4 --grad-norm-rtol 1e-3
 done

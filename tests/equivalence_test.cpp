@@ -162,6 +162,20 @@ INSTANTIATE_TEST_SUITE_P(
       return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
     });
 
+// Llama's attention options (Qwen's q/k/v biases and QK-norm) under tensor parallelism: the biases
+// split with their weights' output rows, the QK-norm weights replicated with gradients summed over
+// TP — by the model without sequence parallel, by the trainer with it.
+const char* kAttentionOptions = "--add-qkv-bias --qk-layernorm";
+const Layout kAttentionOptionLayouts[] = {
+    {"qkv_bias_qk_layernorm_tp2", 2, "--tp 2", false, 2, kAttentionOptions},
+    {"qkv_bias_qk_layernorm_tp2_sp", 2, "--tp 2 --sequence-parallel", false, 2, kAttentionOptions},
+};
+
+INSTANTIATE_TEST_SUITE_P(AttentionOptions, Equivalence,
+                         ::testing::Combine(::testing::Values("llama"),
+                                            ::testing::ValuesIn(kAttentionOptionLayouts)),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+
 // Mixture of Experts (Llama-style experts): 8 experts, top-2, load-balancing and z losses, split
 // over EP — with DP, with PP, every other layer dense, a shared expert, a capacity that drops.
 const char* kMoe = "--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001";

@@ -12,6 +12,8 @@
 
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/core/error.h"
+#include "tessel/core/philox.h"
+#include "tessel/model/transformer.h"
 
 namespace tessel {
 namespace {
@@ -271,6 +273,139 @@ TEST_F(HfTest, ConfigErrors) {
                {"cfg.json", "'n_embd' has a value of the wrong type (\"big\")"});
   expect_error([&] { model_config_from_hf(nlohmann::json::object(), "cfg.json"); },
                {"cfg.json", "no model_type"});
+}
+
+// The loss of a whole model on fixed tokens, from the weights in `params` (registered by `chunk`).
+double model_loss(TransformerChunk& chunk, const ModelConfig& cfg) {
+  ChunkActivations acts = chunk.make_activations();
+  std::vector<int32_t> tokens, targets;
+  for (int64_t i = 0; i < cfg.seq_length; ++i) {
+    tokens.push_back(static_cast<int32_t>(random_bits(8, 1, i) % cfg.vocab_size));
+    targets.push_back(static_cast<int32_t>(random_bits(8, 2, i) % cfg.vocab_size));
+  }
+  return chunk.forward(acts, tokens.data(), nullptr, targets.data(), 0.0f);
+}
+
+// The llama architecture's Hugging Face model types, chosen by the attention options and experts:
+// export → config.json → import gives the same config, the same parameters and the same loss.
+// Biases and norm weights are moved off their initial zeros and ones so that a lost one shows.
+struct FamilyCase {
+  const char* model_type;
+  const char* architecture;
+  bool qkv_bias, qk_layernorm, moe;
+  bool exact;  // false: config.json carries tessel's options in "tessel_attention"
+};
+
+void PrintTo(const FamilyCase& c, std::ostream* os) { *os << c.model_type; }
+
+class HfFamily : public HfTest, public ::testing::WithParamInterface<FamilyCase> {};
+
+TEST_P(HfFamily, ExportImportGivesTheSameLoss) {
+  const FamilyCase& fc = GetParam();
+  ModelConfig cfg = small_llama();
+  cfg.add_qkv_bias = fc.qkv_bias;
+  cfg.qk_layernorm = fc.qk_layernorm;
+  if (fc.moe) {
+    cfg.moe.num_experts = 4;
+    cfg.moe.topk = 2;
+    cfg.moe.ffn_hidden_size = 8;
+    cfg.moe.layer_pattern = {1, 0};
+    cfg.moe.shared_expert_size = fc.qk_layernorm ? 0 : 12;  // qwen3_moe has no shared expert
+  }
+  const ChunkSpec whole{0, cfg.num_layers, true, true};
+  ParamRegistry saved;
+  TransformerChunk model(cfg, whole, 1, no_tensor_parallel(), saved);
+  saved.finalize();
+  model.bind(saved);
+  saved.init_values(9);
+  for (Param& p : saved.params())
+    if (p.init != ParamInit::Normal)
+      for (int64_t i = 0; i < p.numel(); ++i) p.value[i] += 0.5f * random_normal(6, p.offset, i);
+  const double loss = model_loss(model, cfg);
+  export_hf(saved, cfg, path("out"));
+
+  const nlohmann::json j = read_json(path("out/config.json"));
+  EXPECT_EQ(j.at("model_type"), fc.model_type);
+  EXPECT_EQ(j.at("architectures").at(0), fc.architecture);
+  EXPECT_EQ(j.contains("tessel_attention"), !fc.exact) << j.dump();
+  SafetensorsReader reader(path("out/model.safetensors"));
+  EXPECT_EQ(reader.has("model.layers.1.self_attn.k_proj.bias"), fc.qkv_bias);
+  EXPECT_EQ(reader.has("model.layers.0.self_attn.q_norm.weight"), fc.qk_layernorm);
+
+  std::optional<ModelConfig> read = hf_config_beside(path("out"));
+  ASSERT_TRUE(read.has_value());
+  ModelConfig back = *read;
+  expect_same_sizes(cfg, back);
+  EXPECT_EQ(back.add_qkv_bias, fc.qkv_bias);
+  EXPECT_EQ(back.qk_layernorm, fc.qk_layernorm);
+  EXPECT_EQ(back.moe.num_experts, cfg.moe.num_experts);
+  back.seq_length = cfg.seq_length;
+  ParamRegistry loaded;
+  TransformerChunk reloaded(back, whole, 1, no_tensor_parallel(), loaded);
+  loaded.finalize();
+  reloaded.bind(loaded);
+  load_hf_weights(loaded, back, path("out"));
+  expect_same_values(saved, loaded);
+  EXPECT_EQ(model_loss(reloaded, back), loss);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ModelTypes, HfFamily,
+    ::testing::Values(FamilyCase{"llama", "LlamaForCausalLM", false, false, false, true},
+                      FamilyCase{"qwen2", "Qwen2ForCausalLM", true, false, false, true},
+                      FamilyCase{"qwen3", "Qwen3ForCausalLM", false, true, false, true},
+                      FamilyCase{"qwen2_moe", "Qwen2MoeForCausalLM", true, false, true, true},
+                      FamilyCase{"qwen3_moe", "Qwen3MoeForCausalLM", false, true, true, true},
+                      // No model_type fits these exactly: the nearest, plus tessel's options.
+                      FamilyCase{"qwen2_moe", "Qwen2MoeForCausalLM", false, false, true, false},
+                      FamilyCase{"qwen3", "Qwen3ForCausalLM", true, true, false, false}),
+    [](const auto& info) {
+      const FamilyCase& c = info.param;
+      return std::string(c.model_type) + (c.exact ? "" : c.moe ? "_without_bias" : "_with_bias");
+    });
+
+// What the model types say about attention: qwen2 always has q/k/v biases, qwen3 always QK-norm;
+// attention_bias true means an o_proj bias as well where it is read (llama, qwen3), which tessel
+// lacks; sliding-window attention is refused.
+TEST_F(HfTest, LlamaFamilyAttentionKeys) {
+  // The keys of Qwen/Qwen2-7B's config.json that tessel reads.
+  const nlohmann::json qwen2 = nlohmann::json::parse(R"({
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 3584, "initializer_range": 0.02,
+    "intermediate_size": 18944, "max_position_embeddings": 131072, "max_window_layers": 28,
+    "model_type": "qwen2", "num_attention_heads": 28, "num_hidden_layers": 28,
+    "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 131072, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 152064})");
+  const ModelConfig c = model_config_from_hf(qwen2, "config.json");
+  EXPECT_TRUE(c.add_qkv_bias);
+  EXPECT_FALSE(c.qk_layernorm);
+  EXPECT_EQ(c.num_parameters(), 7615616512);  // Qwen2-7B's 7.62B
+
+  nlohmann::json j = qwen2;
+  j["use_sliding_window"] = true;
+  expect_error([&] { model_config_from_hf(j, "cfg.json"); }, {"cfg.json", "use_sliding_window"});
+
+  ModelConfig qk = small_llama();
+  qk.qk_layernorm = true;
+  j = hf_config_json(qk);
+  EXPECT_EQ(j.at("attention_bias"), false);
+  j["attention_bias"] = true;
+  expect_error([&] { model_config_from_hf(j, "cfg.json"); },
+               {"cfg.json", "attention_bias", "o_proj"});
+  j = hf_config_json(small_llama());
+  j["attention_bias"] = true;
+  expect_error([&] { model_config_from_hf(j, "cfg.json"); },
+               {"cfg.json", "attention_bias true", "llama", "o_proj"});
+  ModelConfig gpt2 = small_gpt2();
+  gpt2.add_qkv_bias = true;
+  expect_error([&] { gpt2.validate(); }, {"--add-qkv-bias needs --arch llama"});
+
+  // qwen3_moe has no shared expert: such a model is refused rather than written without it.
+  qk.moe.num_experts = 4;
+  qk.moe.shared_expert_size = 8;
+  expect_error([&] { export_hf(ParamRegistry{}, qk, path("x")); },
+               {path("x"), "qwen3_moe", "shared expert"});
 }
 
 // A Hugging Face GPT-2 file: names without "transformer.", the attention-mask buffers, and the

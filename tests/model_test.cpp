@@ -43,12 +43,35 @@ struct TinyModel {
   double loss() { return chunk.forward(acts, tokens.data(), nullptr, targets.data(), 0.0f) / tokens.size(); }
 };
 
-class ModelGradient : public ::testing::TestWithParam<Arch> {};
+// Both architectures, and llama with each attention option (--add-qkv-bias, --qk-layernorm) and
+// with both.
+struct Variant {
+  const char* name;
+  Arch arch;
+  bool qkv_bias = false;
+  bool qk_layernorm = false;
+};
+const Variant kVariants[] = {{"gpt2", Arch::GPT2},
+                             {"llama", Arch::Llama},
+                             {"llama_qkv_bias", Arch::Llama, true, false},
+                             {"llama_qk_layernorm", Arch::Llama, false, true},
+                             {"llama_qkv_bias_qk_layernorm", Arch::Llama, true, true}};
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
+ModelConfig variant_config(const Variant& v) {
+  ModelConfig c = tiny_config(v.arch);
+  c.add_qkv_bias = v.qkv_bias;
+  c.qk_layernorm = v.qk_layernorm;
+  return c;
+}
+
+class ModelGradient : public ::testing::TestWithParam<Variant> {};
 
 // Every parameter's gradient against central differences of the fp32 loss. Weights are scaled
 // up from the 0.02 initialisation so attention and the nonlinearities are far from linear.
 TEST_P(ModelGradient, MatchesFiniteDifferences) {
-  ModelConfig cfg = tiny_config(GetParam());
+  ModelConfig cfg = variant_config(GetParam());
   TinyModel m(cfg, 2);
   for (Param& p : m.params.params())
     if (p.init == ParamInit::Normal)
@@ -83,7 +106,7 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
 
 // At initialisation the logits are nearly uniform: the loss is ln(vocab).
 TEST_P(ModelGradient, UntrainedLossIsLogVocab) {
-  ModelConfig cfg = tiny_config(GetParam());
+  ModelConfig cfg = variant_config(GetParam());
   cfg.vocab_size = 256;
   cfg.hidden_size = 64;
   cfg.seq_length = 32;
@@ -98,8 +121,7 @@ TEST_P(ModelGradient, UntrainedLossIsLogVocab) {
 // on the same operands in the same order per gradient, so everything must match bitwise. The
 // second microbatch reports to grad_ready, as the executor's last microbatch does: every
 // parameter exactly once, and its gradient must already be final when reported.
-void check_split_backward(Arch arch, ChunkSpec spec) {
-  const ModelConfig cfg = tiny_config(arch);
+void check_split_backward(const ModelConfig& cfg, ChunkSpec spec) {
   const int64_t batch = 2, n = batch * cfg.seq_length, C = cfg.hidden_size;
   ParamRegistry params;
   TransformerChunk chunk(cfg, spec, batch, no_tensor_parallel(), params);
@@ -171,15 +193,55 @@ void check_split_backward(Arch arch, ChunkSpec spec) {
 }
 
 TEST_P(ModelGradient, SplitBackwardMatchesCombinedWholeModel) {
-  check_split_backward(GetParam(), ChunkSpec{0, 2, true, true});
+  check_split_backward(variant_config(GetParam()), ChunkSpec{0, 2, true, true});
 }
 
 TEST_P(ModelGradient, SplitBackwardMatchesCombinedMiddleChunk) {
-  check_split_backward(GetParam(), ChunkSpec{0, 2, false, false});
+  check_split_backward(variant_config(GetParam()), ChunkSpec{0, 2, false, false});
 }
 
-INSTANTIATE_TEST_SUITE_P(Arches, ModelGradient, ::testing::Values(Arch::GPT2, Arch::Llama),
-                         [](const auto& info) { return arch_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Arches, ModelGradient, ::testing::ValuesIn(kVariants),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The options' parameters: Hugging Face names and shapes, their initial values (biases 0, norm
+// weights 1), no weight decay, the q/k/v biases split over TP like their weights' output rows and
+// the QK-norm weights replicated; and the parameter count agrees with the config's.
+TEST(ModelParams, AttentionOptionsDeclareQwenParameters) {
+  ModelConfig cfg = variant_config(kVariants[4]);
+  cfg.make_vocab_size_divisible_by = 1;  // no padding rows: the count is the config's
+  const int64_t D = cfg.head_dim(), G = cfg.query_groups();
+  ParamRegistry params;
+  TransformerChunk chunk(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 2, no_tensor_parallel(),
+                         params);
+  params.finalize();
+  params.init_values(3);
+  EXPECT_EQ(params.numel(), cfg.num_parameters());
+  const Param& qb = params.get("model.layers.1.self_attn.q_proj.bias");
+  const Param& kb = params.get("model.layers.1.self_attn.k_proj.bias");
+  const Param& vb = params.get("model.layers.0.self_attn.v_proj.bias");
+  const Param& qn = params.get("model.layers.1.self_attn.q_norm.weight");
+  const Param& kn = params.get("model.layers.0.self_attn.k_norm.weight");
+  EXPECT_EQ(qb.global_shape, (Shape{cfg.hidden_size}));
+  EXPECT_EQ(kb.global_shape, (Shape{G * D}));
+  EXPECT_EQ(vb.global_shape, (Shape{G * D}));
+  EXPECT_EQ(qn.global_shape, (Shape{D}));
+  EXPECT_EQ(kn.global_shape, (Shape{D}));
+  for (const Param* p : {&qb, &kb, &vb}) {
+    EXPECT_EQ(p->shard.dim, 0) << p->name;
+    EXPECT_EQ(p->shard.group, ShardGroup::TP) << p->name;
+  }
+  EXPECT_TRUE(qn.replicated());
+  EXPECT_TRUE(kn.replicated());
+  for (const Param* p : {&qb, &kb, &vb, &qn, &kn}) {
+    EXPECT_FALSE(p->weight_decay) << p->name;
+    const float want = p == &qn || p == &kn ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < p->numel(); ++i) ASSERT_EQ(p->value[i], want) << p->name;
+  }
+  ModelConfig plain = cfg;
+  plain.add_qkv_bias = plain.qk_layernorm = false;
+  EXPECT_EQ(cfg.num_parameters() - plain.num_parameters(),
+            cfg.num_layers * (cfg.hidden_size + 2 * G * D + 2 * D));
+}
 
 // A small text file for training-loop tests, written once into the test's temp folder.
 std::string write_text(const std::string& name, const std::string& text) {
@@ -246,7 +308,9 @@ TEST_P(TrainLoop, OverfitsOneBatch) {
   ModelConfig cfg = byte_config(GetParam());
   cfg.hidden_size = 64;
   TrainOptions o = small_run(cfg, 150);
-  o.data_path = write_text("tessel_overfit.txt", "In the beginning God created the heaven and the earth.");
+  // One file per architecture: ctest runs the two cases side by side.
+  o.data_path = write_text("tessel_overfit_" + arch_name(GetParam()) + ".txt",
+                           "In the beginning God created the heaven and the earth.");
   o.micro_batch_size = 1;
   o.global_batch_size = 1;
   o.lr = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 5, .decay_iters = 0, .train_iters = 150,

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """An independent plain-PyTorch reference trainer for cross-checking tessel.
 
-It mirrors Hugging Face's GPT2LMHeadModel and LlamaForCausalLM (fp32, no dropout) with the same
-parameter names, loads the initial weights that `tessel export --out DIR` writes (config.json +
+It mirrors Hugging Face's GPT2LMHeadModel and LlamaForCausalLM (fp32, no dropout), and the
+attention of Qwen2 (q/k/v biases) and Qwen3 (q_norm/k_norm), with the same parameter names, loads the initial weights that `tessel export --out DIR` writes (config.json +
 model.safetensors), and trains with tessel's data order, loss, gradient clipping, AdamW and
 Megatron's learning-rate schedule, logging one JSON line per iteration. Nothing here is shared
 with tessel's C++ code, so agreement between the two is evidence that both are right.
@@ -97,22 +97,26 @@ def model_config_from_hf(hf):
                 "num_layers": hf["n_layer"], "num_heads": hf["n_head"],
                 "num_kv_heads": hf["n_head"], "ffn_size": hf.get("n_inner") or 4 * hidden,
                 "max_positions": hf["n_positions"], "norm_eps": hf.get("layer_norm_epsilon", 1e-5)}
-    if model_type == "llama":
+    if model_type in ("llama", "qwen2", "qwen3"):
+        # Qwen2's attention always has q/k/v biases, Qwen3's always RMSNorms each head's q and k.
         if hf.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"config.json: llama hidden_act {hf['hidden_act']!r} is not silu")
-        for key in ("tie_word_embeddings", "attention_bias", "mlp_bias"):
+            raise ValueError(f"config.json: {model_type} hidden_act {hf['hidden_act']!r} is not silu")
+        for key in ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window"):
             if hf.get(key):
-                raise ValueError(f"config.json: llama {key}=true is not supported here")
+                raise ValueError(f"config.json: {model_type} {key}=true is not supported here")
         if hf.get("rope_scaling"):
-            raise ValueError("config.json: llama rope_scaling is not supported here")
+            raise ValueError(f"config.json: {model_type} rope_scaling is not supported here")
         heads = hf["num_attention_heads"]
+        if hf.get("head_dim", hf["hidden_size"] // heads) * heads != hf["hidden_size"]:
+            raise ValueError("config.json: head_dim · num_attention_heads is not hidden_size")
         return {"arch": "llama", "vocab_size": hf["vocab_size"], "hidden_size": hf["hidden_size"],
+                "qkv_bias": model_type == "qwen2", "qk_norm": model_type == "qwen3",
                 "num_layers": hf["num_hidden_layers"], "num_heads": heads,
                 "num_kv_heads": hf.get("num_key_value_heads") or heads,
                 "ffn_size": hf["intermediate_size"],
                 "max_positions": hf["max_position_embeddings"],
                 "norm_eps": hf.get("rms_norm_eps", 1e-5), "rope_theta": hf.get("rope_theta", 1e4)}
-    raise ValueError(f"config.json: model_type {model_type!r} is neither 'gpt2' nor 'llama'")
+    raise ValueError(f"config.json: model_type {model_type!r} is not gpt2, llama, qwen2 or qwen3")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,16 +241,24 @@ class LlamaAttention(nn.Module):
         D = C // H
         self.num_heads, self.num_kv_heads, self.head_dim = H, G, D
         self.rope_theta = cfg["rope_theta"]
-        self.q_proj = nn.Linear(C, H * D, bias=False)
-        self.k_proj = nn.Linear(C, G * D, bias=False)
-        self.v_proj = nn.Linear(C, G * D, bias=False)
+        bias = cfg["qkv_bias"]
+        self.q_proj = nn.Linear(C, H * D, bias=bias)
+        self.k_proj = nn.Linear(C, G * D, bias=bias)
+        self.v_proj = nn.Linear(C, G * D, bias=bias)
         self.o_proj = nn.Linear(H * D, C, bias=False)
+        if cfg["qk_norm"]:  # one weight of D shared by all heads
+            self.q_norm = RMSNorm(D, cfg["norm_eps"])
+            self.k_norm = RMSNorm(D, cfg["norm_eps"])
 
     def forward(self, x):  # x (B, T, C)
         B, T, _ = x.shape
         H, G, D = self.num_heads, self.num_kv_heads, self.head_dim
-        q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(x).view(B, T, G, D).transpose(1, 2)  # (B, G, T, D)
+        q = self.q_proj(x).view(B, T, H, D)
+        k = self.k_proj(x).view(B, T, G, D)
+        if hasattr(self, "q_norm"):  # over each head's D values, before RoPE
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = q.transpose(1, 2)  # (B, H, T, D)
+        k = k.transpose(1, 2)  # (B, G, T, D)
         v = self.v_proj(x).view(B, T, G, D).transpose(1, 2)
         cos, sin = rope_cos_sin(T, D, self.rope_theta)
         cos, sin = cos.to(x.dtype), sin.to(x.dtype)

@@ -45,6 +45,48 @@ T optional_value(const nlohmann::json& j, const char* key, const std::string& so
   return it == j.end() || it->is_null() ? fallback : value_as<T>(*it, key, source);
 }
 
+// The Hugging Face model types of tessel's llama architecture, one row each. transformers' Qwen2
+// attention always has q/k/v biases and Qwen3's always has q_norm/k_norm; where a type reads
+// "attention_bias", true means q/k/v *and* o_proj biases, and tessel has no o_proj bias.
+struct LlamaFamilyType {
+  const char* model_type;
+  const char* architecture;
+  bool moe;                  // Qwen-MoE expert keys and names
+  bool qkv_bias;             // --add-qkv-bias
+  bool qk_layernorm;         // --qk-layernorm
+  bool reads_attention_bias;
+};
+constexpr LlamaFamilyType kLlamaFamily[] = {
+    {"llama", "LlamaForCausalLM", false, false, false, true},
+    {"qwen2", "Qwen2ForCausalLM", false, true, false, false},
+    {"qwen3", "Qwen3ForCausalLM", false, false, true, true},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", true, true, false, false},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", true, false, true, true},
+};
+
+const LlamaFamilyType* find_llama_family(const std::string& model_type) {
+  for (const LlamaFamilyType& t : kLlamaFamily)
+    if (model_type == t.model_type) return &t;
+  return nullptr;
+}
+
+// The row for a model: QK-norm makes it Qwen3, q/k/v biases Qwen2, experts the MoE variant. Two
+// kinds of model match no row exactly: experts without q/k/v biases (written as qwen2_moe) and
+// both options (qwen3 with attention_bias, so with an o_proj bias too). Their Hugging Face
+// folders hold fewer tensors than transformers expects; config.json records tessel's options
+// under "tessel_attention" so that tessel reads them back as they were.
+const LlamaFamilyType& llama_family_of(const ModelConfig& cfg) {
+  const bool moe = cfg.moe.num_experts > 0;
+  const char* type = cfg.qk_layernorm ? (moe ? "qwen3_moe" : "qwen3")
+                     : cfg.add_qkv_bias || moe ? (moe ? "qwen2_moe" : "qwen2")
+                                               : "llama";
+  return *find_llama_family(type);
+}
+
+bool is_exact(const LlamaFamilyType& t, const ModelConfig& cfg) {
+  return t.qkv_bias == cfg.add_qkv_bias && t.qk_layernorm == cfg.qk_layernorm;
+}
+
 ModelConfig gpt2_from_hf(const nlohmann::json& j, const std::string& source) {
   ModelConfig cfg;
   cfg.arch = Arch::GPT2;
@@ -73,9 +115,21 @@ ModelConfig gpt2_from_hf(const nlohmann::json& j, const std::string& source) {
   return cfg;
 }
 
-ModelConfig llama_from_hf(const nlohmann::json& j, const std::string& source) {
+ModelConfig llama_from_hf(const nlohmann::json& j, const LlamaFamilyType& type,
+                          const std::string& source) {
   ModelConfig cfg;
   cfg.arch = Arch::Llama;
+  cfg.add_qkv_bias = type.qkv_bias;
+  cfg.qk_layernorm = type.qk_layernorm;
+  if (auto own = j.find("tessel_attention"); own != j.end()) {
+    cfg.add_qkv_bias = required<bool>(*own, "add_qkv_bias", source);
+    cfg.qk_layernorm = required<bool>(*own, "qk_layernorm", source);
+  } else if (type.reads_attention_bias) {
+    TESSEL_CHECK(!optional_value(j, "attention_bias", source, false),
+                 "{}: attention_bias true is not supported ({} then has q/k/v and o_proj biases; "
+                 "tessel has no o_proj bias)",
+                 source, type.model_type);
+  }
   cfg.hidden_size = required<int>(j, "hidden_size", source);
   cfg.num_layers = required<int>(j, "num_hidden_layers", source);
   cfg.num_attention_heads = required<int>(j, "num_attention_heads", source);
@@ -96,8 +150,10 @@ ModelConfig llama_from_hf(const nlohmann::json& j, const std::string& source) {
   const std::string act = optional_value<std::string>(j, "hidden_act", source, "silu");
   TESSEL_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (tessel's llama uses silu)",
                source, act);
-  TESSEL_CHECK(!optional_value(j, "attention_bias", source, false),
-               "{}: attention_bias true is not supported (tessel's llama has no biases)", source);
+  TESSEL_CHECK(!optional_value(j, "use_sliding_window", source, false),
+               "{}: use_sliding_window true is not supported (tessel attends to every earlier "
+               "position)",
+               source);
   TESSEL_CHECK(!optional_value(j, "mlp_bias", source, false),
                "{}: mlp_bias true is not supported (tessel's llama has no biases)", source);
   TESSEL_CHECK(!optional_value(j, "tie_word_embeddings", source, false),
@@ -159,8 +215,9 @@ nlohmann::json hf_config_json(const ModelConfig& cfg) {
             {"eos_token_id", 0},
             {"torch_dtype", "float32"}};
   }
-  nlohmann::json j = {{"architectures", nlohmann::json::array({"LlamaForCausalLM"})},
-          {"model_type", "llama"},
+  const LlamaFamilyType& type = llama_family_of(cfg);
+  nlohmann::json j = {{"architectures", nlohmann::json::array({type.architecture})},
+          {"model_type", type.model_type},
           {"vocab_size", cfg.vocab_size},
           {"hidden_size", cfg.hidden_size},
           {"intermediate_size", cfg.ffn_size()},
@@ -173,7 +230,6 @@ nlohmann::json hf_config_json(const ModelConfig& cfg) {
           {"rope_theta", json_float(cfg.rotary_base)},
           {"rope_scaling", nullptr},
           {"hidden_act", "silu"},
-          {"attention_bias", false},
           {"attention_dropout", 0.0},
           {"mlp_bias", false},
           {"initializer_range", 0.02},
@@ -181,12 +237,12 @@ nlohmann::json hf_config_json(const ModelConfig& cfg) {
           {"bos_token_id", 0},
           {"eos_token_id", 0},
           {"torch_dtype", "float32"}};
-  if (cfg.moe.num_experts > 0) {
-    // Qwen2-MoE's names and keys for the experts. (Qwen2-MoE's own attention has q/k/v biases,
-    // tessel's has none: transformers would add zero-initialised ones.)
+  if (type.reads_attention_bias) j["attention_bias"] = cfg.add_qkv_bias;
+  if (!is_exact(type, cfg))
+    j["tessel_attention"] = {{"add_qkv_bias", cfg.add_qkv_bias}, {"qk_layernorm", cfg.qk_layernorm}};
+  if (type.moe) {
+    // Qwen-MoE's names and keys for the experts (a shared expert only in Qwen2-MoE).
     const MoeConfig& m = cfg.moe;
-    j["architectures"] = nlohmann::json::array({"Qwen2MoeForCausalLM"});
-    j["model_type"] = "qwen2_moe";
     j["num_experts"] = m.num_experts;
     j["num_experts_per_tok"] = m.topk;
     j["moe_intermediate_size"] = m.ffn_hidden_size > 0 ? m.ffn_hidden_size : cfg.ffn_size();
@@ -234,20 +290,21 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& sou
                "{}: no model_type (not a Hugging Face config.json?)", source);
   const std::string model_type = type->get<std::string>();
   ModelConfig cfg;
-  if (model_type == "gpt2")
+  const LlamaFamilyType* llama = find_llama_family(model_type);
+  if (model_type == "gpt2") {
     cfg = gpt2_from_hf(j, source);
-  else if (model_type == "llama")
-    cfg = llama_from_hf(j, source);
-  else if (model_type == "qwen2_moe") {
-    cfg = llama_from_hf(j, source);
+  } else if (llama != nullptr) {
+    cfg = llama_from_hf(j, *llama, source);
     try {
-      moe_from_hf(j, cfg);
+      if (llama->moe) moe_from_hf(j, cfg);
     } catch (const nlohmann::json::exception& e) {
       fail("{}: {}", source, e.what());
     }
-  } else
-    fail("{}: model_type '{}' is not supported (tessel reads gpt2, llama and qwen2_moe)", source,
-         model_type);
+  } else {
+    fail("{}: model_type '{}' is not supported (tessel reads gpt2, llama, qwen2, qwen3, qwen2_moe "
+         "and qwen3_moe)",
+         source, model_type);
+  }
   cfg.seq_length = cfg.max_position_embeddings;
   try {
     cfg.validate();
@@ -261,6 +318,10 @@ void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std:
   std::error_code ec;
   fs::create_directories(dir, ec);
   TESSEL_CHECK(!ec, "{}: cannot create folder ({})", dir, ec.message());
+  TESSEL_CHECK(!(cfg.qk_layernorm && cfg.moe.num_experts > 0 && cfg.moe.shared_expert_size > 0),
+               "export to {}: a --qk-layernorm MoE model exports as qwen3_moe, which has no "
+               "shared expert (--moe-shared-expert-intermediate-size)",
+               dir);
   std::vector<SafetensorsEntry> entries;
   for (const Param& p : registry.params()) {
     TESSEL_CHECK(p.value != nullptr,

@@ -1,5 +1,5 @@
 // Hugging Face import and export: a folder with config.json and model.safetensors that
-// transformers loads as GPT2LMHeadModel or LlamaForCausalLM, and back. Parameter names and
+// transformers loads as GPT2LMHeadModel, LlamaForCausalLM or a Qwen2/Qwen3(-MoE) model, and back. Parameter names and
 // shapes are already Hugging Face's (DESIGN invariant 2), so weights move under their own names.
 #pragma once
 
@@ -12,17 +12,24 @@
 
 namespace tessel {
 
-// config.json for transformers: GPT2LMHeadModel (gpt2) or LlamaForCausalLM (llama), fp32.
+// config.json for transformers, fp32: GPT2LMHeadModel for gpt2; for llama the model_type follows
+// the attention options and experts: llama (neither), qwen2 (--add-qkv-bias), qwen3
+// (--qk-layernorm), qwen2_moe / qwen3_moe with experts. Also the model description of checkpoints,
+// so it exists for every valid config: one that no model_type fits exactly (experts without
+// either option, or both options) takes the nearest and records its own options in
+// "tessel_attention".
 nlohmann::json hf_config_json(const ModelConfig& cfg);
 
-// The inverse: sizes from a Hugging Face config.json (model_type "gpt2" or "llama"). Settings
-// tessel cannot reproduce (another activation, biases in a llama, RoPE scaling, ...) are errors
+// The inverse: sizes from a Hugging Face config.json (model_type gpt2, llama, qwen2, qwen3,
+// qwen2_moe or qwen3_moe). Settings tessel cannot reproduce (another activation, attention_bias
+// true in llama or qwen3, which means an o_proj bias, RoPE scaling, ...) are errors
 // naming `source`. seq_length is set to the maximum positions; callers that train on shorter
 // sequences lower it afterwards.
 ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& source);
 
 // Writes dir/model.safetensors (every registry parameter under its name, F32) and
 // dir/config.json, creating dir. Parameters must be whole tensors (no TP/EP shards) for now.
+// Refuses a --qk-layernorm MoE model with a shared expert (qwen3_moe has none).
 void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std::string& dir);
 
 // `path` itself when it is a file; path/model.safetensors when it is a folder.

@@ -52,6 +52,9 @@ std::vector<std::string> ModelConfig::violations() const {
   if (arch == Arch::Llama && num_attention_heads > 0 && hidden_size % num_attention_heads == 0 &&
       head_dim() % 2 != 0)
     v.push_back(fmt::format("RoPE needs an even head dimension (hidden/heads = {})", head_dim()));
+  if (arch == Arch::GPT2 && add_qkv_bias)
+    v.push_back("--add-qkv-bias needs --arch llama (gpt2's fused c_attn always has a bias)");
+  if (arch == Arch::GPT2 && qk_layernorm) v.push_back("--qk-layernorm needs --arch llama");
   if (!(norm_epsilon > 0)) v.push_back("--norm-epsilon must be positive");
   if (!(rotary_base > 0)) v.push_back("--rotary-base must be positive");
   if (make_vocab_size_divisible_by <= 0) v.push_back("--make-vocab-size-divisible-by must be positive");
@@ -73,7 +76,8 @@ int64_t ModelConfig::num_parameters() const {
     int64_t layer = 2 * 2 * C + C * 3 * C + 3 * C + C * C + C + C * F + F + F * C + C;
     return V * C + static_cast<int64_t>(max_positions()) * C + L * layer + 2 * C;
   }
-  const int64_t attention = 2 * C + C * C + 2 * C * kv + C * C;  // norms, q, k, v, o
+  const int64_t attention = 2 * C + C * C + 2 * C * kv + C * C  // norms, q, k, v, o
+                            + (add_qkv_bias ? C + 2 * kv : 0) + (qk_layernorm ? 2 * head_dim() : 0);
   int64_t total = 2 * V * C + C;
   for (int l = 0; l < num_layers; ++l) {
     if (!moe.is_moe_layer(l)) {
@@ -102,6 +106,8 @@ void model_config_from_json(const nlohmann::json& j, ModelConfig& cfg, const std
       else if (key == "vocab_size") cfg.vocab_size = value.get<int>();
       else if (key == "norm_epsilon") cfg.norm_epsilon = value.get<float>();
       else if (key == "rotary_base") cfg.rotary_base = value.get<float>();
+      else if (key == "add_qkv_bias") cfg.add_qkv_bias = value.get<bool>();
+      else if (key == "qk_layernorm") cfg.qk_layernorm = value.get<bool>();
       else fail("{}: unknown model key '{}'", source, key);
     }
   } catch (const nlohmann::json::exception& e) {
@@ -120,7 +126,9 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
           {"max_position_embeddings", c.max_positions()},
           {"vocab_size", c.vocab_size},
           {"norm_epsilon", c.norm_epsilon},
-          {"rotary_base", c.rotary_base}};
+          {"rotary_base", c.rotary_base},
+          {"add_qkv_bias", c.add_qkv_bias},
+          {"qk_layernorm", c.qk_layernorm}};
 }
 
 ModelConfig load_model_config_file(const std::string& path) {

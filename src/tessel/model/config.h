@@ -49,6 +49,9 @@ struct ModelConfig {
   int vocab_size = 256;
   float norm_epsilon = 1e-5f;
   float rotary_base = 10000.0f;
+  // Attention options of the llama architecture (Megatron's flags; GPT-2's c_attn has its own bias):
+  bool add_qkv_bias = false;  // --add-qkv-bias: biases on q, k and v, not o (Qwen2)
+  bool qk_layernorm = false;  // --qk-layernorm: RMSNorm over each head's q and k before RoPE (Qwen3)
   MoeConfig moe;  // num_experts == 0: a dense model
   int make_vocab_size_divisible_by = 128;  // the vocabulary is padded to a multiple of this · TP
 

@@ -77,6 +77,7 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
   d_ln_full_ = Tensor::zeros({N_, C_});
   d_ln_local_ = sp ? Tensor::zeros({N_l_, C_}) : d_ln_full_;
   d_attn_ = Tensor::zeros({N_, HD});
+  if (cfg_.qk_layernorm) qk_norm_grad_ = Tensor::zeros({2, D_});
   d_act_ = Tensor::zeros({N_, F_l_});
   if (spec_.has_head) {
     logits_ = Tensor::zeros({N_, V_l_});
@@ -137,9 +138,16 @@ void TransformerChunk::declare_params(ParamRegistry& reg, Comm& ep, Comm* moe_to
       const std::string p = fmt::format("model.layers.{}.", l);
       lp.ln1_w = norm(p + "input_layernorm.weight");
       lp.q_w = weight(p + "self_attn.q_proj.weight", {HD, C}, kInitStd, split(0));
+      if (cfg_.add_qkv_bias) lp.q_b = bias(p + "self_attn.q_proj.bias", HD, split(0));
       lp.k_w = weight(p + "self_attn.k_proj.weight", {GD, C}, kInitStd, split(0));
+      if (cfg_.add_qkv_bias) lp.k_b = bias(p + "self_attn.k_proj.bias", GD, split(0));
       lp.v_w = weight(p + "self_attn.v_proj.weight", {GD, C}, kInitStd, split(0));
+      if (cfg_.add_qkv_bias) lp.v_b = bias(p + "self_attn.v_proj.bias", GD, split(0));
       lp.proj_w = weight(p + "self_attn.o_proj.weight", {C, HD}, out_std, split(1));
+      if (cfg_.qk_layernorm) {  // one weight per head dimension, shared by all heads: replicated
+        lp.q_norm = reg.add(p + "self_attn.q_norm.weight", {D_}, ParamInit::Ones, 0, false);
+        lp.k_norm = reg.add(p + "self_attn.k_norm.weight", {D_}, ParamInit::Ones, 0, false);
+      }
       lp.ln2_w = norm(p + "post_attention_layernorm.weight");
       if (cfg_.moe.is_moe_layer(l)) {
         lp.moe = static_cast<int>(moe_.size());
@@ -168,7 +176,8 @@ int64_t ChunkActivations::bytes() const {
   auto add = [&](const Tensor& t) { n += t.empty() ? 0 : t.numel() * 4; };
   for (const Tensor& t : resid) add(t);
   for (const LayerActivations& l : layers)
-    for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.q, &l.k, &l.v, &l.attn,
+    for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.q, &l.k, &l.v, &l.q_raw,
+                            &l.k_raw, &l.q_rstd, &l.k_rstd, &l.attn,
                             &l.lse, &l.mid, &l.ln2, &l.ln2_mean, &l.ln2_rstd, &l.fc, &l.fc_act,
                             &l.gate, &l.up, &l.act, &l.d_qkv, &l.d_q, &l.d_k, &l.d_v,
                             &l.d_attn_out, &l.d_fc, &l.d_gate, &l.d_up, &l.d_mlp_out})
@@ -182,7 +191,8 @@ int64_t TransformerChunk::scratch_bytes() const {
   int64_t n = static_cast<int64_t>(positions_.size()) * 4;
   const bool sp = tp_.sequence_parallel;
   for (const Tensor* t : {&rope_cos_, &rope_sin_, &proj_full_, &norm_local_, &rows_full_, &d_resid_,
-                          &d_ln_full_, &d_attn_, &d_act_, &logits_, &loss_stats_, &row_max_global_})
+                          &d_ln_full_, &d_attn_, &qk_norm_grad_, &d_act_, &logits_, &loss_stats_,
+                          &row_max_global_})
     n += t->empty() ? 0 : t->numel() * 4;
   if (sp) n += (proj_local_.numel() + d_ln_local_.numel()) * 4;  // otherwise views
   return n;
@@ -220,6 +230,12 @@ ChunkActivations TransformerChunk::make_activations() const {
       la.d_q = Tensor::zeros({N_, HD});
       la.d_k = Tensor::zeros({N_, GD});
       la.d_v = Tensor::zeros({N_, GD});
+      if (cfg_.qk_layernorm) {
+        la.q_raw = Tensor::zeros({N_, HD});
+        la.k_raw = Tensor::zeros({N_, GD});
+        la.q_rstd = Tensor::zeros({N_ * H_l_});
+        la.k_rstd = Tensor::zeros({N_ * G_l_});
+      }
       if (layers_[i].moe < 0) {  // a dense MLP's SwiGLU
         la.gate = Tensor::zeros({N_, F_l_});
         la.up = Tensor::zeros({N_, F_l_});
@@ -274,7 +290,7 @@ void TransformerChunk::backward_input(ChunkActivations& acts, const float* d_out
   for (int i = spec_.num_layers - 1; i >= 0; --i) {
     layer_backward_input(i, acts, dres);
     const LayerParams& p = layers_[i];
-    report(grad_ready, {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b});
+    report(grad_ready, {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b, p.q_norm, p.k_norm});
   }
   // The embeddings' gradients are scatter-adds of d(input) itself (after a gather under sequence
   // parallel): done here, so d(input) need not be kept for backward_weight.
@@ -291,8 +307,8 @@ void TransformerChunk::backward_weight(ChunkActivations& acts,
   for (int i = spec_.num_layers - 1; i >= 0; --i) {
     layer_backward_weight(i, acts, grad_ready);
     const LayerParams& p = layers_[i];
-    report(grad_ready, {p.qkv_w, p.qkv_b, p.q_w, p.k_w, p.v_w, p.proj_w, p.proj_b, p.fc_w, p.fc_b,
-                        p.gate_w, p.down_w, p.down_b});
+    report(grad_ready, {p.qkv_w, p.qkv_b, p.q_w, p.q_b, p.k_w, p.k_b, p.v_w, p.v_b, p.proj_w,
+                        p.proj_b, p.fc_w, p.fc_b, p.gate_w, p.down_w, p.down_b});
   }
 }
 
@@ -377,9 +393,19 @@ void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
     cpu::linear_forward(proj_full_.data(), a.attn.data(), val(p.proj_w), nullptr, N_, HD, C_,
                         WeightLayout::InOut);
   } else {
-    cpu::linear_forward(a.q.data(), a.ln1.data(), val(p.q_w), nullptr, N_, C_, HD, WeightLayout::OutIn);
-    cpu::linear_forward(a.k.data(), a.ln1.data(), val(p.k_w), nullptr, N_, C_, GD, WeightLayout::OutIn);
-    cpu::linear_forward(a.v.data(), a.ln1.data(), val(p.v_w), nullptr, N_, C_, GD, WeightLayout::OutIn);
+    // With --qk-layernorm the projections go to q_raw, k_raw and their per-head norms to q, k.
+    const bool qk_norm = p.q_norm >= 0;
+    float* q = qk_norm ? a.q_raw.data() : a.q.data();
+    float* k = qk_norm ? a.k_raw.data() : a.k.data();
+    cpu::linear_forward(q, a.ln1.data(), val(p.q_w), val(p.q_b), N_, C_, HD, WeightLayout::OutIn);
+    cpu::linear_forward(k, a.ln1.data(), val(p.k_w), val(p.k_b), N_, C_, GD, WeightLayout::OutIn);
+    cpu::linear_forward(a.v.data(), a.ln1.data(), val(p.v_w), val(p.v_b), N_, C_, GD, WeightLayout::OutIn);
+    if (qk_norm) {  // as Qwen3: RMSNorm over each head's D values, rows = N·heads
+      cpu::rmsnorm_forward(a.q.data(), a.q_rstd.data(), q, val(p.q_norm), N_ * H_l_, D_,
+                           cfg_.norm_epsilon);
+      cpu::rmsnorm_forward(a.k.data(), a.k_rstd.data(), k, val(p.k_norm), N_ * G_l_, D_,
+                           cfg_.norm_epsilon);
+    }
     cpu::rope_forward(a.q.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
     cpu::rope_forward(a.k.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
     cp_.attention_forward(a.attn.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B_, T_,
@@ -488,6 +514,7 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
                        H_l_, D_, HD);
     cpu::rope_backward(a.d_k.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_,
                        G_l_, D_, GD);
+    if (p.q_norm >= 0) qk_norm_backward(a, p);
     cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_q.data(), a.ln1.data(),
                          val(p.q_w), N_, C_, HD, layout);
     cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_k.data(), a.ln1.data(),
@@ -497,6 +524,35 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
   }
   tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
   norm_backward(dres, d_ln_local_.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), p.ln1_w, p.ln1_b);
+}
+
+// q_norm and k_norm are replicated over TP, but each rank normalises only its own heads, so the
+// gradient a rank computes is a partial sum over heads. Under sequence parallel the trainer sums
+// every replicated parameter's gradient over TP (the layer norms' rows are split there): nothing
+// to do here. Otherwise this microbatch's share is summed over TP here, before it joins the
+// gradient, so accumulation over microbatches stays right.
+void TransformerChunk::qk_norm_backward(LayerActivations& a, const LayerParams& p) {
+  const bool sum_here = tp_.size() > 1 && !tp_.sequence_parallel;
+  float* dq_norm = sum_here ? qk_norm_grad_.data() : grd(p.q_norm);
+  float* dk_norm = sum_here ? qk_norm_grad_.data() + D_ : grd(p.k_norm);
+  if (sum_here) zero(qk_norm_grad_);
+  // d_attn_ (N, H_l·D) is free after attention's backward: it holds d(normalised) while d_q and
+  // d_k are rewritten as d(raw).
+  float* d_normed = d_attn_.data();
+  std::memcpy(d_normed, a.d_q.data(), sizeof(float) * N_ * H_l_ * D_);
+  zero(a.d_q);
+  cpu::rmsnorm_backward(a.d_q.data(), dq_norm, d_normed, a.q_raw.data(), val(p.q_norm),
+                        a.q_rstd.data(), N_ * H_l_, D_);
+  std::memcpy(d_normed, a.d_k.data(), sizeof(float) * N_ * G_l_ * D_);
+  zero(a.d_k);
+  cpu::rmsnorm_backward(a.d_k.data(), dk_norm, d_normed, a.k_raw.data(), val(p.k_norm),
+                        a.k_rstd.data(), N_ * G_l_, D_);
+  if (!sum_here) return;
+  tp_.comm->all_reduce(qk_norm_grad_.data(), 2 * D_);
+  for (int64_t d = 0; d < D_; ++d) {
+    grd(p.q_norm)[d] += qk_norm_grad_.data()[d];
+    grd(p.k_norm)[d] += qk_norm_grad_.data()[D_ + d];
+  }
 }
 
 // Each linear's weight (and bias) gradient from its input, saved by forward, and its output
@@ -536,12 +592,12 @@ void TransformerChunk::layer_backward_weight(int i, ChunkActivations& acts,
     cpu::linear_backward(nullptr, grd(p.qkv_w), grd(p.qkv_b), a.d_qkv.data(), a.ln1.data(),
                          val(p.qkv_w), N_, C_, 3 * HD, layout);
   } else {
-    cpu::linear_backward(nullptr, grd(p.q_w), nullptr, a.d_q.data(), a.ln1.data(), val(p.q_w), N_,
-                         C_, HD, layout);
-    cpu::linear_backward(nullptr, grd(p.k_w), nullptr, a.d_k.data(), a.ln1.data(), val(p.k_w), N_,
-                         C_, GD, layout);
-    cpu::linear_backward(nullptr, grd(p.v_w), nullptr, a.d_v.data(), a.ln1.data(), val(p.v_w), N_,
-                         C_, GD, layout);
+    cpu::linear_backward(nullptr, grd(p.q_w), grd(p.q_b), a.d_q.data(), a.ln1.data(), val(p.q_w),
+                         N_, C_, HD, layout);
+    cpu::linear_backward(nullptr, grd(p.k_w), grd(p.k_b), a.d_k.data(), a.ln1.data(), val(p.k_w),
+                         N_, C_, GD, layout);
+    cpu::linear_backward(nullptr, grd(p.v_w), grd(p.v_b), a.d_v.data(), a.ln1.data(), val(p.v_w),
+                         N_, C_, GD, layout);
   }
 }
 

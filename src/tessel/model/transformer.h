@@ -46,6 +46,8 @@ struct LayerActivations {
   Tensor ln1;                       // (N, C) norm output, gathered to all rows
   Tensor qkv;                       // (N, 3·H_l·D) gpt2: fused q|k|v
   Tensor q, k, v;                   // (N, H_l·D), (N, G_l·D), (N, G_l·D) llama, after RoPE
+  Tensor q_raw, k_raw;              // (N, H_l·D), (N, G_l·D) --qk-layernorm: q and k before it
+  Tensor q_rstd, k_rstd;            // (N·H_l), (N·G_l) --qk-layernorm: each head's 1/rms
   Tensor attn, lse;                 // (N, H_l·D), (B, H_l, T)
   Tensor mid;                       // (N_l, C) residual stream after attention
   Tensor ln2_mean, ln2_rstd, ln2;   // (N_l), (N_l), (N, C)
@@ -54,7 +56,7 @@ struct LayerActivations {
   MoeLayer::Saved moe;              // a Mixture-of-Experts layer's routing and expert activations
   // Left by backward_input for backward_weight: the gradient of each linear's output.
   Tensor d_qkv;                     // (N, 3·H_l·D) gpt2
-  Tensor d_q, d_k, d_v;             // (N, H_l·D), (N, G_l·D), (N, G_l·D) llama, before RoPE
+  Tensor d_q, d_k, d_v;             // (N, H_l·D), (N, G_l·D), (N, G_l·D) llama, of the projections
   Tensor d_attn_out;                // (N, C) attention output projection's, gathered to all rows
   Tensor d_fc;                      // (N, F_l) gpt2, before GELU
   Tensor d_gate, d_up;              // (N, F_l) llama
@@ -146,6 +148,8 @@ class TransformerChunk {
     int ln1_w = -1, ln1_b = -1, ln2_w = -1, ln2_b = -1;
     int qkv_w = -1, qkv_b = -1;         // gpt2 c_attn
     int q_w = -1, k_w = -1, v_w = -1;   // llama
+    int q_b = -1, k_b = -1, v_b = -1;   // llama --add-qkv-bias
+    int q_norm = -1, k_norm = -1;       // llama --qk-layernorm
     int proj_w = -1, proj_b = -1;       // c_proj / o_proj
     int fc_w = -1, fc_b = -1;           // c_fc / up_proj
     int gate_w = -1;                    // llama gate_proj
@@ -162,6 +166,9 @@ class TransformerChunk {
   void layer_forward(int l, ChunkActivations& acts);
   void layer_backward_input(int l, ChunkActivations& acts, float* dres);
   void layer_backward_weight(int l, ChunkActivations& acts, const std::function<void(int)>& grad_ready);
+  // --qk-layernorm's backward for one layer: d_q and d_k hold the gradients of the normalised
+  // q and k on entry and of the raw projections' outputs on exit.
+  void qk_norm_backward(LayerActivations& a, const LayerParams& p);
   // The row-parallel output projection's tail: reduce the partial sums in proj_full_ over TP,
   // add the bias, add the residual: out (N_l, C) = x + Σ proj + bias.
   void row_parallel_exit(float* out, const float* x, int bias);
@@ -194,6 +201,7 @@ class TransformerChunk {
   Tensor d_resid_;                  // (N_l, C) the residual gradient of a first chunk
   Tensor d_ln_full_, d_ln_local_;   // (N, C), (N_l, C) a norm output's gradient before / after reduction
   Tensor d_attn_;                   // (N, H_l·D) gradient of the attention output
+  Tensor qk_norm_grad_;             // (2, D) --qk-layernorm under TP: q_norm's, k_norm's gradient share
   Tensor d_act_;                    // (N, F_l) gradient of the MLP's activation output
   Tensor logits_;                   // (N, V_l)
   Tensor loss_stats_;               // (4, N): row max, [Σ exp, target logit] (reduced together), lse
