@@ -270,7 +270,8 @@ void moe_from_hf(const nlohmann::json& j, ModelConfig& cfg) {
   m.topk = j.at("num_experts_per_tok").get<int>();
   m.ffn_hidden_size = j.at("moe_intermediate_size").get<int>();
   m.shared_expert_size = j.value("shared_expert_intermediate_size", 0);
-  m.pre_softmax = !j.value("norm_topk_prob", true);
+  // transformers' Qwen2MoeConfig and Qwen3MoeConfig default norm_topk_prob to false.
+  m.pre_softmax = !j.value("norm_topk_prob", false);
   m.aux_loss_coeff = j.value("router_aux_loss_coef", 0.0f);
   m.layer_pattern.assign(cfg.num_layers, 1);
   for (int l : j.value("mlp_only_layers", std::vector<int>{})) m.layer_pattern.at(l) = 0;
