@@ -326,7 +326,7 @@ struct Fixture {
     model.num_attention_heads = 1;
     model.ffn_hidden_size = static_cast<int>(F);
     model.num_layers = 2;
-    layer = std::make_unique<MoeLayer>(model, moe, 1, N, *ep, registry);
+    layer = std::make_unique<MoeLayer>(model, moe, 1, N, MoeGroups{.ep = ep.get()}, registry);
     registry.finalize();
     registry.init_values(kSeed);
     for (Param& p : registry.params())
@@ -657,7 +657,7 @@ TEST(MoeLayer, BadSettingsAreClearErrors) {
   moe.topk = 5;
   ParamRegistry registry;
   try {
-    MoeLayer layer(model, moe, 0, 8, *ep, registry);
+    MoeLayer layer(model, moe, 0, 8, MoeGroups{.ep = ep.get()}, registry);
     FAIL() << "top-k 5 of 4 experts was accepted";
   } catch (const Error& e) {
     EXPECT_NE(

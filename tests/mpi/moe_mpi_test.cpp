@@ -75,8 +75,8 @@ struct Side {
   std::unique_ptr<MoeLayer> layer;
 
   Side(const MoeConfig& moe, int64_t max_tokens, Comm& ep, Comm* token_group = nullptr) {
-    layer =
-        std::make_unique<MoeLayer>(model_config(), moe, 1, max_tokens, ep, registry, token_group);
+    layer = std::make_unique<MoeLayer>(model_config(), moe, 1, max_tokens,
+                                       MoeGroups{.ep = &ep, .token_group = token_group}, registry);
     registry.finalize();
     registry.init_values(kSeed);
     for (Param& p : registry.params())
@@ -176,8 +176,9 @@ TEST(MoeExpertParallel, EachRankDeclaresItsExperts) {
   for (const Param& p : ep.registry.params()) {
     if (!is_expert_param(p)) continue;
     ++experts;
-    EXPECT_EQ(p.shard.index, me);
-    EXPECT_EQ(p.shard.count, P);
+    EXPECT_EQ(p.shard.expert_rank, me);
+    EXPECT_EQ(p.shard.expert_ranks, P);
+    EXPECT_FALSE(p.replicated()) << p.name;
     EXPECT_EQ(p.local_shape, p.global_shape);
   }
   EXPECT_EQ(experts, 3 * per_rank);
