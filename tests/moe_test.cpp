@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernel_reference.h"
+#include "tiny_model.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/cpu/kernels.h"
@@ -682,14 +683,10 @@ TEST(MoeLayer, BadSettingsAreClearErrors) {
 // The training rules of MoE under tensor parallelism, each named in the one message that lists
 // every violated rule.
 TEST(MoeConfig, TensorParallelRulesAreNamed) {
-  ModelConfig model;
-  model.arch = Arch::Llama;
-  model.num_layers = 2;
-  model.hidden_size = 64;
-  model.num_attention_heads = 4;
-  model.ffn_hidden_size = 128;
+  ModelConfig model = testing::tiny_config(Arch::Llama);
+  model.vocab_size = 256;  // the byte tokenizer's
   model.moe = base_config();
-  model.moe.ffn_hidden_size = 64;
+  model.moe.ffn_hidden_size = 8;
   TrainOptions o;
   o.data_path = "corpus.txt";
   o.micro_batch_size = 2;
