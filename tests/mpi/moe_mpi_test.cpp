@@ -74,9 +74,8 @@ struct Side {
   ParamRegistry registry;
   std::unique_ptr<MoeLayer> layer;
 
-  Side(const MoeConfig& moe, int64_t max_tokens, Comm& ep, Comm* token_group = nullptr) {
-    layer = std::make_unique<MoeLayer>(model_config(), moe, 1, max_tokens,
-                                       MoeGroups{.ep = &ep, .token_group = token_group}, registry);
+  Side(const MoeConfig& moe, int64_t max_tokens, const MoeGroups& groups) {
+    layer = std::make_unique<MoeLayer>(model_config(), moe, 1, max_tokens, groups, registry);
     registry.finalize();
     registry.init_values(kSeed);
     for (Param& p : registry.params())
@@ -119,14 +118,13 @@ void check_expert_parallel(const MoeConfig& moe,
                            const std::function<void(Side&, std::vector<Rows>&)>& prepare = {}) {
   auto world = world_copy();
   const int P = world->size(), me = world->rank();
-  auto local = make_local_comm();
   std::vector<Rows> rows;
   for (int r = 0; r < P; ++r) rows.push_back(tokens_of(r));
   const int64_t max_tokens = 5 + 3 * (P - 1);
   const float grad_scale = 0.05f;
 
-  Side ep(moe, max_tokens, *world);
-  Side ref(moe, max_tokens, *local);
+  Side ep(moe, max_tokens, {.ep = world.get()});
+  Side ref(moe, max_tokens, {});
   if (prepare) {
     std::vector<Rows> ref_rows = rows;
     prepare(ep, rows);
@@ -168,7 +166,7 @@ void check_expert_parallel(const MoeConfig& moe,
 TEST(MoeExpertParallel, EachRankDeclaresItsExperts) {
   auto world = world_copy();
   const int P = world->size(), me = world->rank();
-  Side ep(moe_config(), 4, *world);
+  Side ep(moe_config(), 4, {.ep = world.get()});
   const int per_rank = 8 / P;
   EXPECT_EQ(ep.layer->num_local_experts(), per_rank);
   EXPECT_EQ(ep.layer->first_local_expert(), me * per_rank);
@@ -222,7 +220,7 @@ TEST(MoeExpertParallel, RanksWithoutTokens) {
     for (int e = 0; e < 8; ++e) router[e * kHidden] = e < per_rank ? 1.5f : -1.5f;
   });
   // The routing really is that lopsided: rank 0's experts get everything.
-  Side ep(moe_config(), 5 + 3 * (P - 1), *world);
+  Side ep(moe_config(), 5 + 3 * (P - 1), {.ep = world.get()});
   Rows mine = tokens_of(world->rank());
   for (size_t i = 0; i < mine.x.size(); i += kHidden) mine.x[i] = 3.0f + 0.1f * mine.x[i];
   float* router = ep.param("gate.weight").value;
@@ -237,12 +235,11 @@ TEST(MoeExpertParallel, RanksWithoutTokens) {
 TEST(MoeExpertParallel, TokenGroupSumsToTheWholeSequence) {
   auto world = world_copy();
   const int P = world->size(), me = world->rank();
-  auto local = make_local_comm();
   const int64_t N = 6;
   MoeConfig moe = moe_config();
   moe.score_sigmoid = true;
-  Side split(moe, N, *local, world.get());
-  Side whole(moe, N * P, *local);
+  Side split(moe, N, {.token_group = world.get()});
+  Side whole(moe, N * P, {});
   Rows all;
   for (int r = 0; r < P; ++r) {
     const Rows part = tokens_of(r, N);
@@ -261,6 +258,45 @@ TEST(MoeExpertParallel, TokenGroupSumsToTheWholeSequence) {
     world->all_reduce(p.grad, p.numel());
     EXPECT_LT(relative_error(p.grad, whole.registry.get(p.name).grad, p.numel()), kTolerance)
         << p.name;
+  }
+}
+
+// Tensor parallel (sequence parallel) with the experts split over ETP, both over the world (EP
+// 1): each rank routes its N rows of one sequence, the shared expert and every expert are split
+// over the ranks. Against one process on all N·P rows: each rank's rows of the output and input
+// gradient; replicated gradients summed over TP, every split one equal to its slice of the whole.
+TEST(MoeExpertParallel, TensorAndExpertTensorParallelMatchOneProcess) {
+  auto world = world_copy();
+  const int P = world->size(), me = world->rank();
+  const int64_t N = 6;
+  MoeConfig moe = moe_config();
+  moe.ffn_hidden_size = 8;
+  moe.shared_expert_size = 8;
+  Side split(moe, N,
+             {.etp = world.get(), .token_group = world.get(), .tp = {world.get(), true}});
+  Side whole(moe, N * P, {});
+  Rows all;
+  for (int r = 0; r < P; ++r) {
+    const Rows part = tokens_of(r, N);
+    all.x.insert(all.x.end(), part.x.begin(), part.x.end());
+    all.dout.insert(all.dout.end(), part.dout.begin(), part.dout.end());
+  }
+  const Result got = run(split, tokens_of(me, N), 0.01f);
+  const Result want = run(whole, all, 0.01f);
+  const int64_t n = N * kHidden;
+  EXPECT_LT(relative_error(got.out.data(), want.out.data() + me * n, n), kTolerance);
+  EXPECT_LT(relative_error(got.dx.data(), want.dx.data() + me * n, n), kTolerance);
+  for (Param& p : split.registry.params()) {
+    const Param& q = whole.registry.get(p.name);
+    if (p.replicated()) {
+      world->all_reduce(p.grad, p.numel());
+      EXPECT_LT(relative_error(p.grad, q.grad, p.numel()), kTolerance) << p.name;
+      continue;
+    }
+    EXPECT_EQ(p.numel() * P, q.numel()) << p.name;
+    Floats slice(p.numel());
+    for (int64_t i = 0; i < p.numel(); ++i) slice[i] = q.grad[p.global_index(i)];
+    EXPECT_LT(relative_error(p.grad, slice.data(), p.numel()), kTolerance) << p.name;
   }
 }
 
