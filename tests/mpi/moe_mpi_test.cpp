@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessel/comm/mpi.h"
@@ -229,6 +230,23 @@ TEST(MoeExpertParallel, RanksWithoutTokens) {
   for (int e = per_rank; e < 8; ++e) EXPECT_EQ(r.stats.tokens_per_expert[e], 0.0) << "expert " << e;
 }
 
+// Megatron's sequence split: rank `me` of P runs its N rows of one sequence on `split`, `whole`
+// runs all N·P rows; this rank's rows of the output and the input gradient must agree.
+std::pair<Result, Result> run_split_sequence(Side& split, Side& whole, int P, int me, int64_t N) {
+  Rows all;
+  for (int r = 0; r < P; ++r) {
+    const Rows part = tokens_of(r, N);
+    all.x.insert(all.x.end(), part.x.begin(), part.x.end());
+    all.dout.insert(all.dout.end(), part.dout.begin(), part.dout.end());
+  }
+  Result got = run(split, tokens_of(me, N), 0.01f);
+  Result want = run(whole, all, 0.01f);
+  const int64_t n = N * kHidden;
+  EXPECT_LT(relative_error(got.out.data(), want.out.data() + me * n, n), kTolerance);
+  EXPECT_LT(relative_error(got.dx.data(), want.dx.data() + me * n, n), kTolerance);
+  return {std::move(got), std::move(want)};
+}
+
 // Megatron's sequence split (TP under sequence parallel, × CP): each rank holds an equal part of
 // one microbatch's tokens; the load-balancing loss counts over the token group. The ranks' aux
 // returns add up to the one-process value on all tokens, and so do the gradients.
@@ -240,17 +258,7 @@ TEST(MoeExpertParallel, TokenGroupSumsToTheWholeSequence) {
   moe.score_sigmoid = true;
   Side split(moe, N, {.token_group = world.get()});
   Side whole(moe, N * P, {});
-  Rows all;
-  for (int r = 0; r < P; ++r) {
-    const Rows part = tokens_of(r, N);
-    all.x.insert(all.x.end(), part.x.begin(), part.x.end());
-    all.dout.insert(all.dout.end(), part.dout.begin(), part.dout.end());
-  }
-  const Result got = run(split, tokens_of(me, N), 0.01f);
-  const Result want = run(whole, all, 0.01f);
-  const int64_t n = N * kHidden;
-  EXPECT_LT(relative_error(got.out.data(), want.out.data() + me * n, n), kTolerance);
-  EXPECT_LT(relative_error(got.dx.data(), want.dx.data() + me * n, n), kTolerance);
+  const auto [got, want] = run_split_sequence(split, whole, P, me, N);
   double aux = got.aux;
   world->all_reduce(&aux, 1);
   EXPECT_NEAR(aux, want.aux, 1e-5 * want.aux);
@@ -275,17 +283,7 @@ TEST(MoeExpertParallel, TensorAndExpertTensorParallelMatchOneProcess) {
   Side split(moe, N,
              {.etp = world.get(), .token_group = world.get(), .tp = {world.get(), true}});
   Side whole(moe, N * P, {});
-  Rows all;
-  for (int r = 0; r < P; ++r) {
-    const Rows part = tokens_of(r, N);
-    all.x.insert(all.x.end(), part.x.begin(), part.x.end());
-    all.dout.insert(all.dout.end(), part.dout.begin(), part.dout.end());
-  }
-  const Result got = run(split, tokens_of(me, N), 0.01f);
-  const Result want = run(whole, all, 0.01f);
-  const int64_t n = N * kHidden;
-  EXPECT_LT(relative_error(got.out.data(), want.out.data() + me * n, n), kTolerance);
-  EXPECT_LT(relative_error(got.dx.data(), want.dx.data() + me * n, n), kTolerance);
+  run_split_sequence(split, whole, P, me, N);
   for (Param& p : split.registry.params()) {
     const Param& q = whole.registry.get(p.name);
     if (p.replicated()) {
