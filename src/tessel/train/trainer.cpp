@@ -67,7 +67,7 @@ void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double
 // are summed over its EP group, the auxiliary losses over the ranks sharing its sequences), then
 // reset. Collective over `token_group` (null: none).
 void add_router_stats(IterationStats& s, std::vector<std::unique_ptr<TransformerChunk>>& chunks,
-                      ProcessGroups& groups, bool sequence_parallel, Comm* token_group) {
+                      ProcessGroups& groups, Comm* token_group) {
   std::vector<double> tokens;
   double aux = 0;
   int64_t forwards = 0, dropped = 0;
@@ -83,9 +83,9 @@ void add_router_stats(IterationStats& s, std::vector<std::unique_ptr<Transformer
   if (forwards == 0) return;
   if (token_group != nullptr) token_group->all_reduce(&aux, 1);
   // Each layer-forward's counts cover the rows of the EP group's ranks: per microbatch, divide
-  // by EP and, under sequence parallel (each TP rank routing N/TP rows), multiply by TP. The
-  // losses are per layer-forward.
-  const double per_microbatch = (sequence_parallel ? groups.tp().size() : 1) /
+  // by EP and, when the token group splits the microbatch's rows (TP under sequence parallel,
+  // CP), multiply by its size. The losses are per layer-forward.
+  const double per_microbatch = (token_group != nullptr ? token_group->size() : 1) /
                                 static_cast<double>(forwards * groups.ep().size());
   s.moe = true;
   s.expert_tokens_min = *std::min_element(tokens.begin(), tokens.end()) * per_microbatch;
@@ -434,7 +434,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     optimizer.step(static_cast<float>(s.lr));
     data_parallel.gather_params();
     expert_data_parallel.gather_params();
-    add_router_stats(s, chunks, groups, pc.sequence_parallel, moe_groups.token_group);
+    add_router_stats(s, chunks, groups, moe_groups.token_group);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     s.iteration_time_ms = took.count() * 1000.0;
     s.tokens_per_s = batch_tokens / took.count();
