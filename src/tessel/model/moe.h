@@ -79,9 +79,9 @@ struct RouterStats {
 
 class MoeLayer {
  public:
-  // What the backward of one microbatch needs, filled by forward (Nr: rows this rank routed,
-  // S: rows it dispatched, R: rows its experts received; F the expert, F_s the shared expert
-  // size). Buffers whose size depends on the routing grow to the largest seen, then are reused:
+  // What the backward of one microbatch needs, filled by forward (N: rows this rank routed,
+  // S: rows it dispatched, R: rows its experts compute, received by the ETP group's ranks;
+  // F_l = F/ETP this rank's neurons of each expert, F_s the shared expert size). Buffers whose size depends on the routing grow to the largest seen, then are reused:
   // dropless routing cannot know in advance how many rows will reach a rank.
   struct Saved {
     int64_t N = 0;
