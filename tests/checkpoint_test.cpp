@@ -194,10 +194,9 @@ TEST(Checkpoint, MoeEp4SaveResumesUnderEp2AndEp1) {
   }
 }
 
-// `tessel export --load` of a TP2 save writes the same weights as the run's own --save-hf.
-TEST(Checkpoint, ExportOfATp2SaveMatchesSaveHf) {
-  const fs::path dir = fresh_dir("export"), ckpt = dir / "ckpt";
-  train(dir, 2, "--tp 2 --save " + ckpt.string() + " --save-hf " + (dir / "hf").string());
+// The files `tessel export --load` writes from a save and those of the run's own --save-hf
+// hold the same tensors, bit for bit.
+void expect_export_matches_save_hf(const fs::path& dir, const fs::path& ckpt) {
   const testing::CommandResult r =
       testing::run_tessel("export --load " + ckpt.string() + " --out " + (dir / "exported").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -210,6 +209,33 @@ TEST(Checkpoint, ExportOfATp2SaveMatchesSaveHf) {
     want.read(t.name, a.data());
     got.read(t.name, b.data());
     EXPECT_EQ(a, b) << t.name;
+  }
+}
+
+TEST(Checkpoint, ExportOfATp2SaveMatchesSaveHf) {
+  const fs::path dir = fresh_dir("export"), ckpt = dir / "ckpt";
+  train(dir, 2, "--tp 2 --save " + ckpt.string() + " --save-hf " + (dir / "hf").string());
+  expect_export_matches_save_hf(dir, ckpt);
+}
+
+// Experts split over ETP (= TP 2) and EP 2, a shared expert split over TP: saved as slices,
+// resumed with whole experts (ETP 1) and by one process, exported whole.
+TEST(Checkpoint, MoeEp2Tp2Etp2SaveResumesUnderEtp1AndOneProcess) {
+  const std::string model = std::string(kMoeModel) + "--moe-shared-expert-intermediate-size 64 ";
+  const std::string saved = "--ep 2 --tp 2 --sequence-parallel --etp 2";
+  const fs::path dir = fresh_dir("etp2_many"), ckpt = dir / "ckpt";
+  const std::vector<double> straight = train(dir, 4, saved, model.c_str());
+  train(dir, 4,
+        saved + " --save " + ckpt.string() + " --exit-interval 10 --save-hf " + (dir / "hf").string(),
+        model.c_str());
+  expect_export_matches_save_hf(dir, ckpt);
+  const std::string whole_experts = "--ep 2 --tp 2 --sequence-parallel --etp 1";
+  for (const auto& [ranks, flags] : {std::pair<int, std::string>{4, whole_experts}, {1, ""}}) {
+    SCOPED_TRACE(flags);
+    const std::vector<double> second =
+        train(dir, ranks, flags + " --load " + ckpt.string(), model.c_str());
+    ASSERT_EQ(second.size(), 10u);
+    expect_close(second, straight, 10);
   }
 }
 

@@ -177,8 +177,12 @@ INSTANTIATE_TEST_SUITE_P(AttentionOptions, Equivalence,
                          [](const auto& info) { return std::string(std::get<1>(info.param).name); });
 
 // Mixture of Experts (Llama-style experts): 8 experts, top-2, load-balancing and z losses, split
-// over EP — with DP, with PP, every other layer dense, a shared expert, a capacity that drops.
-const char* kMoe = "--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001";
+// over EP — with DP, with PP, every other layer dense, a shared expert, a capacity that drops,
+// with TP (sequence parallel) and whole experts (ETP 1) or experts split over TP (ETP 2).
+#define TESSEL_MOE_FLAGS \
+  "--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
+const char* kMoe = TESSEL_MOE_FLAGS;
+const char* kMoeShared = TESSEL_MOE_FLAGS " --moe-shared-expert-intermediate-size 64";
 const Layout kMoeLayouts[] = {
     {"moe_ep2", 2, "--ep 2", false, 2, kMoe},
     {"moe_ep4", 4, "--ep 4", false, 2, kMoe},
@@ -191,6 +195,8 @@ const Layout kMoeLayouts[] = {
      "--num-experts 8 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 0.01"},
     {"moe_capacity_ep2", 2, "--ep 2", false, 2,
      "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01"},
+    {"moe_ep2_tp2_etp1", 4, "--ep 2 --tp 2 --sequence-parallel --etp 1", false, 2, kMoe},
+    {"moe_shared_ep2_tp2_etp2", 4, "--ep 2 --tp 2 --sequence-parallel --etp 2", false, 2, kMoeShared},
 };
 
 INSTANTIATE_TEST_SUITE_P(Moe, Equivalence,

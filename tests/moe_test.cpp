@@ -20,9 +20,11 @@
 #include <vector>
 
 #include "kernel_reference.h"
+#include "tiny_model.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/cpu/kernels.h"
+#include "tessel/train/trainer.h"
 
 namespace tessel {
 namespace {
@@ -326,7 +328,7 @@ struct Fixture {
     model.num_attention_heads = 1;
     model.ffn_hidden_size = static_cast<int>(F);
     model.num_layers = 2;
-    layer = std::make_unique<MoeLayer>(model, moe, 1, N, *ep, registry);
+    layer = std::make_unique<MoeLayer>(model, moe, 1, N, MoeGroups{.ep = ep.get()}, registry);
     registry.finalize();
     registry.init_values(kSeed);
     for (Param& p : registry.params())
@@ -657,7 +659,7 @@ TEST(MoeLayer, BadSettingsAreClearErrors) {
   moe.topk = 5;
   ParamRegistry registry;
   try {
-    MoeLayer layer(model, moe, 0, 8, *ep, registry);
+    MoeLayer layer(model, moe, 0, 8, MoeGroups{.ep = ep.get()}, registry);
     FAIL() << "top-k 5 of 4 experts was accepted";
   } catch (const Error& e) {
     EXPECT_NE(
@@ -676,6 +678,46 @@ TEST(MoeLayer, BadSettingsAreClearErrors) {
   moe.pad_to_capacity = false;
   moe.layer_pattern = {1, 0, 1};
   EXPECT_EQ(moe.violations(1, 2).size(), 1u);  // 3 entries for 2 layers
+}
+
+// The training rules of MoE under tensor parallelism, each named in the one message that lists
+// every violated rule.
+TEST(MoeConfig, TensorParallelRulesAreNamed) {
+  ModelConfig model = testing::tiny_config(Arch::Llama);
+  model.vocab_size = 256;  // the byte tokenizer's
+  model.moe = base_config();
+  model.moe.ffn_hidden_size = 8;
+  TrainOptions o;
+  o.data_path = "corpus.txt";
+  o.micro_batch_size = 2;
+  o.global_batch_size = 6;
+  o.parallel.world = 6;
+  o.parallel.tp = 2;
+  auto message = [&] {
+    try {
+      validate_training(model, o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message(), "invalid configuration: --num-experts with --tensor-model-parallel-size 2 "
+                       "needs --sequence-parallel");
+  o.parallel.sequence_parallel = true;
+  EXPECT_EQ(message(), "");  // ETP = TP by default
+  o.parallel.etp = 1;
+  EXPECT_EQ(message(), "");
+  o.parallel.etp = 3;  // neither 1 nor TP
+  model.moe.shared_expert_size = 33;
+  model.moe.ffn_hidden_size = 100;
+  const std::string all = message();
+  for (const char* rule :
+       {"--expert-tensor-parallel-size 3 must be 1 or the TP size 2",
+        "the expert size (--moe-ffn-hidden-size) 100 is not divisible by "
+        "--expert-tensor-parallel-size 3",
+        "--moe-shared-expert-intermediate-size 33 is not divisible by "
+        "--tensor-model-parallel-size 2"})
+    EXPECT_NE(all.find(rule), std::string::npos) << all;
 }
 
 TEST(MoeConfig, LayerFrequency) {

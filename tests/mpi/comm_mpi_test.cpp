@@ -143,6 +143,54 @@ TEST_P(MpiCommReduceScatter, GivesEachRankItsSlice) {
 INSTANTIATE_TEST_SUITE_P(Sizes, MpiCommReduceScatter,
                          ::testing::Values(int64_t{5}, (int64_t{1} << 19) + 3));
 
+// Rank r contributes r + 1 elements (r·10 + j), placed with a one-element gap after each block.
+TEST(MpiComm, AllGatherVUnevenBlocksAtTheirOffsets) {
+  auto comm = world_copy();
+  const int size = comm->size(), me = comm->rank();
+  std::vector<int64_t> counts(size), offsets(size);
+  int64_t total = 0;
+  for (int r = 0; r < size; ++r) {
+    counts[r] = r + 1;
+    offsets[r] = total;
+    total += counts[r] + 1;
+  }
+  std::vector<float> send(counts[me]);
+  for (int64_t j = 0; j < counts[me]; ++j) send[j] = me * 10 + j;
+  auto expect_blocks = [&](const std::vector<float>& recv) {
+    for (int r = 0; r < size; ++r) {
+      for (int64_t j = 0; j < counts[r]; ++j)
+        EXPECT_EQ(recv[offsets[r] + j], r * 10 + j) << "block " << r << " element " << j;
+      EXPECT_EQ(recv[offsets[r] + counts[r]], -1.0f) << "gap after block " << r;
+    }
+  };
+  std::vector<float> recv(total, -1.0f);
+  comm->all_gather_v(send.data(), recv.data(), counts.data(), offsets.data());
+  expect_blocks(recv);
+  // In place: this rank's block already at its offset.
+  std::vector<float> in_place(total, -1.0f);
+  std::copy(send.begin(), send.end(), in_place.begin() + offsets[me]);
+  comm->all_gather_v(in_place.data() + offsets[me], in_place.data(), counts.data(), offsets.data());
+  expect_blocks(in_place);
+}
+
+// Rank r's block has 2 + r elements (rank 0's first); every rank sends rank + k at element k.
+TEST(MpiComm, ReduceScatterVGivesEachRankItsUnevenBlock) {
+  auto comm = world_copy();
+  const int size = comm->size(), me = comm->rank();
+  std::vector<int64_t> counts(size);
+  int64_t total = 0, first = 0;
+  for (int r = 0; r < size; ++r) {
+    counts[r] = 2 + r;
+    if (r < me) first += counts[r];
+    total += counts[r];
+  }
+  std::vector<float> send(total), recv(counts[me], -1.0f);
+  for (int64_t k = 0; k < total; ++k) send[k] = static_cast<float>(me + k);
+  comm->reduce_scatter_v(send.data(), recv.data(), counts.data());
+  for (int64_t j = 0; j < counts[me]; ++j)
+    EXPECT_EQ(recv[j], size * (size - 1) / 2 + size * (first + j)) << "element " << j;
+}
+
 // Rank s sends (s + 2d) % 3 elements to rank d (some zero), valued s·1000 + d·100 + k. Blocks
 // sit in reverse rank order in the send buffer and with a gap of one element in the receive
 // buffer, so offsets are honoured rather than assumed contiguous.

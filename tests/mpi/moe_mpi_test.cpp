@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessel/comm/mpi.h"
@@ -74,9 +75,8 @@ struct Side {
   ParamRegistry registry;
   std::unique_ptr<MoeLayer> layer;
 
-  Side(const MoeConfig& moe, int64_t max_tokens, Comm& ep, Comm* token_group = nullptr) {
-    layer =
-        std::make_unique<MoeLayer>(model_config(), moe, 1, max_tokens, ep, registry, token_group);
+  Side(const MoeConfig& moe, int64_t max_tokens, const MoeGroups& groups) {
+    layer = std::make_unique<MoeLayer>(model_config(), moe, 1, max_tokens, groups, registry);
     registry.finalize();
     registry.init_values(kSeed);
     for (Param& p : registry.params())
@@ -119,14 +119,13 @@ void check_expert_parallel(const MoeConfig& moe,
                            const std::function<void(Side&, std::vector<Rows>&)>& prepare = {}) {
   auto world = world_copy();
   const int P = world->size(), me = world->rank();
-  auto local = make_local_comm();
   std::vector<Rows> rows;
   for (int r = 0; r < P; ++r) rows.push_back(tokens_of(r));
   const int64_t max_tokens = 5 + 3 * (P - 1);
   const float grad_scale = 0.05f;
 
-  Side ep(moe, max_tokens, *world);
-  Side ref(moe, max_tokens, *local);
+  Side ep(moe, max_tokens, {.ep = world.get()});
+  Side ref(moe, max_tokens, {});
   if (prepare) {
     std::vector<Rows> ref_rows = rows;
     prepare(ep, rows);
@@ -168,7 +167,7 @@ void check_expert_parallel(const MoeConfig& moe,
 TEST(MoeExpertParallel, EachRankDeclaresItsExperts) {
   auto world = world_copy();
   const int P = world->size(), me = world->rank();
-  Side ep(moe_config(), 4, *world);
+  Side ep(moe_config(), 4, {.ep = world.get()});
   const int per_rank = 8 / P;
   EXPECT_EQ(ep.layer->num_local_experts(), per_rank);
   EXPECT_EQ(ep.layer->first_local_expert(), me * per_rank);
@@ -176,8 +175,9 @@ TEST(MoeExpertParallel, EachRankDeclaresItsExperts) {
   for (const Param& p : ep.registry.params()) {
     if (!is_expert_param(p)) continue;
     ++experts;
-    EXPECT_EQ(p.shard.index, me);
-    EXPECT_EQ(p.shard.count, P);
+    EXPECT_EQ(p.shard.expert_rank, me);
+    EXPECT_EQ(p.shard.expert_ranks, P);
+    EXPECT_FALSE(p.replicated()) << p.name;
     EXPECT_EQ(p.local_shape, p.global_shape);
   }
   EXPECT_EQ(experts, 3 * per_rank);
@@ -221,7 +221,7 @@ TEST(MoeExpertParallel, RanksWithoutTokens) {
     for (int e = 0; e < 8; ++e) router[e * kHidden] = e < per_rank ? 1.5f : -1.5f;
   });
   // The routing really is that lopsided: rank 0's experts get everything.
-  Side ep(moe_config(), 5 + 3 * (P - 1), *world);
+  Side ep(moe_config(), 5 + 3 * (P - 1), {.ep = world.get()});
   Rows mine = tokens_of(world->rank());
   for (size_t i = 0; i < mine.x.size(); i += kHidden) mine.x[i] = 3.0f + 0.1f * mine.x[i];
   float* router = ep.param("gate.weight").value;
@@ -230,29 +230,35 @@ TEST(MoeExpertParallel, RanksWithoutTokens) {
   for (int e = per_rank; e < 8; ++e) EXPECT_EQ(r.stats.tokens_per_expert[e], 0.0) << "expert " << e;
 }
 
-// Megatron's sequence split (TP under sequence parallel, × CP): each rank holds an equal part of
-// one microbatch's tokens; the load-balancing loss counts over the token group. The ranks' aux
-// returns add up to the one-process value on all tokens, and so do the gradients.
-TEST(MoeExpertParallel, TokenGroupSumsToTheWholeSequence) {
-  auto world = world_copy();
-  const int P = world->size(), me = world->rank();
-  auto local = make_local_comm();
-  const int64_t N = 6;
-  MoeConfig moe = moe_config();
-  moe.score_sigmoid = true;
-  Side split(moe, N, *local, world.get());
-  Side whole(moe, N * P, *local);
+// Megatron's sequence split: rank `me` of P runs its N rows of one sequence on `split`, `whole`
+// runs all N·P rows; this rank's rows of the output and the input gradient must agree.
+std::pair<Result, Result> run_split_sequence(Side& split, Side& whole, int P, int me, int64_t N) {
   Rows all;
   for (int r = 0; r < P; ++r) {
     const Rows part = tokens_of(r, N);
     all.x.insert(all.x.end(), part.x.begin(), part.x.end());
     all.dout.insert(all.dout.end(), part.dout.begin(), part.dout.end());
   }
-  const Result got = run(split, tokens_of(me, N), 0.01f);
-  const Result want = run(whole, all, 0.01f);
+  Result got = run(split, tokens_of(me, N), 0.01f);
+  Result want = run(whole, all, 0.01f);
   const int64_t n = N * kHidden;
   EXPECT_LT(relative_error(got.out.data(), want.out.data() + me * n, n), kTolerance);
   EXPECT_LT(relative_error(got.dx.data(), want.dx.data() + me * n, n), kTolerance);
+  return {std::move(got), std::move(want)};
+}
+
+// Megatron's sequence split (TP under sequence parallel, × CP): each rank holds an equal part of
+// one microbatch's tokens; the load-balancing loss counts over the token group. The ranks' aux
+// returns add up to the one-process value on all tokens, and so do the gradients.
+TEST(MoeExpertParallel, TokenGroupSumsToTheWholeSequence) {
+  auto world = world_copy();
+  const int P = world->size(), me = world->rank();
+  const int64_t N = 6;
+  MoeConfig moe = moe_config();
+  moe.score_sigmoid = true;
+  Side split(moe, N, {.token_group = world.get()});
+  Side whole(moe, N * P, {});
+  const auto [got, want] = run_split_sequence(split, whole, P, me, N);
   double aux = got.aux;
   world->all_reduce(&aux, 1);
   EXPECT_NEAR(aux, want.aux, 1e-5 * want.aux);
@@ -260,6 +266,35 @@ TEST(MoeExpertParallel, TokenGroupSumsToTheWholeSequence) {
     world->all_reduce(p.grad, p.numel());
     EXPECT_LT(relative_error(p.grad, whole.registry.get(p.name).grad, p.numel()), kTolerance)
         << p.name;
+  }
+}
+
+// Tensor parallel (sequence parallel) with the experts split over ETP, both over the world (EP
+// 1): each rank routes its N rows of one sequence, the shared expert and every expert are split
+// over the ranks. Against one process on all N·P rows: each rank's rows of the output and input
+// gradient; replicated gradients summed over TP, every split one equal to its slice of the whole.
+TEST(MoeExpertParallel, TensorAndExpertTensorParallelMatchOneProcess) {
+  auto world = world_copy();
+  const int P = world->size(), me = world->rank();
+  const int64_t N = 6;
+  MoeConfig moe = moe_config();
+  moe.ffn_hidden_size = 8;
+  moe.shared_expert_size = 8;
+  Side split(moe, N,
+             {.etp = world.get(), .token_group = world.get(), .tp = {world.get(), true}});
+  Side whole(moe, N * P, {});
+  run_split_sequence(split, whole, P, me, N);
+  for (Param& p : split.registry.params()) {
+    const Param& q = whole.registry.get(p.name);
+    if (p.replicated()) {
+      world->all_reduce(p.grad, p.numel());
+      EXPECT_LT(relative_error(p.grad, q.grad, p.numel()), kTolerance) << p.name;
+      continue;
+    }
+    EXPECT_EQ(p.numel() * P, q.numel()) << p.name;
+    Floats slice(p.numel());
+    for (int64_t i = 0; i < p.numel(); ++i) slice[i] = q.grad[p.global_index(i)];
+    EXPECT_LT(relative_error(p.grad, slice.data(), p.numel()), kTolerance) << p.name;
   }
 }
 

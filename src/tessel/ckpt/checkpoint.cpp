@@ -51,18 +51,19 @@ void write_file_atomic(const std::string& path, const std::string& text) {
 
 std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
 
-// The first holder of each parameter writes it: DP×CP rank 0 (expert-DP rank 0 for experts),
-// and TP rank 0 for those replicated over TP.
+// The first holder of each parameter writes it: DP×CP rank 0 (expert-DP rank 0 for experts:
+// every ETP rank its slice), and TP rank 0 for those replicated over TP.
 bool writes_param(const Param& p, ProcessGroups& groups) {
   const RankCoords& at = groups.coords();
-  if (p.replicated() && !is_expert_param(p) && at.tp != 0) return false;
+  if (p.replicated() && at.tp != 0) return false;
   if (is_expert_param(p)) return at.edp == 0;
   return at.dp == 0 && at.cp == 0;
 }
 
-// The slice a file holds, as metadata: experts are whole tensors under their global name.
+// The slice a file holds, as metadata, whichever group it is split over (an expert is stored
+// under its global name, whole or as its ETP slice).
 json slice_json(const Param& p) {
-  const bool split = !is_expert_param(p) && p.shard.dim >= 0;
+  const bool split = p.shard.dim >= 0;
   return {{"shape", p.global_shape},
           {"dim", split ? p.shard.dim : -1},
           {"index", split ? p.shard.index : 0},

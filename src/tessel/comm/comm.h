@@ -78,6 +78,14 @@ class Comm {
   // recv (count) = Σ over ranks of send[rank() · count .. +count); send holds size · count.
   virtual void reduce_scatter(const float* send, float* recv, int64_t count) = 0;
   virtual Request reduce_scatter_async(const float* send, float* recv, int64_t count) = 0;
+  // Variable all-gather: rank r's recv_counts[r] elements land at recv_offsets[r] of every
+  // rank's recv; this rank sends recv_counts[rank()] from `send`, which may be its own place in
+  // recv (in place).
+  virtual void all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
+                            const int64_t* recv_offsets) = 0;
+  // Variable reduce-scatter: send holds every rank's block in rank order (counts[r] elements
+  // for rank r); recv (counts[rank()]) = Σ over ranks of their send's block for this rank.
+  virtual void reduce_scatter_v(const float* send, float* recv, const int64_t* counts) = 0;
   // Variable all-to-all: send_counts[r] elements at send_offsets[r] go to rank r, which
   // receives them at its recv_offsets[this rank]. Counts and offsets in elements.
   virtual void all_to_all_v(const float* send, const int64_t* send_counts,

@@ -39,6 +39,14 @@ class LocalComm final : public Comm {
     return Request();
   }
 
+  void all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
+                    const int64_t* recv_offsets) override {
+    copy_unless_same(send, recv + recv_offsets[0], recv_counts[0]);
+  }
+  void reduce_scatter_v(const float* send, float* recv, const int64_t* counts) override {
+    copy_unless_same(send, recv, counts[0]);
+  }
+
   void all_to_all_v(const float* send, const int64_t* send_counts, const int64_t* send_offsets,
                     float* recv, const int64_t* recv_counts, const int64_t* recv_offsets) override {
     TESSEL_CHECK(send_counts[0] == recv_counts[0],

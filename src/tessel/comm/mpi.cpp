@@ -204,6 +204,38 @@ Request MpiComm::reduce_scatter_async(const float* send, float* recv, int64_t co
   return started(request, counter(CommOp::ReduceScatter), size_ * count * sizeof(float));
 }
 
+void MpiComm::all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
+                           const int64_t* recv_offsets) {
+  std::vector<int> counts(size_), offsets(size_);
+  int64_t extent = 0;
+  for (int r = 0; r < size_; ++r) {
+    counts[r] = to_mpi_count(recv_counts[r], "all_gather_v count");
+    offsets[r] = to_mpi_count(recv_offsets[r], "all_gather_v offset");
+    extent = std::max(extent, recv_offsets[r] + recv_counts[r]);
+  }
+  const bool in_place = send == recv + recv_offsets[rank_];
+  TESSEL_CHECK(in_place || !overlaps(send, recv_counts[rank_], recv, extent),
+               "comm/mpi.cpp: all_gather_v send buffer overlaps recv without being this rank's block");
+  int64_t gathered = 0;
+  for (int r = 0; r < size_; ++r) gathered += recv_counts[r];
+  BlockingCall call(counter(CommOp::AllGather), gathered * sizeof(float));
+  MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, counts[rank_], MPI_FLOAT, recv, counts.data(),
+                 offsets.data(), MPI_FLOAT, comm_);
+}
+
+void MpiComm::reduce_scatter_v(const float* send, float* recv, const int64_t* counts) {
+  std::vector<int> mpi_counts(size_);
+  int64_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    mpi_counts[r] = to_mpi_count(counts[r], "reduce_scatter_v count");
+    total += counts[r];
+  }
+  TESSEL_CHECK(!overlaps(send, total, recv, counts[rank_]),
+               "comm/mpi.cpp: reduce_scatter_v recv overlaps send");
+  BlockingCall call(counter(CommOp::ReduceScatter), total * sizeof(float));
+  MPI_Reduce_scatter(send, recv, mpi_counts.data(), MPI_FLOAT, MPI_SUM, comm_);
+}
+
 void MpiComm::all_to_all_v(const float* send, const int64_t* send_counts,
                            const int64_t* send_offsets, float* recv, const int64_t* recv_counts,
                            const int64_t* recv_offsets) {

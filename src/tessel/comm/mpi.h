@@ -38,6 +38,9 @@ class MpiComm final : public Comm {
   Request all_gather_async(const float* send, float* recv, int64_t count) override;
   void reduce_scatter(const float* send, float* recv, int64_t count) override;
   Request reduce_scatter_async(const float* send, float* recv, int64_t count) override;
+  void all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
+                    const int64_t* recv_offsets) override;
+  void reduce_scatter_v(const float* send, float* recv, const int64_t* counts) override;
   void all_to_all_v(const float* send, const int64_t* send_counts, const int64_t* send_offsets,
                     float* recv, const int64_t* recv_counts, const int64_t* recv_offsets) override;
   void broadcast(float* data, int64_t count, int root) override;

@@ -10,27 +10,16 @@
 
 #include "tessel/core/error.h"
 #include "tessel/kernels/cpu/kernels.h"
+#include "tessel/model/moe_rows.h"
 
 namespace tessel {
 
 using cpu::WeightLayout;
+using moe_rows::reserve;
+using moe_rows::zero;
 
 namespace {
 constexpr float kInitStd = 0.02f;  // Megatron's --init-method-std default
-
-// t holds at least rows × cols floats afterwards (reallocated half as large again when short;
-// never shrinks, so the largest routing load seen sets the size). The contents are not kept.
-float* reserve_rows(Tensor& t, int64_t rows, int64_t cols) {
-  if (t.empty() || t.numel() < rows * cols) {
-    const int64_t grown = t.empty() ? 0 : t.numel() / cols * 3 / 2;
-    t = Tensor::zeros({std::max<int64_t>({rows, grown, 1}), cols});
-  }
-  return t.data();
-}
-
-void zero_rows(float* p, int64_t rows, int64_t cols) {
-  std::memset(p, 0, sizeof(float) * rows * cols);
-}
 
 float dot(const float* a, const float* b, int64_t n) {
   float s = 0;
@@ -185,9 +174,13 @@ std::vector<int> parse_moe_layer_freq(const std::string& text, int num_layers) {
 }
 
 MoeLayer::MoeLayer(const ModelConfig& model, const MoeConfig& moe, int layer, int64_t max_tokens,
-                   Comm& ep, ParamRegistry& registry, Comm* token_group)
-    : moe_(moe), ep_(&ep), token_group_(token_group) {
-  const std::vector<std::string> problems = moe.violations(ep.size(), model.num_layers);
+                   const MoeGroups& groups, ParamRegistry& registry)
+    : moe_(moe),
+      ep_(groups.ep != nullptr ? groups.ep : no_tensor_parallel().comm),
+      etp_(groups.etp != nullptr ? groups.etp : no_tensor_parallel().comm),
+      token_group_(groups.token_group),
+      tp_(groups.tp) {
+  const std::vector<std::string> problems = moe.violations(ep_->size(), model.num_layers);
   TESSEL_CHECK(problems.empty(), "MoE layer {}: {}", layer, fmt::join(problems, "; "));
   TESSEL_CHECK(max_tokens >= 0, "MoE layer {}: max_tokens {} is negative", layer, max_tokens);
   C_ = model.hidden_size;
@@ -195,11 +188,22 @@ MoeLayer::MoeLayer(const ModelConfig& model, const MoeConfig& moe, int layer, in
   F_s_ = moe.shared_expert_size;
   E_ = moe.num_experts;
   k_ = moe.topk;
-  P_ = ep.size();
-  ep_rank_ = ep.rank();
+  P_ = ep_->size();
+  ep_rank_ = ep_->rank();
+  Q_ = etp_->size();
+  etp_rank_ = etp_->rank();
   E_l_ = E_ / P_;
   first_expert_ = ep_rank_ * E_l_;
   max_tokens_ = max_tokens;
+  const int T = tp_.size();
+  TESSEL_CHECK(T == 1 || tp_.sequence_parallel,
+               "MoE layer {}: tensor parallelism ({}) needs sequence parallel", layer, T);
+  TESSEL_CHECK(F_ % Q_ == 0, "MoE layer {}: expert size {} does not split over ETP {}", layer, F_,
+               Q_);
+  TESSEL_CHECK(F_s_ % T == 0, "MoE layer {}: shared expert size {} does not split over TP {}",
+               layer, F_s_, T);
+  F_l_ = F_ / Q_;
+  F_sl_ = F_s_ / T;
 
   // Hugging Face order: router, experts, shared expert, its gate.
   const std::string p = fmt::format("model.layers.{}.mlp.", layer);
@@ -207,32 +211,47 @@ MoeLayer::MoeLayer(const ModelConfig& model, const MoeConfig& moe, int layer, in
   auto weight = [&](const std::string& name, Shape shape, float std, ShardSpec shard = {}) {
     return registry.add(name, std::move(shape), ParamInit::Normal, std, true, shard);
   };
+  // An expert's gate/up split by rows (dim 0) and down by columns (dim 1) over ETP.
+  auto expert = [&](int dim) {
+    return ShardSpec{.dim = Q_ > 1 ? dim : -1, .group = Q_ > 1 ? ShardGroup::ETP : ShardGroup::None,
+                     .index = etp_rank_, .count = Q_, .expert_rank = ep_rank_, .expert_ranks = P_};
+  };
   router_ = weight(p + "gate.weight", {E_, C_}, kInitStd);
-  const ShardSpec expert{.dim = -1, .group = ShardGroup::EP, .index = ep_rank_, .count = P_};
   for (int64_t e = first_expert_; e < first_expert_ + E_l_; ++e) {
     const std::string q = fmt::format("{}experts.{}.", p, e);
-    experts_.push_back({.gate = weight(q + "gate_proj.weight", {F_, C_}, kInitStd, expert),
-                        .up = weight(q + "up_proj.weight", {F_, C_}, kInitStd, expert),
-                        .down = weight(q + "down_proj.weight", {C_, F_}, out_std, expert)});
+    experts_.push_back({.gate = weight(q + "gate_proj.weight", {F_, C_}, kInitStd, expert(0)),
+                        .up = weight(q + "up_proj.weight", {F_, C_}, kInitStd, expert(0)),
+                        .down = weight(q + "down_proj.weight", {C_, F_}, out_std, expert(1))});
   }
   if (F_s_ > 0) {
-    shared_.gate = weight(p + "shared_expert.gate_proj.weight", {F_s_, C_}, kInitStd);
-    shared_.up = weight(p + "shared_expert.up_proj.weight", {F_s_, C_}, kInitStd);
-    shared_.down = weight(p + "shared_expert.down_proj.weight", {C_, F_s_}, out_std);
+    auto split = [&](int dim) {
+      return T > 1 ? ShardSpec{.dim = dim, .group = ShardGroup::TP, .index = tp_.rank(), .count = T}
+                   : ShardSpec{};
+    };
+    shared_.gate = weight(p + "shared_expert.gate_proj.weight", {F_s_, C_}, kInitStd, split(0));
+    shared_.up = weight(p + "shared_expert.up_proj.weight", {F_s_, C_}, kInitStd, split(0));
+    shared_.down = weight(p + "shared_expert.down_proj.weight", {C_, F_s_}, out_std, split(1));
     shared_gate_ = weight(p + "shared_expert_gate.weight", {1, C_}, kInitStd);
   }
 
   const int64_t N = std::max<int64_t>(max_tokens_, 1);
-  reserve_rows(send_, N * k_, C_);
-  reserve_rows(arrival_, N * k_, C_);
-  reserve_rows(expert_rows_, N * k_, C_);
-  reserve_rows(d_act_, N * k_, std::max(F_, F_s_));
-  reserve_rows(d_probs_, N, k_);
+  reserve(send_, N * k_, C_);
+  reserve(arrival_, N * k_ * Q_, C_);
+  reserve(expert_rows_, N * k_ * Q_, C_);
+  if (Q_ > 1) reserve(own_rows_, N * k_, C_);
+  reserve(d_act_, std::max(N * k_ * Q_, N * T), std::max(F_l_, F_sl_));
+  reserve(d_probs_, N, k_);
+  if (F_s_ > 0 && T > 1) {
+    shared_full_ = Tensor::zeros({N * T, C_});
+    shared_local_ = Tensor::zeros({N, C_});
+  }
   keep_.resize(N * k_);
   for (auto* v : {&counts_out_, &counts_in_, &offsets_out_, &offsets_in_}) v->resize(P_);
+  etp_counts_.resize(Q_);
+  etp_offsets_.resize(Q_);
   row_cursor_.resize(E_);
   group_counts_.resize(E_ + 1);
-  count_buffer_.resize(E_ + P_ * E_l_);
+  count_buffer_.resize(E_ + Q_ * P_ * E_l_);
   stats_buffer_.resize(E_ + 1);
 }
 
@@ -245,10 +264,10 @@ std::vector<int> MoeLayer::param_indices() const {
 
 MoeLayer::Saved MoeLayer::make_saved() const {
   Saved s;
-  const int64_t N = std::max<int64_t>(max_tokens_, 1);
-  // Routed rows: N·k leave this rank; as many arrive when the load is balanced (dropless routing
-  // may bring more: those buffers grow on first need).
-  const int64_t rows = N * k_;
+  const int64_t N = std::max<int64_t>(max_tokens_, 1), N_g = N * tp_.size();
+  // Routed rows: N·k leave this rank; as many arrive at each ETP rank when the load is balanced
+  // (dropless routing may bring more: those buffers grow on first need).
+  const int64_t rows = N * k_, expert_rows = rows * Q_;
   s.logits = Tensor::zeros({N, E_});
   s.experts.resize(N * k_);
   s.probs = Tensor::zeros({N, k_});
@@ -259,18 +278,21 @@ MoeLayer::Saved MoeLayer::make_saved() const {
   }
   if (moe_.z_loss_coeff > 0) s.lse = Tensor::zeros({N});
   s.send_rows.resize(P_);
-  for (auto* v : {&s.block_rows, &s.block_src, &s.block_dst}) v->resize(P_ * E_l_);
+  for (auto* v : {&s.block_rows, &s.block_src, &s.block_dst}) v->resize(Q_ * P_ * E_l_);
   s.expert_rows.resize(E_l_);
+  s.etp_rows.resize(Q_);
   s.combined = Tensor::zeros({rows, C_});
-  s.expert_in = Tensor::zeros({rows, C_});
-  s.d_expert_out = Tensor::zeros({rows, C_});
-  for (Tensor* t : {&s.gate, &s.up, &s.act, &s.d_gate, &s.d_up}) *t = Tensor::zeros({rows, F_});
+  s.expert_in = Tensor::zeros({expert_rows, C_});
+  s.d_expert_out = Tensor::zeros({expert_rows, C_});
+  for (Tensor* t : {&s.gate, &s.up, &s.act, &s.d_gate, &s.d_up})
+    *t = Tensor::zeros({expert_rows, F_l_});
   if (F_s_ > 0) {
+    if (tp_.size() > 1) s.shared_in = Tensor::zeros({N_g, C_});
     for (Tensor* t :
          {&s.shared_gate, &s.shared_up, &s.shared_act, &s.d_shared_gate, &s.d_shared_up})
-      *t = Tensor::zeros({N, F_s_});
+      *t = Tensor::zeros({N_g, F_sl_});
     s.shared_out = Tensor::zeros({N, C_});
-    s.d_shared_out = Tensor::zeros({N, C_});
+    s.d_shared_out = Tensor::zeros({N_g, C_});
     s.shared_scale = Tensor::zeros({N});
     s.d_shared_logit = Tensor::zeros({N});
   }
@@ -282,21 +304,23 @@ MoeLayer::Saved MoeLayer::make_saved() const {
 int64_t MoeLayer::Saved::bytes() const {
   int64_t n = 0;
   for (const Tensor* t :
-       {&logits,       &probs,          &aux_scores,   &aux_counts,   &lse,
-        &combined,     &expert_in,      &gate,         &up,           &act,
-        &d_expert_out, &d_gate,         &d_up,         &shared_gate,  &shared_up,
-        &shared_act,   &shared_out,     &shared_scale, &d_shared_out, &d_shared_gate,
-        &d_shared_up,  &d_shared_logit, &d_logits})
+       {&logits,     &probs,        &aux_scores,   &aux_counts,     &lse,
+        &combined,   &expert_in,    &gate,         &up,             &act,
+        &d_expert_out, &d_gate,     &d_up,         &shared_in,      &shared_gate,
+        &shared_up,  &shared_act,   &shared_out,   &shared_scale,   &d_shared_out,
+        &d_shared_gate, &d_shared_up, &d_shared_logit, &d_logits})
     n += t->empty() ? 0 : t->numel() * 4;
   n += static_cast<int64_t>(experts.size()) * 4;
-  for (const auto* v : {&slot_row, &send_rows, &block_rows, &block_src, &block_dst, &expert_rows})
+  for (const auto* v :
+       {&slot_row, &send_rows, &block_rows, &block_src, &block_dst, &expert_rows, &etp_rows})
     n += static_cast<int64_t>(v->size()) * 8;
   return n;
 }
 
 int64_t MoeLayer::scratch_bytes() const {
   int64_t n = static_cast<int64_t>(keep_.size());
-  for (const Tensor* t : {&send_, &arrival_, &expert_rows_, &d_act_, &d_probs_})
+  for (const Tensor* t : {&send_, &arrival_, &expert_rows_, &own_rows_, &d_act_, &d_probs_,
+                          &shared_full_, &shared_local_})
     n += t->empty() ? 0 : t->numel() * 4;
   return n;
 }
@@ -312,25 +336,24 @@ double MoeLayer::forward(Saved& s, float* out, const float* x, int64_t N, float 
   plan_dispatch(s);
 
   // Permute: this rank's rows, one copy per kept assignment, grouped by expert (pads stay zero).
-  float* send = reserve_rows(send_, s.rows_out, C_);
-  if (moe_.pad_to_capacity) zero_rows(send, s.rows_out, C_);
+  float* send = reserve(send_, s.rows_out, C_);
+  if (moe_.pad_to_capacity) zero(send, s.rows_out, C_);
   for (int64_t a = 0; a < N * k_; ++a) {
     if (s.slot_row[a] >= 0)
       std::memcpy(send + s.slot_row[a] * C_, x + a / k_ * C_, sizeof(float) * C_);
   }
-  float* arrival = reserve_rows(arrival_, s.rows_in, C_);
-  dispatch_rows(s, send, arrival);
-  to_expert_order(s, reserve_rows(s.expert_in, s.rows_in, C_), arrival);
+  float* arrival = to_experts(s, send);
+  to_expert_order(s, reserve(s.expert_in, s.rows_in, C_), arrival);
   experts_forward(s);
   to_arrival_order(s, arrival, expert_rows_.data());
-  float* combined = reserve_rows(s.combined, s.rows_out, C_);
-  return_rows(s, arrival, combined);
+  float* combined = reserve(s.combined, s.rows_out, C_);
+  from_experts(s, arrival, combined);
 
   // Unpermute and combine: out[n] = Σ_j probs[n, j] · (expert j's output for row n).
   const float* probs = s.probs.data();
   for (int64_t n = 0; n < N; ++n) {
     float* o = out + n * C_;
-    zero_rows(o, 1, C_);
+    zero(o, 1, C_);
     for (int64_t j = 0; j < k_; ++j) {
       const int64_t row = s.slot_row[n * k_ + j];
       if (row >= 0) axpy(o, probs[n * k_ + j], combined + row * C_, C_);
@@ -390,140 +413,51 @@ int64_t MoeLayer::capacity(int64_t N) const {
   return cpu::moe_expert_capacity(N, E_, k_, moe_.capacity_factor);
 }
 
-// Where every kept assignment goes: the dispatch order groups rows by expert (so by destination
-// rank, each rank's experts in turn), tokens in order within an expert; each expert's block
-// padded to the capacity when asked. The row counts per (rank, expert) travel first, so each
-// rank learns what will arrive from whom; then the statistics are summed over EP.
-void MoeLayer::plan_dispatch(Saved& s) {
-  const int64_t N = s.N;
-  std::vector<float>& counts = count_buffer_;  // (E) rows per expert out, then (EP · E_l) in
-  std::vector<double>& kept = stats_buffer_;   // (E + 1) kept per expert, then the dropped
-  std::fill(kept.begin(), kept.end(), 0.0);
-  for (int64_t a = 0; a < N * k_; ++a) kept[s.experts[a]] += keep_[a];
-  const int64_t pad = moe_.pad_to_capacity ? capacity(N) : -1;
-  std::vector<int64_t>& next = row_cursor_;  // (E) the next free row of each expert's block
-  int64_t rows = 0;
-  std::fill(s.send_rows.begin(), s.send_rows.end(), 0);
-  for (int64_t e = 0; e < E_; ++e) {
-    const int64_t expert_rows = pad >= 0 ? pad : static_cast<int64_t>(kept[e]);
-    counts[e] = static_cast<float>(expert_rows);
-    next[e] = rows;
-    rows += expert_rows;
-    s.send_rows[e / E_l_] += expert_rows;
-  }
-  s.rows_out = rows;
-  TESSEL_CHECK(rows < (int64_t{1} << 24), "MoE: {} rows to dispatch (counts travel as floats)",
-               rows);
-  for (int64_t a = 0; a < N * k_; ++a) s.slot_row[a] = keep_[a] ? next[s.experts[a]]++ : -1;
-
-  // Counts first: rank r receives the E_l counts of its experts from every rank.
-  for (int r = 0; r < P_; ++r) {
-    counts_out_[r] = counts_in_[r] = E_l_;
-    offsets_out_[r] = offsets_in_[r] = r * E_l_;
-  }
-  ep_->all_to_all_v(counts.data(), counts_out_.data(), offsets_out_.data(), counts.data() + E_,
-                    counts_in_.data(), offsets_in_.data());
-  int64_t arrival = 0;
-  for (int64_t b = 0; b < P_ * E_l_; ++b) {
-    s.block_rows[b] = static_cast<int64_t>(counts[E_ + b]);
-    s.block_src[b] = arrival;
-    arrival += s.block_rows[b];
-  }
-  s.rows_in = arrival;
-  int64_t at = 0;
-  for (int64_t e = 0; e < E_l_; ++e) {
-    s.expert_rows[e] = 0;
-    for (int src = 0; src < P_; ++src) {
-      s.block_dst[src * E_l_ + e] = at;
-      at += s.block_rows[src * E_l_ + e];
-      s.expert_rows[e] += s.block_rows[src * E_l_ + e];
-    }
-  }
-
-  kept[E_] = static_cast<double>(s.stats.dropped);
-  ep_->all_reduce(kept.data(), E_ + 1);
-  s.stats.tokens_per_expert.assign(kept.begin(), kept.begin() + E_);
-  s.stats.dropped = static_cast<int64_t>(kept[E_]);
-}
-
-void MoeLayer::to_expert_order(const Saved& s, float* dst, const float* src) const {
-  for (int64_t b = 0; b < P_ * E_l_; ++b) {
-    std::memcpy(dst + s.block_dst[b] * C_, src + s.block_src[b] * C_,
-                sizeof(float) * s.block_rows[b] * C_);
-  }
-}
-
-void MoeLayer::to_arrival_order(const Saved& s, float* dst, const float* src) const {
-  for (int64_t b = 0; b < P_ * E_l_; ++b) {
-    std::memcpy(dst + s.block_src[b] * C_, src + s.block_dst[b] * C_,
-                sizeof(float) * s.block_rows[b] * C_);
-  }
-}
-
-// The element counts and offsets of the dispatch: S rows leave by destination rank, R arrive by
-// source rank. The return trip swaps the two sides.
-void MoeLayer::row_counts(const Saved& s) {
-  int64_t at = 0;
-  for (int r = 0; r < P_; ++r) {
-    counts_out_[r] = s.send_rows[r] * C_;
-    offsets_out_[r] = at * C_;
-    at += s.send_rows[r];
-    counts_in_[r] = 0;
-    for (int64_t e = 0; e < E_l_; ++e) counts_in_[r] += s.block_rows[r * E_l_ + e] * C_;
-    offsets_in_[r] = s.block_src[r * E_l_] * C_;
-  }
-}
-
-void MoeLayer::dispatch_rows(const Saved& s, const float* send, float* recv) {
-  row_counts(s);
-  ep_->all_to_all_v(send, counts_out_.data(), offsets_out_.data(), recv, counts_in_.data(),
-                    offsets_in_.data());
-}
-
-void MoeLayer::return_rows(const Saved& s, const float* send, float* recv) {
-  row_counts(s);
-  ep_->all_to_all_v(send, counts_in_.data(), offsets_in_.data(), recv, counts_out_.data(),
-                    offsets_out_.data());
-}
-
 // The grouped pass: each local expert's rows are contiguous in expert order; one SwiGLU MLP per
-// expert over them. Outputs (R, C) in expert_rows_.
+// expert over them (this ETP rank's F_l of its neurons). Outputs (R, C) in expert_rows_: partial
+// sums over ETP.
 void MoeLayer::experts_forward(Saved& s) {
-  const int64_t R = s.rows_in;
+  const int64_t R = s.rows_in, F = F_l_;
   float* in = s.expert_in.data();
-  float* gate = reserve_rows(s.gate, R, F_);
-  float* up = reserve_rows(s.up, R, F_);
-  float* act = reserve_rows(s.act, R, F_);
-  float* y = reserve_rows(expert_rows_, R, C_);
+  float* gate = reserve(s.gate, R, F);
+  float* up = reserve(s.up, R, F);
+  float* act = reserve(s.act, R, F);
+  float* y = reserve(expert_rows_, R, C_);
   int64_t o = 0;
   for (int64_t e = 0; e < E_l_; ++e) {
     const int64_t M = s.expert_rows[e];
     const ExpertParams& w = experts_[e];
     if (M > 0) {
-      cpu::linear_forward(gate + o * F_, in + o * C_, val(w.gate), nullptr, M, C_, F_,
+      cpu::linear_forward(gate + o * F, in + o * C_, val(w.gate), nullptr, M, C_, F,
                           WeightLayout::OutIn);
-      cpu::linear_forward(up + o * F_, in + o * C_, val(w.up), nullptr, M, C_, F_,
+      cpu::linear_forward(up + o * F, in + o * C_, val(w.up), nullptr, M, C_, F,
                           WeightLayout::OutIn);
-      cpu::swiglu_forward(act + o * F_, gate + o * F_, up + o * F_, M * F_);
-      cpu::linear_forward(y + o * C_, act + o * F_, val(w.down), nullptr, M, F_, C_,
+      cpu::swiglu_forward(act + o * F, gate + o * F, up + o * F, M * F);
+      cpu::linear_forward(y + o * C_, act + o * F, val(w.down), nullptr, M, F, C_,
                           WeightLayout::OutIn);
     }
     o += M;
   }
 }
 
-// Qwen2-MoE's shared expert: out += sigmoid(x · gateᵀ) · SwiGLU-MLP(x).
+// Megatron's SharedExpertMLP under sequence parallel: out += sigmoid(x · gateᵀ) · MLP(x), the
+// MLP over all TP ranks' rows with this rank's F_s/TP neurons, its partial sums reduce-scattered
+// back to this rank's rows; the gate on this rank's rows. Without TP the same with one rank.
 void MoeLayer::shared_forward(Saved& s, float* out, const float* x) {
-  const int64_t N = s.N;
+  const int64_t N = s.N, N_g = N * tp_.size(), F = F_sl_;
   if (N == 0) return;
+  if (tp_.size() > 1) tp_.gather_rows(x, s.shared_in.data(), N_g, C_);
+  const float* in = shared_input(s, x);
   float* scale = s.shared_scale.data();
-  cpu::linear_forward(s.shared_gate.data(), x, val(shared_.gate), nullptr, N, C_, F_s_,
+  cpu::linear_forward(s.shared_gate.data(), in, val(shared_.gate), nullptr, N_g, C_, F,
                       WeightLayout::OutIn);
-  cpu::linear_forward(s.shared_up.data(), x, val(shared_.up), nullptr, N, C_, F_s_,
+  cpu::linear_forward(s.shared_up.data(), in, val(shared_.up), nullptr, N_g, C_, F,
                       WeightLayout::OutIn);
-  cpu::swiglu_forward(s.shared_act.data(), s.shared_gate.data(), s.shared_up.data(), N * F_s_);
-  cpu::linear_forward(s.shared_out.data(), s.shared_act.data(), val(shared_.down), nullptr, N, F_s_,
-                      C_, WeightLayout::OutIn);
+  cpu::swiglu_forward(s.shared_act.data(), s.shared_gate.data(), s.shared_up.data(), N_g * F);
+  float* partial = tp_.size() > 1 ? shared_full_.data() : s.shared_out.data();
+  cpu::linear_forward(partial, s.shared_act.data(), val(shared_.down), nullptr, N_g, F, C_,
+                      WeightLayout::OutIn);
+  if (tp_.size() > 1) tp_.reduce_rows(partial, s.shared_out.data(), N_g, C_);
   cpu::linear_forward(scale, x, val(shared_gate_), nullptr, N, C_, 1, WeightLayout::OutIn);
   for (int64_t n = 0; n < N; ++n) {
     scale[n] = 1.0f / (1.0f + std::exp(-scale[n]));
@@ -543,9 +477,9 @@ void MoeLayer::backward_input(Saved& s, float* dx, const float* dout, const floa
   const int64_t N = s.N, R = s.rows_in;
   // Combine's backward: d(probs[n, j]) = dout[n] · y, d(y) = probs[n, j] · dout[n], in dispatch
   // order.
-  float* d_probs = reserve_rows(d_probs_, N, k_);
-  float* send = reserve_rows(send_, s.rows_out, C_);
-  if (moe_.pad_to_capacity) zero_rows(send, s.rows_out, C_);
+  float* d_probs = reserve(d_probs_, N, k_);
+  float* send = reserve(send_, s.rows_out, C_);
+  if (moe_.pad_to_capacity) zero(send, s.rows_out, C_);
   const float* combined = s.combined.data();
   const float* probs = s.probs.data();
   for (int64_t a = 0; a < N * k_; ++a) {
@@ -555,39 +489,13 @@ void MoeLayer::backward_input(Saved& s, float* dx, const float* dout, const floa
     if (row < 0) continue;
     for (int64_t c = 0; c < C_; ++c) send[row * C_ + c] = probs[a] * g[c];
   }
-  float* arrival = reserve_rows(arrival_, R, C_);
-  dispatch_rows(s, send, arrival);
-  float* d_y = reserve_rows(s.d_expert_out, R, C_);
+  float* arrival = to_experts(s, send);
+  float* d_y = reserve(s.d_expert_out, R, C_);
   to_expert_order(s, d_y, arrival);
-
-  // The experts' input gradients, expert by expert (expert_rows_ collects d(expert input)).
-  float* d_gate = reserve_rows(s.d_gate, R, F_);
-  float* d_up = reserve_rows(s.d_up, R, F_);
-  float* d_in = reserve_rows(expert_rows_, R, C_);
-  float* d_act = reserve_rows(d_act_, std::max(R, N), std::max(F_, F_s_));
-  zero_rows(d_gate, R, F_);
-  zero_rows(d_up, R, F_);
-  zero_rows(d_in, R, C_);
-  const float* in = s.expert_in.data();
-  int64_t o = 0;
-  for (int64_t e = 0; e < E_l_; ++e) {
-    const int64_t M = s.expert_rows[e];
-    const ExpertParams& w = experts_[e];
-    if (M > 0) {
-      zero_rows(d_act, M, F_);
-      cpu::linear_backward(d_act, nullptr, nullptr, d_y + o * C_, s.act.data() + o * F_,
-                           val(w.down), M, F_, C_, WeightLayout::OutIn);
-      cpu::swiglu_backward(d_gate + o * F_, d_up + o * F_, d_act, s.gate.data() + o * F_,
-                           s.up.data() + o * F_, M * F_);
-      cpu::linear_backward(d_in + o * C_, nullptr, nullptr, d_gate + o * F_, in + o * C_,
-                           val(w.gate), M, C_, F_, WeightLayout::OutIn);
-      cpu::linear_backward(d_in + o * C_, nullptr, nullptr, d_up + o * F_, in + o * C_, val(w.up),
-                           M, C_, F_, WeightLayout::OutIn);
-    }
-    o += M;
-  }
+  float* d_in = reserve(expert_rows_, R, C_);
+  experts_backward_input(s, d_y, d_in);
   to_arrival_order(s, arrival, d_in);
-  return_rows(s, arrival, send);
+  from_experts(s, arrival, send);
   for (int64_t a = 0; a < N * k_; ++a) {
     if (s.slot_row[a] >= 0) axpy(dx + a / k_ * C_, 1.0f, send + s.slot_row[a] * C_, C_);
   }
@@ -597,7 +505,7 @@ void MoeLayer::backward_input(Saved& s, float* dx, const float* dout, const floa
   // The router: d(logits) from the routing weights and the auxiliary losses, then d(x).
   const auto score = moe_.score_sigmoid ? cpu::RouterScore::Sigmoid : cpu::RouterScore::Softmax;
   float* d_logits = s.d_logits.data();
-  zero_rows(d_logits, N, E_);
+  zero(d_logits, N, E_);
   cpu::moe_topk_backward(d_logits, d_probs, s.logits.data(), s.experts.data(), probs, N, E_, k_,
                          score, moe_.pre_softmax);
   if (moe_.aux_loss_coeff > 0) {
@@ -615,29 +523,70 @@ void MoeLayer::backward_input(Saved& s, float* dx, const float* dout, const floa
   }
 }
 
+// The experts' input gradients d_in (R, C) from d_y (R, C), expert by expert (partial sums over
+// ETP); d(gate) and d(up) stay in s for backward_weight.
+void MoeLayer::experts_backward_input(Saved& s, const float* d_y, float* d_in) {
+  const int64_t R = s.rows_in, F = F_l_;
+  float* d_gate = reserve(s.d_gate, R, F);
+  float* d_up = reserve(s.d_up, R, F);
+  float* d_act = reserve(d_act_, std::max(R, s.N * tp_.size()), std::max(F_l_, F_sl_));
+  zero(d_gate, R, F);
+  zero(d_up, R, F);
+  zero(d_in, R, C_);
+  const float* in = s.expert_in.data();
+  int64_t o = 0;
+  for (int64_t e = 0; e < E_l_; ++e) {
+    const int64_t M = s.expert_rows[e];
+    const ExpertParams& w = experts_[e];
+    if (M > 0) {
+      zero(d_act, M, F);
+      cpu::linear_backward(d_act, nullptr, nullptr, d_y + o * C_, s.act.data() + o * F,
+                           val(w.down), M, F, C_, WeightLayout::OutIn);
+      cpu::swiglu_backward(d_gate + o * F, d_up + o * F, d_act, s.gate.data() + o * F,
+                           s.up.data() + o * F, M * F);
+      cpu::linear_backward(d_in + o * C_, nullptr, nullptr, d_gate + o * F, in + o * C_,
+                           val(w.gate), M, C_, F, WeightLayout::OutIn);
+      cpu::linear_backward(d_in + o * C_, nullptr, nullptr, d_up + o * F, in + o * C_, val(w.up),
+                           M, C_, F, WeightLayout::OutIn);
+    }
+    o += M;
+  }
+}
+
+// The shared expert's backward, mirroring shared_forward: this rank's rows of d(output) gathered
+// over TP, the column- and row-parallel linears' input gradients reduce-scattered back.
 void MoeLayer::shared_backward_input(Saved& s, float* dx, const float* dout, const float* x) {
-  const int64_t N = s.N;
+  const int64_t N = s.N, N_g = N * tp_.size(), F = F_sl_;
   if (N == 0) return;
+  const bool split = tp_.size() > 1;
   const float* scale = s.shared_scale.data();
-  float* d_out = s.d_shared_out.data();
+  float* d_out = split ? shared_local_.data() : s.d_shared_out.data();  // (N, C)
   float* d_logit = s.d_shared_logit.data();
   for (int64_t n = 0; n < N; ++n) {
     const float* g = dout + n * C_;
     for (int64_t c = 0; c < C_; ++c) d_out[n * C_ + c] = scale[n] * g[c];
     d_logit[n] = dot(g, s.shared_out.data() + n * C_, C_) * scale[n] * (1.0f - scale[n]);
   }
-  float* d_act = d_act_.data();  // sized for N rows of F_s by backward_input
-  zero_rows(d_act, N, F_s_);
-  cpu::linear_backward(d_act, nullptr, nullptr, d_out, s.shared_act.data(), val(shared_.down), N,
-                       F_s_, C_, WeightLayout::OutIn);
+  if (split) tp_.gather_rows(d_out, s.d_shared_out.data(), N_g, C_);
+  float* d_act = d_act_.data();  // sized for N_g rows of F_s/TP by experts_backward_input
+  zero(d_act, N_g, F);
+  cpu::linear_backward(d_act, nullptr, nullptr, s.d_shared_out.data(), s.shared_act.data(),
+                       val(shared_.down), N_g, F, C_, WeightLayout::OutIn);
   s.d_shared_gate.zero();
   s.d_shared_up.zero();
   cpu::swiglu_backward(s.d_shared_gate.data(), s.d_shared_up.data(), d_act, s.shared_gate.data(),
-                       s.shared_up.data(), N * F_s_);
-  cpu::linear_backward(dx, nullptr, nullptr, s.d_shared_gate.data(), x, val(shared_.gate), N, C_,
-                       F_s_, WeightLayout::OutIn);
-  cpu::linear_backward(dx, nullptr, nullptr, s.d_shared_up.data(), x, val(shared_.up), N, C_, F_s_,
-                       WeightLayout::OutIn);
+                       s.shared_up.data(), N_g * F);
+  const float* in = shared_input(s, x);
+  float* d_in = split ? shared_full_.data() : dx;  // (N_g, C): partial sums over TP
+  if (split) zero(d_in, N_g, C_);
+  cpu::linear_backward(d_in, nullptr, nullptr, s.d_shared_gate.data(), in, val(shared_.gate), N_g,
+                       C_, F, WeightLayout::OutIn);
+  cpu::linear_backward(d_in, nullptr, nullptr, s.d_shared_up.data(), in, val(shared_.up), N_g, C_,
+                       F, WeightLayout::OutIn);
+  if (split) {
+    tp_.reduce_rows(d_in, shared_local_.data(), N_g, C_);
+    axpy(dx, 1.0f, shared_local_.data(), N * C_);
+  }
   cpu::linear_backward(dx, nullptr, nullptr, d_logit, x, val(shared_gate_), N, C_, 1,
                        WeightLayout::OutIn);
 }
@@ -649,6 +598,7 @@ void MoeLayer::backward_weight(Saved& s, const float* x,
     cpu::linear_backward(nullptr, grd(router_), nullptr, s.d_logits.data(), x, val(router_), N, C_,
                          E_, WeightLayout::OutIn);
   }
+  const int64_t F = F_l_;
   int64_t o = 0;
   for (int64_t e = 0; e < E_l_; ++e) {
     const int64_t M = s.expert_rows[e];
@@ -656,21 +606,24 @@ void MoeLayer::backward_weight(Saved& s, const float* x,
     if (M > 0) {
       const float* in = s.expert_in.data() + o * C_;
       cpu::linear_backward(nullptr, grd(w.down), nullptr, s.d_expert_out.data() + o * C_,
-                           s.act.data() + o * F_, val(w.down), M, F_, C_, WeightLayout::OutIn);
-      cpu::linear_backward(nullptr, grd(w.gate), nullptr, s.d_gate.data() + o * F_, in, val(w.gate),
-                           M, C_, F_, WeightLayout::OutIn);
-      cpu::linear_backward(nullptr, grd(w.up), nullptr, s.d_up.data() + o * F_, in, val(w.up), M,
-                           C_, F_, WeightLayout::OutIn);
+                           s.act.data() + o * F, val(w.down), M, F, C_, WeightLayout::OutIn);
+      cpu::linear_backward(nullptr, grd(w.gate), nullptr, s.d_gate.data() + o * F, in, val(w.gate),
+                           M, C_, F, WeightLayout::OutIn);
+      cpu::linear_backward(nullptr, grd(w.up), nullptr, s.d_up.data() + o * F, in, val(w.up), M,
+                           C_, F, WeightLayout::OutIn);
     }
     o += M;
   }
   if (F_s_ > 0 && N > 0) {
+    const int64_t N_g = N * tp_.size();
+    const float* in = shared_input(s, x);
     cpu::linear_backward(nullptr, grd(shared_.down), nullptr, s.d_shared_out.data(),
-                         s.shared_act.data(), val(shared_.down), N, F_s_, C_, WeightLayout::OutIn);
-    cpu::linear_backward(nullptr, grd(shared_.gate), nullptr, s.d_shared_gate.data(), x,
-                         val(shared_.gate), N, C_, F_s_, WeightLayout::OutIn);
-    cpu::linear_backward(nullptr, grd(shared_.up), nullptr, s.d_shared_up.data(), x,
-                         val(shared_.up), N, C_, F_s_, WeightLayout::OutIn);
+                         s.shared_act.data(), val(shared_.down), N_g, F_sl_, C_,
+                         WeightLayout::OutIn);
+    cpu::linear_backward(nullptr, grd(shared_.gate), nullptr, s.d_shared_gate.data(), in,
+                         val(shared_.gate), N_g, C_, F_sl_, WeightLayout::OutIn);
+    cpu::linear_backward(nullptr, grd(shared_.up), nullptr, s.d_shared_up.data(), in,
+                         val(shared_.up), N_g, C_, F_sl_, WeightLayout::OutIn);
     cpu::linear_backward(nullptr, grd(shared_gate_), nullptr, s.d_shared_logit.data(), x,
                          val(shared_gate_), N, C_, 1, WeightLayout::OutIn);
   }

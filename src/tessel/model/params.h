@@ -15,12 +15,18 @@
 
 namespace tessel {
 
-enum class ShardGroup : uint8_t { None, TP, EP };
+// The group a split dimension is divided over: tensor parallel, or expert tensor parallel (a
+// routed expert's matrices, --expert-tensor-parallel-size).
+enum class ShardGroup : uint8_t { None, TP, ETP };
 
 // Which slice of the global tensor this rank holds. `fused_parts` > 1 means dimension `dim`
 // concatenates that many equal blocks (GPT-2's fused q,k,v) and each block is split alike.
 // `padded_size` > 0 pads dimension `dim` to that size before splitting (the vocabulary, as
 // Megatron's --make-vocab-size-divisible-by): local elements past the global size are padding.
+//
+// A routed expert's parameter (Mixture of Experts) is held by one rank of the expert-parallel
+// group alone: `expert_rank` of `expert_ranks` (-1: not an expert). It is whole there, or split
+// over ETP along `dim` like any other split. Its gradient is reduced over expert-DP only.
 struct ShardSpec {
   int dim = -1;  // -1: not split
   ShardGroup group = ShardGroup::None;
@@ -28,6 +34,10 @@ struct ShardSpec {
   int count = 1;
   int fused_parts = 1;
   int64_t padded_size = 0;
+  int expert_rank = -1;
+  int expert_ranks = 1;
+
+  bool expert() const { return expert_rank >= 0; }
 };
 
 enum class ParamInit : uint8_t { Normal, Ones, Zeros };
@@ -49,9 +59,10 @@ struct Param {
   Tensor grad_tensor() const { return Tensor::view(grad, local_shape); }
   // The global flat index of local element `local` (row-major in both); -1 for padding.
   int64_t global_index(int64_t local) const;
-  // Replicated on the ranks of a tensor-parallel group (norms, row-parallel biases, ...): its
-  // gradient is counted once in the global norm.
-  bool replicated() const { return shard.dim < 0; }
+  // Replicated on the ranks of a tensor-parallel group (norms, row-parallel biases, routers):
+  // under sequence parallel its gradient is summed over TP, and the global norm counts it once.
+  // An unsplit expert is not: each EP rank holds other experts.
+  bool replicated() const { return shard.dim < 0 && !shard.expert(); }
 };
 
 class ParamRegistry {

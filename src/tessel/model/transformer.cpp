@@ -30,7 +30,7 @@ void report(const std::function<void(int)>& grad_ready, std::initializer_list<in
 
 TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
                                    TensorParallel tp, ParamRegistry& registry, ContextParallel cp,
-                                   Comm* ep, Comm* moe_token_group)
+                                   MoeGroups moe_groups)
     : cfg_(cfg), spec_(spec), tp_(tp), cp_(cp) {
   cfg_.validate();
   const int t = tp_.size();
@@ -55,9 +55,11 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
   V_l_ = cfg.padded_vocab(t) / t;
   vocab_start_ = tp_.rank() * V_l_;
   V_valid_ = std::clamp<int64_t>(cfg.vocab_size - vocab_start_, 0, V_l_);
-  TESSEL_CHECK(cfg.moe.num_experts == 0 || (cfg.arch == Arch::Llama && t == 1),
-               "Mixture of Experts needs --arch llama and no tensor parallelism (yet)");
-  declare_params(registry, ep != nullptr ? *ep : *no_tensor_parallel().comm, moe_token_group);
+  TESSEL_CHECK(cfg.moe.num_experts == 0 ||
+                   (cfg.arch == Arch::Llama && (t == 1 || tp_.sequence_parallel)),
+               "Mixture of Experts needs --arch llama, and sequence parallel with TP {}", t);
+  moe_groups.tp = tp_;
+  declare_params(registry, moe_groups);
 
   positions_.resize(N_);
   const std::vector<int32_t> local = cp_.local_positions(cfg.seq_length);
@@ -90,7 +92,7 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
 // (GPT-2's Conv1D weights are [in, out]; Llama's nn.Linear weights are [out, in]), each with
 // the slice this TP rank holds. Initialisation as Megatron: normal(0, 0.02), output projections
 // 0.02/sqrt(2·layers), norms 1, biases 0.
-void TransformerChunk::declare_params(ParamRegistry& reg, Comm& ep, Comm* moe_token_group) {
+void TransformerChunk::declare_params(ParamRegistry& reg, const MoeGroups& moe_groups) {
   const float out_std = kInitStd / std::sqrt(2.0f * cfg_.num_layers);
   const int64_t C = C_, F = cfg_.ffn_size(), V = cfg_.vocab_size;
   const int64_t HD = static_cast<int64_t>(cfg_.num_attention_heads) * D_;
@@ -151,7 +153,7 @@ void TransformerChunk::declare_params(ParamRegistry& reg, Comm& ep, Comm* moe_to
       lp.ln2_w = norm(p + "post_attention_layernorm.weight");
       if (cfg_.moe.is_moe_layer(l)) {
         lp.moe = static_cast<int>(moe_.size());
-        moe_.push_back(std::make_unique<MoeLayer>(cfg_, cfg_.moe, l, N_l_, ep, reg, moe_token_group));
+        moe_.push_back(std::make_unique<MoeLayer>(cfg_, cfg_.moe, l, N_l_, moe_groups, reg));
         continue;
       }
       lp.gate_w = weight(p + "mlp.gate_proj.weight", {F, C}, kInitStd, split(0));
@@ -211,7 +213,7 @@ ChunkActivations TransformerChunk::make_activations() const {
     la.attn = Tensor::zeros({N_, HD});
     la.lse = Tensor::zeros({B_, H_l_, T_});
     la.mid = Tensor::zeros({N_l_, C_});
-    la.ln2 = Tensor::zeros({N_, C_});
+    la.ln2 = Tensor::zeros({layers_[i].moe >= 0 ? N_l_ : N_, C_});  // MoE: this rank's rows
     la.ln2_rstd = Tensor::zeros({N_l_});
     la.d_attn_out = Tensor::zeros({N_, C_});
     la.d_mlp_out = Tensor::zeros({N_, C_});
@@ -415,13 +417,12 @@ void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
   }
   row_parallel_exit(a.mid.data(), x, p.proj_b);
 
-  // MLP: the same pattern, column-parallel up (and gate), row-parallel down.
-  float* ln2 = sp ? norm_local_.data() : a.ln2.data();
-  norm_forward(ln2, a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), p.ln2_w, p.ln2_b);
-  tp_.gather_rows(ln2, a.ln2.data(), N_, C_);
-  if (p.moe >= 0) {  // the experts take this rank's rows (no TP): out = mid + MoE(ln2)
-    moe_[p.moe]->forward(a.moe, proj_full_.data(), a.ln2.data(), N_, grad_scale_);
-    cpu::residual_forward(out, a.mid.data(), proj_full_.data(), N_l_ * C_);
+  // MLP: the same pattern, column-parallel up (and gate), row-parallel down. An MoE layer takes
+  // this rank's rows (moe.h splits its shared expert over TP itself): out = mid + MoE(ln2).
+  if (p.moe >= 0) {
+    norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), p.ln2_w, p.ln2_b);
+    moe_[p.moe]->forward(a.moe, proj_local_.data(), a.ln2.data(), N_l_, grad_scale_);
+    cpu::residual_forward(out, a.mid.data(), proj_local_.data(), N_l_ * C_);
     const RouterStats& st = a.moe.stats;
     RouterTotals& t = router_totals_;
     t.tokens_per_expert.resize(st.tokens_per_expert.size(), 0.0);
@@ -432,6 +433,9 @@ void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
     ++t.forwards;
     return;
   }
+  float* ln2 = sp ? norm_local_.data() : a.ln2.data();
+  norm_forward(ln2, a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), p.ln2_w, p.ln2_b);
+  tp_.gather_rows(ln2, a.ln2.data(), N_, C_);
   if (cfg_.arch == Arch::GPT2) {
     cpu::linear_forward(a.fc.data(), a.ln2.data(), val(p.fc_w), val(p.fc_b), N_, C_, F_l_,
                         WeightLayout::InOut);
@@ -458,12 +462,13 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
   const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
   const WeightLayout layout = cfg_.arch == Arch::GPT2 ? WeightLayout::InOut : WeightLayout::OutIn;
 
-  // MLP
-  row_parallel_exit_backward(a.d_mlp_out.data(), dres);
+  // MLP (an MoE layer's on this rank's rows: no TP exchange around it)
+  if (p.moe < 0) row_parallel_exit_backward(a.d_mlp_out.data(), dres);
   zero(d_act_);
   zero(d_ln_full_);
   if (p.moe >= 0) {
-    moe_[p.moe]->backward_input(a.moe, d_ln_full_.data(), a.d_mlp_out.data(), a.ln2.data());
+    zero(d_ln_local_);
+    moe_[p.moe]->backward_input(a.moe, d_ln_local_.data(), dres, a.ln2.data());
   } else if (cfg_.arch == Arch::GPT2) {
     cpu::linear_backward(d_act_.data(), nullptr, nullptr, a.d_mlp_out.data(), a.fc_act.data(),
                          val(p.down_w), N_, F_l_, C_, layout);
@@ -483,7 +488,7 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
     cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_up.data(), a.ln2.data(),
                          val(p.fc_w), N_, C_, F_l_, layout);
   }
-  tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
+  if (p.moe < 0) tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
   // The norms' small weight (and bias) gradients are computed here, with their input gradient.
   norm_backward(dres, d_ln_local_.data(), a.mid.data(), a.ln2_mean.data(), a.ln2_rstd.data(),
                 p.ln2_w, p.ln2_b);

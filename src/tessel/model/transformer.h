@@ -50,7 +50,7 @@ struct LayerActivations {
   Tensor q_rstd, k_rstd;            // (N·H_l), (N·G_l) --qk-layernorm: each head's 1/rms
   Tensor attn, lse;                 // (N, H_l·D), (B, H_l, T)
   Tensor mid;                       // (N_l, C) residual stream after attention
-  Tensor ln2_mean, ln2_rstd, ln2;   // (N_l), (N_l), (N, C)
+  Tensor ln2_mean, ln2_rstd, ln2;   // (N_l), (N_l), (N, C); an MoE layer's ln2 (N_l, C)
   Tensor fc, fc_act;                // (N, F_l) gpt2: before and after GELU
   Tensor gate, up, act;             // (N, F_l) llama: SwiGLU inputs and output
   MoeLayer::Saved moe;              // a Mixture-of-Experts layer's routing and expert activations
@@ -82,11 +82,12 @@ class TransformerChunk {
   // registry.finalize()). `tp.comm` and `cp.comm` must outlive the chunk. Under context
   // parallelism each sequence holds this CP rank's seq_length / CP rows (parallel/
   // context_parallel.h), at their global positions.
-  // MoE layers (cfg.moe) split their experts over `ep` (a group of one when null); their
-  // auxiliary losses count tokens over `moe_token_group` when the sequence is split (CP).
+  // MoE layers (cfg.moe) talk over `moe_groups` (moe.h: EP, ETP, the token group; null groups
+  // are one process; its tp is replaced by this chunk's). With TP they need sequence parallel
+  // and take this rank's rows.
   TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch, TensorParallel tp,
                    ParamRegistry& registry, ContextParallel cp = no_context_parallel(),
-                   Comm* ep = nullptr, Comm* moe_token_group = nullptr);
+                   MoeGroups moe_groups = {});
   // Points the chunk at parameter memory, after registry.finalize().
   void bind(ParamRegistry& registry) {
     registry_ = &registry;
@@ -157,7 +158,7 @@ class TransformerChunk {
     int moe = -1;                       // index into moe_ for a Mixture-of-Experts layer
   };
 
-  void declare_params(ParamRegistry& registry, Comm& ep, Comm* moe_token_group);
+  void declare_params(ParamRegistry& registry, const MoeGroups& moe_groups);
   void embedding_forward(ChunkActivations& acts, const int32_t* tokens);
   void embedding_backward(ChunkActivations& acts, float* dres);
   void norm_forward(float* out, float* mean, float* rstd, const float* x, int w, int b);

@@ -76,9 +76,10 @@ void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double
 }
 
 // The MoE layers' router statistics of this iteration (the first rank's view; tokens per expert
-// are summed over its EP group), then reset.
+// are summed over its EP group, the auxiliary losses over the ranks sharing its sequences), then
+// reset. Collective over `token_group` (null: none).
 void add_router_stats(IterationStats& s, std::vector<std::unique_ptr<TransformerChunk>>& chunks,
-                      ProcessGroups& groups) {
+                      ProcessGroups& groups, Comm* token_group) {
   std::vector<double> tokens;
   double aux = 0;
   int64_t forwards = 0, dropped = 0;
@@ -92,15 +93,19 @@ void add_router_stats(IterationStats& s, std::vector<std::unique_ptr<Transformer
     t = {};
   }
   if (forwards == 0) return;
-  // Each layer-forward's counts cover the EP group's microbatches: per microbatch, divide by EP.
-  forwards *= groups.ep().size();
+  if (token_group != nullptr) token_group->all_reduce(&aux, 1);
+  // Each layer-forward's counts cover the rows of the EP group's ranks: per microbatch, divide
+  // by EP and, when the token group splits the microbatch's rows (TP under sequence parallel,
+  // CP), multiply by its size. The losses are per layer-forward.
+  const double per_microbatch = (token_group != nullptr ? token_group->size() : 1) /
+                                static_cast<double>(forwards * groups.ep().size());
   s.moe = true;
-  s.expert_tokens_min = *std::min_element(tokens.begin(), tokens.end()) / forwards;
-  s.expert_tokens_max = *std::max_element(tokens.begin(), tokens.end()) / forwards;
+  s.expert_tokens_min = *std::min_element(tokens.begin(), tokens.end()) * per_microbatch;
+  s.expert_tokens_max = *std::max_element(tokens.begin(), tokens.end()) * per_microbatch;
   double sum = 0;
   for (double x : tokens) sum += x;
-  s.expert_tokens_mean = sum / tokens.size() / forwards;
-  s.dropped_tokens = static_cast<double>(dropped) / forwards;
+  s.expert_tokens_mean = sum / tokens.size() * per_microbatch;
+  s.dropped_tokens = static_cast<double>(dropped) * per_microbatch;
   s.aux_loss = aux / forwards;
 }
 
@@ -132,14 +137,16 @@ std::string shift_expert(const std::string& name, int offset) {
 }
 
 // The whole model as Hugging Face tensors, written by world rank 0: TP shards are gathered over
-// TP, the experts of the other EP ranks over EP, then the pipeline stages of the first replica
-// send theirs to stage 0 (every stage in the order its own chunks declare them, all experts).
+// TP and experts' ETP slices over ETP, the first expert-DP replica's EP ranks send their experts
+// to EP rank 0, then the pipeline stages of the first replica send theirs to stage 0 (every
+// stage in the order its own chunks declare them, all experts).
 void export_gathered(const ParamRegistry& params, const ModelConfig& cfg, const TrainOptions& o,
                      ProcessGroups& groups) {
   std::map<std::string, std::vector<float>> tensors;
-  for (const Param& p : params.params()) tensors[p.name] = gather_global(p, groups.tp());
+  for (const Param& p : params.params())
+    tensors[p.name] = gather_global(p, p.shard.group == ShardGroup::ETP ? groups.etp() : groups.tp());
   const RankCoords& at = groups.coords();
-  if (at.tp != 0 || at.cp != 0 || at.edp != 0) return;
+  if (at.etp != 0 || at.edp != 0) return;
   Comm& ep = groups.ep();
   if (ep.size() > 1) {
     const int local_experts = cfg.moe.num_experts / ep.size();
@@ -147,7 +154,7 @@ void export_gathered(const ParamRegistry& params, const ModelConfig& cfg, const 
       std::vector<Request> sends;
       int tag = 0;
       for (const Param& p : params.params())
-        if (is_expert_param(p)) sends.push_back(ep.isend(tensors[p.name].data(), p.numel(), 0, tag++));
+        if (is_expert_param(p)) sends.push_back(ep.isend(tensors[p.name].data(), shape_numel(p.global_shape), 0, tag++));
       wait_all(sends);
       return;
     }
@@ -156,11 +163,12 @@ void export_gathered(const ParamRegistry& params, const ModelConfig& cfg, const 
       for (const Param& p : params.params()) {
         if (!is_expert_param(p)) continue;
         std::vector<float>& t = tensors[shift_expert(p.name, r * local_experts)];
-        t.resize(p.numel());
-        ep.irecv(t.data(), p.numel(), r, tag++).wait();
+        t.resize(shape_numel(p.global_shape));
+        ep.irecv(t.data(), t.size(), r, tag++).wait();
       }
     }
   }
+  if (at.tp != 0 || at.cp != 0) return;
   // The rank of EP coordinate 0 and expert-DP coordinate 0 is the first DP replica.
   Comm& pp = groups.pp();
   const std::vector<ChunkSpec> all = assign_layers(cfg.num_layers, stage_options(o));
@@ -234,10 +242,21 @@ void validate_training(const ModelConfig& model, const TrainOptions& o) {
     v.push_back("--expert-model-parallel-size > 1 needs --num-experts (a Mixture-of-Experts model)");
   if (model.moe.num_experts > 0 && model.arch != Arch::Llama)
     v.push_back("--num-experts needs --arch llama (Qwen-MoE style experts)");
-  if (model.moe.num_experts > 0 && pc.tp > 1)
-    v.push_back("--num-experts with --tensor-model-parallel-size > 1 is not supported yet");
-  if (pc.expert_tp() != pc.tp)
-    v.push_back("--expert-tensor-parallel-size other than TP is not supported yet");
+  // Megatron asserts it: under TP the MoE layers take sequence-parallel rows. (With EP > 1 the
+  // layout rules already say so.)
+  if (model.moe.num_experts > 0 && pc.tp > 1 && !pc.sequence_parallel && pc.ep == 1)
+    v.push_back(fmt::format("--num-experts with --tensor-model-parallel-size {} needs "
+                            "--sequence-parallel", pc.tp));
+  if (pc.expert_tp() != 1 && pc.expert_tp() != pc.tp)
+    v.push_back(fmt::format("--expert-tensor-parallel-size {} must be 1 or the TP size {}",
+                            pc.expert_tp(), pc.tp));
+  const int moe_ffn = model.moe.ffn_hidden_size > 0 ? model.moe.ffn_hidden_size : model.ffn_size();
+  if (model.moe.num_experts > 0 && pc.expert_tp() >= 1 && moe_ffn % pc.expert_tp() != 0)
+    v.push_back(fmt::format("the expert size (--moe-ffn-hidden-size) {} is not divisible by "
+                            "--expert-tensor-parallel-size {}", moe_ffn, pc.expert_tp()));
+  if (model.moe.num_experts > 0 && pc.tp >= 1 && model.moe.shared_expert_size % pc.tp != 0)
+    v.push_back(fmt::format("--moe-shared-expert-intermediate-size {} is not divisible by "
+                            "--tensor-model-parallel-size {}", model.moe.shared_expert_size, pc.tp));
   if (v.empty()) return;
   std::string msg = "invalid configuration: " + v[0];
   for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
@@ -263,10 +282,14 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   const std::vector<ChunkSpec> all_chunks = assign_layers(cfg.num_layers, stage_options(o));
   std::vector<std::unique_ptr<TransformerChunk>> chunks;
   std::vector<TransformerChunk*> chunk_ptrs;
+  // MoE layers: experts over EP and ETP; the ranks holding other rows of the same sequences
+  // (TP under sequence parallel, CP) count the auxiliary losses' tokens together.
+  const bool split_rows = (pc.sequence_parallel && tp.size() > 1) || cp.size() > 1;
+  const MoeGroups moe_groups{.ep = &groups.ep(), .etp = &groups.etp(),
+                             .token_group = split_rows ? &groups.tp_cp() : nullptr};
   for (const ChunkSpec& spec : rank_chunks(all_chunks, pc.pp, at.pp)) {
     chunks.push_back(std::make_unique<TransformerChunk>(cfg, spec, o.micro_batch_size, tp, params,
-                                                        cp, &groups.ep(),
-                                                        cp.size() > 1 ? &groups.cp() : nullptr));
+                                                        cp, moe_groups));
     chunk_ptrs.push_back(chunks.back().get());
   }
   params.finalize();
@@ -306,6 +329,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   const int64_t resumed = has_save ? load_checkpoint(o.load, params, optimizer, cfg) : 0;
   const nlohmann::json run_config = {
       {"tp", pc.tp}, {"pp", pc.pp}, {"vpp", pc.vpp}, {"cp", pc.cp}, {"ep", pc.ep},
+      {"etp", pc.expert_tp()},
       {"dp", groups.dp().size()}, {"world", groups.world().size()},
       {"distributed_optimizer", pc.distributed_optimizer},
       {"sequence_parallel", pc.sequence_parallel}, {"micro_batch_size", o.micro_batch_size},
@@ -344,8 +368,12 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
                           o.global_batch_size, o.micro_batch_size, dp.size(), microbatches));
   const ScheduleConfig sc = schedule_config(o, microbatches);
   if (groups.world().size() > 1)
-    log.message(fmt::format("parallel: world {} = TP {} × CP {} × PP {} × DP {}{}{}{} | order {}",
+    log.message(fmt::format("parallel: world {} = TP {} × CP {} × PP {} × DP {}{}{}{}{} | order {}",
                             groups.world().size(), tp.size(), cp.size(), pc.pp, dp.size(),
+                            cfg.moe.num_experts > 0
+                                ? fmt::format(" | experts: EP {} × ETP {} × EDP {}", pc.ep,
+                                              pc.expert_tp(), groups.edp().size())
+                                : "",
                             pc.pp > 1 ? " | schedule " + schedule_kind_name(sc.kind) : "",
                             pc.sequence_parallel ? " | sequence parallel" : "",
                             pc.distributed_optimizer ? " | distributed optimizer" : "", pc.order));
@@ -396,9 +424,10 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     // Only the last stage computed losses; every rank learns their sum over stages and DP.
     groups.pp().all_reduce(&loss_sum, 1);
     dp_cp.all_reduce(&loss_sum, 1);
-    // The norm counts every parameter once: TP shards summed, TP-replicated ones from TP rank 0
-    // only, stages summed (a tied embedding once), the distributed optimizer's DP slices summed.
-    // Experts differ over EP (each rank its own), so theirs are summed over EP as well.
+    // The norm counts every parameter once: dense TP shards summed over TP, TP-replicated ones
+    // from TP rank 0 only, the distributed optimizer's DP slices summed; experts (each rank its
+    // own experts, or their ETP slices) summed over the expert-model-parallel ranks ETP×EP and
+    // the expert-DP slices; then stages summed (a tied embedding once).
     const int64_t tied_offset = tied_copy >= 0 ? params.params()[tied_copy].offset : -1;
     double sq = optimizer.grad_sq_sum([&](const Param& p) {
       return !is_expert_param(p) && (tp.rank() == 0 || !p.replicated()) && p.offset != tied_offset;
@@ -408,9 +437,9 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
       dp_cp.all_reduce(&sq, 1);
       groups.edp().all_reduce(&sq_experts, 1);
     }
-    groups.ep().all_reduce(&sq_experts, 1);
-    sq += sq_experts;
     groups.tp().all_reduce(&sq, 1);
+    groups.tp_ep().all_reduce(&sq_experts, 1);
+    sq += sq_experts;
     groups.pp().all_reduce(&sq, 1);
     IterationStats s;
     s.iteration = it;
@@ -421,7 +450,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
     optimizer.step(static_cast<float>(s.lr));
     data_parallel.gather_params();
     expert_data_parallel.gather_params();
-    add_router_stats(s, chunks, groups);
+    add_router_stats(s, chunks, groups, moe_groups.token_group);
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     s.iteration_time_ms = took.count() * 1000.0;
     s.tokens_per_s = batch_tokens / took.count();
