@@ -136,10 +136,16 @@ void print_context_split(int cp, int64_t T) {
                fmt::join(context_parallel_positions(T, cp, r), ","));
 }
 
-// Seed example 10: the experts of every MoE layer split evenly over EP.
-void print_expert_split(int experts, int ep) {
+// Seed example 10: the experts of every MoE layer split evenly over EP, and each expert's MLP
+// over ETP.
+void print_expert_split(int experts, int ep, int etp) {
   fmt::print("experts: {} / EP {} = {} per EP rank: {}\n", experts, ep, experts / ep,
              split_text(experts, ep, "expert", "experts"));
+  if (etp > 1)
+    fmt::print("each expert over ETP {}: gate/up split by columns, down by rows (1/{} of its "
+               "neurons per rank); the tokens it receives are all-gathered over ETP, its output "
+               "reduce-scattered back\n",
+               etp, etp);
 }
 
 void print_table(const Layout& layout) {
@@ -323,7 +329,7 @@ void LayoutCommand::run() const {
   const bool mlp = mlp_opts_[0]->count() + mlp_opts_[1]->count() > 0;
   if (heads || groups || mlp) print_model_split(model, config_.tp, heads, groups, mlp);
   if (show_cp) print_context_split(config_.cp, model_.seq_length);
-  if (experts_opt_->count() > 0) print_expert_split(num_experts_, config_.ep);
+  if (experts_opt_->count() > 0) print_expert_split(num_experts_, config_.ep, config_.expert_tp());
   if (layers_opt_->count() > 0)
     print_stages(assign_layers(model.num_layers, stages), stages, model, micro_batch_opt_->count() ? micro_batch_ : 1);
   if (rank_opt_->count() > 0) {

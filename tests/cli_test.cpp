@@ -149,6 +149,11 @@ TEST(Cli, AttentionOptions) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   expect_clean_error("train --train-iters 1 --add-qkv-bias --init-from " + dir.string(),
                      "--add-qkv-bias true but " + dir.string() + " has false");
+  // No Hugging Face type has QK-norm and a shared expert: refused before training, not after.
+  expect_clean_error("train --arch llama --qk-layernorm --num-experts 4 "
+                     "--moe-shared-expert-intermediate-size 32 --train-iters 1 --save-hf " +
+                         (dir / "y").string(),
+                     "--save-hf: a --qk-layernorm MoE model exports as qwen3_moe");
 }
 
 // A bad parallel configuration under mpirun: every rule in one message, printed by one rank

@@ -315,14 +315,20 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& sou
   return cfg;
 }
 
+std::vector<std::string> hf_export_violations(const ModelConfig& cfg) {
+  std::vector<std::string> v;
+  if (cfg.qk_layernorm && cfg.moe.num_experts > 0 && cfg.moe.shared_expert_size > 0)
+    v.push_back("a --qk-layernorm MoE model exports as qwen3_moe, which has no shared expert "
+                "(--moe-shared-expert-intermediate-size)");
+  return v;
+}
+
 void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std::string& dir) {
+  const std::vector<std::string> refused = hf_export_violations(cfg);
+  TESSEL_CHECK(refused.empty(), "export to {}: {}", dir, refused.front());
   std::error_code ec;
   fs::create_directories(dir, ec);
   TESSEL_CHECK(!ec, "{}: cannot create folder ({})", dir, ec.message());
-  TESSEL_CHECK(!(cfg.qk_layernorm && cfg.moe.num_experts > 0 && cfg.moe.shared_expert_size > 0),
-               "export to {}: a --qk-layernorm MoE model exports as qwen3_moe, which has no "
-               "shared expert (--moe-shared-expert-intermediate-size)",
-               dir);
   std::vector<SafetensorsEntry> entries;
   for (const Param& p : registry.params()) {
     TESSEL_CHECK(p.value != nullptr,

@@ -6,6 +6,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tessel/model/config.h"
 #include "tessel/model/params.h"
@@ -27,9 +28,14 @@ nlohmann::json hf_config_json(const ModelConfig& cfg);
 // sequences lower it afterwards.
 ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& source);
 
+// Why a model cannot be exported in a Hugging Face format (empty when it can): a --qk-layernorm
+// MoE model with a shared expert (it would be qwen3_moe, which has none). Training checks it
+// before it starts when --save-hf is given.
+std::vector<std::string> hf_export_violations(const ModelConfig& cfg);
+
 // Writes dir/model.safetensors (every registry parameter under its name, F32) and
 // dir/config.json, creating dir. Parameters must be whole tensors (no TP/EP shards) for now.
-// Refuses a --qk-layernorm MoE model with a shared expert (qwen3_moe has none).
+// Throws for a model with hf_export_violations.
 void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std::string& dir);
 
 // `path` itself when it is a file; path/model.safetensors when it is a folder.

@@ -215,6 +215,8 @@ void validate_training(const ModelConfig& model, const TrainOptions& o) {
                             model.vocab_size));
   if (o.data_path.empty()) v.push_back("--data-path is required");
   if (o.ddp_bucket_size <= 0) v.push_back("--ddp-bucket-size must be positive");
+  if (!o.save_hf.empty())
+    for (const std::string& m : hf_export_violations(model)) v.push_back("--save-hf: " + m);
   std::vector<std::string> layout = layout_violations(o.parallel);
   // The model and batch rules need a valid layout (they use DP).
   if (layout.empty())
