@@ -4,9 +4,9 @@
 // bucket is reduced after the backward pass; with --overlap-grad-reduce each bucket's
 // non-blocking reduction starts as soon as the last microbatch's backward has finished every
 // gradient in it, overlapping the rest of the backward pass. On CPU ranks the reduction's work
-// runs on the core that computes anyway, and Open MPI's non-blocking all-reduce is several times
-// slower than its blocking one (bench/RESULTS.md), so overlapping pays only where a rank would
-// otherwise wait for a slower peer.
+// runs on the core that computes anyway (Open MPI progresses a non-blocking all-reduce only
+// inside MPI calls), so overlapping pays only where a rank would otherwise wait for a slower
+// peer; on the small config the two measure alike (bench/RESULTS.md).
 //
 // Buckets are runs of consecutive parameters of the registry's flat gradient buffer, filled in
 // backward order (last parameters first) up to `bucket_floats`.
