@@ -1,7 +1,8 @@
 // Reduction bandwidth: tessel's MpiComm::all_reduce against a plain MPI_Allreduce of the same
-// size (float sum in place), or with --op reduce_scatter MpiComm::reduce_scatter against a plain
-// MPI_Reduce_scatter_block (bytes = every rank's whole send buffer), from --min-bytes to
-// --max-bytes (doubling). Run under mpirun:
+// size (float sum in place), with --op all_reduce_async MpiComm::all_reduce_async (one
+// MPI_Iallreduce, waited at once) against the same plain call, or with --op reduce_scatter
+// MpiComm::reduce_scatter against a plain MPI_Reduce_scatter_block (bytes = every rank's whole
+// send buffer), from --min-bytes to --max-bytes (doubling). Run under mpirun:
 //
 //   mpirun --allow-run-as-root -n 2 -x OMP_NUM_THREADS=1 build/bench/allreduce_bench [--op ...]
 //
@@ -66,8 +67,8 @@ int run(int argc, char** argv) {
   CLI::App app{"Reduction bandwidth: tessel's MpiComm against plain MPI"};
   int64_t min_bytes = 1024, max_bytes = 64 << 20;
   std::string op = "all_reduce";
-  app.add_option("--op", op, "all_reduce or reduce_scatter")
-      ->check(CLI::IsMember({"all_reduce", "reduce_scatter"}));
+  app.add_option("--op", op, "all_reduce, all_reduce_async or reduce_scatter")
+      ->check(CLI::IsMember({"all_reduce", "all_reduce_async", "reduce_scatter"}));
   int min_reps = 10;
   double min_seconds = 0.2;
   app.add_option("--min-bytes", min_bytes, "smallest message (bytes)");
@@ -80,7 +81,7 @@ int run(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &copy);
   tessel::MpiComm comm(copy);
   const int size = comm.size(), rank = comm.rank();
-  const bool all_reduce = op == "all_reduce";
+  const bool all_reduce = op != "reduce_scatter", async = op == "all_reduce_async";
   std::vector<float> data(max_bytes / sizeof(float), 0.0f), result(max_bytes / sizeof(float));
   if (rank == 0) {
     fmt::print("# {}, float sum, {} ranks; LD_PRELOAD={} MALLOC_MMAP_THRESHOLD_={} "
@@ -98,7 +99,8 @@ int run(int argc, char** argv) {
     const int64_t out_count = all_reduce ? count : block;
 
     auto tessel_call = [&] {
-      if (all_reduce) comm.all_reduce(buffer, count);
+      if (async) comm.all_reduce_async(buffer, count).wait();
+      else if (all_reduce) comm.all_reduce(buffer, count);
       else comm.reduce_scatter(buffer, out, block);
     };
     auto plain_call = [&] {
