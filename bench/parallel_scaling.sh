@@ -68,13 +68,8 @@ if [ $# -ne 2 ]; then
 fi
 mode=$1 config=$2
 
-# vocab seq hidden layers heads micro-batch, default timed iterations, warm-up, rounds
-case $config in
-  tiny)  set -- 256 128 128 4 4 8;   def_iters=40 def_warmup=5 def_rounds=7 ;;
-  small) set -- 50304 256 384 6 6 4; def_iters=6  def_warmup=2 def_rounds=5 ;;
-  *) echo "parallel_scaling.sh: config must be tiny or small, not $config" >&2; exit 2 ;;
-esac
-vocab=$1 seq=$2 hidden=$3 layers=$4 heads=$5 micro=$6
+source "$root/bench/configs.sh"
+bench_config "$config" parallel_scaling.sh
 [ "$mode" = allreduce ] && def_rounds=3
 iters=${iters:-$def_iters} warmup=${warmup:-$def_warmup} rounds=${rounds:-$def_rounds}
 

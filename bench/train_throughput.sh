@@ -41,13 +41,9 @@ if [ $# -ne 2 ]; then
 fi
 config=$1 threads=$2
 
-# vocab seq hidden layers heads batch, default timed iterations, warm-up, rounds
-case $config in
-  tiny)  set -- 256 128 128 4 4 8;   def_iters=40 def_warmup=5 def_rounds=7 ;;
-  small) set -- 50304 256 384 6 6 4; def_iters=6  def_warmup=2 def_rounds=5 ;;
-  *) echo "train_throughput.sh: config must be tiny or small, not $config" >&2; exit 2 ;;
-esac
-vocab=$1 seq=$2 hidden=$3 layers=$4 heads=$5 batch=$6
+source "$root/bench/configs.sh"
+bench_config "$config" train_throughput.sh
+batch=$micro
 iters=${iters:-$def_iters} warmup=${warmup:-$def_warmup} rounds=${rounds:-$def_rounds}
 for f in "$tessel" "$root/bench/run_pytorch.sh"; do
   [ -x "$f" ] || { echo "train_throughput.sh: $f not found (build first)" >&2; exit 1; }

@@ -7,6 +7,7 @@
 // (pp, dp) with pp fastest: (0,0) → (0,1), (1,0) → (2,3), (0,1) → (4,5), (1,1) → (6,7).
 #include <gtest/gtest.h>
 
+#include "parallel_config.h"
 #include "run_command.h"
 #include <sys/wait.h>
 
@@ -25,19 +26,9 @@ namespace {
 using tessel::GroupKind;
 using tessel::Layout;
 using tessel::ParallelConfig;
+using tessel::testing::parallel_config;
 using Groups = std::vector<std::vector<int>>;
 
-ParallelConfig parallel(int world, int tp, int cp, int pp, int ep, int etp, const std::string& order) {
-  ParallelConfig c;
-  c.world = world;
-  c.tp = tp;
-  c.cp = cp;
-  c.pp = pp;
-  c.ep = ep;
-  c.etp = etp;
-  c.order = order;
-  return c;
-}
 
 // [[0], [1], ..., [n-1]]: the groups of an axis of size 1.
 Groups singletons(int n) {
@@ -67,7 +58,7 @@ void expect_coords(const Layout& layout, int rank, tessel::RankCoords want) {
 // ---- group lists ----
 
 TEST(Layout, SeedEightGpusOrderTpPpDp) {
-  Layout layout(parallel(8, 2, 1, 2, 1, 0, "tp-pp-dp"));
+  Layout layout(parallel_config(8, 2, 1, 2, 1, 0, "tp-pp-dp"));
   // rank = tp + 2·pp + 4·dp; the expert grid (ETP 2, EP 1, EDP 2) is the same grid.
   expect_all_groups(layout, {
       {GroupKind::TP, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
@@ -95,7 +86,7 @@ TEST(Layout, SeedEightGpusOrderTpPpDp) {
 }
 
 TEST(Layout, SeedEightGpusDefaultOrder) {
-  Layout layout(parallel(8, 2, 1, 2, 1, 0, "tp-cp-ep-dp-pp"));
+  Layout layout(parallel_config(8, 2, 1, 2, 1, 0, "tp-cp-ep-dp-pp"));
   // rank = tp + 2·dp + 4·pp: DP and PP trade places against the seed's picture.
   expect_all_groups(layout, {
       {GroupKind::TP, {{0, 1}, {2, 3}, {4, 5}, {6, 7}}},
@@ -119,7 +110,7 @@ TEST(Layout, SeedEightGpusDefaultOrder) {
 }
 
 TEST(Layout, World16Tp2Cp2Pp2Dp2) {
-  Layout layout(parallel(16, 2, 2, 2, 1, 0, "tp-cp-ep-dp-pp"));
+  Layout layout(parallel_config(16, 2, 2, 2, 1, 0, "tp-cp-ep-dp-pp"));
   // Dense: rank = tp + 2·cp + 4·dp + 8·pp. Expert: ETP 2, EP 1, EDP 16/(2·1·2) = 4,
   // rank = etp + 2·edp + 8·pp, so expert DP spans what dense CP × DP spans.
   expect_all_groups(layout, {
@@ -144,7 +135,7 @@ TEST(Layout, World16Tp2Cp2Pp2Dp2) {
 }
 
 TEST(Layout, World32Tp2Pp2Ep4Etp1) {
-  Layout layout(parallel(32, 2, 1, 2, 4, 1, "tp-cp-ep-dp-pp"));
+  Layout layout(parallel_config(32, 2, 1, 2, 4, 1, "tp-cp-ep-dp-pp"));
   // Dense: DP = 32/(2·1·2) = 8, rank = tp + 2·dp + 16·pp.
   // Expert: ETP 1, EP 4, EDP = 32/(1·4·2) = 4, rank = ep + 4·edp + 16·pp.
   expect_all_groups(layout, {
@@ -180,7 +171,7 @@ TEST(Layout, World32Tp2Pp2Ep4Etp1) {
 }
 
 TEST(Layout, World8Cp2Pp2Ep2) {
-  Layout layout(parallel(8, 1, 2, 2, 2, 0, "tp-cp-ep-dp-pp"));
+  Layout layout(parallel_config(8, 1, 2, 2, 2, 0, "tp-cp-ep-dp-pp"));
   // Dense: TP 1, DP = 8/(1·2·2) = 2, rank = cp + 2·dp + 4·pp.
   // Expert: ETP = TP = 1, EP 2, EDP = 8/(1·2·2) = 2, rank = ep + 2·edp + 4·pp.
   expect_all_groups(layout, {
@@ -204,27 +195,27 @@ TEST(Layout, World8Cp2Pp2Ep2) {
 
 TEST(Layout, EmbeddingIsFirstAndLastStage) {
   // 8 ranks, PP 4, DP 2, default order: rank = dp + 2·pp, pipelines (0,2,4,6) and (1,3,5,7).
-  Layout deep(parallel(8, 1, 1, 4, 1, 0, "tp-cp-ep-dp-pp"));
+  Layout deep(parallel_config(8, 1, 1, 4, 1, 0, "tp-cp-ep-dp-pp"));
   EXPECT_EQ(deep.groups(GroupKind::PP), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
   EXPECT_EQ(deep.groups(GroupKind::Embedding), (Groups{{0, 6}, {1, 7}}));
   EXPECT_EQ(deep.group_of(GroupKind::Embedding, 7), (std::vector<int>{1, 7}));
   EXPECT_TRUE(deep.group_of(GroupKind::Embedding, 2).empty());  // a middle stage
   // One stage: the embedding group is that one rank.
-  Layout flat(parallel(4, 2, 1, 1, 1, 0, "tp-cp-ep-dp-pp"));
+  Layout flat(parallel_config(4, 2, 1, 1, 1, 0, "tp-cp-ep-dp-pp"));
   EXPECT_EQ(flat.groups(GroupKind::Embedding), (Groups{{0}, {1}, {2}, {3}}));
 }
 
 TEST(Layout, OrderMayLeaveOutAxesOfSizeOne) {
   // Megatron appends the axes an order string leaves out; at size 1 they change nothing.
-  Layout short_order(parallel(8, 2, 1, 2, 1, 0, "tp-dp-pp"));
+  Layout short_order(parallel_config(8, 2, 1, 2, 1, 0, "tp-dp-pp"));
   EXPECT_EQ(short_order.groups(GroupKind::PP), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
   EXPECT_EQ(short_order.groups(GroupKind::DP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
-  Layout upper(parallel(8, 2, 1, 2, 1, 0, "TP-PP-DP"));
+  Layout upper(parallel_config(8, 2, 1, 2, 1, 0, "TP-PP-DP"));
   EXPECT_EQ(upper.groups(GroupKind::PP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
 }
 
 TEST(Layout, GroupOfRejectsRanksOutsideTheWorld) {
-  Layout layout(parallel(4, 2, 1, 1, 1, 0, "tp-cp-ep-dp-pp"));
+  Layout layout(parallel_config(4, 2, 1, 1, 1, 0, "tp-cp-ep-dp-pp"));
   EXPECT_THROW(layout.group_of(GroupKind::TP, 4), tessel::Error);
   EXPECT_THROW(layout.coords(-1), tessel::Error);
 }
@@ -238,7 +229,7 @@ bool has(const std::vector<std::string>& v, const std::string& text) {
 }
 
 TEST(LayoutViolations, EveryBrokenRuleListedTogether) {
-  ParallelConfig c = parallel(10, 4, 1, 0, 1, 0, "tp-xx-dp-dp");
+  ParallelConfig c = parallel_config(10, 4, 1, 0, 1, 0, "tp-xx-dp-dp");
   c.vpp = 0;
   std::vector<std::string> v = tessel::layout_violations(c);
   EXPECT_EQ(v.size(), 4u);
@@ -257,38 +248,38 @@ TEST(LayoutViolations, EveryBrokenRuleListedTogether) {
 }
 
 TEST(LayoutViolations, WorldMustDivideBothGrids) {
-  std::vector<std::string> v = tessel::layout_violations(parallel(12, 8, 1, 1, 16, 1, "tp-cp-ep-dp-pp"));
+  std::vector<std::string> v = tessel::layout_violations(parallel_config(12, 8, 1, 1, 16, 1, "tp-cp-ep-dp-pp"));
   EXPECT_EQ(v.size(), 2u);
   EXPECT_TRUE(has(v, "world size 12 is not divisible by TP × CP × PP = 8 × 1 × 1 = 8"));
   EXPECT_TRUE(has(v, "world size 12 is not divisible by ETP × EP × PP = 1 × 16 × 1 = 16"));
-  EXPECT_TRUE(tessel::layout_violations(parallel(12, 4, 1, 3, 1, 0, "tp-cp-ep-dp-pp")).empty());
+  EXPECT_TRUE(tessel::layout_violations(parallel_config(12, 4, 1, 3, 1, 0, "tp-cp-ep-dp-pp")).empty());
 }
 
 TEST(LayoutViolations, OrderMustNameEveryAxisLargerThanOne) {
-  std::vector<std::string> v = tessel::layout_violations(parallel(8, 2, 2, 2, 1, 0, "tp-pp-dp"));
+  std::vector<std::string> v = tessel::layout_violations(parallel_config(8, 2, 2, 2, 1, 0, "tp-pp-dp"));
   ASSERT_EQ(v.size(), 1u);
   EXPECT_TRUE(has(v, "leaves out cp, whose size is 2")) << v[0];
   // ep is 1 on the dense grid but 2 on the expert grid.
-  v = tessel::layout_violations(parallel(8, 1, 1, 2, 2, 0, "tp-dp-pp"));
+  v = tessel::layout_violations(parallel_config(8, 1, 1, 2, 2, 0, "tp-dp-pp"));
   ASSERT_EQ(v.size(), 1u);
   EXPECT_TRUE(has(v, "leaves out ep, whose size is 2")) << v[0];
 }
 
 TEST(LayoutViolations, PipelineGroupsMustMatchAcrossGrids) {
   // pp not last: Megatron needs expert DP = DP. Here DP = 16/2 = 8, expert DP = 16/(1·4·2) = 2.
-  std::vector<std::string> v = tessel::layout_violations(parallel(16, 1, 1, 2, 4, 1, "tp-pp-ep-dp"));
+  std::vector<std::string> v = tessel::layout_violations(parallel_config(16, 1, 1, 2, 4, 1, "tp-pp-ep-dp"));
   ASSERT_EQ(v.size(), 1u);
   EXPECT_TRUE(has(v, "does not end with pp, which needs expert DP (2) equal to DP (8)")) << v[0];
   // Equal DP (2 and 2), yet the axes before pp hold TP 4 dense ranks but ETP 1 expert ranks.
-  v = tessel::layout_violations(parallel(16, 4, 1, 2, 4, 1, "tp-pp-ep-dp"));
+  v = tessel::layout_violations(parallel_config(16, 4, 1, 2, 4, 1, "tp-pp-ep-dp"));
   ASSERT_EQ(v.size(), 1u);
   EXPECT_TRUE(has(v, "other pipeline groups")) << v[0];
   // The same sizes with pp last are fine.
-  EXPECT_TRUE(tessel::layout_violations(parallel(16, 4, 1, 2, 4, 1, "tp-ep-dp-pp")).empty());
+  EXPECT_TRUE(tessel::layout_violations(parallel_config(16, 4, 1, 2, 4, 1, "tp-ep-dp-pp")).empty());
 }
 
 TEST(LayoutViolations, InterleavingNeedsAPipeline) {
-  ParallelConfig c = parallel(4, 1, 1, 1, 1, 0, "tp-cp-ep-dp-pp");
+  ParallelConfig c = parallel_config(4, 1, 1, 1, 1, 0, "tp-cp-ep-dp-pp");
   c.vpp = 2;
   std::vector<std::string> v = tessel::layout_violations(c);
   ASSERT_EQ(v.size(), 1u);
@@ -298,7 +289,7 @@ TEST(LayoutViolations, InterleavingNeedsAPipeline) {
 }
 
 TEST(TrainingViolations, ModelAndBatchRules) {
-  ParallelConfig c = parallel(8, 4, 1, 1, 2, 0, "tp-cp-ep-dp-pp");  // DP 2
+  ParallelConfig c = parallel_config(8, 4, 1, 1, 2, 0, "tp-cp-ep-dp-pp");  // DP 2
   tessel::ModelConfig m;
   m.arch = tessel::Arch::Llama;
   m.num_attention_heads = 6;
@@ -323,14 +314,14 @@ TEST(TrainingViolations, ModelAndBatchRules) {
   EXPECT_TRUE(has(v, "1 × --seq-length 10 = 10 rows, not divisible by --tensor-model-parallel-size 4")) << v[0];
   EXPECT_TRUE(tessel::training_violations(c, m, 2, 8).empty());  // 20 rows
 
-  ParallelConfig no_tp = parallel(4, 1, 1, 1, 1, 0, "tp-cp-ep-dp-pp");
+  ParallelConfig no_tp = parallel_config(4, 1, 1, 1, 1, 0, "tp-cp-ep-dp-pp");
   no_tp.sequence_parallel = true;
   v = tessel::training_violations(no_tp, m, 1, 4);
   ASSERT_EQ(v.size(), 1u);
   EXPECT_TRUE(has(v, "--sequence-parallel needs --tensor-model-parallel-size > 1"));
 
   // Context parallel's load-balanced split: the sequence in 2·CP chunks.
-  ParallelConfig cp = parallel(4, 1, 4, 1, 1, 0, "tp-cp-ep-dp-pp");
+  ParallelConfig cp = parallel_config(4, 1, 4, 1, 1, 0, "tp-cp-ep-dp-pp");
   v = tessel::training_violations(cp, m, 1, 1);
   ASSERT_EQ(v.size(), 1u);
   EXPECT_TRUE(has(v, "--seq-length 10 is not divisible by 2 × --context-parallel-size 4 = 8"));

@@ -11,19 +11,26 @@
 #include <vector>
 
 #include "tessel/comm/mpi.h"
+#include "world_copy.h"
 #include "tessel/core/error.h"
 
 namespace tessel {
 namespace {
 
-std::unique_ptr<MpiComm> world_copy() {
-  MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  return std::make_unique<MpiComm>(comm);
-}
 
 // Rank r's contribution at element i of the reductions; small integers, exact in float.
 float contribution(int r, int64_t i) { return static_cast<float>((r * 7 + i * 3) % 11 - 5); }
+
+// Element i of a sum and of a max over `size` ranks' contributions.
+void expect_sum_and_max(float sum, float max, int size, int64_t i) {
+  float expected_sum = 0, expected_max = -1e30f;
+  for (int r = 0; r < size; ++r) {
+    expected_sum += contribution(r, i);
+    expected_max = std::max(expected_max, contribution(r, i));
+  }
+  EXPECT_EQ(sum, expected_sum) << "element " << i;
+  EXPECT_EQ(max, expected_max) << "element " << i;
+}
 
 TEST(MpiComm, RankAndSize) {
   auto comm = world_copy();
@@ -45,13 +52,7 @@ TEST_P(MpiCommAllReduce, FloatSumAndMax) {
   comm->all_reduce(sum.data(), n, ReduceOp::Sum);
   comm->all_reduce(max.data(), n, ReduceOp::Max);
   for (int64_t i = 0; i < n; ++i) {
-    float expected_sum = 0, expected_max = -1e30f;
-    for (int r = 0; r < comm->size(); ++r) {
-      expected_sum += contribution(r, i);
-      expected_max = std::max(expected_max, contribution(r, i));
-    }
-    EXPECT_EQ(sum[i], expected_sum) << "element " << i;
-    EXPECT_EQ(max[i], expected_max) << "element " << i;
+    expect_sum_and_max(sum[i], max[i], comm->size(), i);
   }
 }
 
@@ -83,13 +84,7 @@ TEST(MpiComm, AllReduceAsyncTwoInFlight) {
   EXPECT_TRUE(max_done.test());  // complete requests stay complete
   sum_done.wait();
   for (int64_t i = 0; i < n; i += 97) {
-    float expected_sum = 0, expected_max = -1e30f;
-    for (int r = 0; r < comm->size(); ++r) {
-      expected_sum += contribution(r, i);
-      expected_max = std::max(expected_max, contribution(r, i));
-    }
-    EXPECT_EQ(sum[i], expected_sum) << "element " << i;
-    EXPECT_EQ(max[i], expected_max) << "element " << i;
+    expect_sum_and_max(sum[i], max[i], comm->size(), i);
   }
 }
 

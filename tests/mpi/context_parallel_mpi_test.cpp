@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessel/comm/mpi.h"
+#include "world_copy.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/cpu/kernels.h"
@@ -20,11 +21,6 @@
 namespace tessel {
 namespace {
 
-std::unique_ptr<MpiComm> world_copy() {
-  MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  return std::make_unique<MpiComm>(comm);
-}
 
 // Pairs of neighbouring world ranks: (0,1), (2,3), ...
 std::unique_ptr<MpiComm> pairs() {

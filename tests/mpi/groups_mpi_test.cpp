@@ -10,9 +10,12 @@
 #include "tessel/comm/groups.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
+#include "../parallel_config.h"
 
 namespace tessel {
 namespace {
+
+using testing::parallel_config;
 
 int world_size() {
   int size = 0;
@@ -91,18 +94,6 @@ TEST(ProcessGroups, MiddleStagesHaveALocalEmbeddingComm) {
   EXPECT_EQ(groups.coords().pp, rank);
 }
 
-ParallelConfig parallel_config(int world, int tp, int cp, int pp, int ep, int etp,
-                               const char* order) {
-  ParallelConfig config;
-  config.world = world;
-  config.tp = tp;
-  config.cp = cp;
-  config.pp = pp;
-  config.ep = ep;
-  config.etp = etp;
-  config.order = order;
-  return config;
-}
 
 // Every kind, every layout of this job's size: the Comm's members in order equal the list.
 TEST(ProcessGroups, EveryKindMatchesTheLayout) {

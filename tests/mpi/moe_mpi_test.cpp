@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tessel/comm/mpi.h"
+#include "world_copy.h"
 #include "tessel/core/philox.h"
 #include "tessel/model/moe.h"
 
@@ -29,11 +30,6 @@ constexpr uint64_t kSeed = 4242;
 constexpr double kTolerance = 1e-5;
 constexpr int64_t kHidden = 8, kFfn = 6;
 
-std::unique_ptr<MpiComm> world_copy() {
-  MPI_Comm comm;
-  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-  return std::make_unique<MpiComm>(comm);
-}
 
 Floats random_floats(int64_t n, uint64_t stream) {
   Floats x(n);

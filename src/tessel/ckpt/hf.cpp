@@ -78,8 +78,9 @@ const LlamaFamilyType* find_llama_family(const std::string& model_type) {
 const LlamaFamilyType& llama_family_of(const ModelConfig& cfg) {
   const bool moe = cfg.moe.num_experts > 0;
   const char* type = cfg.qk_layernorm ? (moe ? "qwen3_moe" : "qwen3")
-                     : cfg.add_qkv_bias || moe ? (moe ? "qwen2_moe" : "qwen2")
-                                               : "llama";
+                     : moe               ? "qwen2_moe"
+                     : cfg.add_qkv_bias  ? "qwen2"
+                                         : "llama";
   return *find_llama_family(type);
 }
 

@@ -52,12 +52,16 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+void count_call(CommCounter& counter, double bytes) {
+  ++counter.calls;
+  counter.bytes += bytes;
+}
+
 // Counts one call moving `bytes` in `counter`; the time until it goes out of scope is blocked.
 class BlockingCall {
  public:
   BlockingCall(CommCounter& counter, double bytes) : counter_(counter), start_(Clock::now()) {
-    ++counter_.calls;
-    counter_.bytes += bytes;
+    count_call(counter, bytes);
   }
   ~BlockingCall() { counter_.seconds += seconds_since(start_); }
   BlockingCall(const BlockingCall&) = delete;
@@ -95,8 +99,7 @@ class MpiRequest final : public Request::Impl {
 
 // Counts a non-blocking call moving `bytes`; its wait time is counted when it is waited for.
 Request started(MPI_Request request, CommCounter& counter, double bytes) {
-  ++counter.calls;
-  counter.bytes += bytes;
+  count_call(counter, bytes);
   return Request(std::make_shared<MpiRequest>(request, counter));
 }
 

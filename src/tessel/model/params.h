@@ -63,6 +63,10 @@ struct Param {
   // under sequence parallel its gradient is summed over TP, and the global norm counts it once.
   // An unsplit expert is not: each EP rank holds other experts.
   bool replicated() const { return shard.dim < 0 && !shard.expert(); }
+  // A replicated parameter whose gradient each TP rank computes from part of the work even
+  // without sequence parallel (QK-norm weights: each rank normalises only its own heads): it is
+  // summed over TP like every replicated parameter under sequence parallel.
+  bool grad_partial_over_tp = false;
 };
 
 class ParamRegistry {

@@ -79,7 +79,6 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
   d_ln_full_ = Tensor::zeros({N_, C_});
   d_ln_local_ = sp ? Tensor::zeros({N_l_, C_}) : d_ln_full_;
   d_attn_ = Tensor::zeros({N_, HD});
-  if (cfg_.qk_layernorm) qk_norm_grad_ = Tensor::zeros({2, D_});
   d_act_ = Tensor::zeros({N_, F_l_});
   if (spec_.has_head) {
     logits_ = Tensor::zeros({N_, V_l_});
@@ -149,6 +148,8 @@ void TransformerChunk::declare_params(ParamRegistry& reg, const MoeGroups& moe_g
       if (cfg_.qk_layernorm) {  // one weight per head dimension, shared by all heads: replicated
         lp.q_norm = reg.add(p + "self_attn.q_norm.weight", {D_}, ParamInit::Ones, 0, false);
         lp.k_norm = reg.add(p + "self_attn.k_norm.weight", {D_}, ParamInit::Ones, 0, false);
+        reg.params()[lp.q_norm].grad_partial_over_tp = true;
+        reg.params()[lp.k_norm].grad_partial_over_tp = true;
       }
       lp.ln2_w = norm(p + "post_attention_layernorm.weight");
       if (cfg_.moe.is_moe_layer(l)) {
@@ -193,8 +194,7 @@ int64_t TransformerChunk::scratch_bytes() const {
   int64_t n = static_cast<int64_t>(positions_.size()) * 4;
   const bool sp = tp_.sequence_parallel;
   for (const Tensor* t : {&rope_cos_, &rope_sin_, &proj_full_, &norm_local_, &rows_full_, &d_resid_,
-                          &d_ln_full_, &d_attn_, &qk_norm_grad_, &d_act_, &logits_, &loss_stats_,
-                          &row_max_global_})
+                          &d_ln_full_, &d_attn_, &d_act_, &logits_, &loss_stats_, &row_max_global_})
     n += t->empty() ? 0 : t->numel() * 4;
   if (sp) n += (proj_local_.numel() + d_ln_local_.numel()) * 4;  // otherwise views
   return n;
@@ -531,33 +531,20 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
   norm_backward(dres, d_ln_local_.data(), x, a.ln1_mean.data(), a.ln1_rstd.data(), p.ln1_w, p.ln1_b);
 }
 
-// q_norm and k_norm are replicated over TP, but each rank normalises only its own heads, so the
-// gradient a rank computes is a partial sum over heads. Under sequence parallel the trainer sums
-// every replicated parameter's gradient over TP (the layer norms' rows are split there): nothing
-// to do here. Otherwise this microbatch's share is summed over TP here, before it joins the
-// gradient, so accumulation over microbatches stays right.
+// q_norm and k_norm's gradients cover this rank's heads only; the trainer sums them over TP
+// (Param::grad_partial_over_tp).
 void TransformerChunk::qk_norm_backward(LayerActivations& a, const LayerParams& p) {
-  const bool sum_here = tp_.size() > 1 && !tp_.sequence_parallel;
-  float* dq_norm = sum_here ? qk_norm_grad_.data() : grd(p.q_norm);
-  float* dk_norm = sum_here ? qk_norm_grad_.data() + D_ : grd(p.k_norm);
-  if (sum_here) zero(qk_norm_grad_);
   // d_attn_ (N, H_l·D) is free after attention's backward: it holds d(normalised) while d_q and
   // d_k are rewritten as d(raw).
   float* d_normed = d_attn_.data();
   std::memcpy(d_normed, a.d_q.data(), sizeof(float) * N_ * H_l_ * D_);
   zero(a.d_q);
-  cpu::rmsnorm_backward(a.d_q.data(), dq_norm, d_normed, a.q_raw.data(), val(p.q_norm),
+  cpu::rmsnorm_backward(a.d_q.data(), grd(p.q_norm), d_normed, a.q_raw.data(), val(p.q_norm),
                         a.q_rstd.data(), N_ * H_l_, D_);
   std::memcpy(d_normed, a.d_k.data(), sizeof(float) * N_ * G_l_ * D_);
   zero(a.d_k);
-  cpu::rmsnorm_backward(a.d_k.data(), dk_norm, d_normed, a.k_raw.data(), val(p.k_norm),
+  cpu::rmsnorm_backward(a.d_k.data(), grd(p.k_norm), d_normed, a.k_raw.data(), val(p.k_norm),
                         a.k_rstd.data(), N_ * G_l_, D_);
-  if (!sum_here) return;
-  tp_.comm->all_reduce(qk_norm_grad_.data(), 2 * D_);
-  for (int64_t d = 0; d < D_; ++d) {
-    grd(p.q_norm)[d] += qk_norm_grad_.data()[d];
-    grd(p.k_norm)[d] += qk_norm_grad_.data()[D_ + d];
-  }
 }
 
 // Each linear's weight (and bias) gradient from its input, saved by forward, and its output

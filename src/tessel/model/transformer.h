@@ -202,7 +202,6 @@ class TransformerChunk {
   Tensor d_resid_;                  // (N_l, C) the residual gradient of a first chunk
   Tensor d_ln_full_, d_ln_local_;   // (N, C), (N_l, C) a norm output's gradient before / after reduction
   Tensor d_attn_;                   // (N, H_l·D) gradient of the attention output
-  Tensor qk_norm_grad_;             // (2, D) --qk-layernorm under TP: q_norm's, k_norm's gradient share
   Tensor d_act_;                    // (N, F_l) gradient of the MLP's activation output
   Tensor logits_;                   // (N, V_l)
   Tensor loss_stats_;               // (4, N): row max, [Σ exp, target logit] (reduced together), lse

@@ -40,11 +40,15 @@ std::vector<FlatRange> DataParallel::owned_ranges() const {
       owned.push_back({it->begin, it->end});
       continue;
     }
-    const int64_t begin = std::min(it->end, it->begin + dp_.rank() * it->shard);
-    const int64_t end = std::min(it->end, begin + it->shard);
-    if (begin < end) owned.push_back({begin, end});
+    const FlatRange slice = own_slice(*it);
+    if (slice.begin < slice.end) owned.push_back(slice);
   }
   return owned;
+}
+
+FlatRange DataParallel::own_slice(const Bucket& b) const {
+  const int64_t begin = std::min(b.end, b.begin + dp_.rank() * b.shard);
+  return {begin, std::min(b.end, begin + b.shard)};
 }
 
 void DataParallel::arm() {
@@ -89,11 +93,10 @@ void DataParallel::finish_grad_reduction() {
   armed_ = false;
   if (!distributed_ || dp_.size() == 1) return;
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    const Bucket& b = buckets_[i];
-    const int64_t begin = std::min(b.end, b.begin + dp_.rank() * b.shard);
-    const int64_t end = std::min(b.end, begin + b.shard);
-    if (begin < end)
-      std::memcpy(params_.grads() + begin, slices_[i].data(), sizeof(float) * (end - begin));
+    const FlatRange slice = own_slice(buckets_[i]);
+    if (slice.begin < slice.end)
+      std::memcpy(params_.grads() + slice.begin, slices_[i].data(),
+                  sizeof(float) * (slice.end - slice.begin));
   }
 }
 
@@ -101,10 +104,10 @@ void DataParallel::gather_params() {
   if (!distributed_ || dp_.size() == 1) return;
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const Bucket& b = buckets_[i];
-    const int64_t begin = std::min(b.end, b.begin + dp_.rank() * b.shard);
-    const int64_t end = std::min(b.end, begin + b.shard);
-    if (begin < end)
-      std::memcpy(slices_[i].data(), params_.values() + begin, sizeof(float) * (end - begin));
+    const FlatRange slice = own_slice(b);
+    if (slice.begin < slice.end)
+      std::memcpy(slices_[i].data(), params_.values() + slice.begin,
+                  sizeof(float) * (slice.end - slice.begin));
     dp_.all_gather(slices_[i].data(), staging_[i].data(), b.shard);
     std::memcpy(params_.values() + b.begin, staging_[i].data(), sizeof(float) * (b.end - b.begin));
   }

@@ -57,6 +57,8 @@ class DataParallel {
   };
   // Reduces bucket b: non-blocking (the request waited in finish_grad_reduction) or blocking.
   void start(Bucket& b, bool blocking);
+  // Distributed optimizer: the part of bucket b this DP rank updates (empty past the end).
+  FlatRange own_slice(const Bucket& b) const;
 
   ParamRegistry& params_;
   Comm& dp_;

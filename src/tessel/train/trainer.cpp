@@ -343,11 +343,12 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
                groups);
   };
   // Gradients of parameters replicated over TP come from this rank's rows alone under sequence
-  // parallel: they are summed over TP before the DP reduction sees them.
-  const bool sync_replicated = pc.sequence_parallel && tp.size() > 1;
+  // parallel (and from its heads alone for QK-norm weights): they are summed over TP before the
+  // DP reduction sees them.
   const std::function<void(int)> grad_ready = [&](int index) {
     Param& p = params.params()[index];
-    if (sync_replicated && p.replicated()) groups.tp().all_reduce(p.grad, p.numel());
+    if (tp.size() > 1 && p.replicated() && (pc.sequence_parallel || p.grad_partial_over_tp))
+      groups.tp().all_reduce(p.grad, p.numel());
     if (index == tied_owner) groups.embedding().all_reduce(p.grad, p.numel());
     data_parallel.grad_ready(index);
     expert_data_parallel.grad_ready(index);
