@@ -183,6 +183,12 @@ INSTANTIATE_TEST_SUITE_P(AttentionOptions, Equivalence,
   "--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
 const char* kMoe = TESSEL_MOE_FLAGS;
 const char* kMoeShared = TESSEL_MOE_FLAGS " --moe-shared-expert-intermediate-size 64";
+const char* kMoeCapacity =
+    "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01";
+const char* kMoeCapacityPadded =
+    "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 "
+    "--moe-pad-expert-input-to-capacity";
+
 const Layout kMoeLayouts[] = {
     {"moe_ep2", 2, "--ep 2", false, 2, kMoe},
     {"moe_ep4", 4, "--ep 4", false, 2, kMoe},
@@ -193,8 +199,11 @@ const Layout kMoeLayouts[] = {
      "--num-experts 8 --moe-router-topk 2 --moe-layer-freq [1,0,1,0] --moe-aux-loss-coeff 0.01"},
     {"moe_shared_ep2", 2, "--ep 2", false, 2,
      "--num-experts 8 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 0.01"},
-    {"moe_capacity_ep2", 2, "--ep 2", false, 2,
-     "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01"},
+    {"moe_capacity_ep2", 2, "--ep 2", false, 2, kMoeCapacity},
+    // The rows split over TP (sequence parallel) or CP: the drop still sees the whole microbatch.
+    {"moe_capacity_padded_ep2_tp2", 4, "--ep 2 --tp 2 --sequence-parallel", false, 2,
+     kMoeCapacityPadded},
+    {"moe_capacity_cp2", 2, "--cp 2", false, 2, kMoeCapacity},
     {"moe_ep2_tp2_etp1", 4, "--ep 2 --tp 2 --sequence-parallel --etp 1", false, 2, kMoe},
     {"moe_shared_ep2_tp2_etp2", 4, "--ep 2 --tp 2 --sequence-parallel --etp 2", false, 2, kMoeShared},
     {"moe_ep2_tp2_etp2_distopt", 4,

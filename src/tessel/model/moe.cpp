@@ -394,12 +394,44 @@ int64_t MoeLayer::route(Saved& s, const float* x) {
   if (z) s.stats.z_loss = cpu::moe_z_loss_forward(s.lse.data(), logits, N, E_, z_coeff());
 
   std::fill(keep_.begin(), keep_.begin() + N * k_, uint8_t{1});
-  s.stats.dropped = 0;
-  if (moe_.capacity_factor > 0) {
-    s.stats.dropped = cpu::moe_capacity_drop(keep_.data(), s.experts.data(), s.probs.data(), N, E_,
-                                             k_, capacity(N));
-  }
+  s.stats.dropped = moe_.capacity_factor > 0 ? drop_over_capacity(s) : 0;
   return tokens;
+}
+
+// As one process would drop over the whole microbatch (DESIGN invariant 1): with its rows split
+// over the token group (TP under sequence parallel, CP), every rank gathers the group's choices,
+// runs the same drop against the microbatch's capacity and keeps its own rows' verdicts.
+// (Megatron drops per rank against a per-rank capacity instead.) Ties between equal
+// probabilities go to the lower gathered index: the sequence's order under sequence parallel.
+int64_t MoeLayer::drop_over_capacity(Saved& s) {
+  const int64_t n = s.N * k_;
+  const int G = token_group_ != nullptr ? token_group_->size() : 1;
+  s.capacity = capacity(s.N * G);
+  if (G == 1)
+    return cpu::moe_capacity_drop(keep_.data(), s.experts.data(), s.probs.data(), s.N, E_, k_,
+                                  s.capacity);
+  choices_.resize(2 * n);  // this rank's [experts | probs], experts exact as floats (< 2^24)
+  for (int64_t a = 0; a < n; ++a) {
+    choices_[a] = static_cast<float>(s.experts[a]);
+    choices_[n + a] = s.probs.data()[a];
+  }
+  group_choices_.resize(2 * n * G);
+  token_group_->all_gather(choices_.data(), group_choices_.data(), 2 * n);
+  group_experts_.resize(n * G);
+  group_probs_.resize(n * G);
+  for (int r = 0; r < G; ++r) {
+    const float* block = group_choices_.data() + 2 * n * r;
+    for (int64_t a = 0; a < n; ++a) {
+      group_experts_[r * n + a] = static_cast<int32_t>(block[a]);
+      group_probs_[r * n + a] = block[n + a];
+    }
+  }
+  group_keep_.assign(n * G, uint8_t{1});
+  cpu::moe_capacity_drop(group_keep_.data(), group_experts_.data(), group_probs_.data(), s.N * G,
+                         E_, k_, s.capacity);
+  const uint8_t* own = group_keep_.data() + n * token_group_->rank();
+  std::copy_n(own, n, keep_.begin());
+  return std::count(own, own + n, uint8_t{0});
 }
 
 // Megatron divides the z-loss coefficient by the token group's size, so that the ranks' means

@@ -90,6 +90,7 @@ class MoeLayer {
     std::vector<int32_t> experts;  // (N, k) chosen experts, best first
     Tensor probs;                  // (N, k) their routing weights
     std::vector<int64_t> slot_row;  // (N·k) each assignment's row in dispatch order; -1 dropped
+    int64_t capacity = 0;           // rows per expert, of the whole microbatch (token group)
     Tensor aux_scores, aux_counts;  // (N, E), (E) with the load-balancing loss
     int64_t aux_tokens = 0;         // its T: N summed over the token group
     Tensor lse;                     // (N) with the z-loss
@@ -176,6 +177,9 @@ class MoeLayer {
   }
   float z_coeff() const;
   int64_t capacity(int64_t N) const;
+  // The capacity drop over the whole microbatch's choices; sets s.capacity and keep_, returns
+  // this rank's dropped assignments.
+  int64_t drop_over_capacity(Saved& s);
 
   // The dispatch (moe_dispatch.cpp). plan_dispatch: where every kept assignment goes, and what
   // arrives from where (counts travel first, over EP and then ETP).
@@ -216,6 +220,12 @@ class MoeLayer {
   std::vector<int64_t> counts_out_, counts_in_, offsets_out_, offsets_in_;  // (EP) each
   std::vector<int64_t> etp_counts_, etp_offsets_;                            // (ETP) each
   std::vector<uint8_t> keep_;         // (N·k) 1: the assignment survived the capacity
+  // The token group's choices (G·N·k each) for the capacity drop: gathered [experts | probs]
+  // blocks, then apart, and every assignment's verdict.
+  std::vector<float> group_choices_, choices_;
+  std::vector<int32_t> group_experts_;
+  std::vector<float> group_probs_;
+  std::vector<uint8_t> group_keep_;
   std::vector<int64_t> row_cursor_;   // (E)
   std::vector<float> group_counts_;   // (E + 1) top-k counts and N, summed over the token group
   std::vector<float> count_buffer_;   // (E + ETP·EP·E_l) row counts out, in over ETP

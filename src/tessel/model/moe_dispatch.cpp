@@ -23,7 +23,7 @@ void MoeLayer::plan_dispatch(Saved& s) {
   std::vector<double>& kept = stats_buffer_;   // (E + 1) kept per expert, then the dropped
   std::fill(kept.begin(), kept.end(), 0.0);
   for (int64_t a = 0; a < N * k_; ++a) kept[s.experts[a]] += keep_[a];
-  const int64_t pad = moe_.pad_to_capacity ? capacity(N) : -1;
+  const int64_t pad = moe_.pad_to_capacity ? s.capacity : -1;
   std::vector<int64_t>& next = row_cursor_;  // (E) the next free row of each expert's block
   int64_t rows = 0;
   std::fill(s.send_rows.begin(), s.send_rows.end(), 0);
