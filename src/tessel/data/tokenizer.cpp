@@ -1,5 +1,7 @@
 #include "tessel/data/tokenizer.h"
 
+#include <fmt/format.h>
+
 #include "tessel/core/error.h"
 
 namespace tessel {
@@ -20,6 +22,11 @@ std::string ByteTokenizer::decode(std::span<const int32_t> tokens) const {
     text[i] = static_cast<char>(tokens[i]);
   }
   return text;
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& options) {
+  if (options.type == "ByteTokenizer" || options.type == "byte") return std::make_unique<ByteTokenizer>();
+  throw Error(fmt::format("--tokenizer-type {}: unknown (known: ByteTokenizer)", options.type));
 }
 
 }  // namespace tessel
