@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/cpu/kernels.h"
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
 #include "tessel/parallel/data_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
 

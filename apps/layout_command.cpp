@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "tessel/train/plan.h"
 #include "tessel/core/error.h"
 #include "tessel/parallel/context_parallel.h"
 

@@ -11,15 +11,16 @@
 #include <cstdio>
 #include <fmt/format.h>
 
+#include "tessel/train/plan.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/model/config.h"
-#include "tessel/model/generate.h"
+#include "tessel/infer/generate.h"
 #include "tessel/model/moe.h"
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
 #include "tessel/model/transformer.h"
 #include "tessel/train/trainer.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tessel/ckpt/checkpoint.h"
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
 #include "tessel/model/transformer.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tessel/comm/comm.h"
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
 
 namespace tessel {

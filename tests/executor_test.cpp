@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/model/transformer.h"

@@ -18,6 +18,7 @@
 #include <regex>
 #include <string>
 
+#include "tessel/train/plan.h"
 #include "tessel/core/error.h"
 #include "tessel/parallel/layout.h"
 

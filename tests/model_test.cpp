@@ -10,9 +10,9 @@
 #include <fstream>
 #include <functional>
 
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/core/philox.h"
-#include "tessel/model/generate.h"
+#include "tessel/infer/generate.h"
 #include "tessel/model/transformer.h"
 #include "tiny_model.h"
 #include "tessel/train/trainer.h"

@@ -4,6 +4,7 @@
 // shared expert), and every gradient against central finite differences of that reference. The
 // reference sorts where the kernels insert, and ranks by counting where they sort, so the two
 // share no code. Multi-rank expert parallelism: tests/mpi/moe_mpi_test.cpp.
+#include "tessel/train/plan.h"
 #include "tessel/model/moe.h"
 
 #include <fmt/format.h>

@@ -9,7 +9,7 @@
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/cpu/kernels.h"
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/lr_schedule.h"
 

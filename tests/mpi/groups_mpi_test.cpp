@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "../parallel_config.h"

@@ -14,7 +14,7 @@
 
 #include "tessel/ckpt/hf.h"
 #include "tessel/ckpt/safetensors.h"
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
 #include "tessel/model/moe.h"
 

@@ -45,7 +45,7 @@
 #include "tessel/comm/comm.h"
 #include "tessel/core/tensor.h"
 #include "tessel/model/config.h"
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
 #include "tessel/parallel/tensor_parallel.h"
 
 namespace tessel {

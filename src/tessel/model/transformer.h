@@ -26,7 +26,7 @@
 #include "tessel/core/tensor.h"
 #include "tessel/model/config.h"
 #include "tessel/model/moe.h"
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
 

@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
 
 namespace tessel {
 
@@ -26,11 +26,6 @@ struct OptimizerConfig {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float clip_grad = 1.0f;  // max global gradient norm; 0 disables clipping
-};
-
-// A range [begin, end) of the registry's flat buffers.
-struct FlatRange {
-  int64_t begin = 0, end = 0;
 };
 
 class AdamW {

@@ -21,8 +21,7 @@
 #include <vector>
 
 #include "tessel/comm/comm.h"
-#include "tessel/model/params.h"
-#include "tessel/optim/adamw.h"
+#include "tessel/core/params.h"
 
 namespace tessel {
 

@@ -218,57 +218,6 @@ std::vector<std::string> layout_violations(const ParallelConfig& c) {
   return v;
 }
 
-std::vector<std::string> training_violations(const ParallelConfig& c, const ModelConfig& model,
-                                             int64_t micro_batch, int64_t global_batch) {
-  std::vector<std::string> v;
-  if (micro_batch < 1) v.push_back(fmt::format("--micro-batch-size must be positive (got {})", micro_batch));
-  if (global_batch < 1) v.push_back(fmt::format("--global-batch-size must be positive (got {})", global_batch));
-
-  if (c.tp >= 1) {
-    auto split_by_tp = [&](const char* flag, int count) {
-      if (count > 0 && count % c.tp != 0)
-        v.push_back(fmt::format("{} {} is not divisible by --tensor-model-parallel-size {}", flag, count, c.tp));
-    };
-    split_by_tp("--num-attention-heads", model.num_attention_heads);
-    if (model.num_query_groups > 0 && model.num_query_groups != model.num_attention_heads)
-      split_by_tp("--num-query-groups", model.num_query_groups);
-    split_by_tp("--ffn-hidden-size", model.ffn_size());
-  }
-
-  // Megatron's load-balanced causal split cuts each sequence into 2·CP chunks.
-  if (c.cp > 1 && model.seq_length > 0 && model.seq_length % (2 * c.cp) != 0)
-    v.push_back(fmt::format("--seq-length {} is not divisible by 2 × --context-parallel-size {} = {}",
-                            model.seq_length, c.cp, 2 * c.cp));
-
-  if (c.sequence_parallel) {
-    if (c.tp == 1) {
-      v.push_back("--sequence-parallel needs --tensor-model-parallel-size > 1");
-    } else if (c.tp > 1 && c.cp >= 1 && micro_batch > 0 && model.seq_length > 0 &&
-               model.seq_length % c.cp == 0) {
-      // Each TP rank keeps its share of the rows (micro batch × this CP rank's positions).
-      int64_t rows = micro_batch * (model.seq_length / c.cp);
-      if (rows % c.tp != 0)
-        v.push_back(fmt::format("--sequence-parallel splits --micro-batch-size {} × --seq-length {}{} "
-                                "= {} rows, not divisible by --tensor-model-parallel-size {}",
-                                micro_batch, model.seq_length,
-                                c.cp > 1 ? fmt::format(" / --context-parallel-size {}", c.cp) : "",
-                                rows, c.tp));
-    }
-  }
-  // Megatron's ModelParallelConfig: expert layers under TP exchange tokens in sequence-parallel form.
-  if (c.ep > 1 && c.tp > 1 && !c.sequence_parallel)
-    v.push_back(fmt::format("--expert-model-parallel-size {} with --tensor-model-parallel-size {} "
-                            "needs --sequence-parallel", c.ep, c.tp));
-
-  if (micro_batch > 0 && global_batch > 0 && layout_violations(c).empty()) {
-    int64_t per_step = micro_batch * c.dp();
-    if (global_batch % per_step != 0)
-      v.push_back(fmt::format("--global-batch-size {} is not divisible by --micro-batch-size {} × DP {} = {}",
-                              global_batch, micro_batch, c.dp(), per_step));
-  }
-  return v;
-}
-
 Layout::Layout(const ParallelConfig& config) : config_(config) {
   std::vector<std::string> v = layout_violations(config);
   if (!v.empty()) throw Error("invalid parallel layout: " + join(v));

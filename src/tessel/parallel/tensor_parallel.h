@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tessel/comm/comm.h"
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
 
 namespace tessel {
 

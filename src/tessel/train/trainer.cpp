@@ -13,13 +13,14 @@
 
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
 #include "tessel/kernels/cpu/gemm.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/data_parallel.h"
 #include "tessel/pipeline/executor.h"
 #include "tessel/pipeline/stages.h"
+#include "tessel/train/plan.h"
 
 namespace tessel {
 
@@ -109,18 +110,6 @@ void add_router_stats(IterationStats& s, std::vector<std::unique_ptr<Transformer
   s.aux_loss = aux / forwards;
 }
 
-StageOptions stage_options(const TrainOptions& o) {
-  return {o.parallel.pp, o.parallel.vpp, o.first_stage_layers, o.last_stage_layers,
-          o.pipeline_layout};
-}
-
-ScheduleConfig schedule_config(const TrainOptions& o, int microbatches) {
-  const ParallelConfig& pc = o.parallel;
-  ScheduleKind kind = pc.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
-  if (!o.schedule.empty()) kind = parse_schedule_kind(o.schedule);
-  return {kind, pc.pp, microbatches, pc.vpp, o.microbatch_group};
-}
-
 // Names and shapes of the parameters of some model chunks, declared as the chunks declare them.
 void declare_chunks(const ModelConfig& cfg, const std::vector<ChunkSpec>& specs, ParamRegistry& reg) {
   for (const ChunkSpec& spec : specs) TransformerChunk(cfg, spec, 1, no_tensor_parallel(), reg);
@@ -204,66 +193,6 @@ void export_gathered(const ParamRegistry& params, const ModelConfig& cfg, const 
 }
 
 }  // namespace
-
-void validate_training(const ModelConfig& model, const TrainOptions& o) {
-  std::vector<std::string> v = model.violations();
-  if (o.micro_batch_size <= 0) v.push_back("--micro-batch-size must be positive");
-  if (o.global_batch_size <= 0) v.push_back("--global-batch-size must be positive");
-  if (o.lr.train_iters < 0) v.push_back("--train-iters must not be negative");
-  if (model.vocab_size < ByteTokenizer().vocab_size())
-    v.push_back(fmt::format("--vocab-size {} is smaller than the byte tokenizer's 256",
-                            model.vocab_size));
-  if (o.data_path.empty()) v.push_back("--data-path is required");
-  if (o.ddp_bucket_size <= 0) v.push_back("--ddp-bucket-size must be positive");
-  if (!o.save_hf.empty())
-    for (const std::string& m : hf_export_violations(model)) v.push_back("--save-hf: " + m);
-  std::vector<std::string> layout = layout_violations(o.parallel);
-  // The model and batch rules need a valid layout (they use DP).
-  if (layout.empty())
-    layout = training_violations(o.parallel, model, o.micro_batch_size, o.global_batch_size);
-  for (std::string& m : layout)
-    if (std::find(v.begin(), v.end(), m) == v.end()) v.push_back(std::move(m));
-  const ParallelConfig& pc = o.parallel;
-  for (std::string& m : stage_violations(model.num_layers, stage_options(o))) v.push_back(std::move(m));
-  if (layout.empty() && o.micro_batch_size > 0 && o.global_batch_size % (o.micro_batch_size * pc.dp()) == 0) {
-    const int microbatches = static_cast<int>(o.global_batch_size / (o.micro_batch_size * pc.dp()));
-    try {
-      for (std::string& m : schedule_violations(schedule_config(o, microbatches))) v.push_back(std::move(m));
-    } catch (const Error& e) {
-      v.push_back(e.what());  // an unknown --schedule name
-    }
-  }
-  try {
-    parse_cp_comm_type(o.cp_comm_type);
-  } catch (const Error& e) {
-    v.push_back(e.what());
-  }
-  if (model.moe.num_experts > 0)
-    for (std::string& m : model.moe.violations(pc.ep, model.num_layers)) v.push_back(std::move(m));
-  if (pc.ep > 1 && model.moe.num_experts == 0)
-    v.push_back("--expert-model-parallel-size > 1 needs --num-experts (a Mixture-of-Experts model)");
-  if (model.moe.num_experts > 0 && model.arch != Arch::Llama)
-    v.push_back("--num-experts needs --arch llama (Qwen-MoE style experts)");
-  // Megatron asserts it: under TP the MoE layers take sequence-parallel rows. (With EP > 1 the
-  // layout rules already say so.)
-  if (model.moe.num_experts > 0 && pc.tp > 1 && !pc.sequence_parallel && pc.ep == 1)
-    v.push_back(fmt::format("--num-experts with --tensor-model-parallel-size {} needs "
-                            "--sequence-parallel", pc.tp));
-  if (pc.expert_tp() != 1 && pc.expert_tp() != pc.tp)
-    v.push_back(fmt::format("--expert-tensor-parallel-size {} must be 1 or the TP size {}",
-                            pc.expert_tp(), pc.tp));
-  const int moe_ffn = model.moe.ffn_hidden_size > 0 ? model.moe.ffn_hidden_size : model.ffn_size();
-  if (model.moe.num_experts > 0 && pc.expert_tp() >= 1 && moe_ffn % pc.expert_tp() != 0)
-    v.push_back(fmt::format("the expert size (--moe-ffn-hidden-size) {} is not divisible by "
-                            "--expert-tensor-parallel-size {}", moe_ffn, pc.expert_tp()));
-  if (model.moe.num_experts > 0 && pc.tp >= 1 && model.moe.shared_expert_size % pc.tp != 0)
-    v.push_back(fmt::format("--moe-shared-expert-intermediate-size {} is not divisible by "
-                            "--tensor-model-parallel-size {}", model.moe.shared_expert_size, pc.tp));
-  if (v.empty()) return;
-  std::string msg = "invalid configuration: " + v[0];
-  for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
-  throw ConfigError(msg);
-}
 
 std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
                                   ProcessGroups& groups) {

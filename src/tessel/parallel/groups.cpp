@@ -2,7 +2,7 @@
 // group that holds the rank and the key its position in that group's list, so MPI numbers the
 // group's members in list order.
 
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 
 #include <vector>
 

@@ -40,6 +40,11 @@ struct ShardSpec {
   bool expert() const { return expert_rank >= 0; }
 };
 
+// A range [begin, end) of the parameter registry's flat buffers.
+struct FlatRange {
+  int64_t begin = 0, end = 0;
+};
+
 enum class ParamInit : uint8_t { Normal, Ones, Zeros };
 
 struct Param {

@@ -1,4 +1,4 @@
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
 
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"

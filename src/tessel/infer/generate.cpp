@@ -1,4 +1,4 @@
-#include "tessel/model/generate.h"
+#include "tessel/infer/generate.h"
 
 #include <algorithm>
 #include <cmath>
