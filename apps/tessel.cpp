@@ -297,12 +297,13 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
                           : model_config_from_hf(read_checkpoint_metadata(export_load).at("model"),
                                                  export_load + " (metadata.json)");
     cfg.validate();
+    const Kernels& k = cpu_kernels();
     ParamRegistry params;
-    TransformerChunk model(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, no_tensor_parallel(),
-                           params);
-    params.finalize();
+    TransformerChunk model(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1,
+                           no_tensor_parallel(k), params, no_context_parallel(k));
+    params.finalize(k.memory);
     if (!export_load.empty()) {
-      AdamW moments(params, OptimizerConfig{});  // read along, not written out
+      AdamW moments(k, params, OptimizerConfig{});  // read along, not written out
       load_checkpoint(export_load, params, moments, cfg);
     } else if (export_init.empty()) {
       params.init_values(export_seed);

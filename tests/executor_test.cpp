@@ -92,13 +92,14 @@ TrainRun train(Arch arch, const RankSchedule& actions, int iterations) {
   const ModelConfig cfg = tiny_config(arch);
   ProcessGroups groups = ProcessGroups::single();
   ParamRegistry params;
-  TransformerChunk chunk(cfg, ChunkSpec{0, cfg.num_layers, true, true}, kMicroBatch,
-                         no_tensor_parallel(), params);
+  const Kernels& k = cpu_kernels();
+  TransformerChunk chunk(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, kMicroBatch,
+                         no_tensor_parallel(k), params, no_context_parallel(k));
   params.finalize();
   chunk.bind(params);
   params.init_values(7);
   const int64_t tokens = kMicroBatch * cfg.seq_length;
-  PipelineExecutor executor({&chunk}, groups.pp(), one_f_one_b(), tokens);
+  PipelineExecutor executor(k, {&chunk}, groups.pp(), one_f_one_b(), tokens);
 
   TrainRun run;
   run.reports.assign(params.params().size(), 0);

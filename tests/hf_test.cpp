@@ -314,7 +314,8 @@ TEST_P(HfFamily, ExportImportGivesTheSameLoss) {
   }
   const ChunkSpec whole{0, cfg.num_layers, true, true};
   ParamRegistry saved;
-  TransformerChunk model(cfg, whole, 1, no_tensor_parallel(), saved);
+  const Kernels& k = cpu_kernels();
+  TransformerChunk model(k, cfg, whole, 1, no_tensor_parallel(k), saved, no_context_parallel(k));
   saved.finalize();
   model.bind(saved);
   saved.init_values(9);
@@ -341,7 +342,8 @@ TEST_P(HfFamily, ExportImportGivesTheSameLoss) {
   EXPECT_EQ(back.moe.num_experts, cfg.moe.num_experts);
   back.seq_length = cfg.seq_length;
   ParamRegistry loaded;
-  TransformerChunk reloaded(back, whole, 1, no_tensor_parallel(), loaded);
+  TransformerChunk reloaded(k, back, whole, 1, no_tensor_parallel(k), loaded,
+                            no_context_parallel(k));
   loaded.finalize();
   reloaded.bind(loaded);
   load_hf_weights(loaded, back, path("out"));

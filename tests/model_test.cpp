@@ -29,7 +29,8 @@ struct TinyModel {
   std::vector<int32_t> tokens, targets;
 
   TinyModel(const ModelConfig& cfg, int64_t batch)
-      : chunk(cfg, ChunkSpec{0, cfg.num_layers, true, true}, batch, no_tensor_parallel(), params) {
+      : chunk(cpu_kernels(), cfg, ChunkSpec{0, cfg.num_layers, true, true}, batch,
+              no_tensor_parallel(cpu_kernels()), params, no_context_parallel(cpu_kernels())) {
     params.finalize();
     chunk.bind(params);
     params.init_values(7);
@@ -124,7 +125,8 @@ TEST_P(ModelGradient, UntrainedLossIsLogVocab) {
 void check_split_backward(const ModelConfig& cfg, ChunkSpec spec) {
   const int64_t batch = 2, n = batch * cfg.seq_length, C = cfg.hidden_size;
   ParamRegistry params;
-  TransformerChunk chunk(cfg, spec, batch, no_tensor_parallel(), params);
+  const Kernels& k = cpu_kernels();
+  TransformerChunk chunk(k, cfg, spec, batch, no_tensor_parallel(k), params, no_context_parallel(k));
   params.finalize();
   chunk.bind(params);
   params.init_values(7);
@@ -211,8 +213,9 @@ TEST(ModelParams, AttentionOptionsDeclareQwenParameters) {
   cfg.make_vocab_size_divisible_by = 1;  // no padding rows: the count is the config's
   const int64_t D = cfg.head_dim(), G = cfg.query_groups();
   ParamRegistry params;
-  TransformerChunk chunk(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 2, no_tensor_parallel(),
-                         params);
+  const Kernels& k = cpu_kernels();
+  TransformerChunk chunk(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, 2, no_tensor_parallel(k),
+                         params, no_context_parallel(k));
   params.finalize();
   params.init_values(3);
   EXPECT_EQ(params.numel(), cfg.num_parameters());

@@ -24,7 +24,7 @@
 #include "tiny_model.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
-#include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/kernels.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel {
@@ -32,7 +32,7 @@ namespace {
 
 using ref::Vec;
 using Floats = std::vector<float>;
-using cpu::RouterScore;
+
 
 constexpr uint64_t kSeed = 77001;
 constexpr double kForwardTolerance = 1e-5;
@@ -153,10 +153,10 @@ double ref_z_loss(const Vec& logits, int64_t N, int64_t E, double coeff) {
 
 // Brute force of the drop policy: assignment a survives iff fewer than `capacity` assignments to
 // its expert beat it (a higher prob, or the same prob and an earlier token).
-std::vector<uint8_t> ref_capacity_keep(const std::vector<int32_t>& experts, const Floats& probs,
+std::vector<int32_t> ref_capacity_keep(const std::vector<int32_t>& experts, const Floats& probs,
                                        int64_t capacity) {
   const size_t A = experts.size();
-  std::vector<uint8_t> keep(A);
+  std::vector<int32_t> keep(A);
   for (size_t a = 0; a < A; ++a) {
     int64_t better = 0;
     for (size_t b = 0; b < A; ++b) {
@@ -194,7 +194,7 @@ TEST(MoeRouter, TopkMatchesReference) {
   for (const RouterCase& c : kRouterCases) {
     std::vector<int32_t> experts(N * c.k);
     Floats probs(N * c.k);
-    cpu::moe_topk_forward(experts.data(), probs.data(), logits.data(), N, E, c.k, c.score,
+    cpu_kernels().moe_topk_forward(experts.data(), probs.data(), logits.data(), N, E, c.k, c.score,
                           c.pre_softmax);
     const RefRouting want = ref_topk(ref_router(c, E), to_double(logits), N);
     EXPECT_EQ(experts, want.experts) << c.name;
@@ -210,12 +210,12 @@ TEST(MoeRouter, TopkBackwardMatchesFiniteDifferences) {
     const Floats w = random_floats(N * c.k, 3);
     std::vector<int32_t> experts(N * c.k);
     Floats probs(N * c.k);
-    cpu::moe_topk_forward(experts.data(), probs.data(), logits.data(), N, E, c.k, c.score,
+    cpu_kernels().moe_topk_forward(experts.data(), probs.data(), logits.data(), N, E, c.k, c.score,
                           c.pre_softmax);
     // Starts from nonzero values: the kernel adds to them.
     Floats dlogits = random_floats(N * E, 4);
     const Floats before = dlogits;
-    cpu::moe_topk_backward(dlogits.data(), w.data(), logits.data(), experts.data(), probs.data(), N,
+    cpu_kernels().moe_topk_backward(dlogits.data(), w.data(), logits.data(), experts.data(), probs.data(), N,
                            E, c.k, c.score, c.pre_softmax);
     for (size_t i = 0; i < dlogits.size(); ++i) dlogits[i] -= before[i];
     const Vec want =
@@ -230,7 +230,7 @@ TEST(MoeRouter, TiesGoToTheLowerExpertIndex) {
   for (const RouterCase& c : kRouterCases) {
     std::vector<int32_t> experts(c.k);
     Floats probs(c.k);
-    cpu::moe_topk_forward(experts.data(), probs.data(), logits.data(), 1, 5, c.k, c.score,
+    cpu_kernels().moe_topk_forward(experts.data(), probs.data(), logits.data(), 1, 5, c.k, c.score,
                           c.pre_softmax);
     const std::vector<int32_t> want = {1, 2, 4};
     EXPECT_EQ(experts, std::vector<int32_t>(want.begin(), want.begin() + c.k)) << c.name;
@@ -245,15 +245,15 @@ TEST(MoeRouter, AuxLossAndGradientMatchReference) {
   for (RouterScore score : {RouterScore::Softmax, RouterScore::Sigmoid}) {
     const bool sig = score == RouterScore::Sigmoid;
     Floats scores(N * E);
-    cpu::moe_aux_scores_forward(scores.data(), logits.data(), N, E, score);
+    cpu_kernels().moe_aux_scores_forward(scores.data(), logits.data(), N, E, score);
     const Vec want_scores = ref_aux_scores(to_double(logits), N, E, sig);
     EXPECT_LT(relative_error(scores, want_scores), kForwardTolerance);
-    const double loss = cpu::moe_aux_loss_forward(scores.data(), counts.data(), N, E, k, T, coeff);
+    const double loss = cpu_kernels().moe_aux_loss_forward(scores.data(), counts.data(), N, E, k, T, coeff);
     const double want = ref_aux_loss(want_scores, to_double(counts), N, E, k, T, coeff);
     EXPECT_NEAR(loss, want, 1e-6 * std::abs(want));
 
     Floats dlogits(N * E, 0.5f);
-    cpu::moe_aux_loss_backward(dlogits.data(), logits.data(), scores.data(), counts.data(), N, E, k,
+    cpu_kernels().moe_aux_loss_backward(dlogits.data(), logits.data(), scores.data(), counts.data(), N, E, k,
                                T, coeff, grad_scale, score);
     for (float& d : dlogits) d -= 0.5f;
     const Vec fd = numerical_gradient(
@@ -271,11 +271,11 @@ TEST(MoeRouter, ZLossAndGradientMatchReference) {
   const float coeff = 0.01f, grad_scale = 3.0f;
   const Floats logits = random_floats(N * E, 6, 3.0f);
   Floats lse(N);
-  const double loss = cpu::moe_z_loss_forward(lse.data(), logits.data(), N, E, coeff);
+  const double loss = cpu_kernels().moe_z_loss_forward(lse.data(), logits.data(), N, E, coeff);
   const double want = ref_z_loss(to_double(logits), N, E, coeff);
   EXPECT_NEAR(loss, want, 1e-6 * want);
   Floats dlogits(N * E, 0.0f);
-  cpu::moe_z_loss_backward(dlogits.data(), logits.data(), lse.data(), N, E, coeff, grad_scale);
+  cpu_kernels().moe_z_loss_backward(dlogits.data(), logits.data(), lse.data(), N, E, coeff, grad_scale);
   const Vec fd = numerical_gradient(
       [&](const std::vector<Vec>& in) { return Vec{ref_z_loss(in[0], N, E, coeff)}; },
       {to_double(logits)}, 0, Vec{grad_scale});
@@ -283,13 +283,13 @@ TEST(MoeRouter, ZLossAndGradientMatchReference) {
 }
 
 TEST(MoeRouter, CapacityIsMegatronsFormula) {
-  EXPECT_EQ(cpu::moe_expert_capacity(10, 4, 2, 1.0), 5);  // 20 / 4
-  EXPECT_EQ(cpu::moe_expert_capacity(10, 4, 2, 1.1), 6);  // ceil(5.5)
-  EXPECT_EQ(cpu::moe_expert_capacity(10, 8, 2, 1.0), 3);  // ceil(2.5)
-  EXPECT_EQ(cpu::moe_expert_capacity(12, 4, 1, 0.5), 2);  // ceil(1.5)
-  EXPECT_EQ(cpu::moe_expert_capacity(6, 2, 2, 4.0), 6);   // 24 capped at the 6 tokens
+  EXPECT_EQ(moe_expert_capacity(10, 4, 2, 1.0), 5);  // 20 / 4
+  EXPECT_EQ(moe_expert_capacity(10, 4, 2, 1.1), 6);  // ceil(5.5)
+  EXPECT_EQ(moe_expert_capacity(10, 8, 2, 1.0), 3);  // ceil(2.5)
+  EXPECT_EQ(moe_expert_capacity(12, 4, 1, 0.5), 2);  // ceil(1.5)
+  EXPECT_EQ(moe_expert_capacity(6, 2, 2, 4.0), 6);   // 24 capped at the 6 tokens
   // Python's float: (200 / 4) · 1.1 = 55.00000000000001, so Megatron rounds up to 56.
-  EXPECT_EQ(cpu::moe_expert_capacity(100, 4, 2, 1.1), 56);
+  EXPECT_EQ(moe_expert_capacity(100, 4, 2, 1.1), 56);
 }
 
 // Quantised probs make ties common, so the token-order tie-break is exercised too.
@@ -298,14 +298,14 @@ TEST(MoeRouter, CapacityDropMatchesBruteForce) {
   const Floats logits = random_floats(N * E, 7, 1.5f);
   std::vector<int32_t> experts(N * k);
   Floats probs(N * k);
-  cpu::moe_topk_forward(experts.data(), probs.data(), logits.data(), N, E, k, RouterScore::Softmax,
+  cpu_kernels().moe_topk_forward(experts.data(), probs.data(), logits.data(), N, E, k, RouterScore::Softmax,
                         false);
   for (float& p : probs) p = std::round(p * 8.0f) / 8.0f;
   for (int64_t capacity : {0, 1, 3, 7, 13, 40}) {
-    std::vector<uint8_t> keep(N * k, 7);
+    std::vector<int32_t> keep(N * k, 7);
     const int64_t dropped =
-        cpu::moe_capacity_drop(keep.data(), experts.data(), probs.data(), N, E, k, capacity);
-    const std::vector<uint8_t> want = ref_capacity_keep(experts, probs, capacity);
+        cpu_kernels().moe_capacity_drop(keep.data(), experts.data(), probs.data(), N, E, k, capacity);
+    const std::vector<int32_t> want = ref_capacity_keep(experts, probs, capacity);
     EXPECT_EQ(keep, want) << "capacity " << capacity;
     EXPECT_EQ(dropped, std::count(want.begin(), want.end(), 0)) << "capacity " << capacity;
   }
@@ -329,7 +329,8 @@ struct Fixture {
     model.num_attention_heads = 1;
     model.ffn_hidden_size = static_cast<int>(F);
     model.num_layers = 2;
-    layer = std::make_unique<MoeLayer>(model, moe, 1, N, MoeGroups{.ep = ep.get()}, registry);
+    layer = std::make_unique<MoeLayer>(cpu_kernels(), model, moe, 1, N, MoeGroups{.ep = ep.get()},
+                                         registry);
     registry.finalize();
     registry.init_values(kSeed);
     for (Param& p : registry.params())
@@ -364,7 +365,7 @@ struct Fixture {
 // more element (so w = [dout, 1] weighs it as backward does). inputs: x, then the parameters in
 // Fixture::names() order. keep_out, when given, receives the capacity decisions.
 Vec ref_layer(const MoeConfig& moe, int64_t N, int64_t C, int64_t F, double grad_scale,
-              const std::vector<Vec>& in, std::vector<uint8_t>* keep_out = nullptr) {
+              const std::vector<Vec>& in, std::vector<int32_t>* keep_out = nullptr) {
   const int64_t E = moe.num_experts, k = moe.topk, Fs = moe.shared_expert_size;
   const Vec& x = in[0];
   const Vec logits = ref::linear(x, in[1], {}, N, C, E, false);
@@ -378,7 +379,7 @@ Vec ref_layer(const MoeConfig& moe, int64_t N, int64_t C, int64_t F, double grad
                        moe.aux_loss_coeff);
   }
   if (moe.z_loss_coeff > 0) z = ref_z_loss(logits, N, E, moe.z_loss_coeff);
-  std::vector<uint8_t> keep(N * k, 1);
+  std::vector<int32_t> keep(N * k, 1);
   if (moe.capacity_factor > 0) {
     const int64_t capacity = std::min<int64_t>(
         N, static_cast<int64_t>(std::ceil(static_cast<double>(N * k) / E * moe.capacity_factor)));
@@ -575,7 +576,7 @@ TEST(MoeLayer, StatsCountKeptAndDroppedAssignments) {
 
   std::vector<Vec> inputs = {to_double(x)};
   for (const std::string& name : f.names()) inputs.push_back(to_double(f.values(name)));
-  std::vector<uint8_t> keep;
+  std::vector<int32_t> keep;
   ref_layer(moe, N, C, 5, 1.0, inputs, &keep);
   const RefRouting routing =
       ref_topk({.E = 4, .k = 2}, ref::linear(inputs[0], inputs[1], {}, N, C, 4, false), N);
@@ -660,7 +661,7 @@ TEST(MoeLayer, BadSettingsAreClearErrors) {
   moe.topk = 5;
   ParamRegistry registry;
   try {
-    MoeLayer layer(model, moe, 0, 8, MoeGroups{.ep = ep.get()}, registry);
+    MoeLayer layer(cpu_kernels(), model, moe, 0, 8, MoeGroups{.ep = ep.get()}, registry);
     FAIL() << "top-k 5 of 4 experts was accepted";
   } catch (const Error& e) {
     EXPECT_NE(

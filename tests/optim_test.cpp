@@ -8,7 +8,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
-#include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/kernels.h"
 #include "tessel/core/params.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/lr_schedule.h"
@@ -50,7 +50,7 @@ TEST(AdamwKernel, MatchesDoubleReference) {
     auto scale = [](int64_t i) { return std::pow(10.0, -static_cast<double>(i % 7)); };
     std::vector<float> g = normals(10 + t, n, 1.0f);
     for (int64_t i = 0; i < n; ++i) g[i] *= static_cast<float>(scale(i));
-    cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t);
+    cpu_kernels().adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t);
     ref.step(g, lr, b1, b2, eps, wd, t);
     // m and v may cancel between steps: their tolerance follows the gradients' scale.
     for (int64_t i = 0; i < n; ++i) {
@@ -77,7 +77,7 @@ TEST(AdamW, StepMatchesReferencePerParameter) {
   ParamRegistry reg = small_registry();
   OptimizerConfig cfg;
   cfg.weight_decay = 0.1f;
-  AdamW opt(reg, cfg);
+  AdamW opt(cpu_kernels(), reg, cfg);
   std::vector<ReferenceAdamW> refs;
   for (const Param& p : reg.params())
     refs.emplace_back(std::vector<float>(p.value, p.value + p.numel()));
@@ -112,7 +112,7 @@ TEST(AdamW, WeightDecaySkipsNoDecayParameters) {
   const std::vector<float> w0(w.value, w.value + w.numel()), b0(b.value, b.value + b.numel());
   OptimizerConfig cfg;
   cfg.weight_decay = 0.5f;
-  AdamW opt(reg, cfg);
+  AdamW opt(cpu_kernels(), reg, cfg);
   // Zero gradients: the Adam part moves nothing (m = 0), only decoupled decay acts.
   opt.step(0.1f);
   for (int64_t i = 0; i < w.numel(); ++i) EXPECT_FLOAT_EQ(w.value[i], w0[i] * (1.0f - 0.1f * 0.5f));
@@ -128,7 +128,7 @@ TEST(AdamW, GradNormAndClipping) {
   }
   OptimizerConfig cfg;
   cfg.clip_grad = 1.0f;
-  AdamW opt(reg, cfg);
+  AdamW opt(cpu_kernels(), reg, cfg);
   EXPECT_NEAR(opt.grad_sq_sum(), expected, 1e-12 * expected);
   const float norm = opt.grad_norm();
   ASSERT_GT(norm, 2.0f);  // ≈ 0.01·sqrt(300021) ≈ 5.5: clipping must act
@@ -142,7 +142,7 @@ TEST(AdamW, GradNormAndClipping) {
   EXPECT_EQ(reg.grads()[17], before[17] * scale);
   OptimizerConfig off = cfg;
   off.clip_grad = 0.0f;
-  AdamW unclipped(reg, off);
+  AdamW unclipped(cpu_kernels(), reg, off);
   const float g17 = reg.grads()[17];
   EXPECT_EQ(unclipped.clip(100.0f), 1.0f);
   EXPECT_EQ(reg.grads()[17], g17);
@@ -151,7 +151,7 @@ TEST(AdamW, GradNormAndClipping) {
 TEST(AdamW, GradSqSumIsIndependentOfThreadCount) {
   ParamRegistry reg = small_registry();
   for (int64_t i = 0; i < reg.numel(); ++i) reg.grads()[i] = random_normal(5, 5, i);
-  AdamW opt(reg, OptimizerConfig{});
+  AdamW opt(cpu_kernels(), reg, OptimizerConfig{});
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   const double one = opt.grad_sq_sum();
@@ -167,7 +167,7 @@ TEST(AdamW, RejectsBadConfig) {
   cfg.beta2 = 1.0f;
   cfg.eps = 0.0f;
   try {
-    AdamW opt(reg, cfg);
+    AdamW opt(cpu_kernels(), reg, cfg);
     FAIL() << "no error";
   } catch (const Error& e) {
     const std::string msg = e.what();

@@ -15,7 +15,7 @@
 #include "world_copy.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
-#include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/kernels.h"
 #include "tessel/parallel/context_parallel.h"
 
 namespace tessel {
@@ -44,7 +44,7 @@ std::vector<int32_t> gathered_positions(const ContextParallel& cp, int64_t T) {
 TEST(ContextParallel, SeedExample11BalancedSplit) {
   auto comm = pairs();
   ASSERT_EQ(comm->size(), 2);
-  const ContextParallel cp{comm.get(), CpCommType::P2P};
+  const ContextParallel cp{comm.get(), CpCommType::P2P, cpu_kernels()};
   const std::vector<int32_t> expected =
       cp.rank() == 0 ? std::vector<int32_t>{0, 1, 6, 7} : std::vector<int32_t>{2, 3, 4, 5};
   EXPECT_EQ(cp.local_positions(8), expected);
@@ -53,7 +53,7 @@ TEST(ContextParallel, SeedExample11BalancedSplit) {
 // Over the whole world (CP 2 or 4): chunks i and 2·CP−1−i of 2·CP, every position exactly once.
 TEST(ContextParallel, LocalPositionsCoverTheSequenceOnce) {
   auto comm = world_copy();
-  const ContextParallel cp{comm.get(), CpCommType::P2P};
+  const ContextParallel cp{comm.get(), CpCommType::P2P, cpu_kernels()};
   const int n = cp.size();
   const int64_t T = 8 * n, chunk = T / (2 * n);
   const std::vector<int32_t> all = gathered_positions(cp, T);
@@ -71,7 +71,7 @@ TEST(ContextParallel, LocalPositionsCoverTheSequenceOnce) {
 
 TEST(ContextParallel, TakeLocalRows) {
   auto comm = world_copy();
-  const ContextParallel cp{comm.get(), CpCommType::P2P};
+  const ContextParallel cp{comm.get(), CpCommType::P2P, cpu_kernels()};
   const int64_t B = 2, T = 4 * cp.size(), width = 3, T_l = T / cp.size();
   std::vector<int32_t> tokens(B * T * width), local(B * T_l * width, -1);
   for (int64_t i = 0; i < B * T * width; ++i) tokens[i] = static_cast<int32_t>(i);
@@ -85,7 +85,7 @@ TEST(ContextParallel, TakeLocalRows) {
 
 TEST(ContextParallel, SequenceNotDivisibleByTwiceCpThrows) {
   auto comm = world_copy();
-  const ContextParallel cp{comm.get(), CpCommType::P2P};
+  const ContextParallel cp{comm.get(), CpCommType::P2P, cpu_kernels()};
   const int64_t T = 2 * cp.size() + 2;  // 6 over CP 2, 10 over CP 4
   EXPECT_THROW(cp.local_positions(T), Error);
   std::vector<float> buf(64 * T, 0.0f);
@@ -135,9 +135,9 @@ void check_against_full_attention(const ContextParallel& cp, const AttentionCase
   const std::vector<float> dout = random_vector(B * T * H * D, stream + 3, 1.0f);
   std::vector<float> out(B * T * H * D), lse(B * H * T);
   std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
-  cpu::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, G, D, H * D,
+  cpu_kernels().attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, G, D, H * D,
                          G * D, G * D, true);
-  cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
+  cpu_kernels().attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
                           v.data(), out.data(), lse.data(), B, T, H, G, D, H * D, G * D, G * D,
                           true);
 
@@ -185,7 +185,7 @@ class CpAttention : public testing::TestWithParam<CpCommType> {};
 
 TEST_P(CpAttention, MatchesSingleProcessAttention) {
   auto comm = world_copy();
-  const ContextParallel cp{comm.get(), GetParam()};
+  const ContextParallel cp{comm.get(), GetParam(), cpu_kernels()};
   uint64_t stream = 100;
   for (int64_t T : {16, 32})
     for (int64_t G : {2, 4}) {  // grouped-query and plain multi-head
@@ -198,14 +198,14 @@ TEST_P(CpAttention, MatchesSingleProcessAttention) {
 // Sequences long enough that the kernels' query blocks (64 rows) matter: T_l = 160 rows per rank.
 TEST_P(CpAttention, LongerSequence) {
   auto comm = world_copy();
-  const ContextParallel cp{comm.get(), GetParam()};
+  const ContextParallel cp{comm.get(), GetParam(), cpu_kernels()};
   check_against_full_attention(cp, {.B = 1, .T = 160 * cp.size(), .H = 2, .G = 1, .D = 16}, 200);
 }
 
 // CP groups inside a larger world: neighbouring pairs run independently.
 TEST_P(CpAttention, PairsOfRanks) {
   auto comm = pairs();
-  const ContextParallel cp{comm.get(), GetParam()};
+  const ContextParallel cp{comm.get(), GetParam(), cpu_kernels()};
   check_against_full_attention(cp, {.B = 2, .T = 24, .H = 4, .G = 2, .D = 8}, 300);
 }
 
@@ -217,14 +217,14 @@ INSTANTIATE_TEST_SUITE_P(CommTypes, CpAttention,
 
 // With one rank both comm types are exactly the kernels' causal attention.
 TEST(ContextParallel, OneRankIsTheKernel) {
-  const ContextParallel cp = no_context_parallel();
+  const ContextParallel cp = no_context_parallel(cpu_kernels());
   EXPECT_EQ(cp.size(), 1);
   EXPECT_EQ(cp.local_positions(5), (std::vector<int32_t>{0, 1, 2, 3, 4}));
   const int64_t B = 1, T = 7, H = 2, G = 1, D = 4;
   const std::vector<float> q = random_vector(B * T * H * D, 1, 1.0f);
   const std::vector<float> kv = random_vector(B * T * G * D, 2, 1.0f);
   std::vector<float> out(B * T * H * D), lse(B * H * T), want_out(out.size()), want_lse(lse.size());
-  cpu::attention_forward(want_out.data(), want_lse.data(), q.data(), kv.data(), kv.data(), B, T, H,
+  cpu_kernels().attention_forward(want_out.data(), want_lse.data(), q.data(), kv.data(), kv.data(), B, T, H,
                          G, D, H * D, G * D, G * D, true);
   cp.attention_forward(out.data(), lse.data(), q.data(), kv.data(), kv.data(), B, T, H, G, D, H * D,
                        G * D, G * D);

@@ -72,7 +72,8 @@ struct Side {
   std::unique_ptr<MoeLayer> layer;
 
   Side(const MoeConfig& moe, int64_t max_tokens, const MoeGroups& groups) {
-    layer = std::make_unique<MoeLayer>(model_config(), moe, 1, max_tokens, groups, registry);
+    layer = std::make_unique<MoeLayer>(cpu_kernels(), model_config(), moe, 1, max_tokens, groups,
+                                         registry);
     registry.finalize();
     registry.init_values(kSeed);
     for (Param& p : registry.params())

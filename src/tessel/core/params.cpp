@@ -1,5 +1,7 @@
 #include "tessel/core/params.h"
 
+#include <algorithm>
+
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 
@@ -56,33 +58,48 @@ int ParamRegistry::add(std::string name, Shape global_shape, ParamInit init, flo
   return static_cast<int>(params_.size()) - 1;
 }
 
-void ParamRegistry::finalize() {
-  values_ = alloc_floats(numel_);
-  grads_ = alloc_floats(numel_);
+void ParamRegistry::finalize(const DeviceMemory& memory) {
+  memory_ = &memory;
+  values_ = alloc_floats(numel_, memory);
+  grads_ = alloc_floats(numel_, memory);
   for (Param& p : params_) {
     p.value = values_.get() + p.offset;
     p.grad = grads_.get() + p.offset;
   }
 }
 
+// Drawn on the host, then moved to the registry's memory.
 void ParamRegistry::init_values(uint64_t seed) {
+  std::vector<float> host;
   for (Param& p : params_) {
     const int64_t n = p.numel();
+    host.resize(n);
     if (p.init == ParamInit::Normal) {
       const uint64_t stream = fnv1a64(p.name);
+      float* values = host.data();
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < n; ++i) {
         const int64_t g = p.global_index(i);
-        p.value[i] = g < 0 ? 0.0f : p.init_std * random_normal(seed, stream, g);
+        values[i] = g < 0 ? 0.0f : p.init_std * random_normal(seed, stream, g);
       }
     } else {
-      const float v = p.init == ParamInit::Ones ? 1.0f : 0.0f;
-      for (int64_t i = 0; i < n; ++i) p.value[i] = v;
+      std::fill(host.begin(), host.end(), p.init == ParamInit::Ones ? 1.0f : 0.0f);
     }
+    from_host(p, host.data());
   }
 }
 
-void ParamRegistry::zero_grads() { std::fill(grads_.get(), grads_.get() + numel_, 0.0f); }
+void ParamRegistry::zero_grads() { memory_->zero(grads_.get(), numel_ * 4); }
+
+std::vector<float> ParamRegistry::to_host(const Param& p) const {
+  std::vector<float> host(p.numel());
+  memory_->to_host(host.data(), p.value, p.numel() * 4);
+  return host;
+}
+
+void ParamRegistry::from_host(Param& p, const float* values) {
+  memory_->from_host(p.value, values, p.numel() * 4);
+}
 
 int ParamRegistry::index(const std::string& name) const {
   auto it = index_.find(name);

@@ -79,11 +79,17 @@ class ParamRegistry {
   // Declares a parameter; memory is assigned by finalize(). Returns its index.
   int add(std::string name, Shape global_shape, ParamInit init, float init_std, bool weight_decay,
           ShardSpec shard = {});
-  // Allocates the flat value and gradient buffers and points every Param into them.
-  void finalize();
+  // Allocates the flat value and gradient buffers in `memory` (a backend's, kernels.h) and
+  // points every Param into them.
+  void finalize(const DeviceMemory& memory = host_memory());
   // Sets every element to f(seed, name, global element index): independent of the layout.
   void init_values(uint64_t seed);
   void zero_grads();
+  // A parameter's values on the host and back (checkpoints, Hugging Face I/O): the one path
+  // between the registry's memory and the host.
+  std::vector<float> to_host(const Param& p) const;
+  void from_host(Param& p, const float* values);
+  const DeviceMemory& memory() const { return *memory_; }
 
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   int index(const std::string& name) const;  // throws for an unknown name
@@ -101,6 +107,7 @@ class ParamRegistry {
   std::unordered_map<std::string, int> index_;
   std::shared_ptr<float> values_, grads_;
   int64_t numel_ = 0;
+  const DeviceMemory* memory_ = &host_memory();
 };
 
 }  // namespace tessel

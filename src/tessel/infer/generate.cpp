@@ -46,10 +46,11 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
 
   // One sequence of the model's full context; the context is right-padded, and causal attention
   // makes the logits at position t independent of everything after t.
+  const Kernels& k = cpu_kernels();
   ParamRegistry params;
-  TransformerChunk model(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, no_tensor_parallel(),
-                         params);
-  params.finalize();
+  TransformerChunk model(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, no_tensor_parallel(k),
+                         params, no_context_parallel(k));
+  params.finalize(k.memory);
   model.bind(params);
   load_hf_weights(params, cfg, hf_weights_file(model_dir));
   ChunkActivations acts = model.make_activations();
@@ -57,6 +58,8 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
   std::vector<int32_t> context = tokenizer.encode(o.prompt.empty() ? "\n" : o.prompt);
   const int64_t T = cfg.seq_length;
   std::vector<int32_t> window(T, 0);
+  Tensor window_tokens = k.zeros({T}, DType::I32);
+  std::vector<float> logits(model.vocab_shard_size());
   std::vector<std::pair<float, int32_t>> scratch;
   scratch.reserve(tokenizer.vocab_size());
   const uint64_t stream = fnv1a64("generate");
@@ -64,10 +67,12 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
     const int64_t len = std::min<int64_t>(static_cast<int64_t>(context.size()), T);
     std::fill(window.begin(), window.end(), 0);
     std::copy(context.end() - len, context.end(), window.begin());
-    model.forward(acts, window.data(), nullptr, nullptr, 0.0f);
-    const float* row = model.logits() + (len - 1) * model.vocab_shard_size();
+    k.memory.from_host(window_tokens.ints(), window.data(), T * 4);
+    model.forward(acts, window_tokens.ints(), nullptr, nullptr, 0.0f);
+    const int64_t V = model.vocab_shard_size();
+    k.memory.to_host(logits.data(), model.logits() + (len - 1) * V, V * 4);
     // Only byte tokens can be printed by the byte tokenizer: padded vocabulary rows are skipped.
-    int32_t token = sample_token(row, tokenizer.vocab_size(), o.temperature, o.top_k,
+    int32_t token = sample_token(logits.data(), tokenizer.vocab_size(), o.temperature, o.top_k,
                                  random_uniform(o.seed, stream, step), scratch);
     context.push_back(token);
     emit(tokenizer.decode(std::span<const int32_t>(&token, 1)));

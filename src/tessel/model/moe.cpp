@@ -9,27 +9,11 @@
 #include <cstring>
 
 #include "tessel/core/error.h"
-#include "tessel/kernels/cpu/kernels.h"
-#include "tessel/model/moe_rows.h"
 
 namespace tessel {
 
-using cpu::WeightLayout;
-using moe_rows::reserve;
-using moe_rows::zero;
-
 namespace {
 constexpr float kInitStd = 0.02f;  // Megatron's --init-method-std default
-
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-void axpy(float* y, float a, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
 
 // Megatron's moe_layer_freq string: a Python list expression of 0/1 built from list literals,
 // '+' (concatenation), '* integer' (repetition) and parentheses, e.g. "([1]*3+[0]*1)*2".
@@ -173,13 +157,20 @@ std::vector<int> parse_moe_layer_freq(const std::string& text, int num_layers) {
   return pattern;
 }
 
-MoeLayer::MoeLayer(const ModelConfig& model, const MoeConfig& moe, int layer, int64_t max_tokens,
-                   const MoeGroups& groups, ParamRegistry& registry)
-    : moe_(moe),
-      ep_(groups.ep != nullptr ? groups.ep : no_tensor_parallel().comm),
-      etp_(groups.etp != nullptr ? groups.etp : no_tensor_parallel().comm),
+int64_t moe_expert_capacity(int64_t N, int64_t E, int64_t k, double factor) {
+  // As Python computes it: (num_tokens / num_experts) in double, times the factor, ceil.
+  const double capacity = std::ceil(static_cast<double>(N * k) / static_cast<double>(E) * factor);
+  return std::min<int64_t>(static_cast<int64_t>(capacity), N);
+}
+
+MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& moe, int layer,
+                   int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry)
+    : k_(k),
+      moe_(moe),
+      ep_(groups.ep != nullptr ? groups.ep : no_tensor_parallel(k).comm),
+      etp_(groups.etp != nullptr ? groups.etp : no_tensor_parallel(k).comm),
       token_group_(groups.token_group),
-      tp_(groups.tp) {
+      tp_(groups.tp.comm != nullptr ? groups.tp : no_tensor_parallel(k)) {
   const std::vector<std::string> problems = moe.violations(ep_->size(), model.num_layers);
   TESSEL_CHECK(problems.empty(), "MoE layer {}: {}", layer, fmt::join(problems, "; "));
   TESSEL_CHECK(max_tokens >= 0, "MoE layer {}: max_tokens {} is negative", layer, max_tokens);
@@ -187,7 +178,7 @@ MoeLayer::MoeLayer(const ModelConfig& model, const MoeConfig& moe, int layer, in
   F_ = moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : model.ffn_size();
   F_s_ = moe.shared_expert_size;
   E_ = moe.num_experts;
-  k_ = moe.topk;
+  topk_ = moe.topk;
   P_ = ep_->size();
   ep_rank_ = ep_->rank();
   Q_ = etp_->size();
@@ -235,23 +226,25 @@ MoeLayer::MoeLayer(const ModelConfig& model, const MoeConfig& moe, int layer, in
   }
 
   const int64_t N = std::max<int64_t>(max_tokens_, 1);
-  reserve(send_, N * k_, C_);
-  reserve(arrival_, N * k_ * Q_, C_);
-  reserve(expert_rows_, N * k_ * Q_, C_);
-  if (Q_ > 1) reserve(own_rows_, N * k_, C_);
-  reserve(d_act_, std::max(N * k_ * Q_, N * T), std::max(F_l_, F_sl_));
-  reserve(d_probs_, N, k_);
+  k_.reserve(send_, N * topk_, C_);
+  k_.reserve(arrival_, N * topk_ * Q_, C_);
+  k_.reserve(expert_rows_, N * topk_ * Q_, C_);
+  if (Q_ > 1) k_.reserve(own_rows_, N * topk_, C_);
+  k_.reserve(d_act_, std::max(N * topk_ * Q_, N * T), std::max(F_l_, F_sl_));
+  k_.reserve(d_probs_, N, topk_);
   if (F_s_ > 0 && T > 1) {
-    shared_full_ = Tensor::zeros({N * T, C_});
-    shared_local_ = Tensor::zeros({N, C_});
+    shared_full_ = k_.zeros({N * T, C_});
+    shared_local_ = k_.zeros({N, C_});
   }
-  keep_.resize(N * k_);
+  keep_ = k_.zeros({N * topk_}, DType::I32);
   for (auto* v : {&counts_out_, &counts_in_, &offsets_out_, &offsets_in_}) v->resize(P_);
   etp_counts_.resize(Q_);
   etp_offsets_.resize(Q_);
-  row_cursor_.resize(E_);
-  group_counts_.resize(E_ + 1);
-  count_buffer_.resize(E_ + Q_ * P_ * E_l_);
+  row_cursor_ = k_.zeros({E_}, DType::I32);
+  first_rows_.resize(E_);
+  group_counts_ = k_.zeros({E_ + 1});
+  count_buffer_ = k_.zeros({E_ + Q_ * P_ * E_l_});
+  host_counts_.resize(E_ + Q_ * P_ * E_l_);
   stats_buffer_.resize(E_ + 1);
 }
 
@@ -267,36 +260,36 @@ MoeLayer::Saved MoeLayer::make_saved() const {
   const int64_t N = std::max<int64_t>(max_tokens_, 1), N_g = N * tp_.size();
   // Routed rows: N·k leave this rank; as many arrive at each ETP rank when the load is balanced
   // (dropless routing may bring more: those buffers grow on first need).
-  const int64_t rows = N * k_, expert_rows = rows * Q_;
-  s.logits = Tensor::zeros({N, E_});
-  s.experts.resize(N * k_);
-  s.probs = Tensor::zeros({N, k_});
-  s.slot_row.resize(N * k_);
+  const int64_t rows = N * topk_, expert_rows = rows * Q_;
+  s.logits = k_.zeros({N, E_});
+  s.experts = k_.zeros({N * topk_}, DType::I32);
+  s.probs = k_.zeros({N, topk_});
+  s.slot_row = k_.zeros({N * topk_}, DType::I32);
   if (moe_.aux_loss_coeff > 0) {
-    s.aux_scores = Tensor::zeros({N, E_});
-    s.aux_counts = Tensor::zeros({E_});
+    s.aux_scores = k_.zeros({N, E_});
+    s.aux_counts = k_.zeros({E_});
   }
-  if (moe_.z_loss_coeff > 0) s.lse = Tensor::zeros({N});
+  if (moe_.z_loss_coeff > 0) s.lse = k_.zeros({N});
   s.send_rows.resize(P_);
   for (auto* v : {&s.block_rows, &s.block_src, &s.block_dst}) v->resize(Q_ * P_ * E_l_);
   s.expert_rows.resize(E_l_);
   s.etp_rows.resize(Q_);
-  s.combined = Tensor::zeros({rows, C_});
-  s.expert_in = Tensor::zeros({expert_rows, C_});
-  s.d_expert_out = Tensor::zeros({expert_rows, C_});
+  s.combined = k_.zeros({rows, C_});
+  s.expert_in = k_.zeros({expert_rows, C_});
+  s.d_expert_out = k_.zeros({expert_rows, C_});
   for (Tensor* t : {&s.gate, &s.up, &s.act, &s.d_gate, &s.d_up})
-    *t = Tensor::zeros({expert_rows, F_l_});
+    *t = k_.zeros({expert_rows, F_l_});
   if (F_s_ > 0) {
-    if (tp_.size() > 1) s.shared_in = Tensor::zeros({N_g, C_});
+    if (tp_.size() > 1) s.shared_in = k_.zeros({N_g, C_});
     for (Tensor* t :
          {&s.shared_gate, &s.shared_up, &s.shared_act, &s.d_shared_gate, &s.d_shared_up})
-      *t = Tensor::zeros({N_g, F_sl_});
-    s.shared_out = Tensor::zeros({N, C_});
-    s.d_shared_out = Tensor::zeros({N_g, C_});
-    s.shared_scale = Tensor::zeros({N});
-    s.d_shared_logit = Tensor::zeros({N});
+      *t = k_.zeros({N_g, F_sl_});
+    s.shared_out = k_.zeros({N, C_});
+    s.d_shared_out = k_.zeros({N_g, C_});
+    s.shared_scale = k_.zeros({N});
+    s.d_shared_logit = k_.zeros({N});
   }
-  s.d_logits = Tensor::zeros({N, E_});
+  s.d_logits = k_.zeros({N, E_});
   s.stats.tokens_per_expert.assign(E_, 0.0);
   return s;
 }
@@ -308,20 +301,18 @@ int64_t MoeLayer::Saved::bytes() const {
         &combined,   &expert_in,    &gate,         &up,             &act,
         &d_expert_out, &d_gate,     &d_up,         &shared_in,      &shared_gate,
         &shared_up,  &shared_act,   &shared_out,   &shared_scale,   &d_shared_out,
-        &d_shared_gate, &d_shared_up, &d_shared_logit, &d_logits})
-    n += t->empty() ? 0 : t->numel() * 4;
-  n += static_cast<int64_t>(experts.size()) * 4;
-  for (const auto* v :
-       {&slot_row, &send_rows, &block_rows, &block_src, &block_dst, &expert_rows, &etp_rows})
+        &d_shared_gate, &d_shared_up, &d_shared_logit, &d_logits, &experts, &slot_row})
+    n += t->bytes();
+  for (const auto* v : {&send_rows, &block_rows, &block_src, &block_dst, &expert_rows, &etp_rows})
     n += static_cast<int64_t>(v->size()) * 8;
   return n;
 }
 
 int64_t MoeLayer::scratch_bytes() const {
-  int64_t n = static_cast<int64_t>(keep_.size());
-  for (const Tensor* t : {&send_, &arrival_, &expert_rows_, &own_rows_, &d_act_, &d_probs_,
+  int64_t n = 0;
+  for (const Tensor* t : {&keep_, &send_, &arrival_, &expert_rows_, &own_rows_, &d_act_, &d_probs_,
                           &shared_full_, &shared_local_})
-    n += t->empty() ? 0 : t->numel() * 4;
+    n += t->bytes();
   return n;
 }
 
@@ -336,29 +327,17 @@ double MoeLayer::forward(Saved& s, float* out, const float* x, int64_t N, float 
   plan_dispatch(s);
 
   // Permute: this rank's rows, one copy per kept assignment, grouped by expert (pads stay zero).
-  float* send = reserve(send_, s.rows_out, C_);
-  if (moe_.pad_to_capacity) zero(send, s.rows_out, C_);
-  for (int64_t a = 0; a < N * k_; ++a) {
-    if (s.slot_row[a] >= 0)
-      std::memcpy(send + s.slot_row[a] * C_, x + a / k_ * C_, sizeof(float) * C_);
-  }
+  float* send = k_.reserve(send_, s.rows_out, C_);
+  if (moe_.pad_to_capacity) k_.zero(send, s.rows_out * C_);
+  k_.moe_permute_forward(send, x, s.slot_row.ints(), N, topk_, C_);
   float* arrival = to_experts(s, send);
-  to_expert_order(s, reserve(s.expert_in, s.rows_in, C_), arrival);
+  to_expert_order(s, k_.reserve(s.expert_in, s.rows_in, C_), arrival);
   experts_forward(s);
   to_arrival_order(s, arrival, expert_rows_.data());
-  float* combined = reserve(s.combined, s.rows_out, C_);
+  float* combined = k_.reserve(s.combined, s.rows_out, C_);
   from_experts(s, arrival, combined);
-
   // Unpermute and combine: out[n] = Σ_j probs[n, j] · (expert j's output for row n).
-  const float* probs = s.probs.data();
-  for (int64_t n = 0; n < N; ++n) {
-    float* o = out + n * C_;
-    zero(o, 1, C_);
-    for (int64_t j = 0; j < k_; ++j) {
-      const int64_t row = s.slot_row[n * k_ + j];
-      if (row >= 0) axpy(o, probs[n * k_ + j], combined + row * C_, C_);
-    }
-  }
+  k_.moe_unpermute_forward(out, combined, s.probs.data(), s.slot_row.ints(), N, topk_, C_);
   if (F_s_ > 0) shared_forward(s, out, x);
   return static_cast<double>(tokens) * (s.stats.aux_loss + s.stats.z_loss);
 }
@@ -367,34 +346,35 @@ double MoeLayer::forward(Saved& s, float* out, const float* x, int64_t N, float 
 // s.experts, s.probs and keep_. Returns T, the microbatch's tokens over the token group.
 int64_t MoeLayer::route(Saved& s, const float* x) {
   const int64_t N = s.N;
-  const auto score = moe_.score_sigmoid ? cpu::RouterScore::Sigmoid : cpu::RouterScore::Softmax;
+  const auto score = moe_.score_sigmoid ? RouterScore::Sigmoid : RouterScore::Softmax;
   const bool aux = moe_.aux_loss_coeff > 0, z = moe_.z_loss_coeff > 0;
   float* logits = s.logits.data();
-  if (N > 0) cpu::linear_forward(logits, x, val(router_), nullptr, N, C_, E_, WeightLayout::OutIn);
-  cpu::moe_topk_forward(s.experts.data(), s.probs.data(), logits, N, E_, k_, score,
-                        moe_.pre_softmax);
+  if (N > 0) k_.linear_forward(logits, x, val(router_), nullptr, N, C_, E_, WeightLayout::OutIn);
+  k_.moe_topk_forward(s.experts.ints(), s.probs.data(), logits, N, E_, topk_, score,
+                      moe_.pre_softmax);
 
   // The load-balancing loss counts the top-k choices (before dropping) of the whole sequence:
   // the counts per expert and N (the last entry), summed over the token group.
-  std::vector<float>& counts = group_counts_;  // (E + 1)
-  std::fill(counts.begin(), counts.end(), 0.0f);
-  for (int64_t a = 0; a < N * k_; ++a) counts[s.experts[a]] += 1.0f;
-  counts[E_] = static_cast<float>(N);
+  float* counts = group_counts_.data();  // (E + 1)
+  k_.moe_count_assignments(counts, s.experts.ints(), nullptr, N * topk_, E_);
+  const float rows = static_cast<float>(N);
+  k_.memory.from_host(counts + E_, &rows, 4);
   if (token_group_ != nullptr && token_group_->size() > 1 && (aux || z))
-    token_group_->all_reduce(counts.data(), E_ + 1);
-  const int64_t tokens = static_cast<int64_t>(counts[E_]);
+    token_group_->all_reduce(counts, E_ + 1);
+  float group_rows = 0;
+  k_.memory.to_host(&group_rows, counts + E_, 4);
+  const int64_t tokens = static_cast<int64_t>(group_rows);
   s.aux_tokens = tokens;
   s.stats.aux_loss = s.stats.z_loss = 0;
   if (aux) {
-    std::copy_n(counts.data(), E_, s.aux_counts.data());
-    cpu::moe_aux_scores_forward(s.aux_scores.data(), logits, N, E_, score);
-    s.stats.aux_loss = cpu::moe_aux_loss_forward(s.aux_scores.data(), s.aux_counts.data(), N, E_,
-                                                 k_, tokens, moe_.aux_loss_coeff);
+    k_.copy(s.aux_counts.data(), counts, E_);
+    k_.moe_aux_scores_forward(s.aux_scores.data(), logits, N, E_, score);
+    s.stats.aux_loss = k_.moe_aux_loss_forward(s.aux_scores.data(), s.aux_counts.data(), N, E_,
+                                               topk_, tokens, moe_.aux_loss_coeff);
   }
-  if (z) s.stats.z_loss = cpu::moe_z_loss_forward(s.lse.data(), logits, N, E_, z_coeff());
+  if (z) s.stats.z_loss = k_.moe_z_loss_forward(s.lse.data(), logits, N, E_, z_coeff());
 
-  std::fill(keep_.begin(), keep_.begin() + N * k_, uint8_t{1});
-  s.stats.dropped = moe_.capacity_factor > 0 ? drop_over_capacity(s) : 0;
+  drop_over_capacity(s);
   return tokens;
 }
 
@@ -403,35 +383,29 @@ int64_t MoeLayer::route(Saved& s, const float* x) {
 // runs the same drop against the microbatch's capacity and keeps its own rows' verdicts.
 // (Megatron drops per rank against a per-rank capacity instead.) Ties between equal
 // probabilities go to the lower gathered index: the sequence's order under sequence parallel.
-int64_t MoeLayer::drop_over_capacity(Saved& s) {
-  const int64_t n = s.N * k_;
+void MoeLayer::drop_over_capacity(Saved& s) {
+  const int64_t n = s.N * topk_;
   const int G = token_group_ != nullptr ? token_group_->size() : 1;
+  int32_t* keep = keep_.ints();
+  if (moe_.capacity_factor <= 0) {  // dropless: a capacity no expert can exceed keeps every row
+    k_.moe_capacity_drop(keep, s.experts.ints(), s.probs.data(), s.N, E_, topk_, s.N);
+    return;
+  }
   s.capacity = capacity(s.N * G);
-  if (G == 1)
-    return cpu::moe_capacity_drop(keep_.data(), s.experts.data(), s.probs.data(), s.N, E_, k_,
-                                  s.capacity);
-  choices_.resize(2 * n);  // this rank's [experts | probs], experts exact as floats (< 2^24)
-  for (int64_t a = 0; a < n; ++a) {
-    choices_[a] = static_cast<float>(s.experts[a]);
-    choices_[n + a] = s.probs.data()[a];
+  if (G == 1) {
+    k_.moe_capacity_drop(keep, s.experts.ints(), s.probs.data(), s.N, E_, topk_, s.capacity);
+    return;
   }
-  group_choices_.resize(2 * n * G);
-  token_group_->all_gather(choices_.data(), group_choices_.data(), 2 * n);
-  group_experts_.resize(n * G);
-  group_probs_.resize(n * G);
-  for (int r = 0; r < G; ++r) {
-    const float* block = group_choices_.data() + 2 * n * r;
-    for (int64_t a = 0; a < n; ++a) {
-      group_experts_[r * n + a] = static_cast<int32_t>(block[a]);
-      group_probs_[r * n + a] = block[n + a];
-    }
-  }
-  group_keep_.assign(n * G, uint8_t{1});
-  cpu::moe_capacity_drop(group_keep_.data(), group_experts_.data(), group_probs_.data(), s.N * G,
-                         E_, k_, s.capacity);
-  const uint8_t* own = group_keep_.data() + n * token_group_->rank();
-  std::copy_n(own, n, keep_.begin());
-  return std::count(own, own + n, uint8_t{0});
+  float* choices = k_.reserve(choices_, 2, n);  // this rank's [experts | probs]
+  float* group_choices = k_.reserve(group_choices_, 2 * G, n);
+  k_.moe_pack_choices(choices, s.experts.ints(), s.probs.data(), n);
+  token_group_->all_gather(choices, group_choices, 2 * n);
+  int32_t* experts = k_.reserve_ints(group_experts_, G, n);
+  float* probs = k_.reserve(group_probs_, G, n);
+  int32_t* group_keep = k_.reserve_ints(group_keep_, G, n);
+  k_.moe_unpack_choices(experts, probs, group_choices, G, n);
+  k_.moe_capacity_drop(group_keep, experts, probs, s.N * G, E_, topk_, s.capacity);
+  k_.memory.copy(keep, group_keep + n * token_group_->rank(), n * 4);
 }
 
 // Megatron divides the z-loss coefficient by the token group's size, so that the ranks' means
@@ -442,7 +416,7 @@ float MoeLayer::z_coeff() const {
 }
 
 int64_t MoeLayer::capacity(int64_t N) const {
-  return cpu::moe_expert_capacity(N, E_, k_, moe_.capacity_factor);
+  return moe_expert_capacity(N, E_, topk_, moe_.capacity_factor);
 }
 
 // The grouped pass: each local expert's rows are contiguous in expert order; one SwiGLU MLP per
@@ -451,21 +425,21 @@ int64_t MoeLayer::capacity(int64_t N) const {
 void MoeLayer::experts_forward(Saved& s) {
   const int64_t R = s.rows_in, F = F_l_;
   float* in = s.expert_in.data();
-  float* gate = reserve(s.gate, R, F);
-  float* up = reserve(s.up, R, F);
-  float* act = reserve(s.act, R, F);
-  float* y = reserve(expert_rows_, R, C_);
+  float* gate = k_.reserve(s.gate, R, F);
+  float* up = k_.reserve(s.up, R, F);
+  float* act = k_.reserve(s.act, R, F);
+  float* y = k_.reserve(expert_rows_, R, C_);
   int64_t o = 0;
   for (int64_t e = 0; e < E_l_; ++e) {
     const int64_t M = s.expert_rows[e];
     const ExpertParams& w = experts_[e];
     if (M > 0) {
-      cpu::linear_forward(gate + o * F, in + o * C_, val(w.gate), nullptr, M, C_, F,
+      k_.linear_forward(gate + o * F, in + o * C_, val(w.gate), nullptr, M, C_, F,
                           WeightLayout::OutIn);
-      cpu::linear_forward(up + o * F, in + o * C_, val(w.up), nullptr, M, C_, F,
+      k_.linear_forward(up + o * F, in + o * C_, val(w.up), nullptr, M, C_, F,
                           WeightLayout::OutIn);
-      cpu::swiglu_forward(act + o * F, gate + o * F, up + o * F, M * F);
-      cpu::linear_forward(y + o * C_, act + o * F, val(w.down), nullptr, M, F, C_,
+      k_.swiglu_forward(act + o * F, gate + o * F, up + o * F, M * F);
+      k_.linear_forward(y + o * C_, act + o * F, val(w.down), nullptr, M, F, C_,
                           WeightLayout::OutIn);
     }
     o += M;
@@ -481,20 +455,17 @@ void MoeLayer::shared_forward(Saved& s, float* out, const float* x) {
   if (tp_.size() > 1) tp_.gather_rows(x, s.shared_in.data(), N_g, C_);
   const float* in = shared_input(s, x);
   float* scale = s.shared_scale.data();
-  cpu::linear_forward(s.shared_gate.data(), in, val(shared_.gate), nullptr, N_g, C_, F,
+  k_.linear_forward(s.shared_gate.data(), in, val(shared_.gate), nullptr, N_g, C_, F,
                       WeightLayout::OutIn);
-  cpu::linear_forward(s.shared_up.data(), in, val(shared_.up), nullptr, N_g, C_, F,
+  k_.linear_forward(s.shared_up.data(), in, val(shared_.up), nullptr, N_g, C_, F,
                       WeightLayout::OutIn);
-  cpu::swiglu_forward(s.shared_act.data(), s.shared_gate.data(), s.shared_up.data(), N_g * F);
+  k_.swiglu_forward(s.shared_act.data(), s.shared_gate.data(), s.shared_up.data(), N_g * F);
   float* partial = tp_.size() > 1 ? shared_full_.data() : s.shared_out.data();
-  cpu::linear_forward(partial, s.shared_act.data(), val(shared_.down), nullptr, N_g, F, C_,
+  k_.linear_forward(partial, s.shared_act.data(), val(shared_.down), nullptr, N_g, F, C_,
                       WeightLayout::OutIn);
   if (tp_.size() > 1) tp_.reduce_rows(partial, s.shared_out.data(), N_g, C_);
-  cpu::linear_forward(scale, x, val(shared_gate_), nullptr, N, C_, 1, WeightLayout::OutIn);
-  for (int64_t n = 0; n < N; ++n) {
-    scale[n] = 1.0f / (1.0f + std::exp(-scale[n]));
-    axpy(out + n * C_, scale[n], s.shared_out.data() + n * C_, C_);
-  }
+  k_.linear_forward(scale, x, val(shared_gate_), nullptr, N, C_, 1, WeightLayout::OutIn);
+  k_.sigmoid_gate_forward(out, scale, s.shared_out.data(), N, C_);
 }
 
 // ---- backward --------------------------------------------------------------------------------
@@ -509,48 +480,40 @@ void MoeLayer::backward_input(Saved& s, float* dx, const float* dout, const floa
   const int64_t N = s.N, R = s.rows_in;
   // Combine's backward: d(probs[n, j]) = dout[n] · y, d(y) = probs[n, j] · dout[n], in dispatch
   // order.
-  float* d_probs = reserve(d_probs_, N, k_);
-  float* send = reserve(send_, s.rows_out, C_);
-  if (moe_.pad_to_capacity) zero(send, s.rows_out, C_);
-  const float* combined = s.combined.data();
+  float* d_probs = k_.reserve(d_probs_, N, topk_);
+  float* send = k_.reserve(send_, s.rows_out, C_);
+  if (moe_.pad_to_capacity) k_.zero(send, s.rows_out * C_);
   const float* probs = s.probs.data();
-  for (int64_t a = 0; a < N * k_; ++a) {
-    const int64_t row = s.slot_row[a];
-    const float* g = dout + a / k_ * C_;
-    d_probs[a] = row >= 0 ? dot(g, combined + row * C_, C_) : 0.0f;
-    if (row < 0) continue;
-    for (int64_t c = 0; c < C_; ++c) send[row * C_ + c] = probs[a] * g[c];
-  }
+  k_.moe_unpermute_backward(d_probs, send, dout, s.combined.data(), probs, s.slot_row.ints(), N,
+                            topk_, C_);
   float* arrival = to_experts(s, send);
-  float* d_y = reserve(s.d_expert_out, R, C_);
+  float* d_y = k_.reserve(s.d_expert_out, R, C_);
   to_expert_order(s, d_y, arrival);
-  float* d_in = reserve(expert_rows_, R, C_);
+  float* d_in = k_.reserve(expert_rows_, R, C_);
   experts_backward_input(s, d_y, d_in);
   to_arrival_order(s, arrival, d_in);
   from_experts(s, arrival, send);
-  for (int64_t a = 0; a < N * k_; ++a) {
-    if (s.slot_row[a] >= 0) axpy(dx + a / k_ * C_, 1.0f, send + s.slot_row[a] * C_, C_);
-  }
+  k_.moe_permute_backward(dx, send, s.slot_row.ints(), N, topk_, C_);
 
   if (F_s_ > 0) shared_backward_input(s, dx, dout, x);
 
   // The router: d(logits) from the routing weights and the auxiliary losses, then d(x).
-  const auto score = moe_.score_sigmoid ? cpu::RouterScore::Sigmoid : cpu::RouterScore::Softmax;
+  const auto score = moe_.score_sigmoid ? RouterScore::Sigmoid : RouterScore::Softmax;
   float* d_logits = s.d_logits.data();
-  zero(d_logits, N, E_);
-  cpu::moe_topk_backward(d_logits, d_probs, s.logits.data(), s.experts.data(), probs, N, E_, k_,
+  k_.zero(d_logits, N * E_);
+  k_.moe_topk_backward(d_logits, d_probs, s.logits.data(), s.experts.ints(), probs, N, E_, topk_,
                          score, moe_.pre_softmax);
   if (moe_.aux_loss_coeff > 0) {
-    cpu::moe_aux_loss_backward(d_logits, s.logits.data(), s.aux_scores.data(), s.aux_counts.data(),
-                               N, E_, k_, s.aux_tokens, moe_.aux_loss_coeff, s.aux_grad_scale,
+    k_.moe_aux_loss_backward(d_logits, s.logits.data(), s.aux_scores.data(), s.aux_counts.data(),
+                               N, E_, topk_, s.aux_tokens, moe_.aux_loss_coeff, s.aux_grad_scale,
                                score);
   }
   if (moe_.z_loss_coeff > 0) {
-    cpu::moe_z_loss_backward(d_logits, s.logits.data(), s.lse.data(), N, E_, z_coeff(),
+    k_.moe_z_loss_backward(d_logits, s.logits.data(), s.lse.data(), N, E_, z_coeff(),
                              s.aux_grad_scale);
   }
   if (N > 0) {
-    cpu::linear_backward(dx, nullptr, nullptr, d_logits, x, val(router_), N, C_, E_,
+    k_.linear_backward(dx, nullptr, nullptr, d_logits, x, val(router_), N, C_, E_,
                          WeightLayout::OutIn);
   }
 }
@@ -559,26 +522,26 @@ void MoeLayer::backward_input(Saved& s, float* dx, const float* dout, const floa
 // ETP); d(gate) and d(up) stay in s for backward_weight.
 void MoeLayer::experts_backward_input(Saved& s, const float* d_y, float* d_in) {
   const int64_t R = s.rows_in, F = F_l_;
-  float* d_gate = reserve(s.d_gate, R, F);
-  float* d_up = reserve(s.d_up, R, F);
-  float* d_act = reserve(d_act_, std::max(R, s.N * tp_.size()), std::max(F_l_, F_sl_));
-  zero(d_gate, R, F);
-  zero(d_up, R, F);
-  zero(d_in, R, C_);
+  float* d_gate = k_.reserve(s.d_gate, R, F);
+  float* d_up = k_.reserve(s.d_up, R, F);
+  float* d_act = k_.reserve(d_act_, std::max(R, s.N * tp_.size()), std::max(F_l_, F_sl_));
+  k_.zero(d_gate, R * F);
+  k_.zero(d_up, R * F);
+  k_.zero(d_in, R * C_);
   const float* in = s.expert_in.data();
   int64_t o = 0;
   for (int64_t e = 0; e < E_l_; ++e) {
     const int64_t M = s.expert_rows[e];
     const ExpertParams& w = experts_[e];
     if (M > 0) {
-      zero(d_act, M, F);
-      cpu::linear_backward(d_act, nullptr, nullptr, d_y + o * C_, s.act.data() + o * F,
+      k_.zero(d_act, M * F);
+      k_.linear_backward(d_act, nullptr, nullptr, d_y + o * C_, s.act.data() + o * F,
                            val(w.down), M, F, C_, WeightLayout::OutIn);
-      cpu::swiglu_backward(d_gate + o * F, d_up + o * F, d_act, s.gate.data() + o * F,
+      k_.swiglu_backward(d_gate + o * F, d_up + o * F, d_act, s.gate.data() + o * F,
                            s.up.data() + o * F, M * F);
-      cpu::linear_backward(d_in + o * C_, nullptr, nullptr, d_gate + o * F, in + o * C_,
+      k_.linear_backward(d_in + o * C_, nullptr, nullptr, d_gate + o * F, in + o * C_,
                            val(w.gate), M, C_, F, WeightLayout::OutIn);
-      cpu::linear_backward(d_in + o * C_, nullptr, nullptr, d_up + o * F, in + o * C_, val(w.up),
+      k_.linear_backward(d_in + o * C_, nullptr, nullptr, d_up + o * F, in + o * C_, val(w.up),
                            M, C_, F, WeightLayout::OutIn);
     }
     o += M;
@@ -594,32 +557,28 @@ void MoeLayer::shared_backward_input(Saved& s, float* dx, const float* dout, con
   const float* scale = s.shared_scale.data();
   float* d_out = split ? shared_local_.data() : s.d_shared_out.data();  // (N, C)
   float* d_logit = s.d_shared_logit.data();
-  for (int64_t n = 0; n < N; ++n) {
-    const float* g = dout + n * C_;
-    for (int64_t c = 0; c < C_; ++c) d_out[n * C_ + c] = scale[n] * g[c];
-    d_logit[n] = dot(g, s.shared_out.data() + n * C_, C_) * scale[n] * (1.0f - scale[n]);
-  }
+  k_.sigmoid_gate_backward(d_out, d_logit, dout, s.shared_out.data(), scale, N, C_);
   if (split) tp_.gather_rows(d_out, s.d_shared_out.data(), N_g, C_);
   float* d_act = d_act_.data();  // sized for N_g rows of F_s/TP by experts_backward_input
-  zero(d_act, N_g, F);
-  cpu::linear_backward(d_act, nullptr, nullptr, s.d_shared_out.data(), s.shared_act.data(),
+  k_.zero(d_act, N_g * F);
+  k_.linear_backward(d_act, nullptr, nullptr, s.d_shared_out.data(), s.shared_act.data(),
                        val(shared_.down), N_g, F, C_, WeightLayout::OutIn);
   s.d_shared_gate.zero();
   s.d_shared_up.zero();
-  cpu::swiglu_backward(s.d_shared_gate.data(), s.d_shared_up.data(), d_act, s.shared_gate.data(),
+  k_.swiglu_backward(s.d_shared_gate.data(), s.d_shared_up.data(), d_act, s.shared_gate.data(),
                        s.shared_up.data(), N_g * F);
   const float* in = shared_input(s, x);
   float* d_in = split ? shared_full_.data() : dx;  // (N_g, C): partial sums over TP
-  if (split) zero(d_in, N_g, C_);
-  cpu::linear_backward(d_in, nullptr, nullptr, s.d_shared_gate.data(), in, val(shared_.gate), N_g,
+  if (split) k_.zero(d_in, N_g * C_);
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_shared_gate.data(), in, val(shared_.gate), N_g,
                        C_, F, WeightLayout::OutIn);
-  cpu::linear_backward(d_in, nullptr, nullptr, s.d_shared_up.data(), in, val(shared_.up), N_g, C_,
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_shared_up.data(), in, val(shared_.up), N_g, C_,
                        F, WeightLayout::OutIn);
   if (split) {
     tp_.reduce_rows(d_in, shared_local_.data(), N_g, C_);
-    axpy(dx, 1.0f, shared_local_.data(), N * C_);
+    k_.residual_forward(dx, dx, shared_local_.data(), N * C_);
   }
-  cpu::linear_backward(dx, nullptr, nullptr, d_logit, x, val(shared_gate_), N, C_, 1,
+  k_.linear_backward(dx, nullptr, nullptr, d_logit, x, val(shared_gate_), N, C_, 1,
                        WeightLayout::OutIn);
 }
 
@@ -627,7 +586,7 @@ void MoeLayer::backward_weight(Saved& s, const float* x,
                                const std::function<void(int)>& grad_ready) {
   const int64_t N = s.N;
   if (N > 0) {
-    cpu::linear_backward(nullptr, grd(router_), nullptr, s.d_logits.data(), x, val(router_), N, C_,
+    k_.linear_backward(nullptr, grd(router_), nullptr, s.d_logits.data(), x, val(router_), N, C_,
                          E_, WeightLayout::OutIn);
   }
   const int64_t F = F_l_;
@@ -637,11 +596,11 @@ void MoeLayer::backward_weight(Saved& s, const float* x,
     const ExpertParams& w = experts_[e];
     if (M > 0) {
       const float* in = s.expert_in.data() + o * C_;
-      cpu::linear_backward(nullptr, grd(w.down), nullptr, s.d_expert_out.data() + o * C_,
+      k_.linear_backward(nullptr, grd(w.down), nullptr, s.d_expert_out.data() + o * C_,
                            s.act.data() + o * F, val(w.down), M, F, C_, WeightLayout::OutIn);
-      cpu::linear_backward(nullptr, grd(w.gate), nullptr, s.d_gate.data() + o * F, in, val(w.gate),
+      k_.linear_backward(nullptr, grd(w.gate), nullptr, s.d_gate.data() + o * F, in, val(w.gate),
                            M, C_, F, WeightLayout::OutIn);
-      cpu::linear_backward(nullptr, grd(w.up), nullptr, s.d_up.data() + o * F, in, val(w.up), M,
+      k_.linear_backward(nullptr, grd(w.up), nullptr, s.d_up.data() + o * F, in, val(w.up), M,
                            C_, F, WeightLayout::OutIn);
     }
     o += M;
@@ -649,14 +608,14 @@ void MoeLayer::backward_weight(Saved& s, const float* x,
   if (F_s_ > 0 && N > 0) {
     const int64_t N_g = N * tp_.size();
     const float* in = shared_input(s, x);
-    cpu::linear_backward(nullptr, grd(shared_.down), nullptr, s.d_shared_out.data(),
+    k_.linear_backward(nullptr, grd(shared_.down), nullptr, s.d_shared_out.data(),
                          s.shared_act.data(), val(shared_.down), N_g, F_sl_, C_,
                          WeightLayout::OutIn);
-    cpu::linear_backward(nullptr, grd(shared_.gate), nullptr, s.d_shared_gate.data(), in,
+    k_.linear_backward(nullptr, grd(shared_.gate), nullptr, s.d_shared_gate.data(), in,
                          val(shared_.gate), N_g, C_, F_sl_, WeightLayout::OutIn);
-    cpu::linear_backward(nullptr, grd(shared_.up), nullptr, s.d_shared_up.data(), in,
+    k_.linear_backward(nullptr, grd(shared_.up), nullptr, s.d_shared_up.data(), in,
                          val(shared_.up), N_g, C_, F_sl_, WeightLayout::OutIn);
-    cpu::linear_backward(nullptr, grd(shared_gate_), nullptr, s.d_shared_logit.data(), x,
+    k_.linear_backward(nullptr, grd(shared_gate_), nullptr, s.d_shared_logit.data(), x,
                          val(shared_gate_), N, C_, 1, WeightLayout::OutIn);
   }
   if (grad_ready) {

@@ -46,6 +46,7 @@
 #include "tessel/core/tensor.h"
 #include "tessel/model/config.h"
 #include "tessel/core/params.h"
+#include "tessel/kernels/kernels.h"
 #include "tessel/parallel/tensor_parallel.h"
 
 namespace tessel {
@@ -54,6 +55,10 @@ namespace tessel {
 // num_layers-long pattern of 0/1, as a list "[1,0,1,0]" or Python's "([1]*3+[0]*1)*2".
 // Throws tessel::Error naming the problem.
 std::vector<int> parse_moe_layer_freq(const std::string& text, int num_layers);
+
+// Megatron's get_capacity for N tokens and top-k: ceil(N · k / E · factor), at most N (an expert
+// can take each token once).
+int64_t moe_expert_capacity(int64_t N, int64_t E, int64_t k, double factor);
 
 // A routed expert's parameter (held by one EP rank), as opposed to a dense or replicated one.
 inline bool is_expert_param(const Param& p) { return p.shard.expert(); }
@@ -66,8 +71,8 @@ struct MoeGroups {
   // tp_cp group): the load-balancing loss counts tokens over it, as Megatron's.
   Comm* token_group = nullptr;
   // Dense tensor parallelism, with sequence parallel when TP > 1: the layer takes this rank's
-  // rows and splits the shared expert over TP.
-  TensorParallel tp = no_tensor_parallel();
+  // rows and splits the shared expert over TP. No comm: one process.
+  TensorParallel tp;
 };
 
 // Router statistics of one forward, for the logs.
@@ -87,9 +92,9 @@ class MoeLayer {
     int64_t N = 0;
     float aux_grad_scale = 0;      // d(objective)/d(aux + z-loss), see forward
     Tensor logits;                 // (N, E)
-    std::vector<int32_t> experts;  // (N, k) chosen experts, best first
+    Tensor experts;                // (N, k) i32 chosen experts, best first
     Tensor probs;                  // (N, k) their routing weights
-    std::vector<int64_t> slot_row;  // (N·k) each assignment's row in dispatch order; -1 dropped
+    Tensor slot_row;                // (N·k) i32 each assignment's row in dispatch order; -1 dropped
     int64_t capacity = 0;           // rows per expert, of the whole microbatch (token group)
     Tensor aux_scores, aux_counts;  // (N, E), (E) with the load-balancing loss
     int64_t aux_tokens = 0;         // its T: N summed over the token group
@@ -122,8 +127,8 @@ class MoeLayer {
   // 0.02), down projections 0.02/sqrt(2·layers). max_tokens (this rank's rows) sizes the
   // buffers. Throws tessel::Error for settings that break MoeConfig::violations, for TP > 1
   // without sequence parallel, and for sizes that do not split over TP or ETP.
-  MoeLayer(const ModelConfig& model, const MoeConfig& moe, int layer, int64_t max_tokens,
-           const MoeGroups& groups, ParamRegistry& registry);
+  MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& moe, int layer,
+           int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry);
   // Points the layer at parameter memory, after registry.finalize().
   void bind(ParamRegistry& registry) { registry_ = &registry; }
 
@@ -177,9 +182,8 @@ class MoeLayer {
   }
   float z_coeff() const;
   int64_t capacity(int64_t N) const;
-  // The capacity drop over the whole microbatch's choices; sets s.capacity and keep_, returns
-  // this rank's dropped assignments.
-  int64_t drop_over_capacity(Saved& s);
+  // The capacity drop over the whole microbatch's choices: sets s.capacity and keep_.
+  void drop_over_capacity(Saved& s);
 
   // The dispatch (moe_dispatch.cpp). plan_dispatch: where every kept assignment goes, and what
   // arrives from where (counts travel first, over EP and then ETP).
@@ -199,8 +203,9 @@ class MoeLayer {
   float* val(int param) const { return registry_->params()[param].value; }
   float* grd(int param) const { return registry_->params()[param].grad; }
 
+  const Kernels& k_;
   MoeConfig moe_;
-  int64_t C_, F_, F_l_, F_s_, F_sl_, E_, k_, E_l_, first_expert_, max_tokens_;
+  int64_t C_, F_, F_l_, F_s_, F_sl_, E_, topk_, E_l_, first_expert_, max_tokens_;
   int P_, ep_rank_, Q_, etp_rank_;  // EP and ETP sizes and this rank's place in them
   Comm* ep_;
   Comm* etp_;
@@ -219,16 +224,15 @@ class MoeLayer {
   Tensor shared_full_, shared_local_;    // (N_g, C), (N, C) the shared expert's before/after TP sum
   std::vector<int64_t> counts_out_, counts_in_, offsets_out_, offsets_in_;  // (EP) each
   std::vector<int64_t> etp_counts_, etp_offsets_;                            // (ETP) each
-  std::vector<uint8_t> keep_;         // (N·k) 1: the assignment survived the capacity
+  Tensor keep_;                       // (N·k) i32 1: the assignment survived the capacity
   // The token group's choices (G·N·k each) for the capacity drop: gathered [experts | probs]
   // blocks, then apart, and every assignment's verdict.
-  std::vector<float> group_choices_, choices_;
-  std::vector<int32_t> group_experts_;
-  std::vector<float> group_probs_;
-  std::vector<uint8_t> group_keep_;
-  std::vector<int64_t> row_cursor_;   // (E)
-  std::vector<float> group_counts_;   // (E + 1) top-k counts and N, summed over the token group
-  std::vector<float> count_buffer_;   // (E + ETP·EP·E_l) row counts out, in over ETP
+  Tensor group_choices_, choices_, group_experts_, group_probs_, group_keep_;
+  Tensor row_cursor_;                 // (E) i32: the next free row of each expert's block
+  std::vector<int32_t> first_rows_;   // (E) row_cursor_'s start, on the host
+  Tensor group_counts_;               // (E + 1) top-k counts and N, summed over the token group
+  Tensor count_buffer_;               // (E + ETP·EP·E_l) row counts out, in over ETP
+  std::vector<float> host_counts_;    // count_buffer_ on the host
   std::vector<double> stats_buffer_;  // (E + 1)
 };
 

@@ -8,16 +8,22 @@
 #include <initializer_list>
 
 #include "tessel/core/error.h"
-#include "tessel/kernels/cpu/kernels.h"
 
 namespace tessel {
-
-using cpu::WeightLayout;
 
 namespace {
 constexpr float kInitStd = 0.02f;  // Megatron's --init-method-std default
 
 inline void zero(Tensor& t) { t.zero(); }
+
+// Token ids (tokens or targets) must be in the vocabulary: a clear error, not a zero embedding.
+void check_ids(const Kernels& k, const int32_t* ids, int64_t n, int32_t vocab, const char* what) {
+  const int64_t bad = k.find_out_of_range(ids, n, 0, vocab);
+  if (bad < 0) return;
+  int32_t id = 0;
+  k.memory.to_host(&id, ids + bad, 4);
+  fail("{} id {} is outside the vocabulary (size {})", what, id, vocab);
+}
 
 // Tells grad_ready (when given) that these parameters' gradients are final; -1 entries are
 // parameters the architecture does not have.
@@ -28,10 +34,10 @@ void report(const std::function<void(int)>& grad_ready, std::initializer_list<in
 }
 }  // namespace
 
-TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
-                                   TensorParallel tp, ParamRegistry& registry, ContextParallel cp,
-                                   MoeGroups moe_groups)
-    : cfg_(cfg), spec_(spec), tp_(tp), cp_(cp) {
+TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, ChunkSpec spec,
+                                   int64_t micro_batch, TensorParallel tp, ParamRegistry& registry,
+                                   ContextParallel cp, MoeGroups moe_groups)
+    : k_(k), cfg_(cfg), spec_(spec), tp_(tp), cp_(cp) {
   cfg_.validate();
   const int t = tp_.size();
   TESSEL_CHECK(cfg.num_attention_heads % t == 0 && cfg.query_groups() % t == 0 &&
@@ -61,29 +67,31 @@ TransformerChunk::TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64
   moe_groups.tp = tp_;
   declare_params(registry, moe_groups);
 
-  positions_.resize(N_);
+  // (N) the global position of each row b·T_l + t: this CP rank's positions, for every sequence.
   const std::vector<int32_t> local = cp_.local_positions(cfg.seq_length);
-  for (int64_t n = 0; n < N_; ++n) positions_[n] = local[n % T_];
+  positions_ = k_.zeros({N_}, DType::I32);
+  for (int64_t b = 0; b < B_; ++b)
+    k_.memory.from_host(positions_.ints() + b * T_, local.data(), T_ * 4);
   if (cfg_.arch == Arch::Llama) {
-    rope_cos_ = Tensor::zeros({cfg.max_positions(), D_ / 2});
-    rope_sin_ = Tensor::zeros({cfg.max_positions(), D_ / 2});
-    cpu::rope_tables(rope_cos_.data(), rope_sin_.data(), cfg.max_positions(), D_, cfg.rotary_base);
+    rope_cos_ = k_.zeros({cfg.max_positions(), D_ / 2});
+    rope_sin_ = k_.zeros({cfg.max_positions(), D_ / 2});
+    k_.rope_tables(rope_cos_.data(), rope_sin_.data(), cfg.max_positions(), D_, cfg.rotary_base);
   }
   const int64_t HD = H_l_ * D_;
   const bool sp = tp_.sequence_parallel;
-  proj_full_ = Tensor::zeros({N_, C_});
-  proj_local_ = sp ? Tensor::zeros({N_l_, C_}) : proj_full_;
-  norm_local_ = Tensor::zeros({N_l_, C_});
-  if (sp) rows_full_ = Tensor::zeros({N_, C_});
-  d_resid_ = Tensor::zeros({N_l_, C_});
-  d_ln_full_ = Tensor::zeros({N_, C_});
-  d_ln_local_ = sp ? Tensor::zeros({N_l_, C_}) : d_ln_full_;
-  d_attn_ = Tensor::zeros({N_, HD});
-  d_act_ = Tensor::zeros({N_, F_l_});
+  proj_full_ = k_.zeros({N_, C_});
+  proj_local_ = sp ? k_.zeros({N_l_, C_}) : proj_full_;
+  norm_local_ = k_.zeros({N_l_, C_});
+  if (sp) rows_full_ = k_.zeros({N_, C_});
+  d_resid_ = k_.zeros({N_l_, C_});
+  d_ln_full_ = k_.zeros({N_, C_});
+  d_ln_local_ = sp ? k_.zeros({N_l_, C_}) : d_ln_full_;
+  d_attn_ = k_.zeros({N_, HD});
+  d_act_ = k_.zeros({N_, F_l_});
   if (spec_.has_head) {
-    logits_ = Tensor::zeros({N_, V_l_});
-    loss_stats_ = Tensor::zeros({4, N_});
-    row_max_global_ = Tensor::zeros({N_});
+    logits_ = k_.zeros({N_, V_l_});
+    loss_stats_ = k_.zeros({4, N_});
+    row_max_global_ = k_.zeros({N_});
   }
 }
 
@@ -154,7 +162,7 @@ void TransformerChunk::declare_params(ParamRegistry& reg, const MoeGroups& moe_g
       lp.ln2_w = norm(p + "post_attention_layernorm.weight");
       if (cfg_.moe.is_moe_layer(l)) {
         lp.moe = static_cast<int>(moe_.size());
-        moe_.push_back(std::make_unique<MoeLayer>(cfg_, cfg_.moe, l, N_l_, moe_groups, reg));
+        moe_.push_back(std::make_unique<MoeLayer>(k_, cfg_, cfg_.moe, l, N_l_, moe_groups, reg));
         continue;
       }
       lp.gate_w = weight(p + "mlp.gate_proj.weight", {F, C}, kInitStd, split(0));
@@ -187,11 +195,11 @@ int64_t ChunkActivations::bytes() const {
       add(*t);
   for (const LayerActivations& l : layers) n += l.moe.bytes();
   for (const Tensor* t : {&lnf, &lnf_mean, &lnf_rstd, &d_lnf}) add(*t);
-  return n + static_cast<int64_t>(vocab_ids.size()) * 4;
+  return n + vocab_ids.bytes();
 }
 
 int64_t TransformerChunk::scratch_bytes() const {
-  int64_t n = static_cast<int64_t>(positions_.size()) * 4;
+  int64_t n = positions_.bytes();
   const bool sp = tp_.sequence_parallel;
   for (const Tensor* t : {&rope_cos_, &rope_sin_, &proj_full_, &norm_local_, &rows_full_, &d_resid_,
                           &d_ln_full_, &d_attn_, &d_act_, &logits_, &loss_stats_, &row_max_global_})
@@ -203,56 +211,56 @@ int64_t TransformerChunk::scratch_bytes() const {
 ChunkActivations TransformerChunk::make_activations() const {
   ChunkActivations a;
   const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
-  for (int i = 0; i <= spec_.num_layers; ++i) a.resid.push_back(Tensor::zeros({N_l_, C_}));
+  for (int i = 0; i <= spec_.num_layers; ++i) a.resid.push_back(k_.zeros({N_l_, C_}));
   a.layers.resize(spec_.num_layers);
   for (int i = 0; i < spec_.num_layers; ++i) {
     LayerActivations& la = a.layers[i];
     if (layers_[i].moe >= 0) la.moe = moe_[layers_[i].moe]->make_saved();
-    la.ln1 = Tensor::zeros({N_, C_});
-    la.ln1_rstd = Tensor::zeros({N_l_});
-    la.attn = Tensor::zeros({N_, HD});
-    la.lse = Tensor::zeros({B_, H_l_, T_});
-    la.mid = Tensor::zeros({N_l_, C_});
-    la.ln2 = Tensor::zeros({layers_[i].moe >= 0 ? N_l_ : N_, C_});  // MoE: this rank's rows
-    la.ln2_rstd = Tensor::zeros({N_l_});
-    la.d_attn_out = Tensor::zeros({N_, C_});
-    la.d_mlp_out = Tensor::zeros({N_, C_});
+    la.ln1 = k_.zeros({N_, C_});
+    la.ln1_rstd = k_.zeros({N_l_});
+    la.attn = k_.zeros({N_, HD});
+    la.lse = k_.zeros({B_, H_l_, T_});
+    la.mid = k_.zeros({N_l_, C_});
+    la.ln2 = k_.zeros({layers_[i].moe >= 0 ? N_l_ : N_, C_});  // MoE: this rank's rows
+    la.ln2_rstd = k_.zeros({N_l_});
+    la.d_attn_out = k_.zeros({N_, C_});
+    la.d_mlp_out = k_.zeros({N_, C_});
     if (cfg_.arch == Arch::GPT2) {
-      la.ln1_mean = Tensor::zeros({N_l_});
-      la.ln2_mean = Tensor::zeros({N_l_});
-      la.qkv = Tensor::zeros({N_, 3 * HD});
-      la.fc = Tensor::zeros({N_, F_l_});
-      la.fc_act = Tensor::zeros({N_, F_l_});
-      la.d_qkv = Tensor::zeros({N_, 3 * HD});
-      la.d_fc = Tensor::zeros({N_, F_l_});
+      la.ln1_mean = k_.zeros({N_l_});
+      la.ln2_mean = k_.zeros({N_l_});
+      la.qkv = k_.zeros({N_, 3 * HD});
+      la.fc = k_.zeros({N_, F_l_});
+      la.fc_act = k_.zeros({N_, F_l_});
+      la.d_qkv = k_.zeros({N_, 3 * HD});
+      la.d_fc = k_.zeros({N_, F_l_});
     } else {
-      la.q = Tensor::zeros({N_, HD});
-      la.k = Tensor::zeros({N_, GD});
-      la.v = Tensor::zeros({N_, GD});
-      la.d_q = Tensor::zeros({N_, HD});
-      la.d_k = Tensor::zeros({N_, GD});
-      la.d_v = Tensor::zeros({N_, GD});
+      la.q = k_.zeros({N_, HD});
+      la.k = k_.zeros({N_, GD});
+      la.v = k_.zeros({N_, GD});
+      la.d_q = k_.zeros({N_, HD});
+      la.d_k = k_.zeros({N_, GD});
+      la.d_v = k_.zeros({N_, GD});
       if (cfg_.qk_layernorm) {
-        la.q_raw = Tensor::zeros({N_, HD});
-        la.k_raw = Tensor::zeros({N_, GD});
-        la.q_rstd = Tensor::zeros({N_ * H_l_});
-        la.k_rstd = Tensor::zeros({N_ * G_l_});
+        la.q_raw = k_.zeros({N_, HD});
+        la.k_raw = k_.zeros({N_, GD});
+        la.q_rstd = k_.zeros({N_ * H_l_});
+        la.k_rstd = k_.zeros({N_ * G_l_});
       }
       if (layers_[i].moe < 0) {  // a dense MLP's SwiGLU
-        la.gate = Tensor::zeros({N_, F_l_});
-        la.up = Tensor::zeros({N_, F_l_});
-        la.act = Tensor::zeros({N_, F_l_});
-        la.d_gate = Tensor::zeros({N_, F_l_});
-        la.d_up = Tensor::zeros({N_, F_l_});
+        la.gate = k_.zeros({N_, F_l_});
+        la.up = k_.zeros({N_, F_l_});
+        la.act = k_.zeros({N_, F_l_});
+        la.d_gate = k_.zeros({N_, F_l_});
+        la.d_up = k_.zeros({N_, F_l_});
       }
     }
   }
-  if (spec_.has_embedding) a.vocab_ids.resize(N_);
+  if (spec_.has_embedding) a.vocab_ids = k_.zeros({N_}, DType::I32);
   if (spec_.has_head) {
-    a.lnf = Tensor::zeros({N_, C_});
-    a.lnf_rstd = Tensor::zeros({N_l_});
-    if (cfg_.arch == Arch::GPT2) a.lnf_mean = Tensor::zeros({N_l_});
-    a.d_lnf = Tensor::zeros({N_l_, C_});
+    a.lnf = k_.zeros({N_, C_});
+    a.lnf_rstd = k_.zeros({N_l_});
+    if (cfg_.arch == Arch::GPT2) a.lnf_mean = k_.zeros({N_l_});
+    a.d_lnf = k_.zeros({N_l_, C_});
   }
   return a;
 }
@@ -263,7 +271,7 @@ double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, 
   if (spec_.has_embedding) {
     embedding_forward(acts, tokens);
   } else {
-    std::memcpy(acts.resid[0].data(), input, sizeof(float) * N_l_ * C_);
+    k_.copy(acts.resid[0].data(), input, N_l_ * C_);
   }
   for (int i = 0; i < spec_.num_layers; ++i) layer_forward(i, acts);
   acts.loss_sum = spec_.has_head ? head_forward(acts, targets, grad_scale) : 0.0;
@@ -282,12 +290,12 @@ void TransformerChunk::backward_input(ChunkActivations& acts, const float* d_out
   // its input; it ends as d(input), in the caller's buffer when there is one.
   float* dres = d_input != nullptr ? d_input : d_resid_.data();
   if (spec_.has_head) {
-    std::memset(dres, 0, sizeof(float) * N_l_ * C_);
+    k_.zero(dres, N_l_ * C_);
     head_backward(acts, dres);
     // A tied head's weight is the embedding's: final only after the embedding's backward.
     report(grad_ready, {lnf_w_, lnf_b_, lm_head_ != wte_ ? lm_head_ : -1});
   } else {
-    std::memcpy(dres, d_output, sizeof(float) * N_l_ * C_);
+    k_.copy(dres, d_output, N_l_ * C_);
   }
   for (int i = spec_.num_layers - 1; i >= 0; --i) {
     layer_backward_input(i, acts, dres);
@@ -318,57 +326,53 @@ void TransformerChunk::backward_weight(ChunkActivations& acts,
 // (zeros for the rest), the partial rows are summed over TP (reduce-scattered under sequence
 // parallel), then the replicated position embedding is added to this rank's rows.
 void TransformerChunk::embedding_forward(ChunkActivations& acts, const int32_t* tokens) {
-  for (int64_t n = 0; n < N_; ++n) {
-    TESSEL_CHECK(tokens[n] >= 0 && tokens[n] < cfg_.vocab_size,
-                 "token id {} is outside the vocabulary (size {})", tokens[n], cfg_.vocab_size);
-    const int64_t local = tokens[n] - vocab_start_;
-    acts.vocab_ids[n] = local >= 0 && local < V_valid_ ? static_cast<int32_t>(local) : -1;
-  }
+  check_ids(k_, tokens, N_, cfg_.vocab_size, "token");
+  k_.embedding_shard_ids(acts.vocab_ids.ints(), tokens, N_, vocab_start_, V_valid_);
   float* x = acts.resid[0].data();  // (N_l, C)
-  cpu::embedding_forward(d_ln_full_.data(), acts.vocab_ids.data(), nullptr, val(wte_), nullptr, N_,
+  k_.embedding_forward(d_ln_full_.data(), acts.vocab_ids.ints(), nullptr, val(wte_), nullptr, N_,
                          C_);
   tp_.reduce_rows(d_ln_full_.data(), x, N_, C_);
   if (wpe_ >= 0) {
-    const int32_t* pos = positions_.data() + tp_.first_row(N_);
-    cpu::embedding_forward(norm_local_.data(), pos, nullptr, val(wpe_), nullptr, N_l_, C_);
-    cpu::residual_forward(x, x, norm_local_.data(), N_l_ * C_);
+    const int32_t* pos = positions_.ints() + tp_.first_row(N_);
+    k_.embedding_forward(norm_local_.data(), pos, nullptr, val(wpe_), nullptr, N_l_, C_);
+    k_.residual_forward(x, x, norm_local_.data(), N_l_ * C_);
   }
 }
 
 void TransformerChunk::embedding_backward(ChunkActivations& acts, float* dres) {
   if (wpe_ >= 0) {
-    const int32_t* pos = positions_.data() + tp_.first_row(N_);
-    cpu::embedding_backward(grd(wpe_), nullptr, dres, pos, nullptr, N_l_, C_);
+    const int32_t* pos = positions_.ints() + tp_.first_row(N_);
+    k_.embedding_backward(grd(wpe_), nullptr, dres, pos, nullptr, N_l_, C_);
   }
   float* full = tp_.sequence_parallel ? rows_full_.data() : dres;
   tp_.gather_rows(dres, full, N_, C_);
-  cpu::embedding_backward(grd(wte_), nullptr, full, acts.vocab_ids.data(), nullptr, N_, C_);
+  k_.embedding_backward(grd(wte_), nullptr, full, acts.vocab_ids.ints(), nullptr, N_, C_);
 }
 
 // LayerNorm (gpt2, with bias b) or RMSNorm (llama; mean unused) over this rank's rows.
 void TransformerChunk::norm_forward(float* out, float* mean, float* rstd, const float* x, int w,
                                     int b) {
   if (cfg_.arch == Arch::GPT2) {
-    cpu::layernorm_forward(out, mean, rstd, x, val(w), val(b), N_l_, C_, cfg_.norm_epsilon);
+    k_.layernorm_forward(out, mean, rstd, x, val(w), val(b), N_l_, C_, cfg_.norm_epsilon);
   } else {
-    cpu::rmsnorm_forward(out, rstd, x, val(w), N_l_, C_, cfg_.norm_epsilon);
+    k_.rmsnorm_forward(out, rstd, x, val(w), N_l_, C_, cfg_.norm_epsilon);
   }
 }
 
 void TransformerChunk::norm_backward(float* dx, const float* dout, const float* x,
                                      const float* mean, const float* rstd, int w, int b) {
   if (cfg_.arch == Arch::GPT2) {
-    cpu::layernorm_backward(dx, grd(w), grd(b), dout, x, val(w), mean, rstd, N_l_, C_);
+    k_.layernorm_backward(dx, grd(w), grd(b), dout, x, val(w), mean, rstd, N_l_, C_);
   } else {
-    cpu::rmsnorm_backward(dx, grd(w), dout, x, val(w), rstd, N_l_, C_);
+    k_.rmsnorm_backward(dx, grd(w), dout, x, val(w), rstd, N_l_, C_);
   }
 }
 
 void TransformerChunk::row_parallel_exit(float* out, const float* x, int bias) {
   float* proj = proj_local_.data();
   tp_.reduce_rows(proj_full_.data(), proj, N_, C_);
-  if (bias >= 0) cpu::bias_forward(proj, val(bias), N_l_, C_);
-  cpu::residual_forward(out, x, proj, N_l_ * C_);
+  if (bias >= 0) k_.bias_forward(proj, val(bias), N_l_, C_);
+  k_.residual_forward(out, x, proj, N_l_ * C_);
 }
 
 void TransformerChunk::row_parallel_exit_backward(float* d_out, const float* dres) {
@@ -387,32 +391,32 @@ void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
   norm_forward(ln1, a.ln1_mean.data(), a.ln1_rstd.data(), x, p.ln1_w, p.ln1_b);
   tp_.gather_rows(ln1, a.ln1.data(), N_, C_);
   if (cfg_.arch == Arch::GPT2) {
-    cpu::linear_forward(a.qkv.data(), a.ln1.data(), val(p.qkv_w), val(p.qkv_b), N_, C_, 3 * HD,
+    k_.linear_forward(a.qkv.data(), a.ln1.data(), val(p.qkv_w), val(p.qkv_b), N_, C_, 3 * HD,
                         WeightLayout::InOut);
     const float* qkv = a.qkv.data();  // (N, 3·H_l·D): q | k | v of this rank's heads
     cp_.attention_forward(a.attn.data(), a.lse.data(), qkv, qkv + HD, qkv + 2 * HD, B_, T_, H_l_,
                           H_l_, D_, 3 * HD, 3 * HD, 3 * HD);
-    cpu::linear_forward(proj_full_.data(), a.attn.data(), val(p.proj_w), nullptr, N_, HD, C_,
+    k_.linear_forward(proj_full_.data(), a.attn.data(), val(p.proj_w), nullptr, N_, HD, C_,
                         WeightLayout::InOut);
   } else {
     // With --qk-layernorm the projections go to q_raw, k_raw and their per-head norms to q, k.
     const bool qk_norm = p.q_norm >= 0;
     float* q = qk_norm ? a.q_raw.data() : a.q.data();
     float* k = qk_norm ? a.k_raw.data() : a.k.data();
-    cpu::linear_forward(q, a.ln1.data(), val(p.q_w), val(p.q_b), N_, C_, HD, WeightLayout::OutIn);
-    cpu::linear_forward(k, a.ln1.data(), val(p.k_w), val(p.k_b), N_, C_, GD, WeightLayout::OutIn);
-    cpu::linear_forward(a.v.data(), a.ln1.data(), val(p.v_w), val(p.v_b), N_, C_, GD, WeightLayout::OutIn);
+    k_.linear_forward(q, a.ln1.data(), val(p.q_w), val(p.q_b), N_, C_, HD, WeightLayout::OutIn);
+    k_.linear_forward(k, a.ln1.data(), val(p.k_w), val(p.k_b), N_, C_, GD, WeightLayout::OutIn);
+    k_.linear_forward(a.v.data(), a.ln1.data(), val(p.v_w), val(p.v_b), N_, C_, GD, WeightLayout::OutIn);
     if (qk_norm) {  // as Qwen3: RMSNorm over each head's D values, rows = N·heads
-      cpu::rmsnorm_forward(a.q.data(), a.q_rstd.data(), q, val(p.q_norm), N_ * H_l_, D_,
+      k_.rmsnorm_forward(a.q.data(), a.q_rstd.data(), q, val(p.q_norm), N_ * H_l_, D_,
                            cfg_.norm_epsilon);
-      cpu::rmsnorm_forward(a.k.data(), a.k_rstd.data(), k, val(p.k_norm), N_ * G_l_, D_,
+      k_.rmsnorm_forward(a.k.data(), a.k_rstd.data(), k, val(p.k_norm), N_ * G_l_, D_,
                            cfg_.norm_epsilon);
     }
-    cpu::rope_forward(a.q.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
-    cpu::rope_forward(a.k.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
+    k_.rope_forward(a.q.data(), positions_.ints(), rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
+    k_.rope_forward(a.k.data(), positions_.ints(), rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
     cp_.attention_forward(a.attn.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), B_, T_,
                           H_l_, G_l_, D_, HD, GD, GD);
-    cpu::linear_forward(proj_full_.data(), a.attn.data(), val(p.proj_w), nullptr, N_, HD, C_,
+    k_.linear_forward(proj_full_.data(), a.attn.data(), val(p.proj_w), nullptr, N_, HD, C_,
                         WeightLayout::OutIn);
   }
   row_parallel_exit(a.mid.data(), x, p.proj_b);
@@ -422,7 +426,7 @@ void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
   if (p.moe >= 0) {
     norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), p.ln2_w, p.ln2_b);
     moe_[p.moe]->forward(a.moe, proj_local_.data(), a.ln2.data(), N_l_, grad_scale_);
-    cpu::residual_forward(out, a.mid.data(), proj_local_.data(), N_l_ * C_);
+    k_.residual_forward(out, a.mid.data(), proj_local_.data(), N_l_ * C_);
     const RouterStats& st = a.moe.stats;
     RouterTotals& t = router_totals_;
     t.tokens_per_expert.resize(st.tokens_per_expert.size(), 0.0);
@@ -437,16 +441,16 @@ void TransformerChunk::layer_forward(int i, ChunkActivations& acts) {
   norm_forward(ln2, a.ln2_mean.data(), a.ln2_rstd.data(), a.mid.data(), p.ln2_w, p.ln2_b);
   tp_.gather_rows(ln2, a.ln2.data(), N_, C_);
   if (cfg_.arch == Arch::GPT2) {
-    cpu::linear_forward(a.fc.data(), a.ln2.data(), val(p.fc_w), val(p.fc_b), N_, C_, F_l_,
+    k_.linear_forward(a.fc.data(), a.ln2.data(), val(p.fc_w), val(p.fc_b), N_, C_, F_l_,
                         WeightLayout::InOut);
-    cpu::gelu_forward(a.fc_act.data(), a.fc.data(), N_ * F_l_);
-    cpu::linear_forward(proj_full_.data(), a.fc_act.data(), val(p.down_w), nullptr, N_, F_l_, C_,
+    k_.gelu_forward(a.fc_act.data(), a.fc.data(), N_ * F_l_);
+    k_.linear_forward(proj_full_.data(), a.fc_act.data(), val(p.down_w), nullptr, N_, F_l_, C_,
                         WeightLayout::InOut);
   } else {
-    cpu::linear_forward(a.gate.data(), a.ln2.data(), val(p.gate_w), nullptr, N_, C_, F_l_, WeightLayout::OutIn);
-    cpu::linear_forward(a.up.data(), a.ln2.data(), val(p.fc_w), nullptr, N_, C_, F_l_, WeightLayout::OutIn);
-    cpu::swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), N_ * F_l_);
-    cpu::linear_forward(proj_full_.data(), a.act.data(), val(p.down_w), nullptr, N_, F_l_, C_,
+    k_.linear_forward(a.gate.data(), a.ln2.data(), val(p.gate_w), nullptr, N_, C_, F_l_, WeightLayout::OutIn);
+    k_.linear_forward(a.up.data(), a.ln2.data(), val(p.fc_w), nullptr, N_, C_, F_l_, WeightLayout::OutIn);
+    k_.swiglu_forward(a.act.data(), a.gate.data(), a.up.data(), N_ * F_l_);
+    k_.linear_forward(proj_full_.data(), a.act.data(), val(p.down_w), nullptr, N_, F_l_, C_,
                         WeightLayout::OutIn);
   }
   row_parallel_exit(out, a.mid.data(), p.down_b);
@@ -470,22 +474,22 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
     zero(d_ln_local_);
     moe_[p.moe]->backward_input(a.moe, d_ln_local_.data(), dres, a.ln2.data());
   } else if (cfg_.arch == Arch::GPT2) {
-    cpu::linear_backward(d_act_.data(), nullptr, nullptr, a.d_mlp_out.data(), a.fc_act.data(),
+    k_.linear_backward(d_act_.data(), nullptr, nullptr, a.d_mlp_out.data(), a.fc_act.data(),
                          val(p.down_w), N_, F_l_, C_, layout);
     zero(a.d_fc);
-    cpu::gelu_backward(a.d_fc.data(), d_act_.data(), a.fc.data(), N_ * F_l_);
-    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_fc.data(), a.ln2.data(),
+    k_.gelu_backward(a.d_fc.data(), d_act_.data(), a.fc.data(), N_ * F_l_);
+    k_.linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_fc.data(), a.ln2.data(),
                          val(p.fc_w), N_, C_, F_l_, layout);
   } else {
-    cpu::linear_backward(d_act_.data(), nullptr, nullptr, a.d_mlp_out.data(), a.act.data(),
+    k_.linear_backward(d_act_.data(), nullptr, nullptr, a.d_mlp_out.data(), a.act.data(),
                          val(p.down_w), N_, F_l_, C_, layout);
     zero(a.d_gate);
     zero(a.d_up);
-    cpu::swiglu_backward(a.d_gate.data(), a.d_up.data(), d_act_.data(), a.gate.data(), a.up.data(),
+    k_.swiglu_backward(a.d_gate.data(), a.d_up.data(), d_act_.data(), a.gate.data(), a.up.data(),
                          N_ * F_l_);
-    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_gate.data(), a.ln2.data(),
+    k_.linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_gate.data(), a.ln2.data(),
                          val(p.gate_w), N_, C_, F_l_, layout);
-    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_up.data(), a.ln2.data(),
+    k_.linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_up.data(), a.ln2.data(),
                          val(p.fc_w), N_, C_, F_l_, layout);
   }
   if (p.moe < 0) tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
@@ -497,7 +501,7 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
   row_parallel_exit_backward(a.d_attn_out.data(), dres);
   zero(d_attn_);
   zero(d_ln_full_);
-  cpu::linear_backward(d_attn_.data(), nullptr, nullptr, a.d_attn_out.data(), a.attn.data(),
+  k_.linear_backward(d_attn_.data(), nullptr, nullptr, a.d_attn_out.data(), a.attn.data(),
                        val(p.proj_w), N_, HD, C_, layout);
   if (cfg_.arch == Arch::GPT2) {
     zero(a.d_qkv);
@@ -506,7 +510,7 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
     cp_.attention_backward(dqkv, dqkv + HD, dqkv + 2 * HD, d_attn_.data(), qkv, qkv + HD,
                            qkv + 2 * HD, a.attn.data(), a.lse.data(), B_, T_, H_l_, H_l_, D_,
                            3 * HD, 3 * HD, 3 * HD);
-    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, dqkv, a.ln1.data(), val(p.qkv_w), N_,
+    k_.linear_backward(d_ln_full_.data(), nullptr, nullptr, dqkv, a.ln1.data(), val(p.qkv_w), N_,
                          C_, 3 * HD, layout);
   } else {
     zero(a.d_q);
@@ -515,16 +519,16 @@ void TransformerChunk::layer_backward_input(int i, ChunkActivations& acts, float
     cp_.attention_backward(a.d_q.data(), a.d_k.data(), a.d_v.data(), d_attn_.data(), a.q.data(),
                            a.k.data(), a.v.data(), a.attn.data(), a.lse.data(), B_, T_, H_l_, G_l_,
                            D_, HD, GD, GD);
-    cpu::rope_backward(a.d_q.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_,
+    k_.rope_backward(a.d_q.data(), positions_.ints(), rope_cos_.data(), rope_sin_.data(), N_,
                        H_l_, D_, HD);
-    cpu::rope_backward(a.d_k.data(), positions_.data(), rope_cos_.data(), rope_sin_.data(), N_,
+    k_.rope_backward(a.d_k.data(), positions_.ints(), rope_cos_.data(), rope_sin_.data(), N_,
                        G_l_, D_, GD);
     if (p.q_norm >= 0) qk_norm_backward(a, p);
-    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_q.data(), a.ln1.data(),
+    k_.linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_q.data(), a.ln1.data(),
                          val(p.q_w), N_, C_, HD, layout);
-    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_k.data(), a.ln1.data(),
+    k_.linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_k.data(), a.ln1.data(),
                          val(p.k_w), N_, C_, GD, layout);
-    cpu::linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_v.data(), a.ln1.data(),
+    k_.linear_backward(d_ln_full_.data(), nullptr, nullptr, a.d_v.data(), a.ln1.data(),
                          val(p.v_w), N_, C_, GD, layout);
   }
   tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
@@ -537,13 +541,13 @@ void TransformerChunk::qk_norm_backward(LayerActivations& a, const LayerParams& 
   // d_attn_ (N, H_l·D) is free after attention's backward: it holds d(normalised) while d_q and
   // d_k are rewritten as d(raw).
   float* d_normed = d_attn_.data();
-  std::memcpy(d_normed, a.d_q.data(), sizeof(float) * N_ * H_l_ * D_);
+  k_.copy(d_normed, a.d_q.data(), N_ * H_l_ * D_);
   zero(a.d_q);
-  cpu::rmsnorm_backward(a.d_q.data(), grd(p.q_norm), d_normed, a.q_raw.data(), val(p.q_norm),
+  k_.rmsnorm_backward(a.d_q.data(), grd(p.q_norm), d_normed, a.q_raw.data(), val(p.q_norm),
                         a.q_rstd.data(), N_ * H_l_, D_);
-  std::memcpy(d_normed, a.d_k.data(), sizeof(float) * N_ * G_l_ * D_);
+  k_.copy(d_normed, a.d_k.data(), N_ * G_l_ * D_);
   zero(a.d_k);
-  cpu::rmsnorm_backward(a.d_k.data(), grd(p.k_norm), d_normed, a.k_raw.data(), val(p.k_norm),
+  k_.rmsnorm_backward(a.d_k.data(), grd(p.k_norm), d_normed, a.k_raw.data(), val(p.k_norm),
                         a.k_rstd.data(), N_ * G_l_, D_);
 }
 
@@ -559,36 +563,36 @@ void TransformerChunk::layer_backward_weight(int i, ChunkActivations& acts,
   const WeightLayout layout = cfg_.arch == Arch::GPT2 ? WeightLayout::InOut : WeightLayout::OutIn;
 
   // MLP
-  if (p.down_b >= 0) cpu::bias_backward(grd(p.down_b), a.d_mlp_out.data() + own_rows, N_l_, C_);
+  if (p.down_b >= 0) k_.bias_backward(grd(p.down_b), a.d_mlp_out.data() + own_rows, N_l_, C_);
   if (p.moe >= 0) {
     moe_[p.moe]->backward_weight(const_cast<MoeLayer::Saved&>(a.moe), a.ln2.data(), grad_ready);
   } else if (cfg_.arch == Arch::GPT2) {
-    cpu::linear_backward(nullptr, grd(p.down_w), nullptr, a.d_mlp_out.data(), a.fc_act.data(),
+    k_.linear_backward(nullptr, grd(p.down_w), nullptr, a.d_mlp_out.data(), a.fc_act.data(),
                          val(p.down_w), N_, F_l_, C_, layout);
-    cpu::linear_backward(nullptr, grd(p.fc_w), grd(p.fc_b), a.d_fc.data(), a.ln2.data(),
+    k_.linear_backward(nullptr, grd(p.fc_w), grd(p.fc_b), a.d_fc.data(), a.ln2.data(),
                          val(p.fc_w), N_, C_, F_l_, layout);
   } else {
-    cpu::linear_backward(nullptr, grd(p.down_w), nullptr, a.d_mlp_out.data(), a.act.data(),
+    k_.linear_backward(nullptr, grd(p.down_w), nullptr, a.d_mlp_out.data(), a.act.data(),
                          val(p.down_w), N_, F_l_, C_, layout);
-    cpu::linear_backward(nullptr, grd(p.gate_w), nullptr, a.d_gate.data(), a.ln2.data(),
+    k_.linear_backward(nullptr, grd(p.gate_w), nullptr, a.d_gate.data(), a.ln2.data(),
                          val(p.gate_w), N_, C_, F_l_, layout);
-    cpu::linear_backward(nullptr, grd(p.fc_w), nullptr, a.d_up.data(), a.ln2.data(), val(p.fc_w),
+    k_.linear_backward(nullptr, grd(p.fc_w), nullptr, a.d_up.data(), a.ln2.data(), val(p.fc_w),
                          N_, C_, F_l_, layout);
   }
 
   // Attention
-  if (p.proj_b >= 0) cpu::bias_backward(grd(p.proj_b), a.d_attn_out.data() + own_rows, N_l_, C_);
-  cpu::linear_backward(nullptr, grd(p.proj_w), nullptr, a.d_attn_out.data(), a.attn.data(),
+  if (p.proj_b >= 0) k_.bias_backward(grd(p.proj_b), a.d_attn_out.data() + own_rows, N_l_, C_);
+  k_.linear_backward(nullptr, grd(p.proj_w), nullptr, a.d_attn_out.data(), a.attn.data(),
                        val(p.proj_w), N_, HD, C_, layout);
   if (cfg_.arch == Arch::GPT2) {
-    cpu::linear_backward(nullptr, grd(p.qkv_w), grd(p.qkv_b), a.d_qkv.data(), a.ln1.data(),
+    k_.linear_backward(nullptr, grd(p.qkv_w), grd(p.qkv_b), a.d_qkv.data(), a.ln1.data(),
                          val(p.qkv_w), N_, C_, 3 * HD, layout);
   } else {
-    cpu::linear_backward(nullptr, grd(p.q_w), grd(p.q_b), a.d_q.data(), a.ln1.data(), val(p.q_w),
+    k_.linear_backward(nullptr, grd(p.q_w), grd(p.q_b), a.d_q.data(), a.ln1.data(), val(p.q_w),
                          N_, C_, HD, layout);
-    cpu::linear_backward(nullptr, grd(p.k_w), grd(p.k_b), a.d_k.data(), a.ln1.data(), val(p.k_w),
+    k_.linear_backward(nullptr, grd(p.k_w), grd(p.k_b), a.d_k.data(), a.ln1.data(), val(p.k_w),
                          N_, C_, GD, layout);
-    cpu::linear_backward(nullptr, grd(p.v_w), grd(p.v_b), a.d_v.data(), a.ln1.data(), val(p.v_w),
+    k_.linear_backward(nullptr, grd(p.v_w), grd(p.v_b), a.d_v.data(), a.ln1.data(), val(p.v_w),
                          N_, C_, GD, layout);
   }
 }
@@ -606,39 +610,32 @@ double TransformerChunk::head_forward(ChunkActivations& acts, const int32_t* tar
                lnf_b_);
   tp_.gather_rows(lnf, acts.lnf.data(), N_, C_);
   // logits (N, V_l) = lnf (N, C) · Wᵀ with W (V_l, C): the tied embedding or lm_head.weight.
-  cpu::linear_forward(logits_.data(), acts.lnf.data(), val(lm_head_), nullptr, N_, C_, V_l_,
+  k_.linear_forward(logits_.data(), acts.lnf.data(), val(lm_head_), nullptr, N_, C_, V_l_,
                       WeightLayout::OutIn);
   if (targets == nullptr) return 0.0;
-  for (int64_t n = 0; n < N_; ++n) {
-    TESSEL_CHECK(targets[n] >= 0 && targets[n] < cfg_.vocab_size,
-                 "target id {} is outside the vocabulary (size {})", targets[n], cfg_.vocab_size);
-  }
+  check_ids(k_, targets, N_, cfg_.vocab_size, "target");
   float* row_max = loss_stats_.data();    // (N)
   float* sum_exp = row_max + N_;          // (N) followed by
   float* target_logit = sum_exp + N_;     // (N): reduced together
   float* lse = target_logit + N_;         // (N)
   float* global_max = row_max_global_.data();
-  cpu::cross_entropy_partial_forward(row_max, sum_exp, target_logit, logits_.data(), targets,
+  k_.cross_entropy_partial_forward(row_max, sum_exp, target_logit, logits_.data(), targets,
                                      vocab_start_, N_, V_l_, V_valid_);
-  std::memcpy(global_max, row_max, sizeof(float) * N_);
+  k_.copy(global_max, row_max, N_);
   if (tp_.size() > 1) {
     tp_.comm->all_reduce(global_max, N_, ReduceOp::Max);
-    for (int64_t n = 0; n < N_; ++n) sum_exp[n] *= std::exp(row_max[n] - global_max[n]);
+    k_.cross_entropy_rescale(sum_exp, row_max, global_max, N_);
     tp_.comm->all_reduce(sum_exp, 2 * N_, ReduceOp::Sum);
   }
-  double loss_sum = 0;
-  for (int64_t n = 0; n < N_; ++n) {
-    lse[n] = global_max[n] + std::log(sum_exp[n]);
-    loss_sum += lse[n] - target_logit[n];
-  }
+  const double loss_sum = k_.cross_entropy_finish(lse, global_max, sum_exp, target_logit, N_);
   if (grad_scale > 0) {
-    cpu::cross_entropy_backward(logits_.data(), logits_.data(), lse, targets, vocab_start_,
+    k_.cross_entropy_backward(logits_.data(), logits_.data(), lse, targets, vocab_start_,
                                 grad_scale, N_, V_l_, V_valid_);
     zero(d_ln_full_);
-    cpu::linear_backward(d_ln_full_.data(), grd(lm_head_), nullptr, logits_.data(),
+    k_.linear_backward(d_ln_full_.data(), grd(lm_head_), nullptr, logits_.data(),
                          acts.lnf.data(), val(lm_head_), N_, C_, V_l_, WeightLayout::OutIn);
     tp_.reduce_rows(d_ln_full_.data(), d_ln_local_.data(), N_, C_);
-    std::memcpy(acts.d_lnf.data(), d_ln_local_.data(), sizeof(float) * N_l_ * C_);
+    k_.copy(acts.d_lnf.data(), d_ln_local_.data(), N_l_ * C_);
   }
   return loss_sum;
 }

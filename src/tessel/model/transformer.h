@@ -67,7 +67,7 @@ struct LayerActivations {
 struct ChunkActivations {
   std::vector<Tensor> resid;             // num_layers + 1 tensors (N_l, C): each layer's input, then the output
   std::vector<LayerActivations> layers;
-  std::vector<int32_t> vocab_ids;        // (N) first chunk: token ids in this rank's vocabulary shard, or -1
+  Tensor vocab_ids;                      // (N) i32, first chunk: token ids in this rank's vocabulary shard, or -1
   Tensor lnf_mean, lnf_rstd;             // (N_l), (N_l) final norm
   Tensor lnf;                            // (N, C) final norm output, gathered
   Tensor d_lnf;                          // (N_l, C) gradient of the final norm's output
@@ -85,8 +85,9 @@ class TransformerChunk {
   // MoE layers (cfg.moe) talk over `moe_groups` (moe.h: EP, ETP, the token group; null groups
   // are one process; its tp is replaced by this chunk's). With TP they need sequence parallel
   // and take this rank's rows.
-  TransformerChunk(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch, TensorParallel tp,
-                   ParamRegistry& registry, ContextParallel cp = no_context_parallel(),
+  // The chunk computes with `k` (kernels/kernels.h); its activations live in k's memory.
+  TransformerChunk(const Kernels& k, const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
+                   TensorParallel tp, ParamRegistry& registry, ContextParallel cp,
                    MoeGroups moe_groups = {});
   // Points the chunk at parameter memory, after registry.finalize().
   void bind(ParamRegistry& registry) {
@@ -182,6 +183,7 @@ class TransformerChunk {
   float* val(int param) const { return param < 0 ? nullptr : registry_->params()[param].value; }
   float* grd(int param) const { return param < 0 ? nullptr : registry_->params()[param].grad; }
 
+  const Kernels& k_;
   ModelConfig cfg_;
   ChunkSpec spec_;
   TensorParallel tp_;
@@ -193,7 +195,7 @@ class TransformerChunk {
   float grad_scale_ = 0;  // of the forward in progress (MoE layers scale their auxiliary losses)
   RouterTotals router_totals_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, lm_head_ = -1;
-  std::vector<int32_t> positions_;  // (N) global position of each row b·T_l + t
+  Tensor positions_;                // (N) i32: global position of each row b·T_l + t
   Tensor rope_cos_, rope_sin_;      // (max positions, D/2)
   // Scratch shared by all microbatches: used only inside one forward or backward call.
   Tensor proj_full_, proj_local_;   // (N, C), (N_l, C) row-parallel outputs before / after reduction

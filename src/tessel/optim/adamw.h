@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tessel/core/params.h"
+#include "tessel/kernels/kernels.h"
 
 namespace tessel {
 
@@ -33,7 +34,9 @@ class AdamW {
   // `params` must be finalized and outlive the optimizer. Throws tessel::Error on a bad config.
   // `owned`: the parts of the flat buffers this rank updates (the distributed optimizer's shard,
   // ascending, disjoint); empty means all of it. m and v are kept for those parts only.
-  AdamW(ParamRegistry& params, const OptimizerConfig& config, std::vector<FlatRange> owned = {});
+  // The state lives in the kernels' memory.
+  AdamW(const Kernels& kernels, ParamRegistry& params, const OptimizerConfig& config,
+        std::vector<FlatRange> owned = {});
 
   // Σ g² over the owned gradients, accumulated in double in a fixed order: the same bits
   // whatever the number of threads. Only parameters `counted` accepts (all when empty) count:
@@ -49,10 +52,12 @@ class AdamW {
   // first, so the first call uses step 1 in the bias corrections.
   void step(float lr);
 
-  // State, for checkpoints: m and v hold numel() floats each, the owned ranges in order.
+  // State, for checkpoints: m and v hold numel() floats each, the owned ranges in order, in
+  // memory() (read and written through its to_host and from_host).
   const OptimizerConfig& config() const { return config_; }
   const std::vector<FlatRange>& owned() const { return owned_; }
   int64_t numel() const { return state_numel_; }
+  const DeviceMemory& memory() const { return k_.memory; }
   float* exp_avg() { return m_.get(); }
   float* exp_avg_sq() { return v_.get(); }
   const float* exp_avg() const { return m_.get(); }
@@ -66,6 +71,7 @@ class AdamW {
   template <typename F>
   void for_each_owned_piece(F&& f) const;
 
+  const Kernels& k_;
   ParamRegistry& params_;
   OptimizerConfig config_;
   std::vector<FlatRange> owned_;

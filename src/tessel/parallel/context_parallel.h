@@ -16,19 +16,27 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tessel/comm/comm.h"
+#include "tessel/kernels/kernels.h"
 
 namespace tessel {
 
 enum class CpCommType : uint8_t { P2P, AllGather };
 CpCommType parse_cp_comm_type(const std::string& name);  // "p2p" | "all-gather"
 
+struct CpWorkspace;
+
 struct ContextParallel {
-  Comm* comm = nullptr;  // the CP group (a group of one without CP)
-  CpCommType comm_type = CpCommType::P2P;
+  // `comm` (the CP group, a group of one without CP) must outlive every copy.
+  ContextParallel(Comm* comm, CpCommType comm_type, const Kernels& kernels);
+
+  Comm* comm;
+  CpCommType comm_type;
+  const Kernels* kernels;
 
   int rank() const { return comm->rank(); }
   int size() const { return comm->size(); }
@@ -48,12 +56,16 @@ struct ContextParallel {
                           const float* k, const float* v, const float* out, const float* lse,
                           int64_t B, int64_t T_l, int64_t H, int64_t G, int64_t D, int64_t q_ld,
                           int64_t k_ld, int64_t v_ld) const;
+
+  // The buffers of one call, grown on first use and kept (no allocation in later steps); shared
+  // by the copies of this object, which run one call at a time.
+  std::shared_ptr<CpWorkspace> workspace;
 };
 
 // The global positions CP rank `rank` of `cp` holds of a sequence of length T (its two chunks).
 std::vector<int32_t> context_parallel_positions(int64_t T, int cp, int rank);
 
 // One process, no context parallelism.
-ContextParallel no_context_parallel();
+ContextParallel no_context_parallel(const Kernels& kernels);
 
 }  // namespace tessel

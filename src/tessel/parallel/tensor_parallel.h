@@ -15,16 +15,15 @@
 
 #include <cstdint>
 
-#include <vector>
-
 #include "tessel/comm/comm.h"
-#include "tessel/core/params.h"
+#include "tessel/kernels/kernels.h"
 
 namespace tessel {
 
 struct TensorParallel {
   Comm* comm = nullptr;  // the TP group
   bool sequence_parallel = false;
+  const Kernels* kernels = nullptr;  // the backend whose memory the rows live in
 
   int rank() const { return comm->rank(); }
   int size() const { return comm->size(); }
@@ -40,11 +39,7 @@ struct TensorParallel {
   void reduce_rows(float* full, float* local, int64_t N, int64_t C) const;
 };
 
-// A parameter's whole global tensor from the shards of the group it is split over (its own
-// values when it is not split). Collective over `group` for a split parameter.
-std::vector<float> gather_global(const Param& param, Comm& group);
-
 // One process, no tensor parallelism (a group of one, over a process-wide LocalComm).
-TensorParallel no_tensor_parallel();
+TensorParallel no_tensor_parallel(const Kernels& kernels);
 
 }  // namespace tessel

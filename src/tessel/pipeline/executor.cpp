@@ -13,9 +13,11 @@ double seconds_since(Clock::time_point t) {
 }
 }  // namespace
 
-PipelineExecutor::PipelineExecutor(std::vector<TransformerChunk*> chunks, Comm& pp,
-                                   const ScheduleConfig& schedule, int64_t tokens_per_microbatch)
-    : chunks_(std::move(chunks)), pp_(pp), schedule_(schedule), tokens_(tokens_per_microbatch),
+PipelineExecutor::PipelineExecutor(const Kernels& k, std::vector<TransformerChunk*> chunks,
+                                   Comm& pp, const ScheduleConfig& schedule,
+                                   int64_t tokens_per_microbatch)
+    : k_(k),
+      chunks_(std::move(chunks)), pp_(pp), schedule_(schedule), tokens_(tokens_per_microbatch),
       num_model_chunks_(static_cast<int>(chunks_.size()) * pp.size()), slots_(chunks_.size()) {}
 
 PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
@@ -35,10 +37,12 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   const int64_t rows = c.local_rows() * c.hidden_size();
   Slot s;
   s.acts = c.make_activations();
-  s.tokens.resize(tokens_);
-  s.targets.resize(tokens_);
-  if (k > 0) s.input = Tensor::zeros({rows}), s.d_input = Tensor::zeros({rows});
-  if (k + 1 < num_model_chunks_) s.d_output = Tensor::zeros({rows});
+  s.host_tokens.resize(tokens_);
+  s.host_targets.resize(tokens_);
+  s.tokens = k_.zeros({tokens_}, DType::I32);
+  s.targets = k_.zeros({tokens_}, DType::I32);
+  if (k > 0) s.input = k_.zeros({rows}), s.d_input = k_.zeros({rows});
+  if (k + 1 < num_model_chunks_) s.d_output = k_.zeros({rows});
   s.microbatch = microbatch;
   slots.push_back(std::move(s));
   return slots.back();
@@ -89,9 +93,13 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
       case ActionKind::Forward: {
         wait(s.recv);
         const bool first = k == 0, last = k + 1 == num_model_chunks_;
-        if (first || last) fill(a.microbatch, s.tokens.data(), s.targets.data());
-        loss_sum += chunk.forward(s.acts, first ? s.tokens.data() : nullptr,
-                                  first ? nullptr : s.input.data(), last ? s.targets.data() : nullptr,
+        if (first || last) {
+          fill(a.microbatch, s.host_tokens.data(), s.host_targets.data());
+          k_.memory.from_host(s.tokens.ints(), s.host_tokens.data(), tokens_ * 4);
+          k_.memory.from_host(s.targets.ints(), s.host_targets.data(), tokens_ * 4);
+        }
+        loss_sum += chunk.forward(s.acts, first ? s.tokens.ints() : nullptr,
+                                  first ? nullptr : s.input.data(), last ? s.targets.ints() : nullptr,
                                   grad_scale);
         stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
         break;

@@ -24,13 +24,13 @@ namespace tessel {
 
 class PipelineExecutor {
  public:
-  // Writes microbatch mb's tokens and targets, (micro_batch · seq) each.
+  // Writes microbatch mb's tokens and targets, (micro_batch · seq) each, on the host.
   using FillFn = std::function<void(int mb, int32_t* tokens, int32_t* targets)>;
 
   // `chunks`: this rank's model chunks in its chunk order (chunk c is model chunk c·p + rank);
   // `schedule` is what the action lists were generated from (their tags and peers).
-  PipelineExecutor(std::vector<TransformerChunk*> chunks, Comm& pp, const ScheduleConfig& schedule,
-                   int64_t tokens_per_microbatch);
+  PipelineExecutor(const Kernels& k, std::vector<TransformerChunk*> chunks, Comm& pp,
+                   const ScheduleConfig& schedule, int64_t tokens_per_microbatch);
 
   struct Stats {
     double seconds = 0;       // the whole iteration on this rank
@@ -50,7 +50,8 @@ class PipelineExecutor {
  private:
   struct Slot {
     ChunkActivations acts;
-    std::vector<int32_t> tokens, targets;
+    std::vector<int32_t> host_tokens, host_targets;
+    Tensor tokens, targets;  // the same in the chunk's memory
     Tensor input, d_output, d_input;  // (N_l, C) each, where the chunk has a neighbour
     Request recv, send_forward, send_backward;
     int microbatch = -1;  // -1: free
@@ -64,6 +65,7 @@ class PipelineExecutor {
   // Frees the slot once its backward is complete and its input gradient (if any) has been posted.
   void release_if_done(Slot& s, int model_chunk);
 
+  const Kernels& k_;
   std::vector<TransformerChunk*> chunks_;
   Comm& pp_;
   ScheduleConfig schedule_;

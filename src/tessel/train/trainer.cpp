@@ -15,7 +15,8 @@
 #include "tessel/ckpt/hf.h"
 #include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
-#include "tessel/kernels/cpu/gemm.h"
+#include "tessel/ckpt/shards.h"
+#include "tessel/kernels/kernels.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/data_parallel.h"
 #include "tessel/pipeline/executor.h"
@@ -29,10 +30,10 @@ namespace {
 // GEMM throughput over the profiled iterations, and peak memory against what the model needs:
 // parameters, gradients and Adam's two moments (4 floats per parameter), one microbatch's saved
 // activations, and the scratch shared by all microbatches.
-void report_profile(TrainLog& log, double seconds, const ParamRegistry& params,
+void report_profile(const Kernels& k, TrainLog& log, double seconds, const ParamRegistry& params,
                     const TransformerChunk& model, const ChunkActivations& acts) {
-  cpu::gemm_stats_enable(false);
-  const cpu::GemmStats g = cpu::gemm_stats();
+  k.gemm_stats_enable(false);
+  const GemmStats g = k.gemm_stats();
   if (seconds > 0 && g.seconds > 0) {
     log.message(fmt::format("profile: gemm {:.1f} GFLOP/s over {} calls, {:.1f}% of step time "
                             "(summed over threads); whole step {:.1f} GFLOP/s in gemm flops",
@@ -112,7 +113,9 @@ void add_router_stats(IterationStats& s, std::vector<std::unique_ptr<Transformer
 
 // Names and shapes of the parameters of some model chunks, declared as the chunks declare them.
 void declare_chunks(const ModelConfig& cfg, const std::vector<ChunkSpec>& specs, ParamRegistry& reg) {
-  for (const ChunkSpec& spec : specs) TransformerChunk(cfg, spec, 1, no_tensor_parallel(), reg);
+  const Kernels& k = cpu_kernels();  // nothing is computed: only the names and shapes are read
+  for (const ChunkSpec& spec : specs)
+    TransformerChunk(k, cfg, spec, 1, no_tensor_parallel(k), reg, no_context_parallel(k));
 }
 
 // The whole model as Hugging Face tensors, written by world rank 0: TP shards are gathered over
@@ -133,7 +136,8 @@ void export_gathered(const ParamRegistry& params, const ModelConfig& cfg, const 
                      ProcessGroups& groups) {
   std::map<std::string, std::vector<float>> tensors;
   for (const Param& p : params.params())
-    tensors[p.name] = gather_global(p, p.shard.group == ShardGroup::ETP ? groups.etp() : groups.tp());
+    tensors[p.name] =
+        gather_global(params, p, p.shard.group == ShardGroup::ETP ? groups.etp() : groups.tp());
   const RankCoords& at = groups.coords();
   if (at.etp != 0 || at.edp != 0) return;
   Comm& ep = groups.ep();
@@ -206,9 +210,10 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
 
   // This rank's model chunks: its pipeline stage's layers (several chunks with VPP), each split
   // over TP; all their parameters in one registry.
+  const Kernels& k = cpu_kernels();
   ParamRegistry params;
-  const TensorParallel tp{&groups.tp(), pc.sequence_parallel};
-  const ContextParallel cp{&groups.cp(), parse_cp_comm_type(o.cp_comm_type)};
+  const TensorParallel tp{&groups.tp(), pc.sequence_parallel, &k};
+  const ContextParallel cp{&groups.cp(), parse_cp_comm_type(o.cp_comm_type), k};
   const RankCoords& at = groups.coords();
   const std::vector<ChunkSpec> all_chunks = assign_layers(cfg.num_layers, stage_options(o));
   std::vector<std::unique_ptr<TransformerChunk>> chunks;
@@ -219,11 +224,11 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   const MoeGroups moe_groups{.ep = &groups.ep(), .etp = &groups.etp(),
                              .token_group = split_rows ? &groups.tp_cp() : nullptr};
   for (const ChunkSpec& spec : rank_chunks(all_chunks, pc.pp, at.pp)) {
-    chunks.push_back(std::make_unique<TransformerChunk>(cfg, spec, o.micro_batch_size, tp, params,
-                                                        cp, moe_groups));
+    chunks.push_back(std::make_unique<TransformerChunk>(k, cfg, spec, o.micro_batch_size, tp,
+                                                        params, cp, moe_groups));
     chunk_ptrs.push_back(chunks.back().get());
   }
-  params.finalize();
+  params.finalize(k.memory);
   for (auto& c : chunks) c->bind(params);
   if (o.init_from.empty()) {
     params.init_values(o.seed);
@@ -242,15 +247,15 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   Comm& dp = groups.dp();
   Comm& dp_cp = groups.dp_cp();
   // Experts (MoE) are summed over expert-DP instead: the ranks holding the same experts.
-  DataParallel data_parallel(params, dp_cp, pc.distributed_optimizer, o.ddp_bucket_size,
+  DataParallel data_parallel(k, params, dp_cp, pc.distributed_optimizer, o.ddp_bucket_size,
                              [](const Param& p) { return !is_expert_param(p); },
                              o.overlap_grad_reduce);
-  DataParallel expert_data_parallel(params, groups.edp(), pc.distributed_optimizer,
+  DataParallel expert_data_parallel(k, params, groups.edp(), pc.distributed_optimizer,
                                     o.ddp_bucket_size, is_expert_param, o.overlap_grad_reduce);
   std::vector<FlatRange> owned = data_parallel.owned_ranges();
   for (const FlatRange& r : expert_data_parallel.owned_ranges()) owned.push_back(r);
   std::sort(owned.begin(), owned.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
-  AdamW optimizer(params, o.optimizer, owned);
+  AdamW optimizer(k, params, o.optimizer, owned);
   // Sampling and the learning rate depend on (seed, iteration) only: resuming needs no more
   // than the weights, the moments and the step count.
   // As Megatron, a --load folder without a save yet starts from scratch: the same command line
@@ -313,7 +318,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   const RankSchedule actions = lower(generate_schedule(sc), sc)[at.pp];
   const int64_t S = cfg.seq_length, mb = o.micro_batch_size;
   const int64_t S_l = S / cp.size();  // this CP rank's rows of every sequence
-  PipelineExecutor pipeline(chunk_ptrs, groups.pp(), sc, mb * S_l);
+  PipelineExecutor pipeline(k, chunk_ptrs, groups.pp(), sc, mb * S_l);
   std::vector<int32_t> whole_tokens(mb * S), whole_targets(mb * S);
   // This DP rank's share of the global batch: positions [first, first + G / DP).
   const int64_t first_sample = at.dp * (o.global_batch_size / dp.size());
@@ -330,8 +335,8 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   else if (!o.load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", o.load));
   for (int64_t it = resumed + 1; it <= o.lr.train_iters; ++it) {
     if (o.profile && it == 2) {  // the first iteration sizes buffers and warms caches: not counted
-      cpu::gemm_stats_reset();
-      cpu::gemm_stats_enable(true);
+      k.gemm_stats_reset();
+      k.gemm_stats_enable(true);
     }
     groups.reset_comm_stats();
     const auto start = std::chrono::steady_clock::now();
@@ -416,7 +421,7 @@ std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o,
   if (pc.pp > 1 && o.lr.train_iters > 0) report_pipeline(log, groups, wait_seconds, pipeline_seconds, peak_in_flight);
   if (o.profile) {
     ChunkActivations acts = chunks.front()->make_activations();
-    report_profile(log, profiled_seconds, params, *chunks.front(), acts);
+    report_profile(k, log, profiled_seconds, params, *chunks.front(), acts);
     report_communication(log, profiled_comm, profiled_iterations, profiled_seconds);
   }
   if (!o.save_hf.empty()) {

@@ -46,4 +46,19 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
   }
 }
 
+void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max,
+                           int64_t N) {
+  for (int64_t n = 0; n < N; ++n) row_sumexp[n] *= std::exp(row_max[n] - global_max[n]);
+}
+
+double cross_entropy_finish(float* lse, const float* global_max, const float* row_sumexp,
+                            const float* target_logit, int64_t N) {
+  double loss_sum = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    lse[n] = global_max[n] + std::log(row_sumexp[n]);
+    loss_sum += lse[n] - target_logit[n];
+  }
+  return loss_sum;
+}
+
 }  // namespace tessel::cpu
