@@ -19,7 +19,7 @@
 #include "tessel/core/error.h"
 #include "tessel/model/config.h"
 #include "tessel/infer/generate.h"
-#include "tessel/model/moe.h"
+#include "tessel/model/moe/moe.h"
 #include "tessel/core/params.h"
 #include "tessel/model/transformer.h"
 #include "tessel/train/trainer.h"

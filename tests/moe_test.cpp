@@ -5,7 +5,7 @@
 // reference sorts where the kernels insert, and ranks by counting where they sort, so the two
 // share no code. Multi-rank expert parallelism: tests/mpi/moe_mpi_test.cpp.
 #include "tessel/train/plan.h"
-#include "tessel/model/moe.h"
+#include "tessel/model/moe/moe.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

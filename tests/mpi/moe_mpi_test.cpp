@@ -20,7 +20,7 @@
 #include "tessel/comm/mpi.h"
 #include "world_copy.h"
 #include "tessel/core/philox.h"
-#include "tessel/model/moe.h"
+#include "tessel/model/moe/moe.h"
 
 namespace tessel {
 namespace {

@@ -17,7 +17,7 @@
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
-#include "tessel/model/moe.h"
+#include "tessel/model/moe/moe.h"
 
 namespace tessel {
 

@@ -100,6 +100,7 @@ class ParamRegistry {
 
   float* values() { return values_.get(); }
   float* grads() { return grads_.get(); }
+  bool finalized() const { return values_ != nullptr; }
   int64_t numel() const { return numel_; }
 
  private:

@@ -41,6 +41,19 @@ Tensor Tensor::view(float* data, Shape shape) {
   return t;
 }
 
+Tensor Tensor::carve(const Tensor& base, int64_t byte_offset, Shape shape, DType dtype) {
+  TESSEL_CHECK(byte_offset >= 0 && byte_offset + shape_numel(shape) * dtype_size(dtype) <= base.bytes(),
+               "carving {} bytes at {} out of a buffer of {}", shape_numel(shape) * dtype_size(dtype),
+               byte_offset, base.bytes());
+  Tensor t;
+  t.storage_ = base.storage_;
+  t.data_ = static_cast<char*>(base.data_) + byte_offset;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.memory_ = base.memory_;
+  return t;
+}
+
 float* Tensor::data() {
   TESSEL_CHECK(dtype_ == DType::F32 || data_ == nullptr, "tensor {} is {}, not f32",
                shape_str(shape_), dtype_name(dtype_));

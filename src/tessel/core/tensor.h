@@ -25,6 +25,9 @@ class Tensor {
                       const DeviceMemory& memory = host_memory());
   // A view of fp32 host memory owned elsewhere (by another tensor or a flat parameter buffer).
   static Tensor view(float* data, Shape shape);
+  // A tensor of `shape` and `dtype` inside `base`'s memory from `byte_offset` on; it keeps base's
+  // memory alive. (One allocation carved into many tensors.)
+  static Tensor carve(const Tensor& base, int64_t byte_offset, Shape shape, DType dtype);
 
   // The elements as fp32 (F32 tensors) or int32 (I32 tensors); checked.
   float* data();

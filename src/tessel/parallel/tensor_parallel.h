@@ -39,6 +39,16 @@ struct TensorParallel {
   void reduce_rows(float* full, float* local, int64_t N, int64_t C) const;
 };
 
+// Megatron's vocab_parallel_cross_entropy over N rows whose logits (N, V_l) are this TP rank's
+// columns [vocab_start, vocab_start + V_l) of the padded vocabulary, the first V_valid of them
+// real. The softmax statistics are combined over TP (the row maximum, then Σ exp and the target
+// logit), so no rank ever holds a whole row. lse (N) receives each row's log Σ exp over the
+// whole vocabulary, for cross_entropy_backward; stats (4, N) is scratch. Returns Σ_n of the rows'
+// losses lse[n] − logit[n, target[n]].
+double vocab_parallel_cross_entropy(const TensorParallel& tp, float* lse, float* stats,
+                                    const float* logits, const int32_t* targets,
+                                    int64_t vocab_start, int64_t N, int64_t V_l, int64_t V_valid);
+
 // One process, no tensor parallelism (a group of one, over a process-wide LocalComm).
 TensorParallel no_tensor_parallel(const Kernels& kernels);
 

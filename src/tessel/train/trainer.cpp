@@ -82,18 +82,11 @@ void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double
 // reset. Collective over `token_group` (null: none).
 void add_router_stats(IterationStats& s, std::vector<std::unique_ptr<TransformerChunk>>& chunks,
                       ProcessGroups& groups, Comm* token_group) {
-  std::vector<double> tokens;
-  double aux = 0;
-  int64_t forwards = 0, dropped = 0;
-  for (auto& c : chunks) {
-    TransformerChunk::RouterTotals& t = c->router_totals();
-    tokens.resize(std::max(tokens.size(), t.tokens_per_expert.size()), 0.0);
-    for (size_t e = 0; e < t.tokens_per_expert.size(); ++e) tokens[e] += t.tokens_per_expert[e];
-    aux += t.aux_loss + t.z_loss;
-    forwards += t.forwards;
-    dropped += t.dropped;
-    t = {};
-  }
+  RouterTotals totals;
+  for (auto& c : chunks) totals.add(c->take_router_totals());
+  const std::vector<double>& tokens = totals.tokens_per_expert;
+  double aux = totals.aux_loss + totals.z_loss;
+  const int64_t forwards = totals.forwards, dropped = totals.dropped;
   if (forwards == 0) return;
   if (token_group != nullptr) token_group->all_reduce(&aux, 1);
   // Each layer-forward's counts cover the rows of the EP group's ranks: per microbatch, divide
