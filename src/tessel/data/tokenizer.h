@@ -23,6 +23,7 @@ struct SpecialIds {
   int32_t pad = -1;
 };
 
+// encode and decode are const and safe to call from several threads at once on one tokenizer.
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tessel/core/error.h"
@@ -231,6 +232,33 @@ TEST(Tokenizer, EncodeRefusesInvalidUtf8AndDecodeUnknownIds) {
                   "x.model: cannot read");
   EXPECT_CONTAINS(error_of([&] { make_tokenizer({.type = "Llama2Tokenizer", .tokenizer_model = dir.write("junk.model", "junk")}); }),
                   "junk.model: cannot load the SentencePiece model");
+}
+
+TEST(HuggingFaceTokenizer, NfcNormalizer) {
+  // Qwen2's tokenizer.json normalizes to NFC: a decomposed é encodes as the composed one.
+  TokenizerDir dir;
+  nlohmann::json j = testing::tiny_tokenizer_json(true);
+  j["normalizer"] = {{"type", "NFC"}};
+  const auto t = make_tokenizer({.type = "hf", .tokenizer_model = dir.write("tokenizer.json", j.dump())});
+  EXPECT_EQ(t->encode("caf" "e\xCC\x81"), t->encode("caf\xC3\xA9"));
+  EXPECT_EQ(t->decode(t->encode("caf" "e\xCC\x81")), "caf\xC3\xA9");
+}
+
+TEST(Tokenizer, EncodeIsSafeFromSeveralThreads) {
+  // One tokenizer shared by preprocess's worker threads: each gets the single thread's ids.
+  TokenizerDir dir;
+  const auto t = make_tokenizer({.type = "hf", .tokenizer_model = dir.write("tokenizer.json", testing::tiny_tokenizer_json(true).dump())});
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += " the aa in x<|endoftext|>" + std::to_string(i) + "\n";
+  const Ids expected = t->encode(text);
+  std::vector<Ids> got(4);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k)
+    threads.emplace_back([&, k] {
+      for (int r = 0; r < 5; ++r) got[k] = t->encode(text);
+    });
+  for (std::thread& th : threads) th.join();
+  for (const Ids& ids : got) EXPECT_EQ(ids, expected);
 }
 
 TEST(Tokenizer, ByteTokenizerDefaults) {
