@@ -125,8 +125,7 @@ void TokenizerCommand::encode() const {
   check_utf8(text, input_name());
   const std::vector<int32_t> ids = t->encode(text);
   fmt::memory_buffer out;
-  out.push_back(json_ ? '[' : '\0');
-  if (!json_) out.clear();
+  if (json_) out.push_back('[');
   for (size_t i = 0; i < ids.size(); ++i) fmt::format_to(std::back_inserter(out), "{}{}", i ? (json_ ? "," : " ") : "", ids[i]);
   if (json_) out.push_back(']');
   out.push_back('\n');
