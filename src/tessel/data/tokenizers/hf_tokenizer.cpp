@@ -4,7 +4,9 @@
 // strings or ["a", "b"] pairs, ignore_merges) and a TemplateProcessing post-processor, which
 // frames every encoding as Hugging Face's encode(add_special_tokens=True) — what Megatron's
 // _HuggingFaceTokenizer.tokenize returns. bos/eos/pad come from tokenizer_config.json beside it.
-// Anything else (WordPiece, Unigram, byte_fallback, Metaspace, ...) is refused by name.
+// Anything else (WordPiece, Unigram, byte_fallback, Metaspace, ...) is refused by name. Added
+// tokens are all matched on the text as given (Hugging Face matches "normalized" ones after the
+// normalizer; with NFC that differs only for added tokens holding decomposable characters).
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
