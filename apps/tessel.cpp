@@ -4,6 +4,7 @@
 //   tessel export    write a model's initial (or --init-from, or a --load save's) weights as a
 //                    Hugging Face folder
 //   tessel checkpoint inspect or verify a --save folder
+//   tessel tokenizer  train a tokenizer; encode, decode or inspect with one
 #include <omp.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include "demo_command.h"
 #include "layout_command.h"
 #include "schedule_command.h"
+#include "tokenizer_command.h"
 
 #ifndef TESSEL_DEFAULT_DATA
 #define TESSEL_DEFAULT_DATA "data/kjv-genesis-esther.txt"
@@ -250,6 +252,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   DemoCommand demo_cmd(app);
   ScheduleCommand schedule_cmd(app);
   CheckpointCommand checkpoint_cmd(app);
+  TokenizerCommand tokenizer_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -321,6 +324,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     schedule_cmd.run();
   } else if (checkpoint_cmd.selected()) {
     checkpoint_cmd.run();
+  } else if (tokenizer_cmd.selected()) {
+    tokenizer_cmd.run();
   }
   return 0;
 }
