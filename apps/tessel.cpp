@@ -4,6 +4,8 @@
 //   tessel export    write a model's initial (or --init-from, or a --load save's) weights as a
 //                    Hugging Face folder
 //   tessel checkpoint inspect or verify a --save folder
+//   tessel preprocess tokenize a corpus into Megatron's .bin/.idx
+//   tessel data      inspect a .bin/.idx pair, build the GPT datasets' indices
 #include <omp.h>
 #include <unistd.h>
 
@@ -24,8 +26,10 @@
 #include "tessel/train/trainer.h"
 
 #include "checkpoint_command.h"
+#include "data_command.h"
 #include "demo_command.h"
 #include "layout_command.h"
+#include "preprocess_command.h"
 #include "schedule_command.h"
 
 #ifndef TESSEL_DEFAULT_DATA
@@ -249,6 +253,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   DemoCommand demo_cmd(app);
   ScheduleCommand schedule_cmd(app);
   CheckpointCommand checkpoint_cmd(app);
+  PreprocessCommand preprocess_cmd(app);
+  DataCommand data_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -319,6 +325,10 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     schedule_cmd.run();
   } else if (checkpoint_cmd.selected()) {
     checkpoint_cmd.run();
+  } else if (preprocess_cmd.selected()) {
+    preprocess_cmd.run();
+  } else if (data_cmd.selected()) {
+    data_cmd.run();
   }
   return 0;
 }
