@@ -114,10 +114,13 @@ const std::vector<Case> kCases = {
     {"single_weighted", flags_of("--data-path 3 DIRb", "94,5,1", 32, 11, {700, 30, 6}),
      gpt({"3", "DIRb"}, "94,5,1", 32, 11, {700, 30, 6})},
     {"per_split_paths",
-     "--train-data-path 0.6 DIRa 0.4 DIRb --valid-data-path DIRc --test-data-path DIRa --seq-length 20 "
+     "--train-data-path 0.6 DIRa 0.4 DIRb --valid-data-path DIRc --test-data-path 2 DIRa --seq-length 20 "
      "--seed 42 --train-samples 1500 --valid-samples 100 --test-samples 30",
      {{"train_data_path", {"0.6", "DIRa", "0.4", "DIRb"}}, {"valid_data_path", {"DIRc"}},
-      {"test_data_path", {"DIRa"}}, {"seq_length", 20}, {"seed", 42}, {"num_samples", {1500, 100, 30}}}},
+      {"test_data_path", {"2", "DIRa"}}, {"seq_length", 20}, {"seed", 42}, {"num_samples", {1500, 100, 30}}}},
+    {"per_split_train_only",
+     "--train-data-path DIRb DIRc --seq-length 12 --seed 8 --train-samples 500 --valid-samples 10 --test-samples 10",
+     {{"train_data_path", {"DIRb", "DIRc"}}, {"seq_length", 12}, {"seed", 8}, {"num_samples", {500, 10, 10}}}},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, MegatronReference, ::testing::ValuesIn(kCases),
@@ -146,17 +149,23 @@ TEST(MegatronReference, CasesReachSeveralEpochsWithAndWithoutASeparateFinalEpoch
 }
 
 TEST(NumpyRandomState, ShufflesAsNumpysRandomState) {
-  for (uint32_t seed : {0u, 1u, 1234u, 4294967295u}) {
+  std::vector<std::pair<uint32_t, int>> cases;
+  std::string args;
+  for (uint32_t seed : {0u, 1u, 1234u, 4294967295u})
     for (int n : {1, 2, 3, 10, 1000, 65537}) {
-      const auto r = run_python(fmt::format("megatron_reference.py shuffle {} {}", seed, n));
-      ASSERT_EQ(r.exit_code, 0) << r.output;
-      const std::vector<int64_t> expected = nlohmann::json::parse(r.output).get<std::vector<int64_t>>();
-      std::vector<int64_t> got(static_cast<size_t>(n));
-      std::iota(got.begin(), got.end(), 0);
-      NumpyRandomState rng(seed);
-      rng.shuffle(std::span<int64_t>(got));
-      EXPECT_EQ(got, expected) << "seed " << seed << ", n " << n;
+      cases.emplace_back(seed, n);
+      args += fmt::format(" {} {}", seed, n);
     }
+  const auto r = run_python("megatron_reference.py shuffle" + args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto expected = nlohmann::json::parse(r.output).get<std::vector<std::vector<int64_t>>>();
+  ASSERT_EQ(expected.size(), cases.size());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    std::vector<int64_t> got(static_cast<size_t>(cases[c].second));
+    std::iota(got.begin(), got.end(), 0);
+    NumpyRandomState rng(cases[c].first);
+    rng.shuffle(std::span<int64_t>(got));
+    EXPECT_EQ(got, expected[c]) << "seed " << cases[c].first << ", n " << cases[c].second;
   }
 }
 

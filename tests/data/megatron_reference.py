@@ -5,7 +5,7 @@ Python code (gpt_dataset.py, blended_dataset.py, blended_megatron_dataset_builde
 blended_megatron_dataset_config.py and helpers.cpp's build_sample_idx / build_blending_indices),
 with numpy.random.RandomState doing the shuffles. It reads the data with megatron_format.py.
 
-  shuffle SEED N            print RandomState(SEED).shuffle(arange(N)) as JSON
+  shuffle SEED N [SEED N]   print [RandomState(SEED).shuffle(arange(N)), ...] as JSON
   check CONFIG.json         build every split as Megatron would and compare with what
                             `tessel data index` wrote: the cached .npy indices (found by the MD5 of
                             Megatron's description, so the cache names are checked too) and the
@@ -280,10 +280,11 @@ def build(config):
                                   split_sizes[i], SPLITS[i], cfg))
         return out
 
-    def blend_splits(prefixes, weights, split, split_sizes, cfg):
+    def blend_splits(prefixes, weights, split, split_sizes, cfg, per_split=False):
         if weights is not None:
             weights = normalize(weights)
-        if len(prefixes) == 1 and weights is None:
+        # blend_per_split: one prefix is a plain dataset whatever its weight; blend: if unweighted
+        if len(prefixes) == 1 and (weights is None or per_split):
             return megatron_splits(prefixes[0], split, split_sizes, cfg)
         if weights is None:
             buffer = [[None] * 3 for _ in prefixes]
@@ -321,7 +322,7 @@ def build(config):
         spoof, spoof_sizes = [None] * 3, [0] * 3
         spoof[i], spoof_sizes[i] = (0.0, 1.0), sizes[i]
         prefixes, weights = get_blend_from_list(config[key])
-        out[i] = blend_splits(prefixes, weights, spoof, spoof_sizes, cfg)[i]
+        out[i] = blend_splits(prefixes, weights, spoof, spoof_sizes, cfg, per_split=True)[i]
     return out
 
 
@@ -360,9 +361,12 @@ def check(config):
 
 if __name__ == "__main__":
     if sys.argv[1] == "shuffle":
-        values = np.arange(int(sys.argv[3]), dtype=np.int64)
-        np.random.RandomState(int(sys.argv[2])).shuffle(values)
-        print(json.dumps(values.tolist()))
+        shuffled = []
+        for seed, n in zip(sys.argv[2::2], sys.argv[3::2]):
+            values = np.arange(int(n), dtype=np.int64)
+            np.random.RandomState(int(seed)).shuffle(values)
+            shuffled.append(values.tolist())
+        print(json.dumps(shuffled))
     elif sys.argv[1] == "check":
         with open(sys.argv[2]) as f:
             check(json.load(f))

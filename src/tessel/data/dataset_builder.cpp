@@ -52,7 +52,7 @@ class Builder {
       const SplitMatrix matrix = parse_split(options_.split);
       std::array<std::optional<int64_t>, kNumSplits> sizes;
       for (int i = 0; i < kNumSplits; ++i) sizes[i] = options_.num_samples[i];
-      out.splits = build_blend(blend, matrix, sizes, options_.split, matrix);
+      out.splits = build_blend(blend, matrix, sizes, options_.split, matrix, false);
       return out;
     }
     const std::vector<std::string>* per_split[kNumSplits] = {
@@ -60,23 +60,24 @@ class Builder {
     const char* flags[kNumSplits] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
     for (int i = 0; i < kNumSplits; ++i) {
       if (per_split[i]->empty()) continue;
-      // Megatron builds each split from its own blend as if --split gave it everything.
+      // Megatron builds each split from its own blend as if --split gave it everything, and a
+      // single path as a plain GPT dataset even when it carries a weight.
       SplitMatrix spoof(kNumSplits);
       spoof[i] = std::pair<double, double>(0.0, 1.0);
       std::array<std::optional<int64_t>, kNumSplits> sizes;
       sizes[i] = options_.num_samples[i];
-      out.splits[i] = build_blend(parse_data_blend(*per_split[i], flags[i]), spoof, sizes, "", {})[i];
+      out.splits[i] = build_blend(parse_data_blend(*per_split[i], flags[i]), spoof, sizes, "", {}, true)[i];
     }
     return out;
   }
 
  private:
-  // One blend over the splits of `matrix`: a GptDataset per split when it is a single unweighted
-  // path, else a BlendedDataset of one GptDataset per path.
+  // One blend over the splits of `matrix`: a GptDataset per split when it is a single path
+  // (unweighted, unless `single_path_plain`), else a BlendedDataset of one GptDataset per path.
   std::array<std::shared_ptr<const SampleDataset>, kNumSplits> build_blend(
       const DataBlend& blend, const SplitMatrix& matrix,
       const std::array<std::optional<int64_t>, kNumSplits>& sizes, const std::string& split,
-      const SplitMatrix& described_matrix) {
+      const SplitMatrix& described_matrix, bool single_path_plain) {
     GptDatasetConfig config;
     config.seq_length = options_.seq_length;
     config.seed = options_.seed;
@@ -87,7 +88,7 @@ class Builder {
     std::array<std::shared_ptr<const SampleDataset>, kNumSplits> out;
     const std::vector<double> weights =
         blend.weights.empty() ? std::vector<double>{} : normalize_weights(blend.weights);
-    if (blend.prefixes.size() == 1 && weights.empty()) {
+    if (blend.prefixes.size() == 1 && (weights.empty() || single_path_plain)) {
       for (int i = 0; i < kNumSplits; ++i)
         if (matrix[i]) out[i] = mid_level(blend.prefixes[0], matrix, i, sizes[i], config);
       return out;

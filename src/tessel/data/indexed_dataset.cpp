@@ -33,12 +33,6 @@ int64_t token_at(const uint8_t* bytes, TokenDType dtype, int64_t i) {
   fail("token dtype {} is not an integer type", static_cast<int>(dtype));
 }
 
-void put_token(uint8_t* out, TokenDType dtype, int64_t v) {
-  const int size = token_dtype_size(dtype);
-  // Little-endian: the low `size` bytes of the two's-complement value are the encoding.
-  std::memcpy(out, &v, static_cast<size_t>(size));
-}
-
 bool token_fits(TokenDType dtype, int64_t v) {
   switch (dtype) {
     case TokenDType::UInt8: return v >= 0 && v <= 0xff;
@@ -249,13 +243,27 @@ std::string encode_index(TokenDType dtype, std::span<const int32_t> sizes,
 
 void encode_tokens(TokenDType dtype, std::span<const int32_t> tokens, std::vector<uint8_t>& out,
                    const std::string& where) {
-  const int size = token_dtype_size(dtype);
-  const size_t start = out.size();
-  out.resize(start + tokens.size() * static_cast<size_t>(size));
-  for (size_t i = 0; i < tokens.size(); ++i) {
+  for (size_t i = 0; i < tokens.size(); ++i)
     TESSEL_CHECK(token_fits(dtype, tokens[i]), "{}: token {} does not fit the dtype {}", where,
                  tokens[i], token_dtype_name(dtype));
-    put_token(out.data() + start + i * static_cast<size_t>(size), dtype, tokens[i]);
+  const size_t size = static_cast<size_t>(token_dtype_size(dtype));
+  const size_t start = out.size();
+  out.resize(start + tokens.size() * size);
+  uint8_t* dst = out.data() + start;
+  // Little-endian: a value's encoding is its low `size` bytes, whatever its signedness.
+  auto narrow = [&](auto type_tag) {
+    using T = decltype(type_tag);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const T v = static_cast<T>(tokens[i]);
+      std::memcpy(dst + i * sizeof(T), &v, sizeof(T));
+    }
+  };
+  switch (dtype) {
+    case TokenDType::UInt8: case TokenDType::Int8: narrow(uint8_t{}); break;
+    case TokenDType::UInt16: case TokenDType::Int16: narrow(uint16_t{}); break;
+    case TokenDType::Int32: narrow(int32_t{}); break;
+    case TokenDType::Int64: narrow(int64_t{}); break;
+    case TokenDType::Float32: case TokenDType::Float64: break;  // refused by token_fits
   }
 }
 

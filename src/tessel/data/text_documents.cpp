@@ -1,6 +1,7 @@
 #include "tessel/data/text_documents.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -54,18 +55,21 @@ bool is_jsonl_path(const std::string& path) { return ends_with(path, ".jsonl") |
 
 void check_utf8(std::string_view text, const std::string& file, int64_t first_line,
                 int64_t first_offset) {
-  int64_t line = first_line;
   for (size_t i = 0; i < text.size();) {
-    const unsigned char b = static_cast<unsigned char>(text[i]);
-    if (b < 0x80) {  // ASCII fast path
-      line += b == '\n';
-      ++i;
-      continue;
+    if (i + 8 <= text.size()) {  // eight ASCII bytes at a time
+      uint64_t word;
+      std::memcpy(&word, text.data() + i, 8);
+      if ((word & 0x8080808080808080ULL) == 0) {
+        i += 8;
+        continue;
+      }
     }
     const size_t n = utf8_sequence_length(text, i);
-    if (n == 0)
+    if (n == 0) {  // the line number is counted only for the message
+      const int64_t line = first_line + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(i), '\n');
       fail("{}:{}: invalid UTF-8 at byte offset {} (0x{:02x})", file, line,
-           first_offset + static_cast<int64_t>(i), b);
+           first_offset + static_cast<int64_t>(i), static_cast<unsigned char>(text[i]));
+    }
     i += n;
   }
 }
