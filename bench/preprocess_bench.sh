@@ -7,8 +7,10 @@
 #   bench/preprocess_bench.sh [--rounds R] [TOKENIZER FLAGS ...]
 #
 # Tokenizer flags go to preprocess as given (default: the byte tokenizer). Each run's MB/s comes
-# from preprocess's summary line; the summary gives min / median / max per worker count and the
-# median ratio 2 workers / 1 worker. Writes only to a temporary folder.
+# from preprocess's summary line, beside the CPU seconds the process used (user + sys, from
+# /usr/bin/time: independent of how many cores other jobs leave free); the summary gives
+# min / median / max per worker count and the ratio 2 workers / 1 worker. Writes only to a
+# temporary folder.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -43,10 +45,12 @@ for input in corpus synthetic; do
   for r in $(seq 1 "$rounds"); do
     line="round $r | load $(load)"
     for workers in 1 2; do
-      rate=$("$tessel" preprocess --input "$work/$input.jsonl" --output-prefix "$work/out" \
-               --workers "$workers" "$@" | sed -n 's/.* s: \([0-9.]*\) MB\/s.*/\1/p')
+      rate=$(/usr/bin/time -f "%U %S" -o "$work/time" "$tessel" preprocess --input "$work/$input.jsonl" \
+               --output-prefix "$work/out" --workers "$workers" "$@" |
+             sed -n 's/.* s: \([0-9.]*\) MB\/s.*/\1/p')
+      cpu=$(awk '{ printf "%.2f", $1 + $2 }' "$work/time")
       echo "$rate" >> "$work/$input.$workers"
-      line="$line | $workers worker(s) $rate MB/s"
+      line="$line | $workers worker(s) $rate MB/s, $cpu cpu s"
     done
     echo "$line"
   done

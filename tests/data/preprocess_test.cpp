@@ -140,6 +140,10 @@ TEST(Preprocess, FlagsAreCheckedTogether) {
   EXPECT_NE(e.find("--output-prefix is required"), std::string::npos) << e;
   EXPECT_NE(e.find("--workers must be at least 1 (got 0)"), std::string::npos) << e;
   EXPECT_NE(e.find("--append-eod: the tokenizer ByteTokenizer has no end-of-document token"), std::string::npos) << e;
+  o.input = dir.write("a.txt", "text");
+  o.json_keys = {"text", "title"};
+  EXPECT_NE(error_of([&] { preprocess(o, ByteTokenizer()); }).find("a.txt is plain text, one output: --json-keys takes one key"),
+            std::string::npos);
 }
 
 TEST(PreprocessCommand, WritesFilesThatDataInspectReads) {

@@ -203,6 +203,9 @@ PreprocessResult preprocess(const PreprocessOptions& options, const Tokenizer& t
   if (options.output_prefix.empty()) problems.push_back("--output-prefix is required");
   if (options.json_keys.empty()) problems.push_back("--json-keys needs at least one key");
   if (options.workers < 1) problems.push_back(fmt::format("--workers must be at least 1 (got {})", options.workers));
+  const bool jsonl = is_jsonl_path(options.input);
+  if (!jsonl && options.json_keys.size() > 1)
+    problems.push_back(fmt::format("{} is plain text, one output: --json-keys takes one key (its name)", options.input));
   const int32_t eod = tokenizer.special_ids().eod;
   if (options.append_eod && eod < 0)
     problems.push_back(fmt::format("--append-eod: the tokenizer {} has no end-of-document token",
@@ -214,7 +217,6 @@ PreprocessResult preprocess(const PreprocessOptions& options, const Tokenizer& t
   }
   TESSEL_CHECK(std::filesystem::is_regular_file(options.input), "{}: no such file", options.input);
 
-  const bool jsonl = is_jsonl_path(options.input);
   PreprocessResult result;
   result.dtype = optimal_token_dtype(tokenizer.vocab_size());
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
