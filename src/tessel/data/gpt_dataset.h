@@ -20,7 +20,9 @@ constexpr int kNumSplits = 3;
 const char* split_name(Split split);  // "train" | "valid" | "test", Megatron's Split names
 
 // What the trainer reads from a split: samples of seq_length + 1 tokens (inputs are tokens
-// [0, S), targets [1, S + 1)).
+// [0, S), targets [1, S + 1)). Sample i of the train split is what Megatron-Core's dataset returns
+// at index i (its sampler takes them in order, so iteration t, batch position k is t·G + k).
+// sample() changes nothing: any number of threads (a prefetching loader) may call it at once.
 class SampleDataset {
  public:
   virtual ~SampleDataset() = default;
