@@ -5,6 +5,8 @@
 //                    Hugging Face folder
 //   tessel checkpoint inspect or verify a --save folder
 //   tessel tokenizer  train a tokenizer; encode, decode or inspect with one
+//   tessel preprocess tokenize a corpus into Megatron's .bin/.idx
+//   tessel data      inspect a .bin/.idx pair, build the GPT datasets' indices
 #include <omp.h>
 #include <unistd.h>
 
@@ -26,8 +28,10 @@
 #include "tessel/train/trainer.h"
 
 #include "checkpoint_command.h"
+#include "data_command.h"
 #include "demo_command.h"
 #include "layout_command.h"
+#include "preprocess_command.h"
 #include "schedule_command.h"
 #include "tokenizer_command.h"
 
@@ -253,6 +257,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   ScheduleCommand schedule_cmd(app);
   CheckpointCommand checkpoint_cmd(app);
   TokenizerCommand tokenizer_cmd(app);
+  PreprocessCommand preprocess_cmd(app);
+  DataCommand data_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -326,6 +332,10 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     checkpoint_cmd.run();
   } else if (tokenizer_cmd.selected()) {
     tokenizer_cmd.run();
+  } else if (preprocess_cmd.selected()) {
+    preprocess_cmd.run();
+  } else if (data_cmd.selected()) {
+    data_cmd.run();
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 // saves of another model are refused with an error naming the file. Every run is `tessel train`
 // as a user runs it (under mpirun for several ranks), with a time limit.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -28,7 +29,7 @@ const std::string kCommon =
 const std::string kTraining = kCommon + "--train-iters 20 ";
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "tessel_checkpoint" / name;
+  const fs::path dir = fs::temp_directory_path() / ("tessel_checkpoint_" + std::to_string(::getpid())) / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

@@ -1,6 +1,7 @@
 // The tessel binary as a user meets it: bad input gives one line naming the problem and a
 // non-zero exit, never a crash; export, train --init-from, --save-hf and generate work together.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "run_command.h"
 #include <sys/wait.h>
@@ -23,7 +24,7 @@ using tessel::testing::run_command;
 Result run(const std::string& args) { return tessel::testing::run_tessel(args); }
 
 fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("tessel_cli_" + name);
+  fs::path p = fs::temp_directory_path() / ("tessel_cli_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(p);
   fs::create_directories(p);
   return p;

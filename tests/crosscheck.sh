@@ -3,14 +3,14 @@
 # and llama with q/k/v biases (exported as qwen2) and with QK-norm (qwen3), start from the same
 # exported weights and train 10 iterations on the same sequential data with
 # the same optimizer settings; every iteration's loss must agree to 1e-4 relative.
-# Skipped (exit 77) where PyTorch is not installed: it is a development-time check.
+# Needs Debian's python3-torch (scripts/install-test-deps.sh, which scripts/test.sh runs).
 set -euo pipefail
 tessel=$1
 src=$2
 python=/usr/bin/python3
 if ! "$python" -c "import torch" 2>/dev/null; then
-  echo "PyTorch not found for $python: cross-check skipped"
-  exit 77
+  echo "PyTorch not found for $python: install it with scripts/install-test-deps.sh"
+  exit 1
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -4,6 +4,7 @@
 // architectures. Each case runs `tessel train` under mpirun (with a time limit: nothing may hang)
 // and compares its --log-json and --save-hf output with the single process's.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -60,7 +61,7 @@ struct TrainRun {
 
 
 fs::path work_dir() {
-  fs::path dir = fs::temp_directory_path() / "tessel_equivalence";
+  fs::path dir = fs::temp_directory_path() / ("tessel_equivalence_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
 }

@@ -2,6 +2,7 @@
 // combined backward, the untrained loss, and the training loop's determinism, overfitting and
 // microbatch-split invariance — both architectures.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <algorithm>
@@ -248,7 +249,7 @@ TEST(ModelParams, AttentionOptionsDeclareQwenParameters) {
 
 // A small text file for training-loop tests, written once into the test's temp folder.
 std::string write_text(const std::string& name, const std::string& text) {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / name;
+  std::filesystem::path path = std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "_" + name);
   std::ofstream(path) << text;
   return path.string();
 }

@@ -6,6 +6,7 @@
 // worked out by hand from the rules (warm-up min(p − r − 1, m) for 1F1B; as soon as possible
 // start of each action in the rank's order).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "run_command.h"
 #include <sys/wait.h>
@@ -538,7 +539,7 @@ int count(const std::string& s, const std::string& what) {
 }
 
 TEST(ScheduleCli, WritesSvg) {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() / "tessel_schedule_test.svg";
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("tessel_schedule_test_" + std::to_string(::getpid()) + ".svg");
   std::filesystem::remove(path);
   Result r = tessel_schedule("--pp 4 --microbatches 8 --vpp 2 --svg " + path.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
