@@ -80,9 +80,10 @@ void check_shape(const AttentionShape& s, int cp, int64_t q_ld, int64_t k_ld, in
 const int32_t* rank_positions(const ContextParallel& cp, int64_t T) {
   CpWorkspace& ws = *cp.workspace;
   if (ws.positions_T != T) {
-    const int n = cp.size();
+    const int ranks = cp.size();
     std::vector<int32_t> host(T), keys(T);
-    for (int rank = 0; rank < n; ++rank) fill_positions(host.data() + rank * (T / n), T, n, rank);
+    for (int rank = 0; rank < ranks; ++rank)
+      fill_positions(host.data() + rank * (T / ranks), T, ranks, rank);
     std::iota(keys.begin(), keys.end(), 0);
     const Kernels& k = *cp.kernels;
     ws.positions = k.zeros({T}, DType::I32);
@@ -100,12 +101,12 @@ const int32_t* rank_positions(const ContextParallel& cp, int64_t T) {
 
 void ring_forward(const ContextParallel& cp, float* out, float* lse, const float* q, const float* k,
                   const float* v, const AttentionShape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size(), r = cp.rank();
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const int ranks = cp.size(), r = cp.rank();
+  const int next = (r + 1) % ranks, prev = (r + ranks - 1) % ranks;
   const int64_t count = s.kv_count(), width = s.kv_width();
   const Kernels& K = *cp.kernels;
   CpWorkspace& ws = *cp.workspace;
-  const int32_t* positions = rank_positions(cp, s.T_l * n);
+  const int32_t* positions = rank_positions(cp, s.T_l * ranks);
   float* held = K.reserve(ws.kv[0], count, 1);
   float* arriving = K.reserve(ws.kv[1], count, 1);
   float* block_out = K.reserve(ws.block_out, s.B * s.T_l, s.H * s.D);
@@ -113,13 +114,13 @@ void ring_forward(const ContextParallel& cp, float* out, float* lse, const float
   const int32_t* q_pos = positions + r * s.T_l;
   K.cp_pack_kv(held, k, v, s.kv_rows(), width, k_ld, v_ld);
 
-  for (int step = 0; step < n; ++step) {
+  for (int step = 0; step < ranks; ++step) {
     Request send, recv;
-    if (step + 1 < n) {
+    if (step + 1 < ranks) {
       send = cp.comm->isend(held, count, next, kKvTag);
       recv = cp.comm->irecv(arriving, count, prev, kKvTag);
     }
-    const int32_t* k_pos = positions + ((r - step + n) % n) * s.T_l;
+    const int32_t* k_pos = positions + ((r - step + ranks) % ranks) * s.T_l;
     // The own block (step 0) writes out and lse; later blocks are merged into them. Query and key
     // blocks that see nothing of each other are skipped inside the kernel, by position.
     float* step_out = step == 0 ? out : block_out;
@@ -140,12 +141,12 @@ void ring_forward(const ContextParallel& cp, float* out, float* lse, const float
 void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, const float* dout,
                    const float* q, const float* k, const float* v, const float* out,
                    const float* lse, const AttentionShape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size(), r = cp.rank();
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const int ranks = cp.size(), r = cp.rank();
+  const int next = (r + 1) % ranks, prev = (r + ranks - 1) % ranks;
   const int64_t count = s.kv_count(), width = s.kv_width();
   const Kernels& K = *cp.kernels;
   CpWorkspace& ws = *cp.workspace;
-  const int32_t* positions = rank_positions(cp, s.T_l * n);
+  const int32_t* positions = rank_positions(cp, s.T_l * ranks);
   float* held = K.reserve(ws.kv[0], count, 1);
   float* arriving = K.reserve(ws.kv[1], count, 1);
   float* share = K.reserve(ws.kv_grad[0], count, 1);     // this rank's share of the held block's dK/dV
@@ -155,14 +156,14 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
   K.cp_pack_kv(held, k, v, s.kv_rows(), width, k_ld, v_ld);
 
   Request grad_send, grad_recv;
-  for (int step = 0; step < n; ++step) {
+  for (int step = 0; step < ranks; ++step) {
     Request send, recv;
-    if (step + 1 < n) {
+    if (step + 1 < ranks) {
       send = cp.comm->isend(held, count, next, kKvTag);
       recv = cp.comm->irecv(arriving, count, prev, kKvTag);
     }
     if (step > 0) grad_recv = cp.comm->irecv(incoming, count, prev, kKvGradTag);
-    const int32_t* k_pos = positions + ((r - step + n) % n) * s.T_l;
+    const int32_t* k_pos = positions + ((r - step + ranks) % ranks) * s.T_l;
     K.zero(share, count);
     K.attention_block_backward(dq, share, share + count / 2, dout, q, held, held + count / 2, out,
                                lse, s.B, s.T_l, s.T_l, s.H, s.G, s.D, q_ld, width, width, q_pos,
@@ -191,24 +192,24 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
 // Gathers every rank's K/V and returns them in global order: (2, B, T, G·D).
 const float* gather_kv(const ContextParallel& cp, const float* k, const float* v, const AttentionShape& s,
                        int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size();
+  const int ranks = cp.size();
   const int64_t count = s.kv_count(), width = s.kv_width();
   const Kernels& K = *cp.kernels;
   CpWorkspace& ws = *cp.workspace;
   float* own = K.reserve(ws.kv[0], count, 1);
-  float* gathered = K.reserve(ws.gathered, n, count);
-  float* global = K.reserve(ws.global_kv, n, count);
+  float* gathered = K.reserve(ws.gathered, ranks, count);
+  float* global = K.reserve(ws.global_kv, ranks, count);
   K.cp_pack_kv(own, k, v, s.kv_rows(), width, k_ld, v_ld);
   cp.comm->all_gather(own, gathered, count);
-  K.cp_kv_to_global(global, gathered, rank_positions(cp, s.T_l * n), n, s.B, s.T_l, width);
+  K.cp_kv_to_global(global, gathered, rank_positions(cp, s.T_l * ranks), ranks, s.B, s.T_l, width);
   return global;
 }
 
 void all_gather_forward(const ContextParallel& cp, float* out, float* lse, const float* q,
                         const float* k, const float* v, const AttentionShape& s, int64_t q_ld, int64_t k_ld,
                         int64_t v_ld) {
-  const int n = cp.size();
-  const int64_t T = s.T_l * n, width = s.kv_width();
+  const int ranks = cp.size();
+  const int64_t T = s.T_l * ranks, width = s.kv_width();
   const float* global = gather_kv(cp, k, v, s, k_ld, v_ld);  // (2, B, T, G·D)
   const int32_t* q_pos = rank_positions(cp, T) + cp.rank() * s.T_l;
   cp.kernels->attention_block_forward(out, lse, q, global, global + s.B * T * width, s.B, s.T_l, T,
@@ -220,22 +221,22 @@ void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float*
                          const float* dout, const float* q, const float* k, const float* v,
                          const float* out, const float* lse, const AttentionShape& s, int64_t q_ld,
                          int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size();
-  const int64_t T = s.T_l * n, count = s.kv_count(), width = s.kv_width();
+  const int ranks = cp.size();
+  const int64_t T = s.T_l * ranks, count = s.kv_count(), width = s.kv_width();
   const Kernels& K = *cp.kernels;
   CpWorkspace& ws = *cp.workspace;
   const float* global = gather_kv(cp, k, v, s, k_ld, v_ld);  // (2, B, T, G·D)
-  float* global_grad = K.reserve(ws.global_kv_grad, n, count);  // (2, B, T, G·D)
-  float* rank_major = K.reserve(ws.gathered, n, count);         // (CP, 2, B, T_l, G·D)
+  float* global_grad = K.reserve(ws.global_kv_grad, ranks, count);  // (2, B, T, G·D)
+  float* rank_major = K.reserve(ws.gathered, ranks, count);         // (CP, 2, B, T_l, G·D)
   float* own_grad = K.reserve(ws.kv[1], count, 1);              // (2, B, T_l, G·D)
   const int32_t* positions = rank_positions(cp, T);
-  K.zero(global_grad, n * count);
+  K.zero(global_grad, ranks * count);
   K.attention_block_backward(dq, global_grad, global_grad + s.B * T * width, dout, q, global,
                              global + s.B * T * width, out, lse, s.B, s.T_l, T, s.H, s.G, s.D,
                              q_ld, width, width, positions + cp.rank() * s.T_l,
                              ws.all_keys.ints());
   // Every rank holds a share of every key's gradient: back to rank-major, summed at the owners.
-  K.cp_kv_from_global(rank_major, global_grad, positions, n, s.B, s.T_l, width);
+  K.cp_kv_from_global(rank_major, global_grad, positions, ranks, s.B, s.T_l, width);
   cp.comm->reduce_scatter(rank_major, own_grad, count);
   K.cp_unpack_add_kv(dk, dv, own_grad, s.kv_rows(), width, k_ld, v_ld);
 }
