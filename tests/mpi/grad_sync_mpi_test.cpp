@@ -11,23 +11,13 @@
 #include <vector>
 
 #include "tessel/comm/mpi.h"
+#include "world_copy.h"
+#include "../parallel_config.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/parallel/grad_sync.h"
 
 namespace tessel {
 namespace {
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
 
 bool is_expert(const Param& p) { return p.shard.expert(); }
 
@@ -45,9 +35,7 @@ void backward_hooks(GradSync& sync, const ParamRegistry& params) {
 
 TEST(GradSync, Tp2Dp2SequenceParallelDistributedOptimizer) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
-  ParallelConfig config;
-  config.world = 4;
-  config.tp = 2;
+  ParallelConfig config = testing::parallel_config(4, 2, 1, 1, 1, 0, "tp-cp-ep-dp-pp");
   config.sequence_parallel = true;
   config.distributed_optimizer = true;
   ProcessGroups groups = ProcessGroups::create(Layout(config), world_rank());
@@ -110,10 +98,8 @@ TEST(GradSync, Tp2Dp2SequenceParallelDistributedOptimizer) {
 
 TEST(GradSync, Pp2TiedEmbeddingSummedAndCountedOnce) {
   if (world_size() != 2) GTEST_SKIP() << "needs 2 ranks";
-  ParallelConfig config;
-  config.world = 2;
-  config.pp = 2;
-  ProcessGroups groups = ProcessGroups::create(Layout(config), world_rank());
+  const Layout layout(testing::parallel_config(2, 1, 1, 2, 1, 0, "tp-cp-ep-dp-pp"));
+  ProcessGroups groups = ProcessGroups::create(layout, world_rank());
   const int stage = groups.coords().pp;
 
   // Stage 0 holds the embedding and a layer; stage 1 a layer and the head's copy of the embedding.
