@@ -256,18 +256,18 @@ std::string write_text(const std::string& name, const std::string& text) {
 
 std::vector<IterationStats> train(const ModelConfig& cfg, const TrainOptions& o) {
   ProcessGroups groups = ProcessGroups::single();
-  return tessel::train(cfg, o, groups);
+  return tessel::train(plan_training(cfg, o), groups);
 }
 
 std::string corpus_path() { return std::string(TESSEL_SOURCE_DIR) + "/data/kjv-genesis-esther.txt"; }
 
 TrainOptions small_run(const ModelConfig& cfg, int64_t iters) {
   TrainOptions o;
-  o.data_path = corpus_path();
-  o.micro_batch_size = 4;
-  o.global_batch_size = 8;
-  o.log_interval = 1000;
-  o.lr = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup_iters = 2, .decay_iters = 0, .train_iters = iters,
+  o.data.path = corpus_path();
+  o.batch.micro_batch_size = 4;
+  o.batch.global_batch_size = 8;
+  o.log.interval = 1000;
+  o.optim.lr = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup_iters = 2, .decay_iters = 0, .train_iters = iters,
           .style = LrDecayStyle::Cosine};
   return o;
 }
@@ -297,9 +297,9 @@ TEST_P(TrainLoop, SameSeedGivesBitwiseIdenticalLosses) {
 TEST_P(TrainLoop, MicrobatchSplitDoesNotChangeTheTrajectory) {
   ModelConfig cfg = byte_config(GetParam());
   TrainOptions whole = small_run(cfg, 4);
-  whole.micro_batch_size = 8;
+  whole.batch.micro_batch_size = 8;
   TrainOptions split = whole;
-  split.micro_batch_size = 2;
+  split.batch.micro_batch_size = 2;
   std::vector<IterationStats> a = train(cfg, whole), b = train(cfg, split);
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_NEAR(a[i].loss, b[i].loss, 1e-5 * a[i].loss) << "iteration " << i + 1;
@@ -313,11 +313,11 @@ TEST_P(TrainLoop, OverfitsOneBatch) {
   cfg.hidden_size = 64;
   TrainOptions o = small_run(cfg, 150);
   // One file per architecture: ctest runs the two cases side by side.
-  o.data_path = write_text("tessel_overfit_" + arch_name(GetParam()) + ".txt",
+  o.data.path = write_text("tessel_overfit_" + arch_name(GetParam()) + ".txt",
                            "In the beginning God created the heaven and the earth.");
-  o.micro_batch_size = 1;
-  o.global_batch_size = 1;
-  o.lr = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 5, .decay_iters = 0, .train_iters = 150,
+  o.batch.micro_batch_size = 1;
+  o.batch.global_batch_size = 1;
+  o.optim.lr = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 5, .decay_iters = 0, .train_iters = 150,
           .style = LrDecayStyle::Cosine};
   std::vector<IterationStats> h = train(cfg, o);
   EXPECT_GT(h.front().loss, 5.0);

@@ -690,14 +690,15 @@ TEST(MoeConfig, TensorParallelRulesAreNamed) {
   model.moe = base_config();
   model.moe.ffn_hidden_size = 8;
   TrainOptions o;
-  o.data_path = "corpus.txt";
-  o.micro_batch_size = 2;
-  o.global_batch_size = 6;
-  o.parallel.world = 6;
-  o.parallel.tp = 2;
+  o.data.path = "corpus.txt";
+  o.batch.micro_batch_size = 2;
+  o.batch.global_batch_size = 6;
+  ParallelConfig& layout = o.parallel.layout;
+  layout.world = 6;
+  layout.tp = 2;
   auto message = [&] {
     try {
-      validate_training(model, o);
+      plan_training(model, o);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -705,11 +706,11 @@ TEST(MoeConfig, TensorParallelRulesAreNamed) {
   };
   EXPECT_EQ(message(), "invalid configuration: --num-experts with --tensor-model-parallel-size 2 "
                        "needs --sequence-parallel");
-  o.parallel.sequence_parallel = true;
+  layout.sequence_parallel = true;
   EXPECT_EQ(message(), "");  // ETP = TP by default
-  o.parallel.etp = 1;
+  layout.etp = 1;
   EXPECT_EQ(message(), "");
-  o.parallel.etp = 3;  // neither 1 nor TP
+  layout.etp = 3;  // neither 1 nor TP
   model.moe.shared_expert_size = 33;
   model.moe.ffn_hidden_size = 100;
   const std::string all = message();

@@ -9,6 +9,7 @@
 
 #include "tessel/parallel/groups.h"
 #include "tessel/comm/mpi.h"
+#include "world_copy.h"
 #include "tessel/core/error.h"
 #include "../parallel_config.h"
 
@@ -16,18 +17,6 @@ namespace tessel {
 namespace {
 
 using testing::parallel_config;
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
 
 // The world ranks of this rank's group of `kind`, in group-rank order, as the Comm sees them.
 std::vector<int> gathered_members(Comm& comm) {

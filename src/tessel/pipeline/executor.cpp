@@ -37,8 +37,6 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   const int64_t rows = c.local_rows() * c.hidden_size();
   Slot s;
   s.acts = c.make_activations();
-  s.host_tokens.resize(tokens_);
-  s.host_targets.resize(tokens_);
   s.tokens = k_.zeros({tokens_}, DType::I32);
   s.targets = k_.zeros({tokens_}, DType::I32);
   if (k > 0) s.input = k_.zeros({rows}), s.d_input = k_.zeros({rows});
@@ -93,11 +91,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
       case ActionKind::Forward: {
         wait(s.recv);
         const bool first = k == 0, last = k + 1 == num_model_chunks_;
-        if (first || last) {
-          fill(a.microbatch, s.host_tokens.data(), s.host_targets.data());
-          k_.memory.from_host(s.tokens.ints(), s.host_tokens.data(), tokens_ * 4);
-          k_.memory.from_host(s.targets.ints(), s.host_targets.data(), tokens_ * 4);
-        }
+        if (first || last) fill(a.microbatch, s.tokens.ints(), s.targets.ints());
         loss_sum += chunk.forward(s.acts, first ? s.tokens.ints() : nullptr,
                                   first ? nullptr : s.input.data(), last ? s.targets.ints() : nullptr,
                                   grad_scale);

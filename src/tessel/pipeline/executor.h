@@ -24,7 +24,8 @@ namespace tessel {
 
 class PipelineExecutor {
  public:
-  // Writes microbatch mb's tokens and targets, (micro_batch · seq) each, on the host.
+  // Writes microbatch mb's tokens and targets, tokens_per_microbatch each, into the chunk's
+  // memory (the kernels' k): the caller brings them from the host (train/microbatches.h).
   using FillFn = std::function<void(int mb, int32_t* tokens, int32_t* targets)>;
 
   // `chunks`: this rank's model chunks in its chunk order (chunk c is model chunk c·p + rank);
@@ -50,8 +51,7 @@ class PipelineExecutor {
  private:
   struct Slot {
     ChunkActivations acts;
-    std::vector<int32_t> host_tokens, host_targets;
-    Tensor tokens, targets;  // the same in the chunk's memory
+    Tensor tokens, targets;  // (tokens_per_microbatch) i32 each, first and last chunk's input
     Tensor input, d_output, d_input;  // (N_l, C) each, where the chunk has a neighbour
     Request recv, send_forward, send_backward;
     int microbatch = -1;  // -1: free
