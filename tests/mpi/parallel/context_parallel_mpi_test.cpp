@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "tessel/comm/mpi.h"
-#include "world_copy.h"
+#include "support/world_copy.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/kernels.h"

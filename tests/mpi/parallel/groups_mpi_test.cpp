@@ -10,7 +10,7 @@
 #include "tessel/parallel/groups.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
-#include "../parallel_config.h"
+#include "support/parallel_config.h"
 
 namespace tessel {
 namespace {

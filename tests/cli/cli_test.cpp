@@ -2,7 +2,7 @@
 // non-zero exit, never a crash; export, train --init-from, --save-hf and generate work together.
 #include <gtest/gtest.h>
 
-#include "run_command.h"
+#include "support/run_command.h"
 #include <sys/wait.h>
 
 #include <array>

@@ -7,7 +7,7 @@
 // start of each action in the rank's order).
 #include <gtest/gtest.h>
 
-#include "run_command.h"
+#include "support/run_command.h"
 #include <sys/wait.h>
 
 #include <array>

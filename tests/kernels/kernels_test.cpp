@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gradient_check.h"
+#include "support/gradient_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernel_reference.h"
+#include "support/reference.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "run_command.h"
+#include "support/run_command.h"
 #include "tessel/ckpt/safetensors.h"
 
 namespace tessel {

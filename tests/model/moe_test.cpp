@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "gradient_check.h"
+#include "support/gradient_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "kernel_reference.h"
-#include "tiny_model.h"
+#include "support/reference.h"
+#include "support/tiny_model.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/kernels.h"
