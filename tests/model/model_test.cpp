@@ -14,6 +14,7 @@
 #include "tessel/core/philox.h"
 #include "tessel/infer/generate.h"
 #include "tessel/model/transformer.h"
+#include "support/printers.h"
 #include "support/tiny_model.h"
 #include "tessel/train/trainer.h"
 

@@ -209,6 +209,12 @@ TEST_P(CpAttention, PairsOfRanks) {
   check_against_full_attention(cp, {.B = 2, .T = 24, .H = 4, .G = 2, .D = 8}, 300);
 }
 
+}  // namespace
+
+void PrintTo(CpCommType type, std::ostream* os) { *os << (type == CpCommType::P2P ? "p2p" : "all-gather"); }
+
+namespace {
+
 INSTANTIATE_TEST_SUITE_P(CommTypes, CpAttention,
                          testing::Values(CpCommType::P2P, CpCommType::AllGather),
                          [](const testing::TestParamInfo<CpCommType>& info) {
