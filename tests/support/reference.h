@@ -1,11 +1,13 @@
-// Naive double-precision forwards of the CPU kernels, written from the formulas (and the
-// PyTorch / Hugging Face definitions) rather than from the kernels. Test-only: the float kernels
-// are compared with these, and finite differences of these check the kernels' backward.
+// Naive double-precision forwards of the kernels, written from the formulas (and the PyTorch /
+// Hugging Face / Megatron-LM definitions) rather than from the kernels. Test-only: the float
+// kernels (tests/kernels/) and layers (tests/model/) are compared with these, and finite
+// differences of these check their backward.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 namespace tessel::ref {
@@ -141,5 +143,144 @@ inline CrossEntropyResult cross_entropy(const Vec& logits, const std::vector<int
   }
   return r;
 }
+
+// ---- Mixture-of-Experts router, from Megatron-LM's definitions (TopKRouter,
+// switch_load_balancing_loss_func, z_loss_func, the "probs" drop policy). It sorts where the
+// kernels insert and ranks by counting where they sort, so the two share no code.
+
+struct Router {
+  int64_t E = 0, k = 0;
+  bool sigmoid = false, pre_softmax = false;
+};
+
+inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+inline Vec softmax(const Vec& x) {
+  const double m = *std::max_element(x.begin(), x.end());
+  Vec out(x.size());
+  double sum = 0;
+  for (size_t i = 0; i < x.size(); ++i) sum += out[i] = std::exp(x[i] - m);
+  for (double& v : out) v /= sum;
+  return out;
+}
+
+// One token's experts and routing weights: sort the experts by score (ties: lower index).
+inline void topk_row(const Router& r, const double* logits, int32_t* experts, double* probs) {
+  const Vec l(logits, logits + r.E);
+  Vec scores = l;
+  if (r.sigmoid) {
+    for (double& s : scores) s = sigmoid(s);
+  } else if (r.pre_softmax) {
+    scores = softmax(l);
+  }
+  std::vector<int32_t> order(r.E);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+  Vec chosen(r.k);
+  for (int64_t j = 0; j < r.k; ++j) {
+    experts[j] = order[j];
+    chosen[j] = scores[order[j]];
+  }
+  if (!r.sigmoid && !r.pre_softmax) chosen = softmax(chosen);
+  if (r.sigmoid && r.k > 1) {
+    double total = 0;
+    for (double c : chosen) total += c;
+    for (double& c : chosen) c /= total + 1e-20;
+  }
+  std::copy(chosen.begin(), chosen.end(), probs);
+}
+
+struct Routing {
+  std::vector<int32_t> experts;  // (N, k)
+  Vec probs;                     // (N, k)
+};
+
+inline Routing topk(const Router& r, const Vec& logits, int64_t N) {
+  Routing out{std::vector<int32_t>(N * r.k), Vec(N * r.k)};
+  for (int64_t n = 0; n < N; ++n)
+    topk_row(r, logits.data() + n * r.E, out.experts.data() + n * r.k,
+                 out.probs.data() + n * r.k);
+  return out;
+}
+
+// Megatron's scores for the load-balancing loss.
+inline Vec aux_scores(const Vec& logits, int64_t N, int64_t E, bool sig) {
+  Vec s(N * E);
+  for (int64_t n = 0; n < N; ++n) {
+    Vec row(logits.begin() + n * E, logits.begin() + (n + 1) * E);
+    if (sig) {
+      double total = 0;
+      for (double& v : row) total += v = sigmoid(v);
+      for (double& v : row) v /= total + 1e-20;
+    } else {
+      row = softmax(row);
+    }
+    std::copy(row.begin(), row.end(), s.begin() + n * E);
+  }
+  return s;
+}
+
+// switch_load_balancing_loss_func: coeff · E / (k · T²) · Σ_e counts_e · Σ_n scores_ne.
+inline double aux_loss(const Vec& scores, const Vec& counts, int64_t N, int64_t E, int64_t k,
+                       int64_t T, double coeff) {
+  double sum = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    double p = 0;
+    for (int64_t n = 0; n < N; ++n) p += scores[n * E + e];
+    sum += p * counts[e];
+  }
+  return coeff * E / (static_cast<double>(k) * T * T) * sum;
+}
+
+inline double z_loss(const Vec& logits, int64_t N, int64_t E, double coeff) {
+  double sum = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    double m = logits[n * E];
+    for (int64_t e = 0; e < E; ++e) m = std::max(m, logits[n * E + e]);
+    double s = 0;
+    for (int64_t e = 0; e < E; ++e) s += std::exp(logits[n * E + e] - m);
+    const double lse = m + std::log(s);
+    sum += lse * lse;
+  }
+  return coeff * sum / N;
+}
+
+// Brute force of the drop policy: assignment a survives iff fewer than `capacity` assignments to
+// its expert beat it (a higher prob, or the same prob and an earlier token).
+inline std::vector<int32_t> capacity_keep(const std::vector<int32_t>& experts,
+                                          const std::vector<float>& probs, int64_t capacity) {
+  const size_t A = experts.size();
+  std::vector<int32_t> keep(A);
+  for (size_t a = 0; a < A; ++a) {
+    int64_t better = 0;
+    for (size_t b = 0; b < A; ++b) {
+      if (b == a || experts[b] != experts[a]) continue;
+      if (probs[b] > probs[a] || (probs[b] == probs[a] && b < a)) ++better;
+    }
+    keep[a] = better < capacity ? 1 : 0;
+  }
+  return keep;
+}
+
+// ---- optimizer -----------------------------------------------------------------------------
+
+// AdamW in double, written straight from the torch.optim.AdamW documentation.
+struct AdamW {
+  std::vector<double> p, m, v;
+  explicit AdamW(const std::vector<float>& init)
+      : p(init.begin(), init.end()), m(init.size(), 0.0), v(init.size(), 0.0) {}
+  void step(const std::vector<float>& g, double lr, double b1, double b2, double eps, double wd,
+            int t) {
+    for (size_t i = 0; i < p.size(); ++i) {
+      p[i] -= lr * wd * p[i];
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      const double m_hat = m[i] / (1 - std::pow(b1, t));
+      const double v_hat = v[i] / (1 - std::pow(b2, t));
+      p[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+    }
+  }
+};
 
 }  // namespace tessel::ref
