@@ -59,8 +59,10 @@ tessel_args=(train --arch gpt2 --vocab-size "$vocab" --seq-length "$seq" --hidde
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
+cpu=$(cpu_model)
 echo "config $config: gpt2 V$vocab T$seq d$hidden L$layers H$heads B$batch, $threads thread(s)," \
   "$warmup warm-up + $iters timed iterations, $rounds rounds, $(nproc) CPUs, $(date -u '+%F %T') UTC"
+echo "cpu: $cpu"
 echo "load before: $(load)"
 
 run_tessel() {  # $1: log file; prints "median_tok_s mean_tok_s"
@@ -97,20 +99,34 @@ for name, col in zip(names, cols):
 }
 
 if [ "$mode" = throughput ]; then
-  printf '%-5s %12s %12s %7s   %12s %12s %7s   %s\n' round "tessel" "pytorch" ratio \
-    "tessel mean" "torch mean" ratio "load (1 5 15 min)"
+  pick_openblas_coretype "$threads" "$work"
+  printf '%-5s %12s %12s %7s   %12s %12s %7s   %-18s %s\n' round "tessel" "pytorch" ratio \
+    "tessel mean" "torch mean" ratio "load (1 5 15 min)" "cpu, OpenBLAS core type"
   : >"$work/rows"
   for r in $(seq 1 "$rounds"); do
     read -r t_med t_mean < <(run_tessel "$work/tessel_$r.json")
     read -r p_med p_mean < <(run_pytorch "$work/pytorch_$r.json")
     ratio=$(python3 -c "print(f'{$t_med / $p_med:.3f}')")
     ratio_mean=$(python3 -c "print(f'{$t_mean / $p_mean:.3f}')")
-    printf '%-5s %12s %12s %7s   %12s %12s %7s   %s\n' "$r" "$t_med" "$p_med" "$ratio" \
-      "$t_mean" "$p_mean" "$ratio_mean" "$(load)"
-    echo "$t_med $p_med $ratio $ratio_mean" >>"$work/rows"
+    round_load=$(load)
+    printf '%-5s %12s %12s %7s   %12s %12s %7s   %-18s %s\n' "$r" "$t_med" "$p_med" "$ratio" \
+      "$t_mean" "$p_mean" "$ratio_mean" "$round_load" "$cpu, $BENCH_OPENBLAS_CORETYPE"
+    echo "$t_med $p_med $ratio $ratio_mean ${round_load%% *}" >>"$work/rows"
   done
-  echo "summary over $rounds rounds (tok/s are medians of the timed iterations):"
-  summary "tessel tok/s" "pytorch tok/s" "ratio tessel/pytorch" "ratio, mean-based" <"$work/rows"
+  echo "summary over $rounds rounds (tok/s are medians of the timed iterations), cpu $cpu," \
+    "PyTorch's OpenBLAS core type $BENCH_OPENBLAS_CORETYPE:"
+  summary "tessel tok/s" "pytorch tok/s" "ratio tessel/pytorch" "ratio, mean-based" \
+    <"$work/rows"
+  # The result as a row of RESULTS.md's throughput table, with the CPU and the core type.
+  python3 -c '
+import statistics, sys
+command, cpu, core = sys.argv[1:4]
+rows = [list(map(float, line.split())) for line in sys.stdin if line.strip()]
+tessel, torch, ratio, _, load = zip(*rows)
+print(f"RESULTS.md row: | `{command}` | {cpu} | OpenBLAS {core} | {min(load):.1f}–{max(load):.1f} | "
+      f"{statistics.median(tessel):,.0f} | {statistics.median(torch):,.0f} | "
+      f"{min(ratio):.2f} / **{statistics.median(ratio):.2f}** / {max(ratio):.2f} |")
+' "$config $threads" "$cpu" "$BENCH_OPENBLAS_CORETYPE" <"$work/rows"
   exit 0
 fi
 
@@ -154,7 +170,8 @@ EOF
   printf '%-5s %10s %10s %10s %7s   %9s %9s %9s %6s   %s\n' "$r" $row "$(load)"
   echo "$row" >>"$work/rows"
 done
-echo "summary over $rounds rounds (GFLOP/s inside gemm calls; oneDNN alone on the model's shapes):"
+echo "summary over $rounds rounds (GFLOP/s inside gemm calls; oneDNN alone on the model's shapes)," \
+  "cpu $cpu:"
 summary "tessel gemm GFLOP/s" "oneDNN, products once" "oneDNN, step-weighted" \
   "tessel % of step-weighted" "peak RSS MiB (--profile)" "peak RSS MiB (time -v)" \
   "analytic MiB" "RSS / analytic" <"$work/rows"

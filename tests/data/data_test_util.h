@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "../run_command.h"
+#include "support/run_command.h"
 #include "tessel/core/error.h"
 
 namespace tessel::testing {

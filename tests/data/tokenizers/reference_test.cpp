@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../../run_command.h"
+#include "support/run_command.h"
 #include "reference_text.h"
 #include "tessel/data/tokenizer.h"
 #include "tessel/data/tokenizers/byte_level.h"

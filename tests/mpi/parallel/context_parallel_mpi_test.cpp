@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "tessel/comm/mpi.h"
-#include "world_copy.h"
+#include "support/world_copy.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/kernels.h"
@@ -208,6 +208,12 @@ TEST_P(CpAttention, PairsOfRanks) {
   const ContextParallel cp{comm.get(), GetParam(), cpu_kernels()};
   check_against_full_attention(cp, {.B = 2, .T = 24, .H = 4, .G = 2, .D = 8}, 300);
 }
+
+}  // namespace
+
+void PrintTo(CpCommType type, std::ostream* os) { *os << (type == CpCommType::P2P ? "p2p" : "all-gather"); }
+
+namespace {
 
 INSTANTIATE_TEST_SUITE_P(CommTypes, CpAttention,
                          testing::Values(CpCommType::P2P, CpCommType::AllGather),

@@ -7,8 +7,8 @@
 // (pp, dp) with pp fastest: (0,0) → (0,1), (1,0) → (2,3), (0,1) → (4,5), (1,1) → (6,7).
 #include <gtest/gtest.h>
 
-#include "parallel_config.h"
-#include "run_command.h"
+#include "support/parallel_config.h"
+#include "support/run_command.h"
 #include <sys/wait.h>
 
 #include <array>

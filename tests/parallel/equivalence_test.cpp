@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "run_command.h"
+#include "support/run_command.h"
 #include "tessel/ckpt/safetensors.h"
 
 namespace tessel {
@@ -31,6 +31,13 @@ struct Layout {
   int layers = 2;
   const char* model_extra = "";  // flags for the reference too (the MoE settings)
 };
+
+// What a case runs, for test listings and failure messages.
+void PrintTo(const Layout& layout, std::ostream* os) {
+  *os << layout.name << ": " << layout.ranks << " ranks, " << layout.layers << " layers"
+      << (layout.odd_model ? ", odd parameter count" : "") << ", flags \"" << layout.flags << "\"";
+  if (*layout.model_extra != '\0') *os << ", model \"" << layout.model_extra << "\"";
+}
 
 // Small enough for CI's two cores, large enough that every split is real: 8 heads (4 query
 // groups for llama) split over TP up to 4, 2 layers, a byte vocabulary.

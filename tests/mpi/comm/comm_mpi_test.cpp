@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "tessel/comm/mpi.h"
-#include "world_copy.h"
+#include "support/world_copy.h"
 #include "tessel/core/error.h"
 
 namespace tessel {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tessel/comm/mpi.h"
-#include "world_copy.h"
+#include "support/world_copy.h"
 #include "tessel/core/philox.h"
 #include "tessel/model/moe/moe.h"
 

@@ -13,7 +13,8 @@
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/model/transformer.h"
-#include "tiny_model.h"
+#include "support/printers.h"
+#include "support/tiny_model.h"
 #include "tessel/pipeline/executor.h"
 #include "tessel/pipeline/schedule.h"
 

@@ -12,53 +12,15 @@
 #include "tessel/core/params.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/lr_schedule.h"
+#include "support/reference.h"
 
 namespace tessel {
 namespace {
-
-// AdamW in double, written straight from the torch.optim.AdamW documentation.
-struct ReferenceAdamW {
-  std::vector<double> p, m, v;
-  explicit ReferenceAdamW(const std::vector<float>& init)
-      : p(init.begin(), init.end()), m(init.size(), 0.0), v(init.size(), 0.0) {}
-  void step(const std::vector<float>& g, double lr, double b1, double b2, double eps, double wd,
-            int t) {
-    for (size_t i = 0; i < p.size(); ++i) {
-      p[i] -= lr * wd * p[i];
-      m[i] = b1 * m[i] + (1 - b1) * g[i];
-      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-      const double m_hat = m[i] / (1 - std::pow(b1, t));
-      const double v_hat = v[i] / (1 - std::pow(b2, t));
-      p[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
-    }
-  }
-};
 
 std::vector<float> normals(uint64_t stream, int64_t n, float scale) {
   std::vector<float> x(n);
   for (int64_t i = 0; i < n; ++i) x[i] = scale * random_normal(42, stream, i);
   return x;
-}
-
-TEST(AdamwKernel, MatchesDoubleReference) {
-  const int64_t n = 1037;  // not a multiple of the vector width
-  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
-  std::vector<float> p = normals(1, n, 1.0f), m(n, 0.0f), v(n, 0.0f);
-  ReferenceAdamW ref(p);
-  for (int t = 1; t <= 5; ++t) {
-    // Gradients of very different sizes, so eps and the bias corrections both matter.
-    auto scale = [](int64_t i) { return std::pow(10.0, -static_cast<double>(i % 7)); };
-    std::vector<float> g = normals(10 + t, n, 1.0f);
-    for (int64_t i = 0; i < n; ++i) g[i] *= static_cast<float>(scale(i));
-    cpu_kernels().adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t);
-    ref.step(g, lr, b1, b2, eps, wd, t);
-    // m and v may cancel between steps: their tolerance follows the gradients' scale.
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_NEAR(p[i], ref.p[i], 2e-6 * (std::abs(ref.p[i]) + lr)) << "step " << t << " i " << i;
-      ASSERT_NEAR(m[i], ref.m[i], 1e-6 * scale(i)) << "step " << t << " i " << i;
-      ASSERT_NEAR(v[i], ref.v[i], 1e-6 * scale(i) * scale(i)) << "step " << t << " i " << i;
-    }
-  }
 }
 
 // A registry with a decayed weight, an undecayed bias and a big weight that spans several
@@ -78,7 +40,7 @@ TEST(AdamW, StepMatchesReferencePerParameter) {
   OptimizerConfig cfg;
   cfg.weight_decay = 0.1f;
   AdamW opt(cpu_kernels(), reg, cfg);
-  std::vector<ReferenceAdamW> refs;
+  std::vector<ref::AdamW> refs;
   for (const Param& p : reg.params())
     refs.emplace_back(std::vector<float>(p.value, p.value + p.numel()));
   const float lrs[3] = {1e-3f, 3e-3f, 2e-3f};

@@ -9,9 +9,9 @@
 
 #include "tessel/parallel/groups.h"
 #include "tessel/comm/mpi.h"
-#include "world_copy.h"
+#include "support/world_copy.h"
 #include "tessel/core/error.h"
-#include "../parallel_config.h"
+#include "support/parallel_config.h"
 
 namespace tessel {
 namespace {

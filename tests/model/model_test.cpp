@@ -15,7 +15,8 @@
 #include "tessel/core/philox.h"
 #include "tessel/infer/generate.h"
 #include "tessel/model/transformer.h"
-#include "tiny_model.h"
+#include "support/printers.h"
+#include "support/tiny_model.h"
 #include "tessel/train/trainer.h"
 
 namespace tessel {

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "run_command.h"
+#include "support/run_command.h"
 #include <sys/wait.h>
 
 #include <array>

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "../data/tokenizers/tokenizer_fixtures.h"
-#include "../run_command.h"
+#include "data/tokenizers/tokenizer_fixtures.h"
+#include "support/run_command.h"
 
 namespace tessel {
 namespace {

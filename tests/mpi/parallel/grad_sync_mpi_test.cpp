@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "tessel/comm/mpi.h"
-#include "world_copy.h"
-#include "../parallel_config.h"
+#include "support/world_copy.h"
+#include "support/parallel_config.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/parallel/grad_sync.h"
 

@@ -1,16 +1,15 @@
-// The Mixture-of-Experts router kernels and layer, in one process: every float result against a
-// double-precision reference written here from Megatron-LM's definitions (TopKRouter,
-// switch_load_balancing_loss_func, z_loss_func, get_capacity, the "probs" drop policy, Qwen2-MoE's
-// shared expert), and every gradient against central finite differences of that reference. The
-// reference sorts where the kernels insert, and ranks by counting where they sort, so the two
-// share no code. Multi-rank expert parallelism: tests/mpi/moe_mpi_test.cpp.
+// The Mixture-of-Experts layer, in one process: every float result against a double-precision
+// reference from Megatron-LM's definitions (the router's in support/reference.h; get_capacity and
+// Qwen2-MoE's shared expert here), and every gradient against central finite differences of that
+// reference. The router kernels alone: tests/kernels/router_test.cpp. Multi-rank expert
+// parallelism: tests/mpi/model/moe_mpi_test.cpp.
 #include "tessel/train/plan.h"
 #include "tessel/model/moe/moe.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "gradient_check.h"
+#include "support/gradient_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "kernel_reference.h"
-#include "tiny_model.h"
+#include "support/reference.h"
+#include "support/tiny_model.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/kernels.h"
@@ -51,237 +50,6 @@ using tessel::testing::numerical_gradient;
 using tessel::testing::Reference;
 using tessel::testing::relative_error;
 
-// ---- the double-precision reference --------------------------------------------------------
-
-struct RefRouter {
-  int64_t E = 0, k = 0;
-  bool sigmoid = false, pre_softmax = false;
-};
-
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
-Vec softmax(const Vec& x) {
-  const double m = *std::max_element(x.begin(), x.end());
-  Vec out(x.size());
-  double sum = 0;
-  for (size_t i = 0; i < x.size(); ++i) sum += out[i] = std::exp(x[i] - m);
-  for (double& v : out) v /= sum;
-  return out;
-}
-
-// One token's experts and routing weights: sort the experts by score (ties: lower index).
-void ref_topk_row(const RefRouter& r, const double* logits, int32_t* experts, double* probs) {
-  const Vec l(logits, logits + r.E);
-  Vec scores = l;
-  if (r.sigmoid) {
-    for (double& s : scores) s = sigmoid(s);
-  } else if (r.pre_softmax) {
-    scores = softmax(l);
-  }
-  std::vector<int32_t> order(r.E);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
-  Vec chosen(r.k);
-  for (int64_t j = 0; j < r.k; ++j) {
-    experts[j] = order[j];
-    chosen[j] = scores[order[j]];
-  }
-  if (!r.sigmoid && !r.pre_softmax) chosen = softmax(chosen);
-  if (r.sigmoid && r.k > 1) {
-    double total = 0;
-    for (double c : chosen) total += c;
-    for (double& c : chosen) c /= total + 1e-20;
-  }
-  std::copy(chosen.begin(), chosen.end(), probs);
-}
-
-struct RefRouting {
-  std::vector<int32_t> experts;  // (N, k)
-  Vec probs;                     // (N, k)
-};
-
-RefRouting ref_topk(const RefRouter& r, const Vec& logits, int64_t N) {
-  RefRouting out{std::vector<int32_t>(N * r.k), Vec(N * r.k)};
-  for (int64_t n = 0; n < N; ++n)
-    ref_topk_row(r, logits.data() + n * r.E, out.experts.data() + n * r.k,
-                 out.probs.data() + n * r.k);
-  return out;
-}
-
-// Megatron's scores for the load-balancing loss.
-Vec ref_aux_scores(const Vec& logits, int64_t N, int64_t E, bool sig) {
-  Vec s(N * E);
-  for (int64_t n = 0; n < N; ++n) {
-    Vec row(logits.begin() + n * E, logits.begin() + (n + 1) * E);
-    if (sig) {
-      double total = 0;
-      for (double& v : row) total += v = sigmoid(v);
-      for (double& v : row) v /= total + 1e-20;
-    } else {
-      row = softmax(row);
-    }
-    std::copy(row.begin(), row.end(), s.begin() + n * E);
-  }
-  return s;
-}
-
-// switch_load_balancing_loss_func: coeff · E / (k · T²) · Σ_e counts_e · Σ_n scores_ne.
-double ref_aux_loss(const Vec& scores, const Vec& counts, int64_t N, int64_t E, int64_t k,
-                    int64_t T, double coeff) {
-  double sum = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    double p = 0;
-    for (int64_t n = 0; n < N; ++n) p += scores[n * E + e];
-    sum += p * counts[e];
-  }
-  return coeff * E / (static_cast<double>(k) * T * T) * sum;
-}
-
-double ref_z_loss(const Vec& logits, int64_t N, int64_t E, double coeff) {
-  double sum = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    double m = logits[n * E];
-    for (int64_t e = 0; e < E; ++e) m = std::max(m, logits[n * E + e]);
-    double s = 0;
-    for (int64_t e = 0; e < E; ++e) s += std::exp(logits[n * E + e] - m);
-    const double lse = m + std::log(s);
-    sum += lse * lse;
-  }
-  return coeff * sum / N;
-}
-
-// Brute force of the drop policy: assignment a survives iff fewer than `capacity` assignments to
-// its expert beat it (a higher prob, or the same prob and an earlier token).
-std::vector<int32_t> ref_capacity_keep(const std::vector<int32_t>& experts, const Floats& probs,
-                                       int64_t capacity) {
-  const size_t A = experts.size();
-  std::vector<int32_t> keep(A);
-  for (size_t a = 0; a < A; ++a) {
-    int64_t better = 0;
-    for (size_t b = 0; b < A; ++b) {
-      if (b == a || experts[b] != experts[a]) continue;
-      if (probs[b] > probs[a] || (probs[b] == probs[a] && b < a)) ++better;
-    }
-    keep[a] = better < capacity ? 1 : 0;
-  }
-  return keep;
-}
-
-// ---- router kernels --------------------------------------------------------------------------
-
-struct RouterCase {
-  const char* name;
-  RouterScore score;
-  bool pre_softmax;
-  int64_t k;
-};
-
-const RouterCase kRouterCases[] = {{"softmax top-3", RouterScore::Softmax, false, 3},
-                                   {"pre-softmax top-2", RouterScore::Softmax, true, 2},
-                                   {"pre-softmax top-1", RouterScore::Softmax, true, 1},
-                                   {"sigmoid top-3", RouterScore::Sigmoid, false, 3},
-                                   {"sigmoid top-1", RouterScore::Sigmoid, false, 1}};
-
-RefRouter ref_router(const RouterCase& c, int64_t E) {
-  return {
-      .E = E, .k = c.k, .sigmoid = c.score == RouterScore::Sigmoid, .pre_softmax = c.pre_softmax};
-}
-
-TEST(MoeRouter, TopkMatchesReference) {
-  const int64_t N = 13, E = 7;
-  const Floats logits = random_floats(N * E, 1, 2.0f);
-  for (const RouterCase& c : kRouterCases) {
-    std::vector<int32_t> experts(N * c.k);
-    Floats probs(N * c.k);
-    cpu_kernels().moe_topk_forward(experts.data(), probs.data(), logits.data(), N, E, c.k, c.score,
-                          c.pre_softmax);
-    const RefRouting want = ref_topk(ref_router(c, E), to_double(logits), N);
-    EXPECT_EQ(experts, want.experts) << c.name;
-    EXPECT_LT(relative_error(probs, want.probs), kForwardTolerance) << c.name;
-  }
-}
-
-TEST(MoeRouter, TopkBackwardMatchesFiniteDifferences) {
-  const int64_t N = 9, E = 6;
-  const Floats logits = random_floats(N * E, 2, 2.0f);
-  for (const RouterCase& c : kRouterCases) {
-    const RefRouter r = ref_router(c, E);
-    const Floats w = random_floats(N * c.k, 3);
-    std::vector<int32_t> experts(N * c.k);
-    Floats probs(N * c.k);
-    cpu_kernels().moe_topk_forward(experts.data(), probs.data(), logits.data(), N, E, c.k, c.score,
-                          c.pre_softmax);
-    // Starts from nonzero values: the kernel adds to them.
-    Floats dlogits = random_floats(N * E, 4);
-    const Floats before = dlogits;
-    cpu_kernels().moe_topk_backward(dlogits.data(), w.data(), logits.data(), experts.data(), probs.data(), N,
-                           E, c.k, c.score, c.pre_softmax);
-    for (size_t i = 0; i < dlogits.size(); ++i) dlogits[i] -= before[i];
-    const Vec want =
-        numerical_gradient([&](const std::vector<Vec>& in) { return ref_topk(r, in[0], N).probs; },
-                           {to_double(logits)}, 0, to_double(w));
-    EXPECT_LT(relative_error(dlogits, want), kGradientTolerance) << c.name;
-  }
-}
-
-TEST(MoeRouter, TiesGoToTheLowerExpertIndex) {
-  const Floats logits = {1.0f, 3.0f, 3.0f, 2.0f, 3.0f};
-  for (const RouterCase& c : kRouterCases) {
-    std::vector<int32_t> experts(c.k);
-    Floats probs(c.k);
-    cpu_kernels().moe_topk_forward(experts.data(), probs.data(), logits.data(), 1, 5, c.k, c.score,
-                          c.pre_softmax);
-    const std::vector<int32_t> want = {1, 2, 4};
-    EXPECT_EQ(experts, std::vector<int32_t>(want.begin(), want.begin() + c.k)) << c.name;
-  }
-}
-
-TEST(MoeRouter, AuxLossAndGradientMatchReference) {
-  const int64_t N = 8, E = 5, k = 2, T = 20;  // T > N: other ranks hold the rest of the sequence
-  const float coeff = 0.37f, grad_scale = 1.7f;
-  const Floats logits = random_floats(N * E, 5, 1.5f);
-  const Floats counts = {7, 0, 12, 9, 12};  // Σ = T · k
-  for (RouterScore score : {RouterScore::Softmax, RouterScore::Sigmoid}) {
-    const bool sig = score == RouterScore::Sigmoid;
-    Floats scores(N * E);
-    cpu_kernels().moe_aux_scores_forward(scores.data(), logits.data(), N, E, score);
-    const Vec want_scores = ref_aux_scores(to_double(logits), N, E, sig);
-    EXPECT_LT(relative_error(scores, want_scores), kForwardTolerance);
-    const double loss = cpu_kernels().moe_aux_loss_forward(scores.data(), counts.data(), N, E, k, T, coeff);
-    const double want = ref_aux_loss(want_scores, to_double(counts), N, E, k, T, coeff);
-    EXPECT_NEAR(loss, want, 1e-6 * std::abs(want));
-
-    Floats dlogits(N * E, 0.5f);
-    cpu_kernels().moe_aux_loss_backward(dlogits.data(), logits.data(), scores.data(), counts.data(), N, E, k,
-                               T, coeff, grad_scale, score);
-    for (float& d : dlogits) d -= 0.5f;
-    const Vec fd = numerical_gradient(
-        [&](const std::vector<Vec>& in) {
-          return Vec{
-              ref_aux_loss(ref_aux_scores(in[0], N, E, sig), to_double(counts), N, E, k, T, coeff)};
-        },
-        {to_double(logits)}, 0, Vec{grad_scale});
-    EXPECT_LT(relative_error(dlogits, fd), kGradientTolerance) << (sig ? "sigmoid" : "softmax");
-  }
-}
-
-TEST(MoeRouter, ZLossAndGradientMatchReference) {
-  const int64_t N = 7, E = 6;
-  const float coeff = 0.01f, grad_scale = 3.0f;
-  const Floats logits = random_floats(N * E, 6, 3.0f);
-  Floats lse(N);
-  const double loss = cpu_kernels().moe_z_loss_forward(lse.data(), logits.data(), N, E, coeff);
-  const double want = ref_z_loss(to_double(logits), N, E, coeff);
-  EXPECT_NEAR(loss, want, 1e-6 * want);
-  Floats dlogits(N * E, 0.0f);
-  cpu_kernels().moe_z_loss_backward(dlogits.data(), logits.data(), lse.data(), N, E, coeff, grad_scale);
-  const Vec fd = numerical_gradient(
-      [&](const std::vector<Vec>& in) { return Vec{ref_z_loss(in[0], N, E, coeff)}; },
-      {to_double(logits)}, 0, Vec{grad_scale});
-  EXPECT_LT(relative_error(dlogits, fd), kGradientTolerance);
-}
-
 TEST(MoeRouter, CapacityIsMegatronsFormula) {
   EXPECT_EQ(moe_expert_capacity(10, 4, 2, 1.0), 5);  // 20 / 4
   EXPECT_EQ(moe_expert_capacity(10, 4, 2, 1.1), 6);  // ceil(5.5)
@@ -290,25 +58,6 @@ TEST(MoeRouter, CapacityIsMegatronsFormula) {
   EXPECT_EQ(moe_expert_capacity(6, 2, 2, 4.0), 6);   // 24 capped at the 6 tokens
   // Python's float: (200 / 4) · 1.1 = 55.00000000000001, so Megatron rounds up to 56.
   EXPECT_EQ(moe_expert_capacity(100, 4, 2, 1.1), 56);
-}
-
-// Quantised probs make ties common, so the token-order tie-break is exercised too.
-TEST(MoeRouter, CapacityDropMatchesBruteForce) {
-  const int64_t N = 40, E = 6, k = 2;
-  const Floats logits = random_floats(N * E, 7, 1.5f);
-  std::vector<int32_t> experts(N * k);
-  Floats probs(N * k);
-  cpu_kernels().moe_topk_forward(experts.data(), probs.data(), logits.data(), N, E, k, RouterScore::Softmax,
-                        false);
-  for (float& p : probs) p = std::round(p * 8.0f) / 8.0f;
-  for (int64_t capacity : {0, 1, 3, 7, 13, 40}) {
-    std::vector<int32_t> keep(N * k, 7);
-    const int64_t dropped =
-        cpu_kernels().moe_capacity_drop(keep.data(), experts.data(), probs.data(), N, E, k, capacity);
-    const std::vector<int32_t> want = ref_capacity_keep(experts, probs, capacity);
-    EXPECT_EQ(keep, want) << "capacity " << capacity;
-    EXPECT_EQ(dropped, std::count(want.begin(), want.end(), 0)) << "capacity " << capacity;
-  }
 }
 
 // ---- the layer ---------------------------------------------------------------------------------
@@ -369,21 +118,22 @@ Vec ref_layer(const MoeConfig& moe, int64_t N, int64_t C, int64_t F, double grad
   const int64_t E = moe.num_experts, k = moe.topk, Fs = moe.shared_expert_size;
   const Vec& x = in[0];
   const Vec logits = ref::linear(x, in[1], {}, N, C, E, false);
-  const RefRouter r{.E = E, .k = k, .sigmoid = moe.score_sigmoid, .pre_softmax = moe.pre_softmax};
-  const RefRouting routing = ref_topk(r, logits, N);
+  const ref::Router r{
+      .E = E, .k = k, .sigmoid = moe.score_sigmoid, .pre_softmax = moe.pre_softmax};
+  const ref::Routing routing = ref::topk(r, logits, N);
   double aux = 0, z = 0;
   if (moe.aux_loss_coeff > 0) {
     Vec counts(E, 0.0);
     for (int32_t e : routing.experts) counts[e] += 1;
-    aux = ref_aux_loss(ref_aux_scores(logits, N, E, moe.score_sigmoid), counts, N, E, k, N,
+    aux = ref::aux_loss(ref::aux_scores(logits, N, E, moe.score_sigmoid), counts, N, E, k, N,
                        moe.aux_loss_coeff);
   }
-  if (moe.z_loss_coeff > 0) z = ref_z_loss(logits, N, E, moe.z_loss_coeff);
+  if (moe.z_loss_coeff > 0) z = ref::z_loss(logits, N, E, moe.z_loss_coeff);
   std::vector<int32_t> keep(N * k, 1);
   if (moe.capacity_factor > 0) {
     const int64_t capacity = std::min<int64_t>(
         N, static_cast<int64_t>(std::ceil(static_cast<double>(N * k) / E * moe.capacity_factor)));
-    keep = ref_capacity_keep(routing.experts, Floats(routing.probs.begin(), routing.probs.end()),
+    keep = ref::capacity_keep(routing.experts, Floats(routing.probs.begin(), routing.probs.end()),
                              capacity);
   }
   if (keep_out != nullptr) *keep_out = keep;
@@ -406,7 +156,7 @@ Vec ref_layer(const MoeConfig& moe, int64_t N, int64_t C, int64_t F, double grad
       const Vec y = ref::linear(ref::swiglu(ref::linear(row, in[s], {}, 1, C, Fs, false),
                                             ref::linear(row, in[s + 1], {}, 1, C, Fs, false)),
                                 in[s + 2], {}, 1, Fs, C, false);
-      const double gate = sigmoid(ref::linear(row, in[s + 3], {}, 1, C, 1, false)[0]);
+      const double gate = ref::sigmoid(ref::linear(row, in[s + 3], {}, 1, C, 1, false)[0]);
       for (int64_t c = 0; c < C; ++c) out[n * C + c] += gate * y[c];
     }
   }
@@ -578,8 +328,8 @@ TEST(MoeLayer, StatsCountKeptAndDroppedAssignments) {
   for (const std::string& name : f.names()) inputs.push_back(to_double(f.values(name)));
   std::vector<int32_t> keep;
   ref_layer(moe, N, C, 5, 1.0, inputs, &keep);
-  const RefRouting routing =
-      ref_topk({.E = 4, .k = 2}, ref::linear(inputs[0], inputs[1], {}, N, C, 4, false), N);
+  const ref::Routing routing =
+      ref::topk({.E = 4, .k = 2}, ref::linear(inputs[0], inputs[1], {}, N, C, 4, false), N);
   std::vector<double> kept(4, 0.0);
   for (size_t a = 0; a < keep.size(); ++a) kept[routing.experts[a]] += keep[a];
   EXPECT_EQ(run.stats.tokens_per_expert, kept);

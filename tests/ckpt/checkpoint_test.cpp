@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "run_command.h"
+#include "support/run_command.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/ckpt/checkpoint.h"
 
