@@ -1,6 +1,8 @@
 #include "tessel/ckpt/safetensors.h"
 
 #include <gtest/gtest.h>
+
+#include "support/fixtures.h"
 #include <unistd.h>
 
 #include <bit>
@@ -17,20 +19,14 @@ namespace tessel {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::expect_error;
 
 // A fresh folder per test, removed afterwards.
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / fmt::format("tessel_st_{}_{}", info->name(), ::getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return dir_.path(name); }
 
-  fs::path dir_;
+  testing::TestDir dir_;
 };
 
 // A file from raw parts, for shapes of trouble the writer never makes: header length as given,
@@ -50,18 +46,6 @@ std::string bytes_of(const void* p, size_t n) {
   return std::string(static_cast<const char*>(p), n);
 }
 
-// Runs `f`, which must throw tessel::Error on one line containing every one of `parts`.
-void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-    for (const std::string& part : parts) EXPECT_NE(msg.find(part), std::string::npos) << msg;
-    return;
-  }
-  ADD_FAILURE() << "no tessel::Error thrown";
-}
 
 TEST_F(SafetensorsTest, WriteReadRoundTrip) {
   std::vector<float> a(6), b(5), scalar{-0.0f};
@@ -77,7 +61,7 @@ TEST_F(SafetensorsTest, WriteReadRoundTrip) {
                     {{"format", "pt"}, {"note", "x y"}});
 
   // Only the final file remains: the temporary was renamed.
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator{}), 1);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_.path()), fs::directory_iterator{}), 1);
   std::ifstream in(file, std::ios::binary);
   uint64_t header_len = 0;
   in.read(reinterpret_cast<char*>(&header_len), 8);

@@ -14,7 +14,7 @@ using testing::run_command;
 using testing::run_tessel;
 
 struct TinyFlags {
-  testing::TokenizerDir dir;
+  testing::TestDir dir;
   std::string flags;
   TinyFlags() {
     flags = "--tokenizer-type HuggingFaceTokenizer --tokenizer-model " +
@@ -75,7 +75,7 @@ TEST(TokenizerCommand, Inspect) {
 }
 
 TEST(TokenizerCommand, TrainByteBpe) {
-  testing::TokenizerDir dir;
+  testing::TestDir dir;
   std::string text;
   for (int i = 0; i < 200; ++i) text += "the cat sat on the mat; the dog sat on the log.\n";
   const std::string input = dir.write("small.txt", text);

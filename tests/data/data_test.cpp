@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include "support/fixtures.h"
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,44 +19,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A file under a per-test temporary directory, removed with it.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            (std::string("tessel_data_test_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    const fs::path p = path_ / name;
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p.string();
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing::TestDir;
+using testing::error_of;
 
 // n bytes 'A', 'B', ... cycling through 60 distinct values, so token t is recognisable.
 std::string pattern(int n) {
   std::string s(n, '\0');
   for (int i = 0; i < n; ++i) s[i] = static_cast<char>('A' + i % 60);
   return s;
-}
-
-// The message of the tessel::Error that `f` throws; fails the test when it throws none.
-template <typename F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no tessel::Error thrown";
-  return "";
 }
 
 TEST(ByteTokenizer, RoundTripsEveryByte) {
@@ -84,32 +56,32 @@ TEST(TokenDataset, LoadsTheBundledCorpus) {
 }
 
 TEST(TokenDataset, ErrorsNameTheFile) {
-  TempDir dir;
+  TestDir dir;
   const std::string missing = dir.path("missing.txt");
-  EXPECT_NE(error_message([&] { TokenDataset{missing, ByteTokenizer()}; }).find(missing),
+  EXPECT_NE(error_of([&] { TokenDataset{missing, ByteTokenizer()}; }).find(missing),
             std::string::npos);
   const std::string empty = dir.write("empty.txt", "");
-  const std::string msg = error_message([&] { TokenDataset{empty, ByteTokenizer()}; });
+  const std::string msg = error_of([&] { TokenDataset{empty, ByteTokenizer()}; });
   EXPECT_NE(msg.find(empty), std::string::npos);
   EXPECT_NE(msg.find("empty"), std::string::npos);
   // A directory opens but cannot be read.
-  EXPECT_NE(error_message([&] { TokenDataset{dir.path(""), ByteTokenizer()}; }).find("read"),
+  EXPECT_NE(error_of([&] { TokenDataset{dir.path(""), ByteTokenizer()}; }).find("read"),
             std::string::npos);
 }
 
 TEST(Sampler, RejectsTooShortFile) {
-  TempDir dir;
+  TestDir dir;
   const std::string path = dir.write("short.txt", pattern(8));
   TokenDataset data(path, ByteTokenizer());
   // 8 tokens make one sample of length 7 (inputs 0..6, targets 1..7) but none of length 8.
   EXPECT_EQ(Sampler(data, 7, 1, Sampling::Sequential, 0).num_samples(), 1);
-  const std::string msg = error_message([&] { Sampler{data, 8, 1, Sampling::Sequential, 0}; });
+  const std::string msg = error_of([&] { Sampler{data, 8, 1, Sampling::Sequential, 0}; });
   EXPECT_NE(msg.find(path), std::string::npos);
   EXPECT_NE(msg.find("too few"), std::string::npos);
 }
 
 TEST(Sampler, SampleBoundaries) {
-  TempDir dir;
+  TestDir dir;
   const int64_t S = 4;
   for (int n_tokens : {21, 23, 24}) {
     const std::string text = pattern(n_tokens);
@@ -130,7 +102,7 @@ TEST(Sampler, SampleBoundaries) {
 }
 
 TEST(Sampler, SequentialWrapsAround) {
-  TempDir dir;
+  TestDir dir;
   TokenDataset data(dir.write("seq.txt", pattern(21)), ByteTokenizer());
   Sampler sampler(data, 4, 3, Sampling::Sequential, 0);  // N = 5, G = 3
   const std::vector<std::vector<int64_t>> expected = {{0, 1, 2}, {3, 4, 0}, {1, 2, 3}, {4, 0, 1}};
@@ -145,7 +117,7 @@ TEST(Sampler, SequentialWrapsAround) {
 }
 
 TEST(Sampler, ShuffledIsAPermutationWithinEachEpoch) {
-  TempDir dir;
+  TestDir dir;
   TokenDataset data(dir.write("seq.txt", pattern(2 * 37 + 1)), ByteTokenizer());
   const int64_t G = 5;
   Sampler sampler(data, 2, G, Sampling::Shuffled, 1234);
@@ -170,7 +142,7 @@ TEST(Sampler, ShuffledIsAPermutationWithinEachEpoch) {
 }
 
 TEST(Sampler, ShuffledDependsOnlyOnSeedIterationAndPosition) {
-  TempDir dir;
+  TestDir dir;
   TokenDataset data(dir.write("seq.txt", pattern(3 * 29 + 2)), ByteTokenizer());
   const int64_t S = 3, G = 8, iters = 12;  // 96 draws over 29 samples: crosses epochs
   // Everything iteration by iteration, split into microbatches of `micro` (as DP ranks would).
@@ -196,7 +168,7 @@ TEST(Sampler, ShuffledDependsOnlyOnSeedIterationAndPosition) {
 }
 
 TEST(Sampler, RejectsBadArguments) {
-  TempDir dir;
+  TestDir dir;
   TokenDataset data(dir.write("seq.txt", pattern(21)), ByteTokenizer());
   Sampler sampler(data, 4, 3, Sampling::Shuffled, 0);
   int32_t buf[16];
@@ -206,7 +178,7 @@ TEST(Sampler, RejectsBadArguments) {
   EXPECT_THROW((Sampler{data, 4, 0, Sampling::Shuffled, 0}), Error);
   EXPECT_EQ(parse_sampling("sequential"), Sampling::Sequential);
   EXPECT_EQ(parse_sampling(sampling_name(Sampling::Shuffled)), Sampling::Shuffled);
-  EXPECT_NE(error_message([] { parse_sampling("random"); }).find("random"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_sampling("random"); }).find("random"), std::string::npos);
 }
 
 }  // namespace

@@ -99,16 +99,29 @@ const int32_t* rank_positions(const ContextParallel& cp, int64_t T) {
 // Step s (0..CP−1) works on the K/V block of rank (r − s) mod CP; the next block is already on its
 // way (isend to r+1, irecv from r−1, posted before the step's compute) while this one is used.
 
+// The ring's neighbours, one packed K/V block's size, every rank's positions, and the two block
+// buffers: the one held and the one arriving.
+struct Ring {
+  int ranks, rank, next, prev;
+  int64_t count, width;
+  const int32_t* positions;
+  float* held;
+  float* arriving;
+};
+
+Ring ring_of(const ContextParallel& cp, const AttentionShape& s) {
+  const int ranks = cp.size(), r = cp.rank();
+  const int64_t count = s.kv_count();
+  return {ranks, r, (r + 1) % ranks, (r + ranks - 1) % ranks, count, s.kv_width(),
+          rank_positions(cp, s.T_l * ranks), cp.kernels->reserve(cp.workspace->kv[0], count, 1),
+          cp.kernels->reserve(cp.workspace->kv[1], count, 1)};
+}
+
 void ring_forward(const ContextParallel& cp, float* out, float* lse, const float* q, const float* k,
                   const float* v, const AttentionShape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
-  const int ranks = cp.size(), r = cp.rank();
-  const int next = (r + 1) % ranks, prev = (r + ranks - 1) % ranks;
-  const int64_t count = s.kv_count(), width = s.kv_width();
+  auto [ranks, r, next, prev, count, width, positions, held, arriving] = ring_of(cp, s);
   const Kernels& K = *cp.kernels;
   CpWorkspace& ws = *cp.workspace;
-  const int32_t* positions = rank_positions(cp, s.T_l * ranks);
-  float* held = K.reserve(ws.kv[0], count, 1);
-  float* arriving = K.reserve(ws.kv[1], count, 1);
   float* block_out = K.reserve(ws.block_out, s.B * s.T_l, s.H * s.D);
   float* block_lse = K.reserve(ws.block_lse, s.B * s.H, s.T_l);
   const int32_t* q_pos = positions + r * s.T_l;
@@ -141,14 +154,9 @@ void ring_forward(const ContextParallel& cp, float* out, float* lse, const float
 void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, const float* dout,
                    const float* q, const float* k, const float* v, const float* out,
                    const float* lse, const AttentionShape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
-  const int ranks = cp.size(), r = cp.rank();
-  const int next = (r + 1) % ranks, prev = (r + ranks - 1) % ranks;
-  const int64_t count = s.kv_count(), width = s.kv_width();
+  auto [ranks, r, next, prev, count, width, positions, held, arriving] = ring_of(cp, s);
   const Kernels& K = *cp.kernels;
   CpWorkspace& ws = *cp.workspace;
-  const int32_t* positions = rank_positions(cp, s.T_l * ranks);
-  float* held = K.reserve(ws.kv[0], count, 1);
-  float* arriving = K.reserve(ws.kv[1], count, 1);
   float* share = K.reserve(ws.kv_grad[0], count, 1);     // this rank's share of the held block's dK/dV
   float* outgoing = K.reserve(ws.kv_grad[1], count, 1);  // the sum passed on to r+1
   float* incoming = K.reserve(ws.kv_grad[2], count, 1);  // the sum from r−1

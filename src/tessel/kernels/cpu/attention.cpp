@@ -111,7 +111,8 @@ void forward(float* out, float* lse, const float* q, const float* k, const float
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
                        int64_t k_ld, int64_t v_ld, bool causal) {
-  check_attention_args("attention_forward", B, T, T, H, G, D, q_ld, k_ld, v_ld);
+  check_attention_args("attention_forward", B, T, T, H, G, D, q_ld, k_ld, v_ld, nullptr, nullptr,
+                       false);
   const int32_t* positions = causal ? causal_positions(T) : nullptr;
   forward(out, lse, q, k, v, B, T, T, H, G, D, q_ld, k_ld, v_ld, positions, positions);
 }
@@ -120,9 +121,8 @@ void attention_block_forward(float* out, float* lse, const float* q, const float
                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                              int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
                              const int32_t* k_pos) {
-  check_attention_args("attention_block_forward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
-  TESSEL_CHECK(q_pos != nullptr && k_pos != nullptr,
-               "attention.cpp: attention_block_forward: query and key positions are required");
+  check_attention_args("attention_block_forward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos,
+                       true);
   forward(out, lse, q, k, v, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos);
 }
 

@@ -190,7 +190,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* k, const float* v, const float* out, const float* lse,
                         int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
                         int64_t k_ld, int64_t v_ld, bool causal) {
-  check_attention_args("attention_backward", B, T, T, H, G, D, q_ld, k_ld, v_ld);
+  check_attention_args("attention_backward", B, T, T, H, G, D, q_ld, k_ld, v_ld, nullptr, nullptr,
+                       false);
   const int32_t* positions = causal ? causal_positions(T) : nullptr;
   backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, H, G, D, q_ld, k_ld, v_ld, positions,
            positions);
@@ -201,9 +202,8 @@ void attention_block_backward(float* dq, float* dk, float* dv, const float* dout
                               int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                               int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
                               const int32_t* k_pos) {
-  check_attention_args("attention_block_backward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
-  TESSEL_CHECK(q_pos != nullptr && k_pos != nullptr,
-               "attention.cpp: attention_block_backward: query and key positions are required");
+  check_attention_args("attention_block_backward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos,
+                       true);
   backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos);
 }
 

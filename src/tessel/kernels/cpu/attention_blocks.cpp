@@ -21,7 +21,10 @@ AttentionScratch& attention_scratch(int64_t ld) {
 }
 
 void check_attention_args(const char* which, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
-                          int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
+                          int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
+                          const int32_t* q_pos, const int32_t* k_pos, bool positions_required) {
+  TESSEL_CHECK(!positions_required || (q_pos != nullptr && k_pos != nullptr),
+               "attention.cpp: {}: query and key positions are required", which);
   TESSEL_CHECK(B >= 0 && Tq >= 0 && Tk >= 0 && D > 0,
                "attention.cpp: {}: bad sizes B={} Tq={} Tk={} D={}", which, B, Tq, Tk, D);
   TESSEL_CHECK(H > 0 && G > 0 && H % G == 0,

@@ -38,8 +38,10 @@ AttentionScratch& attention_scratch(int64_t ld);
 // n rounded up to whole vectors; also the row stride of a score block.
 inline int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
+// The arguments' sizes and strides; the block kernels (positions_required) need both positions.
 void check_attention_args(const char* which, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
-                          int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld);
+                          int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
+                          const int32_t* q_pos, const int32_t* k_pos, bool positions_required);
 
 // Query rows [t0, t0 + rows) and the keys [key_begin, key_end) that at least one of them sees.
 // unmasked: every row sees every key of the range (no masking work).
