@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -55,6 +56,16 @@ void TrainLog::iteration(const IterationStats& s) {
     }
   }
   if (progress_) draw_progress(s);
+}
+
+void TrainLog::evaluation(int64_t it, const std::string& split, double loss) {
+  const double ppl = std::exp(std::min(loss, 20.0));  // one scalar, capped at 20 as Megatron
+  message(fmt::format("{} loss at iteration {} | lm loss value: {:.6f} | lm loss PPL: {:.4f}",
+                      split == "valid" ? "validation" : split, it, loss, ppl));
+  if (json_ == nullptr || quiet_) return;
+  const nlohmann::json j = {{"iteration", it}, {"split", split}, {"loss", loss}, {"ppl", ppl}};
+  std::fputs((j.dump() + "\n").c_str(), json_);
+  std::fflush(json_);
 }
 
 void TrainLog::message(const std::string& line) {

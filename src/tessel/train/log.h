@@ -43,6 +43,9 @@ class TrainLog {
 
   void iteration(const IterationStats& s);
   void message(const std::string& line);  // a plain line that does not break the progress line
+  // An evaluation's loss on `split` after iteration `it`: a line with its perplexity and, in
+  // --log-json, {"iteration", "split", "loss", "ppl"}.
+  void evaluation(int64_t it, const std::string& split, double loss);
 
  private:
   void draw_progress(const IterationStats& s);

@@ -1,6 +1,7 @@
 #include "tessel/train/report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <sys/resource.h>
 
@@ -63,7 +64,7 @@ void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double
 }  // namespace
 
 void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
-                const ParamRegistry& params, const TokenDataset& data, const Sampler& sampler) {
+                const ParamRegistry& params, const GptDataSplits& data) {
   const ModelConfig& cfg = plan.model;
   const ParallelConfig& pc = plan.layout();
   const BatchOptions& batch = plan.options.batch;
@@ -74,10 +75,17 @@ void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
                           cfg.num_parameters() / 1e6,
                           pc.world > 1 ? fmt::format(" ({:.2f}M on rank 0)", params.numel() / 1e6)
                                        : std::string()));
-  log.message(fmt::format("data: {} | {} tokens | {} samples of {} | global batch {} = micro "
-                          "batch {} × DP {} × {} microbatches",
-                          plan.options.data.path, data.size(), sampler.num_samples(), cfg.seq_length,
-                          batch.global_batch_size, batch.micro_batch_size, plan.dp, plan.microbatches));
+  const DataOptions& d = plan.options.data;
+  std::vector<std::string> splits;
+  for (int i = 0; i < kNumSplits; ++i)
+    if (const SampleDataset* s = data.splits[i].get())
+      splits.push_back(fmt::format("{} {}", split_name(static_cast<Split>(i)), s->size()));
+  log.message(fmt::format("data: {} | {} (vocabulary {}) | samples of {}: {} | global batch {} = "
+                          "micro batch {} × DP {} × {} microbatches",
+                          fmt::join(d.path.empty() ? d.train_path : d.path, " "),
+                          plan.tokenizer->type(), plan.tokenizer->vocab_size(), cfg.seq_length,
+                          fmt::join(splits, ", "), batch.global_batch_size,
+                          batch.micro_batch_size, plan.dp, plan.microbatches));
   if (pc.world == 1) return;
   log.message(fmt::format("parallel: world {} = TP {} × CP {} × PP {} × DP {}{}{}{}{} | order {}",
                           pc.world, pc.tp, pc.cp, pc.pp, plan.dp,

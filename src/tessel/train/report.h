@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tessel/core/params.h"
-#include "tessel/data/dataset.h"
+#include "tessel/data/dataset_builder.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/groups.h"
@@ -21,7 +21,7 @@ namespace tessel {
 
 // The model, the data and the batch arithmetic, and (several ranks) the layout.
 void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
-                const ParamRegistry& params, const TokenDataset& data, const Sampler& sampler);
+                const ParamRegistry& params, const GptDataSplits& data);
 
 // The MoE layers' router statistics of this iteration (the first rank's view; tokens per expert
 // are summed over its EP group, the auxiliary losses over the ranks sharing its sequences), then
