@@ -77,7 +77,8 @@ struct ModelFlags {
     option(app, "--seq-length", &ModelConfig::seq_length, "sequence length");
     option(app, "--max-position-embeddings", &ModelConfig::max_position_embeddings,
            "maximum positions (0: --seq-length)");
-    option(app, "--vocab-size", &ModelConfig::vocab_size, "vocabulary size");
+    option(app, "--vocab-size", &ModelConfig::vocab_size,
+           cfg.vocab_size == 0 ? "vocabulary size (0: the tokenizer's)" : "vocabulary size");
     option(app, "--norm-epsilon", &ModelConfig::norm_epsilon, "LayerNorm / RMSNorm epsilon");
     option(app, "--rotary-base", &ModelConfig::rotary_base, "RoPE base (llama)");
     flag(app, "--add-qkv-bias", &ModelConfig::add_qkv_bias, "biases on q, k and v (llama; Qwen2)");
@@ -170,6 +171,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   // ---- train ----
   CLI::App* train_cmd = app.add_subcommand("train", "train a model");
   ModelFlags train_model;
+  train_model.cfg.vocab_size = train_model.flags.vocab_size = 0;  // the tokenizer's
   train_model.add(*train_cmd);
   TrainOptions t;
   t.data.path = {TESSEL_DEFAULT_DATA};

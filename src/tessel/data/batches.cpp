@@ -82,6 +82,7 @@ void BatchLoader::worker() {
     }
     lock.lock();
     read_seconds_ += seconds_since(start);
+    batches_read_ += 1;
     error_ = error;
     reading_ = false;
     wanted_ = -1;
@@ -114,9 +115,9 @@ const HostBatch& BatchLoader::get(int64_t first) {
   return batches_[current_];
 }
 
-double BatchLoader::read_seconds() const {
+double BatchLoader::read_seconds_per_batch() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return read_seconds_;
+  return batches_read_ > 0 ? read_seconds_ / batches_read_ : 0.0;
 }
 
 }  // namespace tessel

@@ -76,9 +76,10 @@ class BatchLoader {
 
   const BatchShape& shape() const { return shape_; }
   int64_t seq_length() const { return data_.seq_length(); }
-  // Time spent in get() waiting for a batch, summed; and in reading batches on the thread.
+  // Time spent in get() waiting for a batch, summed; and reading one batch on the thread, on
+  // average.
   double wait_seconds() const { return wait_seconds_; }
-  double read_seconds() const;
+  double read_seconds_per_batch() const;
 
  private:
   void read(HostBatch& batch, int64_t first) const;
@@ -95,6 +96,7 @@ class BatchLoader {
   bool reading_ = false, stop_ = false;
   std::exception_ptr error_;   // what the thread's read threw
   double wait_seconds_ = 0, read_seconds_ = 0;
+  int64_t batches_read_ = 0;  // by the thread
   std::thread thread_;
 };
 

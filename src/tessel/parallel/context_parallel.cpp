@@ -183,15 +183,19 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
     }
     grad_send.wait();  // the previous sum has left `outgoing`
     std::swap(share, outgoing);
-    grad_send = cp.comm->isend(outgoing, count, next, kKvGradTag);
+    if (ranks > 1) grad_send = cp.comm->isend(outgoing, count, next, kKvGradTag);
     send.wait();
     recv.wait();
     std::swap(held, arriving);
   }
-  // The last hop: this rank's own block, with every rank's share.
-  cp.comm->irecv(incoming, count, prev, kKvGradTag).wait();
-  grad_send.wait();
-  K.cp_unpack_add_kv(dk, dv, incoming, s.kv_rows(), width, k_ld, v_ld);
+  // The last hop: this rank's own block, with every rank's share (alone, its share is the sum).
+  const float* whole = outgoing;
+  if (ranks > 1) {
+    cp.comm->irecv(incoming, count, prev, kKvGradTag).wait();
+    grad_send.wait();
+    whole = incoming;
+  }
+  K.cp_unpack_add_kv(dk, dv, whole, s.kv_rows(), width, k_ld, v_ld);
 }
 
 // ---- all-gather ---------------------------------------------------------------------------------

@@ -40,9 +40,13 @@ void TrainLog::iteration(const IterationStats& s) {
                         s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,
                         s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms, moe));
     if (json_ != nullptr) {
-      nlohmann::json j = {{"iteration", s.iteration},      {"loss", s.loss},
-                          {"lr", s.lr},                    {"grad_norm", s.grad_norm},
-                          {"tokens_per_s", s.tokens_per_s}, {"iteration_time_ms", s.iteration_time_ms}};
+      nlohmann::json j = {{"iteration", s.iteration},
+                          {"loss", s.loss},
+                          {"lr", s.lr},
+                          {"grad_norm", s.grad_norm},
+                          {"tokens_per_s", s.tokens_per_s},
+                          {"iteration_time_ms", s.iteration_time_ms},
+                          {"data_wait_ms", s.data_wait_ms}};
       if (s.moe) {
         j["expert_tokens"] = {{"min", s.expert_tokens_min}, {"mean", s.expert_tokens_mean},
                               {"max", s.expert_tokens_max}};

@@ -16,6 +16,7 @@ struct IterationStats {
   double lr = 0;
   double tokens_per_s = 0;
   double iteration_time_ms = 0;
+  double data_wait_ms = 0;  // of which waiting for the data loader's batch
   // Mixture of Experts: per MoE layer and microbatch, averaged — tokens routed to an expert
   // (min / mean / max over experts), assignments dropped by the capacity, aux + z loss.
   bool moe = false;

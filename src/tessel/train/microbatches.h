@@ -31,6 +31,10 @@ class MicrobatchLoader {
   void fill(int microbatch, const MicrobatchRows& rows);
   // This rank's targets of the current batch that count in the loss.
   int64_t counted_targets() const { return batch_->counted_targets; }
+  // Seconds start_batch has waited for batches, summed (the loader's get: data/batches.h), and
+  // that the loader's thread spends reading one.
+  double wait_seconds() const { return batches_.wait_seconds(); }
+  double read_seconds_per_batch() const { return batches_.read_seconds_per_batch(); }
   // Tokens of one microbatch on this rank: micro batch × T/CP.
   int64_t local_tokens() const { return B_ * (T_ / cp_.size()); }
 

@@ -162,11 +162,13 @@ double TrainPlan::batch_tokens() const {
   return static_cast<double>(options.batch.global_batch_size) * model.seq_length;
 }
 
-TrainPlan plan_training(const ModelConfig& model, const TrainOptions& o) {
+TrainPlan plan_training(ModelConfig model, const TrainOptions& o) {
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
-  std::vector<std::string> v = model.violations();
   std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);
+  // As Megatron, the model's vocabulary is the tokenizer's (padded per TP) unless one is given.
+  if (model.vocab_size == 0) model.vocab_size = tokenizer->vocab_size();
+  std::vector<std::string> v = model.violations();
   append(v, option_violations(model, o, *tokenizer));
   const std::vector<std::string> layout = layout_violations(c);
   append(v, layout);

@@ -65,7 +65,8 @@ struct TrainPlan {
 
 // Checks every rule of the model, the options (data, tokenizer, evaluation), the layout, the
 // batch, the stages, the schedule and the experts; throws one tessel::ConfigError listing every
-// one broken, else resolves. Reads the tokenizer's files (a bad file is a tessel::Error).
-TrainPlan plan_training(const ModelConfig& model, const TrainOptions& options);
+// one broken, else resolves. Reads the tokenizer's files (a bad file is a tessel::Error); a
+// vocab_size of 0 becomes the tokenizer's.
+TrainPlan plan_training(ModelConfig model, const TrainOptions& options);
 
 }  // namespace tessel

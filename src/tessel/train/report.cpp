@@ -35,6 +35,19 @@ void report_profile(const Kernels& k, TrainLog& log, double seconds, const Param
                           saved / mib, scratch / mib));
 }
 
+// What the data loader costs the step: the wait for each batch (the loader reads the next batch
+// on its thread while this one trains) and, for comparison, the reading itself.
+void report_data_loader(TrainLog& log, double wait_seconds, double read_seconds, int iterations,
+                        double seconds) {
+  if (iterations == 0) return;
+  const double step_ms = 1e3 * seconds / iterations;
+  const double wait_ms = 1e3 * wait_seconds / iterations, read_ms = 1e3 * read_seconds;
+  log.message(
+      fmt::format("profile: data loader waited {:.3f} ms per iteration, {:.3f}% of the "
+                  "{:.1f} ms step; reading a batch took {:.3f} ms on its thread ({:.3f}%)",
+                  wait_ms, 100 * wait_ms / step_ms, step_ms, read_ms, 100 * read_ms / step_ms));
+}
+
 // This rank's communication per profiled iteration, by group and kind of call: what moved and how
 // long the rank was blocked on it (the part that computation did not hide).
 void report_communication(TrainLog& log, const std::map<std::string, IterationStats::Comm>& sums,
@@ -132,6 +145,7 @@ void RunTotals::start_iteration(int64_t it) {
 void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipeline) {
   if (plan_.options.log.profile && s.iteration >= 2) {
     profiled_seconds_ += s.iteration_time_ms / 1000.0;
+    profiled_data_wait_seconds_ += s.data_wait_ms / 1000.0;
     profiled_iterations_ += 1;
     for (const IterationStats::Comm& c : s.comm) {
       IterationStats::Comm& sum = profiled_comm_[c.group + " " + c.op];
@@ -148,13 +162,15 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
 }
 
 void RunTotals::report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
-                       const TransformerChunk& chunk) {
+                       const TransformerChunk& chunk, double read_seconds) {
   if (plan_.layout().pp > 1 && plan_.train_iters() > 0)
     report_pipeline(log, groups, wait_seconds_, pipeline_seconds_, peak_in_flight_);
   if (!plan_.options.log.profile) return;
   ChunkActivations acts = chunk.make_activations();
   report_profile(k_, log, profiled_seconds_, params, chunk, acts);
   report_communication(log, profiled_comm_, profiled_iterations_, profiled_seconds_);
+  report_data_loader(log, profiled_data_wait_seconds_, read_seconds, profiled_iterations_,
+                     profiled_seconds_);
 }
 
 }  // namespace tessel

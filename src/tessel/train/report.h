@@ -42,13 +42,14 @@ class RunTotals {
   // Each pipeline rank's idle fraction and peak microbatches in flight (PP > 1), then with
   // --profile GEMM throughput, peak memory against the analytic sum and communication.
   // Collective over the world.
+  // `read_seconds`: the data loader's thread's reading of one batch.
   void report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
-              const TransformerChunk& chunk);
+              const TransformerChunk& chunk, double read_seconds);
 
  private:
   const Kernels& k_;
   const TrainPlan& plan_;
-  double profiled_seconds_ = 0;
+  double profiled_seconds_ = 0, profiled_data_wait_seconds_ = 0;
   int profiled_iterations_ = 0;
   std::map<std::string, IterationStats::Comm> profiled_comm_;  // by "group op", summed
   double wait_seconds_ = 0, pipeline_seconds_ = 0;

@@ -183,7 +183,9 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     const auto start = Clock::now();
     params.zero_grads();
     // Iteration it reads the train split's samples (it − 1)·G on, as Megatron's sampler.
+    const double waited = loader.wait_seconds();
     loader.start_batch((it - 1) * G, it < plan.train_iters() ? it * G : -1);
+    const double data_wait_ms = 1e3 * (loader.wait_seconds() - waited);
     // The loss is the mean over every counted token of the global batch (DESIGN invariant 1).
     const double counted = counted_tokens(plan, loader, groups);
     const double loss_sum = pipeline.run(actions, plan.microbatches, fill,
@@ -200,6 +202,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     s.loss = global_loss_sum(loss_sum, groups) / counted;
     add_router_stats(s, stage.chunks, groups, stage.token_group);
     add_timing(s, start, plan.batch_tokens(), groups);
+    s.data_wait_ms = data_wait_ms;
     totals.add(s, pipeline.stats());
     log.iteration(s);
     history.push_back(s);
@@ -219,7 +222,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
                    plan.train_iters() / o.eval.interval);
     log_evaluation(log, evaluator, Split::Test, plan.train_iters(), 0);
   }
-  totals.report(log, groups, params, *stage.chunks.front());
+  totals.report(log, groups, params, *stage.chunks.front(), loader.read_seconds_per_batch());
   if (!ckpt.save_hf.empty()) {
     export_gathered(params, plan, groups);
     log.message(fmt::format("saved {}/model.safetensors and config.json", ckpt.save_hf));
