@@ -174,6 +174,8 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   TrainLog log(plan.train_iters(), o.log.interval, first_rank ? o.log.json : std::string(),
                o.log.progress && first_rank, !first_rank);
   report_run(log, plan, groups, params, data);
+  if (o.eval.iters > 0 && data.get(Split::Valid) == nullptr)
+    log.message("no validation: the valid split has no samples (see --split or --valid-data-path)");
   if (has_save) log.message(fmt::format("resumed from {} after iteration {}", ckpt.load, resumed));
   else if (!ckpt.load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", ckpt.load));
 
