@@ -17,8 +17,12 @@ struct GenerateOptions {
   uint64_t seed = 1;
 };
 
-// Loads `model_dir` (config.json + model.safetensors, as `tessel export` or --save-hf write),
-// then generates; each new token's text is passed to `emit` as soon as it is drawn.
+// Throws one tessel::ConfigError listing every rule the options break: --max-new-tokens and
+// --top-k must not be negative, --temperature must be a finite number ≥ 0.
+void validate_generate_options(const GenerateOptions& options);
+
+// Checks the options, loads `model_dir` (config.json + model.safetensors, as `tessel export` or
+// --save-hf write), then generates; each new token's text is passed to `emit` as soon as it is drawn.
 void generate(const std::string& model_dir, const GenerateOptions& options,
               const std::function<void(const std::string&)>& emit);
 

@@ -8,6 +8,7 @@
 #include "tessel/ckpt/shards.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/model/transformer.h"
+#include "tessel/train/numerics.h"
 
 namespace tessel {
 
@@ -101,7 +102,9 @@ void export_gathered(const ParamRegistry& params, const TrainPlan& plan, Process
   declare_chunks(cfg, {ChunkSpec{0, cfg.num_layers, true, true}}, whole);
   whole.finalize();
   for (Param& p : whole.params()) whole.from_host(p, tensors.at(p.name).data());
-  export_hf(whole, cfg, plan.options.checkpoint.save_hf);
+  const std::string& dir = plan.options.checkpoint.save_hf;
+  require_finite_weights(cpu_kernels(), whole, "--save-hf " + dir);
+  export_hf(whole, cfg, dir);
 }
 
 }  // namespace tessel

@@ -2,20 +2,41 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
 
 namespace tessel {
 
+namespace {
+
+// The records of a --log-json file up to `iteration` (none when it is 0 or the file is absent).
+std::string records_until(const std::string& path, int64_t iteration) {
+  std::string kept;
+  std::ifstream in(path);
+  for (std::string line; iteration > 0 && std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    if (record.is_object() && record.value("iteration", int64_t{0}) <= iteration) kept += line + "\n";
+  }
+  return kept;
+}
+
+}  // namespace
+
 TrainLog::TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path,
-                   bool progress, bool quiet)
+                   bool progress, bool quiet, int64_t resumed_after)
     : train_iters_(train_iters), log_interval_(log_interval > 0 ? log_interval : 1),
       progress_(progress && !quiet), quiet_(quiet) {
   if (!json_path.empty()) {
+    const std::string kept = records_until(json_path, resumed_after);
     json_ = std::fopen(json_path.c_str(), "w");
-    TESSEL_CHECK(json_ != nullptr, "{}: cannot open --log-json file for writing", json_path);
+    TESSEL_CHECK(json_ != nullptr, "--log-json {}: cannot open for writing ({})", json_path,
+                 std::strerror(errno));
+    std::fputs(kept.c_str(), json_);
   }
 }
 

@@ -34,9 +34,11 @@ struct IterationStats {
 class TrainLog {
  public:
   // json_path may be empty; progress draws a live line between logged iterations; a quiet log
-  // (every rank but the first) prints nothing.
+  // (every rank but the first) prints nothing. A run resumed after iteration `resumed_after`
+  // keeps the records of json_path up to that iteration, so that it ends up holding the whole
+  // run however often it was restarted.
   TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path, bool progress,
-           bool quiet = false);
+           bool quiet = false, int64_t resumed_after = 0);
   ~TrainLog();
   TrainLog(const TrainLog&) = delete;
   TrainLog& operator=(const TrainLog&) = delete;

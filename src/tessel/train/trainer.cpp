@@ -5,17 +5,23 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
+#include "tessel/comm/comm.h"
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/grad_sync.h"
 #include "tessel/pipeline/executor.h"
 #include "tessel/train/export.h"
 #include "tessel/train/microbatches.h"
+#include "tessel/train/numerics.h"
 #include "tessel/train/report.h"
+#include "tessel/train/signals.h"
+#include "tessel/train/straggler.h"
 
 namespace tessel {
 
@@ -107,6 +113,53 @@ void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens,
                       use.counter.bytes, use.counter.seconds});
 }
 
+// What a rank reads and creates before training: the data, the model (initialised, or read from
+// --init-from), its gradient synchronisation and optimizer, the save resumed from, and the log.
+// Nothing here communicates, so the ranks can check it all together (check_together) before
+// any of them starts: a missing file or an unwritable folder is one error, reported once.
+struct RunSetup {
+  RunSetup(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups, const TensorParallel& tp,
+           const ContextParallel& cp)
+      : data(plan.options.data.path, tokenizer),
+        sampler(data, plan.model.seq_length, plan.options.batch.global_batch_size,
+                plan.options.data.sampling, plan.options.seed),
+        loader(k, sampler, cp, plan.options.batch.micro_batch_size,
+               plan.first_sample(groups.coords().dp)),
+        stage(k, plan, groups, tp, cp),
+        sync(k, stage.params, groups, grad_sync_config(plan, stage, groups.coords().pp)),
+        optimizer(k, stage.params, plan.options.optim.adamw, sync.owned_ranges()) {
+    const CheckpointOptions& ckpt = plan.options.checkpoint;
+    if (!ckpt.init_from.empty()) require_finite_weights(k, stage.params, ckpt.init_from);
+    if (!ckpt.save.empty()) require_writable_dir("--save", ckpt.save, groups.world_rank());
+    if (!ckpt.save_hf.empty()) require_writable_dir("--save-hf", ckpt.save_hf, groups.world_rank());
+    // Sampling and the learning rate depend on (seed, iteration) only: resuming needs no more
+    // than the weights, the moments and the step count. As Megatron, a --load folder without a
+    // save yet starts from scratch: the same command line (--save X --load X) starts a run and
+    // resumes it after a crash.
+    has_save = !ckpt.load.empty() &&
+               std::filesystem::exists(ckpt.load + "/latest_checkpointed_iteration.txt");
+    if (has_save) {
+      resumed = load_checkpoint(ckpt.load, stage.params, optimizer, plan.model);
+      require_finite_weights(k, stage.params, checkpoint_iteration_dir(ckpt.load, resumed));
+    }
+    const bool first_rank = groups.world_rank() == 0;
+    const LogOptions& l = plan.options.log;
+    log = std::make_unique<TrainLog>(plan.train_iters(), l.interval, first_rank ? l.json : std::string(),
+                                     l.progress && first_rank, !first_rank, resumed);
+  }
+
+  ByteTokenizer tokenizer;
+  TokenDataset data;
+  Sampler sampler;
+  MicrobatchLoader loader;
+  StageModel stage;
+  GradSync sync;
+  AdamW optimizer;
+  bool has_save = false;
+  int64_t resumed = 0;
+  std::unique_ptr<TrainLog> log;
+};
+
 }  // namespace
 
 std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) {
@@ -114,82 +167,101 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   const ParallelConfig& pc = plan.layout();
   TESSEL_CHECK(groups.world().size() == pc.world, "the plan is for {} ranks, the job has {}",
                pc.world, groups.world().size());
+  ExitRequest exit_request(o.faults);
   const Kernels& k = cpu_kernels();
   const RankCoords& at = groups.coords();
   const TensorParallel tp{&groups.tp(), pc.sequence_parallel, &k};
   const ContextParallel cp{&groups.cp(), plan.cp_comm, k};
-  ByteTokenizer tokenizer;
-  TokenDataset data(o.data.path, tokenizer);
-  Sampler sampler(data, plan.model.seq_length, o.batch.global_batch_size, o.data.sampling, o.seed);
-  MicrobatchLoader loader(k, sampler, cp, o.batch.micro_batch_size, plan.first_sample(at.dp));
-  StageModel stage(k, plan, groups, tp, cp);
+  std::unique_ptr<RunSetup> setup;
+  check_together(groups.world(), [&] { setup = std::make_unique<RunSetup>(k, plan, groups, tp, cp); });
+  StageModel& stage = setup->stage;
   ParamRegistry& params = stage.params;
-  GradSync sync(k, params, groups, grad_sync_config(plan, stage, at.pp));
-  AdamW optimizer(k, params, o.optim.adamw, sync.owned_ranges());
+  GradSync& sync = setup->sync;
+  AdamW& optimizer = setup->optimizer;
+  TrainLog& log = *setup->log;
   LrSchedule lr_schedule(o.optim.lr);
-
-  // Sampling and the learning rate depend on (seed, iteration) only: resuming needs no more
-  // than the weights, the moments and the step count. As Megatron, a --load folder without a
-  // save yet starts from scratch: the same command line (--save X --load X) starts a run and
-  // resumes it after a crash.
   const CheckpointOptions& ckpt = o.checkpoint;
-  const bool has_save =
-      !ckpt.load.empty() && std::filesystem::exists(ckpt.load + "/latest_checkpointed_iteration.txt");
-  const int64_t resumed = has_save ? load_checkpoint(ckpt.load, params, optimizer, plan.model) : 0;
   CheckpointSaver saver(ckpt.async_save);
   const nlohmann::json run_config = checkpoint_run_config(plan);
 
-  const bool first_rank = groups.world_rank() == 0;
-  TrainLog log(plan.train_iters(), o.log.interval, first_rank ? o.log.json : std::string(),
-               o.log.progress && first_rank, !first_rank);
-  report_run(log, plan, groups, params, data, sampler);
-  if (has_save) log.message(fmt::format("resumed from {} after iteration {}", ckpt.load, resumed));
+  report_run(log, plan, groups, params, setup->data, setup->sampler);
+  if (setup->has_save)
+    log.message(fmt::format("resumed from {} after iteration {}", ckpt.load, setup->resumed));
   else if (!ckpt.load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", ckpt.load));
 
   const RankSchedule actions = lower(generate_schedule(plan.schedule), plan.schedule)[at.pp];
-  PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule, loader.local_tokens());
+  PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule, setup->loader.local_tokens());
+  NumericsGuard numerics(k, o.faults, params, groups, log);
+  int64_t it = 0;
   const std::function<void()> arm = [&] { sync.arm(); };
-  const std::function<void(int)> grad_ready = [&](int index) { sync.grad_ready(index); };
+  const std::function<void(int)> grad_ready = [&](int index) {
+    numerics.before_reduction(it, index);
+    sync.grad_ready(index);
+  };
+  const PipelineExecutor::FillFn fill = [&](int m, int32_t* tokens, int32_t* targets) {
+    setup->loader.fill(it, m, tokens, targets);
+  };
   // The loss is the mean over every token of the global batch (DESIGN invariant 1).
   const float grad_scale = static_cast<float>(1.0 / plan.batch_tokens());
+  // One iteration's forward, backward and gradient reductions; numerics may run it twice.
+  const NumericsGuard::Recompute compute = [&] {
+    params.zero_grads();
+    const double loss_sum = pipeline.run(actions, plan.microbatches, fill, grad_scale, arm, grad_ready);
+    sync.finish();
+    const double norm = sync.global_norm();
+    return NumericsGuard::Result{global_loss_sum(loss_sum, groups) / plan.batch_tokens(), norm};
+  };
 
   std::vector<IterationStats> history;
   RunTotals totals(k, plan);
-  for (int64_t it = resumed + 1; it <= plan.train_iters(); ++it) {
+  StragglerLog stragglers(o.log);
+  std::optional<std::string> stop;  // why the run ends early (a signal, the time limit)
+  for (it = setup->resumed + 1; it <= plan.train_iters(); ++it) {
     totals.start_iteration(it);
     groups.reset_comm_stats();
     const auto start = Clock::now();
-    params.zero_grads();
-    const PipelineExecutor::FillFn fill = [&](int m, int32_t* tokens, int32_t* targets) {
-      loader.fill(it, m, tokens, targets);
-    };
-    const double loss_sum = pipeline.run(actions, plan.microbatches, fill, grad_scale, arm, grad_ready);
-    sync.finish();
+    NumericsGuard::Result result = compute();
+    numerics.check(it, result, compute);  // false only without the check (issue 14 skips the step)
     IterationStats s;
     s.iteration = it;
-    s.grad_norm = sync.global_norm();
+    s.loss = result.loss;
+    s.grad_norm = result.grad_norm;
     optimizer.clip(static_cast<float>(s.grad_norm));
     s.lr = lr_schedule.at(it);
     optimizer.step(static_cast<float>(s.lr));
     sync.gather_params();
 
-    s.loss = global_loss_sum(loss_sum, groups) / plan.batch_tokens();
     add_router_stats(s, stage.chunks, groups, stage.token_group);
     add_timing(s, start, plan.batch_tokens(), groups);
     totals.add(s, pipeline.stats());
     log.iteration(s);
+    stragglers.add(s, log, groups);
     history.push_back(s);
 
-    const bool exiting = ckpt.exit_interval > 0 && it % ckpt.exit_interval == 0;
-    if (save_due(ckpt, it, plan.train_iters(), exiting))
+    saver.poll(groups);
+    stop = exit_request.poll(groups.world());
+    const bool exiting = stop || (ckpt.exit_interval > 0 && it % ckpt.exit_interval == 0);
+    if (save_due(ckpt, it, plan.train_iters(), exiting)) {
+      check_together(groups.world(), [&] {
+        require_finite_weights(k, params, fmt::format("the save of iteration {}", it));
+      });
       saver.save(ckpt.save, it, params, optimizer, plan.model, pc.distributed_optimizer, o.seed,
                  run_config, groups);
+    }
     if (exiting) break;
   }
   saver.finish(groups);
+  if (stop) {
+    log.message(ckpt.save.empty()
+                    ? fmt::format("{}: stopped after iteration {}, without a save (no --save)", *stop, it)
+                    : fmt::format("{}: stopped after iteration {}, saved {}", *stop, it,
+                                  checkpoint_iteration_dir(ckpt.save, it)));
+    return history;
+  }
   totals.report(log, groups, params, *stage.chunks.front());
   if (!ckpt.save_hf.empty()) {
-    export_gathered(params, plan, groups);
+    // The export fails, if at all, on its writing rank after its communication: agreed on.
+    check_together(groups.world(), [&] { export_gathered(params, plan, groups); });
     log.message(fmt::format("saved {}/model.safetensors and config.json", ckpt.save_hf));
   }
   return history;
