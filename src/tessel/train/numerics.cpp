@@ -143,6 +143,15 @@ bool NumericsGuard::check(int64_t iteration, Result& result, const Recompute& re
   return true;
 }
 
+void NumericsGuard::check_evaluation(int64_t iteration, const std::string& split, double loss) const {
+  if (std::isfinite(loss)) return;
+  const std::string what = fmt::format("iteration {}: the {} loss {} is not finite", iteration, split, loss);
+  if (options_.check_nan)
+    throw JobError(what + " (--check-for-nan-in-loss-and-grad): the weights are finite, so its data "
+                          "or the model diverging; stopped");
+  log_.message("warning: " + what);
+}
+
 bool NumericsGuard::spiky(double loss) {
   if (spike_samples_ < kSpikeSamples) {
     spike_max_ = std::max(spike_max_, std::abs(loss));

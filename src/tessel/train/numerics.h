@@ -6,10 +6,12 @@
 // error naming the iteration and the first parameter (and rank) whose gradient is non-finite;
 // under validate_results the iteration is first computed again, and the error says whether that
 // reproduced the fault — a reproducible one comes from the data or the hyper-parameters, a
-// transient one from the machine. Without the check the step is not taken (check() says so).
+// transient one from the machine. Without the check the step is skipped (Megatron's
+// skipped_iter): no optimizer update, the weights, moments and step count unchanged, the
+// iteration counted and logged as skipped.
 // A spiky loss (at least 10 times the largest of the first 100 after the start) is recomputed
 // the same way and reported; training goes on. Weights read from a file, and weights about to
-// be saved or exported, must be finite too.
+// be saved or exported, must be finite too; so must an evaluation's loss under the check.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +72,11 @@ class NumericsGuard {
   // --check-for-nan-in-loss-and-grad; with it, a non-finite result throws tessel::JobError on
   // every rank. A spiky loss is logged; `result` becomes the recomputed one.
   bool check(int64_t iteration, Result& result, const Recompute& recompute);
+
+  // An evaluation's loss on `split` after `iteration`, the same on every rank: a non-finite one
+  // throws tessel::JobError under --check-for-nan-in-loss-and-grad (the weights were finite: the
+  // split's data or the model diverging), else is logged as a warning. Communicates nothing.
+  void check_evaluation(int64_t iteration, const std::string& split, double loss) const;
 
  private:
   Result observed(int64_t iteration, Result r) const;  // with an injected loss spike

@@ -16,6 +16,8 @@
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/grad_sync.h"
 #include "tessel/pipeline/executor.h"
+#include "tessel/train/data.h"
+#include "tessel/train/evaluate.h"
 #include "tessel/train/export.h"
 #include "tessel/train/microbatches.h"
 #include "tessel/train/numerics.h"
@@ -86,12 +88,21 @@ nlohmann::json checkpoint_run_config(const TrainPlan& plan) {
           {"sequence_parallel", pc.sequence_parallel},
           {"micro_batch_size", o.batch.micro_batch_size},
           {"global_batch_size", o.batch.global_batch_size}, {"train_iters", plan.train_iters()},
-          {"data_path", o.data.path}};
+          {"data_path", o.data.path}, {"tokenizer", plan.tokenizer->type()}};
 }
 
 // --save every --save-interval iterations, at --exit-interval and at the end.
 bool save_due(const CheckpointOptions& c, int64_t it, int64_t last, bool exiting) {
   return !c.save.empty() && (exiting || it == last || (c.save_interval > 0 && it % c.save_interval == 0));
+}
+
+// The tokens of the global batch the loss counts: all of them, or (--eod-mask-loss) those whose
+// input is no end-of-document token, counted by every DP rank over its samples.
+double counted_tokens(const TrainPlan& plan, const MicrobatchLoader& loader, ProcessGroups& groups) {
+  if (!plan.options.data.eod_mask_loss) return plan.batch_tokens();
+  double counted = static_cast<double>(loader.counted_targets());
+  groups.dp().all_reduce(&counted, 1);
+  return counted;
 }
 
 // The iteration's Σ token losses: only the last stage computed them; every rank learns their
@@ -113,18 +124,16 @@ void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens,
                       use.counter.bytes, use.counter.seconds});
 }
 
-// What a rank reads and creates before training: the data, the model (initialised, or read from
-// --init-from), its gradient synchronisation and optimizer, the save resumed from, and the log.
-// Nothing here communicates, so the ranks can check it all together (check_together) before
-// any of them starts: a missing file or an unwritable folder is one error, reported once.
+// What a rank reads and creates before training: the train split's loader, the model
+// (initialised, or read from --init-from), its gradient synchronisation and optimizer, the save
+// resumed from, and the log. Nothing here communicates, so the ranks can check it all together
+// (check_together) before any of them starts: a missing file or an unwritable folder is one
+// error, reported once.
 struct RunSetup {
   RunSetup(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups, const TensorParallel& tp,
-           const ContextParallel& cp)
-      : data(plan.options.data.path, tokenizer),
-        sampler(data, plan.model.seq_length, plan.options.batch.global_batch_size,
-                plan.options.data.sampling, plan.options.seed),
-        loader(k, sampler, cp, plan.options.batch.micro_batch_size,
-               plan.first_sample(groups.coords().dp)),
+           const ContextParallel& cp, const SampleDataset& train_split)
+      : batches(train_split, plan.batch_shape(groups.coords().dp), plan.packing()),
+        loader(k, batches, cp),
         stage(k, plan, groups, tp, cp),
         sync(k, stage.params, groups, grad_sync_config(plan, stage, groups.coords().pp)),
         optimizer(k, stage.params, plan.options.optim.adamw, sync.owned_ranges()) {
@@ -132,9 +141,9 @@ struct RunSetup {
     if (!ckpt.init_from.empty()) require_finite_weights(k, stage.params, ckpt.init_from);
     if (!ckpt.save.empty()) require_writable_dir("--save", ckpt.save, groups.world_rank());
     if (!ckpt.save_hf.empty()) require_writable_dir("--save-hf", ckpt.save_hf, groups.world_rank());
-    // Sampling and the learning rate depend on (seed, iteration) only: resuming needs no more
-    // than the weights, the moments and the step count. As Megatron, a --load folder without a
-    // save yet starts from scratch: the same command line (--save X --load X) starts a run and
+    // The data order and the learning rate depend on (seed, iteration) only: resuming needs no
+    // more than the weights, the moments and the step count. As Megatron, a --load folder without
+    // a save yet starts from scratch: the same command line (--save X --load X) starts a run and
     // resumes it after a crash.
     has_save = !ckpt.load.empty() &&
                std::filesystem::exists(ckpt.load + "/latest_checkpointed_iteration.txt");
@@ -148,9 +157,7 @@ struct RunSetup {
                                      l.progress && first_rank, !first_rank, resumed);
   }
 
-  ByteTokenizer tokenizer;
-  TokenDataset data;
-  Sampler sampler;
+  BatchLoader batches;
   MicrobatchLoader loader;
   StageModel stage;
   GradSync sync;
@@ -172,10 +179,16 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   const RankCoords& at = groups.coords();
   const TensorParallel tp{&groups.tp(), pc.sequence_parallel, &k};
   const ContextParallel cp{&groups.cp(), plan.cp_comm, k};
+  const GptDataSplits data = build_training_data(plan, groups);
   std::unique_ptr<RunSetup> setup;
-  check_together(groups.world(), [&] { setup = std::make_unique<RunSetup>(k, plan, groups, tp, cp); });
+  check_together(groups.world(), [&] {
+    const SampleDataset* train_split = data.get(Split::Train);
+    TESSEL_CHECK(train_split != nullptr, "--split {} leaves the train split no data", o.data.split);
+    setup = std::make_unique<RunSetup>(k, plan, groups, tp, cp, *train_split);
+  });
   StageModel& stage = setup->stage;
   ParamRegistry& params = stage.params;
+  MicrobatchLoader& loader = setup->loader;
   GradSync& sync = setup->sync;
   AdamW& optimizer = setup->optimizer;
   TrainLog& log = *setup->log;
@@ -184,13 +197,15 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   CheckpointSaver saver(ckpt.async_save);
   const nlohmann::json run_config = checkpoint_run_config(plan);
 
-  report_run(log, plan, groups, params, setup->data, setup->sampler);
+  report_run(log, plan, groups, params, data);
   if (setup->has_save)
     log.message(fmt::format("resumed from {} after iteration {}", ckpt.load, setup->resumed));
   else if (!ckpt.load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", ckpt.load));
 
   const RankSchedule actions = lower(generate_schedule(plan.schedule), plan.schedule)[at.pp];
-  PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule, setup->loader.local_tokens());
+  PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule, loader.local_tokens(),
+                            plan.packing().documents());
+  Evaluator evaluator(k, plan, groups, cp, data, pipeline, stage.chunks);
   NumericsGuard numerics(k, o.faults, params, groups, log);
   int64_t it = 0;
   const std::function<void()> arm = [&] { sync.arm(); };
@@ -198,19 +213,25 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     numerics.before_reduction(it, index);
     sync.grad_ready(index);
   };
-  const PipelineExecutor::FillFn fill = [&](int m, int32_t* tokens, int32_t* targets) {
-    setup->loader.fill(it, m, tokens, targets);
-  };
-  // The loss is the mean over every token of the global batch (DESIGN invariant 1).
-  const float grad_scale = static_cast<float>(1.0 / plan.batch_tokens());
-  // One iteration's forward, backward and gradient reductions; numerics may run it twice.
+  const PipelineExecutor::FillFn fill = [&](int m, const MicrobatchRows& rows) { loader.fill(m, rows); };
+  double counted = 0;  // the global batch's tokens the loss counts
+  // One iteration's forward, backward and gradient reductions on the current batch; numerics
+  // may run it twice. The loss is the mean over every counted token (DESIGN invariant 1).
   const NumericsGuard::Recompute compute = [&] {
     params.zero_grads();
-    const double loss_sum = pipeline.run(actions, plan.microbatches, fill, grad_scale, arm, grad_ready);
+    const double loss_sum = pipeline.run(actions, plan.microbatches, fill,
+                                         static_cast<float>(1.0 / counted), arm, grad_ready);
     sync.finish();
     const double norm = sync.global_norm();
-    return NumericsGuard::Result{global_loss_sum(loss_sum, groups) / plan.batch_tokens(), norm};
+    return NumericsGuard::Result{global_loss_sum(loss_sum, groups) / counted, norm};
   };
+  const auto evaluate = [&](Split split, int64_t after, int64_t index) {
+    const std::optional<double> loss = evaluator.loss(split, index);
+    if (!loss) return;
+    log.evaluation(after, split_name(split), *loss);
+    numerics.check_evaluation(after, split_name(split), *loss);
+  };
+  const int64_t G = o.batch.global_batch_size;
 
   std::vector<IterationStats> history;
   RunTotals totals(k, plan);
@@ -220,16 +241,26 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     totals.start_iteration(it);
     groups.reset_comm_stats();
     const auto start = Clock::now();
-    NumericsGuard::Result result = compute();
-    numerics.check(it, result, compute);  // false only without the check (issue 14 skips the step)
+    // Iteration it reads the train split's samples (it − 1)·G on, as Megatron's sampler. A batch
+    // that fails to read (a token outside the vocabulary) fails on its DP rank alone.
+    const double waited = loader.wait_seconds();
+    check_together(groups.world(), [&] {
+      loader.start_batch((it - 1) * G, it < plan.train_iters() ? it * G : -1);
+    });
     IterationStats s;
     s.iteration = it;
+    s.data_wait_ms = 1e3 * (loader.wait_seconds() - waited);
+    counted = counted_tokens(plan, loader, groups);
+    NumericsGuard::Result result = compute();
+    s.skipped = !numerics.check(it, result, compute);
     s.loss = result.loss;
     s.grad_norm = result.grad_norm;
-    optimizer.clip(static_cast<float>(s.grad_norm));
     s.lr = lr_schedule.at(it);
-    optimizer.step(static_cast<float>(s.lr));
-    sync.gather_params();
+    if (!s.skipped) {
+      optimizer.clip(static_cast<float>(s.grad_norm));
+      optimizer.step(static_cast<float>(s.lr));
+      sync.gather_params();
+    }
 
     add_router_stats(s, stage.chunks, groups, stage.token_group);
     add_timing(s, start, plan.batch_tokens(), groups);
@@ -237,6 +268,8 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     log.iteration(s);
     stragglers.add(s, log, groups);
     history.push_back(s);
+    if (o.eval.iters > 0 && it % o.eval.interval == 0)
+      evaluate(Split::Valid, it, it / o.eval.interval - 1);
 
     saver.poll(groups);
     stop = exit_request.poll(groups.world());
@@ -258,7 +291,12 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
                                   checkpoint_iteration_dir(ckpt.save, it)));
     return history;
   }
-  totals.report(log, groups, params, *stage.chunks.front());
+  // As Megatron, after training: the valid split once more (its next batches), then the test split.
+  if (o.eval.iters > 0) {
+    evaluate(Split::Valid, plan.train_iters(), plan.train_iters() / o.eval.interval);
+    evaluate(Split::Test, plan.train_iters(), 0);
+  }
+  totals.report(log, groups, params, *stage.chunks.front(), loader.read_seconds_per_batch());
   if (!ckpt.save_hf.empty()) {
     // The export fails, if at all, on its writing rank after its communication: agreed on.
     check_together(groups.world(), [&] { export_gathered(params, plan, groups); });
