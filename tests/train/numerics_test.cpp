@@ -1,7 +1,8 @@
 // train/numerics.h in one process: the fault-injection syntax, the fault options' rules, the
 // weights check, and the guard's decisions — a finite step goes on, a non-finite one stops with
 // the iteration and the parameter named (reproducible or transient after the recomputation) or,
-// without the check, is reported as not to be taken; a spiky loss is recomputed and reported.
+// without the check, is reported as not to be taken; a spiky loss is recomputed and reported; a
+// non-finite evaluation loss stops the run under the check.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -103,6 +104,16 @@ TEST(NumericsGuard, WithoutTheCheckANonFiniteStepIsNotTaken) {
   NumericsGuard::Result r{std::nan(""), 1.0};
   EXPECT_FALSE(guard.check(3, r, [&] { ++g.recomputed; return r; }));
   EXPECT_EQ(g.recomputed, 0);
+}
+
+TEST(NumericsGuard, NonFiniteEvaluationLossStopsUnderTheCheck) {
+  Guarded g;
+  NumericsGuard guard(cpu_kernels(), g.options, g.params, g.groups, g.log);
+  guard.check_evaluation(4, "valid", 3.5);  // finite: nothing thrown
+  expect_error([&] { guard.check_evaluation(4, "valid", std::nan("")); },
+               {"iteration 4: the valid loss nan is not finite (--check-for-nan-in-loss-and-grad)"});
+  g.options.check_nan = false;
+  guard.check_evaluation(4, "test", std::numeric_limits<double>::infinity());  // a warning only
 }
 
 std::string stop_message(Guarded& g, NumericsGuard::Result first, NumericsGuard::Result again) {

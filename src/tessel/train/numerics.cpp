@@ -177,7 +177,10 @@ std::optional<std::string> NumericsGuard::first_non_finite_grad() const {
 
 void NumericsGuard::stop_non_finite(int64_t iteration, const Result& r, const Recompute& recompute) {
   Comm& world = groups_.world();
+  // After the reduction a NaN has spread to every rank of the group: where it arose is known
+  // only from the recomputation's look before the reduction.
   std::optional<RankMessage> where = first_error(world, first_non_finite_grad());
+  if (where) where->message += " after the gradient reduction";
   std::string verdict = "--rerun-mode disabled: not recomputed";
   if (rerun_) {
     probing_ = true;

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # kill -9 of one rank at a random moment of a run that saves every 3 iterations (DP2 with the
-# distributed optimizer and background saves), then scripts/train-with-restarts.sh: the
-# finished run's losses equal an uninterrupted run's bitwise, and every restart resumed from a
-# committed save.
+# distributed optimizer and background saves, validation every 5 iterations), then
+# scripts/train-with-restarts.sh: the finished run's training and validation losses equal an
+# uninterrupted run's bitwise, and every restart resumed from a committed save.
 . "$(dirname "$0")/lib.sh"
-flags=("${model[@]}" --train-iters 30 --use-distributed-optimizer)
+flags=("${model[@]}" --train-iters 30 --use-distributed-optimizer --eval-interval 5 --eval-iters 1)
 
 timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${flags[@]}" --log-json "$work/straight.jsonl" \
   > "$work/straight.out" 2>&1 || { cat "$work/straight.out"; fail "the uninterrupted run failed"; }

@@ -3,7 +3,9 @@
 # validate_results): a diverging --lr, NaN weights given to --init-from, and a NaN gradient
 # injected on one rank (every time its iteration is computed, or only the first time) each stop
 # the run with the iteration and the parameter named, exit non-zero, and nothing non-finite
-# written. A spiky loss (--check-for-spiky-loss) is reported and training goes on.
+# written. Without the check (--no-check-for-nan-in-loss-and-grad) a non-finite iteration is
+# skipped: no optimizer step, the weights and moments saved after it equal the ones before
+# bitwise. A spiky loss (--check-for-spiky-loss) is reported and training goes on.
 . "$(dirname "$0")/lib.sh"
 
 # The newest save in DIR holds finite values only: `tessel export --load` refuses anything else.
@@ -67,7 +69,8 @@ saves_finite "$work/inj"
 timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 8 \
   --inject-fault transient-nan-grad:4:1 > "$work/transient.out" 2>&1
 rc=$?
-stopped transient "iteration 4: loss" "a transient fault (the machine), not a reproducible one"
+stopped transient "iteration 4: loss" "a transient fault (the machine), not a reproducible one" \
+  "after the gradient reduction"
 
 # 5. A loss 1000 times too large after the first 100: reported, recomputed, training goes on.
 timeout 120 "$tessel" train --num-layers 1 --hidden-size 32 --num-attention-heads 4 \
@@ -77,3 +80,25 @@ expect_text "$work/spike.out" "warning: iteration 104: spiky loss"
 expect_text "$work/spike.out" "recomputed alike: reproducible"
 expect_text "$work/spike.out" "iter 106/106"
 echo "ok: spike: $(grep 'spiky' "$work/spike.out")"
+
+# 6. Without the check, a NaN gradient on rank 1 of DP2 (distributed optimizer) in iteration 2:
+# the iteration is skipped (logged), the run goes on to exit 0, and the save after iteration 2
+# holds the weights, moments and step count of the save after iteration 1, bitwise.
+timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --use-distributed-optimizer \
+  --no-check-for-nan-in-loss-and-grad --inject-fault nan-grad:2:1 --save "$work/skip" --save-interval 1 \
+  --log-json "$work/skip.jsonl" > "$work/skip.out" 2>&1 || { cat "$work/skip.out"; fail "skip: the run failed"; }
+expect_text "$work/skip.out" "iter 2/3 | loss"
+expect_text "$work/skip.out" "skipped: not finite, no optimizer step"
+[ "$(grep -c '"skipped":true' "$work/skip.jsonl")" -eq 1 ] || fail "skip: not one skipped record"
+grep '"iteration":2,' "$work/skip.jsonl" | grep -q '"skipped":true' || fail "skip: iteration 2 is not the skipped one"
+expect_text "$work/skip.out" "iter 3/3"
+step_count() { grep -o '"step_count": [0-9]*' "$1/metadata.json"; }
+for it in 1 2 3; do iter_dir[$it]=$(printf '%s/skip/iter_%07d' "$work" "$it"); done
+[ "$(step_count "${iter_dir[2]}")" = "$(step_count "${iter_dir[1]}")" ] || fail "skip: the step count moved"
+for shard in "${iter_dir[1]}"/rank_*.safetensors; do
+  cmp -s "$shard" "${iter_dir[2]}/${shard##*/}" || fail "skip: ${shard##*/} changed in the skipped iteration"
+done
+cmp -s "${iter_dir[2]}/rank_00000.safetensors" "${iter_dir[3]}/rank_00000.safetensors" &&
+  fail "skip: iteration 3 took no step either"
+saves_finite "$work/skip"
+echo "ok: skip: iteration 2 skipped, its save equals iteration 1's bitwise"

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # SIGSTOP of one rank with --distributed-timeout-seconds 3: the other waits without burning its
 # core, and after 3 s ends the job with a message naming the operation and the group it waited
-# in; the job is over within the timeout + 10 s.
+# in; the job is over within the timeout + 10 s. The run validates after every iteration, over
+# more batches than it trains on, so the stop lands in evaluation most of the time: its forwards
+# wait through the same collectives.
 . "$(dirname "$0")/lib.sh"
-timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 100000 --tp 2 \
+timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 1000 --tp 2 \
+  --eval-interval 1 --eval-iters 10 \
   --distributed-timeout-seconds 3 --log-json "$work/run.jsonl" > "$work/run.out" 2>&1 &
 job=$!
 background+=("$job")
