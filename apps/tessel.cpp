@@ -245,7 +245,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_option("--threads", threads, "threads per process (default: OMP_NUM_THREADS or all cores)");
   FaultOptions& f = t.faults;
   train_cmd->add_flag("--check-for-nan-in-loss-and-grad,!--no-check-for-nan-in-loss-and-grad", f.check_nan,
-                      "stop before the optimizer step when the loss or the gradient norm is not finite (default on)");
+                      "stop before the optimizer step when the loss or the gradient norm is not finite (default on; off: skip that step)");
   train_cmd->add_option("--rerun-mode", f.rerun_mode, "validate_results: recompute a failing iteration once to tell a reproducible fault from a transient one | disabled")->capture_default_str();
   train_cmd->add_flag("--check-for-spiky-loss", f.check_spiky_loss, "report a loss 10 times the largest of the first 100 (recomputed under validate_results)");
   train_cmd->add_option("--inject-fault", f.inject, "tests: nan-grad|transient-nan-grad|loss-spike:ITERATION[:RANK]");
