@@ -96,7 +96,9 @@ struct LogOptions {
 // (train/numerics.h), a signal or the time limit (train/signals.h), a rank that stops (the
 // distributed timeout, comm/mpi.h). Megatron's flags.
 struct FaultOptions {
-  bool check_nan = true;  // --check-for-nan-in-loss-and-grad (--no-check-for-nan-in-loss-and-grad)
+  // --check-for-nan-in-loss-and-grad: a non-finite loss or gradient norm stops the run; off
+  // (--no-check-for-nan-in-loss-and-grad) the iteration's optimizer step is skipped instead.
+  bool check_nan = true;
   std::string rerun_mode = "validate_results";  // --rerun-mode disabled | validate_results
   bool check_spiky_loss = false;                // --check-for-spiky-loss
   std::string inject;                           // --inject-fault KIND:ITERATION[:RANK] (tests)
