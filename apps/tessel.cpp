@@ -26,7 +26,9 @@
 #include "tessel/model/moe/moe.h"
 #include "tessel/core/params.h"
 #include "tessel/model/transformer.h"
+#include "tessel/train/numerics.h"
 #include "tessel/train/trainer.h"
+#include "tessel/core/writable.h"
 
 #include "checkpoint_command.h"
 #include "data_command.h"
@@ -36,6 +38,7 @@
 #include "schedule_command.h"
 #include "tokenizer_command.h"
 #include "tokenizer_flags.h"
+#include "whole_numbers.h"
 
 #ifndef TESSEL_DEFAULT_DATA
 #define TESSEL_DEFAULT_DATA "data/kjv-genesis-esther.txt"
@@ -241,6 +244,18 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_flag("--progress", force_progress, "draw the live progress line (default: on a terminal, not under mpirun)");
   train_cmd->add_flag("--profile", t.log.profile, "report GEMM throughput and memory at the end");
   train_cmd->add_option("--threads", threads, "threads per process (default: OMP_NUM_THREADS or all cores)");
+  FaultOptions& f = t.faults;
+  train_cmd->add_flag("--check-for-nan-in-loss-and-grad,!--no-check-for-nan-in-loss-and-grad", f.check_nan,
+                      "stop before the optimizer step when the loss or the gradient norm is not finite (default on; off: skip that step)");
+  train_cmd->add_option("--rerun-mode", f.rerun_mode, "validate_results: recompute a failing iteration once to tell a reproducible fault from a transient one | disabled")->capture_default_str();
+  train_cmd->add_flag("--check-for-spiky-loss", f.check_spiky_loss, "report a loss 10 times the largest of the first 100 (recomputed under validate_results)");
+  train_cmd->add_option("--inject-fault", f.inject, "tests: nan-grad|transient-nan-grad|loss-spike:ITERATION[:RANK]");
+  train_cmd->add_flag("--exit-signal-handler", f.exit_signal_handler, "on SIGTERM, SIGINT, SIGUSR1 or SIGUSR2: finish the iteration, save, exit 0");
+  train_cmd->add_option("--exit-duration-in-mins", f.exit_duration_mins, "save and exit 0 after this many minutes (0: no limit)")->capture_default_str();
+  train_cmd->add_option("--distributed-timeout-minutes", f.distributed_timeout_minutes, "end the job when a communication waits this long without progress")->capture_default_str();
+  train_cmd->add_option("--distributed-timeout-seconds", f.distributed_timeout_seconds, "the same in seconds, for tests (0: the minutes)")->capture_default_str();
+  train_cmd->add_flag("--log-straggler", t.log.straggler, "every --log-interval: each rank's compute time against the median, the slowest named");
+  train_cmd->add_option("--straggler-minmax-count", t.log.straggler_minmax_count, "slowest and fastest ranks named")->capture_default_str();
 
   // ---- generate ----
   CLI::App* gen_cmd = app.add_subcommand("generate", "sample text from a model folder");
@@ -279,6 +294,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   TokenizerCommand tokenizer_cmd(app);
   PreprocessCommand preprocess_cmd(app);
   DataCommand data_cmd(app);
+  require_whole_numbers(app);
 
   try {
     app.parse(argc, argv);
@@ -287,10 +303,18 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    // Every rank parses the same command line: the first reports it. CLI11 says "Could not
+    // convert: --tp = 3000000000" for a number outside its flag's type.
     std::string what = e.what();
+    const std::string convert = "Could not convert: ", equals = " = ";
+    if (what.rfind(convert, 0) == 0 && what.find(equals) != std::string::npos) {
+      const size_t at = what.find(equals);
+      what = fmt::format("{} {} is not a valid value (not a number, or outside the flag's range)",
+                         what.substr(convert.size(), at - convert.size()), what.substr(at + equals.size()));
+    }
     for (char& c : what)
       if (c == '\n') c = ' ';
-    fmt::print(stderr, "tessel: error: {} (see tessel --help)\n", what);
+    if (runtime.world_rank() == 0) fmt::print(stderr, "tessel: error: {} (see tessel --help)\n", what);
     return 2;
   }
   set_threads(threads);
@@ -299,7 +323,6 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     // The bundled corpus is the default for --data-path alone: per-split paths replace it.
     const bool per_split = !t.data.train_path.empty() || !t.data.valid_path.empty() || !t.data.test_path.empty();
     if (per_split && data_path->count() == 0) t.data.path.clear();
-    t.optim.lr.style = parse_lr_decay_style(decay_style);
     // The live progress line for a terminal. Under mpirun every rank's stdout is a pseudo-terminal
     // whatever the user's is, so there it takes --progress.
     t.log.progress = force_progress || (isatty(STDOUT_FILENO) != 0 && !runtime.active());
@@ -307,15 +330,22 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     if (!t.checkpoint.init_from.empty() && !tokenizer_flags_given(*train_cmd))
       if (std::optional<TokenizerOptions> found = tokenizer_in_folder(t.checkpoint.init_from))
         t.data.tokenizer = *found;
-    ModelConfig cfg = train_model.resolve(t.checkpoint.init_from);
-    cfg.make_vocab_size_divisible_by = train_model.flags.make_vocab_size_divisible_by;
     pc.world = runtime.world_size();
-    const TrainPlan plan = plan_training(cfg, t);  // every rank alike, before any communication
+    std::optional<TrainPlan> resolved;  // every rank alike, before any other communication
+    check_together(runtime.world(), [&] {
+      t.optim.lr.style = parse_lr_decay_style(decay_style);
+      ModelConfig cfg = train_model.resolve(t.checkpoint.init_from);
+      cfg.make_vocab_size_divisible_by = train_model.flags.make_vocab_size_divisible_by;
+      resolved = plan_training(cfg, t);
+    });
+    const TrainPlan& plan = *resolved;
+    set_distributed_timeout(t.faults.distributed_timeout());
     ProcessGroups groups = runtime.active()
                                ? ProcessGroups::create(Layout(plan.layout()), runtime.world_rank())
                                : ProcessGroups::single();
     train(plan, groups);
   } else if (*gen_cmd) {
+    validate_generate_options(g);
     if (tokenizer_flags_given(*gen_cmd)) g.tokenizer = gen_tokenizer;
     std::fwrite(g.prompt.data(), 1, g.prompt.size(), stdout);
     generate(model_dir, g, [](const std::string& text) {
@@ -339,6 +369,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     TESSEL_CHECK(cfg.vocab_size >= tokenizer->vocab_size(), "--vocab-size {} is smaller than the {}'s {}",
                  cfg.vocab_size, tokenizer->type(), tokenizer->vocab_size());
     cfg.validate();
+    require_writable_dir("--out", out_dir);
     const Kernels& k = cpu_kernels();
     ParamRegistry params;
     TransformerChunk model(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1,
@@ -357,6 +388,9 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     } else {
       load_hf_weights(params, cfg, hf_weights_file(export_init));
     }
+    require_finite_weights(k, params, !export_load.empty()   ? export_load
+                                      : !export_init.empty() ? export_init
+                                                             : std::string("the initial weights"));
     export_hf(params, cfg, out_dir);
     if (tokenizer_options) save_tokenizer_files(*tokenizer_options, *tokenizer, out_dir);
     fmt::print("wrote {}/model.safetensors and config.json{} ({:.2f}M parameters)\n", out_dir,
@@ -382,14 +416,15 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
 }  // namespace
 }  // namespace tessel
 
-// Errors: a ConfigError is found by every rank alike before any communication, so the first
-// rank reports it and all exit normally; any other error may strike one rank alone while the
-// others wait for it in a collective, so it ends the whole job (DESIGN invariant 6).
+// Errors: a JobError (a ConfigError among them) is thrown by every rank together with the same
+// message, so the first rank reports it and all exit normally; any other error may strike one
+// rank alone while the others wait for it in a collective, so it ends the whole job (DESIGN
+// invariant 6).
 int main(int argc, char** argv) {
   tessel::MpiRuntime runtime(&argc, &argv);
   try {
     return tessel::run(argc, argv, runtime);
-  } catch (const tessel::ConfigError& e) {
+  } catch (const tessel::JobError& e) {
     if (runtime.world_rank() == 0) fmt::print(stderr, "tessel: error: {}\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {

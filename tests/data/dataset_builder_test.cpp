@@ -99,12 +99,15 @@ class CachedDataset : public ::testing::Test {
 };
 
 TEST_F(CachedDataset, BuildersFirstThenTheOthersLoadIt) {
+  // Two ranks as threads: each phase ends when both have run it.
   std::barrier sync(2);
+  const auto together = [&](const std::function<void()>& phase) {
+    phase();
+    sync.arrive_and_wait();
+  };
   GptDataSplits rank0, rank1;
-  std::thread other([&] {
-    rank1 = build_gpt_datasets(o, {.builds_first = false, .barrier = [&] { sync.arrive_and_wait(); }});
-  });
-  rank0 = build_gpt_datasets(o, {.builds_first = true, .barrier = [&] { sync.arrive_and_wait(); }});
+  std::thread other([&] { rank1 = build_gpt_datasets(o, {.builds_first = false, .together = together}); });
+  rank0 = build_gpt_datasets(o, {.builds_first = true, .together = together});
   other.join();
   const auto& built = dynamic_cast<const GptDataset&>(*rank0.get(Split::Train));
   const auto& loaded = dynamic_cast<const GptDataset&>(*rank1.get(Split::Train));
@@ -116,7 +119,7 @@ TEST_F(CachedDataset, BuildersFirstThenTheOthersLoadIt) {
   EXPECT_EQ(built.num_epochs(), loaded.num_epochs());
   // A node whose cache folder lacks the files (a local disk) builds its own, the same.
   o.data_cache_path = dir.path("other_node_cache");
-  const GptDataSplits rank2 = build_gpt_datasets(o, {.builds_first = false, .barrier = [] {}});
+  const GptDataSplits rank2 = build_gpt_datasets(o, {.builds_first = false, .together = nullptr});
   const auto& own = dynamic_cast<const GptDataset&>(*rank2.get(Split::Train));
   EXPECT_FALSE(own.loaded_from_cache());
   EXPECT_EQ(own.shuffle_index(), built.shuffle_index());

@@ -2,6 +2,9 @@
 #include "tessel/ckpt/shards.h"
 
 #include <fcntl.h>
+#include <cerrno>
+#include <cstring>
+#include <atomic>
 #include <fmt/format.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -9,14 +12,17 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "tessel/ckpt/hf.h"
 #include "tessel/ckpt/safetensors.h"
+#include "tessel/comm/comm.h"
 #include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
+#include "tessel/core/json_values.h"
 #include "tessel/model/moe/moe.h"
 
 namespace tessel {
@@ -34,20 +40,35 @@ const char* const kSlicesKey = "tessel.slices";
 void write_file_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  TESSEL_CHECK(fd >= 0, "{}: cannot create", tmp);
+  TESSEL_CHECK(fd >= 0, "{}: cannot create ({})", tmp, std::strerror(errno));
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
     if (n <= 0) {
+      const int error = errno;
       ::close(fd);
-      fail("{}: write failed", tmp);
+      ::unlink(tmp.c_str());
+      fail("{}: write failed ({})", tmp, std::strerror(error));
     }
     done += static_cast<size_t>(n);
   }
   const bool synced = ::fsync(fd) == 0;
+  const int error = errno;
   ::close(fd);
-  TESSEL_CHECK(synced, "{}: fsync failed", tmp);
-  TESSEL_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "{}: cannot rename to {}", tmp, path);
+  if (!synced) ::unlink(tmp.c_str());
+  TESSEL_CHECK(synced, "{}: fsync failed ({})", tmp, std::strerror(error));
+  TESSEL_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "{}: cannot rename to {} ({})", tmp, path,
+               std::strerror(errno));
+}
+
+// What the tracker names, for a failed save's message.
+std::string tracker_state(const std::string& dir) {
+  try {
+    return fmt::format("{}/latest_checkpointed_iteration.txt still names iteration {}", dir,
+                       latest_checkpointed_iteration(dir));
+  } catch (const Error&) {
+    return fmt::format("no save in {} is complete", dir);
+  }
 }
 
 std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
@@ -110,7 +131,9 @@ void gather_moments(const ParamRegistry& params, std::vector<float>& buffer, Pro
 class ShardFiles {
  public:
   ShardFiles(std::string iter_dir, const json& meta) : dir_(std::move(iter_dir)) {
-    for (const json& f : meta.at("files")) crc_[f.at("name").get<std::string>()] = f.at("crc32").get<uint32_t>();
+    for (const json& f : meta.at("files"))
+      crc_[f.at("name").get<std::string>()] =
+          json_integer<uint32_t>(f.at("crc32"), dir_ + "/metadata.json", "crc32");
   }
   const SafetensorsReader& get(const std::string& name) {
     auto it = readers_.find(name);
@@ -146,11 +169,12 @@ void assemble(const json& entry, const std::string& name, const std::string& pre
     Param saved;
     saved.global_shape = p.global_shape;
     saved.local_shape = reader.tensor(key).shape;
-    saved.shard.dim = s.at("dim").get<int>();
-    saved.shard.index = s.at("index").get<int>();
-    saved.shard.count = s.at("count").get<int>();
-    saved.shard.fused_parts = s.at("fused_parts").get<int>();
-    saved.shard.padded_size = s.at("padded_size").get<int64_t>();
+    const std::string meta = iter_dir + "/metadata.json";
+    saved.shard.dim = json_integer<int>(s.at("dim"), meta, "dim");
+    saved.shard.index = json_integer<int>(s.at("index"), meta, "index");
+    saved.shard.count = json_integer<int>(s.at("count"), meta, "count");
+    saved.shard.fused_parts = json_integer<int>(s.at("fused_parts"), meta, "fused_parts");
+    saved.shard.padded_size = json_integer<int64_t>(s.at("padded_size"), meta, "padded_size");
     TESSEL_CHECK(saved.local_shape.size() == p.global_shape.size(),
                  "{}/{}: tensor '{}' has shape {} for a global shape {}", iter_dir, file, key,
                  shape_str(saved.local_shape), shape_str(p.global_shape));
@@ -223,15 +247,51 @@ struct CheckpointSaver::Pending {
   std::vector<SafetensorsEntry> entries;  // into values, m and v
   std::string slices;
   uint32_t crc = 0;
-  std::exception_ptr error;  // from the background writer
+  std::optional<std::string> error;  // why the write failed
+  std::atomic<bool> written = false;  // set last by the writer, with or without an error
 
   void write() {
     try {
       write_safetensors(path, entries, {{kSlicesKey, slices}});
       crc = file_crc32(path);
-    } catch (...) {
-      error = std::current_exception();
+    } catch (const std::exception& e) {
+      error = e.what();
     }
+    written = true;
+  }
+
+  // metadata.json, then the tracker (rank 0, once every file is written).
+  void write_metadata(const std::vector<float>& crcs, int world_size) const {
+    json meta = {{"format", "tessel-checkpoint"},
+                 {"version", 1},
+                 {"iteration", iteration},
+                 {"data_position", iteration},  // sampling depends on (seed, iteration) only
+                 {"step_count", step_count},
+                 {"seed", seed},
+                 {"model", model},
+                 {"run_config", run_config},
+                 {"world_size", world_size}};
+    json files = json::array(), tensors = json::object();
+    for (int r = 0; r < world_size; ++r) {
+      const std::string name = rank_file_name(r), file = iter_dir + "/" + name;
+      const uint32_t c = (static_cast<uint32_t>(crcs[2 * r]) << 16) | static_cast<uint32_t>(crcs[2 * r + 1]);
+      files.push_back({{"name", name}, {"crc32", c}, {"bytes", fs::file_size(file)}});
+      const SafetensorsReader reader(file);
+      const json theirs = json::parse(reader.metadata().at(kSlicesKey));
+      for (const auto& [tensor, slice] : theirs.items()) {
+        json& t = tensors[tensor];
+        t["shape"] = slice.at("shape");
+        t["dtype"] = "F32";
+        json shard = slice;
+        shard.erase("shape");
+        shard["file"] = name;
+        t["shards"].push_back(shard);
+      }
+    }
+    meta["files"] = files;
+    meta["tensors"] = tensors;
+    write_file_atomic(iter_dir + "/metadata.json", meta.dump(1));
+    write_file_atomic(dir + "/latest_checkpointed_iteration.txt", std::to_string(iteration) + "\n");
   }
 };
 
@@ -246,7 +306,8 @@ void CheckpointSaver::save(const std::string& dir, int64_t iteration, const Para
                            bool distributed_optimizer, uint64_t seed, const json& run_config,
                            ProcessGroups& groups) {
   finish(groups);
-  auto s = std::make_unique<Pending>();
+  pending_ = std::make_unique<Pending>();
+  Pending* s = pending_.get();
   s->dir = dir;
   s->iter_dir = checkpoint_iteration_dir(dir, iteration);
   s->path = s->iter_dir + "/" + rank_file_name(groups.world_rank());
@@ -255,11 +316,18 @@ void CheckpointSaver::save(const std::string& dir, int64_t iteration, const Para
   s->seed = seed;
   s->model = hf_config_json(cfg);
   s->run_config = run_config;
-  fs::create_directories(s->iter_dir);
-  // A save of this iteration made before (an earlier run) stops being complete before any of its
-  // files is replaced: its checksums would no longer match.
-  if (groups.world_rank() == 0) fs::remove(s->iter_dir + "/metadata.json");
-  groups.world().barrier();
+  try {
+    check_together(groups.world(), [&] {
+      std::error_code error;
+      fs::create_directories(s->iter_dir, error);
+      TESSEL_CHECK(!error, "{}: cannot create the folder ({})", s->iter_dir, error.message());
+      // A save of this iteration made before (an earlier run) stops being complete before any
+      // of its files is replaced: its checksums would no longer match.
+      if (groups.world_rank() == 0) fs::remove(s->iter_dir + "/metadata.json", error);
+    });
+  } catch (const JobError& e) {
+    fail_save(e.what());
+  }
   spread_moments(optimizer, params.numel(), s->m, s->v);
   if (distributed_optimizer) {
     gather_moments(params, s->m, groups);
@@ -281,57 +349,54 @@ void CheckpointSaver::save(const std::string& dir, int64_t iteration, const Para
     s->entries.push_back({kExpAvgSq + name, p.local_shape, s->v.data() + p.offset});
   }
   s->slices = slices.dump();
-  pending_ = std::move(s);
   if (async_) {
-    writer_ = std::thread([p = pending_.get()] { p->write(); });
-  } else {
-    pending_->write();
+    writer_ = std::thread([s] { s->write(); });
+    return;
   }
+  s->write();
+  commit(groups);
+}
+
+void CheckpointSaver::poll(ProcessGroups& groups) {
+  if (!pending_ || !writer_.joinable()) return;
+  // How many ranks' writers are done, and how many of them failed.
+  double done[2] = {pending_->written ? 1.0 : 0.0, pending_->written && pending_->error ? 1.0 : 0.0};
+  groups.world().all_reduce(done, 2, ReduceOp::Sum);
+  if (done[0] == groups.world().size() || done[1] > 0) finish(groups);
 }
 
 void CheckpointSaver::finish(ProcessGroups& groups) {
   if (!pending_) return;
   if (writer_.joinable()) writer_.join();
-  const std::unique_ptr<Pending> s = std::move(pending_);
-  if (s->error) std::rethrow_exception(s->error);
-  // Every rank's CRC-32, as two exact 16-bit halves; the gather also waits for every file.
-  const float mine[2] = {static_cast<float>(s->crc >> 16), static_cast<float>(s->crc & 0xFFFF)};
+  commit(groups);
+}
+
+void CheckpointSaver::fail_save(const std::string& error) {
+  const std::string dir = pending_->dir;
+  const int64_t iteration = pending_->iteration;
+  pending_.reset();
+  throw JobError(fmt::format("the checkpoint save of iteration {} failed: {}; {}", iteration, error,
+                             tracker_state(dir)));
+}
+
+void CheckpointSaver::commit(ProcessGroups& groups) {
   Comm& world = groups.world();
+  if (std::optional<RankMessage> failed = first_error(world, pending_->error))
+    fail_save(failed->rank == 0 ? failed->message
+                                : fmt::format("[rank {}] {}", failed->rank, failed->message));
+  // Every rank's CRC-32, as two exact 16-bit halves.
+  const uint32_t crc = pending_->crc;
+  const float mine[2] = {static_cast<float>(crc >> 16), static_cast<float>(crc & 0xFFFF)};
   std::vector<float> crcs(2 * world.size());
   world.all_gather(mine, crcs.data(), 2);
-  if (groups.world_rank() == 0) {
-    json meta = {{"format", "tessel-checkpoint"},
-                 {"version", 1},
-                 {"iteration", s->iteration},
-                 {"data_position", s->iteration},  // sampling depends on (seed, iteration) only
-                 {"step_count", s->step_count},
-                 {"seed", s->seed},
-                 {"model", s->model},
-                 {"run_config", s->run_config},
-                 {"world_size", world.size()}};
-    json files = json::array(), tensors = json::object();
-    for (int r = 0; r < world.size(); ++r) {
-      const std::string name = rank_file_name(r), path = s->iter_dir + "/" + name;
-      const uint32_t c = (static_cast<uint32_t>(crcs[2 * r]) << 16) | static_cast<uint32_t>(crcs[2 * r + 1]);
-      files.push_back({{"name", name}, {"crc32", c}, {"bytes", fs::file_size(path)}});
-      const SafetensorsReader reader(path);
-      const json theirs = json::parse(reader.metadata().at(kSlicesKey));
-      for (const auto& [tensor, slice] : theirs.items()) {
-        json& t = tensors[tensor];
-        t["shape"] = slice.at("shape");
-        t["dtype"] = "F32";
-        json shard = slice;
-        shard.erase("shape");
-        shard["file"] = name;
-        t["shards"].push_back(shard);
-      }
-    }
-    meta["files"] = files;
-    meta["tensors"] = tensors;
-    write_file_atomic(s->iter_dir + "/metadata.json", meta.dump(1));
-    write_file_atomic(s->dir + "/latest_checkpointed_iteration.txt", std::to_string(s->iteration) + "\n");
+  try {
+    check_together(world, [&] {
+      if (groups.world_rank() == 0) pending_->write_metadata(crcs, world.size());
+    });
+  } catch (const JobError& e) {
+    fail_save(e.what());
   }
-  world.barrier();
+  pending_.reset();
 }
 
 void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegistry& params,
@@ -398,7 +463,7 @@ int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& op
     memory.from_host(optimizer.exp_avg_sq() + state, v.data() + r.begin, bytes);
     state += r.end - r.begin;
   }
-  optimizer.set_step_count(meta.at("step_count").get<int64_t>());
+  optimizer.set_step_count(json_integer<int64_t>(meta.at("step_count"), iter_dir + "/metadata.json", "step_count"));
   return iteration;
 }
 

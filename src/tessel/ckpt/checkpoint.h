@@ -47,10 +47,14 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegis
                      uint64_t seed, const nlohmann::json& run_config, ProcessGroups& groups);
 
 // Saves in three steps: a collective snapshot (the moments gathered, the values copied out of
-// training's buffers), the write of this rank's file — on a background thread with `async`
-// (--async-save), so training goes on — and a collective commit (every rank's CRC-32 gathered,
-// metadata.json and the tracker written by rank 0), run by the next save() or by finish().
-// A save not yet committed is not a save: the tracker still names the one before.
+// training's buffers), the write of this rank's file, and a collective commit (every rank's
+// CRC-32 gathered, metadata.json and the tracker written by rank 0). A synchronous save commits
+// before save() returns, so training goes on only from a complete save. With `async`
+// (--async-save) the file is written on a background thread while training goes on, and
+// poll() — called after every iteration — commits it as soon as every rank's writer is done.
+// A save not yet committed is not a save: the tracker still names the one before. A failed
+// write or commit throws tessel::JobError on every rank at once (the next poll() for a
+// background write), naming the file, the error and the save the tracker still names.
 class CheckpointSaver {
  public:
   explicit CheckpointSaver(bool async);
@@ -58,15 +62,21 @@ class CheckpointSaver {
   CheckpointSaver(const CheckpointSaver&) = delete;
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
 
-  // Collective, as save_checkpoint. Commits the previous save first.
+  // Collective, as save_checkpoint. Commits the save in flight first.
   void save(const std::string& dir, int64_t iteration, const ParamRegistry& params,
             const AdamW& optimizer, const ModelConfig& cfg, bool distributed_optimizer,
             uint64_t seed, const nlohmann::json& run_config, ProcessGroups& groups);
+  // Collective over the world while a background write is in flight (nothing otherwise):
+  // commits it once every rank's writer has finished; raises a failed one.
+  void poll(ProcessGroups& groups);
   // Collective: waits for the write in flight and commits it (nothing when none).
   void finish(ProcessGroups& groups);
 
  private:
   struct Pending;
+  void commit(ProcessGroups& groups);
+  [[noreturn]] void fail_save(const std::string& error);
+
   bool async_;
   std::unique_ptr<Pending> pending_;
   std::thread writer_;

@@ -12,6 +12,7 @@
 
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/core/error.h"
+#include "tessel/core/json_values.h"
 
 namespace tessel {
 
@@ -23,8 +24,14 @@ namespace {
 // and parsing it back yields the same float.
 double json_float(float v) { return std::stod(fmt::format("{}", v)); }
 
+// Numbers are range-checked (core/json_values.h): 4294967298 layers is an error, not 2.
 template <typename T>
 T value_as(const nlohmann::json& value, const char* key, const std::string& source) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (value.is_number()) return json_integer<T>(value, source, key);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (value.is_number()) return json_number<T>(value, source, key);
+  }
   try {
     return value.get<T>();
   } catch (const nlohmann::json::exception&) {
@@ -266,23 +273,24 @@ nlohmann::json hf_config_json(const ModelConfig& cfg) {
 }
 
 // The MoE settings of a Qwen2-MoE config.json (and tessel's own extra keys, when it wrote it).
-void moe_from_hf(const nlohmann::json& j, ModelConfig& cfg) {
+void moe_from_hf(const nlohmann::json& j, ModelConfig& cfg, const std::string& source) {
   MoeConfig& m = cfg.moe;
-  m.num_experts = j.at("num_experts").get<int>();
-  m.topk = j.at("num_experts_per_tok").get<int>();
-  m.ffn_hidden_size = j.at("moe_intermediate_size").get<int>();
-  m.shared_expert_size = j.value("shared_expert_intermediate_size", 0);
+  m.num_experts = required<int>(j, "num_experts", source);
+  m.topk = required<int>(j, "num_experts_per_tok", source);
+  m.ffn_hidden_size = required<int>(j, "moe_intermediate_size", source);
+  m.shared_expert_size = optional_value(j, "shared_expert_intermediate_size", source, 0);
   // transformers' Qwen2MoeConfig and Qwen3MoeConfig default norm_topk_prob to false.
-  m.pre_softmax = !j.value("norm_topk_prob", false);
-  m.aux_loss_coeff = j.value("router_aux_loss_coef", 0.0f);
+  m.pre_softmax = !optional_value(j, "norm_topk_prob", source, false);
+  m.aux_loss_coeff = optional_value(j, "router_aux_loss_coef", source, 0.0f);
   m.layer_pattern.assign(cfg.num_layers, 1);
-  for (int l : j.value("mlp_only_layers", std::vector<int>{})) m.layer_pattern.at(l) = 0;
+  for (const nlohmann::json& layer : optional_value(j, "mlp_only_layers", source, nlohmann::json::array()))
+    m.layer_pattern[json_whole_number(layer, source, "mlp_only_layers", 0, cfg.num_layers - 1)] = 0;
   if (j.contains("tessel_moe")) {
     const nlohmann::json& t = j["tessel_moe"];
-    m.score_sigmoid = t.value("score_function", "softmax") == "sigmoid";
-    m.z_loss_coeff = t.value("z_loss_coeff", 0.0f);
-    m.capacity_factor = t.value("capacity_factor", 0.0);
-    m.pad_to_capacity = t.value("pad_to_capacity", false);
+    m.score_sigmoid = optional_value<std::string>(t, "score_function", source, "softmax") == "sigmoid";
+    m.z_loss_coeff = optional_value(t, "z_loss_coeff", source, 0.0f);
+    m.capacity_factor = optional_value(t, "capacity_factor", source, 0.0);
+    m.pad_to_capacity = optional_value(t, "pad_to_capacity", source, false);
   }
 }
 
@@ -299,7 +307,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& sou
   } else if (llama != nullptr) {
     cfg = llama_from_hf(j, *llama, source);
     try {
-      if (llama->moe) moe_from_hf(j, cfg);
+      if (llama->moe) moe_from_hf(j, cfg, source);
     } catch (const nlohmann::json::exception& e) {
       fail("{}: {}", source, e.what());
     }

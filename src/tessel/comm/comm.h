@@ -8,7 +8,10 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace tessel {
@@ -103,5 +106,22 @@ class Comm {
 
 // A group of one process: collectives copy or do nothing; point to point with itself is an error.
 std::unique_ptr<Comm> make_local_comm();
+
+// Errors the ranks agree on (DESIGN invariant 6). An error that strikes a rank while the others
+// wait for it in a collective must end the job (abort_job); but an error met where every rank
+// arrives without communicating — a missing file, a bad value, a full disk during a save — can
+// be told to every rank, so that rank 0 reports it once and every rank exits non-zero in order.
+//
+// Collective over `world`: each rank passes the error it met, if any. Returns on every rank the
+// lowest rank that failed and its message, or nothing.
+struct RankMessage {
+  int rank = 0;
+  std::string message;
+};
+std::optional<RankMessage> first_error(Comm& world, const std::optional<std::string>& mine);
+// Runs `step`, which must not communicate, on every rank of `world`; when it throws
+// tessel::Error on any rank, every rank throws one tessel::JobError with the first failing
+// rank's message ("[rank R] " before it unless R is 0).
+void check_together(Comm& world, const std::function<void()>& step);
 
 }  // namespace tessel

@@ -1,5 +1,6 @@
-// MpiComm and the MPI runtime (mpi.h). Each Comm call maps onto one MPI call; this file only
-// converts counts, picks datatypes and reduction ops, and checks what MPI cannot.
+// MpiComm and the MPI runtime (mpi.h). Each Comm call maps onto one non-blocking MPI call (a
+// blocking one is that call and its wait, mpi_wait.cpp); this file only converts counts, picks
+// datatypes and reduction ops, and checks what MPI cannot.
 
 #include "tessel/comm/mpi.h"
 
@@ -72,18 +73,20 @@ class BlockingCall {
   Clock::time_point start_;
 };
 
-// One MPI request; the time this rank waits for it is added to its counter. A Request dropped
-// while in flight is waited for here: MPI may still read or write its buffer, and freeing a
-// non-blocking collective's request is not allowed.
+// One MPI request of `comm`; the time this rank waits for it is added to its counter. A Request
+// dropped while in flight is waited for here: MPI may still read or write its buffer, and
+// freeing a non-blocking collective's request is not allowed.
 class MpiRequest final : public Request::Impl {
  public:
-  MpiRequest(MPI_Request request, CommCounter& counter) : request_(request), counter_(counter) {}
+  MpiRequest(MPI_Request request, CommCounter& counter, const MpiComm& comm, const char* what,
+             int peer)
+      : request_(request), counter_(counter), comm_(comm), what_(what), peer_(peer) {}
   ~MpiRequest() override {
     if (request_ != MPI_REQUEST_NULL && mpi_usable()) wait();
   }
   void wait() override {
     const Clock::time_point start = Clock::now();
-    MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    comm_.wait(request_, what_, peer_);
     counter_.seconds += seconds_since(start);
   }
   bool test() override {
@@ -95,13 +98,10 @@ class MpiRequest final : public Request::Impl {
  private:
   MPI_Request request_;
   CommCounter& counter_;
+  const MpiComm& comm_;
+  const char* what_;
+  int peer_;
 };
-
-// Counts a non-blocking call moving `bytes`; its wait time is counted when it is waited for.
-Request started(MPI_Request request, CommCounter& counter, double bytes) {
-  count_call(counter, bytes);
-  return Request(std::make_shared<MpiRequest>(request, counter));
-}
 
 // All-gather in place when this rank's block already sits at its place in recv (MPI forbids
 // aliased buffers otherwise).
@@ -114,7 +114,7 @@ const void* gather_send_buffer(const float* send, float* recv, int64_t count, in
 
 }  // namespace
 
-MpiComm::MpiComm(MPI_Comm comm) : comm_(comm) {
+MpiComm::MpiComm(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move(name)) {
   TESSEL_CHECK(comm != MPI_COMM_NULL && comm != MPI_COMM_WORLD && comm != MPI_COMM_SELF,
                "comm/mpi.cpp: MpiComm needs a communicator of its own (split or dup), not a "
                "predefined one");
@@ -140,40 +140,55 @@ void MpiComm::check_tag(int tag) const {
                tag_ub_);
 }
 
+Request MpiComm::started(MPI_Request request, CommOp op, double bytes, int peer) {
+  count_call(counter(op), bytes);
+  return Request(std::make_shared<MpiRequest>(request, counter(op), *this, comm_op_name(op), peer));
+}
+
 void MpiComm::all_reduce(float* data, int64_t count, ReduceOp op) {
   to_mpi_count(count, "all_reduce count");
   BlockingCall call(counter(CommOp::AllReduce), count * sizeof(float));
-  for (int64_t begin = 0; begin < count; begin += kPieceFloats)
-    MPI_Allreduce(MPI_IN_PLACE, data + begin, static_cast<int>(std::min(kPieceFloats, count - begin)),
-                  MPI_FLOAT, to_mpi_op(op), comm_);
+  for (int64_t begin = 0; begin < count; begin += kPieceFloats) {
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, data + begin,
+                   static_cast<int>(std::min(kPieceFloats, count - begin)), MPI_FLOAT,
+                   to_mpi_op(op), comm_, &request);
+    wait(request, "all_reduce");
+  }
 }
 
 void MpiComm::all_reduce(double* data, int64_t count, ReduceOp op) {
   BlockingCall call(counter(CommOp::AllReduce), count * sizeof(double));
-  MPI_Allreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_DOUBLE,
-                to_mpi_op(op), comm_);
+  MPI_Request request;
+  MPI_Iallreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_DOUBLE,
+                 to_mpi_op(op), comm_, &request);
+  wait(request, "all_reduce");
 }
 
 Request MpiComm::all_reduce_async(float* data, int64_t count, ReduceOp op) {
   MPI_Request request;
   MPI_Iallreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_FLOAT,
                  to_mpi_op(op), comm_, &request);
-  return started(request, counter(CommOp::AllReduce), count * sizeof(float));
+  return started(request, CommOp::AllReduce, count * sizeof(float));
 }
 
 void MpiComm::all_gather(const float* send, float* recv, int64_t count) {
-  int n = to_mpi_count(count, "all_gather count");
   BlockingCall call(counter(CommOp::AllGather), size_ * count * sizeof(float));
-  MPI_Allgather(gather_send_buffer(send, recv, count, rank_, size_), n, MPI_FLOAT, recv, n,
-                MPI_FLOAT, comm_);
+  MPI_Request request;
+  start_all_gather(send, recv, count, request);
+  wait(request, "all_gather");
 }
 
 Request MpiComm::all_gather_async(const float* send, float* recv, int64_t count) {
-  int n = to_mpi_count(count, "all_gather count");
   MPI_Request request;
+  start_all_gather(send, recv, count, request);
+  return started(request, CommOp::AllGather, size_ * count * sizeof(float));
+}
+
+void MpiComm::start_all_gather(const float* send, float* recv, int64_t count, MPI_Request& request) {
+  int n = to_mpi_count(count, "all_gather count");
   MPI_Iallgather(gather_send_buffer(send, recv, count, rank_, size_), n, MPI_FLOAT, recv, n,
                  MPI_FLOAT, comm_, &request);
-  return started(request, counter(CommOp::AllGather), size_ * count * sizeof(float));
 }
 
 void MpiComm::reduce_scatter(const float* send, float* recv, int64_t count) {
@@ -193,8 +208,10 @@ void MpiComm::reduce_scatter(const float* send, float* recv, int64_t count) {
     for (int r = 0; r < size_; ++r)
       std::copy_n(send + r * count + begin, len, reduce_scatter_staging_.data() + r * len);
     std::fill(counts.begin(), counts.end(), static_cast<int>(len));
-    MPI_Reduce_scatter(reduce_scatter_staging_.data(), recv + begin, counts.data(), MPI_FLOAT,
-                       MPI_SUM, comm_);
+    MPI_Request request;
+    MPI_Ireduce_scatter(reduce_scatter_staging_.data(), recv + begin, counts.data(), MPI_FLOAT,
+                        MPI_SUM, comm_, &request);
+    wait(request, "reduce_scatter");
   }
 }
 
@@ -204,7 +221,7 @@ Request MpiComm::reduce_scatter_async(const float* send, float* recv, int64_t co
   MPI_Request request;
   MPI_Ireduce_scatter_block(send, recv, to_mpi_count(count, "reduce_scatter count"), MPI_FLOAT,
                             MPI_SUM, comm_, &request);
-  return started(request, counter(CommOp::ReduceScatter), size_ * count * sizeof(float));
+  return started(request, CommOp::ReduceScatter, size_ * count * sizeof(float));
 }
 
 void MpiComm::all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
@@ -222,8 +239,10 @@ void MpiComm::all_gather_v(const float* send, float* recv, const int64_t* recv_c
   int64_t gathered = 0;
   for (int r = 0; r < size_; ++r) gathered += recv_counts[r];
   BlockingCall call(counter(CommOp::AllGather), gathered * sizeof(float));
-  MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, counts[rank_], MPI_FLOAT, recv, counts.data(),
-                 offsets.data(), MPI_FLOAT, comm_);
+  MPI_Request request;
+  MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, counts[rank_], MPI_FLOAT, recv, counts.data(),
+                  offsets.data(), MPI_FLOAT, comm_, &request);
+  wait(request, "all_gather_v");
 }
 
 void MpiComm::reduce_scatter_v(const float* send, float* recv, const int64_t* counts) {
@@ -236,7 +255,9 @@ void MpiComm::reduce_scatter_v(const float* send, float* recv, const int64_t* co
   TESSEL_CHECK(!overlaps(send, total, recv, counts[rank_]),
                "comm/mpi.cpp: reduce_scatter_v recv overlaps send");
   BlockingCall call(counter(CommOp::ReduceScatter), total * sizeof(float));
-  MPI_Reduce_scatter(send, recv, mpi_counts.data(), MPI_FLOAT, MPI_SUM, comm_);
+  MPI_Request request;
+  MPI_Ireduce_scatter(send, recv, mpi_counts.data(), MPI_FLOAT, MPI_SUM, comm_, &request);
+  wait(request, "reduce_scatter_v");
 }
 
 void MpiComm::all_to_all_v(const float* send, const int64_t* send_counts,
@@ -252,24 +273,32 @@ void MpiComm::all_to_all_v(const float* send, const int64_t* send_counts,
     offsets_in[r] = to_mpi_count(recv_offsets[r], "all_to_all_v recv offset");
   }
   BlockingCall call(counter(CommOp::AllToAll), sent_elsewhere * sizeof(float));
-  MPI_Alltoallv(send, counts_out.data(), offsets_out.data(), MPI_FLOAT, recv, counts_in.data(),
-                offsets_in.data(), MPI_FLOAT, comm_);
+  MPI_Request request;
+  MPI_Ialltoallv(send, counts_out.data(), offsets_out.data(), MPI_FLOAT, recv, counts_in.data(),
+                 offsets_in.data(), MPI_FLOAT, comm_, &request);
+  wait(request, "all_to_all_v");
 }
 
 void MpiComm::broadcast(float* data, int64_t count, int root) {
   check_peer(root, "broadcast root");
   BlockingCall call(counter(CommOp::Broadcast), count * sizeof(float));
-  MPI_Bcast(data, to_mpi_count(count, "broadcast count"), MPI_FLOAT, root, comm_);
+  MPI_Request request;
+  MPI_Ibcast(data, to_mpi_count(count, "broadcast count"), MPI_FLOAT, root, comm_, &request);
+  wait(request, "broadcast");
 }
 
-void MpiComm::barrier() { MPI_Barrier(comm_); }
+void MpiComm::barrier() {
+  MPI_Request request;
+  MPI_Ibarrier(comm_, &request);
+  wait(request, "barrier");
+}
 
 Request MpiComm::isend(const float* data, int64_t count, int peer, int tag) {
   check_peer(peer, "isend to");
   check_tag(tag);
   MPI_Request request;
   MPI_Isend(data, to_mpi_count(count, "isend count"), MPI_FLOAT, peer, tag, comm_, &request);
-  return started(request, counter(CommOp::Send), count * sizeof(float));
+  return started(request, CommOp::Send, count * sizeof(float), peer);
 }
 
 Request MpiComm::irecv(float* data, int64_t count, int peer, int tag) {
@@ -277,7 +306,7 @@ Request MpiComm::irecv(float* data, int64_t count, int peer, int tag) {
   check_tag(tag);
   MPI_Request request;
   MPI_Irecv(data, to_mpi_count(count, "irecv count"), MPI_FLOAT, peer, tag, comm_, &request);
-  return started(request, counter(CommOp::Recv), count * sizeof(float));
+  return started(request, CommOp::Recv, count * sizeof(float), peer);
 }
 
 bool launched_by_mpi() {
@@ -289,6 +318,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   static bool created = false;  // MPI can be initialised once per process
   TESSEL_CHECK(!created, "comm/mpi.cpp: a second MpiRuntime in one process");
   created = true;
+  world_ = make_local_comm();
   if (!launched_by_mpi()) return;
   int provided = MPI_THREAD_SINGLE;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
@@ -297,9 +327,13 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
   if (provided < MPI_THREAD_FUNNELED)
     abort_job("the MPI library does not support MPI_THREAD_FUNNELED (OpenMP threads beside MPI)");
+  MPI_Comm world;
+  MPI_Comm_dup(MPI_COMM_WORLD, &world);
+  world_ = std::make_unique<MpiComm>(world);
 }
 
 MpiRuntime::~MpiRuntime() {
+  world_.reset();
   if (active_ && mpi_usable()) MPI_Finalize();
 }
 

@@ -1,18 +1,29 @@
 // MPI backend of Comm (Open MPI), and the process-wide MPI state: start-up, rank, finalize, and
 // ending the whole job when one rank fails (DESIGN invariant 6: never a hang).
 //
-// Only this file, mpi.cpp and groups.cpp include <mpi.h>; the rest of tessel sees Comm.
-// Errors inside MPI stay MPI_ERRORS_ARE_FATAL (the default): a failed call ends the job.
+// Only this file, mpi.cpp, mpi_wait.cpp and groups.cpp include <mpi.h>; the rest of tessel sees
+// Comm. Errors inside MPI stay MPI_ERRORS_ARE_FATAL (the default): a failed call ends the job.
+//
+// Every call waits through wait_for_request (mpi_wait.cpp): each collective and point-to-point
+// operation is started non-blocking and polled, first in a tight loop, then sleeping between
+// polls, so a rank waiting for a slow one does not burn a core; a wait that makes no progress for
+// the distributed timeout ends the job with a message naming the rank, the group and the call.
 #pragma once
 
 #include <mpi.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tessel/comm/comm.h"
 
 namespace tessel {
+
+// How long one wait may go without its operation completing before the job is ended
+// (Megatron's --distributed-timeout-minutes; 10 minutes unless set). Process-wide.
+void set_distributed_timeout(double seconds);
+double distributed_timeout();
 
 // Comm over one MPI communicator, which it owns (MPI_Comm_free in the destructor). float goes as
 // MPI_FLOAT and double as MPI_DOUBLE. Counts are int64_t in the interface but int in MPI: a count
@@ -21,7 +32,8 @@ namespace tessel {
 class MpiComm final : public Comm {
  public:
   // Takes ownership of `comm` (from MPI_Comm_split or MPI_Comm_dup; never MPI_COMM_WORLD itself).
-  explicit MpiComm(MPI_Comm comm);
+  // `name` (the group kind: "tp", "dp_cp", ...) names the group in timeout messages.
+  explicit MpiComm(MPI_Comm comm, std::string name = "world");
   ~MpiComm() override;
   MpiComm(const MpiComm&) = delete;
   MpiComm& operator=(const MpiComm&) = delete;
@@ -29,6 +41,10 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm handle() const { return comm_; }
+  const std::string& name() const { return name_; }
+  // Waits for a request this Comm started (`what`: the call, e.g. "all_reduce"; `peer`: the
+  // group-local peer of a send or receive, -1 for a collective): mpi_wait.cpp.
+  void wait(MPI_Request& request, const char* what, int peer = -1) const;
 
   // Default arguments repeat Comm's, for calls through an MpiComm.
   void all_reduce(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) override;
@@ -52,8 +68,12 @@ class MpiComm final : public Comm {
   void check_peer(int peer, const char* what) const;
   void check_tag(int tag) const;
   CommCounter& counter(CommOp op) { return stats_[static_cast<int>(op)]; }
+  // A non-blocking call counted under `op` (moving `bytes`), returned to be waited for.
+  Request started(MPI_Request request, CommOp op, double bytes, int peer = -1);
+  void start_all_gather(const float* send, float* recv, int64_t count, MPI_Request& request);
 
   MPI_Comm comm_;
+  std::string name_;
   int rank_ = 0;
   int size_ = 1;
   int tag_ub_ = 32767;  // MPI_TAG_UB of the communicator; the standard guarantees at least this
@@ -79,8 +99,12 @@ class MpiRuntime {
   bool active() const { return active_; }  // MPI_Init was called
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
+  // Every process of the job (a LocalComm without MPI): for what ranks must agree on before
+  // their process groups exist, such as an error in the flags (check_together, comm.h).
+  Comm& world() { return *world_; }
 
  private:
+  std::unique_ptr<Comm> world_;
   bool active_ = false;
   int world_rank_ = 0;
   int world_size_ = 1;

@@ -14,11 +14,18 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
-// A configuration that breaks rules (flags, sizes, layout). Every rank of a job finds the same
-// ones before any communication, so one rank reports and all exit without aborting the job.
-class ConfigError : public Error {
+// An error every rank of the job throws at the same point, with the same message (comm.h,
+// check_together): rank 0 reports it and every rank exits non-zero, without aborting the job.
+class JobError : public Error {
  public:
   using Error::Error;
+};
+
+// A configuration that breaks rules (flags, sizes, layout). Every rank of a job finds the same
+// ones before any communication, so one rank reports and all exit without aborting the job.
+class ConfigError : public JobError {
+ public:
+  using JobError::JobError;
 };
 
 template <typename... Args>

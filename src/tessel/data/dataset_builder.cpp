@@ -263,9 +263,13 @@ GptDataSplits build_gpt_datasets(const GptDataOptions& options,
     parse_split(options.split);
   }
   GptDataSplits splits;
-  if (coordination.builds_first) splits = Builder(options).build();
-  if (coordination.barrier) coordination.barrier();
-  if (!coordination.builds_first) splits = Builder(options).build();
+  for (const bool first_phase : {true, false}) {
+    const std::function<void()> phase = [&] {
+      if (coordination.builds_first == first_phase) splits = Builder(options).build();
+    };
+    if (coordination.together) coordination.together(phase);
+    else phase();
+  }
   return splits;
 }
 

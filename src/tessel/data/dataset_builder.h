@@ -55,12 +55,14 @@ struct GptDataOptions {
 };
 
 // Who builds the index caches. Megatron's pattern: the builders (global rank 0, or one rank per
-// node when nodes do not share a file system) build and write every missing index first; the
-// barrier; then everyone else finds the cache and loads it, and a rank that still misses a file
-// builds its own copy. Each rank calls `barrier` exactly once; empty: a single process.
+// node when nodes do not share a file system) build and write every missing index first; then
+// everyone else finds the cache and loads it, and a rank that still misses a file builds its own
+// copy. Each rank runs both phases through `together`, which returns once every rank has run
+// the phase and throws on every rank when it threw on any (comm.h's check_together), so no rank
+// waits for one that failed; empty: a single process.
 struct DataBuildCoordination {
   bool builds_first = true;
-  std::function<void()> barrier;
+  std::function<void(const std::function<void()>& phase)> together;
 };
 
 struct GptDataSplits {

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
@@ -13,6 +16,16 @@
 #include "tessel/model/transformer.h"
 
 namespace tessel {
+
+void validate_generate_options(const GenerateOptions& o) {
+  std::vector<std::string> v;
+  if (o.max_new_tokens < 0)
+    v.push_back(fmt::format("--max-new-tokens {} must not be negative", o.max_new_tokens));
+  if (o.top_k < 0) v.push_back(fmt::format("--top-k {} must not be negative (0: every token)", o.top_k));
+  if (!(std::isfinite(o.temperature) && o.temperature >= 0))
+    v.push_back(fmt::format("--temperature {} must be a finite number ≥ 0 (0: greedy)", o.temperature));
+  if (!v.empty()) throw ConfigError(fmt::format("invalid generate options: {}", fmt::join(v, "; ")));
+}
 
 int32_t sample_token(const float* logits, int64_t V, float temperature, int64_t top_k, float u,
                      std::vector<std::pair<float, int32_t>>& scratch) {
@@ -46,6 +59,7 @@ std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_dir,
 
 void generate(const std::string& model_dir, const GenerateOptions& o,
               const std::function<void(const std::string&)>& emit) {
+  validate_generate_options(o);
   std::optional<ModelConfig> found = hf_config_beside(model_dir);
   TESSEL_CHECK(found.has_value(), "{}: no config.json (expected a folder written by tessel export "
                "or --save-hf)", model_dir);

@@ -23,15 +23,19 @@ struct GenerateOptions {
   std::optional<TokenizerOptions> tokenizer;  // given by flags; else the model folder's
 };
 
+// Throws one tessel::ConfigError listing every rule the options break: --max-new-tokens and
+// --top-k must not be negative, --temperature must be a finite number ≥ 0.
+void validate_generate_options(const GenerateOptions& options);
+
 // The tokenizer to generate with: `given`, else the one saved in the model folder
 // (tokenizer_in_folder), else the byte tokenizer.
 std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_dir,
                                            const std::optional<TokenizerOptions>& given);
 
-// Loads `model_dir` (config.json + model.safetensors, as `tessel export` or --save-hf write),
-// then generates with model_tokenizer until --max-new-tokens or the end-of-sequence token; the
-// text is passed to `emit` as soon as it is whole (a character split over tokens comes out once
-// its last token is drawn).
+// Checks the options, loads `model_dir` (config.json + model.safetensors, as `tessel export` or
+// --save-hf write), then generates with model_tokenizer until --max-new-tokens or the
+// end-of-sequence token; the text is passed to `emit` as soon as it is whole (a character split
+// over tokens comes out once its last token is drawn).
 void generate(const std::string& model_dir, const GenerateOptions& options,
               const std::function<void(const std::string&)>& emit);
 

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tessel/core/json_values.h"
+
 #include "tessel/core/error.h"
 
 namespace tessel {
@@ -178,19 +180,26 @@ int64_t ModelConfig::num_parameters() const {
 
 void model_config_from_json(const nlohmann::json& j, ModelConfig& cfg, const std::string& source) {
   TESSEL_CHECK(j.is_object(), "{}: expected a JSON object", source);
+  const std::pair<const char*, int ModelConfig::*> integers[] = {
+      {"num_layers", &ModelConfig::num_layers},
+      {"hidden_size", &ModelConfig::hidden_size},
+      {"num_attention_heads", &ModelConfig::num_attention_heads},
+      {"num_query_groups", &ModelConfig::num_query_groups},
+      {"ffn_hidden_size", &ModelConfig::ffn_hidden_size},
+      {"seq_length", &ModelConfig::seq_length},
+      {"max_position_embeddings", &ModelConfig::max_position_embeddings},
+      {"vocab_size", &ModelConfig::vocab_size}};
+  const std::pair<const char*, float ModelConfig::*> floats[] = {
+      {"norm_epsilon", &ModelConfig::norm_epsilon}, {"rotary_base", &ModelConfig::rotary_base}};
   try {
     for (auto& [key, value] : j.items()) {
-      if (key == "arch") cfg.arch = parse_arch(value.get<std::string>());
-      else if (key == "num_layers") cfg.num_layers = value.get<int>();
-      else if (key == "hidden_size") cfg.hidden_size = value.get<int>();
-      else if (key == "num_attention_heads") cfg.num_attention_heads = value.get<int>();
-      else if (key == "num_query_groups") cfg.num_query_groups = value.get<int>();
-      else if (key == "ffn_hidden_size") cfg.ffn_hidden_size = value.get<int>();
-      else if (key == "seq_length") cfg.seq_length = value.get<int>();
-      else if (key == "max_position_embeddings") cfg.max_position_embeddings = value.get<int>();
-      else if (key == "vocab_size") cfg.vocab_size = value.get<int>();
-      else if (key == "norm_epsilon") cfg.norm_epsilon = value.get<float>();
-      else if (key == "rotary_base") cfg.rotary_base = value.get<float>();
+      auto integer = std::find_if(std::begin(integers), std::end(integers),
+                                  [&](const auto& e) { return key == e.first; });
+      auto real = std::find_if(std::begin(floats), std::end(floats),
+                               [&](const auto& e) { return key == e.first; });
+      if (integer != std::end(integers)) cfg.*(integer->second) = json_integer<int>(value, source, key);
+      else if (real != std::end(floats)) cfg.*(real->second) = json_number<float>(value, source, key);
+      else if (key == "arch") cfg.arch = parse_arch(value.get<std::string>());
       else if (key == "add_qkv_bias") cfg.add_qkv_bias = value.get<bool>();
       else if (key == "qk_layernorm") cfg.qk_layernorm = value.get<bool>();
       else fail("{}: unknown model key '{}'", source, key);

@@ -78,7 +78,7 @@ ProcessGroups ProcessGroups::create(const Layout& layout, int world_rank) {
       groups.comms_[static_cast<int>(kind)] = make_local_comm();
       continue;
     }
-    auto comm = std::make_unique<MpiComm>(split);
+    auto comm = std::make_unique<MpiComm>(split, group_kind_name(kind));
     const auto& members = layout.groups(kind)[slot.group];
     TESSEL_CHECK(comm->size() == static_cast<int>(members.size()) && comm->rank() == slot.position,
                  "comm/groups.cpp: MPI made rank {} member {} of {} in its {} group, the layout "

@@ -1,5 +1,7 @@
 #include "tessel/train/data.h"
 
+#include "tessel/comm/comm.h"
+
 namespace tessel {
 
 GptDataSplits build_training_data(const TrainPlan& plan, ProcessGroups& groups) {
@@ -20,7 +22,7 @@ GptDataSplits build_training_data(const TrainPlan& plan, ProcessGroups& groups) 
   Comm& world = groups.world();
   const DataBuildCoordination coordination{
       .builds_first = groups.world_rank() == 0,
-      .barrier = world.size() > 1 ? std::function<void()>([&world] { world.barrier(); }) : nullptr};
+      .together = [&world](const std::function<void()>& phase) { check_together(world, phase); }};
   return build_gpt_datasets(g, coordination);
 }
 

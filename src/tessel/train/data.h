@@ -10,7 +10,7 @@
 
 namespace tessel {
 
-// Collective over the world.
+// Collective over the world; an error on any rank is a tessel::JobError on every rank.
 GptDataSplits build_training_data(const TrainPlan& plan, ProcessGroups& groups);
 
 }  // namespace tessel

@@ -8,6 +8,7 @@
 #include "tessel/ckpt/shards.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/model/transformer.h"
+#include "tessel/train/numerics.h"
 
 namespace tessel {
 
@@ -75,9 +76,10 @@ bool gather_stages(const TrainPlan& plan, Comm& pp, HostTensors& tensors) {
     declare_chunks(plan.model, plan.stage_chunks(stage), theirs);
     for (size_t i = 0; i < theirs.params().size(); ++i) {
       const Param& p = theirs.params()[i];
+      const int64_t n = shape_numel(p.global_shape);  // sent whole, without a vocabulary's padding
       std::vector<float>& t = tensors[p.name];  // a tied head's copy of the embedding overwrites
-      t.resize(p.numel());                      // the same values
-      pp.irecv(t.data(), p.numel(), stage, static_cast<int>(i)).wait();
+      t.resize(n);                              // the same values
+      pp.irecv(t.data(), n, stage, static_cast<int>(i)).wait();
     }
   }
   return true;
@@ -100,8 +102,16 @@ void export_gathered(const ParamRegistry& params, const TrainPlan& plan, Process
   ParamRegistry whole;
   declare_chunks(cfg, {ChunkSpec{0, cfg.num_layers, true, true}}, whole);
   whole.finalize();
-  for (Param& p : whole.params()) whole.from_host(p, tensors.at(p.name).data());
-  export_hf(whole, cfg, plan.options.checkpoint.save_hf);
+  // The tensors are global; the registry's vocabulary rows are padded (to a multiple of 128).
+  std::vector<float> values;
+  for (Param& p : whole.params()) {
+    values.resize(p.numel());
+    take_local_slice(p, tensors.at(p.name).data(), values.data());
+    whole.from_host(p, values.data());
+  }
+  const std::string& dir = plan.options.checkpoint.save_hf;
+  require_finite_weights(cpu_kernels(), whole, "--save-hf " + dir);
+  export_hf(whole, cfg, dir);
 }
 
 }  // namespace tessel

@@ -11,7 +11,8 @@ namespace tessel {
 // Collective over the world. TP shards are gathered over TP and experts' ETP slices over ETP,
 // the first expert-DP replica's EP ranks send their experts to EP rank 0, then the pipeline
 // stages of the first DP replica send theirs to stage 0 (each stage's tensors in the order its
-// own chunks declare them, all experts), which writes plan.options.checkpoint.save_hf.
+// own chunks declare them, all experts), which writes plan.options.checkpoint.save_hf. It throws
+// (non-finite weights, a failed write) only there, after all its communication is done.
 void export_gathered(const ParamRegistry& params, const TrainPlan& plan, ProcessGroups& groups);
 
 }  // namespace tessel

@@ -3,20 +3,41 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
 
 namespace tessel {
 
+namespace {
+
+// The records of a --log-json file up to `iteration` (none when it is 0 or the file is absent).
+std::string records_until(const std::string& path, int64_t iteration) {
+  std::string kept;
+  std::ifstream in(path);
+  for (std::string line; iteration > 0 && std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    if (record.is_object() && record.value("iteration", int64_t{0}) <= iteration) kept += line + "\n";
+  }
+  return kept;
+}
+
+}  // namespace
+
 TrainLog::TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path,
-                   bool progress, bool quiet)
+                   bool progress, bool quiet, int64_t resumed_after)
     : train_iters_(train_iters), log_interval_(log_interval > 0 ? log_interval : 1),
       progress_(progress && !quiet), quiet_(quiet) {
   if (!json_path.empty()) {
+    const std::string kept = records_until(json_path, resumed_after);
     json_ = std::fopen(json_path.c_str(), "w");
-    TESSEL_CHECK(json_ != nullptr, "{}: cannot open --log-json file for writing", json_path);
+    TESSEL_CHECK(json_ != nullptr, "--log-json {}: cannot open for writing ({})", json_path,
+                 std::strerror(errno));
+    std::fputs(kept.c_str(), json_);
   }
 }
 
@@ -28,7 +49,7 @@ TrainLog::~TrainLog() {
 void TrainLog::iteration(const IterationStats& s) {
   elapsed_s_ += s.iteration_time_ms / 1000.0;
   const bool logged = s.iteration % log_interval_ == 0 || s.iteration == train_iters_ ||
-                      s.iteration == 1;
+                      s.iteration == 1 || s.skipped;
   if (logged) {
     std::string moe;
     if (s.moe)
@@ -36,9 +57,10 @@ void TrainLog::iteration(const IterationStats& s) {
                         s.expert_tokens_min, s.expert_tokens_mean, s.expert_tokens_max,
                         s.dropped_tokens, s.aux_loss);
     message(fmt::format("iter {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | "
-                        "{:.0f} tok/s | {:.1f} ms{}",
+                        "{:.0f} tok/s | {:.1f} ms{}{}",
                         s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,
-                        s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms, moe));
+                        s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms, moe,
+                        s.skipped ? " | skipped: not finite, no optimizer step" : ""));
     if (json_ != nullptr) {
       nlohmann::json j = {{"iteration", s.iteration},
                           {"loss", s.loss},
@@ -47,6 +69,7 @@ void TrainLog::iteration(const IterationStats& s) {
                           {"tokens_per_s", s.tokens_per_s},
                           {"iteration_time_ms", s.iteration_time_ms},
                           {"data_wait_ms", s.data_wait_ms}};
+      if (s.skipped) j["skipped"] = true;
       if (s.moe) {
         j["expert_tokens"] = {{"min", s.expert_tokens_min}, {"mean", s.expert_tokens_mean},
                               {"max", s.expert_tokens_max}};

@@ -17,6 +17,9 @@ struct IterationStats {
   double tokens_per_s = 0;
   double iteration_time_ms = 0;
   double data_wait_ms = 0;  // of which waiting for the data loader's batch
+  // No optimizer step was taken: the loss or the gradient norm was not finite and
+  // --no-check-for-nan-in-loss-and-grad let the run go on (Megatron's skipped_iter).
+  bool skipped = false;
   // Mixture of Experts: per MoE layer and microbatch, averaged — tokens routed to an expert
   // (min / mean / max over experts), assignments dropped by the capacity, aux + z loss.
   bool moe = false;
@@ -35,9 +38,11 @@ struct IterationStats {
 class TrainLog {
  public:
   // json_path may be empty; progress draws a live line between logged iterations; a quiet log
-  // (every rank but the first) prints nothing.
+  // (every rank but the first) prints nothing. A run resumed after iteration `resumed_after`
+  // keeps the records of json_path up to that iteration, so that it ends up holding the whole
+  // run however often it was restarted.
   TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path, bool progress,
-           bool quiet = false);
+           bool quiet = false, int64_t resumed_after = 0);
   ~TrainLog();
   TrainLog(const TrainLog&) = delete;
   TrainLog& operator=(const TrainLog&) = delete;

@@ -88,6 +88,29 @@ struct LogOptions {
   std::string json;        // --log-json: one JSON object per logged iteration
   bool progress = false;   // the live progress line (when stdout is a terminal, or --progress)
   bool profile = false;    // --profile: GEMM throughput, memory and communication at the end
+  bool straggler = false;  // --log-straggler: each rank's step time against the median
+  int64_t straggler_minmax_count = 1;  // --straggler-minmax-count: slowest and fastest ranks named
+};
+
+// What a run checks, and how it ends when something goes wrong: non-finite values
+// (train/numerics.h), a signal or the time limit (train/signals.h), a rank that stops (the
+// distributed timeout, comm/mpi.h). Megatron's flags.
+struct FaultOptions {
+  // --check-for-nan-in-loss-and-grad: a non-finite loss or gradient norm stops the run; off
+  // (--no-check-for-nan-in-loss-and-grad) the iteration's optimizer step is skipped instead.
+  bool check_nan = true;
+  std::string rerun_mode = "validate_results";  // --rerun-mode disabled | validate_results
+  bool check_spiky_loss = false;                // --check-for-spiky-loss
+  std::string inject;                           // --inject-fault KIND:ITERATION[:RANK] (tests)
+  bool exit_signal_handler = false;   // --exit-signal-handler: SIGTERM, SIGINT, SIGUSR1, SIGUSR2
+  double exit_duration_mins = 0;      // --exit-duration-in-mins (0: no limit)
+  double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes
+  double distributed_timeout_seconds = 0;   // --distributed-timeout-seconds (0: the minutes)
+
+  double distributed_timeout() const {
+    return distributed_timeout_seconds > 0 ? distributed_timeout_seconds
+                                           : 60 * distributed_timeout_minutes;
+  }
 };
 
 struct TrainOptions {
@@ -99,6 +122,7 @@ struct TrainOptions {
   ParallelOptions parallel;
   CheckpointOptions checkpoint;
   LogOptions log;
+  FaultOptions faults;
 };
 
 }  // namespace tessel

@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
 #include "tessel/data/tokenizer.h"
+#include "tessel/train/numerics.h"
 
 namespace tessel {
 
@@ -15,10 +18,34 @@ void append(std::vector<std::string>& v, std::vector<std::string> more) {
   for (std::string& m : more) v.push_back(std::move(m));
 }
 
+// Every floating-point setting is a finite number: a flag or a JSON value such as inf, nan or
+// 1e39 (past float's range) would otherwise train on it.
+std::vector<std::string> non_finite_violations(const ModelConfig& model, const TrainOptions& o) {
+  std::vector<std::string> v;
+  auto finite = [&](const char* flag, double value) {
+    if (!std::isfinite(value)) v.push_back(fmt::format("{} {} is not a finite number", flag, value));
+  };
+  finite("--lr", o.optim.lr.lr);
+  finite("--min-lr", o.optim.lr.min_lr);
+  finite("--weight-decay", o.optim.adamw.weight_decay);
+  finite("--adam-beta1", o.optim.adamw.beta1);
+  finite("--adam-beta2", o.optim.adamw.beta2);
+  finite("--adam-eps", o.optim.adamw.eps);
+  finite("--clip-grad", o.optim.adamw.clip_grad);
+  finite("--norm-epsilon", model.norm_epsilon);
+  finite("--rotary-base", model.rotary_base);
+  finite("--moe-aux-loss-coeff", model.moe.aux_loss_coeff);
+  finite("--moe-z-loss-coeff", model.moe.z_loss_coeff);
+  finite("--moe-expert-capacity-factor", model.moe.capacity_factor);
+  return v;
+}
+
 // The rules of the options alone: what the run reads, how long it runs, how it reduces.
 std::vector<std::string> option_violations(const ModelConfig& model, const TrainOptions& o,
                                            const Tokenizer& tokenizer) {
-  std::vector<std::string> v;
+  std::vector<std::string> v = non_finite_violations(model, o);
+  append(v, fault_violations(o.faults));
+  if (o.log.straggler_minmax_count < 1) v.push_back("--straggler-minmax-count must be at least 1");
   if (o.optim.lr.train_iters < 0) v.push_back("--train-iters must not be negative");
   if (model.vocab_size < tokenizer.vocab_size())
     v.push_back(fmt::format("--vocab-size {} is smaller than the {}'s {}", model.vocab_size,

@@ -5,11 +5,14 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
+#include "tessel/comm/comm.h"
 #include "tessel/core/error.h"
 #include "tessel/data/tokenizer_files.h"
+#include "tessel/core/writable.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/grad_sync.h"
@@ -18,7 +21,10 @@
 #include "tessel/train/evaluate.h"
 #include "tessel/train/export.h"
 #include "tessel/train/microbatches.h"
+#include "tessel/train/numerics.h"
 #include "tessel/train/report.h"
+#include "tessel/train/signals.h"
+#include "tessel/train/straggler.h"
 
 namespace tessel {
 
@@ -111,12 +117,6 @@ double counted_tokens(const TrainPlan& plan, const MicrobatchLoader& loader, Pro
   return counted;
 }
 
-// One evaluation's loss, logged; collective.
-void log_evaluation(TrainLog& log, Evaluator& evaluator, Split split, int64_t it, int64_t index) {
-  const std::optional<double> loss = evaluator.loss(split, index);
-  if (loss) log.evaluation(it, split_name(split), *loss);
-}
-
 // The iteration's Σ token losses: only the last stage computed them; every rank learns their
 // sum over the stages and the DP × CP ranks.
 double global_loss_sum(double local, ProcessGroups& groups) {
@@ -136,6 +136,51 @@ void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens,
                       use.counter.bytes, use.counter.seconds});
 }
 
+// What a rank reads and creates before training: the train split's loader, the model
+// (initialised, or read from --init-from), its gradient synchronisation and optimizer, the save
+// resumed from, and the log. Nothing here communicates, so the ranks can check it all together
+// (check_together) before any of them starts: a missing file or an unwritable folder is one
+// error, reported once.
+struct RunSetup {
+  RunSetup(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups, const TensorParallel& tp,
+           const ContextParallel& cp, const SampleDataset& train_split,
+           const nlohmann::json& run_config)
+      : batches(train_split, plan.batch_shape(groups.coords().dp), plan.packing()),
+        loader(k, batches, cp),
+        stage(k, plan, groups, tp, cp),
+        sync(k, stage.params, groups, grad_sync_config(plan, stage, groups.coords().pp)),
+        optimizer(k, stage.params, plan.options.optim.adamw, sync.owned_ranges()) {
+    const CheckpointOptions& ckpt = plan.options.checkpoint;
+    if (!ckpt.init_from.empty()) require_finite_weights(k, stage.params, ckpt.init_from);
+    if (!ckpt.save.empty()) require_writable_dir("--save", ckpt.save, groups.world_rank());
+    if (!ckpt.save_hf.empty()) require_writable_dir("--save-hf", ckpt.save_hf, groups.world_rank());
+    // The data order and the learning rate depend on (seed, iteration) only: resuming needs no
+    // more than the weights, the moments and the step count. As Megatron, a --load folder without
+    // a save yet starts from scratch: the same command line (--save X --load X) starts a run and
+    // resumes it after a crash.
+    has_save = !ckpt.load.empty() &&
+               std::filesystem::exists(ckpt.load + "/latest_checkpointed_iteration.txt");
+    if (has_save) {
+      check_saved_tokenizer(ckpt.load, run_config.at("tokenizer"));
+      resumed = load_checkpoint(ckpt.load, stage.params, optimizer, plan.model);
+      require_finite_weights(k, stage.params, checkpoint_iteration_dir(ckpt.load, resumed));
+    }
+    const bool first_rank = groups.world_rank() == 0;
+    const LogOptions& l = plan.options.log;
+    log = std::make_unique<TrainLog>(plan.train_iters(), l.interval, first_rank ? l.json : std::string(),
+                                     l.progress && first_rank, !first_rank, resumed);
+  }
+
+  BatchLoader batches;
+  MicrobatchLoader loader;
+  StageModel stage;
+  GradSync sync;
+  AdamW optimizer;
+  bool has_save = false;
+  int64_t resumed = 0;
+  std::unique_ptr<TrainLog> log;
+};
+
 }  // namespace
 
 std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) {
@@ -143,104 +188,137 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   const ParallelConfig& pc = plan.layout();
   TESSEL_CHECK(groups.world().size() == pc.world, "the plan is for {} ranks, the job has {}",
                pc.world, groups.world().size());
+  ExitRequest exit_request(o.faults);
   const Kernels& k = cpu_kernels();
   const RankCoords& at = groups.coords();
   const TensorParallel tp{&groups.tp(), pc.sequence_parallel, &k};
   const ContextParallel cp{&groups.cp(), plan.cp_comm, k};
   const GptDataSplits data = build_training_data(plan, groups);
-  TESSEL_CHECK(data.get(Split::Train) != nullptr, "--split {} leaves the train split no data",
-               o.data.split);
-  BatchLoader train_batches(*data.get(Split::Train), plan.batch_shape(at.dp), plan.packing());
-  MicrobatchLoader loader(k, train_batches, cp);
-  StageModel stage(k, plan, groups, tp, cp);
-  ParamRegistry& params = stage.params;
-  GradSync sync(k, params, groups, grad_sync_config(plan, stage, at.pp));
-  AdamW optimizer(k, params, o.optim.adamw, sync.owned_ranges());
-  LrSchedule lr_schedule(o.optim.lr);
-
-  // The data order and the learning rate depend on (seed, iteration) only: resuming needs no more
-  // than the weights, the moments and the step count. As Megatron, a --load folder without a
-  // save yet starts from scratch: the same command line (--save X --load X) starts a run and
-  // resumes it after a crash.
-  const CheckpointOptions& ckpt = o.checkpoint;
-  const bool has_save =
-      !ckpt.load.empty() && std::filesystem::exists(ckpt.load + "/latest_checkpointed_iteration.txt");
   const nlohmann::json run_config = checkpoint_run_config(plan);
-  if (has_save) check_saved_tokenizer(ckpt.load, run_config.at("tokenizer"));
-  const int64_t resumed = has_save ? load_checkpoint(ckpt.load, params, optimizer, plan.model) : 0;
+  std::unique_ptr<RunSetup> setup;
+  check_together(groups.world(), [&] {
+    const SampleDataset* train_split = data.get(Split::Train);
+    TESSEL_CHECK(train_split != nullptr, "--split {} leaves the train split no data", o.data.split);
+    setup = std::make_unique<RunSetup>(k, plan, groups, tp, cp, *train_split, run_config);
+  });
+  StageModel& stage = setup->stage;
+  ParamRegistry& params = stage.params;
+  MicrobatchLoader& loader = setup->loader;
+  GradSync& sync = setup->sync;
+  AdamW& optimizer = setup->optimizer;
+  TrainLog& log = *setup->log;
+  LrSchedule lr_schedule(o.optim.lr);
+  const CheckpointOptions& ckpt = o.checkpoint;
   CheckpointSaver saver(ckpt.async_save);
 
-  const bool first_rank = groups.world_rank() == 0;
-  TrainLog log(plan.train_iters(), o.log.interval, first_rank ? o.log.json : std::string(),
-               o.log.progress && first_rank, !first_rank);
   report_run(log, plan, groups, params, data);
   if (o.eval.iters > 0 && data.get(Split::Valid) == nullptr)
     log.message("no validation: the valid split has no samples (see --split or --valid-data-path)");
-  if (has_save) log.message(fmt::format("resumed from {} after iteration {}", ckpt.load, resumed));
+  if (setup->has_save)
+    log.message(fmt::format("resumed from {} after iteration {}", ckpt.load, setup->resumed));
   else if (!ckpt.load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", ckpt.load));
 
   const RankSchedule actions = lower(generate_schedule(plan.schedule), plan.schedule)[at.pp];
   PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule, loader.local_tokens(),
                             plan.packing().documents());
   Evaluator evaluator(k, plan, groups, cp, data, pipeline, stage.chunks);
+  NumericsGuard numerics(k, o.faults, params, groups, log);
+  int64_t it = 0;
   const std::function<void()> arm = [&] { sync.arm(); };
-  const std::function<void(int)> grad_ready = [&](int index) { sync.grad_ready(index); };
-  const PipelineExecutor::FillFn fill = [&](int m, const MicrobatchRows& rows) {
-    loader.fill(m, rows);
+  const std::function<void(int)> grad_ready = [&](int index) {
+    numerics.before_reduction(it, index);
+    sync.grad_ready(index);
+  };
+  const PipelineExecutor::FillFn fill = [&](int m, const MicrobatchRows& rows) { loader.fill(m, rows); };
+  double counted = 0;  // the global batch's tokens the loss counts
+  // One iteration's forward, backward and gradient reductions on the current batch; numerics
+  // may run it twice. The loss is the mean over every counted token (DESIGN invariant 1).
+  const NumericsGuard::Recompute compute = [&] {
+    params.zero_grads();
+    const double loss_sum = pipeline.run(actions, plan.microbatches, fill,
+                                         static_cast<float>(1.0 / counted), arm, grad_ready);
+    sync.finish();
+    const double norm = sync.global_norm();
+    return NumericsGuard::Result{global_loss_sum(loss_sum, groups) / counted, norm};
+  };
+  const auto evaluate = [&](Split split, int64_t after, int64_t index) {
+    const std::optional<double> loss = evaluator.loss(split, index);
+    if (!loss) return;
+    log.evaluation(after, split_name(split), *loss);
+    numerics.check_evaluation(after, split_name(split), *loss);
   };
   const int64_t G = o.batch.global_batch_size;
 
   std::vector<IterationStats> history;
   RunTotals totals(k, plan);
-  for (int64_t it = resumed + 1; it <= plan.train_iters(); ++it) {
+  StragglerLog stragglers(o.log);
+  std::optional<std::string> stop;  // why the run ends early (a signal, the time limit)
+  for (it = setup->resumed + 1; it <= plan.train_iters(); ++it) {
     totals.start_iteration(it);
     groups.reset_comm_stats();
     const auto start = Clock::now();
-    params.zero_grads();
-    // Iteration it reads the train split's samples (it − 1)·G on, as Megatron's sampler.
+    // Iteration it reads the train split's samples (it − 1)·G on, as Megatron's sampler. A batch
+    // that fails to read (a token outside the vocabulary) fails on its DP rank alone.
     const double waited = loader.wait_seconds();
-    loader.start_batch((it - 1) * G, it < plan.train_iters() ? it * G : -1);
-    const double data_wait_ms = 1e3 * (loader.wait_seconds() - waited);
-    // The loss is the mean over every counted token of the global batch (DESIGN invariant 1).
-    const double counted = counted_tokens(plan, loader, groups);
-    const double loss_sum = pipeline.run(actions, plan.microbatches, fill,
-                                         static_cast<float>(1.0 / counted), arm, grad_ready);
-    sync.finish();
+    check_together(groups.world(), [&] {
+      loader.start_batch((it - 1) * G, it < plan.train_iters() ? it * G : -1);
+    });
     IterationStats s;
     s.iteration = it;
-    s.grad_norm = sync.global_norm();
-    optimizer.clip(static_cast<float>(s.grad_norm));
+    s.data_wait_ms = 1e3 * (loader.wait_seconds() - waited);
+    counted = counted_tokens(plan, loader, groups);
+    NumericsGuard::Result result = compute();
+    s.skipped = !numerics.check(it, result, compute);
+    s.loss = result.loss;
+    s.grad_norm = result.grad_norm;
     s.lr = lr_schedule.at(it);
-    optimizer.step(static_cast<float>(s.lr));
-    sync.gather_params();
+    if (!s.skipped) {
+      optimizer.clip(static_cast<float>(s.grad_norm));
+      optimizer.step(static_cast<float>(s.lr));
+      sync.gather_params();
+    }
 
-    s.loss = global_loss_sum(loss_sum, groups) / counted;
     add_router_stats(s, stage.chunks, groups, stage.token_group);
     add_timing(s, start, plan.batch_tokens(), groups);
-    s.data_wait_ms = data_wait_ms;
     totals.add(s, pipeline.stats());
     log.iteration(s);
+    stragglers.add(s, log, groups);
     history.push_back(s);
     if (o.eval.iters > 0 && it % o.eval.interval == 0)
-      log_evaluation(log, evaluator, Split::Valid, it, it / o.eval.interval - 1);
+      evaluate(Split::Valid, it, it / o.eval.interval - 1);
 
-    const bool exiting = ckpt.exit_interval > 0 && it % ckpt.exit_interval == 0;
-    if (save_due(ckpt, it, plan.train_iters(), exiting))
+    saver.poll(groups);
+    stop = exit_request.poll(groups.world());
+    const bool exiting = stop || (ckpt.exit_interval > 0 && it % ckpt.exit_interval == 0);
+    if (save_due(ckpt, it, plan.train_iters(), exiting)) {
+      check_together(groups.world(), [&] {
+        require_finite_weights(k, params, fmt::format("the save of iteration {}", it));
+      });
       saver.save(ckpt.save, it, params, optimizer, plan.model, pc.distributed_optimizer, o.seed,
                  run_config, groups);
+    }
     if (exiting) break;
   }
   saver.finish(groups);
+  if (stop) {
+    log.message(ckpt.save.empty()
+                    ? fmt::format("{}: stopped after iteration {}, without a save (no --save)", *stop, it)
+                    : fmt::format("{}: stopped after iteration {}, saved {}", *stop, it,
+                                  checkpoint_iteration_dir(ckpt.save, it)));
+    return history;
+  }
   // As Megatron, after training: the valid split once more (its next batches), then the test split.
   if (o.eval.iters > 0) {
-    log_evaluation(log, evaluator, Split::Valid, plan.train_iters(),
-                   plan.train_iters() / o.eval.interval);
-    log_evaluation(log, evaluator, Split::Test, plan.train_iters(), 0);
+    evaluate(Split::Valid, plan.train_iters(), plan.train_iters() / o.eval.interval);
+    evaluate(Split::Test, plan.train_iters(), 0);
   }
   totals.report(log, groups, params, *stage.chunks.front(), loader.read_seconds_per_batch());
   if (!ckpt.save_hf.empty()) {
-    export_gathered(params, plan, groups);
-    if (first_rank) save_tokenizer_files(o.data.tokenizer, *plan.tokenizer, ckpt.save_hf);
+    // The export fails, if at all, on its writing rank after its communication: agreed on.
+    check_together(groups.world(), [&] {
+      export_gathered(params, plan, groups);
+      if (groups.world_rank() == 0) save_tokenizer_files(o.data.tokenizer, *plan.tokenizer, ckpt.save_hf);
+    });
     log.message(fmt::format("saved {}/model.safetensors, config.json and the tokenizer", ckpt.save_hf));
   }
   return history;
