@@ -52,9 +52,12 @@ class ParamView {
 // the sizes: bytes() is what was allocated.
 class SavedBuffers {
  public:
-  // `tensor` must stay where it is until allocate().
+  // `tensor` must stay where it is until allocate() or carve().
   void add(Tensor& tensor, Shape shape, DType dtype = DType::F32);
   void allocate(const Kernels& k);
+  // Points every added tensor into `arena` (at least bytes() long) instead: memory that others
+  // share (recomputed activations, model/recompute.h).
+  void carve(const Tensor& arena);
   int64_t bytes() const { return bytes_; }
 
  private:
@@ -66,6 +69,16 @@ class SavedBuffers {
   };
   std::vector<Entry> entries_;
   int64_t bytes_ = 0;
+};
+
+// Where a layer puts each saved tensor: `kept`, the microbatch's own allocation, held from its
+// forward to the end of its backward; or `recomputed`, memory all the chunk's microbatches share,
+// which holds a tensor only inside one backward_input — the forward's value is overwritten by
+// the next microbatch, and backward_input recomputes it (a gradient: computes it) before use.
+struct SavedLists {
+  SavedBuffers& kept;
+  SavedBuffers& recomputed;
+  SavedBuffers& pick(bool recompute) { return recompute ? recomputed : kept; }
 };
 
 // Buffers that live only inside one forward or backward call, shared by all the layers of a

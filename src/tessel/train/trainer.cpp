@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 
@@ -10,6 +12,7 @@
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
 #include "tessel/kernels/kernels.h"
+#include "tessel/optim/post_validation.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/grad_sync.h"
 #include "tessel/pipeline/executor.h"
@@ -35,8 +38,9 @@ struct StageModel {
     token_group = split_rows ? &groups.tp_cp() : nullptr;
     const MoeGroups moe{.ep = &groups.ep(), .etp = &groups.etp(), .token_group = token_group};
     for (const ChunkSpec& spec : plan.stage_chunks(groups.coords().pp))
-      chunks.push_back(std::make_unique<TransformerChunk>(
-          k, plan.model, spec, plan.options.batch.micro_batch_size, tp, params, cp, moe));
+      chunks.push_back(std::make_unique<TransformerChunk>(k, plan.model, spec,
+                                                          plan.options.batch.micro_batch_size, tp,
+                                                          params, cp, moe, plan.options.recompute));
     params.finalize(k.memory);
     for (auto& c : chunks) c->bind(params);
     const std::string& init_from = plan.options.checkpoint.init_from;
@@ -57,10 +61,13 @@ struct StageModel {
 
 // Gradient synchronisation of this rank's parameters. A tied embedding lives on the first and
 // the last stage; both copies start equal (same seed and name, or the same file) and the
-// embedding group keeps them so; the norm counts the first stage's.
+// embedding group keeps them so; the norm counts the first stage's. In a V the first stage
+// holds the head too: one embedding, no group.
 GradSyncConfig grad_sync_config(const TrainPlan& plan, const StageModel& stage, int pp_rank) {
   const ParallelConfig& pc = plan.layout();
-  const bool owns_tied = plan.model.tied_embeddings() && pc.pp > 1 && pp_rank == 0;
+  const std::vector<ChunkSpec> mine = plan.stage_chunks(pp_rank);
+  const bool head_here = std::any_of(mine.begin(), mine.end(), [](const ChunkSpec& c) { return c.has_head; });
+  const bool owns_tied = plan.model.tied_embeddings() && pp_rank == 0 && !head_here;
   return {.sequence_parallel = pc.sequence_parallel,
           .distributed_optimizer = pc.distributed_optimizer,
           .bucket_floats = plan.options.parallel.ddp.bucket_size,
@@ -95,6 +102,25 @@ double global_loss_sum(double local, ProcessGroups& groups) {
   groups.dp_cp().all_reduce(&local, 1);
   return local;
 }
+
+// An eagerly taken step awaiting its iteration's gradient norm and loss, summed over the pipeline
+// stages while the next iteration runs (optimizer post-validation).
+struct PendingStep {
+  bool active = false;
+  IterationStats stats;
+  double sq = 0, loss = 0;  // this stage's Σ g² and token losses, summed over the stages on arrival
+  Request sq_sum, loss_sum;
+
+  // The stage's sums are in; their sum over the stages starts (the loss's over DP × CP first).
+  void start(double stage_sq, double loss_sum_here, ProcessGroups& groups) {
+    active = true;
+    sq = stage_sq;
+    loss = loss_sum_here;
+    groups.dp_cp().all_reduce(&loss, 1);
+    sq_sum = groups.pp().all_reduce_async(&sq, 1);
+    loss_sum = groups.pp().all_reduce_async(&loss, 1);
+  }
+};
 
 // The iteration's time, throughput and this rank's communication by group and kind of call.
 void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens,
@@ -155,37 +181,77 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
 
   std::vector<IterationStats> history;
   RunTotals totals(k, plan);
-  for (int64_t it = resumed + 1; it <= plan.train_iters(); ++it) {
-    totals.start_iteration(it);
-    groups.reset_comm_stats();
-    const auto start = Clock::now();
+  auto run_pipeline = [&](int64_t it) {
     params.zero_grads();
     const PipelineExecutor::FillFn fill = [&](int m, int32_t* tokens, int32_t* targets) {
       loader.fill(it, m, tokens, targets);
     };
     const double loss_sum = pipeline.run(actions, plan.microbatches, fill, grad_scale, arm, grad_ready);
     sync.finish();
+    return loss_sum;
+  };
+  auto record = [&](const IterationStats& s, StepVerdict verdict) {
+    if (verdict == StepVerdict::Skipped)
+      log.message(fmt::format("iteration {}: the gradient norm is {}: optimizer step skipped", s.iteration,
+                              s.grad_norm));
+    log.iteration(s);
+    history.push_back(s);
+  };
+  // Optimizer post-validation: the pending step, validated once its norm arrives. Returns whether
+  // it was redone (the parameters changed).
+  EagerStep eager(k, optimizer, params);
+  PendingStep pending;
+  auto settle = [&] {
+    pending.active = false;
+    pending.sq_sum.wait();
+    pending.loss_sum.wait();
+    IterationStats& s = pending.stats;
+    s.grad_norm = std::sqrt(pending.sq);
+    s.loss = pending.loss / plan.batch_tokens();
+    const StepVerdict verdict = eager.validate(s.grad_norm);
+    if (verdict != StepVerdict::Plain) sync.gather_params();
+    record(s, verdict);
+    return verdict != StepVerdict::Plain;
+  };
+
+  for (int64_t it = resumed + 1; it <= plan.train_iters(); ++it) {
+    totals.start_iteration(it);
+    groups.reset_comm_stats();
+    const auto start = Clock::now();
+    double loss_sum = run_pipeline(it);
+    if (pending.active && settle()) {  // this iteration ran on parameters since undone: again
+      for (auto& c : stage.chunks) c->take_router_totals();
+      loss_sum = run_pipeline(it);
+    }
     IterationStats s;
     s.iteration = it;
-    s.grad_norm = sync.global_norm();
-    optimizer.clip(static_cast<float>(s.grad_norm));
-    s.lr = lr_schedule.at(it);
-    optimizer.step(static_cast<float>(s.lr));
+    s.lr = lr_schedule.at(optimizer.step_count() + 1);  // a skipped step does not advance it
+    StepVerdict verdict = StepVerdict::Plain;
+    if (o.optim.post_validation) {
+      pending.start(sync.stage_sq_sum(), loss_sum, groups);
+      eager.step(static_cast<float>(s.lr));
+    } else {
+      s.grad_norm = sync.global_norm();
+      verdict = checked_step(optimizer, s.grad_norm, static_cast<float>(s.lr));
+      s.loss = global_loss_sum(loss_sum, groups) / plan.batch_tokens();
+    }
     sync.gather_params();
 
-    s.loss = global_loss_sum(loss_sum, groups) / plan.batch_tokens();
     add_router_stats(s, stage.chunks, groups, stage.token_group);
     add_timing(s, start, plan.batch_tokens(), groups);
     totals.add(s, pipeline.stats());
-    log.iteration(s);
-    history.push_back(s);
+    if (pending.active) pending.stats = s;
+    else record(s, verdict);
 
     const bool exiting = ckpt.exit_interval > 0 && it % ckpt.exit_interval == 0;
-    if (save_due(ckpt, it, plan.train_iters(), exiting))
+    if (save_due(ckpt, it, plan.train_iters(), exiting)) {
+      if (pending.active) settle();
       saver.save(ckpt.save, it, params, optimizer, plan.model, pc.distributed_optimizer, o.seed,
                  run_config, groups);
+    }
     if (exiting) break;
   }
+  if (pending.active) settle();
   saver.finish(groups);
   totals.report(log, groups, params, *stage.chunks.front());
   if (!ckpt.save_hf.empty()) {
