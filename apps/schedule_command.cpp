@@ -295,9 +295,7 @@ void ScheduleCommand::run() const {
   }
 
   std::vector<RankSchedule> compute = generate_schedule(config);
-  if (forward_only_)
-    for (RankSchedule& s : compute)
-      std::erase_if(s, [](const Action& a) { return a.kind != ActionKind::Forward; });
+  if (forward_only_) compute = forward_only_schedule(std::move(compute));
   const Simulation sim = simulate(lower(compute, config), config, costs);
   if (!sim.ok()) fail("the {} schedule does not run: {}", schedule_kind_name(config.kind), sim.error);
   if (json_) {

@@ -34,6 +34,7 @@
 #include "preprocess_command.h"
 #include "schedule_command.h"
 #include "tokenizer_command.h"
+#include "tokenizer_flags.h"
 
 #ifndef TESSEL_DEFAULT_DATA
 #define TESSEL_DEFAULT_DATA "data/kjv-genesis-esther.txt"
@@ -76,7 +77,8 @@ struct ModelFlags {
     option(app, "--seq-length", &ModelConfig::seq_length, "sequence length");
     option(app, "--max-position-embeddings", &ModelConfig::max_position_embeddings,
            "maximum positions (0: --seq-length)");
-    option(app, "--vocab-size", &ModelConfig::vocab_size, "vocabulary size");
+    option(app, "--vocab-size", &ModelConfig::vocab_size,
+           cfg.vocab_size == 0 ? "vocabulary size (0: the tokenizer's)" : "vocabulary size");
     option(app, "--norm-epsilon", &ModelConfig::norm_epsilon, "LayerNorm / RMSNorm epsilon");
     option(app, "--rotary-base", &ModelConfig::rotary_base, "RoPE base (llama)");
     flag(app, "--add-qkv-bias", &ModelConfig::add_qkv_bias, "biases on q, k and v (llama; Qwen2)");
@@ -169,19 +171,32 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   // ---- train ----
   CLI::App* train_cmd = app.add_subcommand("train", "train a model");
   ModelFlags train_model;
+  train_model.cfg.vocab_size = train_model.flags.vocab_size = 0;  // the tokenizer's
   train_model.add(*train_cmd);
   TrainOptions t;
-  t.data.path = TESSEL_DEFAULT_DATA;
-  std::string sampling = sampling_name(t.data.sampling), decay_style = lr_decay_style_name(t.optim.lr.style);
+  t.data.path = {TESSEL_DEFAULT_DATA};
+  std::string decay_style = lr_decay_style_name(t.optim.lr.style);
   int threads = 0;
   train_cmd->add_option("--micro-batch-size", t.batch.micro_batch_size, "samples per microbatch")->capture_default_str();
   train_cmd->add_option("--global-batch-size", t.batch.global_batch_size, "samples per iteration")->capture_default_str();
   train_cmd->add_option("--train-iters", t.optim.lr.train_iters, "iterations")->capture_default_str();
-  train_cmd->add_option("--seed", t.seed, "seed of initialisation and sampling")->capture_default_str();
+  train_cmd->add_option("--seed", t.seed, "seed of initialisation and of the datasets' shuffles")->capture_default_str();
   train_cmd->add_option("--log-interval", t.log.interval, "iterations between log lines")->capture_default_str();
   train_cmd->add_option("--log-json", t.log.json, "write one JSON object per logged iteration");
-  train_cmd->add_option("--data-path", t.data.path, "training text file")->capture_default_str();
-  train_cmd->add_option("--data-sampling", sampling, "shuffled | sequential")->capture_default_str();
+  CLI::Option* data_path = train_cmd->add_option(
+      "--data-path", t.data.path, "PREFIX (.bin/.idx) or text file, or W1 P1 W2 P2 ... (a blend) for all splits")
+      ->capture_default_str();
+  train_cmd->add_option("--train-data-path", t.data.train_path, "the train split's blend (instead of --data-path)");
+  train_cmd->add_option("--valid-data-path", t.data.valid_path, "the valid split's blend");
+  train_cmd->add_option("--test-data-path", t.data.test_path, "the test split's blend");
+  train_cmd->add_option("--split", t.data.split, "train,valid,test proportions of --data-path's documents")->capture_default_str();
+  train_cmd->add_option("--data-cache-path", t.data.cache_path, "where the datasets' index files go (default: beside the data)");
+  add_tokenizer_flags(*train_cmd, t.data.tokenizer);
+  train_cmd->add_flag("--reset-position-ids", t.data.reset_position_ids, "positions restart after each end-of-document token");
+  train_cmd->add_flag("--reset-attention-mask", t.data.reset_attention_mask, "attention stays within each document");
+  train_cmd->add_flag("--eod-mask-loss", t.data.eod_mask_loss, "no loss where the input is an end-of-document token");
+  train_cmd->add_option("--eval-interval", t.eval.interval, "iterations between evaluations on the valid split")->capture_default_str();
+  train_cmd->add_option("--eval-iters", t.eval.iters, "global batches per evaluation (0: none)")->capture_default_str();
   train_cmd->add_option("--init-from", t.checkpoint.init_from, "start from a Hugging Face safetensors file or folder");
   train_cmd->add_option("--save-hf", t.checkpoint.save_hf, "write model.safetensors + config.json here at the end");
   train_cmd->add_option("--save", t.checkpoint.save, "checkpoint folder (a save every --save-interval and at the end)");
@@ -284,7 +299,9 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   set_threads(threads);
 
   if (*train_cmd) {
-    t.data.sampling = parse_sampling(sampling);
+    // The bundled corpus is the default for --data-path alone: per-split paths replace it.
+    const bool per_split = !t.data.train_path.empty() || !t.data.valid_path.empty() || !t.data.test_path.empty();
+    if (per_split && data_path->count() == 0) t.data.path.clear();
     t.optim.lr.style = parse_lr_decay_style(decay_style);
     // The live progress line for a terminal. Under mpirun every rank's stdout is a pseudo-terminal
     // whatever the user's is, so there it takes --progress.

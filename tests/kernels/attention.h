@@ -154,10 +154,12 @@ inline KernelRun run_kernels(const Kernels& k, const AttentionCase& c,
 // ---- block attention: keys visible by position -------------------------------------------------
 
 // q (B, Tq, H·D + pad), k and v (B, Tk, G·D + pad) in separate buffers; key s is visible to query
-// t iff k_pos[s] ≤ q_pos[t].
+// t iff k_pos[s] ≤ q_pos[t], and with packed documents (key_start, (B, Tq), empty: none) iff also
+// k_pos[s] ≥ key_start[b·Tq + t].
 struct BlockCase {
   int64_t B, Tq, Tk, H, G, D, pad;
   std::vector<int32_t> q_pos, k_pos;
+  std::vector<int32_t> key_start = {};
 
   int64_t q_ld() const { return H * D + pad; }
   int64_t kv_ld() const { return G * D + pad; }
@@ -202,6 +204,7 @@ inline BlockResult<double> block_reference(const BlockCase& c, const BlockInputs
         std::vector<double> p;
         for (int64_t s = 0; s < c.Tk; ++s) {
           if (c.k_pos[s] > c.q_pos[t]) continue;
+          if (!c.key_start.empty() && c.k_pos[s] < c.key_start[b * c.Tq + t]) continue;
           const int64_t ki = (b * c.Tk + s) * c.kv_ld() + g * c.D;
           double dot = 0;
           for (int64_t d = 0; d < c.D; ++d) dot += double{x.q[qi + d]} * x.k[ki + d];

@@ -19,10 +19,14 @@ namespace {
 // A block case's inputs in a backend's memory.
 struct BlockBuffers {
   FloatBuffer q, k, v, dout;
-  IntBuffer q_pos, k_pos;
+  IntBuffer q_pos, k_pos, key_start;
   BlockBuffers(const Kernels& kernels, const BlockCase& c, const BlockInputs& x)
       : q(kernels, x.q), k(kernels, x.k), v(kernels, x.v), dout(kernels, x.dout),
-        q_pos(kernels, c.q_pos), k_pos(kernels, c.k_pos) {}
+        q_pos(kernels, c.q_pos), k_pos(kernels, c.k_pos),
+        key_start(kernels, c.key_start.empty() ? std::vector<int32_t>{0} : c.key_start),
+        documents(!c.key_start.empty()) {}
+  const int32_t* starts() const { return documents ? key_start.data() : nullptr; }
+  bool documents;
 };
 
 // The block kernels, forward then backward with their own out and lse; gradients start from
@@ -34,11 +38,11 @@ BlockResult<float> run_block_kernels(const Kernels& k, const BlockCase& c, const
   FloatBuffer dq(k, init.dq), dk(k, init.dk), dv(k, init.dv);
   k.attention_block_forward(out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), c.B,
                             c.Tq, c.Tk, c.H, c.G, c.D, c.q_ld(), c.kv_ld(), c.kv_ld(),
-                            in.q_pos.data(), in.k_pos.data());
+                            in.q_pos.data(), in.k_pos.data(), in.starts());
   k.attention_block_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(),
                              in.k.data(), in.v.data(), out.data(), lse.data(), c.B, c.Tq, c.Tk,
                              c.H, c.G, c.D, c.q_ld(), c.kv_ld(), c.kv_ld(), in.q_pos.data(),
-                             in.k_pos.data());
+                             in.k_pos.data(), in.starts());
   return {out.host(), lse.host(), dq.host(), dk.host(), dv.host()};
 }
 
@@ -210,12 +214,12 @@ void causal_positions_equal_causal_kernel(const Kernels& k) {
     const float* base = d_qkv.data();
     k.attention_block_forward(d_out.data(), d_lse.data(), base + a.q_off(), base + a.k_off(),
                               base + a.v_off(), a.B, a.T, a.T, a.H, a.G, a.D, a.q_ld(), a.k_ld(),
-                              a.v_ld(), d_positions.data(), d_positions.data());
+                              a.v_ld(), d_positions.data(), d_positions.data(), nullptr);
     float* g = d_grad.data();
     k.attention_block_backward(g + a.q_off(), g + a.k_off(), g + a.v_off(), d_dout.data(),
                                base + a.q_off(), base + a.k_off(), base + a.v_off(), d_out.data(),
                                d_lse.data(), a.B, a.T, a.T, a.H, a.G, a.D, a.q_ld(), a.k_ld(),
-                               a.v_ld(), d_positions.data(), d_positions.data());
+                               a.v_ld(), d_positions.data(), d_positions.data(), nullptr);
     const std::vector<float> out = d_out.host(), lse = d_lse.host(), grad = d_grad.host();
     EXPECT_EQ(std::memcmp(out.data(), causal.out.data(), out.size() * 4), 0) << "shift " << shift;
     EXPECT_EQ(std::memcmp(lse.data(), causal.lse.data(), lse.size() * 4), 0) << "shift " << shift;
@@ -274,7 +278,7 @@ void merged_key_blocks_equal_one_call(const Kernels& k) {
                                     {&second, &second_in, &out_second, &lse_second}}) {
     k.attention_block_forward(out->data(), lse->data(), in->q.data(), in->k.data(), in->v.data(),
                               c.B, c.Tq, part->Tk, c.H, c.G, c.D, c.q_ld(), c.kv_ld(), c.kv_ld(),
-                              in->q_pos.data(), in->k_pos.data());
+                              in->q_pos.data(), in->k_pos.data(), nullptr);
   }
   const std::vector<float> second_lse = lse_second.host();
   ASSERT_GT(std::count(second_lse.begin(), second_lse.end(), -INFINITY), 0);  // rows to skip
@@ -301,7 +305,7 @@ void merged_key_blocks_equal_one_call(const Kernels& k) {
     k.attention_block_backward(d_dq.data(), d_dk_part.data(), d_dv_part.data(), dout.data(),
                                in->q.data(), in->k.data(), in->v.data(), whole_out.data(),
                                whole_lse.data(), c.B, c.Tq, part->Tk, c.H, c.G, c.D, c.q_ld(),
-                               c.kv_ld(), c.kv_ld(), in->q_pos.data(), in->k_pos.data());
+                               c.kv_ld(), c.kv_ld(), in->q_pos.data(), in->k_pos.data(), nullptr);
     const std::vector<float> dk_part = d_dk_part.host(), dv_part = d_dv_part.host();
     for (int64_t b = 0; b < c.B; ++b) {
       const int64_t to = (b * c.Tk + key_row) * c.kv_ld(), from = b * part->Tk * c.kv_ld();
@@ -319,15 +323,60 @@ void merged_key_blocks_equal_one_call(const Kernels& k) {
   EXPECT_LT(max_relative_error(dv, ref.dv), 1e-5);
 }
 
+// Each row's document's first position (B, T) for documents of the given lengths, batch item b's
+// shifted by b so that the items differ.
+std::vector<int32_t> document_starts(int64_t B, const std::vector<int32_t>& positions,
+                                     const std::vector<int32_t>& lengths) {
+  std::vector<int32_t> starts;
+  for (int64_t b = 0; b < B; ++b)
+    for (int32_t p : positions) {
+      int32_t start = 0, end = lengths[b % lengths.size()];
+      while (p >= end) start = end, end += lengths[(b + start) % lengths.size()] + 1;
+      starts.push_back(start);
+    }
+  return starts;
+}
+
+// Packed documents, causal positions 0..T-1: each row sees its own document's keys only, across
+// the 64-row query blocks (documents of 1 token, shorter and longer than a block).
+void packed_documents_causal(const Kernels& k) {
+  std::vector<int32_t> positions(150);
+  std::iota(positions.begin(), positions.end(), 0);
+  BlockCase c{.B = 3, .Tq = 150, .Tk = 150, .H = 4, .G = 2, .D = 8, .pad = 1,
+              .q_pos = positions, .k_pos = positions,
+              .key_start = document_starts(3, positions, {1, 40, 70, 5, 90})};
+  check_block_against_reference(k, c, 80);
+}
+
+// Packed documents on a context-parallel rank's blocks (its chunks i and 2·CP−1−i against each
+// rank's keys) and on unsorted key positions.
+void packed_documents_context_parallel(const Kernels& k) {
+  const int32_t chunk = 40;
+  const int cp = 2;
+  for (int q_rank = 0; q_rank < cp; ++q_rank)
+    for (int k_rank = 0; k_rank < cp; ++k_rank) {
+      const std::vector<int32_t> q_pos = chunk_positions(chunk, q_rank, 2 * cp - 1 - q_rank);
+      BlockCase c{.B = 2, .Tq = 2 * chunk, .Tk = 2 * chunk, .H = 2, .G = 1, .D = 8, .pad = 0,
+                  .q_pos = q_pos, .k_pos = chunk_positions(chunk, k_rank, 2 * cp - 1 - k_rank),
+                  .key_start = document_starts(2, q_pos, {30, 55, 12})};
+      check_block_against_reference(k, c, 90 + 10 * q_rank + k_rank);
+    }
+  BlockCase unsorted{.B = 2, .Tq = 50, .Tk = 60, .H = 2, .G = 2, .D = 8, .pad = 0,
+                     .q_pos = random_positions(50, 0, 80, 110),
+                     .k_pos = random_positions(60, 0, 80, 111)};
+  unsorted.key_start = document_starts(2, unsorted.q_pos, {17, 25});
+  check_block_against_reference(k, unsorted, 112);
+}
+
 void missing_positions_throw(const Kernels& k) {
   FloatBuffer buf(k, 64);
   IntBuffer positions(k, 2);
   float* p = buf.data();
   EXPECT_THROW(k.attention_block_forward(p, p, p, p, p, 1, 2, 2, 2, 2, 4, 8, 8, 8, nullptr,
-                                         positions.data()),
+                                         positions.data(), nullptr),
                Error);
   EXPECT_THROW(k.attention_block_backward(p, p, p, p, p, p, p, p, p, 1, 2, 2, 2, 2, 4, 8, 8, 8,
-                                          positions.data(), nullptr),
+                                          positions.data(), nullptr, nullptr),
                Error);
 }
 
@@ -337,6 +386,9 @@ const bool kRegistered = add_kernel_cases({
     {"attention_block_arbitrary_positions", kBlock, arbitrary_positions},
     {"attention_block_context_parallel_chunk_pairs", kBlock, context_parallel_chunk_pairs},
     {"attention_block_no_visible_key_anywhere", kBlock, no_visible_key_anywhere},
+    {"attention_block_packed_documents_causal", kBlock, packed_documents_causal},
+    {"attention_block_packed_documents_context_parallel", kBlock,
+     packed_documents_context_parallel},
     {"attention_block_causal_positions_equal_causal_kernel",
      {"attention_forward", "attention_backward", "attention_block_forward",
       "attention_block_backward"},

@@ -187,7 +187,7 @@ void cross_entropy_rescale_and_finish(const Kernels& k) {
   const FloatBuffer d_sumexp(k, sumexp);
   FloatBuffer lse(k, N, 7.0f);
   const double loss_sum = k.cross_entropy_finish(lse.data(), d_global_max.data(), d_sumexp.data(),
-                                                 d_target_logit.data(), N);
+                                                 d_target_logit.data(), targets.data(), N);
 
   const ref::CrossEntropyResult want = ref::cross_entropy(to_double(s.logits), s.targets, V);
   EXPECT_LT(relative_error(lse.host(), want.lse), kForwardTolerance);
@@ -201,7 +201,44 @@ void cross_entropy_rescale_and_finish(const Kernels& k) {
   EXPECT_LT(from_shard_1, N);
 }
 
+// A target of -1 leaves its row out of the loss: no loss in the sum, a zero gradient row; the
+// other rows as without it.
+void cross_entropy_ignores_masked_targets(const Kernels& k) {
+  constexpr int64_t N = 5, V = 7;
+  const Floats logits = random_floats(N * V, 17, 3.0f);
+  std::vector<int32_t> targets = {3, -1, 0, 6, -1};
+  const FloatBuffer d_logits(k, logits);
+  const IntBuffer d_targets(k, targets);
+  FloatBuffer row_max(k, N), sumexp(k, N), target_logit(k, N), lse(k, N);
+  k.cross_entropy_partial_forward(row_max.data(), sumexp.data(), target_logit.data(), d_logits.data(),
+                                  d_targets.data(), 0, N, V, V);
+  const double loss_sum = k.cross_entropy_finish(lse.data(), row_max.data(), sumexp.data(),
+                                                 target_logit.data(), d_targets.data(), N);
+  FloatBuffer dlogits(k, N * V, 9.0f);
+  k.cross_entropy_backward(dlogits.data(), d_logits.data(), lse.data(), d_targets.data(), 0, 0.5f,
+                           N, V, V);
+  std::vector<int32_t> kept_targets = targets;
+  for (int32_t& t : kept_targets) t = t < 0 ? 0 : t;
+  const ref::CrossEntropyResult want = ref::cross_entropy(to_double(logits), kept_targets, V);
+  double want_sum = 0;
+  for (int64_t n = 0; n < N; ++n) want_sum += targets[n] < 0 ? 0.0 : want.losses[n];
+  EXPECT_NEAR(loss_sum, want_sum, kForwardTolerance * want_sum);
+  const Floats d = dlogits.host();
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < V; ++v) {
+      if (targets[n] < 0) {
+        EXPECT_EQ(d[n * V + v], 0.0f) << "row " << n;
+        continue;
+      }
+      const double p = std::exp(logits[n * V + v] - want.lse[n]);
+      EXPECT_NEAR(d[n * V + v], 0.5 * (p - (v == targets[n])), 1e-6) << "row " << n;
+    }
+}
+
 const bool kRegistered = add_kernel_cases({
+    {"cross_entropy_ignores_masked_targets",
+     {"cross_entropy_partial_forward", "cross_entropy_finish", "cross_entropy_backward"},
+     cross_entropy_ignores_masked_targets},
     {"cross_entropy", {"cross_entropy_partial_forward", "cross_entropy_backward"}, cross_entropy},
     {"cross_entropy_exp_is_accurate", {"cross_entropy_backward"}, cross_entropy_exp_is_accurate},
     {"cross_entropy_over_vocabulary_shards",

@@ -264,7 +264,7 @@ std::string corpus_path() { return std::string(TESSEL_SOURCE_DIR) + "/data/kjv-g
 
 TrainOptions small_run(const ModelConfig& cfg, int64_t iters) {
   TrainOptions o;
-  o.data.path = corpus_path();
+  o.data.path = {corpus_path()};
   o.batch.micro_batch_size = 4;
   o.batch.global_batch_size = 8;
   o.log.interval = 1000;
@@ -308,14 +308,15 @@ TEST_P(TrainLoop, MicrobatchSplitDoesNotChangeTheTrajectory) {
   }
 }
 
-// One sample repeated: the model memorises it.
+// One document exactly one sample long, so every sample is that document (samples overlap by one
+// token: sample k starts at token 32k of the repeated document): the model memorises it.
 TEST_P(TrainLoop, OverfitsOneBatch) {
   ModelConfig cfg = byte_config(GetParam());
   cfg.hidden_size = 64;
   TrainOptions o = small_run(cfg, 150);
   // One file per architecture: ctest runs the two cases side by side.
-  o.data.path = write_text("tessel_overfit_" + arch_name(GetParam()) + ".txt",
-                           "In the beginning God created the heaven and the earth.");
+  o.data.path = {write_text("tessel_overfit_" + arch_name(GetParam()) + ".txt",
+                           "In the beginning God created the")};  // 32 bytes
   o.batch.micro_batch_size = 1;
   o.batch.global_batch_size = 1;
   o.optim.lr = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 5, .decay_iters = 0, .train_iters = 150,

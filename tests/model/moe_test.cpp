@@ -440,7 +440,7 @@ TEST(MoeConfig, TensorParallelRulesAreNamed) {
   model.moe = base_config();
   model.moe.ffn_hidden_size = 8;
   TrainOptions o;
-  o.data.path = "corpus.txt";
+  o.data.path = {"corpus.txt"};
   o.batch.micro_batch_size = 2;
   o.batch.global_batch_size = 6;
   ParallelConfig& layout = o.parallel.layout;

@@ -2,10 +2,12 @@
 // same data as one process, and must follow the same trajectory — each iteration's loss within
 // 1e-4 relative (the first within 1e-6) and the final weights within 1e-4 — for both
 // architectures. Each case runs `tessel train` under mpirun (with a time limit: nothing may hang)
-// and compares its --log-json and --save-hf output with the single process's.
+// and compares its --log-json and --save-hf output with the single process's. Most cases train on
+// the bundled text's bytes; the real-data cases on a blend of two preprocessed datasets with a
+// trained BPE tokenizer, validation and test losses compared too, and with packed documents.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cmath>
@@ -13,7 +15,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "support/run_command.h"
 #include "tessel/ckpt/safetensors.h"
@@ -30,6 +34,7 @@ struct Layout {
   bool odd_model = false;  // a parameter count that no DP size divides evenly
   int layers = 2;
   const char* model_extra = "";  // flags for the reference too (the MoE settings)
+  bool real_data = false;  // the blend of preprocessed datasets (real_data_flags), with evaluation
 };
 
 // What a case runs, for test listings and failure messages.
@@ -37,6 +42,7 @@ void PrintTo(const Layout& layout, std::ostream* os) {
   *os << layout.name << ": " << layout.ranks << " ranks, " << layout.layers << " layers"
       << (layout.odd_model ? ", odd parameter count" : "") << ", flags \"" << layout.flags << "\"";
   if (*layout.model_extra != '\0') *os << ", model \"" << layout.model_extra << "\"";
+  if (layout.real_data) *os << ", preprocessed blend";
 }
 
 // Small enough for CI's two cores, large enough that every split is real: 8 heads (4 query
@@ -63,14 +69,53 @@ const char* kTraining =
 
 struct TrainRun {
   std::vector<double> losses;
+  std::vector<std::string> evaluations;  // "split@iteration" of each evaluation, in order
+  std::vector<double> evaluation_losses;
   fs::path weights;
 };
-
 
 fs::path work_dir() {
   fs::path dir = fs::temp_directory_path() / ("tessel_equivalence_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
+}
+
+void run_or_fail(const std::string& cmd) {
+  const testing::CommandResult result = testing::run_command("timeout 120 " + cmd);
+  if (result.exit_code != 0) throw std::runtime_error(cmd + "\n" + result.output);
+}
+
+// Made once per test process: a byte-level BPE tokenizer of 512 tokens trained on the bundled
+// corpus, the corpus preprocessed (paragraphs, an eod after each) and a JSONL of its first 3,000
+// lines preprocessed (one document per line), blended 0.7 / 0.3 and split 90,6,4. Validation
+// every 5 iterations, 2 batches each; the test split's 2 batches at the end.
+const std::string& real_data_flags() {
+  static const std::string flags = [] {
+    const fs::path dir = work_dir() / "data";
+    fs::create_directories(dir);
+    const std::string tessel = TESSEL_BINARY,
+                      corpus = TESSEL_SOURCE_DIR "/data/kjv-genesis-esther.txt";
+    run_or_fail(tessel + " tokenizer train --input " + corpus +
+                " --vocab-size 512 --model-type byte-bpe --output " + (dir / "tok").string());
+    const std::string tokenizer =
+        "--tokenizer-type HuggingFaceTokenizer --tokenizer-model " + (dir / "tok").string();
+    std::ifstream in(corpus);
+    std::ofstream jsonl(dir / "lines.jsonl");
+    std::string line;
+    for (int i = 0; i < 3000 && std::getline(in, line); ++i)
+      jsonl << nlohmann::json{{"text", line + "\n"}}.dump() << "\n";
+    jsonl.close();
+    run_or_fail(tessel + " preprocess --input " + corpus + " --output-prefix " +
+                (dir / "corpus").string() + " --append-eod " + tokenizer);
+    run_or_fail(tessel + " preprocess --input " + (dir / "lines.jsonl").string() +
+                " --json-keys text --output-prefix " + (dir / "lines").string() + " --append-eod " +
+                tokenizer);
+    return tokenizer + " --vocab-size 512 --data-path 0.7 " +
+           (dir / "corpus_text_document").string() + " 0.3 " +
+           (dir / "lines_text_document").string() +
+           " --split 90,6,4 --eval-interval 5 --eval-iters 2";
+  }();
+  return flags;
 }
 
 // Runs tessel on `ranks` processes (1: no mpirun) and reads what it wrote.
@@ -79,21 +124,30 @@ TrainRun run_tessel(const std::string& arch, const Layout& layout, const std::st
   const fs::path dir = work_dir() / (arch + "_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
-  std::string train = std::string(TESSEL_BINARY) + " train " +
-                      model_flags(arch, layout.odd_model, layout.layers) + layout.model_extra + " " +
-                      kTraining + flags +
-                            " --log-json " + (dir / "log.jsonl").string() + " --save-hf " +
-                            (dir / "model").string();
-  const std::string cmd =
-      ranks == 1 ? "timeout 120 " + train
-                 : "timeout 240 mpirun --allow-run-as-root --oversubscribe -n " +
-                       std::to_string(ranks) + " -x OMP_NUM_THREADS=1 " + train;
+  std::string train =
+      std::string(TESSEL_BINARY) + " train " + model_flags(arch, layout.odd_model, layout.layers) +
+      layout.model_extra + " " + kTraining + flags +
+      (layout.real_data ? " " + real_data_flags() + " --data-cache-path " + (dir / "cache").string()
+                        : std::string()) +
+      " --log-json " + (dir / "log.jsonl").string() + " --save-hf " + (dir / "model").string();
+  const std::string cmd = ranks == 1
+                              ? "timeout 120 " + train
+                              : "timeout 240 mpirun --allow-run-as-root --oversubscribe -n " +
+                                    std::to_string(ranks) + " -x OMP_NUM_THREADS=1 " + train;
   const testing::CommandResult result = testing::run_command(cmd);
   EXPECT_EQ(result.exit_code, 0) << cmd << "\n" << result.output;
   TrainRun r;
   std::ifstream log(dir / "log.jsonl");
-  for (std::string line; std::getline(log, line);)
-    r.losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  for (std::string line; std::getline(log, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("split")) {
+      r.evaluations.push_back(j["split"].get<std::string>() + "@" +
+                              std::to_string(j["iteration"].get<int64_t>()));
+      r.evaluation_losses.push_back(j["loss"].get<double>());
+    } else {
+      r.losses.push_back(j["loss"].get<double>());
+    }
+  }
   r.weights = dir / "model" / "model.safetensors";
   return r;
 }
@@ -115,8 +169,19 @@ TEST_P(Equivalence, FollowsTheSingleProcess) {
   ASSERT_EQ(got.losses.size(), want.losses.size());
   for (size_t i = 0; i < want.losses.size(); ++i) {
     const double rel = std::abs(got.losses[i] - want.losses[i]) / want.losses[i];
-    EXPECT_LT(rel, i == 0 ? 1e-6 : 1e-4) << "iteration " << i + 1 << ": " << got.losses[i]
-                                         << " vs " << want.losses[i];
+    EXPECT_LT(rel, i == 0 ? 1e-6 : 1e-4)
+        << "iteration " << i + 1 << ": " << got.losses[i] << " vs " << want.losses[i];
+  }
+  // Forward only, through the same layout: the same losses.
+  EXPECT_EQ(got.evaluations, want.evaluations);
+  if (layout.real_data)  // as Megatron: at each interval, again after training, then the test split
+    EXPECT_EQ(want.evaluations,
+              (std::vector<std::string>{"valid@5", "valid@10", "valid@10", "test@10"}));
+  for (size_t i = 0; i < std::min(want.evaluations.size(), got.evaluations.size()); ++i) {
+    const double rel =
+        std::abs(got.evaluation_losses[i] - want.evaluation_losses[i]) / want.evaluation_losses[i];
+    EXPECT_LT(rel, 1e-4) << want.evaluations[i] << ": " << got.evaluation_losses[i] << " vs "
+                         << want.evaluation_losses[i];
   }
   const SafetensorsReader a(want.weights.string()), b(got.weights.string());
   ASSERT_EQ(a.tensors().size(), b.tensors().size());
@@ -163,12 +228,35 @@ const Layout kLayouts[] = {
     {"cp2_pp2", 4, "--cp 2 --pp 2", false, 4},
 };
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, Equivalence,
-    ::testing::Combine(::testing::Values("gpt2", "llama"), ::testing::ValuesIn(kLayouts)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
-    });
+// Real data: the preprocessed blend with its tokenizer under each axis, and packed documents
+// (positions restart and attention stops at each eod, no loss on the eod's target) split over
+// TP (with sequence parallel), CP (the ring and the all-gather) and PP.
+const char* kPacked = "--reset-position-ids --reset-attention-mask --eod-mask-loss";
+const Layout kRealDataLayouts[] = {
+    {"data_dp2", 2, "", false, 2, "", true},
+    {"data_tp2", 2, "--tp 2", false, 2, "", true},
+    {"data_pp2", 2, "--pp 2", false, 4, "", true},
+    {"data_cp2", 2, "--cp 2", false, 2, "", true},
+    {"packed_tp2", 2, "--tp 2", false, 2, kPacked, true},
+    {"packed_tp2_sp", 2, "--tp 2 --sequence-parallel", false, 2, kPacked, true},
+    {"packed_cp2", 2, "--cp 2", false, 2, kPacked, true},
+    {"packed_cp2_allgather", 2, "--cp 2 --cp-comm-type all-gather", false, 2, kPacked, true},
+    {"packed_pp2_dp2", 4, "--pp 2", false, 4, kPacked, true},
+};
+
+INSTANTIATE_TEST_SUITE_P(RealData, Equivalence,
+                         ::testing::Combine(::testing::Values("gpt2", "llama"),
+                                            ::testing::ValuesIn(kRealDataLayouts)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+                         });
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Equivalence,
+                         ::testing::Combine(::testing::Values("gpt2", "llama"),
+                                            ::testing::ValuesIn(kLayouts)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+                         });
 
 // Llama's attention options (Qwen's q/k/v biases and QK-norm) under tensor parallelism: the biases
 // split with their weights' output rows, the QK-norm weights replicated with gradients summed over
@@ -192,9 +280,11 @@ INSTANTIATE_TEST_SUITE_P(AttentionOptions, Equivalence,
 const char* kMoe = TESSEL_MOE_FLAGS;
 const char* kMoeShared = TESSEL_MOE_FLAGS " --moe-shared-expert-intermediate-size 64";
 const char* kMoeCapacity =
-    "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01";
+    "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff "
+    "0.01";
 const char* kMoeCapacityPadded =
-    "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff 0.01 "
+    "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff "
+    "0.01 "
     "--moe-pad-expert-input-to-capacity";
 
 const Layout kMoeLayouts[] = {
@@ -206,7 +296,8 @@ const Layout kMoeLayouts[] = {
     {"moe_mixed_ep2", 2, "--ep 2", false, 4,
      "--num-experts 8 --moe-router-topk 2 --moe-layer-freq [1,0,1,0] --moe-aux-loss-coeff 0.01"},
     {"moe_shared_ep2", 2, "--ep 2", false, 2,
-     "--num-experts 8 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 0.01"},
+     "--num-experts 8 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 "
+     "--moe-aux-loss-coeff 0.01"},
     {"moe_capacity_ep2", 2, "--ep 2", false, 2, kMoeCapacity},
     // The rows split over TP (sequence parallel) or CP: the drop still sees the whole microbatch.
     {"moe_capacity_padded_ep2_tp2", 4, "--ep 2 --tp 2 --sequence-parallel", false, 2,

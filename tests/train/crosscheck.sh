@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tessel against the independent PyTorch implementation (tools/crosscheck/): both architectures,
 # and llama with q/k/v biases (exported as qwen2) and with QK-norm (qwen3), start from the same
-# exported weights and train 10 iterations on the same sequential data with
-# the same optimizer settings; every iteration's loss must agree to 1e-4 relative.
+# exported weights and train 10 iterations on the same samples (the GPT dataset's, which
+# `tessel data index --dump-samples` writes for the reference) with the same optimizer settings;
+# every iteration's loss must agree to 1e-4 relative.
 # Needs Debian's python3-torch (scripts/install-test-deps.sh, which scripts/test.sh runs).
 set -euo pipefail
 tessel=$1
@@ -14,8 +15,9 @@ if ! "$python" -c "import torch" 2>/dev/null; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-train="--data-path $src/data/kjv-genesis-esther.txt --micro-batch-size 2 --global-batch-size 8
-       --seq-length 64 --train-iters 10 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
+"$tessel" data index --data-path "$src/data/kjv-genesis-esther.txt" --split 100,0,0 \
+  --seq-length 64 --train-samples 80 --dump-samples "$work/samples" > /dev/null
+train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
        --lr-decay-style cosine --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
        --adam-eps 1e-8 --clip-grad 1.0"
 for case in gpt2 llama llama_qkv_bias llama_qk_layernorm; do
@@ -25,9 +27,11 @@ for case in gpt2 llama llama_qkv_bias llama_qk_layernorm; do
   [ "$case" = llama_qkv_bias ] && model="$model --add-qkv-bias"
   [ "$case" = llama_qk_layernorm ] && model="$model --qk-layernorm"
   "$tessel" export --out "$work/$case" $model --seq-length 64 --seed 7 > /dev/null
-  "$tessel" train --init-from "$work/$case" $model $train --data-sampling sequential \
+  "$tessel" train --init-from "$work/$case" $model $train \
+    --data-path "$src/data/kjv-genesis-esther.txt" --split 100,0,0 \
     --log-interval 1 --log-json "$work/$case.tessel.jsonl" > /dev/null
   "$python" "$src/tools/crosscheck/torch_reference.py" --model "$work/$case" $train \
+    --samples "$work/samples/train_samples.npy" \
     --log-json "$work/$case.torch.jsonl" > /dev/null
   echo "== $case"
   "$python" "$src/tools/crosscheck/compare.py" "$work/$case.tessel.jsonl" "$work/$case.torch.jsonl" \

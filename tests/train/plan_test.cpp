@@ -13,7 +13,7 @@ namespace {
 
 TrainOptions options_for(int world) {
   TrainOptions o;
-  o.data.path = "corpus.txt";  // not opened by the plan
+  o.data.path = {"corpus.txt"};  // not opened by the plan
   o.parallel.layout.world = world;
   return o;
 }
@@ -49,7 +49,12 @@ TEST(TrainPlan, ResolvesLayoutStagesScheduleAndBatch) {
   EXPECT_EQ(last[1].first_layer, 6);
   EXPECT_TRUE(last[1].has_head);
   EXPECT_FALSE(last[0].has_embedding);
-  EXPECT_EQ(plan.first_sample(1), 8);  // DP rank 1 takes positions 8..15
+  // Megatron's sampler: microbatch m of DP rank r is global batch positions m·(B·DP) + r·B + [0, B).
+  const BatchShape rank1 = plan.batch_shape(1);
+  EXPECT_EQ(rank1.position(0, 0), 2);
+  EXPECT_EQ(rank1.position(1, 1), 7);
+  EXPECT_EQ(rank1.position(3, 0), 14);
+  EXPECT_EQ(rank1.global_batch(), 16);
   EXPECT_EQ(plan.batch_tokens(), 16.0 * 16);
   EXPECT_EQ(plan.cp_comm, CpCommType::P2P);
 
@@ -73,7 +78,7 @@ TEST(TrainPlan, EveryBrokenRuleInOneMessage) {
   EXPECT_EQ(all.rfind("invalid configuration: ", 0), 0u) << all;
   EXPECT_EQ(all.find('\n'), std::string::npos) << all;
   for (const char* rule : {"--hidden-size 30 is not divisible by --num-attention-heads 4",
-                           "--data-path is required", "--adam-beta1 1.5 is not in [0, 1)",
+                           "--data-path (or --train-data-path) is required", "--adam-beta1 1.5 is not in [0, 1)",
                            "--min-lr 1 is not within [0, --lr 0.001]",
                            "world size 6 is not divisible by TP × CP × PP",
                            "--pipeline-model-parallel-layout", "ring",

@@ -158,16 +158,18 @@ ChunkActivations TransformerChunk::make_activations() const {
 }
 
 double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
-                                 const int32_t* targets, float grad_scale) {
+                                 const int32_t* targets, float grad_scale,
+                                 const PackedRows& packed) {
   if (embedding_) {
-    embedding_->forward(acts.embedding, acts.resid[0].data(), tokens, scratch_);
+    embedding_->forward(acts.embedding, acts.resid[0].data(), tokens, packed, scratch_);
   } else {
     k_.copy(acts.resid[0].data(), input, N_l_ * C_);
   }
   acts.grad_scale = grad_scale;
+  acts.packed = packed;
   for (int i = 0; i < spec_.num_layers; ++i)
     blocks_[i]->forward(acts.layers[i], acts.resid[i + 1].data(), acts.resid[i].data(), grad_scale,
-                        scratch_);
+                        packed, scratch_);
   acts.loss_sum =
       head_ ? head_->forward(acts.head, acts.resid.back().data(), targets, grad_scale, scratch_)
             : 0.0;
@@ -179,7 +181,8 @@ double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, 
 void TransformerChunk::recompute_group(ChunkActivations& acts, int first, int end) {
   for (int i = first; i < end; ++i) {
     float* out = i + 1 == end ? recompute_out_.data() : acts.resid[i + 1].data();
-    blocks_[i]->forward(acts.layers[i], out, acts.resid[i].data(), acts.grad_scale, scratch_, true);
+    blocks_[i]->forward(acts.layers[i], out, acts.resid[i].data(), acts.grad_scale, acts.packed, scratch_,
+                        true);
   }
 }
 

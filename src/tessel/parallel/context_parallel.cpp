@@ -59,6 +59,7 @@ void check_sequence(int64_t T, int cp) {
 // The shapes of one call.
 struct AttentionShape {
   int64_t B, T_l, H, G, D;
+  const int32_t* key_start;  // (B, T_l) packed documents' first positions, or nullptr
   int64_t kv_rows() const { return B * T_l; }
   int64_t kv_width() const { return G * D; }
   int64_t kv_count() const { return 2 * B * T_l * G * D; }  // one packed K/V block
@@ -139,7 +140,7 @@ void ring_forward(const ContextParallel& cp, float* out, float* lse, const float
     float* step_out = step == 0 ? out : block_out;
     float* step_lse = step == 0 ? lse : block_lse;
     K.attention_block_forward(step_out, step_lse, q, held, held + count / 2, s.B, s.T_l, s.T_l,
-                              s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos);
+                              s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos, s.key_start);
     if (step > 0) K.attention_merge(out, lse, block_out, block_lse, s.B, s.T_l, s.H, s.D);
     send.wait();
     recv.wait();
@@ -175,22 +176,26 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
     K.zero(share, count);
     K.attention_block_backward(dq, share, share + count / 2, dout, q, held, held + count / 2, out,
                                lse, s.B, s.T_l, s.T_l, s.H, s.G, s.D, q_ld, width, width, q_pos,
-                               k_pos);
+                               k_pos, s.key_start);
     if (step > 0) {
       grad_recv.wait();
       K.residual_forward(share, share, incoming, count);
     }
     grad_send.wait();  // the previous sum has left `outgoing`
     std::swap(share, outgoing);
-    grad_send = cp.comm->isend(outgoing, count, next, kKvGradTag);
+    if (ranks > 1) grad_send = cp.comm->isend(outgoing, count, next, kKvGradTag);
     send.wait();
     recv.wait();
     std::swap(held, arriving);
   }
-  // The last hop: this rank's own block, with every rank's share.
-  cp.comm->irecv(incoming, count, prev, kKvGradTag).wait();
-  grad_send.wait();
-  K.cp_unpack_add_kv(dk, dv, incoming, s.kv_rows(), width, k_ld, v_ld);
+  // The last hop: this rank's own block, with every rank's share (alone, its share is the sum).
+  const float* whole = outgoing;
+  if (ranks > 1) {
+    cp.comm->irecv(incoming, count, prev, kKvGradTag).wait();
+    grad_send.wait();
+    whole = incoming;
+  }
+  K.cp_unpack_add_kv(dk, dv, whole, s.kv_rows(), width, k_ld, v_ld);
 }
 
 // ---- all-gather ---------------------------------------------------------------------------------
@@ -222,7 +227,7 @@ void all_gather_forward(const ContextParallel& cp, float* out, float* lse, const
   const int32_t* q_pos = rank_positions(cp, T) + cp.rank() * s.T_l;
   cp.kernels->attention_block_forward(out, lse, q, global, global + s.B * T * width, s.B, s.T_l, T,
                                       s.H, s.G, s.D, q_ld, width, width, q_pos,
-                                      cp.workspace->all_keys.ints());
+                                      cp.workspace->all_keys.ints(), s.key_start);
 }
 
 void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float* dv,
@@ -242,7 +247,7 @@ void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float*
   K.attention_block_backward(dq, global_grad, global_grad + s.B * T * width, dout, q, global,
                              global + s.B * T * width, out, lse, s.B, s.T_l, T, s.H, s.G, s.D,
                              q_ld, width, width, positions + cp.rank() * s.T_l,
-                             ws.all_keys.ints());
+                             ws.all_keys.ints(), s.key_start);
   // Every rank holds a share of every key's gradient: back to rank-major, summed at the owners.
   K.cp_kv_from_global(rank_major, global_grad, positions, ranks, s.B, s.T_l, width);
   cp.comm->reduce_scatter(rank_major, own_grad, count);
@@ -283,12 +288,13 @@ void ContextParallel::take_local_rows(const int32_t* in, int32_t* out, int64_t B
 void ContextParallel::attention_forward(float* out, float* lse, const float* q, const float* k,
                                         const float* v, int64_t B, int64_t T_l, int64_t H,
                                         int64_t G, int64_t D, int64_t q_ld, int64_t k_ld,
-                                        int64_t v_ld) const {
-  if (size() == 1) {
+                                        int64_t v_ld, const int32_t* key_start) const {
+  // One rank without packed documents: the causal kernel; with them, the ring of one block.
+  if (size() == 1 && key_start == nullptr) {
     kernels->attention_forward(out, lse, q, k, v, B, T_l, H, G, D, q_ld, k_ld, v_ld, true);
     return;
   }
-  const AttentionShape shape{B, T_l, H, G, D};
+  const AttentionShape shape{B, T_l, H, G, D, key_start};
   check_shape(shape, size(), q_ld, k_ld, v_ld);
   if (comm_type == CpCommType::P2P) {
     ring_forward(*this, out, lse, q, k, v, shape, q_ld, k_ld, v_ld);
@@ -301,13 +307,14 @@ void ContextParallel::attention_backward(float* dq, float* dk, float* dv, const 
                                          const float* q, const float* k, const float* v,
                                          const float* out, const float* lse, int64_t B, int64_t T_l,
                                          int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                                         int64_t k_ld, int64_t v_ld) const {
-  if (size() == 1) {
+                                         int64_t k_ld, int64_t v_ld,
+                                         const int32_t* key_start) const {
+  if (size() == 1 && key_start == nullptr) {
     kernels->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_l, H, G, D, q_ld, k_ld, v_ld,
                             true);
     return;
   }
-  const AttentionShape shape{B, T_l, H, G, D};
+  const AttentionShape shape{B, T_l, H, G, D, key_start};
   check_shape(shape, size(), q_ld, k_ld, v_ld);
   TESSEL_CHECK(dq != nullptr && dk != nullptr && dv != nullptr,
                "context_parallel.cpp: attention_backward needs all of dq, dk and dv");

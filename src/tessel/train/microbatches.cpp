@@ -1,27 +1,36 @@
 #include "tessel/train/microbatches.h"
 
+#include "tessel/core/error.h"
+
 namespace tessel {
 
-MicrobatchLoader::MicrobatchLoader(const Kernels& k, Sampler& sampler, const ContextParallel& cp,
-                                   int64_t micro_batch, int64_t first_sample)
+MicrobatchLoader::MicrobatchLoader(const Kernels& k, BatchLoader& batches,
+                                   const ContextParallel& cp)
     : k_(k),
-      sampler_(sampler),
+      batches_(batches),
       cp_(cp),
-      B_(micro_batch),
-      T_(sampler.seq_length()),
-      first_sample_(first_sample),
-      host_tokens_(B_ * T_),
-      host_targets_(B_ * T_),
-      tokens_(k.zeros({B_ * T_}, DType::I32)),
-      targets_(k.zeros({B_ * T_}, DType::I32)) {}
+      B_(batches.shape().micro_batch),
+      T_(batches.seq_length()),
+      staging_(k.zeros({B_ * T_}, DType::I32)) {}
 
-void MicrobatchLoader::fill(int64_t iteration, int microbatch, int32_t* tokens, int32_t* targets) {
-  sampler_.fill(iteration - 1, first_sample_ + microbatch * B_, B_, host_tokens_.data(),
-                host_targets_.data());
-  k_.memory.from_host(tokens_.ints(), host_tokens_.data(), tokens_.bytes());
-  k_.memory.from_host(targets_.ints(), host_targets_.data(), targets_.bytes());
-  cp_.take_local_rows(tokens_.ints(), tokens, B_, T_, 1);
-  cp_.take_local_rows(targets_.ints(), targets, B_, T_, 1);
+void MicrobatchLoader::start_batch(int64_t first, int64_t next) {
+  batch_ = &batches_.get(first);
+  if (next >= 0) batches_.prefetch(next);
+}
+
+void MicrobatchLoader::copy_rows(const std::vector<int32_t>& host, int microbatch, int32_t* rows) {
+  if (rows == nullptr) return;
+  TESSEL_CHECK(!host.empty(), "microbatch rows asked for that the data loader does not make");
+  k_.memory.from_host(staging_.ints(), host.data() + microbatch * B_ * T_, staging_.bytes());
+  cp_.take_local_rows(staging_.ints(), rows, B_, T_, 1);
+}
+
+void MicrobatchLoader::fill(int microbatch, const MicrobatchRows& rows) {
+  TESSEL_CHECK(batch_ != nullptr, "MicrobatchLoader::fill before start_batch");
+  copy_rows(batch_->inputs, microbatch, rows.tokens);
+  copy_rows(batch_->targets, microbatch, rows.targets);
+  copy_rows(batch_->position_ids, microbatch, rows.position_ids);
+  copy_rows(batch_->key_start, microbatch, rows.key_start);
 }
 
 }  // namespace tessel

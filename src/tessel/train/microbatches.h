@@ -1,7 +1,8 @@
-// Microbatches from the sampler into the model's memory: the host/device boundary of the tokens.
+// Microbatches from the host into the model's memory: the host/device boundary of the tokens.
 //
-// The sampler (data/dataset.h) picks whole sequences of the global batch on the host. They cross
-// to the backend's memory once — (micro batch, T) tokens and targets — and there context
+// The data loader (data/batches.h) reads this DP rank's rows of a global batch on the host,
+// ahead of time. They cross to the backend's memory once — (micro batch, T) rows of tokens,
+// targets and, with packed documents, position ids and attention starts — and there context
 // parallelism keeps this CP rank's T/CP rows of every sequence (its two chunks of 2·CP,
 // parallel/context_parallel.h) straight into the pipeline slot's buffers: the selection runs as
 // a kernel of the table in the memory it reads, on any backend, and the host never indexes
@@ -9,35 +10,43 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "tessel/core/tensor.h"
-#include "tessel/data/dataset.h"
+#include "tessel/data/batches.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/parallel/context_parallel.h"
+#include "tessel/pipeline/executor.h"
 
 namespace tessel {
 
 class MicrobatchLoader {
  public:
-  // Microbatch m of this DP rank is the samples at global-batch positions
-  // [first_sample + m·micro_batch, + micro_batch). `sampler` and `cp` must outlive the loader.
-  MicrobatchLoader(const Kernels& k, Sampler& sampler, const ContextParallel& cp,
-                   int64_t micro_batch, int64_t first_sample);
+  // `batches` and `cp` must outlive the loader.
+  MicrobatchLoader(const Kernels& k, BatchLoader& batches, const ContextParallel& cp);
 
-  // Writes microbatch m of `iteration` (counted from 1, as the log counts) into tokens and
-  // targets, (micro_batch, T/CP) each, in k's memory: pipeline/executor.h's FillFn.
-  void fill(int64_t iteration, int microbatch, int32_t* tokens, int32_t* targets);
+  // The global batch whose position 0 is dataset sample `first` becomes the current one; the
+  // batch at `next` (-1: none) starts reading in the background.
+  void start_batch(int64_t first, int64_t next);
+  // Writes microbatch m of the current batch into `rows` (pipeline/executor.h's FillFn).
+  void fill(int microbatch, const MicrobatchRows& rows);
+  // This rank's targets of the current batch that count in the loss.
+  int64_t counted_targets() const { return batch_->counted_targets; }
+  // Seconds start_batch has waited for batches, summed (the loader's get: data/batches.h), and
+  // that the loader's thread spends reading one.
+  double wait_seconds() const { return batches_.wait_seconds(); }
+  double read_seconds_per_batch() const { return batches_.read_seconds_per_batch(); }
   // Tokens of one microbatch on this rank: micro batch × T/CP.
   int64_t local_tokens() const { return B_ * (T_ / cp_.size()); }
 
  private:
+  void copy_rows(const std::vector<int32_t>& host, int microbatch, int32_t* rows);
+
   const Kernels& k_;
-  Sampler& sampler_;
+  BatchLoader& batches_;
   const ContextParallel& cp_;
-  int64_t B_, T_, first_sample_;
-  std::vector<int32_t> host_tokens_, host_targets_;  // (B, T) whole sequences, on the host
-  Tensor tokens_, targets_;                          // the same in k's memory
+  int64_t B_, T_;
+  const HostBatch* batch_ = nullptr;
+  Tensor staging_;  // (B, T) whole sequences in k's memory
 };
 
 }  // namespace tessel

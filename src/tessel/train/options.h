@@ -6,8 +6,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
-#include "tessel/data/dataset.h"
+#include "tessel/data/tokenizer.h"
 #include "tessel/model/recompute.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/lr_schedule.h"
@@ -15,9 +16,24 @@
 
 namespace tessel {
 
+// Megatron's data flags (data/dataset_builder.h reads them): a blend for the three splits under
+// --split, or one blend per split; each path a preprocessed PREFIX (.bin/.idx) or a text file.
 struct DataOptions {
-  std::string path;                        // --data-path
-  Sampling sampling = Sampling::Shuffled;  // --data-sampling
+  std::vector<std::string> path;                                   // --data-path [W1] P1 [W2 P2 ...]
+  std::vector<std::string> train_path, valid_path, test_path;      // --{train,valid,test}-data-path
+  std::string split = "969, 30, 1";                                // --split
+  std::string cache_path;                                          // --data-cache-path
+  TokenizerOptions tokenizer;                                      // --tokenizer-type, ... 
+  bool reset_position_ids = false;    // --reset-position-ids: positions restart in each document
+  bool reset_attention_mask = false;  // --reset-attention-mask: attention stays in each document
+  bool eod_mask_loss = false;         // --eod-mask-loss: no loss where the input ends a document
+};
+
+// Megatron's evaluation: every --eval-interval iterations and at the end, --eval-iters global
+// batches of the valid split (forward only); the test split's at the end. 0 iterations: none.
+struct EvalOptions {
+  int64_t interval = 1000;  // --eval-interval
+  int64_t iters = 0;        // --eval-iters (Megatron's default is 100; tessel evaluates when asked)
 };
 
 // Global batch = micro batch × DP × microbatches (gradient accumulation over the microbatches).
@@ -79,8 +95,9 @@ struct LogOptions {
 };
 
 struct TrainOptions {
-  uint64_t seed = 1234;  // --seed: initialisation and sampling
+  uint64_t seed = 1234;  // --seed: initialisation and the datasets' shuffles
   DataOptions data;
+  EvalOptions eval;
   BatchOptions batch;
   OptimOptions optim;
   RecomputeOptions recompute;  // --recompute-granularity, -method, -num-layers, -modules

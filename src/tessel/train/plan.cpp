@@ -18,13 +18,26 @@ void append(std::vector<std::string>& v, std::vector<std::string> more) {
 }
 
 // The rules of the options alone: what the run reads, how long it runs, how it reduces.
-std::vector<std::string> option_violations(const ModelConfig& model, const TrainOptions& o) {
+std::vector<std::string> option_violations(const ModelConfig& model, const TrainOptions& o,
+                                           const Tokenizer& tokenizer) {
   std::vector<std::string> v;
   if (o.optim.lr.train_iters < 0) v.push_back("--train-iters must not be negative");
-  if (model.vocab_size < ByteTokenizer().vocab_size())
-    v.push_back(fmt::format("--vocab-size {} is smaller than the byte tokenizer's 256",
-                            model.vocab_size));
-  if (o.data.path.empty()) v.push_back("--data-path is required");
+  if (model.vocab_size < tokenizer.vocab_size())
+    v.push_back(fmt::format("--vocab-size {} is smaller than the {}'s {}", model.vocab_size,
+                            tokenizer.type(), tokenizer.vocab_size()));
+  const DataOptions& d = o.data;
+  if (d.path.empty() && d.train_path.empty())
+    v.push_back("--data-path (or --train-data-path) is required");
+  if ((d.reset_position_ids || d.reset_attention_mask || d.eod_mask_loss) &&
+      tokenizer.special_ids().eod < 0)
+    v.push_back(fmt::format("--reset-position-ids, --reset-attention-mask and --eod-mask-loss find "
+                            "documents by their end-of-document token, which the {} has none of",
+                            tokenizer.type()));
+  if (o.seed > 0xffffffffull)  // numpy's RandomState, which the datasets' shuffles reproduce
+    v.push_back(fmt::format("--seed {} must be below 2^32", o.seed));
+  if (o.eval.iters < 0) v.push_back(fmt::format("--eval-iters {} is negative", o.eval.iters));
+  if (o.eval.interval < 1)
+    v.push_back(fmt::format("--eval-interval {} must be at least 1", o.eval.interval));
   if (o.parallel.ddp.bucket_size <= 0) v.push_back("--ddp-bucket-size must be positive");
   if (!o.checkpoint.save_hf.empty())
     for (const std::string& m : hf_export_violations(model)) v.push_back("--save-hf: " + m);
@@ -147,23 +160,33 @@ std::vector<ChunkSpec> TrainPlan::stage_chunks(int stage) const {
   return rank_chunks(chunks, stages, stage);
 }
 
-int64_t TrainPlan::first_sample(int dp_rank) const {
-  return dp_rank * (options.batch.global_batch_size / dp);
+BatchShape TrainPlan::batch_shape(int dp_rank) const {
+  return {.micro_batch = options.batch.micro_batch_size, .data_parallel = dp, .dp_rank = dp_rank,
+          .microbatches = microbatches};
+}
+
+Packing TrainPlan::packing() const {
+  const DataOptions& d = options.data;
+  return {.reset_position_ids = d.reset_position_ids, .reset_attention_mask = d.reset_attention_mask,
+          .eod_mask_loss = d.eod_mask_loss, .eod = tokenizer->special_ids().eod};
 }
 
 double TrainPlan::batch_tokens() const {
   return static_cast<double>(options.batch.global_batch_size) * model.seq_length;
 }
 
-TrainPlan plan_training(const ModelConfig& model, const TrainOptions& o) {
+TrainPlan plan_training(ModelConfig model, const TrainOptions& o) {
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
+  std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);
+  // As Megatron, the model's vocabulary is the tokenizer's (padded per TP) unless one is given.
+  if (model.vocab_size == 0) model.vocab_size = tokenizer->vocab_size();
   std::vector<std::string> v = model.violations();
-  append(v, option_violations(model, o));
+  append(v, option_violations(model, o, *tokenizer));
   const std::vector<std::string> layout = layout_violations(c);
   append(v, layout);
   append(v, training_violations(c, model, batch.micro_batch_size, batch.global_batch_size));
-  TrainPlan plan{.model = model, .options = o};
+  TrainPlan plan{.model = model, .options = o, .tokenizer = tokenizer};
   plan.stages = stage_options(c, o.parallel.pipeline);
   append(v, stage_violations(model.num_layers, plan.stages));
   // The schedule's rules need the microbatch count, which needs a valid layout and batch.

@@ -8,9 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "tessel/data/batches.h"
+#include "tessel/data/tokenizer.h"
 #include "tessel/model/config.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/layout.h"
@@ -40,6 +43,7 @@ StageOptions stage_options(const ParallelConfig& config, const PipelineOptions& 
 struct TrainPlan {
   ModelConfig model;
   TrainOptions options;  // as given; options.parallel.layout is the layout (world included)
+  std::shared_ptr<const Tokenizer> tokenizer;  // made from options.data.tokenizer
   int dp = 1;            // world / (TP × CP × PP)
   int microbatches = 1;  // per DP rank and iteration
   StageOptions stages;
@@ -51,14 +55,18 @@ struct TrainPlan {
   int64_t train_iters() const { return options.optim.lr.train_iters; }
   // The model chunks pipeline rank `stage` holds, in its chunk order.
   std::vector<ChunkSpec> stage_chunks(int stage) const;
-  // DP rank r's share of every global batch: positions [r·G/DP, (r+1)·G/DP).
-  int64_t first_sample(int dp_rank) const;
+  // DP rank r's share of every global batch, dealt out as Megatron's sampler does.
+  BatchShape batch_shape(int dp_rank) const;
+  // The packed documents the data flags ask for.
+  Packing packing() const;
   // Tokens of one global batch, G × S: the loss is the mean over all of them.
   double batch_tokens() const;
 };
 
-// Checks every rule of the model, the options, the layout, the batch, the stages, the schedule
-// and the experts; throws one tessel::ConfigError listing every one broken, else resolves.
-TrainPlan plan_training(const ModelConfig& model, const TrainOptions& options);
+// Checks every rule of the model, the options (data, tokenizer, evaluation), the layout, the
+// batch, the stages, the schedule and the experts; throws one tessel::ConfigError listing every
+// one broken, else resolves. Reads the tokenizer's files (a bad file is a tessel::Error); a
+// vocab_size of 0 becomes the tokenizer's.
+TrainPlan plan_training(ModelConfig model, const TrainOptions& options);
 
 }  // namespace tessel

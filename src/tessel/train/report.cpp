@@ -1,6 +1,7 @@
 #include "tessel/train/report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <sys/resource.h>
 
@@ -34,6 +35,19 @@ void report_profile(const Kernels& k, TrainLog& log, double seconds, const Param
                           saved / mib, scratch / mib));
 }
 
+// What the data loader costs the step: the wait for each batch (the loader reads the next batch
+// on its thread while this one trains) and, for comparison, the reading itself.
+void report_data_loader(TrainLog& log, double wait_seconds, double read_seconds, int iterations,
+                        double seconds) {
+  if (iterations == 0) return;
+  const double step_ms = 1e3 * seconds / iterations;
+  const double wait_ms = 1e3 * wait_seconds / iterations, read_ms = 1e3 * read_seconds;
+  log.message(
+      fmt::format("profile: data loader waited {:.3f} ms per iteration, {:.3f}% of the "
+                  "{:.1f} ms step; reading a batch took {:.3f} ms on its thread ({:.3f}%)",
+                  wait_ms, 100 * wait_ms / step_ms, step_ms, read_ms, 100 * read_ms / step_ms));
+}
+
 // This rank's communication per profiled iteration, by group and kind of call: what moved and how
 // long the rank was blocked on it (the part that computation did not hide).
 void report_communication(TrainLog& log, const std::map<std::string, IterationStats::Comm>& sums,
@@ -63,7 +77,7 @@ void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double
 }  // namespace
 
 void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
-                const ParamRegistry& params, const TokenDataset& data, const Sampler& sampler) {
+                const ParamRegistry& params, const GptDataSplits& data) {
   const ModelConfig& cfg = plan.model;
   const ParallelConfig& pc = plan.layout();
   const BatchOptions& batch = plan.options.batch;
@@ -74,10 +88,17 @@ void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
                           cfg.num_parameters() / 1e6,
                           pc.world > 1 ? fmt::format(" ({:.2f}M on rank 0)", params.numel() / 1e6)
                                        : std::string()));
-  log.message(fmt::format("data: {} | {} tokens | {} samples of {} | global batch {} = micro "
-                          "batch {} × DP {} × {} microbatches",
-                          plan.options.data.path, data.size(), sampler.num_samples(), cfg.seq_length,
-                          batch.global_batch_size, batch.micro_batch_size, plan.dp, plan.microbatches));
+  const DataOptions& d = plan.options.data;
+  std::vector<std::string> splits;
+  for (int i = 0; i < kNumSplits; ++i)
+    if (const SampleDataset* s = data.splits[i].get())
+      splits.push_back(fmt::format("{} {}", split_name(static_cast<Split>(i)), s->size()));
+  log.message(fmt::format("data: {} | {} (vocabulary {}) | samples of {}: {} | global batch {} = "
+                          "micro batch {} × DP {} × {} microbatches",
+                          fmt::join(d.path.empty() ? d.train_path : d.path, " "),
+                          plan.tokenizer->type(), plan.tokenizer->vocab_size(), cfg.seq_length,
+                          fmt::join(splits, ", "), batch.global_batch_size,
+                          batch.micro_batch_size, plan.dp, plan.microbatches));
   if (pc.world == 1) return;
   log.message(fmt::format("parallel: world {} = TP {} × CP {} × PP {} × DP {}{}{}{}{} | order {}",
                           pc.world, pc.tp, pc.cp, pc.pp, plan.dp,
@@ -124,6 +145,7 @@ void RunTotals::start_iteration(int64_t it) {
 void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipeline) {
   if (plan_.options.log.profile && s.iteration >= 2) {
     profiled_seconds_ += s.iteration_time_ms / 1000.0;
+    profiled_data_wait_seconds_ += s.data_wait_ms / 1000.0;
     profiled_iterations_ += 1;
     for (const IterationStats::Comm& c : s.comm) {
       IterationStats::Comm& sum = profiled_comm_[c.group + " " + c.op];
@@ -140,13 +162,15 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
 }
 
 void RunTotals::report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
-                       const TransformerChunk& chunk) {
+                       const TransformerChunk& chunk, double read_seconds) {
   if (plan_.layout().pp > 1 && plan_.train_iters() > 0)
     report_pipeline(log, groups, wait_seconds_, pipeline_seconds_, peak_in_flight_);
   if (!plan_.options.log.profile) return;
   ChunkActivations acts = chunk.make_activations();
   report_profile(k_, log, profiled_seconds_, params, chunk, acts);
   report_communication(log, profiled_comm_, profiled_iterations_, profiled_seconds_);
+  report_data_loader(log, profiled_data_wait_seconds_, read_seconds, profiled_iterations_,
+                     profiled_seconds_);
 }
 
 }  // namespace tessel

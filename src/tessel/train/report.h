@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tessel/core/params.h"
-#include "tessel/data/dataset.h"
+#include "tessel/data/dataset_builder.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/groups.h"
@@ -21,7 +21,7 @@ namespace tessel {
 
 // The model, the data and the batch arithmetic, and (several ranks) the layout.
 void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
-                const ParamRegistry& params, const TokenDataset& data, const Sampler& sampler);
+                const ParamRegistry& params, const GptDataSplits& data);
 
 // The MoE layers' router statistics of this iteration (the first rank's view; tokens per expert
 // are summed over its EP group, the auxiliary losses over the ranks sharing its sequences), then
@@ -42,13 +42,14 @@ class RunTotals {
   // Each pipeline rank's idle fraction and peak microbatches in flight (PP > 1), then with
   // --profile GEMM throughput, peak memory against the analytic sum and communication.
   // Collective over the world.
+  // `read_seconds`: the data loader's thread's reading of one batch.
   void report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
-              const TransformerChunk& chunk);
+              const TransformerChunk& chunk, double read_seconds);
 
  private:
   const Kernels& k_;
   const TrainPlan& plan_;
-  double profiled_seconds_ = 0;
+  double profiled_seconds_ = 0, profiled_data_wait_seconds_ = 0;
   int profiled_iterations_ = 0;
   std::map<std::string, IterationStats::Comm> profiled_comm_;  // by "group op", summed
   double wait_seconds_ = 0, pipeline_seconds_ = 0;

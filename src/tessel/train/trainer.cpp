@@ -16,6 +16,8 @@
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/grad_sync.h"
 #include "tessel/pipeline/executor.h"
+#include "tessel/train/data.h"
+#include "tessel/train/evaluate.h"
 #include "tessel/train/export.h"
 #include "tessel/train/microbatches.h"
 #include "tessel/train/report.h"
@@ -87,12 +89,27 @@ nlohmann::json checkpoint_run_config(const TrainPlan& plan) {
           {"sequence_parallel", pc.sequence_parallel},
           {"micro_batch_size", o.batch.micro_batch_size},
           {"global_batch_size", o.batch.global_batch_size}, {"train_iters", plan.train_iters()},
-          {"data_path", o.data.path}};
+          {"data_path", o.data.path}, {"tokenizer", plan.tokenizer->type()}};
 }
 
 // --save every --save-interval iterations, at --exit-interval and at the end.
 bool save_due(const CheckpointOptions& c, int64_t it, int64_t last, bool exiting) {
   return !c.save.empty() && (exiting || it == last || (c.save_interval > 0 && it % c.save_interval == 0));
+}
+
+// The tokens of the global batch the loss counts: all of them, or (--eod-mask-loss) those whose
+// input is no end-of-document token, counted by every DP rank over its samples.
+double counted_tokens(const TrainPlan& plan, const MicrobatchLoader& loader, ProcessGroups& groups) {
+  if (!plan.options.data.eod_mask_loss) return plan.batch_tokens();
+  double counted = static_cast<double>(loader.counted_targets());
+  groups.dp().all_reduce(&counted, 1);
+  return counted;
+}
+
+// One evaluation's loss, logged; collective.
+void log_evaluation(TrainLog& log, Evaluator& evaluator, Split split, int64_t it, int64_t index) {
+  const std::optional<double> loss = evaluator.loss(split, index);
+  if (loss) log.evaluation(it, split_name(split), *loss);
 }
 
 // The iteration's Σ token losses: only the last stage computed them; every rank learns their
@@ -109,11 +126,13 @@ struct PendingStep {
   bool active = false;
   IterationStats stats;
   double sq = 0, loss = 0;  // this stage's Σ g² and token losses, summed over the stages on arrival
+  double counted = 0;       // the iteration's counted tokens
   Request sq_sum, loss_sum;
 
   // The stage's sums are in; their sum over the stages starts (the loss's over DP × CP first).
-  void start(double stage_sq, double loss_sum_here, ProcessGroups& groups) {
+  void start(double stage_sq, double loss_sum_here, double counted_tokens, ProcessGroups& groups) {
     active = true;
+    counted = counted_tokens;
     sq = stage_sq;
     loss = loss_sum_here;
     groups.dp_cp().all_reduce(&loss, 1);
@@ -144,17 +163,18 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   const RankCoords& at = groups.coords();
   const TensorParallel tp{&groups.tp(), pc.sequence_parallel, &k};
   const ContextParallel cp{&groups.cp(), plan.cp_comm, k};
-  ByteTokenizer tokenizer;
-  TokenDataset data(o.data.path, tokenizer);
-  Sampler sampler(data, plan.model.seq_length, o.batch.global_batch_size, o.data.sampling, o.seed);
-  MicrobatchLoader loader(k, sampler, cp, o.batch.micro_batch_size, plan.first_sample(at.dp));
+  const GptDataSplits data = build_training_data(plan, groups);
+  TESSEL_CHECK(data.get(Split::Train) != nullptr, "--split {} leaves the train split no data",
+               o.data.split);
+  BatchLoader train_batches(*data.get(Split::Train), plan.batch_shape(at.dp), plan.packing());
+  MicrobatchLoader loader(k, train_batches, cp);
   StageModel stage(k, plan, groups, tp, cp);
   ParamRegistry& params = stage.params;
   GradSync sync(k, params, groups, grad_sync_config(plan, stage, at.pp));
   AdamW optimizer(k, params, o.optim.adamw, sync.owned_ranges());
   LrSchedule lr_schedule(o.optim.lr);
 
-  // Sampling and the learning rate depend on (seed, iteration) only: resuming needs no more
+  // The data order and the learning rate depend on (seed, iteration) only: resuming needs no more
   // than the weights, the moments and the step count. As Megatron, a --load folder without a
   // save yet starts from scratch: the same command line (--save X --load X) starts a run and
   // resumes it after a crash.
@@ -168,25 +188,29 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   const bool first_rank = groups.world_rank() == 0;
   TrainLog log(plan.train_iters(), o.log.interval, first_rank ? o.log.json : std::string(),
                o.log.progress && first_rank, !first_rank);
-  report_run(log, plan, groups, params, data, sampler);
+  report_run(log, plan, groups, params, data);
   if (has_save) log.message(fmt::format("resumed from {} after iteration {}", ckpt.load, resumed));
   else if (!ckpt.load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", ckpt.load));
 
   const RankSchedule actions = lower(generate_schedule(plan.schedule), plan.schedule)[at.pp];
-  PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule, loader.local_tokens());
+  PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule, loader.local_tokens(),
+                            plan.packing().documents());
+  Evaluator evaluator(k, plan, groups, cp, data, pipeline, stage.chunks);
   const std::function<void()> arm = [&] { sync.arm(); };
   const std::function<void(int)> grad_ready = [&](int index) { sync.grad_ready(index); };
-  // The loss is the mean over every token of the global batch (DESIGN invariant 1).
-  const float grad_scale = static_cast<float>(1.0 / plan.batch_tokens());
+  const PipelineExecutor::FillFn fill = [&](int m, const MicrobatchRows& rows) {
+    loader.fill(m, rows);
+  };
+  const int64_t G = o.batch.global_batch_size;
 
   std::vector<IterationStats> history;
   RunTotals totals(k, plan);
-  auto run_pipeline = [&](int64_t it) {
+  // The loss is the mean over every counted token of the global batch (DESIGN invariant 1).
+  double counted = 0;
+  auto run_pipeline = [&] {
     params.zero_grads();
-    const PipelineExecutor::FillFn fill = [&](int m, int32_t* tokens, int32_t* targets) {
-      loader.fill(it, m, tokens, targets);
-    };
-    const double loss_sum = pipeline.run(actions, plan.microbatches, fill, grad_scale, arm, grad_ready);
+    const double loss_sum = pipeline.run(actions, plan.microbatches, fill,
+                                         static_cast<float>(1.0 / counted), arm, grad_ready);
     sync.finish();
     return loss_sum;
   };
@@ -207,7 +231,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     pending.loss_sum.wait();
     IterationStats& s = pending.stats;
     s.grad_norm = std::sqrt(pending.sq);
-    s.loss = pending.loss / plan.batch_tokens();
+    s.loss = pending.loss / pending.counted;
     const StepVerdict verdict = eager.validate(s.grad_norm);
     if (verdict != StepVerdict::Plain) sync.gather_params();
     record(s, verdict);
@@ -218,30 +242,40 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     totals.start_iteration(it);
     groups.reset_comm_stats();
     const auto start = Clock::now();
-    double loss_sum = run_pipeline(it);
+    // Iteration it reads the train split's samples (it − 1)·G on, as Megatron's sampler.
+    const double waited = loader.wait_seconds();
+    loader.start_batch((it - 1) * G, it < plan.train_iters() ? it * G : -1);
+    const double data_wait_ms = 1e3 * (loader.wait_seconds() - waited);
+    counted = counted_tokens(plan, loader, groups);
+    double loss_sum = run_pipeline();
     if (pending.active && settle()) {  // this iteration ran on parameters since undone: again
       for (auto& c : stage.chunks) c->take_router_totals();
-      loss_sum = run_pipeline(it);
+      loss_sum = run_pipeline();
     }
     IterationStats s;
     s.iteration = it;
     s.lr = lr_schedule.at(optimizer.step_count() + 1);  // a skipped step does not advance it
     StepVerdict verdict = StepVerdict::Plain;
     if (o.optim.post_validation) {
-      pending.start(sync.stage_sq_sum(), loss_sum, groups);
+      pending.start(sync.stage_sq_sum(), loss_sum, counted, groups);
       eager.step(static_cast<float>(s.lr));
     } else {
       s.grad_norm = sync.global_norm();
       verdict = checked_step(optimizer, s.grad_norm, static_cast<float>(s.lr));
-      s.loss = global_loss_sum(loss_sum, groups) / plan.batch_tokens();
+      s.loss = global_loss_sum(loss_sum, groups) / counted;
     }
     sync.gather_params();
 
     add_router_stats(s, stage.chunks, groups, stage.token_group);
     add_timing(s, start, plan.batch_tokens(), groups);
+    s.data_wait_ms = data_wait_ms;
     totals.add(s, pipeline.stats());
     if (pending.active) pending.stats = s;
     else record(s, verdict);
+    if (o.eval.iters > 0 && it % o.eval.interval == 0) {
+      if (pending.active) settle();  // evaluated on the validated parameters
+      log_evaluation(log, evaluator, Split::Valid, it, it / o.eval.interval - 1);
+    }
 
     const bool exiting = ckpt.exit_interval > 0 && it % ckpt.exit_interval == 0;
     if (save_due(ckpt, it, plan.train_iters(), exiting)) {
@@ -253,7 +287,13 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   }
   if (pending.active) settle();
   saver.finish(groups);
-  totals.report(log, groups, params, *stage.chunks.front());
+  // As Megatron, after training: the valid split once more (its next batches), then the test split.
+  if (o.eval.iters > 0) {
+    log_evaluation(log, evaluator, Split::Valid, plan.train_iters(),
+                   plan.train_iters() / o.eval.interval);
+    log_evaluation(log, evaluator, Split::Test, plan.train_iters(), 0);
+  }
+  totals.report(log, groups, params, *stage.chunks.front(), loader.read_seconds_per_batch());
   if (!ckpt.save_hf.empty()) {
     export_gathered(params, plan, groups);
     log.message(fmt::format("saved {}/model.safetensors and config.json", ckpt.save_hf));

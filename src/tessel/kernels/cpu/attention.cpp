@@ -62,7 +62,7 @@ void forward_query_block(float* out, float* lse, const float* q, const float* k,
   // P = exp(scores - row max), worked on in whole vectors up to the row's span; 0 beyond it.
   for (int64_t r = 0; r < rows; ++r) {
     float* row = probs + r * ld;
-    const int64_t span = mask_row(row, plan, block, t0 + r);
+    const int64_t span = mask_row(row, plan, block, b, t0 + r);
     if (span == 0) {  // this row sees no key of the block
       std::fill(row, row + ld, 0.0f);
       lse_block[r] = -INFINITY;
@@ -91,17 +91,17 @@ void forward_query_block(float* out, float* lse, const float* q, const float* k,
 
 void forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
              int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, int64_t q_ld, int64_t k_ld,
-             int64_t v_ld, const int32_t* q_pos, const int32_t* k_pos) {
-  const AttentionPlan& plan = plan_attention(Tq, Tk, q_pos, k_pos);
+             int64_t v_ld, const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start) {
+  const AttentionPlan& plan = plan_attention(Tq, Tk, q_pos, k_pos, key_start);
   const int64_t blocks = static_cast<int64_t>(plan.blocks.size());
   const int64_t tasks = B * H * blocks;
   // Tasks are independent (each writes its own rows of out and lse), so dynamic scheduling keeps
   // results deterministic. The last query blocks, the heaviest when causal, go first.
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t task = 0; task < tasks; ++task) {
-    const QueryBlock& block = plan.blocks[blocks - 1 - task / (B * H)];
     const int64_t b = task % (B * H) / H;
     const int64_t h = task % H;
+    const QueryBlock block = narrow_to_documents(plan, plan.blocks[blocks - 1 - task / (B * H)], b);
     forward_query_block(out, lse, q, k, v, plan, block, b, h, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
   }
 }
@@ -114,16 +114,16 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   check_attention_args("attention_forward", B, T, T, H, G, D, q_ld, k_ld, v_ld, nullptr, nullptr,
                        false);
   const int32_t* positions = causal ? causal_positions(T) : nullptr;
-  forward(out, lse, q, k, v, B, T, T, H, G, D, q_ld, k_ld, v_ld, positions, positions);
+  forward(out, lse, q, k, v, B, T, T, H, G, D, q_ld, k_ld, v_ld, positions, positions, nullptr);
 }
 
 void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                              int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                             const int32_t* k_pos) {
+                             const int32_t* k_pos, const int32_t* key_start) {
   check_attention_args("attention_block_forward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos,
                        true);
-  forward(out, lse, q, k, v, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos);
+  forward(out, lse, q, k, v, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos, key_start);
 }
 
 void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,

@@ -75,7 +75,7 @@ void backward_query_block(float* dq, KvGrads kv, const float* dout, const float*
       spans[r] = 0;
       continue;
     }
-    const int64_t span = mask_row(row, plan, block, t0 + r);
+    const int64_t span = mask_row(row, plan, block, b, t0 + r);
 #pragma omp simd
     for (int64_t s = 0; s < span; ++s) row[s] = exp_approx(row[s] - row_lse);
     std::fill(row + span, row + ld, 0.0f);
@@ -112,9 +112,9 @@ void backward_query_block(float* dq, KvGrads kv, const float* dout, const float*
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
               const float* v, const float* out, const float* lse, int64_t B, int64_t Tq, int64_t Tk,
               int64_t H, int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
-              const int32_t* q_pos, const int32_t* k_pos) {
+              const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start) {
   if (B == 0 || Tq == 0 || Tk == 0) return;
-  const AttentionPlan& plan = plan_attention(Tq, Tk, q_pos, k_pos);
+  const AttentionPlan& plan = plan_attention(Tq, Tk, q_pos, k_pos, key_start);
   const int64_t heads_per_group = H / G;
   const int64_t blocks = static_cast<int64_t>(plan.blocks.size());
   // The work of one (batch, kv head) pair: its query heads × query blocks, heaviest blocks first.
@@ -153,7 +153,8 @@ void backward(float* dq, float* dk, float* dv, const float* dout, const float* q
       const int64_t dealt_to = round % 2 == 0 ? item % splits : splits - 1 - item % splits;
       if (dealt_to != split) continue;
       const int64_t h = g * heads_per_group + item % heads_per_group;
-      const QueryBlock& block = plan.blocks[blocks - 1 - item / heads_per_group];
+      const QueryBlock block =
+          narrow_to_documents(plan, plan.blocks[blocks - 1 - item / heads_per_group], b);
       backward_query_block(dq, kv, dout, q, k, v, out, lse, plan, block, b, h, Tq, Tk, H, G, D,
                            q_ld, k_ld, v_ld);
     }
@@ -194,17 +195,18 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                        false);
   const int32_t* positions = causal ? causal_positions(T) : nullptr;
   backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, H, G, D, q_ld, k_ld, v_ld, positions,
-           positions);
+           positions, nullptr);
 }
 
 void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                               const float* k, const float* v, const float* out, const float* lse,
                               int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                               int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                              const int32_t* k_pos) {
+                              const int32_t* k_pos, const int32_t* key_start) {
   check_attention_args("attention_block_backward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos,
                        true);
-  backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos);
+  backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos,
+           key_start);
 }
 
 }  // namespace tessel::cpu

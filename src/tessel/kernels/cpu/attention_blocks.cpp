@@ -36,10 +36,12 @@ void check_attention_args(const char* which, int64_t B, int64_t Tq, int64_t Tk, 
 }
 
 const AttentionPlan& plan_attention(int64_t Tq, int64_t Tk, const int32_t* q_pos,
-                                    const int32_t* k_pos) {
+                                    const int32_t* k_pos, const int32_t* key_start) {
   thread_local AttentionPlan plan;
   plan.q_pos = q_pos;
   plan.k_pos = k_pos;
+  plan.key_start = key_start;
+  plan.Tq = Tq;
   plan.keys_sorted = k_pos == nullptr || std::is_sorted(k_pos, k_pos + Tk);
   plan.blocks.clear();
   plan.max_keys = 0;
@@ -79,19 +81,39 @@ const AttentionPlan& plan_attention(int64_t Tq, int64_t Tk, const int32_t* q_pos
   return plan;
 }
 
-int64_t mask_row(float* row, const AttentionPlan& plan, const QueryBlock& block, int64_t t) {
+QueryBlock narrow_to_documents(const AttentionPlan& plan, QueryBlock block, int64_t b) {
+  if (plan.key_start == nullptr || block.keys() == 0) return block;
+  const int32_t* starts = plan.key_start + b * plan.Tq + block.t0;  // (rows)
+  const auto [earliest, latest] = std::minmax_element(starts, starts + block.rows);
+  if (!plan.keys_sorted) {
+    block.unmasked = false;
+    return block;
+  }
+  const int32_t* k_pos = plan.k_pos;
+  block.key_begin = std::lower_bound(k_pos + block.key_begin, k_pos + block.key_end, *earliest) - k_pos;
+  block.unmasked = block.unmasked && (block.keys() == 0 || k_pos[block.key_begin] >= *latest);
+  return block;
+}
+
+int64_t mask_row(float* row, const AttentionPlan& plan, const QueryBlock& block, int64_t b,
+                 int64_t t) {
   const int64_t keys = block.keys();
   int64_t visible = keys;
   if (!block.unmasked) {
     const int32_t* key_pos = plan.k_pos + block.key_begin;  // (keys)
     const int32_t position = plan.q_pos[t];
+    const int32_t first = plan.key_start != nullptr ? plan.key_start[b * plan.Tq + t] : INT32_MIN;
     if (plan.keys_sorted) {
       visible = std::upper_bound(key_pos, key_pos + keys, position) - key_pos;
+      const int64_t hidden = std::lower_bound(key_pos, key_pos + keys, first) - key_pos;
+      if (hidden >= visible) return 0;
+      std::fill(row, row + hidden, -INFINITY);
     } else {
       int64_t seen = 0;
       for (int64_t s = 0; s < keys; ++s) {
-        seen += key_pos[s] <= position;
-        row[s] = key_pos[s] <= position ? row[s] : -INFINITY;
+        const bool sees = key_pos[s] <= position && key_pos[s] >= first;
+        seen += sees;
+        row[s] = sees ? row[s] : -INFINITY;
       }
       if (seen == 0) return 0;
     }

@@ -56,8 +56,10 @@ struct QueryBlock {
 // Which keys each query row sees, and the query blocks the work is cut into. Without positions
 // every query sees every key.
 struct AttentionPlan {
-  const int32_t* q_pos = nullptr;  // (Tq) or nullptr
-  const int32_t* k_pos = nullptr;  // (Tk) or nullptr
+  const int32_t* q_pos = nullptr;      // (Tq) or nullptr
+  const int32_t* k_pos = nullptr;      // (Tk) or nullptr
+  const int32_t* key_start = nullptr;  // (B, Tq) or nullptr: each row's first visible key position
+  int64_t Tq = 0;
   bool keys_sorted = true;         // k_pos non-decreasing: each row sees a prefix of the keys
   std::vector<QueryBlock> blocks;
   int64_t max_keys = 0;  // the widest block's key range
@@ -67,13 +69,19 @@ struct AttentionPlan {
 // A block ends after kQueryRows rows or where query positions stop being consecutive, so that
 // the parts of a context-parallel rank's rows (chunks i and 2·CP−1−i) never share a block.
 const AttentionPlan& plan_attention(int64_t Tq, int64_t Tk, const int32_t* q_pos,
-                                    const int32_t* k_pos);
+                                    const int32_t* k_pos, const int32_t* key_start);
 
-// Masks the scores row of query row t (block-local columns [0, block.keys())): masked keys become
-// -inf, and so do the columns up to the returned span, a whole number of vectors. Columns from
-// the span on are never visible; the caller zeroes them after the exponential. Span 0: the row
-// sees no key of the block.
-int64_t mask_row(float* row, const AttentionPlan& plan, const QueryBlock& block, int64_t t);
+// `block` for batch item b under packed documents (plan.key_start): row t sees only keys at
+// positions ≥ key_start[b·Tq + t], its document's first. Keys before the block's earliest start
+// leave the range; the block is masked when some row starts after the range's first key.
+QueryBlock narrow_to_documents(const AttentionPlan& plan, QueryBlock block, int64_t b);
+
+// Masks the scores row of query row t of batch item b (block-local columns [0, block.keys())):
+// masked keys become -inf, and so do the columns up to the returned span, a whole number of
+// vectors. Columns from the span on are never visible; the caller zeroes them after the
+// exponential. Span 0: the row sees no key of the block.
+int64_t mask_row(float* row, const AttentionPlan& plan, const QueryBlock& block, int64_t b,
+                 int64_t t);
 
 // Positions 0..T-1, the causal special case of the block kernels; the calling thread's, grown once.
 const int32_t* causal_positions(int64_t T);
