@@ -81,7 +81,7 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
     blocks_.push_back(std::make_unique<TransformerBlock>(k_, registry, cfg_, spec_.first_layer + i,
                                                          tp_, cp_, moe_groups, B_, T_, positions_,
                                                          rope_cos_, rope_sin_, r));
-    if (r.full && recompute_out_.numel() == 0) recompute_out_ = k_.zeros({N_l_, C_});
+    if (r.full && recompute_out_.data() == nullptr) recompute_out_ = k_.zeros({N_l_, C_});
   }
   if (spec_.has_head) {
     const int tied = !cfg_.tied_embeddings() ? -1
