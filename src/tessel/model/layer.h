@@ -54,6 +54,9 @@ struct PackedRows {
   const int32_t* key_start = nullptr;     // its document's first position in the sequence (attention)
 };
 
+// The memory a tensor holds: none for one never allocated (a default Tensor's shape is a scalar's).
+inline int64_t held_bytes(const Tensor& t) { return t.data() != nullptr ? t.bytes() : 0; }
+
 // One allocation for one (chunk, microbatch) slot's saved activations (llm.c's single allocation
 // and pointer carving): each layer adds the tensors its backward needs; allocate() makes one
 // buffer for all of them and points every added tensor into it. The list is the only record of

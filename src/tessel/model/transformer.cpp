@@ -121,7 +121,7 @@ int64_t TransformerChunk::scratch_bytes() const {
 }
 
 int64_t TransformerChunk::shared_activation_bytes() const {
-  int64_t n = recompute_arena_.bytes() + recompute_out_.bytes();
+  int64_t n = held_bytes(recompute_arena_) + held_bytes(recompute_out_);
   for (const auto& b : blocks_)
     if (const MoeLayer* moe = b->moe()) n += moe->shared_activation_bytes();
   return n;

@@ -43,7 +43,7 @@ class GroupedExperts {
   void backward_weight(Saved& s, const std::vector<int64_t>& rows);
   // The activation output of the R rows again, from s.gate and s.up (shared_act only).
   void recompute_act(Saved& s, int64_t R);
-  int64_t shared_bytes() const { return act_shared_.bytes(); }
+  int64_t shared_bytes() const { return held_bytes(act_shared_); }
 
   int64_t ffn_local() const { return F_l_; }
   // Registry indices, expert by expert in Hugging Face order.

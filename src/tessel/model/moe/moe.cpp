@@ -156,10 +156,10 @@ int64_t MoeLayer::shared_activation_bytes() const {
 }
 
 int64_t MoeLayer::Saved::growing_bytes() const {
-  int64_t n = dispatch.combined.bytes();
+  int64_t n = held_bytes(dispatch.combined);
   for (const Tensor* t : {&experts.in, &experts.gate, &experts.up, &experts.act, &experts.d_gate,
                           &experts.d_up, &experts.d_out})
-    n += t->bytes();
+    n += held_bytes(*t);
   return n;
 }
 
