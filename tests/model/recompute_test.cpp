@@ -8,6 +8,7 @@
 
 #include "tessel/model/recompute.h"
 #include "tessel/model/transformer.h"
+#include "support/tiny_model.h"
 
 namespace tessel {
 namespace {
@@ -19,16 +20,12 @@ struct Memory {
   int64_t in_flight(int m) const { return m * per_microbatch + shared; }
 };
 
+// The tiny model, longer and wider so that every tensor is several cache lines.
 ModelConfig config(Arch arch) {
-  ModelConfig c;
-  c.arch = arch;
+  ModelConfig c = testing::tiny_config(arch);
   c.num_layers = 4;
   c.hidden_size = 64;
-  c.num_attention_heads = 8;
-  c.num_query_groups = arch == Arch::Llama ? 4 : 0;
-  c.ffn_hidden_size = 128;
   c.seq_length = 32;
-  c.vocab_size = 256;
   return c;
 }
 
