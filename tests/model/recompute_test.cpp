@@ -8,6 +8,7 @@
 
 #include "tessel/model/recompute.h"
 #include "tessel/model/transformer.h"
+#include "support/printers.h"
 #include "support/tiny_model.h"
 
 namespace tessel {

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <vector>
 
 #include "tessel/core/params.h"
@@ -40,6 +41,10 @@ struct Case {
   bool nan;
   bool distributed;  // owned ranges as a distributed optimizer's shard
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "gradients ×" << c.scale << (c.nan ? ", a NaN" : "") << (c.distributed ? ", owned ranges" : "");
+}
 
 class PostValidation : public ::testing::TestWithParam<Case> {};
 
