@@ -21,6 +21,7 @@
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/model/config.h"
+#include "tessel/data/tokenizer_files.h"
 #include "tessel/infer/generate.h"
 #include "tessel/model/moe/moe.h"
 #include "tessel/core/params.h"
@@ -261,11 +262,15 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   gen_cmd->add_option("--temperature", g.temperature, "sampling temperature (0: greedy)")->capture_default_str();
   gen_cmd->add_option("--top-k", g.top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str();
   gen_cmd->add_option("--seed", g.seed, "sampling seed")->capture_default_str();
+  gen_cmd->add_flag("--ignore-eos", g.ignore_eos, "go on past the end-of-sequence token");
+  TokenizerOptions gen_tokenizer;
+  add_tokenizer_flags(*gen_cmd, gen_tokenizer);
   gen_cmd->add_option("--threads", threads, "threads");
 
   // ---- export ----
   CLI::App* export_cmd = app.add_subcommand("export", "write a model as a Hugging Face folder");
   ModelFlags export_model;
+  export_model.cfg.vocab_size = export_model.flags.vocab_size = 0;  // the tokenizer's
   export_model.add(*export_cmd);
   std::string out_dir, export_init, export_load;
   uint64_t export_seed = 1234;
@@ -274,6 +279,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   export_cmd->add_option("--init-from", export_init, "weights to convert instead of a fresh initialisation");
   export_cmd->add_option("--load", export_load, "consolidate the newest save of this --save folder (any layout)")
       ->excludes("--init-from");
+  TokenizerOptions export_tokenizer;
+  add_tokenizer_flags(*export_cmd, export_tokenizer);
 
   LayoutCommand layout_cmd(app);
   DemoCommand demo_cmd(app);
@@ -306,6 +313,10 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     // The live progress line for a terminal. Under mpirun every rank's stdout is a pseudo-terminal
     // whatever the user's is, so there it takes --progress.
     t.log.progress = force_progress || (isatty(STDOUT_FILENO) != 0 && !runtime.active());
+    // A Hugging Face folder brings its tokenizer, as transformers' from_pretrained.
+    if (!t.checkpoint.init_from.empty() && !tokenizer_flags_given(*train_cmd))
+      if (std::optional<TokenizerOptions> found = tokenizer_in_folder(t.checkpoint.init_from))
+        t.data.tokenizer = *found;
     ModelConfig cfg = train_model.resolve(t.checkpoint.init_from);
     cfg.make_vocab_size_divisible_by = train_model.flags.make_vocab_size_divisible_by;
     pc.world = runtime.world_size();
@@ -315,6 +326,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
                                : ProcessGroups::single();
     train(plan, groups);
   } else if (*gen_cmd) {
+    if (tokenizer_flags_given(*gen_cmd)) g.tokenizer = gen_tokenizer;
     std::fwrite(g.prompt.data(), 1, g.prompt.size(), stdout);
     generate(model_dir, g, [](const std::string& text) {
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -327,6 +339,15 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
                           ? export_model.resolve(export_init)
                           : model_config_from_hf(read_checkpoint_metadata(export_load).at("model"),
                                                  export_load + " (metadata.json)");
+    // The tokenizer named by flags, else the one beside --init-from's weights (or none: bytes).
+    std::optional<TokenizerOptions> tokenizer_options;
+    if (tokenizer_flags_given(*export_cmd)) tokenizer_options = export_tokenizer;
+    else if (!export_init.empty()) tokenizer_options = tokenizer_in_folder(export_init);
+    const std::unique_ptr<Tokenizer> tokenizer =
+        tokenizer_options ? make_tokenizer(*tokenizer_options) : std::make_unique<ByteTokenizer>();
+    if (cfg.vocab_size == 0) cfg.vocab_size = tokenizer->vocab_size();
+    TESSEL_CHECK(cfg.vocab_size >= tokenizer->vocab_size(), "--vocab-size {} is smaller than the {}'s {}",
+                 cfg.vocab_size, tokenizer->type(), tokenizer->vocab_size());
     cfg.validate();
     const Kernels& k = cpu_kernels();
     ParamRegistry params;
@@ -334,6 +355,11 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
                            no_tensor_parallel(k), params, no_context_parallel(k));
     params.finalize(k.memory);
     if (!export_load.empty()) {
+      const nlohmann::json saved = read_checkpoint_metadata(export_load).at("run_config").at("tokenizer");
+      if (tokenizer_options && saved.is_object()) {
+        const std::string why = tokenizer_mismatch(saved, tokenizer_identity(*tokenizer));
+        TESSEL_CHECK(why.empty(), "--load {}: {}", export_load, why);
+      }
       AdamW moments(k, params, OptimizerConfig{});  // read along, not written out
       load_checkpoint(export_load, params, moments, cfg);
     } else if (export_init.empty()) {
@@ -342,8 +368,9 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
       load_hf_weights(params, cfg, hf_weights_file(export_init));
     }
     export_hf(params, cfg, out_dir);
-    fmt::print("wrote {}/model.safetensors and config.json ({:.2f}M parameters)\n", out_dir,
-               params.numel() / 1e6);
+    if (tokenizer_options) save_tokenizer_files(*tokenizer_options, *tokenizer, out_dir);
+    fmt::print("wrote {}/model.safetensors and config.json{} ({:.2f}M parameters)\n", out_dir,
+               tokenizer_options ? " and the tokenizer" : "", params.numel() / 1e6);
   } else if (layout_cmd.selected()) {
     layout_cmd.run();
   } else if (demo_cmd.selected()) {

@@ -20,4 +20,12 @@ void add_tokenizer_flags(CLI::App& app, TokenizerOptions& options) {
                  "TikTokenizer: special tokens (Megatron's .json: default <unk> <s> </s>)");
 }
 
+bool tokenizer_flags_given(const CLI::App& app) {
+  for (const char* name : {"--tokenizer-type", "--vocab-file", "--merge-file", "--tokenizer-model",
+                           "--tiktoken-pattern", "--tiktoken-num-special-tokens",
+                           "--tokenizer-special-tokens"})
+    if (app.get_option(name)->count() > 0) return true;
+  return false;
+}
+
 }  // namespace tessel

@@ -13,5 +13,8 @@ namespace tessel {
 
 // The flags parse into `options`, which must outlive app.parse().
 void add_tokenizer_flags(CLI::App& app, TokenizerOptions& options);
+// Whether any of those flags was given (after app.parse()): a model folder's own tokenizer is used
+// only where none was.
+bool tokenizer_flags_given(const CLI::App& app);
 
 }  // namespace tessel

@@ -95,6 +95,12 @@ TEST(TrainDataCli, PerSplitPaths) {
   EXPECT_NE(r.output.find("validation loss at iteration 2"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("test loss"), std::string::npos) << "no test split given:\n" << r.output;
   EXPECT_NE(r.output.find("| vocab 300 |"), std::string::npos) << r.output;
+  // Evaluation asked for, but no valid split: said once, not silently skipped.
+  const CommandResult none = run_tessel("train " + kArch + data.tokenizer + "--data-path " +
+                                        data.prefix + " --split 100,0,0 --train-iters 1 --eval-iters 1");
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_NE(none.output.find("no validation: the valid split has no samples"), std::string::npos)
+      << none.output;
 }
 
 // The data rules, each named: packing needs an end-of-document token (the byte tokenizer has

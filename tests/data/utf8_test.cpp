@@ -35,5 +35,19 @@ TEST(Utf8, CheckNamesTheInputAndOffset) {
   EXPECT_NO_THROW(check_utf8("fine", "x"));
 }
 
+// Generation shows a decoder's output as it grows, holding back a character whose bytes are not
+// all there yet (or a decoder's U+FFFD for them).
+TEST(Utf8, CompletePrefixHoldsBackACutCharacter) {
+  EXPECT_EQ(complete_utf8_prefix(""), 0u);
+  EXPECT_EQ(complete_utf8_prefix("abc"), 3u);
+  EXPECT_EQ(complete_utf8_prefix("caf\xC3"), 3u);                   // é's first byte
+  EXPECT_EQ(complete_utf8_prefix("caf\xC3\xA9"), 5u);
+  EXPECT_EQ(complete_utf8_prefix("x\xF0\x9F\x91"), 1u);             // 👍 missing its last byte
+  EXPECT_EQ(complete_utf8_prefix("x\xF0\x9F\x91\x8D"), 5u);
+  EXPECT_EQ(complete_utf8_prefix("ab\xE4\xB8"), 2u);
+  EXPECT_EQ(complete_utf8_prefix("ab\xEF\xBF\xBD"), 2u);            // a decoder's U+FFFD
+  EXPECT_EQ(replace_invalid_utf8("a\x80" "b\xC3\xA9\xE4\xB8"), "a\xEF\xBF\xBD" "b\xC3\xA9\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
 }  // namespace
 }  // namespace tessel

@@ -1,5 +1,6 @@
 #include "tessel/data/utf8.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -59,6 +60,30 @@ void check_utf8(std::string_view text, std::string_view what) {
   for (size_t k = *bad; k < text.size() && k < *bad + 4; ++k)
     bytes += fmt::format("{}0x{:02X}", bytes.empty() ? "" : " ", static_cast<unsigned char>(text[k]));
   fail("{}: invalid UTF-8 at byte offset {} (bytes {})", what, *bad, bytes);
+}
+
+size_t complete_utf8_prefix(std::string_view text) {
+  const size_t end = text.size();
+  if (text.ends_with("\xEF\xBF\xBD")) return end - 3;
+  // Back over continuation bytes (at most 3) to the lead byte of the last sequence.
+  for (size_t back = 1; back <= std::min<size_t>(4, end); ++back) {
+    const auto c = static_cast<unsigned char>(text[end - back]);
+    if ((c & 0xC0) == 0x80) continue;
+    const size_t length = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    return length > back ? end - back : end;
+  }
+  return end;
+}
+
+std::string replace_invalid_utf8(std::string_view text) {
+  std::string out;
+  while (const std::optional<size_t> bad = first_invalid_utf8(text)) {
+    out.append(text.substr(0, *bad));
+    out.append("\xEF\xBF\xBD");
+    text.remove_prefix(*bad + 1);
+  }
+  out.append(text);
+  return out;
 }
 
 }  // namespace tessel

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace tessel {
@@ -16,5 +17,14 @@ std::optional<size_t> first_invalid_utf8(std::string_view text);
 // Throws tessel::Error "WHAT: invalid UTF-8 at byte offset N (bytes 0x.. 0x..)" when `text` is
 // not valid UTF-8; `what` names the input (a file, "standard input", "document 12 of x.jsonl").
 void check_utf8(std::string_view text, std::string_view what);
+
+// How much of a decoder's growing output can be shown: all of `text` but a trailing UTF-8
+// sequence still missing bytes, or a trailing U+FFFD, which decoders write for bytes that a later
+// token may complete.
+size_t complete_utf8_prefix(std::string_view text);
+
+// `text` with each byte that is not part of a well-formed sequence replaced by U+FFFD, as
+// Python's decode(errors="replace") shows bytes that are no text.
+std::string replace_invalid_utf8(std::string_view text);
 
 }  // namespace tessel

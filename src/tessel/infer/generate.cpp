@@ -8,6 +8,8 @@
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/data/tokenizer.h"
+#include "tessel/data/tokenizer_files.h"
+#include "tessel/data/utf8.h"
 #include "tessel/model/transformer.h"
 
 namespace tessel {
@@ -34,15 +36,24 @@ int32_t sample_token(const float* logits, int64_t V, float temperature, int64_t 
   return scratch[k - 1].second;
 }
 
+std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_dir,
+                                           const std::optional<TokenizerOptions>& given) {
+  if (given) return make_tokenizer(*given);
+  if (std::optional<TokenizerOptions> found = tokenizer_in_folder(model_dir))
+    return make_tokenizer(*found);
+  return std::make_unique<ByteTokenizer>();
+}
+
 void generate(const std::string& model_dir, const GenerateOptions& o,
               const std::function<void(const std::string&)>& emit) {
   std::optional<ModelConfig> found = hf_config_beside(model_dir);
   TESSEL_CHECK(found.has_value(), "{}: no config.json (expected a folder written by tessel export "
                "or --save-hf)", model_dir);
   ModelConfig cfg = *found;
-  ByteTokenizer tokenizer;
-  TESSEL_CHECK(cfg.vocab_size >= tokenizer.vocab_size(),
-               "{}: vocabulary {} is smaller than the byte tokenizer's 256", model_dir, cfg.vocab_size);
+  const std::unique_ptr<Tokenizer> tokenizer = model_tokenizer(model_dir, o.tokenizer);
+  TESSEL_CHECK(cfg.vocab_size >= tokenizer->vocab_size(),
+               "{}: the model's vocabulary {} is smaller than the {}'s {}", model_dir,
+               cfg.vocab_size, tokenizer->type(), tokenizer->vocab_size());
 
   // One sequence of the model's full context; the context is right-padded, and causal attention
   // makes the logits at position t independent of everything after t.
@@ -55,14 +66,22 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
   load_hf_weights(params, cfg, hf_weights_file(model_dir));
   ChunkActivations acts = model.make_activations();
 
-  std::vector<int32_t> context = tokenizer.encode(o.prompt.empty() ? "\n" : o.prompt);
+  std::vector<int32_t> context = tokenizer->encode(o.prompt.empty() ? "\n" : o.prompt);
+  TESSEL_CHECK(!context.empty(), "the prompt encodes to no tokens");
+  const SpecialIds ids = tokenizer->special_ids();
+  const int32_t stop = o.ignore_eos ? -1 : ids.eos >= 0 ? ids.eos : ids.eod;
   const int64_t T = cfg.seq_length;
   std::vector<int32_t> window(T, 0);
   Tensor window_tokens = k.zeros({T}, DType::I32);
   std::vector<float> logits(model.vocab_shard_size());
   std::vector<std::pair<float, int32_t>> scratch;
-  scratch.reserve(tokenizer.vocab_size());
+  scratch.reserve(tokenizer->vocab_size());
   const uint64_t stream = fnv1a64("generate");
+  // The new tokens are decoded together, so that a character split over tokens (byte-level BPE,
+  // byte fallback) comes out whole; only text no later token can change is emitted, and bytes
+  // that are no text as U+FFFD.
+  std::vector<int32_t> generated;
+  size_t shown = 0;
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     const int64_t len = std::min<int64_t>(static_cast<int64_t>(context.size()), T);
     std::fill(window.begin(), window.end(), 0);
@@ -71,12 +90,21 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
     model.forward(acts, window_tokens.ints(), nullptr, nullptr, 0.0f);
     const int64_t V = model.vocab_shard_size();
     k.memory.to_host(logits.data(), model.logits() + (len - 1) * V, V * 4);
-    // Only byte tokens can be printed by the byte tokenizer: padded vocabulary rows are skipped.
-    int32_t token = sample_token(logits.data(), tokenizer.vocab_size(), o.temperature, o.top_k,
-                                 random_uniform(o.seed, stream, step), scratch);
+    // The padded vocabulary rows past the tokenizer's are never drawn.
+    const int32_t token = sample_token(logits.data(), tokenizer->vocab_size(), o.temperature,
+                                       o.top_k, random_uniform(o.seed, stream, step), scratch);
+    if (token == stop) break;
     context.push_back(token);
-    emit(tokenizer.decode(std::span<const int32_t>(&token, 1)));
+    generated.push_back(token);
+    const std::string text = tokenizer->decode(generated);
+    const size_t complete = complete_utf8_prefix(text);
+    if (complete > shown) {
+      emit(replace_invalid_utf8(std::string_view(text).substr(shown, complete - shown)));
+      shown = complete;
+    }
   }
+  const std::string text = tokenizer->decode(generated);
+  if (text.size() > shown) emit(replace_invalid_utf8(std::string_view(text).substr(shown)));
 }
 
 }  // namespace tessel

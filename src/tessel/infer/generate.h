@@ -3,9 +3,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tessel/data/tokenizer.h"
 
 namespace tessel {
 
@@ -15,10 +19,19 @@ struct GenerateOptions {
   float temperature = 0.8f;  // 0: greedy
   int64_t top_k = 40;        // 0: the whole vocabulary
   uint64_t seed = 1;
+  bool ignore_eos = false;  // go on past the tokenizer's end-of-sequence (or -document) token
+  std::optional<TokenizerOptions> tokenizer;  // given by flags; else the model folder's
 };
 
+// The tokenizer to generate with: `given`, else the one saved in the model folder
+// (tokenizer_in_folder), else the byte tokenizer.
+std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_dir,
+                                           const std::optional<TokenizerOptions>& given);
+
 // Loads `model_dir` (config.json + model.safetensors, as `tessel export` or --save-hf write),
-// then generates; each new token's text is passed to `emit` as soon as it is drawn.
+// then generates with model_tokenizer until --max-new-tokens or the end-of-sequence token; the
+// text is passed to `emit` as soon as it is whole (a character split over tokens comes out once
+// its last token is drawn).
 void generate(const std::string& model_dir, const GenerateOptions& options,
               const std::function<void(const std::string&)>& emit);
 

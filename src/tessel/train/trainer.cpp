@@ -11,6 +11,7 @@
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
+#include "tessel/data/tokenizer_files.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/optim/post_validation.h"
 #include "tessel/model/transformer.h"
@@ -89,7 +90,18 @@ nlohmann::json checkpoint_run_config(const TrainPlan& plan) {
           {"sequence_parallel", pc.sequence_parallel},
           {"micro_batch_size", o.batch.micro_batch_size},
           {"global_batch_size", o.batch.global_batch_size}, {"train_iters", plan.train_iters()},
-          {"data_path", o.data.path}, {"tokenizer", plan.tokenizer->type()}};
+          {"data_path", o.data.path}, {"tokenizer", tokenizer_identity(*plan.tokenizer)}};
+}
+
+// A run resumes with the tokenizer its save was trained with (saves before tokenizers were
+// recorded name only a type, and are not checked).
+void check_saved_tokenizer(const std::string& dir, const nlohmann::json& current) {
+  const nlohmann::json meta = read_checkpoint_metadata(dir);
+  const nlohmann::json& saved = meta.at("run_config").at("tokenizer");
+  if (!saved.is_object()) return;
+  const std::string why = tokenizer_mismatch(saved, current);
+  if (!why.empty())
+    throw Error(fmt::format("--load {}: {}; give the tokenizer flags it was trained with", dir, why));
 }
 
 // --save every --save-interval iterations, at --exit-interval and at the end.
@@ -181,14 +193,17 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   const CheckpointOptions& ckpt = o.checkpoint;
   const bool has_save =
       !ckpt.load.empty() && std::filesystem::exists(ckpt.load + "/latest_checkpointed_iteration.txt");
+  const nlohmann::json run_config = checkpoint_run_config(plan);
+  if (has_save) check_saved_tokenizer(ckpt.load, run_config.at("tokenizer"));
   const int64_t resumed = has_save ? load_checkpoint(ckpt.load, params, optimizer, plan.model) : 0;
   CheckpointSaver saver(ckpt.async_save);
-  const nlohmann::json run_config = checkpoint_run_config(plan);
 
   const bool first_rank = groups.world_rank() == 0;
   TrainLog log(plan.train_iters(), o.log.interval, first_rank ? o.log.json : std::string(),
                o.log.progress && first_rank, !first_rank);
   report_run(log, plan, groups, params, data);
+  if (o.eval.iters > 0 && data.get(Split::Valid) == nullptr)
+    log.message("no validation: the valid split has no samples (see --split or --valid-data-path)");
   if (has_save) log.message(fmt::format("resumed from {} after iteration {}", ckpt.load, resumed));
   else if (!ckpt.load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", ckpt.load));
 
@@ -296,7 +311,8 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   totals.report(log, groups, params, *stage.chunks.front(), loader.read_seconds_per_batch());
   if (!ckpt.save_hf.empty()) {
     export_gathered(params, plan, groups);
-    log.message(fmt::format("saved {}/model.safetensors and config.json", ckpt.save_hf));
+    if (first_rank) save_tokenizer_files(o.data.tokenizer, *plan.tokenizer, ckpt.save_hf);
+    log.message(fmt::format("saved {}/model.safetensors, config.json and the tokenizer", ckpt.save_hf));
   }
   return history;
 }

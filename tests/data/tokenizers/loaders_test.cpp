@@ -129,38 +129,9 @@ TEST(HuggingFaceTokenizer, UnsupportedOrBrokenFilesAreNamed) {
   EXPECT_CONTAINS(error_of([&] { load_hf_tokenizer(dir.path("nowhere")); }), "nowhere: cannot read");
 }
 
-std::string base64(std::string_view bytes) {
-  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
-    for (int k = 18; k >= 0; k -= 6) out += a[(v >> k) & 63];
-  }
-  if (bytes.size() - i == 1) {
-    const uint32_t v = uint8_t(bytes[i]) << 16;
-    out += std::string{a[v >> 18], a[(v >> 12) & 63], '=', '='};
-  } else if (bytes.size() - i == 2) {
-    const uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8);
-    out += std::string{a[v >> 18], a[(v >> 12) & 63], a[(v >> 6) & 63], '='};
-  }
-  return out;
-}
-
-// The tiny model as tiktoken ranks: the bytes, then each merged token, then "xyz".
-std::string tiny_ranks() {
-  std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
-  for (const auto& [a, b] : testing::tiny_merges()) tokens.push_back(a + b);
-  tokens.push_back("xyz");
-  std::string s;
-  for (size_t r = 0; r < tokens.size(); ++r) s += base64(tokens[r]) + " " + std::to_string(r) + "\n";
-  return s;
-}
-
 TEST(TikTokenizer, RankFile) {
   TestDir dir;
-  TokenizerOptions o{.type = "TikTokenizer", .tokenizer_model = dir.write("tiny.tiktoken", tiny_ranks()),
+  TokenizerOptions o{.type = "TikTokenizer", .tokenizer_model = dir.write("tiny.tiktoken", testing::tiny_ranks()),
                      .tiktoken_pattern = "cl100k"};
   o.special_tokens = {"<|endoftext|>"};
   const auto t = make_tokenizer(o);
@@ -192,7 +163,7 @@ TEST(TikTokenizer, MegatronJsonVocabulary) {
   // Megatron's layout: special tokens take the first ids, the ranks follow.
   TestDir dir;
   nlohmann::json list = nlohmann::json::array();
-  for_each_line(tiny_ranks(), [&](size_t line_no, std::string_view line) {
+  for_each_line(testing::tiny_ranks(), [&](size_t line_no, std::string_view line) {
     const std::string base64_token(line.substr(0, line.find(' ')));
     list.push_back({{"rank", line_no - 1}, {"token_bytes", base64_token}, {"token_str", ""}});
   });

@@ -1,5 +1,5 @@
 // Small tokenizer files written by the tests: a byte-level BPE with all 256 bytes (id = byte)
-// and a few merges, as GPT-2 files, as a tokenizer.json and as a tiktoken rank file.
+// and a few merges, as GPT-2 files, as a tokenizer.json and as tiktoken ranks (tiny_ranks).
 #pragma once
 
 #include "support/fixtures.h"
@@ -62,6 +62,35 @@ inline nlohmann::json tiny_tokenizer_json(bool merges_as_pairs, bool ignore_merg
           {"post_processor", byte_level},
           {"decoder", byte_level},
           {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}, {"ignore_merges", ignore_merges}}}};
+}
+
+inline std::string base64(std::string_view bytes) {
+  static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8) | uint8_t(bytes[i + 2]);
+    for (int k = 18; k >= 0; k -= 6) out += a[(v >> k) & 63];
+  }
+  if (bytes.size() - i == 1) {
+    const uint32_t v = uint8_t(bytes[i]) << 16;
+    out += std::string{a[v >> 18], a[(v >> 12) & 63], '=', '='};
+  } else if (bytes.size() - i == 2) {
+    const uint32_t v = (uint8_t(bytes[i]) << 16) | (uint8_t(bytes[i + 1]) << 8);
+    out += std::string{a[v >> 18], a[(v >> 12) & 63], a[(v >> 6) & 63], '='};
+  }
+  return out;
+}
+
+// The tiny model as tiktoken ranks: the bytes, then each merged token, then "xyz".
+inline std::string tiny_ranks() {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(1, static_cast<char>(b));
+  for (const auto& [a, b] : tiny_merges()) tokens.push_back(a + b);
+  tokens.push_back("xyz");
+  std::string s;
+  for (size_t r = 0; r < tokens.size(); ++r) s += base64(tokens[r]) + " " + std::to_string(r) + "\n";
+  return s;
 }
 
 }  // namespace tessel::testing
