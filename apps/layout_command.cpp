@@ -103,7 +103,7 @@ void print_stages(const std::vector<ChunkSpec>& chunks, const StageOptions& o, c
              o.virtual_stages > 1 ? fmt::format(" × VPP {} (model chunk k on stage k mod PP)", o.virtual_stages)
                                   : std::string());
   for (int stage = 0; stage < o.pipeline_size; ++stage) {
-    std::vector<ChunkSpec> mine = rank_chunks(chunks, o.pipeline_size, stage);
+    std::vector<ChunkSpec> mine = rank_chunks(chunks, o, stage);
     std::string text;
     for (size_t c = 0; c < mine.size(); ++c) {
       const ChunkSpec& s = mine[c];

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
 #include "tessel/pipeline/simulate.h"
@@ -81,26 +82,76 @@ void print_rank_stats(const Simulation& sim, const ScheduleConfig& config, bool 
     fmt::print("peak in flight: microbatches whose forward has run and backward not yet\n");
 }
 
-void print_bubble(const Simulation& sim, const ScheduleConfig& config, int communication_cost) {
-  const int p = config.pipeline_size, m = config.microbatches, v = config.virtual_stages;
-  double low = sim.ranks[0].bubble_ratio(), high = low;
-  size_t low_rank = 0, high_rank = 0;
-  for (size_t r = 1; r < sim.ranks.size(); ++r) {
-    const double b = sim.ranks[r].bubble_ratio();
-    if (b < low) low = b, low_rank = r;
-    if (b > high) high = b, high_rank = r;
+const char* kind_class(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::Forward: return "F";
+    case ActionKind::Backward: return "B";
+    case ActionKind::BackwardInput: return "I";
+    case ActionKind::BackwardWeight: return "W";
+    default: return "comm";
   }
-  fmt::print("\nbubble = bubble time / ideal time (a rank's idle time in the iteration ÷ its compute time)\n");
-  if (high - low < 1e-9)
-    fmt::print("  measured: {} on every rank (makespan {})\n", number(high), number(sim.makespan));
-  else
-    fmt::print("  measured: {} (rank {}) to {} (rank {}) (makespan {})\n", number(low), low_rank, number(high),
-               high_rank, number(sim.makespan));
-  if (config.kind == ScheduleKind::Interleaved)
-    fmt::print("  formula:  (p − 1)/(v·m) = ({} − 1)/({}·{}) = {}", p, v, m, number((p - 1.0) / (v * m)));
-  else
-    fmt::print("  formula:  (p − 1)/m = ({} − 1)/{} = {}", p, m, number((p - 1.0) / m));
-  fmt::print("{}\n", communication_cost > 0 ? " (without communication time)" : "");
+}
+
+void print_bubble(const Simulation& sim, const ScheduleConfig& config, const SimulationCosts& costs) {
+  const int p = config.pipeline_size, m = config.microbatches, v = config.virtual_stages;
+  const bool megatrons = config.kind == ScheduleKind::GPipe || config.kind == ScheduleKind::OneFOneB ||
+                         config.kind == ScheduleKind::Interleaved;
+  const char* without_communication = costs.communication > 0 ? " (without communication time)" : "";
+  if (megatrons) {  // Megatron's measure: every rank idles alike
+    double low = sim.ranks[0].bubble_ratio(), high = low;
+    size_t low_rank = 0, high_rank = 0;
+    for (size_t r = 1; r < sim.ranks.size(); ++r) {
+      const double b = sim.ranks[r].bubble_ratio();
+      if (b < low) low = b, low_rank = r;
+      if (b > high) high = b, high_rank = r;
+    }
+    fmt::print("\nbubble = bubble time / ideal time (a rank's idle time in the iteration ÷ its compute time)\n");
+    if (high - low < 1e-9)
+      fmt::print("  measured: {} on every rank (makespan {})\n", number(high), number(sim.makespan));
+    else
+      fmt::print("  measured: {} (rank {}) to {} (rank {}) (makespan {})\n", number(low), low_rank, number(high),
+                 high_rank, number(sim.makespan));
+    if (config.kind == ScheduleKind::Interleaved)
+      fmt::print("  formula:  (p − 1)/(v·m) = ({} − 1)/({}·{}) = {}", p, v, m, number((p - 1.0) / (v * m)));
+    else
+      fmt::print("  formula:  (p − 1)/m = ({} − 1)/{} = {}", p, m, number((p - 1.0) / m));
+    fmt::print("{}\n", without_communication);
+  }
+  size_t worst = 0;
+  for (size_t r = 1; r < sim.ranks.size(); ++r)
+    if (sim.ranks[r].span_idle() > sim.ranks[worst].span_idle()) worst = r;
+  fmt::print("\niteration bubble = the most a rank idles between its first and last action ÷ the longest such "
+             "span\n(what an iteration loses once iterations run back to back, as optimizer post-validation lets "
+             "them)\n");
+  fmt::print("  measured: {} (rank {} idles {} of span {})\n", number(sim.bubble()), worst,
+             number(sim.ranks[worst].span_idle()), number(sim.longest_span()));
+  fmt::print("  formula:  {}{}\n", published_bubble(config, costs).text, without_communication);
+}
+
+// The simulation for tools: per rank its actions, idle time and peak in flight; overall the
+// bubble beside the published formula's value (null where none applies).
+nlohmann::json schedule_json(const Simulation& sim, const ScheduleConfig& config, const SimulationCosts& costs) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (size_t r = 0; r < sim.ranks.size(); ++r) {
+    const RankTimeline& t = sim.ranks[r];
+    nlohmann::json actions = nlohmann::json::array();
+    for (const TimedAction& ta : t.compute)
+      actions.push_back({{"kind", kind_class(ta.action.kind)}, {"microbatch", ta.action.microbatch},
+                         {"chunk", ta.action.chunk}, {"start", ta.start}, {"end", ta.end}});
+    ranks.push_back({{"rank", r}, {"compute", t.busy}, {"idle", t.span_idle()},
+                     {"idle_in_makespan", t.idle_time}, {"first_start", t.first_start}, {"last_end", t.last_end},
+                     {"peak_in_flight", t.peak_in_flight}, {"actions", actions}});
+  }
+  const PublishedBubble formula = published_bubble(config, costs);
+  return {{"schedule", schedule_kind_name(config.kind)}, {"pp", config.pipeline_size},
+          {"microbatches", config.microbatches}, {"virtual_stages", config.virtual_stages},
+          {"costs", {{"forward", costs.forward}, {"backward", costs.backward},
+                     {"backward_input", costs.backward_input}, {"backward_weight", costs.backward_weight},
+                     {"communication", costs.communication}}},
+          {"makespan", sim.makespan}, {"longest_span", sim.longest_span()}, {"bubble", sim.bubble()},
+          {"formula", formula.text},
+          {"bubble_formula", formula.value ? nlohmann::json(*formula.value) : nlohmann::json(nullptr)},
+          {"ranks", ranks}};
 }
 
 // A colour per compute kind, lightened towards white for later chunks so that a rank's chunks
@@ -113,16 +164,6 @@ std::string fill_colour(const Action& a, int virtual_stages) {
   const double lighten = virtual_stages > 1 ? 0.55 * a.chunk / (virtual_stages - 1) : 0;
   for (int& c : rgb) c = static_cast<int>(std::lround(c + (255 - c) * lighten));
   return fmt::format("#{:02x}{:02x}{:02x}", rgb[0], rgb[1], rgb[2]);
-}
-
-const char* kind_class(ActionKind kind) {
-  switch (kind) {
-    case ActionKind::Forward: return "F";
-    case ActionKind::Backward: return "B";
-    case ActionKind::BackwardInput: return "I";
-    case ActionKind::BackwardWeight: return "W";
-    default: return "comm";
-  }
 }
 
 // One row per rank, one box per compute action (class F / B / I / W, the microbatch number
@@ -166,10 +207,15 @@ std::string schedule_svg(const Simulation& sim, const ScheduleConfig& config, co
   }
   s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">time</text>\n", left + plot_w,
                    axis_y + 34);
-  // Legend: F and B of every chunk.
+  // Legend: each kind of compute the schedule runs, for every chunk.
   double x = left;
   const double legend_y = axis_y + 48;
-  for (ActionKind kind : {ActionKind::Forward, ActionKind::Backward}) {
+  for (ActionKind kind : {ActionKind::Forward, ActionKind::Backward, ActionKind::BackwardInput,
+                          ActionKind::BackwardWeight}) {
+    const bool runs = std::any_of(sim.ranks.begin(), sim.ranks.end(), [&](const RankTimeline& t) {
+      return std::any_of(t.compute.begin(), t.compute.end(), [&](const TimedAction& a) { return a.action.kind == kind; });
+    });
+    if (!runs) continue;
     for (int c = 0; c < v; ++c) {
       Action a{kind, 0, c, -1};
       s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"14\" fill=\"{}\" stroke=\"#333\" "
@@ -193,16 +239,24 @@ ScheduleCommand::ScheduleCommand(CLI::App& app) {
   c.add_option("--microbatches,--num-microbatches", config_.microbatches, "microbatches per iteration")->required();
   c.add_option("--vpp,--num-virtual-stages-per-pipeline-rank", config_.virtual_stages,
                "model chunks per rank")->capture_default_str();
-  c.add_option("--schedule", schedule_, "gpipe | 1f1b | interleaved (default: interleaved when --vpp > 1, else 1f1b)");
+  c.add_option("--schedule", schedule_,
+               "gpipe | 1f1b | interleaved | zb-h1 | zb-v | dualpipev (default: interleaved when --vpp > 1, else 1f1b)");
   c.add_option("--microbatch-group-size-per-virtual-pipeline-stage", config_.microbatch_group,
                "interleaved: microbatches a chunk runs in a row (default: --pp)");
   c.add_option("--forward-cost", forward_cost_, "time units of one forward of one chunk")->capture_default_str();
-  c.add_option("--backward-cost", backward_cost_, "time units of one backward of one chunk")->capture_default_str();
+  backward_cost_option_ = c.add_option("--backward-cost", backward_cost_,
+                                       "time units of one whole backward of one chunk (default: input + weight)");
+  c.add_option("--backward-input-cost", backward_input_cost_, "time units of one input gradient (I) of one chunk")
+      ->capture_default_str();
+  c.add_option("--backward-weight-cost", backward_weight_cost_, "time units of one weight gradient (W) of one chunk")
+      ->capture_default_str();
   c.add_option("--communication-cost", communication_cost_, "time units from a send to its receive")
       ->capture_default_str();
   c.add_flag("--forward-only", forward_only_, "forwards only, as Megatron's forward_only (evaluation) runs them");
   c.add_option("--columns", columns_, "time units per block of the table")->capture_default_str();
   c.add_option("--svg", svg_path_, "also draw the schedule into this SVG file");
+  c.add_flag("--json", json_, "print the simulation as JSON (per rank: actions, idle time, peak in flight; the "
+                              "bubble beside its formula) instead of the table");
 }
 
 void ScheduleCommand::run() const {
@@ -216,9 +270,21 @@ void ScheduleCommand::run() const {
       v.push_back(e.what());  // and the other rules under the default schedule
     }
   }
+  config.virtual_stages = chunks_per_rank(config.kind, config.virtual_stages);
   for (const std::string& rule : schedule_violations(config)) v.push_back(rule);
-  if (forward_cost_ < 1) v.push_back(fmt::format("--forward-cost must be at least 1 (got {})", forward_cost_));
-  if (backward_cost_ < 1) v.push_back(fmt::format("--backward-cost must be at least 1 (got {})", backward_cost_));
+  SimulationCosts costs;
+  costs.forward = forward_cost_;
+  costs.backward_input = backward_input_cost_;
+  costs.backward_weight = backward_weight_cost_;
+  costs.backward = backward_cost_option_->count() > 0 ? backward_cost_ : backward_input_cost_ + backward_weight_cost_;
+  costs.communication = communication_cost_;
+  auto at_least_one = [&](const char* flag, double cost) {
+    if (cost < 1) v.push_back(fmt::format("{} must be at least 1 (got {})", flag, cost));
+  };
+  at_least_one("--forward-cost", costs.forward);
+  at_least_one("--backward-cost", costs.backward);
+  at_least_one("--backward-input-cost", costs.backward_input);
+  at_least_one("--backward-weight-cost", costs.backward_weight);
   if (communication_cost_ < 0)
     v.push_back(fmt::format("--communication-cost must not be negative (got {})", communication_cost_));
   if (columns_ < 1) v.push_back(fmt::format("--columns must be at least 1 (got {})", columns_));
@@ -230,31 +296,41 @@ void ScheduleCommand::run() const {
 
   std::vector<RankSchedule> compute = generate_schedule(config);
   if (forward_only_) compute = forward_only_schedule(std::move(compute));
-  SimulationCosts costs;
-  costs.forward = forward_cost_;
-  costs.backward = backward_cost_;
-  costs.communication = communication_cost_;
   const Simulation sim = simulate(lower(compute, config), config, costs);
   if (!sim.ok()) fail("the {} schedule does not run: {}", schedule_kind_name(config.kind), sim.error);
+  if (json_) {
+    fmt::print("{}\n", schedule_json(sim, config, costs).dump(2));
+    return;
+  }
 
   const int p = config.pipeline_size, m = config.microbatches, vpp = config.virtual_stages;
+  const bool split = std::any_of(compute.begin(), compute.end(), [](const RankSchedule& s) {
+    return std::any_of(s.begin(), s.end(), [](const Action& a) { return a.kind == ActionKind::BackwardInput; });
+  });
   std::string title = fmt::format("{}{}: pp {}, {} microbatches", schedule_kind_name(config.kind),
                                   forward_only_ ? " (forward only)" : "", p, m);
   if (config.kind == ScheduleKind::Interleaved)
     title += fmt::format(", vpp {}, microbatch group {}", vpp, config.microbatch_group ? config.microbatch_group : p);
   if (forward_only_)
     fmt::print("{}; forward {}, communication {} time units\n", title, forward_cost_, communication_cost_);
+  else if (split)
+    fmt::print("{}; forward {}, backward {} (input {}, weight {}), communication {} time units\n", title,
+               costs.forward, costs.backward, costs.backward_input, costs.backward_weight, communication_cost_);
   else
-    fmt::print("{}; forward {}, backward {}, communication {} time units\n", title, forward_cost_, backward_cost_,
+    fmt::print("{}; forward {}, backward {}, communication {} time units\n", title, costs.forward, costs.backward,
                communication_cost_);
-  if (vpp > 1)
-    fmt::print("cells: F<microbatch>.<chunk> / B<microbatch>.<chunk>, microbatches from 1 as the seed counts them; "
-               "chunk c on rank r is model chunk c·{} + r; · = idle\n\n", p);
+  const std::string kinds = split ? "F / B / I (input gradient) / W (weight gradient)" : "F / B";
+  if (schedule_placement(config.kind) == Placement::V)
+    fmt::print("cells: {} <microbatch>.<chunk>, microbatches from 1 as the seed counts them; chunk 0 on rank r is "
+               "model chunk r, chunk 1 model chunk 2·{} − 1 − r (a V); · = idle\n\n", kinds, p);
+  else if (vpp > 1)
+    fmt::print("cells: {} <microbatch>.<chunk>, microbatches from 1 as the seed counts them; chunk c on rank r is "
+               "model chunk c·{} + r; · = idle\n\n", kinds, p);
   else
-    fmt::print("cells: F<microbatch> / B<microbatch>, microbatches from 1 as the seed counts them; · = idle\n\n");
+    fmt::print("cells: {} <microbatch>, microbatches from 1 as the seed counts them; · = idle\n\n", kinds);
   print_table(sim, config, columns_);
   print_rank_stats(sim, config, forward_only_);
-  print_bubble(sim, config, communication_cost_);
+  print_bubble(sim, config, costs);
 
   if (!svg_path_.empty()) {
     std::ofstream out(svg_path_);

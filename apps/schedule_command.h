@@ -9,6 +9,9 @@
 //     same five columns open the whole GPipe iteration (T1..T10);
 //   tessel schedule --pp 2 --microbatches 4 --forward-cost 1 --backward-cost 1
 //     1F1B's full table: rank 0 F1 F2 · B1 F3 B2 F4 B3 · B4, rank 1 · F1 B1 F2 B2 F3 B3 F4 B4 ·.
+// The zero-bubble schedules (--schedule zb-h1 | zb-v | dualpipev) split backwards into I (input
+// gradient, --backward-input-cost) and W (weight gradient, --backward-weight-cost); --json writes
+// the same simulation for tools instead of the table.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -33,8 +36,12 @@ class ScheduleCommand {
   ScheduleConfig config_;
   std::string schedule_;  // empty: interleaved when --vpp > 1, else 1f1b
   int forward_cost_ = 1;
-  int backward_cost_ = 2;
+  int backward_cost_ = 2;          // a whole backward; I + W unless --backward-cost is given
+  int backward_input_cost_ = 1;
+  int backward_weight_cost_ = 1;
+  CLI::Option* backward_cost_option_ = nullptr;
   int communication_cost_ = 0;
+  bool json_ = false;
   bool forward_only_ = false;
   int columns_ = 20;
   std::string svg_path_;

@@ -218,6 +218,9 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_option("--adam-beta2", t.optim.adamw.beta2, "AdamW beta2")->capture_default_str();
   train_cmd->add_option("--adam-eps", t.optim.adamw.eps, "AdamW epsilon")->capture_default_str();
   train_cmd->add_option("--clip-grad", t.optim.adamw.clip_grad, "gradient clipping by global norm (0: off)")->capture_default_str();
+  train_cmd->add_flag("--enable-optimizer-post-validation", t.optim.post_validation,
+                      "step before the global gradient norm is known; undo and redo the step if clipping or a "
+                      "non-finite norm changes it (zero-bubble pipelines)");
   ParallelConfig& pc = t.parallel.layout;
   train_cmd->add_option("--tp,--tensor-model-parallel-size", pc.tp, "tensor parallel size")->capture_default_str();
   train_cmd->add_option("--pp,--pipeline-model-parallel-size", pc.pp, "pipeline parallel size")->capture_default_str();
@@ -227,7 +230,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_option("--vpp,--num-virtual-stages-per-pipeline-rank", pc.vpp, "virtual pipeline stages")->capture_default_str();
   train_cmd->add_option("--order", pc.order, "rank order, first axis fastest")->capture_default_str();
   train_cmd->add_flag("--sequence-parallel", pc.sequence_parallel, "split norms and residuals along the sequence over TP");
-  train_cmd->add_option("--schedule", t.parallel.pipeline.schedule, "pipeline schedule: gpipe | 1f1b | interleaved (default 1f1b, interleaved with --vpp)");
+  train_cmd->add_option("--schedule", t.parallel.pipeline.schedule, "pipeline schedule: gpipe | 1f1b | interleaved | zb-h1 | zb-v | dualpipev (default 1f1b, interleaved with --vpp)");
   train_cmd->add_option("--microbatch-group-size-per-virtual-pipeline-stage", t.parallel.pipeline.microbatch_group,
                         "interleaved schedule's microbatch group (0: PP)")->capture_default_str();
   train_cmd->add_option("--decoder-first-pipeline-num-layers", t.parallel.pipeline.first_stage_layers, "layers of the first pipeline stage");
@@ -238,6 +241,13 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_flag("--overlap-grad-reduce", t.parallel.ddp.overlap_grad_reduce,
                       "start each DP bucket's reduction during backward (non-blocking)");
   train_cmd->add_flag("--use-distributed-optimizer", pc.distributed_optimizer, "shard Adam state and the update over DP (ZeRO-1)");
+  train_cmd->add_option("--recompute-granularity", t.recompute.granularity, "activation recomputation: full | selective");
+  train_cmd->add_option("--recompute-method", t.recompute.method, "full recompute: uniform | block");
+  train_cmd->add_option("--recompute-num-layers", t.recompute.num_layers,
+                        "full recompute: layers per recompute group (uniform), or recomputed layers of each model chunk (block)");
+  train_cmd->add_option("--recompute-modules", t.recompute.modules,
+                        "selective recompute: core_attn layernorm mlp moe moe_act shared_experts (default core_attn)");
+  train_cmd->add_flag("--recompute-activations", t.recompute.activations, "selective recompute (Megatron's older flag)");
   train_cmd->add_option("--make-vocab-size-divisible-by", train_model.flags.make_vocab_size_divisible_by,
                         "pad the vocabulary to a multiple of this × TP")->capture_default_str();
   bool force_progress = false;

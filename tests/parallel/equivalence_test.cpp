@@ -33,7 +33,7 @@ struct Layout {
   const char* flags;
   bool odd_model = false;  // a parameter count that no DP size divides evenly
   int layers = 2;
-  const char* model_extra = "";  // flags for the reference too (the MoE settings)
+  const char* model_extra = "";  // flags for the reference too (the MoE settings, the batch)
   bool real_data = false;  // the blend of preprocessed datasets (real_data_flags), with evaluation
 };
 
@@ -63,7 +63,7 @@ std::string model_flags(const std::string& arch, bool odd, int layers) {
 
 // The microbatch size is the layout's (default 2): the trajectory must not depend on it.
 const char* kTraining =
-    "--seq-length 32 --global-batch-size 8 --train-iters 10 "
+    "--seq-length 32 --train-iters 10 "
     "--lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1 "
     "--seed 11 --threads 1 ";
 
@@ -127,6 +127,9 @@ TrainRun run_tessel(const std::string& arch, const Layout& layout, const std::st
   std::string train =
       std::string(TESSEL_BINARY) + " train " + model_flags(arch, layout.odd_model, layout.layers) +
       layout.model_extra + " " + kTraining + flags +
+      (std::string(layout.model_extra).find("--global-batch-size") == std::string::npos
+           ? " --global-batch-size 8"
+           : "") +
       (layout.real_data ? " " + real_data_flags() + " --data-cache-path " + (dir / "cache").string()
                         : std::string()) +
       " --log-json " + (dir / "log.jsonl").string() + " --save-hf " + (dir / "model").string();
@@ -258,6 +261,56 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Equivalence,
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
                          });
 
+// Zero-bubble schedules, each on PP2 and PP4, alone, with TP2 and with DP2 (the DP2 ones with
+// optimizer post-validation, which at the default --clip-grad 1 undoes and redoes every step);
+// post-validation where clipping triggers only in the first iterations (--clip-grad 2); MoE
+// under ZB-V; recompute (full uniform and block, selective) under 1F1B, interleaved and ZB-V,
+// and selective with TP, SP and CP. A V holds 2·PP model chunks; DualPipeV needs 2·PP
+// microbatches per DP rank.
+#define TESSEL_POST_VALIDATION " --enable-optimizer-post-validation"
+#define TESSEL_FULL_UNIFORM " --recompute-granularity full --recompute-method uniform --recompute-num-layers 2"
+#define TESSEL_FULL_BLOCK " --recompute-granularity full --recompute-method block --recompute-num-layers 1"
+#define TESSEL_SELECTIVE " --recompute-granularity selective --recompute-modules core_attn layernorm mlp"
+const Layout kScheduleLayouts[] = {
+    {"pp2_zbh1", 2, "--pp 2 --schedule zb-h1", false, 4},
+    {"pp4_zbh1", 4, "--pp 4 --schedule zb-h1 --micro-batch-size 1", false, 4},
+    {"tp2_pp2_zbh1", 4, "--tp 2 --pp 2 --schedule zb-h1", false, 4},
+    {"tp2_pp4_zbh1", 8, "--tp 2 --pp 4 --schedule zb-h1 --micro-batch-size 1", false, 4},
+    {"dp2_pp2_zbh1", 4, "--pp 2 --schedule zb-h1" TESSEL_POST_VALIDATION, false, 4},
+    {"dp2_pp4_zbh1", 8, "--pp 4 --schedule zb-h1 --micro-batch-size 1" TESSEL_POST_VALIDATION, false, 4},
+    {"pp2_zbv", 2, "--pp 2 --schedule zb-v", false, 4},
+    {"pp4_zbv", 4, "--pp 4 --schedule zb-v --micro-batch-size 1", false, 8},
+    {"tp2_pp2_zbv", 4, "--tp 2 --pp 2 --schedule zb-v", false, 4},
+    {"tp2_pp4_zbv", 8, "--tp 2 --pp 4 --schedule zb-v --micro-batch-size 1", false, 8},
+    {"dp2_pp2_zbv", 4, "--pp 2 --schedule zb-v" TESSEL_POST_VALIDATION, false, 4},
+    {"dp2_pp4_zbv", 8, "--pp 4 --schedule zb-v --micro-batch-size 1" TESSEL_POST_VALIDATION, false, 8},
+    {"pp2_dualpipev", 2, "--pp 2 --schedule dualpipev --micro-batch-size 1", false, 4},
+    {"pp4_dualpipev", 4, "--pp 4 --schedule dualpipev --micro-batch-size 1", false, 8},
+    {"tp2_pp2_dualpipev", 4, "--tp 2 --pp 2 --schedule dualpipev --micro-batch-size 1", false, 4},
+    {"tp2_pp4_dualpipev", 8, "--tp 2 --pp 4 --schedule dualpipev --micro-batch-size 1", false, 8},
+    {"dp2_pp2_dualpipev", 4, "--pp 2 --schedule dualpipev --micro-batch-size 1" TESSEL_POST_VALIDATION, false, 4},
+    {"dp2_pp4_dualpipev", 8, "--pp 4 --schedule dualpipev --micro-batch-size 1" TESSEL_POST_VALIDATION, false, 8,
+     "--global-batch-size 16"},
+    {"pp2_zbv_post_validation_clip2", 2, "--pp 2 --schedule zb-v" TESSEL_POST_VALIDATION, false, 4, "--clip-grad 2"},
+    {"pp2_recompute_uniform", 2, "--pp 2" TESSEL_FULL_UNIFORM, false, 4},
+    {"pp2_recompute_block", 2, "--pp 2" TESSEL_FULL_BLOCK, false, 4},
+    {"pp2_recompute_selective", 2, "--pp 2" TESSEL_SELECTIVE, false, 4},
+    {"pp2_vpp2_recompute_uniform", 2, "--pp 2 --vpp 2" TESSEL_FULL_UNIFORM, false, 8},
+    {"pp2_vpp2_recompute_block", 2, "--pp 2 --vpp 2" TESSEL_FULL_BLOCK, false, 8},
+    {"pp2_vpp2_recompute_selective", 2, "--pp 2 --vpp 2 --recompute-granularity selective", false, 8},
+    {"pp2_zbv_recompute_uniform", 2, "--pp 2 --schedule zb-v" TESSEL_FULL_UNIFORM, false, 8},
+    {"pp2_zbv_recompute_block", 2, "--pp 2 --schedule zb-v" TESSEL_FULL_BLOCK, false, 8},
+    {"pp2_zbv_recompute_selective", 2, "--pp 2 --schedule zb-v" TESSEL_SELECTIVE, false, 8},
+    {"tp2_sp_cp2_recompute_selective", 4, "--tp 2 --sequence-parallel --cp 2" TESSEL_SELECTIVE},
+};
+
+INSTANTIATE_TEST_SUITE_P(Schedules, Equivalence,
+                         ::testing::Combine(::testing::Values("gpt2", "llama"),
+                                            ::testing::ValuesIn(kScheduleLayouts)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+                         });
+
 // Llama's attention options (Qwen's q/k/v biases and QK-norm) under tensor parallelism: the biases
 // split with their weights' output rows, the QK-norm weights replicated with gradients summed over
 // TP — by the model without sequence parallel, by the trainer with it.
@@ -309,6 +362,16 @@ const Layout kMoeLayouts[] = {
      "--ep 2 --tp 2 --sequence-parallel --etp 2 --use-distributed-optimizer", false, 2, kMoe},
     // Every axis at once: 8 ranks = TP2 × PP2 × DP2, EP2 carved out of DP, experts split over ETP.
     {"moe_shared_pp2_ep2_tp2", 8, "--pp 2 --ep 2 --tp 2 --sequence-parallel", false, 2, kMoeShared},
+    // Under ZB-V (EP2 × PP2, the V's four model chunks a layer each), and recomputed: the whole
+    // layer under full recompute; its experts' activations, the shared expert and the norms
+    // selectively.
+    {"moe_ep2_pp2_zbv", 4, "--ep 2 --pp 2 --schedule zb-v", false, 4, kMoe},
+    {"moe_ep2_pp2_zbv_recompute_uniform", 4, "--ep 2 --pp 2 --schedule zb-v --recompute-granularity full "
+     "--recompute-method uniform --recompute-num-layers 1", false, 4, kMoeShared},
+    {"moe_shared_ep2_recompute_selective", 2, "--ep 2 --recompute-granularity selective --recompute-modules "
+     "moe_act shared_experts layernorm core_attn", false, 2, kMoeShared},
+    {"moe_ep2_recompute_moe", 2, "--ep 2 --recompute-granularity selective --recompute-modules moe", false, 2,
+     kMoe},
 };
 
 INSTANTIATE_TEST_SUITE_P(Moe, Equivalence,

@@ -162,7 +162,7 @@ TEST(Schedule, LoweringPairsEverySendWithOneReceive) {
       RankSchedule only_compute;
       for (size_t i = 0; i < lowered[r].size(); ++i) {
         const Action& a = lowered[r][i];
-        const int k = tessel::model_chunk_index(r, a.chunk, p);
+        const int k = tessel::model_chunk_index(r, a.chunk, c);
         switch (a.kind) {
           case ActionKind::SendForward:
           case ActionKind::SendBackward: {
@@ -252,7 +252,7 @@ TEST(Simulate, CrossRankDependenciesHold) {
           EXPECT_GE(t.start, last_end) << "rank " << r << " overlaps itself";
           EXPECT_DOUBLE_EQ(t.end - t.start, t.action.kind == ActionKind::Forward ? f : b);
           last_end = t.end;
-          const int k = tessel::model_chunk_index(r, t.action.chunk, p);
+          const int k = tessel::model_chunk_index(r, t.action.chunk, c);
           (t.action.kind == ActionKind::Forward ? fwd : bwd)[{t.action.microbatch, k}] = t;
         }
         EXPECT_LE(last_end, sim.makespan);

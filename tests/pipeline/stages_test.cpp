@@ -22,7 +22,8 @@ TEST(Stages, EvenSplit) {
 // Seed example 9: 8 layers, PP 2, VPP 2 -> rank 0 holds layers 1-2 and 5-6, rank 1 3-4 and 7-8.
 TEST(Stages, VirtualStagesInterleave) {
   auto chunks = assign_layers(8, {.pipeline_size = 2, .virtual_stages = 2});
-  auto r0 = rank_chunks(chunks, 2, 0), r1 = rank_chunks(chunks, 2, 1);
+  const StageOptions vpp2{.pipeline_size = 2, .virtual_stages = 2};
+  auto r0 = rank_chunks(chunks, vpp2, 0), r1 = rank_chunks(chunks, vpp2, 1);
   EXPECT_EQ(describe(r0), (std::vector<std::tuple<int, int, bool, bool>>{{0, 2, true, false}, {4, 2, false, false}}));
   EXPECT_EQ(describe(r1), (std::vector<std::tuple<int, int, bool, bool>>{{2, 2, false, false}, {6, 2, false, true}}));
 }

@@ -75,6 +75,7 @@ class Comm {
   virtual void all_reduce(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
   virtual void all_reduce(double* data, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
   virtual Request all_reduce_async(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual Request all_reduce_async(double* data, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
   // recv (size · count) = every rank's send (count), in rank order.
   virtual void all_gather(const float* send, float* recv, int64_t count) = 0;
   virtual Request all_gather_async(const float* send, float* recv, int64_t count) = 0;

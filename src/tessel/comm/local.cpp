@@ -22,6 +22,7 @@ class LocalComm final : public Comm {
   void all_reduce(float*, int64_t, ReduceOp) override {}
   void all_reduce(double*, int64_t, ReduceOp) override {}
   Request all_reduce_async(float*, int64_t, ReduceOp) override { return Request(); }
+  Request all_reduce_async(double*, int64_t, ReduceOp) override { return Request(); }
 
   void all_gather(const float* send, float* recv, int64_t count) override {
     copy_unless_same(send, recv, count);

@@ -172,6 +172,13 @@ Request MpiComm::all_reduce_async(float* data, int64_t count, ReduceOp op) {
   return started(request, CommOp::AllReduce, count * sizeof(float));
 }
 
+Request MpiComm::all_reduce_async(double* data, int64_t count, ReduceOp op) {
+  MPI_Request request;
+  MPI_Iallreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_DOUBLE,
+                 to_mpi_op(op), comm_, &request);
+  return started(request, CommOp::AllReduce, count * sizeof(double));
+}
+
 void MpiComm::all_gather(const float* send, float* recv, int64_t count) {
   BlockingCall call(counter(CommOp::AllGather), size_ * count * sizeof(float));
   MPI_Request request;

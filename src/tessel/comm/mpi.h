@@ -50,6 +50,7 @@ class MpiComm final : public Comm {
   void all_reduce(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) override;
   void all_reduce(double* data, int64_t count, ReduceOp op = ReduceOp::Sum) override;
   Request all_reduce_async(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) override;
+  Request all_reduce_async(double* data, int64_t count, ReduceOp op = ReduceOp::Sum) override;
   void all_gather(const float* send, float* recv, int64_t count) override;
   Request all_gather_async(const float* send, float* recv, int64_t count) override;
   void reduce_scatter(const float* send, float* recv, int64_t count) override;

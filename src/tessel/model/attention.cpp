@@ -69,28 +69,42 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
   }
 }
 
-void Attention::list_saved(Saved& s, SavedBuffers& buffers) const {
+void Attention::list_saved(Saved& s, SavedLists& lists, const LayerRecompute& r) const {
   const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  SavedBuffers& acts = lists.pick(r.full);
+  SavedBuffers& grads = lists.pick(r.weights_in_input_pass());
   if (fused_) {
-    buffers.add(s.qkv, {N_, 3 * HD});
-    buffers.add(s.d_qkv, {N_, 3 * HD});
+    acts.add(s.qkv, {N_, 3 * HD});
+    grads.add(s.d_qkv, {N_, 3 * HD});
   } else {
-    buffers.add(s.q, {N_, HD});
-    buffers.add(s.k, {N_, GD});
-    buffers.add(s.v, {N_, GD});
-    buffers.add(s.d_q, {N_, HD});
-    buffers.add(s.d_k, {N_, GD});
-    buffers.add(s.d_v, {N_, GD});
+    acts.add(s.q, {N_, HD});
+    acts.add(s.k, {N_, GD});
+    acts.add(s.v, {N_, GD});
+    grads.add(s.d_q, {N_, HD});
+    grads.add(s.d_k, {N_, GD});
+    grads.add(s.d_v, {N_, GD});
     if (q_norm_) {
-      buffers.add(s.q_raw, {N_, HD});
-      buffers.add(s.k_raw, {N_, GD});
-      q_norm_->list_saved(s.q_norm, buffers, N_ * H_l_);
-      k_norm_->list_saved(s.k_norm, buffers, N_ * G_l_);
+      acts.add(s.q_raw, {N_, HD});
+      acts.add(s.k_raw, {N_, GD});
+      q_norm_->list_saved(s.q_norm, acts, N_ * H_l_);
+      k_norm_->list_saved(s.k_norm, acts, N_ * G_l_);
     }
   }
-  buffers.add(s.attn, {N_, HD});
-  buffers.add(s.lse, {B_, H_l_, T_});
-  buffers.add(s.d_out, {N_, C_});
+  acts.add(s.attn, {N_, HD});
+  lists.pick(r.full || r.core_attn).add(s.lse, {B_, H_l_, T_});
+  grads.add(s.d_out, {N_, C_});
+}
+
+void Attention::core_forward(Saved& s) const {
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  if (fused_) {
+    const float* qkv = s.qkv.data();  // (N, 3·H_l·D): q | k | v of this rank's heads
+    cp_.attention_forward(s.attn.data(), s.lse.data(), qkv, qkv + HD, qkv + 2 * HD, B_, T_, H_l_, H_l_, D_,
+                          3 * HD, 3 * HD, 3 * HD, s.packed.key_start);
+  } else {
+    cp_.attention_forward(s.attn.data(), s.lse.data(), s.q.data(), s.k.data(), s.v.data(), B_, T_, H_l_, G_l_,
+                          D_, HD, GD, GD, s.packed.key_start);
+  }
 }
 
 void Attention::forward(Saved& s, float* out_local, const float* in, float* partial,
@@ -100,9 +114,6 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
   if (fused_) {
     k_.linear_forward(s.qkv.data(), in, params_.value(qkv_w_), params_.value(qkv_b_), N_, C_,
                       3 * HD, layout_);
-    const float* qkv = s.qkv.data();  // (N, 3·H_l·D): q | k | v of this rank's heads
-    cp_.attention_forward(s.attn.data(), s.lse.data(), qkv, qkv + HD, qkv + 2 * HD, B_, T_, H_l_,
-                          H_l_, D_, 3 * HD, 3 * HD, 3 * HD, packed.key_start);
   } else {
     // With --qk-layernorm the projections go to q_raw, k_raw and their per-head norms to q, k.
     float* q = q_norm_ ? s.q_raw.data() : s.q.data();
@@ -118,9 +129,8 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
     const int32_t* pos = rope_positions(s);
     k_.rope_forward(s.q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
     k_.rope_forward(s.k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
-    cp_.attention_forward(s.attn.data(), s.lse.data(), s.q.data(), s.k.data(), s.v.data(), B_, T_,
-                          H_l_, G_l_, D_, HD, GD, GD, packed.key_start);
   }
+  core_forward(s);
   float* product = tp_.size() > 1 ? partial : out_local;
   k_.linear_forward(product, s.attn.data(), params_.value(proj_w_), nullptr, N_, HD, C_, layout_);
   tp_.reduce_rows(product, out_local, N_, C_);

@@ -15,6 +15,7 @@
 #include "tessel/model/config.h"
 #include "tessel/model/layer.h"
 #include "tessel/model/norm.h"
+#include "tessel/model/recompute.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
 
@@ -41,12 +42,18 @@ class Attention {
             const ModelConfig& cfg, int layer, const TensorParallel& tp, const ContextParallel& cp,
             int64_t B, int64_t T_l, Tensor positions, Tensor rope_cos, Tensor rope_sin);
 
-  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  // The projections' outputs and the core attention's in `r`'s choice of lists (model/recompute.h):
+  // all recomputed under full recompute, the statistics under core_attn, the output gradients
+  // whenever the layer's weight gradients run inside backward_input.
+  void list_saved(Saved& s, SavedLists& lists, const LayerRecompute& r) const;
   // out_local (N_l, C) = the attention block's output for in (N, C) (all rows), bias included.
   // partial (N, C) is scratch. packed: the rows' documents (RoPE by their positions, attention
   // within them).
   void forward(Saved& s, float* out_local, const float* in, float* partial,
                const PackedRows& packed) const;
+  // The core attention from s's q, k, v: its output s.attn and statistics s.lse. The forward's
+  // last step but the output projection; run again for --recompute-modules core_attn.
+  void core_forward(Saved& s) const;
   // d_in (N, C) += this rank's part of d(in) (reduced over TP by the caller) from d_out_local
   // (N_l, C). d_heads (N, H_l·D) is scratch. The QK-norm weights' gradients are finished here.
   void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,

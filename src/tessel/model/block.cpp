@@ -24,7 +24,7 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
                                    const ModelConfig& cfg, int layer, const TensorParallel& tp,
                                    const ContextParallel& cp, const MoeGroups& moe, int64_t B,
                                    int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
-                                   const Tensor& rope_sin)
+                                   const Tensor& rope_sin, LayerRecompute recompute)
     : k_(k),
       tp_(tp),
       N_(B * T_l),
@@ -34,9 +34,10 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
              norm_name(cfg, layer, 1, "bias"), cfg.hidden_size, cfg.norm_epsilon),
       attention_(k, registry, cfg, layer, tp, cp, B, T_l, positions, rope_cos, rope_sin),
       norm2_(k, registry, norm_kind(cfg), norm_name(cfg, layer, 2, "weight"),
-             norm_name(cfg, layer, 2, "bias"), cfg.hidden_size, cfg.norm_epsilon) {
+             norm_name(cfg, layer, 2, "bias"), cfg.hidden_size, cfg.norm_epsilon),
+      recompute_(recompute) {
   if (cfg.moe.is_moe_layer(layer)) {
-    moe_ = std::make_unique<MoeLayer>(k, cfg, cfg.moe, layer, N_l_, moe, registry);
+    moe_ = std::make_unique<MoeLayer>(k, cfg, cfg.moe, layer, N_l_, moe, registry, recompute);
     return;
   }
   const Mlp::Split split = [&](int dim) {
@@ -49,23 +50,28 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
                cfg.ffn_size() / tp.size(), split, output_init_std(cfg.num_layers));
 }
 
-void TransformerBlock::list_saved(Saved& s, SavedBuffers& buffers) const {
-  norm1_.list_saved(s.norm1, buffers, N_l_);
-  buffers.add(s.in1, {N_, C_});
-  attention_.list_saved(s.attention, buffers);
-  buffers.add(s.mid, {N_l_, C_});
-  norm2_.list_saved(s.norm2, buffers, N_l_);
+// Under full recompute everything goes to the shared memory (the chunk keeps the layer's input);
+// selectively, what the chosen modules recompute, and the output gradients when the weight
+// gradients run inside backward_input.
+void TransformerBlock::list_saved(Saved& s, SavedLists& lists) const {
+  const LayerRecompute& r = recompute_;
+  SavedBuffers& norm_out = lists.pick(r.full || r.layernorm);
+  norm1_.list_saved(s.norm1, norm_out, N_l_);
+  norm_out.add(s.in1, {N_, C_});
+  attention_.list_saved(s.attention, lists, r);
+  lists.pick(r.full).add(s.mid, {N_l_, C_});
+  norm2_.list_saved(s.norm2, norm_out, N_l_);
   if (moe_) {
-    buffers.add(s.in2, {N_l_, C_});
-    moe_->list_saved(s.moe, buffers);
+    norm_out.add(s.in2, {N_l_, C_});
+    moe_->list_saved(s.moe, lists);
   } else {
-    buffers.add(s.in2, {N_, C_});
-    mlp_->list_saved(s.mlp, buffers, N_);
+    norm_out.add(s.in2, {N_, C_});
+    mlp_->list_saved(s.mlp, lists.pick(r.full || r.mlp), lists.pick(r.weights_in_input_pass()), N_);
   }
 }
 
 void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_scale,
-                               const PackedRows& packed, ChunkScratch& scratch) {
+                               const PackedRows& packed, ChunkScratch& scratch, bool recomputing) {
   const bool sp = tp_.sequence_parallel;
   const int64_t n = N_l_ * C_;
   float* branch = scratch.local.data();  // (N_l, C) an attention or MLP output
@@ -77,7 +83,8 @@ void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_
   k_.residual_forward(s.mid.data(), x, branch, n);
   if (moe_) {  // on this rank's rows
     norm2_.forward(s.norm2, s.in2.data(), s.mid.data(), N_l_);
-    moe_->forward(s.moe, branch, s.in2.data(), N_l_, grad_scale);
+    if (recomputing) moe_->recompute(s.moe, branch, s.in2.data());
+    else moe_->forward(s.moe, branch, s.in2.data(), N_l_, grad_scale);
     k_.residual_forward(out, s.mid.data(), branch, n);
     return;
   }
@@ -88,8 +95,29 @@ void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_
   k_.residual_forward(out, s.mid.data(), branch, n);
 }
 
+// The norms again from the kept input and residual, re-gathered under sequence parallel; the
+// core attention from the kept q, k, v; the MLP's hidden activations from its kept input; the
+// MoE layer's recomputed parts. Each writes what the forward wrote, so the backward reads the
+// same values.
+void TransformerBlock::recompute_modules(Saved& s, const float* x, ChunkScratch& scratch) {
+  const LayerRecompute& r = recompute_;
+  const bool sp = tp_.sequence_parallel;
+  if (r.layernorm) {
+    float* in1 = sp ? scratch.norm_out.data() : s.in1.data();
+    norm1_.forward(s.norm1, in1, x, N_l_);
+    tp_.gather_rows(in1, s.in1.data(), N_, C_);
+    float* in2 = sp && !moe_ ? scratch.norm_out.data() : s.in2.data();
+    norm2_.forward(s.norm2, in2, s.mid.data(), N_l_);
+    if (!moe_) tp_.gather_rows(in2, s.in2.data(), N_, C_);
+  }
+  if (r.core_attn) attention_.core_forward(s.attention);
+  if (moe_) moe_->recompute(s.moe, scratch.local.data(), s.in2.data());
+  else if (r.mlp) mlp_->hidden_forward(s.mlp.rows(), s.in2.data(), N_);
+}
+
 void TransformerBlock::backward_input(Saved& s, float* dres, const float* x,
                                       ChunkScratch& scratch, const GradReady& ready) {
+  if (recompute_.any() && !recompute_.full) recompute_modules(s, x, scratch);
   float* d_full = scratch.full_grad.data();    // (N, C)
   float* d_local = scratch.local_grad.data();  // (N_l, C), a view of d_full without SP
   if (moe_) {
@@ -108,11 +136,16 @@ void TransformerBlock::backward_input(Saved& s, float* dres, const float* x,
   norm1_.backward(s.norm1, dres, d_local, x, N_l_);
   report_ready(ready, {norm1_.weight(), norm1_.bias(), norm2_.weight(), norm2_.bias()});
   for (int p : attention_.input_half_params()) report_ready(ready, {p});
+  if (recompute_.weights_in_input_pass()) weight_gradients(s, ready);
+}
+
+void TransformerBlock::backward_weight(Saved& s, const GradReady& ready) {
+  if (!recompute_.weights_in_input_pass()) weight_gradients(s, ready);
 }
 
 // Last sub-layer first, as backward_input, so data parallelism's buckets (cut from the end of
 // the parameters) fill in the same order.
-void TransformerBlock::backward_weight(Saved& s, const GradReady& ready) {
+void TransformerBlock::weight_gradients(Saved& s, const GradReady& ready) {
   if (moe_) {
     moe_->backward_weight(s.moe, s.in2.data(), ready);
   } else {

@@ -16,6 +16,7 @@
 #include "tessel/model/mlp.h"
 #include "tessel/model/moe/moe.h"
 #include "tessel/model/norm.h"
+#include "tessel/model/recompute.h"
 
 namespace tessel {
 
@@ -35,25 +36,35 @@ class TransformerBlock {
   TransformerBlock(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
                    const TensorParallel& tp, const ContextParallel& cp, const MoeGroups& moe,
                    int64_t B, int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
-                   const Tensor& rope_sin);
+                   const Tensor& rope_sin, LayerRecompute recompute = {});
 
-  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  void list_saved(Saved& s, SavedLists& lists) const;
   // out (N_l, C) = the layer applied to x (N_l, C); grad_scale weighs an MoE layer's auxiliary
-  // losses (moe.h); packed: the rows' documents.
+  // losses (moe.h); packed: the rows' documents. `recomputing`: the same forward again inside a
+  // backward (full recompute), which leaves the router statistics alone.
   void forward(Saved& s, float* out, const float* x, float grad_scale, const PackedRows& packed,
-               ChunkScratch& scratch);
+               ChunkScratch& scratch, bool recomputing = false);
   // dres (N_l, C) holds d(out) on entry and d(x) on exit: each branch's input gradient is reduced
   // over TP and accumulated into it by its norm's backward; the identity path needs nothing. The
-  // norms' (and QK-norm's) weight gradients are finished here and reported to `ready`.
+  // norms' (and QK-norm's) weight gradients are finished here and reported to `ready`. A layer
+  // recomputing modules recomputes them first; one whose weight gradients read a recomputed
+  // tensor (LayerRecompute::weights_in_input_pass) computes and reports them here too.
   void backward_input(Saved& s, float* dres, const float* x, ChunkScratch& scratch,
                       const GradReady& ready);
-  // The linears' weight gradients from what backward_input left in s; reports them.
+  // The linears' weight gradients from what backward_input left in s; reports them. Nothing for
+  // a layer that did them in backward_input.
   void backward_weight(Saved& s, const GradReady& ready);
 
   MoeLayer* moe() { return moe_ ? moe_.get() : nullptr; }
+  const MoeLayer* moe() const { return moe_ ? moe_.get() : nullptr; }
   int64_t scratch_bytes() const { return moe_ ? moe_->scratch_bytes() : 0; }
+  const LayerRecompute& recompute() const { return recompute_; }
 
  private:
+  // The selected modules' forward again, from x and what the layer kept (selective recompute).
+  void recompute_modules(Saved& s, const float* x, ChunkScratch& scratch);
+  void weight_gradients(Saved& s, const GradReady& ready);
+
   const Kernels& k_;
   TensorParallel tp_;
   int64_t N_, N_l_, C_;
@@ -62,6 +73,7 @@ class TransformerBlock {
   Norm norm2_;
   std::optional<Mlp> mlp_;
   std::unique_ptr<MoeLayer> moe_;
+  LayerRecompute recompute_;
 };
 
 }  // namespace tessel

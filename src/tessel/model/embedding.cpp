@@ -15,12 +15,16 @@ void check_token_ids(const Kernels& k, const int32_t* ids, int64_t n, int32_t vo
   fail("{} id {} is outside the vocabulary (size {})", what, id, vocab);
 }
 
+std::string Embedding::word_embeddings_name(const ModelConfig& cfg) {
+  return cfg.arch == Arch::GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+}
+
 int Embedding::declare_word_embeddings(ParamRegistry& registry, const ModelConfig& cfg,
                                        const TensorParallel& tp) {
   const ShardSpec vocab{.dim = 0, .group = ShardGroup::TP, .index = tp.rank(), .count = tp.size(),
                         .padded_size = cfg.padded_vocab(tp.size())};
-  return registry.add(cfg.arch == Arch::GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight",
-                      {cfg.vocab_size, cfg.hidden_size}, ParamInit::Normal, kInitStd, true, vocab);
+  return registry.add(word_embeddings_name(cfg), {cfg.vocab_size, cfg.hidden_size}, ParamInit::Normal,
+                      kInitStd, true, vocab);
 }
 
 Embedding::Embedding(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,

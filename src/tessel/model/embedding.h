@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tessel/model/config.h"
 #include "tessel/model/layer.h"
@@ -28,6 +29,7 @@ class Embedding {
   // last pipeline stage's copy of GPT-2's tied LM head. Returns the registry index.
   static int declare_word_embeddings(ParamRegistry& registry, const ModelConfig& cfg,
                                      const TensorParallel& tp);
+  static std::string word_embeddings_name(const ModelConfig& cfg);
 
   void list_saved(Saved& s, SavedBuffers& buffers) const;
   // out_local (N_l, C) = the embeddings of tokens (N) i32. Throws for a token outside the

@@ -35,6 +35,7 @@ void Head::list_saved(Saved& s, SavedBuffers& buffers) const {
   norm_.list_saved(s.norm, buffers, N_l);
   buffers.add(s.out, {N_, C_});
   buffers.add(s.d_out, {N_l, C_});
+  buffers.add(s.d_logits, {N_, V_l_});
 }
 
 double Head::forward(Saved& s, const float* x_local, const int32_t* targets, float grad_scale,
@@ -43,25 +44,32 @@ double Head::forward(Saved& s, const float* x_local, const int32_t* targets, flo
   float* out_local = tp_.sequence_parallel ? scratch.norm_out.data() : s.out.data();
   norm_.forward(s.norm, out_local, x_local, N_l);
   tp_.gather_rows(out_local, s.out.data(), N_, C_);
-  // logits (N, V_l) = out (N, C) · Wᵀ with W (V_l, C): the tied embedding or lm_head.weight.
-  k_.linear_forward(logits_.data(), s.out.data(), params_.value(lm_head_), nullptr, N_, C_, V_l_,
+  // logits (N, V_l) = out (N, C) · Wᵀ with W (V_l, C): the tied embedding or lm_head.weight;
+  // turned into their gradient in place when there is one.
+  const bool gradients = targets != nullptr && grad_scale > 0;
+  float* logits = gradients ? s.d_logits.data() : logits_.data();
+  k_.linear_forward(logits, s.out.data(), params_.value(lm_head_), nullptr, N_, C_, V_l_,
                     WeightLayout::OutIn);
   if (targets == nullptr) return 0.0;
   check_token_ids(k_, targets, N_, static_cast<int32_t>(vocab_size_), "target", -1);
-  const double loss_sum =
-      vocab_parallel_cross_entropy(tp_, lse_.data(), loss_stats_.data(), logits_.data(), targets,
-                                   vocab_start_, N_, V_l_, V_valid_);
-  if (grad_scale > 0) {
-    k_.cross_entropy_backward(logits_.data(), logits_.data(), lse_.data(), targets, vocab_start_,
-                              grad_scale, N_, V_l_, V_valid_);
+  const double loss_sum = vocab_parallel_cross_entropy(tp_, lse_.data(), loss_stats_.data(), logits,
+                                                       targets, vocab_start_, N_, V_l_, V_valid_);
+  if (gradients) {
+    k_.cross_entropy_backward(logits, logits, lse_.data(), targets, vocab_start_, grad_scale, N_, V_l_,
+                              V_valid_);
     float* d_full = scratch.full_grad.data();  // (N, C)
     k_.zero(d_full, N_ * C_);
-    k_.linear_backward(d_full, params_.grad(lm_head_), nullptr, logits_.data(), s.out.data(),
-                       params_.value(lm_head_), N_, C_, V_l_, WeightLayout::OutIn);
+    k_.linear_backward(d_full, nullptr, nullptr, logits, s.out.data(), params_.value(lm_head_), N_, C_,
+                       V_l_, WeightLayout::OutIn);
     tp_.reduce_rows(d_full, scratch.local_grad.data(), N_, C_);
     k_.copy(s.d_out.data(), scratch.local_grad.data(), N_l * C_);
   }
   return loss_sum;
+}
+
+void Head::backward_weight(const Saved& s) const {
+  k_.linear_backward(nullptr, params_.grad(lm_head_), nullptr, s.d_logits.data(), s.out.data(),
+                     params_.value(lm_head_), N_, C_, V_l_, WeightLayout::OutIn);
 }
 
 void Head::backward_input(const Saved& s, float* dx, const float* x_local) const {

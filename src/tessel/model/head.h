@@ -4,10 +4,11 @@
 // vocab_parallel_cross_entropy (parallel/tensor_parallel.h).
 //
 // The loss gradient's scale is known before the forward (1 / tokens of the global batch), so the
-// head's backward runs inside its forward: the (N, V_l) logits are scratch shared by all
-// microbatches rather than a per-microbatch tensor — the largest activation of a small-hidden,
-// large-vocabulary model. What the backward of the rest needs is the final norm's output
-// gradient, saved.
+// forward also computes the logits' gradient and the final norm's output gradient, which is all
+// the backward of the rest needs. The LM head's weight gradient comes from the logits' gradient
+// and the norm's output, both saved, in backward_weight: a zero-bubble schedule defers it like
+// every other weight gradient. Without gradients (generation, evaluation) the logits are scratch
+// shared by all microbatches.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@ class Head {
     Norm::Saved norm;  // (N_l) statistics
     Tensor out;        // (N, C) the final norm's output, gathered to all rows
     Tensor d_out;      // (N_l, C) its gradient, from the loss
+    Tensor d_logits;   // (N, V_l) the loss's gradient by this rank's logits
   };
 
   // Declares the final norm and, unless `tied_embedding` (GPT-2's word embedding index, -1 for
@@ -34,12 +36,15 @@ class Head {
 
   void list_saved(Saved& s, SavedBuffers& buffers) const;
   // x_local (N_l, C): the last layer's output. With targets (N) i32: returns Σ of the token losses
-  // and, when grad_scale > 0, accumulates the LM head's weight gradient and fills s.d_out.
-  // Without targets: logits() holds this rank's (N, V_l) logits afterwards; returns 0.
+  // and, when grad_scale > 0, fills s.d_logits and s.d_out. Without targets: logits() holds this
+  // rank's (N, V_l) logits afterwards; returns 0.
   double forward(Saved& s, const float* x_local, const int32_t* targets, float grad_scale,
                  ChunkScratch& scratch);
   // dx (N_l, C) += d(x) through the final norm (its weight gradients too).
   void backward_input(const Saved& s, float* dx, const float* x_local) const;
+  // The LM head's weight gradient (the tied embedding's, for GPT-2) from s.d_logits and s.out,
+  // accumulated. No communication.
+  void backward_weight(const Saved& s) const;
 
   const float* logits() const { return logits_.data(); }
   int64_t vocab_start() const { return vocab_start_; }
@@ -56,7 +61,7 @@ class Head {
   Norm norm_;
   int64_t N_, C_, vocab_size_, V_l_, V_valid_, vocab_start_;
   int lm_head_ = -1;
-  Tensor logits_;      // (N, V_l)
+  Tensor logits_;      // (N, V_l) without gradients
   Tensor loss_stats_;  // (4, N) vocab_parallel_cross_entropy's scratch
   Tensor lse_;         // (N)
 };

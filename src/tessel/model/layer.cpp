@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "tessel/core/error.h"
+
 namespace tessel {
 
 float output_init_std(int num_layers) { return kInitStd / std::sqrt(2.0f * num_layers); }
@@ -18,8 +20,10 @@ void SavedBuffers::add(Tensor& tensor, Shape shape, DType dtype) {
   bytes_ += (bytes + 63) / 64 * 64;  // every tensor starts 64-byte aligned
 }
 
-void SavedBuffers::allocate(const Kernels& k) {
-  const Tensor arena = k.zeros({bytes_ / 4});
+void SavedBuffers::allocate(const Kernels& k) { carve(k.zeros({bytes_ / 4})); }
+
+void SavedBuffers::carve(const Tensor& arena) {
+  TESSEL_CHECK(arena.bytes() >= bytes_, "SavedBuffers: {} bytes to carve from {}", bytes_, arena.bytes());
   for (const Entry& e : entries_) *e.tensor = Tensor::carve(arena, e.offset, e.shape, e.dtype);
   entries_.clear();
 }

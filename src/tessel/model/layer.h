@@ -54,15 +54,21 @@ struct PackedRows {
   const int32_t* key_start = nullptr;     // its document's first position in the sequence (attention)
 };
 
+// The memory a tensor holds: none for one never allocated (a default Tensor's shape is a scalar's).
+inline int64_t held_bytes(const Tensor& t) { return t.data() != nullptr ? t.bytes() : 0; }
+
 // One allocation for one (chunk, microbatch) slot's saved activations (llm.c's single allocation
 // and pointer carving): each layer adds the tensors its backward needs; allocate() makes one
 // buffer for all of them and points every added tensor into it. The list is the only record of
 // the sizes: bytes() is what was allocated.
 class SavedBuffers {
  public:
-  // `tensor` must stay where it is until allocate().
+  // `tensor` must stay where it is until allocate() or carve().
   void add(Tensor& tensor, Shape shape, DType dtype = DType::F32);
   void allocate(const Kernels& k);
+  // Points every added tensor into `arena` (at least bytes() long) instead: memory that others
+  // share (recomputed activations, model/recompute.h).
+  void carve(const Tensor& arena);
   int64_t bytes() const { return bytes_; }
 
  private:
@@ -74,6 +80,16 @@ class SavedBuffers {
   };
   std::vector<Entry> entries_;
   int64_t bytes_ = 0;
+};
+
+// Where a layer puts each saved tensor: `kept`, the microbatch's own allocation, held from its
+// forward to the end of its backward; or `recomputed`, memory all the chunk's microbatches share,
+// which holds a tensor only inside one backward_input — the forward's value is overwritten by
+// the next microbatch, and backward_input recomputes it (a gradient: computes it) before use.
+struct SavedLists {
+  SavedBuffers& kept;
+  SavedBuffers& recomputed;
+  SavedBuffers& pick(bool recompute) { return recompute ? recomputed : kept; }
 };
 
 // Buffers that live only inside one forward or backward call, shared by all the layers of a

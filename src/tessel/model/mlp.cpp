@@ -36,26 +36,29 @@ std::vector<int> Mlp::param_indices() const {
   return ids;
 }
 
-void Mlp::list_saved(Saved& s, SavedBuffers& buffers, int64_t M) const {
-  buffers.add(s.hidden, {M, F_l_});
-  buffers.add(s.act, {M, F_l_});
-  buffers.add(s.d_hidden, {M, F_l_});
+void Mlp::list_saved(Saved& s, SavedBuffers& activations, SavedBuffers& gradients, int64_t M) const {
+  activations.add(s.hidden, {M, F_l_});
+  activations.add(s.act, {M, F_l_});
+  gradients.add(s.d_hidden, {M, F_l_});
   if (activation_ == Activation::SwiGlu) {
-    buffers.add(s.up, {M, F_l_});
-    buffers.add(s.d_up, {M, F_l_});
+    activations.add(s.up, {M, F_l_});
+    gradients.add(s.d_up, {M, F_l_});
   }
-  buffers.add(s.d_out, {M, C_});
+  gradients.add(s.d_out, {M, C_});
 }
 
-void Mlp::forward_rows(const MlpRows& r, float* out, const float* in, int64_t M) const {
-  const float* w = params_.value(fc_w_);
-  k_.linear_forward(r.hidden, in, w, params_.value(fc_b_), M, C_, F_l_, layout_);
+void Mlp::hidden_forward(const MlpRows& r, const float* in, int64_t M) const {
+  k_.linear_forward(r.hidden, in, params_.value(fc_w_), params_.value(fc_b_), M, C_, F_l_, layout_);
   if (activation_ == Activation::Gelu) {
     k_.gelu_forward(r.act, r.hidden, M * F_l_);
   } else {
     k_.linear_forward(r.up, in, params_.value(up_w_), nullptr, M, C_, F_l_, layout_);
     k_.swiglu_forward(r.act, r.hidden, r.up, M * F_l_);
   }
+}
+
+void Mlp::forward_rows(const MlpRows& r, float* out, const float* in, int64_t M) const {
+  hidden_forward(r, in, M);
   k_.linear_forward(out, r.act, params_.value(down_w_), nullptr, M, F_l_, C_, layout_);
 }
 

@@ -50,7 +50,9 @@ class Mlp {
   Mlp(const Kernels& k, ParamRegistry& registry, const std::string& prefix,
       Activation activation, int64_t C, int64_t F, int64_t F_l, const Split& split, float out_std);
 
-  void list_saved(Saved& s, SavedBuffers& buffers, int64_t M) const;
+  // The hidden activations (hidden, up, act) to `activations`, the output gradients to
+  // `gradients` (the same list, or the recompute lists' choice: model/layer.h).
+  void list_saved(Saved& s, SavedBuffers& activations, SavedBuffers& gradients, int64_t M) const;
 
   // With tensor parallelism (tp: the group the neurons are split over). in (M, C) all rows;
   // out_local (M_l, C) = Σ over TP of the partial products + the down bias, this rank's rows.
@@ -67,6 +69,9 @@ class Mlp {
   // out (M, C) = the partial product; d_in (M, C) += d(in) from rows.d_out; the weight
   // gradients from rows.d_out and rows.d_hidden (rows.d_up).
   void forward_rows(const MlpRows& rows, float* out, const float* in, int64_t M) const;
+  // The forward up to the down projection: rows.hidden (rows.up) and rows.act from in (M, C).
+  // Run again for a recomputed MLP (--recompute-modules mlp, shared_experts).
+  void hidden_forward(const MlpRows& rows, const float* in, int64_t M) const;
   void backward_input_rows(const MlpRows& rows, float* d_in, const float* in, int64_t M,
                            float* d_act) const;
   void backward_weight_rows(const MlpRows& rows, const float* in, int64_t M) const;

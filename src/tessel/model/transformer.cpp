@@ -1,5 +1,7 @@
 #include "tessel/model/transformer.h"
 
+#include <algorithm>
+
 #include "tessel/core/error.h"
 
 namespace tessel {
@@ -12,7 +14,8 @@ int64_t ChunkActivations::bytes() const {
 
 TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, ChunkSpec spec,
                                    int64_t micro_batch, TensorParallel tp, ParamRegistry& registry,
-                                   ContextParallel cp, MoeGroups moe_groups)
+                                   ContextParallel cp, MoeGroups moe_groups,
+                                   const RecomputeOptions& recompute)
     : k_(k), registry_(registry), cfg_(cfg), spec_(spec), tp_(tp), cp_(cp) {
   cfg_.validate();
   const int t = tp_.size();
@@ -61,21 +64,40 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
 
   // Parameters in Hugging Face order. A tied head on another stage keeps its own copy of the word
   // embeddings, declared first as the embedding's, synchronised as Megatron's embedding group.
+  // A head on the rank of an earlier chunk holding the embedding (the first rank of a V) shares
+  // that chunk's word embeddings instead.
+  const std::string word_embeddings = Embedding::word_embeddings_name(cfg_);
   if (spec_.has_embedding) {
     embedding_.emplace(k_, registry, cfg_, tp_, N_, positions_);
+  } else if (spec_.has_head && cfg_.tied_embeddings() && registry.has(word_embeddings)) {
+    shared_tied_ = registry.index(word_embeddings);
   } else if (spec_.has_head && cfg_.tied_embeddings()) {
     tied_copy_ = Embedding::declare_word_embeddings(registry, cfg_, tp_);
   }
-  for (int i = 0; i < spec_.num_layers; ++i)
+  const int L = spec_.num_layers;
+  for (int i = 0; i < L; ++i) {
+    const LayerRecompute r = layer_recompute(recompute, i, L);
+    group_start_.push_back(r.full ? recompute_group_start(recompute, i) : i);
     blocks_.push_back(std::make_unique<TransformerBlock>(k_, registry, cfg_, spec_.first_layer + i,
                                                          tp_, cp_, moe_groups, B_, T_, positions_,
-                                                         rope_cos_, rope_sin_));
+                                                         rope_cos_, rope_sin_, r));
+    if (r.full && recompute_out_.data() == nullptr) recompute_out_ = k_.zeros({N_l_, C_});
+  }
   if (spec_.has_head) {
     const int tied = !cfg_.tied_embeddings() ? -1
                      : embedding_            ? embedding_->word_embeddings()
+                     : shared_tied_ >= 0     ? shared_tied_
                                              : tied_copy_;
     head_.emplace(k_, registry, cfg_, tp_, N_, tied);
   }
+  // The largest recompute group's tensors: the memory every group borrows in turn.
+  ChunkActivations sizes;
+  SavedBuffers kept;
+  std::vector<SavedBuffers> groups;
+  list_saved(sizes, kept, groups);
+  int64_t largest = 0;
+  for (const SavedBuffers& g : groups) largest = std::max(largest, g.bytes());
+  if (largest > 0) recompute_arena_ = k_.zeros({largest / 4});
 }
 
 void TransformerChunk::bind(const ParamRegistry& registry) const {
@@ -98,17 +120,40 @@ int64_t TransformerChunk::scratch_bytes() const {
   return n;
 }
 
+int64_t TransformerChunk::shared_activation_bytes() const {
+  int64_t n = held_bytes(recompute_arena_) + held_bytes(recompute_out_);
+  for (const auto& b : blocks_)
+    if (const MoeLayer* moe = b->moe()) n += moe->shared_activation_bytes();
+  return n;
+}
+
+// Layer i's input resid[i] is kept unless it lies inside a full-recompute group (the group keeps
+// only its first input); the chunk's output is always kept (the next stage reads it, the head
+// too).
+void TransformerChunk::list_saved(ChunkActivations& a, SavedBuffers& kept,
+                                  std::vector<SavedBuffers>& groups) const {
+  const int L = spec_.num_layers;
+  a.resid.resize(L + 1);
+  a.layers.resize(L);
+  groups.assign(L, SavedBuffers());
+  for (int i = 0; i <= L; ++i)
+    (i < L && group_start_[i] < i ? groups[group_start_[i]] : kept).add(a.resid[i], {N_l_, C_});
+  if (embedding_) embedding_->list_saved(a.embedding, kept);
+  for (int i = 0; i < L; ++i) {
+    SavedLists lists{kept, groups[group_start_[i]]};
+    blocks_[i]->list_saved(a.layers[i], lists);
+  }
+  if (head_) head_->list_saved(a.head, kept);
+}
+
 ChunkActivations TransformerChunk::make_activations() const {
   ChunkActivations a;
-  a.resid.resize(spec_.num_layers + 1);
-  a.layers.resize(spec_.num_layers);
-  SavedBuffers buffers;
-  for (Tensor& r : a.resid) buffers.add(r, {N_l_, C_});
-  if (embedding_) embedding_->list_saved(a.embedding, buffers);
-  for (int i = 0; i < spec_.num_layers; ++i) blocks_[i]->list_saved(a.layers[i], buffers);
-  if (head_) head_->list_saved(a.head, buffers);
-  buffers.allocate(k_);
-  a.allocated_bytes = buffers.bytes();
+  SavedBuffers kept;
+  std::vector<SavedBuffers> groups;
+  list_saved(a, kept, groups);
+  kept.allocate(k_);
+  a.allocated_bytes = kept.bytes();
+  for (SavedBuffers& g : groups) g.carve(recompute_arena_);
   return a;
 }
 
@@ -120,6 +165,8 @@ double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, 
   } else {
     k_.copy(acts.resid[0].data(), input, N_l_ * C_);
   }
+  acts.grad_scale = grad_scale;
+  acts.packed = packed;
   for (int i = 0; i < spec_.num_layers; ++i)
     blocks_[i]->forward(acts.layers[i], acts.resid[i + 1].data(), acts.resid[i].data(), grad_scale,
                         packed, scratch_);
@@ -129,6 +176,16 @@ double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, 
   return acts.loss_sum;
 }
 
+// The group's output was kept: the recomputed one goes to scratch, leaving the kept one (which a
+// send may still be reading) alone.
+void TransformerChunk::recompute_group(ChunkActivations& acts, int first, int end) {
+  for (int i = first; i < end; ++i) {
+    float* out = i + 1 == end ? recompute_out_.data() : acts.resid[i + 1].data();
+    blocks_[i]->forward(acts.layers[i], out, acts.resid[i].data(), acts.grad_scale, acts.packed, scratch_,
+                        true);
+  }
+}
+
 void TransformerChunk::backward(ChunkActivations& acts, const float* d_output, float* d_input,
                                 const GradReady& grad_ready) {
   backward_input(acts, d_output, d_input, grad_ready);
@@ -136,32 +193,45 @@ void TransformerChunk::backward(ChunkActivations& acts, const float* d_output, f
 }
 
 // dres: the gradient of the residual stream, updated in place from the chunk's output back to its
-// input; it ends as d(input), in the caller's buffer when there is one.
+// input; it ends as d(input), in the caller's buffer when there is one. A head tied to this
+// chunk's own embedding adds its weight gradient first, before the embedding's: each
+// microbatch's two parts of that gradient add in the same order whether or not the weight
+// gradients are split off (and as when the forward computed the head's).
 void TransformerChunk::backward_input(ChunkActivations& acts, const float* d_output,
                                       float* d_input, const GradReady& grad_ready) {
   float* dres = d_input != nullptr ? d_input : d_resid_.data();
   if (head_) {
+    if (tied_here()) head_->backward_weight(acts.head);
     k_.zero(dres, N_l_ * C_);
     head_->backward_input(acts.head, dres, acts.resid.back().data());
-    // A tied head's weight is the embedding's: final only after the embedding's backward (or,
-    // for a last stage's copy, after the embedding group's sum).
-    const bool tied = cfg_.tied_embeddings();
-    report_ready(grad_ready, {head_->norm().weight(), head_->norm().bias(),
-                              tied ? -1 : head_->lm_head()});
+    report_ready(grad_ready, {head_->norm().weight(), head_->norm().bias()});
   } else {
     k_.copy(dres, d_output, N_l_ * C_);
   }
-  for (int i = spec_.num_layers - 1; i >= 0; --i)
-    blocks_[i]->backward_input(acts.layers[i], dres, acts.resid[i].data(), scratch_, grad_ready);
+  for (int end = spec_.num_layers; end > 0;) {  // a recompute group [first, end) at a time
+    const int first = group_start_[end - 1];
+    if (blocks_[first]->recompute().full) recompute_group(acts, first, end);
+    for (int i = end - 1; i >= first; --i)
+      blocks_[i]->backward_input(acts.layers[i], dres, acts.resid[i].data(), scratch_, grad_ready);
+    end = first;
+  }
   if (embedding_) {
     embedding_->backward(acts.embedding, dres, scratch_);
     report_ready(grad_ready, {embedding_->word_embeddings(), embedding_->position_embeddings()});
   }
 }
 
-// Last layer first, as backward_input, so data parallelism's buckets (cut from the end of the
-// parameters) fill in the same order.
+// The head first, then the last layer first, as backward_input, so data parallelism's buckets
+// (cut from the end of the parameters) fill in the same order. The LM head's weight is reported
+// final unless the embedding's backward adds to it too: in this chunk (reported with the
+// embedding), or as a last stage's copy (summed over the embedding group after the pipeline). A
+// head sharing another chunk's embeddings reports them: the executor passes that on once both
+// chunks have (shared_tied_embedding).
 void TransformerChunk::backward_weight(ChunkActivations& acts, const GradReady& grad_ready) {
+  if (head_ && !tied_here()) {
+    head_->backward_weight(acts.head);
+    report_ready(grad_ready, {!cfg_.tied_embeddings() ? head_->lm_head() : shared_tied_});
+  }
   for (int i = spec_.num_layers - 1; i >= 0; --i)
     blocks_[i]->backward_weight(acts.layers[i], grad_ready);
 }

@@ -32,6 +32,7 @@
 #include "tessel/model/head.h"
 #include "tessel/model/layer.h"
 #include "tessel/model/moe/moe.h"
+#include "tessel/model/recompute.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
 
@@ -51,6 +52,8 @@ struct ChunkActivations {
   std::vector<TransformerBlock::Saved> layers;
   Head::Saved head;                             // last chunk
   double loss_sum = 0;                          // Σ of this microbatch's token losses
+  float grad_scale = 0;                         // the forward's, for a recompute
+  PackedRows packed;                            // the forward's documents, for a recompute
   int64_t allocated_bytes = 0;                  // the one allocation above
 
   // Everything a slot holds: the allocation and the MoE buffers that grow with routing.
@@ -65,10 +68,12 @@ class TransformerChunk {
   // sequence holds this CP rank's seq_length / CP rows (parallel/context_parallel.h), at their
   // global positions. MoE layers (cfg.moe) talk over `moe_groups` (moe/moe.h: EP, ETP, the token
   // group; null groups are one process; its tp is replaced by this chunk's). With TP they need
-  // sequence parallel and take this rank's rows.
+  // sequence parallel and take this rank's rows. `recompute` (model/recompute.h, valid options):
+  // what the chunk's layers recompute in their backward instead of keeping; the recomputed
+  // activations live in memory all its microbatches share.
   TransformerChunk(const Kernels& k, const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
                    TensorParallel tp, ParamRegistry& registry, ContextParallel cp,
-                   MoeGroups moe_groups = {});
+                   MoeGroups moe_groups = {}, const RecomputeOptions& recompute = {});
   TransformerChunk(const TransformerChunk&) = delete;
   TransformerChunk& operator=(const TransformerChunk&) = delete;
   // After registry.finalize(): the registry the chunk declared into.
@@ -95,14 +100,16 @@ class TransformerChunk {
                 const GradReady& grad_ready = {});
   // Everything d(input) needs: the gradients of the activations through every layer, the norms,
   // attention, RoPE and the linears' input-gradient GEMMs. It also finishes the gradients that
-  // need no saved output gradient — the norms' weights and biases, the embeddings (first chunk),
-  // the LM head (computed by forward) — and reports those to grad_ready. Saves each linear's
-  // output gradient in acts for backward_weight; d_input is complete on return.
+  // need no saved output gradient — the norms' weights and biases, the embeddings (first chunk;
+  // with the LM head tied to them in the same chunk, its weight gradient too) — and reports those
+  // to grad_ready. Saves each linear's output gradient in acts for backward_weight; d_input is
+  // complete on return. Recomputed layers (--recompute-*) run their forward again first.
   void backward_input(ChunkActivations& acts, const float* d_output, float* d_input,
                       const GradReady& grad_ready = {});
-  // The linears' weight-gradient GEMMs and bias gradients, from what backward_input saved in the
-  // same acts (any other microbatches' halves may run in between); reports every linear's weight
-  // and bias to grad_ready. No communication. Call once after each backward_input.
+  // The linears' weight-gradient GEMMs and bias gradients — the LM head's too, from the logits'
+  // gradient the forward saved — from what backward_input saved in the same acts (any other
+  // microbatches' halves may run in between); reports every linear's weight and bias to
+  // grad_ready. No communication. Call once after each backward_input.
   void backward_weight(ChunkActivations& acts, const GradReady& grad_ready = {});
 
   const float* logits() const { return head_->logits(); }
@@ -115,8 +122,15 @@ class TransformerChunk {
   // The registry index of this chunk's copy of a tied embedding that it does not own (a last
   // pipeline stage without the embedding), else -1: kept equal over the embedding group.
   int tied_embedding_copy() const { return tied_copy_; }
+  // The registry index of a tied embedding this chunk's head shares with an earlier chunk of the
+  // same rank (the first rank of a V holds the embedding and the head), else -1. Both chunks
+  // report it to grad_ready; it is final once both have.
+  int shared_tied_embedding() const { return shared_tied_; }
   // Memory of the scratch shared by all microbatches (logits, backward temporaries, RoPE tables).
   int64_t scratch_bytes() const;
+  // Memory of the activations recomputed inside a backward (--recompute-*), shared by all
+  // microbatches: part of the activation memory, apart from the slots.
+  int64_t shared_activation_bytes() const;
 
  private:
   const Kernels& k_;
@@ -130,9 +144,19 @@ class TransformerChunk {
   Tensor rope_cos_, rope_sin_;  // (max positions, D/2), llama
   ChunkScratch scratch_;
   Tensor d_resid_;              // (N_l, C) the residual gradient of a first chunk
+  // The head is tied to this chunk's own embedding (one process, or a single stage).
+  bool tied_here() const { return head_ && embedding_ && cfg_.tied_embeddings(); }
+  // Lists a's tensors: what each microbatch keeps, and per recompute group what it recomputes.
+  void list_saved(ChunkActivations& a, SavedBuffers& kept, std::vector<SavedBuffers>& groups) const;
+  // Layers [first, end) of a full-recompute group, forward again from their kept input.
+  void recompute_group(ChunkActivations& acts, int first, int end);
+
   std::optional<Embedding> embedding_;
-  int tied_copy_ = -1;
+  int tied_copy_ = -1, shared_tied_ = -1;
   std::vector<std::unique_ptr<TransformerBlock>> blocks_;
+  std::vector<int> group_start_;  // per layer: the first layer of its recompute group
+  Tensor recompute_arena_;        // the recomputed tensors of one group at a time
+  Tensor recompute_out_;          // (N_l, C) a recomputed group's output, already kept
   std::optional<Head> head_;
 };
 

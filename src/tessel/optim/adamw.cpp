@@ -48,12 +48,17 @@ double AdamW::grad_sq_sum(const std::function<bool(const Param&)>& counted) cons
 
 float AdamW::grad_norm() const { return static_cast<float>(std::sqrt(grad_sq_sum())); }
 
-float AdamW::clip(float norm) {
+float AdamW::clip_factor(float norm) const {
   if (config_.clip_grad <= 0.0f) return 1.0f;
   // As Megatron's clip_grad_norm_: the 1e-6 keeps a zero norm from dividing by zero.
   const float scale = static_cast<float>(config_.clip_grad / (static_cast<double>(norm) + 1e-6));
-  if (!(scale < 1.0f)) return 1.0f;
-  for (const FlatRange& r : owned_) k_.scale(params_.grads() + r.begin, scale, r.end - r.begin);
+  return scale < 1.0f ? scale : 1.0f;
+}
+
+float AdamW::clip(float norm) {
+  const float scale = clip_factor(norm);
+  if (scale < 1.0f)
+    for (const FlatRange& r : owned_) k_.scale(params_.grads() + r.begin, scale, r.end - r.begin);
   return scale;
 }
 

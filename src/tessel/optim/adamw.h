@@ -52,6 +52,8 @@ class AdamW {
   // Scales the owned gradients by clip_grad / (norm + 1e-6) when that is below 1 (and
   // clip_grad > 0). `norm` is the global gradient norm. Returns the factor applied (1 when none).
   float clip(float norm);
+  // The factor clip(norm) would apply.
+  float clip_factor(float norm) const;
 
   // One AdamW update of the owned parameters at learning rate `lr`; the step count goes up
   // first, so the first call uses step 1 in the bias corrections.

@@ -59,6 +59,12 @@ double GradSync::local_sq_sum(const std::function<bool(const Param&)>& counted) 
 // slices) summed over the expert-model-parallel ranks ETP × EP and the expert-DP slices; then the
 // stages summed (a tied embedding once: the last stage's copy is left out).
 double GradSync::global_norm() const {
+  double sq = stage_sq_sum();
+  groups_.pp().all_reduce(&sq, 1);
+  return std::sqrt(sq);
+}
+
+double GradSync::stage_sq_sum() const {
   const std::vector<Param>& ps = params_.params();
   const bool tp_first = groups_.tp().rank() == 0;
   double sq = local_sq_sum([&](const Param& p) {
@@ -72,9 +78,7 @@ double GradSync::global_norm() const {
   }
   groups_.tp().all_reduce(&sq, 1);
   groups_.tp_ep().all_reduce(&sq_experts, 1);
-  sq += sq_experts;
-  groups_.pp().all_reduce(&sq, 1);
-  return std::sqrt(sq);
+  return sq + sq_experts;
 }
 
 void GradSync::gather_params() {

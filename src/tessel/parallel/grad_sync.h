@@ -61,6 +61,9 @@ class GradSync {
   // The L2 norm of the whole model's reduced gradients (the owned ones on each rank), the same
   // on every rank. Collective.
   double global_norm() const;
+  // Its square before the sum over the pipeline stages: Σ g² of this stage's gradients, the
+  // same on every rank of the stage. Collective within the stage only (TP, DP, EP groups).
+  double stage_sq_sum() const;
   // After the optimizer step, with the distributed optimizer: every rank gets every updated
   // parameter. Collective.
   void gather_params();

@@ -19,7 +19,20 @@ PipelineExecutor::PipelineExecutor(const Kernels& k, std::vector<TransformerChun
     : k_(k),
       chunks_(std::move(chunks)), pp_(pp), schedule_(schedule), tokens_(tokens_per_microbatch),
       packed_(packed_documents),
-      num_model_chunks_(static_cast<int>(chunks_.size()) * pp.size()), slots_(chunks_.size()) {}
+      num_model_chunks_(static_cast<int>(chunks_.size()) * pp.size()), slots_(chunks_.size()) {
+  for (const TransformerChunk* c : chunks_)
+    if (c->shared_tied_embedding() >= 0) shared_params_.push_back({c->shared_tied_embedding(), 2});
+}
+
+int64_t PipelineExecutor::activation_bytes() const {
+  int64_t n = 0;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    n += chunks_[c]->shared_activation_bytes();
+    for (const Slot& s : slots_[c])
+      if (s.microbatch != -1) n += s.acts.bytes();
+  }
+  return n;
+}
 
 PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   std::vector<Slot>& slots = slots_[chunk];
@@ -85,6 +98,12 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
   bool armed = false;
   double loss_sum = 0;
   const std::function<void(int)> no_hook;
+  std::vector<std::pair<int, int>> reports_left = shared_params_;
+  const std::function<void(int)> last_ready = [&](int index) {
+    for (auto& [shared, left] : reports_left)
+      if (shared == index && --left > 0) return;
+    if (grad_ready) grad_ready(index);
+  };
   // Per chunk: whether the last microbatch's input (bit 0) and weight (bit 1) gradients have been
   // reported; a backward of that kind after it would change gradients already reported final.
   std::vector<int> reported(chunks_.size(), 0);
@@ -93,12 +112,14 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
                  "pipeline schedule runs a backward of microbatch {} on chunk {} after the last "
                  "microbatch's, whose gradients are already reported final", a.microbatch, a.chunk);
   };
+  // After each compute, before its slot may be released: the activations held at that moment.
+  auto note_memory = [&] { stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, activation_bytes()); };
   for (const Action& a : actions) {
     const int k = model_chunk(a.chunk);
     TransformerChunk& chunk = *chunks_[a.chunk];
     Slot& s = slot(a.chunk, a.microbatch);
     const bool last_microbatch = a.microbatch == microbatches - 1;
-    const std::function<void(int)>& ready = last_microbatch ? grad_ready : no_hook;
+    const std::function<void(int)>& ready = !last_microbatch ? no_hook : reports_left.empty() ? grad_ready : last_ready;
     switch (a.kind) {
       case ActionKind::RecvForward:
         s.recv = pp_.irecv(s.input.data(), rows, a.peer, p2p_tag(a, rank, schedule_));
@@ -110,6 +131,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         wait(s.recv);
         loss_sum += forward(s, a.chunk, a.microbatch, fill, grad_scale);
         stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
+        note_memory();
         break;
       }
       case ActionKind::SendForward:
@@ -130,9 +152,11 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         if (last_microbatch) reported[a.chunk] |= whole ? 3 : 1;
         if (!whole) {
           chunk.backward_input(s.acts, d_output, d_input, ready);
+          note_memory();
           break;
         }
         chunk.backward(s.acts, d_output, d_input, ready);
+        note_memory();
         --in_flight;
         s.weights_done = true;
         release_if_done(s, k);
@@ -145,6 +169,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
                      "before it", a.microbatch, a.chunk);
         if (last_microbatch) reported[a.chunk] |= 2;
         chunk.backward_weight(s.acts, ready);
+        note_memory();
         --in_flight;
         s.weights_done = true;
         release_if_done(s, k);

@@ -10,6 +10,9 @@
 // Backward runs whole (B) or in halves (I then W, as zero-bubble schedules place them): I computes
 // the input gradient, which SendBackward can ship at once; W, any time later, the weight
 // gradients from what I saved in the slot's activations. The slot is free after both.
+//
+// In the V placement the last rank's chunk 0 feeds its own chunk 1: that message goes to itself
+// through the same point-to-point calls.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +51,9 @@ class PipelineExecutor {
     double seconds = 0;       // the whole iteration on this rank
     double wait_seconds = 0;  // blocked on a receive: the bubble as this rank sees it
     int peak_in_flight = 0;   // microbatches forwarded whose backward (W included) is not done, at most
+    // Saved activations at their fullest: the slots in use (each its one allocation and the MoE
+    // buffers that grow with routing) and the chunks' shared recompute buffers.
+    int64_t peak_activation_bytes = 0;
   };
 
   // Runs `actions` for `microbatches` microbatches. Before the first backward (B or I) of the last
@@ -75,10 +81,11 @@ class PipelineExecutor {
     bool input_grad_sent = false;  // SendBackward has been posted
   };
   Slot& slot(int chunk, int microbatch);  // the slot of (chunk, microbatch), taken if needed
-  int model_chunk(int chunk) const { return model_chunk_index(pp_.rank(), chunk, pp_.size()); }
+  int model_chunk(int chunk) const { return model_chunk_index(pp_.rank(), chunk, schedule_); }
   void wait(Request& r);
   // Frees the slot once its backward is complete and its input gradient (if any) has been posted.
   void release_if_done(Slot& s, int model_chunk);
+  int64_t activation_bytes() const;  // of the slots in use, now
   // Fills the slot's rows and runs the chunk's forward; returns its Σ token losses.
   double forward(Slot& s, int chunk, int microbatch, const FillFn& fill, float grad_scale);
 
@@ -90,6 +97,9 @@ class PipelineExecutor {
   bool packed_;
   int num_model_chunks_;
   std::vector<std::vector<Slot>> slots_;  // per chunk
+  // Parameters more than one of this rank's chunks report (a V's shared tied embedding), with how
+  // many: reported on to grad_ready when the last of them has.
+  std::vector<std::pair<int, int>> shared_params_;
   Stats stats_;
 };
 

@@ -2,8 +2,9 @@
 //   GPipe        all forwards, then all backwards, both in microbatch order;
 //   1F1B         forward_backward_pipelining_without_interleaving;
 //   interleaved  forward_backward_pipelining_with_interleaving (get_schedule_table, microbatch
-//                groups of g per virtual stage).
-// and the lowering pass that adds the point-to-point sends and receives.
+//                groups of g per virtual stage);
+// the zero-bubble ones in zero_bubble.cpp; and the lowering pass that adds the point-to-point
+// sends and receives.
 #include "tessel/pipeline/schedule.h"
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <utility>
 
 #include "tessel/core/error.h"
+#include "tessel/pipeline/zero_bubble.h"
 
 namespace tessel {
 
@@ -19,7 +21,11 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
   if (name == "gpipe") return ScheduleKind::GPipe;
   if (name == "1f1b") return ScheduleKind::OneFOneB;
   if (name == "interleaved") return ScheduleKind::Interleaved;
-  throw ConfigError(fmt::format("unknown --schedule '{}' (gpipe | 1f1b | interleaved)", name));
+  if (name == "zb-h1") return ScheduleKind::ZeroBubbleH1;
+  if (name == "zb-v") return ScheduleKind::ZeroBubbleV;
+  if (name == "dualpipev") return ScheduleKind::DualPipeV;
+  throw ConfigError(
+      fmt::format("unknown --schedule '{}' (gpipe | 1f1b | interleaved | zb-h1 | zb-v | dualpipev)", name));
 }
 
 std::string schedule_kind_name(ScheduleKind kind) {
@@ -27,8 +33,20 @@ std::string schedule_kind_name(ScheduleKind kind) {
     case ScheduleKind::GPipe: return "gpipe";
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::Interleaved: return "interleaved";
+    case ScheduleKind::ZeroBubbleH1: return "zb-h1";
+    case ScheduleKind::ZeroBubbleV: return "zb-v";
+    case ScheduleKind::DualPipeV: return "dualpipev";
   }
   return "";
+}
+
+Placement schedule_placement(ScheduleKind kind) {
+  return kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV ? Placement::V
+                                                                              : Placement::Looped;
+}
+
+int chunks_per_rank(ScheduleKind kind, int vpp) {
+  return schedule_placement(kind) == Placement::V && vpp == 1 ? 2 : vpp;
 }
 
 std::vector<std::string> schedule_violations(const ScheduleConfig& c) {
@@ -40,6 +58,18 @@ std::vector<std::string> schedule_violations(const ScheduleConfig& c) {
   if (c.microbatch_group < 0)
     v.push_back(fmt::format("--microbatch-group-size-per-virtual-pipeline-stage must be positive (got {})",
                             c.microbatch_group));
+  if (schedule_placement(c.kind) == Placement::V) {
+    const std::string name = schedule_kind_name(c.kind);
+    if (vpp != 2)
+      v.push_back(fmt::format("--schedule {} holds two model chunks per rank (a V): --vpp must be 2 or left "
+                              "out (got {})", name, vpp));
+    if (p == 1) v.push_back(fmt::format("--schedule {} needs --pp 2 or more (got 1)", name));
+    // DeepSeek's DualPipeV needs its steady phase: at least 2 · p microbatches.
+    if (c.kind == ScheduleKind::DualPipeV && p >= 1 && m < 2 * p)
+      v.push_back(fmt::format("--schedule dualpipev needs at least 2 × --pp = {} microbatches (got {})", 2 * p,
+                              m));
+    return v;
+  }
   if (c.kind != ScheduleKind::Interleaved) {
     if (vpp > 1)
       v.push_back(fmt::format("--vpp {} needs --schedule interleaved ({} runs one model chunk per rank)", vpp,
@@ -159,15 +189,30 @@ std::vector<RankSchedule> generate_schedule(const ScheduleConfig& config) {
       case ScheduleKind::GPipe: ranks[r] = gpipe(m); break;
       case ScheduleKind::OneFOneB: ranks[r] = one_f_one_b(p, m, r); break;
       case ScheduleKind::Interleaved: ranks[r] = interleaved(p, m, config.virtual_stages, g, r); break;
+      case ScheduleKind::ZeroBubbleH1: ranks[r] = zero_bubble_h1(p, m, r); break;
+      case ScheduleKind::ZeroBubbleV: ranks[r] = zero_bubble_v(p, m, r); break;
+      case ScheduleKind::DualPipeV: ranks[r] = dualpipe_v(p, m, r); break;
     }
   }
   return ranks;
 }
 
-int model_chunk_index(int rank, int chunk, int pipeline_size) { return chunk * pipeline_size + rank; }
+int model_chunk_index(int rank, int chunk, int pipeline_size, Placement placement) {
+  if (placement == Placement::V) return chunk == 0 ? rank : 2 * pipeline_size - 1 - rank;
+  return chunk * pipeline_size + rank;
+}
+
+int model_chunk_index(int rank, int chunk, const ScheduleConfig& config) {
+  return model_chunk_index(rank, chunk, config.pipeline_size, schedule_placement(config.kind));
+}
+
+int model_chunk_rank(int model_chunk, int pipeline_size, Placement placement) {
+  if (placement == Placement::V && model_chunk >= pipeline_size) return 2 * pipeline_size - 1 - model_chunk;
+  return model_chunk % pipeline_size;
+}
 
 int p2p_tag(const Action& a, int rank, const ScheduleConfig& config) {
-  const int k = model_chunk_index(rank, a.chunk, config.pipeline_size);
+  const int k = model_chunk_index(rank, a.chunk, config);
   const int boundaries = config.pipeline_size * config.virtual_stages - 1;
   int boundary = 0, direction = 0;
   switch (a.kind) {
@@ -180,17 +225,21 @@ int p2p_tag(const Action& a, int rank, const ScheduleConfig& config) {
   return 2 * (a.microbatch * boundaries + boundary) + direction;
 }
 
-// Model chunk k lives on rank k mod p, so the neighbours of a rank's chunks are always the ranks
-// beside it in the ring: with VPP the last rank's chunk c feeds rank 0's chunk c + 1.
+// A chunk's neighbours are the ranks of the model chunks before and after it. Looped, those are
+// the ranks beside it in the ring (with VPP the last rank's chunk c feeds rank 0's chunk c + 1);
+// in a V, the last rank's chunk 0 feeds its own chunk 1: a message to itself, through the same
+// point-to-point calls.
 std::vector<RankSchedule> lower(const std::vector<RankSchedule>& compute, const ScheduleConfig& config) {
   const int p = config.pipeline_size;
+  const Placement placement = schedule_placement(config.kind);
   const int last = p * config.virtual_stages - 1;  // the last model chunk
   TESSEL_CHECK(static_cast<int>(compute.size()) == p, "lower: {} rank schedules for --pp {}", compute.size(), p);
   std::vector<RankSchedule> lowered(p);
   for (int r = 0; r < p; ++r) {
-    const int next = (r + 1) % p, prev = (r + p - 1) % p;
     for (const Action& a : compute[r]) {
-      const int k = model_chunk_index(r, a.chunk, p);
+      const int k = model_chunk_index(r, a.chunk, config);
+      const int next = k < last ? model_chunk_rank(k + 1, p, placement) : -1;
+      const int prev = k > 0 ? model_chunk_rank(k - 1, p, placement) : -1;
       auto comm = [&](ActionKind kind, int peer) { lowered[r].push_back({kind, a.microbatch, a.chunk, peer}); };
       switch (a.kind) {
         case ActionKind::Forward:

@@ -64,7 +64,7 @@ bool has(const Done& done, ActionKind kind, const Action& a) { return done.count
 // Why `a` can never run correctly on `rank` at this point of its list (no waiting would help): the
 // data it consumes was never received or produced there, or it already ran. Empty when it may run.
 std::string rule_broken_by(const Action& a, int rank, const ScheduleConfig& config, const Done& done) {
-  const int k = model_chunk_index(rank, a.chunk, config.pipeline_size);
+  const int k = model_chunk_index(rank, a.chunk, config);
   const int last = config.pipeline_size * config.virtual_stages - 1;
   auto complain = [&](const char* what) {
     return fmt::format("rank {} runs {} {}", rank, action_label(a, config.virtual_stages), what);
@@ -98,6 +98,10 @@ std::string rule_broken_by(const Action& a, int rank, const ScheduleConfig& conf
 }
 
 void fill_idle(RankTimeline& t, double makespan) {
+  if (!t.compute.empty()) {
+    t.first_start = t.compute.front().start;
+    t.last_end = t.compute.back().end;
+  }
   double at = 0;
   for (const TimedAction& ta : t.compute) {
     if (ta.start > at) t.idle.push_back({at, ta.start});
@@ -109,6 +113,48 @@ void fill_idle(RankTimeline& t, double makespan) {
 }
 
 }  // namespace
+
+double Simulation::longest_span() const {
+  double span = 0;
+  for (const RankTimeline& t : ranks) span = std::max(span, t.span());
+  return span;
+}
+
+double Simulation::bubble() const {
+  double idle = 0;
+  for (const RankTimeline& t : ranks) idle = std::max(idle, t.span_idle());
+  const double span = longest_span();
+  return span > 0 ? idle / span : 0;
+}
+
+PublishedBubble published_bubble(const ScheduleConfig& c, const SimulationCosts& costs) {
+  const int p = c.pipeline_size, m = c.microbatches, v = c.virtual_stages;
+  // form = (p − 1)/(n + p − 1), n written out as `n_text`
+  auto fraction = [&](const std::string& form, const std::string& n_text, int n) {
+    const double value = (p - 1.0) / (n + p - 1.0);
+    return PublishedBubble{fmt::format("{} = ({} − 1)/({} + {} − 1) = {:.4g}", form, p, n_text, p, value), value};
+  };
+  const bool equal = costs.forward == costs.backward_input && costs.backward_input == costs.backward_weight;
+  const std::string unequal = "(the published value assumes T_F = T_I = T_W)";
+  switch (c.kind) {
+    case ScheduleKind::GPipe:
+    case ScheduleKind::OneFOneB: return fraction("(p − 1)/(m + p − 1)", std::to_string(m), m);
+    case ScheduleKind::Interleaved:
+      return fraction("(p − 1)/(v·m + p − 1)", fmt::format("{}·{}", v, m), v * m);
+    case ScheduleKind::ZeroBubbleH1:
+      if (!equal) return {"(p − 1)/(3m + p − 1) " + unequal, {}};
+      if (m < p) return {"(p − 1)/(3m + p − 1) once m ≥ p", {}};
+      return fraction("(p − 1)/(3m + p − 1)", fmt::format("3·{}", m), 3 * m);
+    case ScheduleKind::ZeroBubbleV:
+      if (!equal) return {"0 " + unequal, {}};
+      if (m < 2 * p) return {"0 once m ≥ 2p", {}};
+      return {"0 (m ≥ 2p)", 0.0};
+    case ScheduleKind::DualPipeV:
+      if (!equal) return {"(p − 1)/(6m + p − 1) " + unequal, {}};
+      return fraction("(p − 1)/(6m + p − 1)", fmt::format("6·{}", m), 6 * m);
+  }
+  return {"", {}};
+}
 
 // Each pass lets every rank run as far as it can; a receive whose send has not happened yet stops
 // its rank until a later pass. Times are dataflow times (a rank's clock only ever waits for its own

@@ -4,6 +4,7 @@
 // deadlocks and broken schedules instead of hanging. Behind `tessel schedule` and the planner.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct RankTimeline {
   std::vector<Interval> idle;        // the gaps in [0, makespan) with no compute
   double busy = 0;                   // useful time: the sum of compute costs (the ideal time)
   double idle_time = 0;              // makespan − busy: the rank's bubble
+  double first_start = 0, last_end = 0;  // its first compute's start, its last one's end
   // The most (microbatch, chunk) forwards whose backward (or weight gradient, when split) had not
   // yet run: the activations the rank holds at its fullest. With v = 1, microbatches.
   int peak_in_flight = 0;
@@ -44,6 +46,9 @@ struct RankTimeline {
   double bubble_ratio() const { return busy > 0 ? idle_time / busy : 0; }
   // Idle time / makespan: the share of the iteration the rank waits.
   double idle_fraction() const { return busy + idle_time > 0 ? idle_time / (busy + idle_time) : 0; }
+  // From the rank's first compute to its last, and how much of that it waits.
+  double span() const { return last_end - first_start; }
+  double span_idle() const { return span() - busy; }
 };
 
 struct Simulation {
@@ -54,12 +59,31 @@ struct Simulation {
   // input, a send nobody receives, an action run twice).
   std::string error;
   bool ok() const { return error.empty(); }
+  // The schedule's bubble: the largest idle time of a rank between its first and last compute,
+  // over the longest such span. That span is what an iteration costs once iterations follow each
+  // other without waiting for the slowest rank in between (optimizer post-validation): the ranks'
+  // spans then overlap like a parallelogram's rows. For 1F1B it is the first rank's idle time
+  // over the makespan, (p − 1)/(m + p − 1) with T_F = T_B; for ZB-V with m ≥ 2p and T_F = T_I =
+  // T_W, 0.
+  double bubble() const;
+  double longest_span() const;
 };
 
 // `lowered`: one list per pipeline rank, as lower() makes them (compute lists alone have no
 // receives, so a rank would run a chunk before its input exists: that is reported as an error).
 Simulation simulate(const std::vector<RankSchedule>& lowered, const ScheduleConfig& config,
                     const SimulationCosts& costs = {});
+
+// The published bubble of a schedule, as Simulation::bubble() measures it, where one holds for
+// these costs: GPipe and 1F1B (p − 1)/(m + p − 1) and interleaved (p − 1)/(v·m + p − 1) for any
+// T_F, T_B; with T_F = T_I = T_W, ZB-H1 (p − 1)/(3m + p − 1) once m ≥ p (its idle time a third
+// of 1F1B's 3(p − 1)), ZB-V 0 once m ≥ 2p, and DualPipeV (p − 1)/(6m + p − 1) (DeepSeek's idle
+// time (PP − 1)(F&B + B − 3W) with F&B = F + B + W: its pairs run one after the other here).
+struct PublishedBubble {
+  std::string text;             // the formula with the numbers in, or why none applies
+  std::optional<double> value;  // empty when none applies
+};
+PublishedBubble published_bubble(const ScheduleConfig& config, const SimulationCosts& costs);
 
 // "F3", "B1", or with VPP "F3.1" (microbatch 3, chunk 1): microbatches counted from 1 as the seed
 // counts them, chunks from 0 as Megatron does. Sends and receives: "sendF3", "recvB3.1", ….

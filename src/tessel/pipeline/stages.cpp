@@ -108,6 +108,11 @@ std::vector<int> layer_counts(int L, const StageOptions& o, std::vector<std::str
     return e.layers;
   }
   if (!uneven) {
+    if (L % chunks != 0 && o.placement == Placement::V) {
+      v.push_back(fmt::format("--num-layers {} does not split into the 2 × --pipeline-model-parallel-size {} = {} "
+                              "model chunks of a V schedule (zb-v, dualpipev: two chunks per rank)", L, p, chunks));
+      return {};
+    }
     if (L % chunks != 0) {
       v.push_back(vpp > 1 ? fmt::format("--num-layers {} is not divisible by --pipeline-model-parallel-size {} × "
                                         "--num-virtual-stages-per-pipeline-rank {}", L, p, vpp)
@@ -166,9 +171,10 @@ std::vector<ChunkSpec> assign_layers(int num_layers, const StageOptions& options
   return chunks;
 }
 
-std::vector<ChunkSpec> rank_chunks(const std::vector<ChunkSpec>& all, int pipeline_size, int rank) {
+std::vector<ChunkSpec> rank_chunks(const std::vector<ChunkSpec>& all, const StageOptions& o, int rank) {
   std::vector<ChunkSpec> mine;
-  for (size_t k = rank; k < all.size(); k += pipeline_size) mine.push_back(all[k]);
+  for (int c = 0; c < o.virtual_stages; ++c)
+    mine.push_back(all.at(model_chunk_index(rank, c, o.pipeline_size, o.placement)));
   return mine;
 }
 

@@ -1,6 +1,8 @@
 // Which layers each pipeline rank holds, as Megatron assigns them. The model is cut into
 // p · v model chunks (v virtual stages per rank); model chunk k lives on pipeline rank k mod p as
-// its chunk k / p, so with VPP a rank holds every p-th piece of the model (seed example 9).
+// its chunk k / p, so with VPP a rank holds every p-th piece of the model (seed example 9) — or,
+// in the V placement of ZB-V and DualPipeV (v = 2), rank r holds model chunks r and 2p − 1 − r
+// (pipeline/schedule.h).
 //   even split:   every model chunk gets num_layers / (p · v) layers;
 //   uneven split: --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers fix
 //                 the first and last stages, the rest is split evenly (v = 1);
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "tessel/model/transformer.h"
+#include "tessel/pipeline/schedule.h"
 
 namespace tessel {
 
@@ -23,6 +26,7 @@ struct StageOptions {
   int first_stage_layers = -1;  // --decoder-first-pipeline-num-layers (-1: not given)
   int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers
   std::string layout;           // --pipeline-model-parallel-layout
+  Placement placement = Placement::Looped;  // the schedule's
 };
 
 // Every rule broken (layers not dividing, a malformed layout string, ...), one message each.
@@ -31,7 +35,7 @@ std::vector<std::string> stage_violations(int num_layers, const StageOptions& op
 // chunks[model chunk] for k = 0 .. p·v − 1. Throws tessel::Error listing stage_violations.
 std::vector<ChunkSpec> assign_layers(int num_layers, const StageOptions& options);
 
-// The model chunks of one pipeline rank, in its chunk order (model chunk c·p + rank for c < v).
-std::vector<ChunkSpec> rank_chunks(const std::vector<ChunkSpec>& all, int pipeline_size, int rank);
+// The model chunks of one pipeline rank, in its chunk order (model_chunk_index of its chunk c).
+std::vector<ChunkSpec> rank_chunks(const std::vector<ChunkSpec>& all, const StageOptions& options, int rank);
 
 }  // namespace tessel

@@ -66,6 +66,11 @@ class NumericsGuard {
   // (the pipeline's grad_ready hook): injects a fault, and while an iteration is recomputed,
   // notes the first gradient that comes out non-finite.
   void before_reduction(int64_t iteration, int index);
+  // The iteration is computed again for another reason (post-validation undid the step it ran
+  // on): an injected reproducible fault strikes it again.
+  void iteration_rerun() {
+    if (injection_.kind == FaultInjection::Kind::NanGrad) injected_pass_ = -1;
+  }
 
   // Once per iteration after the global norm, before the optimizer step; collective over the
   // world. Returns whether the step may be taken: false only for a non-finite result without

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessel/data/tokenizer.h"
+#include "tessel/model/recompute.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/lr_schedule.h"
 #include "tessel/parallel/layout.h"
@@ -45,6 +46,9 @@ struct BatchOptions {
 // The defaults are `tessel train`'s: the default model's run on the bundled corpus.
 struct OptimOptions {
   OptimizerConfig adamw;  // --weight-decay, --adam-beta1/2, --adam-eps, --clip-grad
+  // --enable-optimizer-post-validation: step before the gradient norm is known, undo and redo
+  // when clipping or a non-finite norm would have changed the step (optim/post_validation.h)
+  bool post_validation = false;
   // --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters, --train-iters, --lr-decay-style
   LrScheduleConfig lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 30, .decay_iters = 0,
                          .train_iters = 600, .style = LrDecayStyle::Cosine};
@@ -119,6 +123,7 @@ struct TrainOptions {
   EvalOptions eval;
   BatchOptions batch;
   OptimOptions optim;
+  RecomputeOptions recompute;  // --recompute-granularity, -method, -num-layers, -modules
   ParallelOptions parallel;
   CheckpointOptions checkpoint;
   LogOptions log;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "tessel/ckpt/hf.h"
@@ -96,10 +97,14 @@ std::vector<std::string> expert_violations(const ParallelConfig& c, const ModelC
 
 // The schedule the flags ask for: 1F1B, or interleaved with VPP, unless --schedule names one.
 // Throws tessel::Error for an unknown name.
+ScheduleKind schedule_kind(const ParallelConfig& c, const PipelineOptions& p) {
+  if (!p.schedule.empty()) return parse_schedule_kind(p.schedule);
+  return c.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+}
+
 ScheduleConfig schedule_config(const ParallelConfig& c, const PipelineOptions& p, int microbatches) {
-  ScheduleKind kind = c.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
-  if (!p.schedule.empty()) kind = parse_schedule_kind(p.schedule);
-  return {kind, c.pp, microbatches, c.vpp, p.microbatch_group};
+  const ScheduleKind kind = schedule_kind(c, p);
+  return {kind, c.pp, microbatches, chunks_per_rank(kind, c.vpp), p.microbatch_group};
 }
 
 }  // namespace
@@ -167,11 +172,18 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
 }
 
 StageOptions stage_options(const ParallelConfig& c, const PipelineOptions& p) {
-  return {c.pp, c.vpp, p.first_stage_layers, p.last_stage_layers, p.layout};
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  try {
+    kind = schedule_kind(c, p);
+  } catch (const Error&) {
+    // an unknown --schedule: plan_training reports it; the stages are 1F1B's meanwhile
+  }
+  return {c.pp, chunks_per_rank(kind, c.vpp), p.first_stage_layers, p.last_stage_layers, p.layout,
+          schedule_placement(kind)};
 }
 
 std::vector<ChunkSpec> TrainPlan::stage_chunks(int stage) const {
-  return rank_chunks(chunks, layout().pp, stage);
+  return rank_chunks(chunks, stages, stage);
 }
 
 BatchShape TrainPlan::batch_shape(int dp_rank) const {
@@ -220,6 +232,15 @@ TrainPlan plan_training(ModelConfig model, const TrainOptions& o) {
     v.push_back(e.what());
   }
   append(v, expert_violations(c, model));
+  // Recompute's layer count is bounded by the largest model chunk, known once the split is valid.
+  int chunk_layers = model.num_layers;
+  if (stage_violations(model.num_layers, plan.stages).empty()) {
+    chunk_layers = 0;
+    for (const ChunkSpec& chunk : assign_layers(model.num_layers, plan.stages))
+      chunk_layers = std::max(chunk_layers, chunk.num_layers);
+  }
+  append(v, recompute_violations(o.recompute, chunk_layers, model.moe.num_experts > 0,
+                                 model.moe.shared_expert_size > 0));
   if (!v.empty()) throw ConfigError(fmt::format("invalid configuration: {}", fmt::join(v, "; ")));
   plan.chunks = assign_layers(model.num_layers, plan.stages);
   return plan;

@@ -60,18 +60,26 @@ void report_communication(TrainLog& log, const std::map<std::string, IterationSt
                             1e3 * c.seconds / iterations, 100 * c.seconds / seconds));
 }
 
-// Each pipeline rank's measured idle fraction (time blocked on a receive) and peak number of
-// microbatches in flight, gathered to the first rank.
-void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double total_s, int peak) {
+// Each rank's measured idle fraction (time blocked on a receive: the bubble as the rank sees it),
+// peak microbatches in flight (PP > 1) and peak saved activations (the slots and the memory the
+// recomputed ones share), gathered to the first rank.
+void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double total_s, int peak,
+                     int64_t activation_bytes) {
   Comm& world = groups.world();
-  float mine[3] = {static_cast<float>(total_s > 0 ? wait_s / total_s : 0), static_cast<float>(peak),
-                   static_cast<float>(groups.coords().pp)};
-  std::vector<float> all(3 * world.size());
-  world.all_gather(mine, all.data(), 3);
-  for (int r = 0; r < world.size(); ++r)
-    log.message(fmt::format("pipeline: rank {} (stage {}): idle {:.1f}% of the step, peak {} "
-                            "microbatches in flight", r, static_cast<int>(all[3 * r + 2]),
-                            100 * all[3 * r], static_cast<int>(all[3 * r + 1])));
+  const bool pipelined = groups.pp().size() > 1;
+  float mine[4] = {static_cast<float>(total_s > 0 ? wait_s / total_s : 0), static_cast<float>(peak),
+                   static_cast<float>(groups.coords().pp), static_cast<float>(activation_bytes / 1048576.0)};
+  std::vector<float> all(4 * world.size());
+  world.all_gather(mine, all.data(), 4);
+  for (int r = 0; r < world.size(); ++r) {
+    const float* a = all.data() + 4 * r;
+    if (pipelined)
+      log.message(fmt::format("pipeline: rank {} (stage {}): idle {:.1f}% of the step, peak {} "
+                              "microbatches in flight, peak activations {:.3f} MiB",
+                              r, static_cast<int>(a[2]), 100 * a[0], static_cast<int>(a[1]), a[3]));
+    else
+      log.message(fmt::format("memory: rank {}: peak activations {:.3f} MiB", r, a[3]));
+  }
 }
 
 }  // namespace
@@ -159,12 +167,13 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
     pipeline_seconds_ += pipeline.seconds;
   }
   peak_in_flight_ = std::max(peak_in_flight_, pipeline.peak_in_flight);
+  peak_activation_bytes_ = std::max(peak_activation_bytes_, pipeline.peak_activation_bytes);
 }
 
 void RunTotals::report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
                        const TransformerChunk& chunk, double read_seconds) {
-  if (plan_.layout().pp > 1 && plan_.train_iters() > 0)
-    report_pipeline(log, groups, wait_seconds_, pipeline_seconds_, peak_in_flight_);
+  if (plan_.train_iters() > 0)
+    report_pipeline(log, groups, wait_seconds_, pipeline_seconds_, peak_in_flight_, peak_activation_bytes_);
   if (!plan_.options.log.profile) return;
   ChunkActivations acts = chunk.make_activations();
   report_profile(k_, log, profiled_seconds_, params, chunk, acts);

@@ -39,7 +39,8 @@ class RunTotals {
   void start_iteration(int64_t it);
   // After it: its statistics and the pipeline's.
   void add(const IterationStats& s, const PipelineExecutor::Stats& pipeline);
-  // Each pipeline rank's idle fraction and peak microbatches in flight (PP > 1), then with
+  // Each rank's peak saved activations, with PP > 1 its idle fraction and peak microbatches in
+  // flight; then with
   // --profile GEMM throughput, peak memory against the analytic sum and communication.
   // Collective over the world.
   // `read_seconds`: the data loader's thread's reading of one batch.
@@ -54,6 +55,7 @@ class RunTotals {
   std::map<std::string, IterationStats::Comm> profiled_comm_;  // by "group op", summed
   double wait_seconds_ = 0, pipeline_seconds_ = 0;
   int peak_in_flight_ = 0;
+  int64_t peak_activation_bytes_ = 0;
 };
 
 }  // namespace tessel

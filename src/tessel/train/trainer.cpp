@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -14,6 +16,7 @@
 #include "tessel/data/tokenizer_files.h"
 #include "tessel/core/writable.h"
 #include "tessel/kernels/kernels.h"
+#include "tessel/optim/post_validation.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/grad_sync.h"
 #include "tessel/pipeline/executor.h"
@@ -44,8 +47,9 @@ struct StageModel {
     token_group = split_rows ? &groups.tp_cp() : nullptr;
     const MoeGroups moe{.ep = &groups.ep(), .etp = &groups.etp(), .token_group = token_group};
     for (const ChunkSpec& spec : plan.stage_chunks(groups.coords().pp))
-      chunks.push_back(std::make_unique<TransformerChunk>(
-          k, plan.model, spec, plan.options.batch.micro_batch_size, tp, params, cp, moe));
+      chunks.push_back(std::make_unique<TransformerChunk>(k, plan.model, spec,
+                                                          plan.options.batch.micro_batch_size, tp,
+                                                          params, cp, moe, plan.options.recompute));
     params.finalize(k.memory);
     for (auto& c : chunks) c->bind(params);
     const std::string& init_from = plan.options.checkpoint.init_from;
@@ -66,10 +70,13 @@ struct StageModel {
 
 // Gradient synchronisation of this rank's parameters. A tied embedding lives on the first and
 // the last stage; both copies start equal (same seed and name, or the same file) and the
-// embedding group keeps them so; the norm counts the first stage's.
+// embedding group keeps them so; the norm counts the first stage's. In a V the first stage
+// holds the head too: one embedding, no group.
 GradSyncConfig grad_sync_config(const TrainPlan& plan, const StageModel& stage, int pp_rank) {
   const ParallelConfig& pc = plan.layout();
-  const bool owns_tied = plan.model.tied_embeddings() && pc.pp > 1 && pp_rank == 0;
+  const std::vector<ChunkSpec> mine = plan.stage_chunks(pp_rank);
+  const bool head_here = std::any_of(mine.begin(), mine.end(), [](const ChunkSpec& c) { return c.has_head; });
+  const bool owns_tied = plan.model.tied_embeddings() && pp_rank == 0 && !head_here;
   return {.sequence_parallel = pc.sequence_parallel,
           .distributed_optimizer = pc.distributed_optimizer,
           .bucket_floats = plan.options.parallel.ddp.bucket_size,
@@ -124,6 +131,27 @@ double global_loss_sum(double local, ProcessGroups& groups) {
   groups.dp_cp().all_reduce(&local, 1);
   return local;
 }
+
+// An eagerly taken step awaiting its iteration's gradient norm and loss, summed over the pipeline
+// stages while the next iteration runs (optimizer post-validation).
+struct PendingStep {
+  bool active = false;
+  IterationStats stats;
+  double sq = 0, loss = 0;  // this stage's Σ g² and token losses, summed over the stages on arrival
+  double counted = 0;       // the iteration's counted tokens
+  Request sq_sum, loss_sum;
+
+  // The stage's sums are in; their sum over the stages starts (the loss's over DP × CP first).
+  void start(double stage_sq, double loss_sum_here, double counted_tokens, ProcessGroups& groups) {
+    active = true;
+    counted = counted_tokens;
+    sq = stage_sq;
+    loss = loss_sum_here;
+    groups.dp_cp().all_reduce(&loss, 1);
+    sq_sum = groups.pp().all_reduce_async(&sq, 1);
+    loss_sum = groups.pp().all_reduce_async(&loss, 1);
+  }
+};
 
 // The iteration's time, throughput and this rank's communication by group and kind of call.
 void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens,
@@ -233,11 +261,15 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   double counted = 0;  // the global batch's tokens the loss counts
   // One iteration's forward, backward and gradient reductions on the current batch; numerics
   // may run it twice. The loss is the mean over every counted token (DESIGN invariant 1).
-  const NumericsGuard::Recompute compute = [&] {
+  const auto run_pipeline = [&] {
     params.zero_grads();
     const double loss_sum = pipeline.run(actions, plan.microbatches, fill,
                                          static_cast<float>(1.0 / counted), arm, grad_ready);
     sync.finish();
+    return loss_sum;
+  };
+  const NumericsGuard::Recompute compute = [&] {
+    const double loss_sum = run_pipeline();
     const double norm = sync.global_norm();
     return NumericsGuard::Result{global_loss_sum(loss_sum, groups) / counted, norm};
   };
@@ -253,6 +285,35 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   RunTotals totals(k, plan);
   StragglerLog stragglers(o.log);
   std::optional<std::string> stop;  // why the run ends early (a signal, the time limit)
+  // Optimizer post-validation: the pending step, validated once its norm arrives. Returns whether
+  // it was redone (the parameters changed). Without the plain step's recomputation, a non-finite
+  // norm under --check-for-nan-in-loss-and-grad stops the run here.
+  EagerStep eager(k, optimizer, params);
+  PendingStep pending;
+  auto record = [&](IterationStats& s, StepVerdict verdict) {
+    s.skipped = verdict == StepVerdict::Skipped;
+    log.iteration(s);
+    stragglers.add(s, log, groups);
+    history.push_back(s);
+  };
+  auto settle = [&] {
+    pending.active = false;
+    pending.sq_sum.wait();
+    pending.loss_sum.wait();
+    IterationStats& s = pending.stats;
+    s.grad_norm = std::sqrt(pending.sq);
+    s.loss = pending.loss / pending.counted;
+    if (o.faults.check_nan && !(std::isfinite(s.grad_norm) && std::isfinite(s.loss)))
+      throw JobError(fmt::format(
+          "iteration {}: loss {:.6g} and gradient norm {:.6g}: not finite "
+          "(--check-for-nan-in-loss-and-grad; the step post-validation took is not kept)",
+          s.iteration, s.loss, s.grad_norm));
+    const StepVerdict verdict = eager.validate(s.grad_norm);
+    if (verdict != StepVerdict::Plain) sync.gather_params();
+    record(s, verdict);
+    return verdict != StepVerdict::Plain;
+  };
+
   for (it = setup->resumed + 1; it <= plan.train_iters(); ++it) {
     totals.start_iteration(it);
     groups.reset_comm_stats();
@@ -267,30 +328,44 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     s.iteration = it;
     s.data_wait_ms = 1e3 * (loader.wait_seconds() - waited);
     counted = counted_tokens(plan, loader, groups);
-    NumericsGuard::Result result = compute();
-    s.skipped = !numerics.check(it, result, compute);
-    s.loss = result.loss;
-    s.grad_norm = result.grad_norm;
-    s.lr = lr_schedule.at(it);
-    if (!s.skipped) {
-      optimizer.clip(static_cast<float>(s.grad_norm));
-      optimizer.step(static_cast<float>(s.lr));
+    s.lr = lr_schedule.at(optimizer.step_count() + 1);  // a skipped step does not advance it
+    StepVerdict verdict = StepVerdict::Plain;
+    if (o.optim.post_validation) {
+      double loss_sum = run_pipeline();
+      if (pending.active && settle()) {  // this iteration ran on parameters since undone: again
+        for (auto& c : stage.chunks) c->take_router_totals();
+        numerics.iteration_rerun();
+        s.lr = lr_schedule.at(optimizer.step_count() + 1);
+        loss_sum = run_pipeline();
+      }
+      pending.start(sync.stage_sq_sum(), loss_sum, counted, groups);
+      eager.step(static_cast<float>(s.lr));
       sync.gather_params();
+    } else {
+      NumericsGuard::Result result = compute();
+      const bool finite = numerics.check(it, result, compute);
+      s.loss = result.loss;
+      s.grad_norm = result.grad_norm;
+      verdict = finite ? checked_step(optimizer, s.grad_norm, static_cast<float>(s.lr))
+                       : StepVerdict::Skipped;
+      if (verdict != StepVerdict::Skipped) sync.gather_params();
     }
 
     add_router_stats(s, stage.chunks, groups, stage.token_group);
     add_timing(s, start, plan.batch_tokens(), groups);
     totals.add(s, pipeline.stats());
-    log.iteration(s);
-    stragglers.add(s, log, groups);
-    history.push_back(s);
-    if (o.eval.iters > 0 && it % o.eval.interval == 0)
+    if (pending.active) pending.stats = s;
+    else record(s, verdict);
+    if (o.eval.iters > 0 && it % o.eval.interval == 0) {
+      if (pending.active) settle();  // evaluated on the validated parameters
       evaluate(Split::Valid, it, it / o.eval.interval - 1);
+    }
 
     saver.poll(groups);
     stop = exit_request.poll(groups.world());
     const bool exiting = stop || (ckpt.exit_interval > 0 && it % ckpt.exit_interval == 0);
     if (save_due(ckpt, it, plan.train_iters(), exiting)) {
+      if (pending.active) settle();
       check_together(groups.world(), [&] {
         require_finite_weights(k, params, fmt::format("the save of iteration {}", it));
       });
@@ -299,6 +374,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     }
     if (exiting) break;
   }
+  if (pending.active) settle();
   saver.finish(groups);
   if (stop) {
     log.message(ckpt.save.empty()

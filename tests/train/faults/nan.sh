@@ -5,7 +5,8 @@
 # the run with the iteration and the parameter named, exit non-zero, and nothing non-finite
 # written. Without the check (--no-check-for-nan-in-loss-and-grad) a non-finite iteration is
 # skipped: no optimizer step, the weights and moments saved after it equal the ones before
-# bitwise. A spiky loss (--check-for-spiky-loss) is reported and training goes on.
+# bitwise. A spiky loss (--check-for-spiky-loss) is reported and training goes on. Optimizer
+# post-validation skips and stops alike.
 . "$(dirname "$0")/lib.sh"
 
 # The newest save in DIR holds finite values only: `tessel export --load` refuses anything else.
@@ -102,3 +103,16 @@ cmp -s "${iter_dir[2]}/rank_00000.safetensors" "${iter_dir[3]}/rank_00000.safete
   fail "skip: iteration 3 took no step either"
 saves_finite "$work/skip"
 echo "ok: skip: iteration 2 skipped, its save equals iteration 1's bitwise"
+
+# 7. The same under optimizer post-validation (the step taken before the norm is known, then
+# validated): without the check, the same skip and the same losses as the plain step's run;
+# with it, the run stops at iteration 2 naming it.
+timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --use-distributed-optimizer \
+  --no-check-for-nan-in-loss-and-grad --inject-fault nan-grad:2:1 --enable-optimizer-post-validation \
+  --log-json "$work/skip_pv.jsonl" > "$work/skip_pv.out" 2>&1 || { cat "$work/skip_pv.out"; fail "skip_pv: the run failed"; }
+same_records "$work/skip.jsonl" "$work/skip_pv.jsonl"
+timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --use-distributed-optimizer \
+  --inject-fault nan-grad:2:1 --enable-optimizer-post-validation > "$work/stop_pv.out" 2>&1
+rc=$?
+stopped stop_pv "iteration 2: loss" "not finite (--check-for-nan-in-loss-and-grad"
+echo "ok: post-validation: the same skip, and the same stop"

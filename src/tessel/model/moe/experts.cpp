@@ -6,8 +6,8 @@ namespace tessel {
 
 GroupedExperts::GroupedExperts(const Kernels& k, ParamRegistry& registry, const std::string& prefix,
                                int64_t C, int64_t F, int64_t first, int64_t local, int ep_rank,
-                               int ep, int etp_rank, int etp, float out_std)
-    : k_(k), C_(C), F_l_(F / etp) {
+                               int ep, int etp_rank, int etp, float out_std, bool shared_act)
+    : k_(k), C_(C), F_l_(F / etp), shared_act_(shared_act) {
   // An expert's gate/up split by rows (dim 0) and down by columns (dim 1) over ETP.
   const Mlp::Split split = [&](int dim) {
     return ShardSpec{.dim = etp > 1 ? dim : -1,
@@ -30,18 +30,23 @@ std::vector<int> GroupedExperts::param_indices() const {
 GroupedExperts::Saved GroupedExperts::make_saved(int64_t R) const {
   Saved s;
   for (Tensor* t : {&s.in, &s.d_out}) *t = k_.zeros({R, C_});
-  for (Tensor* t : {&s.gate, &s.up, &s.act, &s.d_gate, &s.d_up}) *t = k_.zeros({R, F_l_});
+  for (Tensor* t : {&s.gate, &s.up, &s.d_gate, &s.d_up}) *t = k_.zeros({R, F_l_});
+  if (!shared_act_) s.act = k_.zeros({R, F_l_});
   return s;
 }
 
-MlpRows GroupedExperts::rows_of(Saved& s, int64_t first) const {
+MlpRows GroupedExperts::rows_of(Saved& s, int64_t first) {
   const int64_t f = first * F_l_;
-  return {s.gate.data() + f, s.up.data() + f, s.act.data() + f, s.d_gate.data() + f,
+  return {s.gate.data() + f, s.up.data() + f, act(s).data() + f, s.d_gate.data() + f,
           s.d_up.data() + f, s.d_out.data() + first * C_};
 }
 
+void GroupedExperts::recompute_act(Saved& s, int64_t R) {
+  k_.swiglu_forward(k_.reserve(act_shared_, R, F_l_), s.gate.data(), s.up.data(), R * F_l_);
+}
+
 void GroupedExperts::forward(Saved& s, float* y, const std::vector<int64_t>& rows, int64_t R) {
-  for (Tensor* t : {&s.gate, &s.up, &s.act}) k_.reserve(*t, R, F_l_);
+  for (Tensor* t : {&s.gate, &s.up, &act(s)}) k_.reserve(*t, R, F_l_);
   int64_t o = 0;
   for (size_t e = 0; e < experts_.size(); ++e) {
     if (rows[e] > 0) experts_[e].forward_rows(rows_of(s, o), y + o * C_, s.in.data() + o * C_, rows[e]);
@@ -62,7 +67,7 @@ void GroupedExperts::backward_input(Saved& s, float* d_in, const std::vector<int
   }
 }
 
-void GroupedExperts::backward_weight(Saved& s, const std::vector<int64_t>& rows) const {
+void GroupedExperts::backward_weight(Saved& s, const std::vector<int64_t>& rows) {
   int64_t o = 0;
   for (size_t e = 0; e < experts_.size(); ++e) {
     if (rows[e] > 0) experts_[e].backward_weight_rows(rows_of(s, o), s.in.data() + o * C_, rows[e]);

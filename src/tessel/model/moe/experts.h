@@ -26,10 +26,12 @@ class GroupedExperts {
   };
 
   // Experts [first, first + local) of layer prefix `prefix` (…mlp.), F neurons each of which
-  // this ETP rank (etp_rank of etp) holds F / etp; held by EP rank ep_rank of ep.
+  // this ETP rank (etp_rank of etp) holds F / etp; held by EP rank ep_rank of ep. With
+  // `shared_act` (--recompute-modules moe_act) the activation output lives in one buffer all
+  // microbatches share, recomputed by recompute_act before each backward.
   GroupedExperts(const Kernels& k, ParamRegistry& registry, const std::string& prefix, int64_t C,
                  int64_t F, int64_t first, int64_t local, int ep_rank, int ep, int etp_rank,
-                 int etp, float out_std);
+                 int etp, float out_std, bool shared_act = false);
 
   // Sized for R rows (a balanced load); Saved grows past that on first need.
   Saved make_saved(int64_t R) const;
@@ -38,7 +40,10 @@ class GroupedExperts {
   // d_in (R, C) = d(s.in) from s.d_out (overwrites). d_act (max rows, F_l) is scratch.
   void backward_input(Saved& s, float* d_in, const std::vector<int64_t>& rows, int64_t R,
                       float* d_act);
-  void backward_weight(Saved& s, const std::vector<int64_t>& rows) const;
+  void backward_weight(Saved& s, const std::vector<int64_t>& rows);
+  // The activation output of the R rows again, from s.gate and s.up (shared_act only).
+  void recompute_act(Saved& s, int64_t R);
+  int64_t shared_bytes() const { return held_bytes(act_shared_); }
 
   int64_t ffn_local() const { return F_l_; }
   // Registry indices, expert by expert in Hugging Face order.
@@ -46,11 +51,14 @@ class GroupedExperts {
 
  private:
   // Expert e's rows from row `first` of s on.
-  MlpRows rows_of(Saved& s, int64_t first) const;
+  MlpRows rows_of(Saved& s, int64_t first);
+  Tensor& act(Saved& s) { return shared_act_ ? act_shared_ : s.act; }
 
   const Kernels& k_;
   int64_t C_, F_l_;
   std::vector<Mlp> experts_;
+  bool shared_act_;
+  Tensor act_shared_;  // (R, F_l), grows like Saved's
 };
 
 }  // namespace tessel

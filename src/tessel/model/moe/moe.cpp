@@ -49,7 +49,8 @@ void RouterTotals::add(const RouterTotals& other) {
 
 // Hugging Face order: router, experts, shared expert, its gate.
 MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& moe, int layer,
-                   int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry)
+                   int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry,
+                   LayerRecompute recompute)
     : k_(k),
       registry_(registry),
       params_(registry),
@@ -70,7 +71,9 @@ MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& 
                dispatcher_.first_expert(), dispatcher_.local_experts(),
                group_or_local(groups.ep, k).rank(), group_or_local(groups.ep, k).size(),
                group_or_local(groups.etp, k).rank(), group_or_local(groups.etp, k).size(),
-               output_init_std(model.num_layers)) {
+               output_init_std(model.num_layers), recompute.moe_act && !(recompute.full || recompute.moe)),
+      recompute_(recompute),
+      whole_(recompute.full || recompute.moe) {
   const int T = tp_.size();
   F_sl_ = F_s_ / T;
   const int64_t N = std::max<int64_t>(max_tokens_, 1), Q = group_or_local(groups.etp, k).size();
@@ -92,6 +95,13 @@ MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& 
   k_.reserve(expert_out_, N * topk_ * Q, C_);
   k_.reserve(d_act_, std::max(N * topk_ * Q, N * T), std::max(experts_.ffn_local(), F_sl_));
   k_.reserve(d_probs_, N, topk_);
+  if (whole_) {
+    SavedBuffers buffers;
+    SavedLists lists{buffers, buffers};
+    list_all(shared_saved_, lists);
+    shared_saved_bytes_ = buffers.bytes();
+    buffers.allocate(k_);
+  }
 }
 
 void MoeLayer::bind(const ParamRegistry& registry) const {
@@ -109,18 +119,25 @@ std::vector<int> MoeLayer::param_indices() const {
   return ids;
 }
 
-void MoeLayer::list_saved(Saved& s, SavedBuffers& buffers) const {
+void MoeLayer::list_saved(Saved& s, SavedLists& lists) const {
+  s.stats.tokens_per_expert.assign(E_, 0.0);
+  if (!whole_) list_all(s, lists);
+}
+
+void MoeLayer::list_all(Saved& s, SavedLists& lists) const {
   const int64_t N = std::max<int64_t>(max_tokens_, 1), N_g = N * tp_.size();
-  router_.list_saved(s.routing, buffers);
-  dispatcher_.list_saved(s.dispatch, buffers);
+  SavedBuffers& kept = lists.kept;
+  SavedBuffers& grads = lists.pick(recompute_.weights_in_input_pass());
+  router_.list_saved(s.routing, kept);
+  dispatcher_.list_saved(s.dispatch, kept);
   // Balanced, N·k rows reach each ETP rank; dropless routing may bring more.
   s.experts = experts_.make_saved(N * topk_ * etp_size_);
   if (shared_) {
-    if (tp_.size() > 1) buffers.add(s.shared_in, {N_g, C_});
-    shared_->list_saved(s.shared, buffers, N_g);
-    buffers.add(s.shared_out, {N, C_});
-    buffers.add(s.shared_scale, {N});
-    buffers.add(s.d_shared_logit, {N});
+    if (tp_.size() > 1) kept.add(s.shared_in, {N_g, C_});
+    shared_->list_saved(s.shared, lists.pick(recompute_.shared_experts), grads, N_g);
+    kept.add(s.shared_out, {N, C_});
+    kept.add(s.shared_scale, {N});
+    grads.add(s.d_shared_logit, {N});
   }
   s.stats.tokens_per_expert.assign(E_, 0.0);
 }
@@ -128,16 +145,21 @@ void MoeLayer::list_saved(Saved& s, SavedBuffers& buffers) const {
 MoeLayer::Saved MoeLayer::make_saved() const {
   Saved s;
   SavedBuffers buffers;
-  list_saved(s, buffers);
+  SavedLists lists{buffers, buffers};
+  list_saved(s, lists);
   buffers.allocate(k_);
   return s;
 }
 
+int64_t MoeLayer::shared_activation_bytes() const {
+  return whole_ ? shared_saved_bytes_ + shared_saved_.growing_bytes() : experts_.shared_bytes();
+}
+
 int64_t MoeLayer::Saved::growing_bytes() const {
-  int64_t n = dispatch.combined.bytes();
+  int64_t n = held_bytes(dispatch.combined);
   for (const Tensor* t : {&experts.in, &experts.gate, &experts.up, &experts.act, &experts.d_gate,
                           &experts.d_up, &experts.d_out})
-    n += t->bytes();
+    n += held_bytes(*t);
   return n;
 }
 
@@ -156,9 +178,30 @@ RouterTotals MoeLayer::take_router_totals() {
 
 // ---- forward ---------------------------------------------------------------------------------
 
-double MoeLayer::forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale) {
+double MoeLayer::forward(Saved& slot, float* out, const float* x, int64_t N, float grad_scale) {
   TESSEL_CHECK(N >= 0 && N <= max_tokens_, "MoE forward: {} rows for a layer sized for {}", N,
                max_tokens_);
+  slot.N = N;
+  slot.grad_scale = grad_scale;
+  Saved& s = state(slot);
+  const double losses = run_forward(s, out, x, N, grad_scale);
+  totals_.add({.tokens_per_expert = s.stats.tokens_per_expert, .dropped = s.stats.dropped,
+               .aux_loss = s.stats.aux_loss, .z_loss = s.stats.z_loss, .forwards = 1});
+  return losses;
+}
+
+void MoeLayer::recompute(Saved& slot, float* out, const float* x) {
+  Saved& s = state(slot);
+  if (whole_) {
+    run_forward(s, out, x, slot.N, slot.grad_scale);
+    return;
+  }
+  if (recompute_.moe_act) experts_.recompute_act(s.experts, s.dispatch.rows_in);
+  if (recompute_.shared_experts && shared_ && s.N > 0)
+    shared_->hidden_forward(s.shared.rows(), shared_input(s, x), s.N * tp_.size());
+}
+
+double MoeLayer::run_forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale) {
   s.N = N;
   const int64_t tokens = router_.forward(s.routing, x, N, grad_scale);
   s.stats.aux_loss = s.routing.aux_loss;
@@ -171,8 +214,6 @@ double MoeLayer::forward(Saved& s, float* out, const float* x, int64_t N, float 
   experts_.forward(s.experts, y, s.dispatch.expert_rows, R);
   dispatcher_.combine(s.dispatch, out, y, s.routing.probs.data(), N);
   if (shared_) shared_forward(s, out, x);
-  totals_.add({.tokens_per_expert = s.stats.tokens_per_expert, .dropped = s.stats.dropped,
-               .aux_loss = s.stats.aux_loss, .z_loss = s.stats.z_loss, .forwards = 1});
   return static_cast<double>(tokens) * (s.stats.aux_loss + s.stats.z_loss);
 }
 
@@ -198,7 +239,8 @@ void MoeLayer::backward(Saved& s, float* dx, const float* dout, const float* x,
   backward_weight(s, x, ready);
 }
 
-void MoeLayer::backward_input(Saved& s, float* dx, const float* dout, const float* x) {
+void MoeLayer::backward_input(Saved& slot, float* dx, const float* dout, const float* x) {
+  Saved& s = state(slot);
   const int64_t N = s.N, R = s.dispatch.rows_in;
   float* d_probs = k_.reserve(d_probs_, N, topk_);
   float* d_y = k_.reserve(s.experts.d_out, R, C_);
@@ -231,7 +273,8 @@ void MoeLayer::shared_backward_input(Saved& s, float* dx, const float* dout, con
                      WeightLayout::OutIn);
 }
 
-void MoeLayer::backward_weight(Saved& s, const float* x, const GradReady& ready) {
+void MoeLayer::backward_weight(Saved& slot, const float* x, const GradReady& ready) {
+  Saved& s = state(slot);
   const int64_t N = s.N;
   router_.backward_weight(s.routing, x);
   experts_.backward_weight(s.experts, s.dispatch.expert_rows);

@@ -38,6 +38,7 @@
 #include "tessel/model/moe/dispatch.h"
 #include "tessel/model/moe/experts.h"
 #include "tessel/model/moe/router.h"
+#include "tessel/model/recompute.h"
 #include "tessel/parallel/tensor_parallel.h"
 
 namespace tessel {
@@ -74,6 +75,7 @@ class MoeLayer {
   // dropless routing cannot know in advance how many rows reach a rank.
   struct Saved {
     int64_t N = 0;
+    float grad_scale = 0;  // the forward's, for a recompute
     TopKRouter::Saved routing;
     TokenDispatcher::Saved dispatch;
     GroupedExperts::Saved experts;
@@ -93,13 +95,19 @@ class MoeLayer {
   // moe.ffn_hidden_size, or model.ffn_size() when 0. Initialisation as Megatron: normal(0,
   // 0.02), down projections 0.02/sqrt(2·layers). max_tokens (this rank's rows) sizes the
   // buffers. Throws tessel::Error for settings that break MoeConfig::violations, for TP > 1
-  // without sequence parallel, and for sizes that do not split over TP or ETP.
+  // without sequence parallel, and for sizes that do not split over TP or ETP. `recompute`
+  // (model/recompute.h): the whole layer (full, moe) keeps its activations in one Saved of its
+  // own that all microbatches share; moe_act the experts' activation output; shared_experts the
+  // shared expert's hidden activations.
   MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& moe, int layer,
-           int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry);
+           int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry,
+           LayerRecompute recompute = {});
   // After registry.finalize(): the registry the layer declared into.
   void bind(const ParamRegistry& registry) const;
 
-  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  // What a microbatch keeps, or leaves to the memory its recomputation shares (model/layer.h);
+  // nothing when the whole layer is recomputed.
+  void list_saved(Saved& s, SavedLists& lists) const;
   // A Saved of its own (one allocation), for running the layer alone.
   Saved make_saved() const;
 
@@ -126,6 +134,10 @@ class MoeLayer {
   // Both halves.
   void backward(Saved& s, float* dx, const float* dout, const float* x,
                 const GradReady& ready = {});
+  // Before backward_input of a recomputing layer: its forward again (the whole layer, with out
+  // (N, C) scratch; or the experts' activations; or the shared expert's hidden activations),
+  // from the same x, leaving the router statistics alone. Collective like forward when whole.
+  void recompute(Saved& s, float* out, const float* x);
 
   int64_t num_local_experts() const { return dispatcher_.local_experts(); }
   int64_t first_local_expert() const { return dispatcher_.first_expert(); }
@@ -133,10 +145,16 @@ class MoeLayer {
   std::vector<int> param_indices() const;
   // Memory of the scratch shared by all microbatches.
   int64_t scratch_bytes() const;
+  // Memory of the recomputed activations all microbatches share (recompute).
+  int64_t shared_activation_bytes() const;
   // The router statistics of the forwards since the last call; starts new ones.
   RouterTotals take_router_totals();
 
  private:
+  // The forward into s (the microbatch's, or the shared one when recomputed whole); its losses.
+  double run_forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale);
+  void list_all(Saved& s, SavedLists& lists) const;
+  Saved& state(Saved& s) { return whole_ ? shared_saved_ : s; }
   void shared_forward(Saved& s, float* out, const float* x);
   void shared_backward_input(Saved& s, float* dx, const float* dout, const float* x);
   const float* shared_input(const Saved& s, const float* x) const {
@@ -154,6 +172,10 @@ class MoeLayer {
   std::optional<Mlp> shared_;
   int shared_gate_ = -1;  // mlp.shared_expert_gate.weight
   RouterTotals totals_;
+  LayerRecompute recompute_;
+  bool whole_ = false;         // the whole layer recomputed: shared_saved_ holds its activations
+  Saved shared_saved_;
+  int64_t shared_saved_bytes_ = 0;
   // Scratch shared by all microbatches, used only inside one call; grows like Saved's buffers.
   Tensor expert_out_;                  // (R, C) the experts' outputs, then their input gradient
   Tensor d_act_;                       // (max(R, N_g), max(F_l, F_s/TP))

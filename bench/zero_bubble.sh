@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Zero-bubble schedules in real training: PP4 on 4 ranks, m = 8 microbatches, one thread each,
+# the configurations run in turn in each of ROUNDS rounds (alternating, so that the shared
+# machine's load hits each alike). Per configuration and round: each rank's measured idle
+# fraction and peak activations (tessel train's end report), and tokens/s (the mean of
+# iterations 2 on). Then, on one process, full and selective recompute against none: the
+# executor's peak activations and the process's peak RSS.
+#   bench/zero_bubble.sh [ROUNDS]    (from the repository root, after building)
+set -euo pipefail
+rounds=${1:-3}
+tessel=${TESSEL:-build/tessel}
+out=$(mktemp -d)
+model="--arch gpt2 --num-layers 8 --hidden-size 256 --num-attention-heads 4 --vocab-size 256"
+batch="--micro-batch-size 2 --global-batch-size 16 --train-iters 8 --log-interval 8 --threads 1"
+declare -A flags=(
+  [1f1b]="--schedule 1f1b"
+  [zb-h1]="--schedule zb-h1"
+  [interleaved]="--vpp 2"
+  [zb-v]="--schedule zb-v"
+  [zb-v_selective]="--schedule zb-v --recompute-granularity selective"
+)
+order="1f1b zb-h1 interleaved zb-v zb-v_selective"
+echo "# $(lscpu | sed -n 's/^Model name: *//p'); load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+for round in $(seq "$rounds"); do
+  for name in $order; do
+    log=$out/$name.$round
+    mpirun --allow-run-as-root --oversubscribe -n 4 -x OMP_NUM_THREADS=1 "$tessel" train --pp 4 $model --seq-length 128 $batch \
+      ${flags[$name]} --log-json "$log.jsonl" >"$log.txt" 2>&1
+    tps=$(python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(round(sum(x['tokens_per_s'] for x in r)/len(r)))" "$log.jsonl")
+    idle=$(grep -o 'idle [0-9.]*%' "$log.txt" | cut -d' ' -f2 | paste -sd/)
+    act=$(grep -o 'peak activations [0-9.]* MiB' "$log.txt" | cut -d' ' -f3 | paste -sd/)
+    echo "round $round | $name | tok/s $tps | idle ranks 0/1/2/3 $idle | peak activations MiB $act | load $(cut -d' ' -f1 /proc/loadavg)"
+  done
+done
+# One process, 8 layers, seq 512: what recompute saves.
+for r in "" "--recompute-granularity selective" \
+         "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"; do
+  log=$out/recompute.txt
+  /usr/bin/time -q -f "%M" -o "$out/rss" "$tessel" train $model --seq-length 512 --micro-batch-size 4 \
+    --global-batch-size 16 --train-iters 3 --log-interval 3 --threads 1 $r >"$log" 2>&1
+  echo "one process | recompute '${r:-none}' | $(grep -o 'peak activations [0-9.]* MiB' "$log") | peak RSS $(( $(cat "$out/rss") / 1024 )) MiB | $(grep -o '[0-9]* tok/s' "$log" | tail -1)"
+done
+rm -rf "$out"

@@ -1,0 +1,104 @@
+// `tessel schedule --json` for the zero-bubble schedules (the bubble beside its formula, per rank
+// the idle time and peak in flight), per-action costs, and the bad schedule and recompute
+// configurations of `tessel schedule` and `tessel train`, every rule in one message.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/run_command.h"
+
+namespace {
+
+using tessel::testing::run_tessel;
+
+nlohmann::json schedule_json(const std::string& args) {
+  const auto r = run_tessel("schedule --json " + args);
+  EXPECT_EQ(r.exit_code, 0) << args << ": " << r.output;
+  return nlohmann::json::parse(r.output);
+}
+
+// PP4, m = 8, T_F = T_I = T_W = 1: the bubble measured by the simulator equals the published
+// formula for each schedule; ZB-H1 idles a third of 1F1B's; ZB-V not at all; ZB-H1 and ZB-V hold
+// no more than 1F1B (ZB-V's slots are half a stage each).
+TEST(ZeroBubbleCli, JsonBubbleMatchesTheFormula) {
+  double idle_1f1b = 0;
+  for (const char* schedule : {"1f1b", "zb-h1", "zb-v", "dualpipev"}) {
+    const nlohmann::json j = schedule_json(std::string("--pp 4 --microbatches 8 --schedule ") + schedule);
+    ASSERT_FALSE(j["bubble_formula"].is_null()) << schedule;
+    EXPECT_NEAR(j["bubble"].get<double>(), j["bubble_formula"].get<double>(), 1e-12) << schedule;
+    ASSERT_EQ(j["ranks"].size(), 4u);
+    double idle = 0;
+    int peak = 0;
+    for (const nlohmann::json& rank : j["ranks"]) {
+      idle = std::max(idle, rank["idle"].get<double>());
+      peak = std::max(peak, rank["peak_in_flight"].get<int>());
+      EXPECT_FALSE(rank["actions"].empty());
+    }
+    const std::string s = schedule;
+    if (s == "1f1b") {
+      idle_1f1b = idle;
+      EXPECT_NEAR(j["bubble"].get<double>(), 3.0 / 11.0, 1e-12);
+      EXPECT_EQ(peak, 4);
+    }
+    if (s == "zb-h1") {
+      EXPECT_DOUBLE_EQ(idle, idle_1f1b / 3);
+      EXPECT_LE(peak, 4);
+    }
+    if (s == "zb-v") {
+      EXPECT_EQ(j["bubble"].get<double>(), 0.0);
+      EXPECT_LE(peak, 2 * 4);
+    }
+  }
+}
+
+// Unequal costs: no published value applies, and the JSON says so; the costs travel with it.
+TEST(ZeroBubbleCli, CostsAreTheGivenOnes) {
+  const nlohmann::json j = schedule_json(
+      "--pp 2 --microbatches 4 --schedule zb-v --forward-cost 2 --backward-input-cost 3 --backward-weight-cost 1");
+  EXPECT_TRUE(j["bubble_formula"].is_null());
+  EXPECT_EQ(j["costs"]["forward"].get<double>(), 2);
+  EXPECT_EQ(j["costs"]["backward_input"].get<double>(), 3);
+  EXPECT_EQ(j["costs"]["backward_weight"].get<double>(), 1);
+  for (const nlohmann::json& a : j["ranks"][0]["actions"]) {
+    const std::string kind = a["kind"];
+    const double length = a["end"].get<double>() - a["start"].get<double>();
+    EXPECT_EQ(length, kind == "F" ? 2 : kind == "I" ? 3 : 1) << kind;
+  }
+}
+
+void expect_one_line_error(const std::string& command, const std::vector<std::string>& rules) {
+  const auto r = run_tessel(command);
+  EXPECT_NE(r.exit_code, 0) << command;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  for (const std::string& rule : rules) EXPECT_NE(r.output.find(rule), std::string::npos) << rule << "\n" << r.output;
+}
+
+TEST(ZeroBubbleCli, BadConfigsListEveryRule) {
+  expect_one_line_error("schedule --pp 4 --microbatches 4 --schedule dualpipev --vpp 3 --backward-input-cost 0",
+                        {"--vpp must be 2 or left out (got 3)", "dualpipev needs at least 2 × --pp = 8 microbatches",
+                         "--backward-input-cost must be at least 1"});
+  expect_one_line_error("schedule --pp 1 --microbatches 4 --schedule zb-v", {"--schedule zb-v needs --pp 2 or more"});
+  expect_one_line_error(
+      "train --pp 2 --schedule zb-v --num-layers 3 --recompute-granularity full --recompute-modules mlp "
+      "--train-iters 1",
+      {"--num-layers 3 does not split into the 2 × --pipeline-model-parallel-size 2 = 4 model chunks",
+       "--recompute-granularity full needs --recompute-method", "--recompute-num-layers between 1 and",
+       "--recompute-modules needs --recompute-granularity selective"});
+  // Two ranks, so that the layout holds and the schedule's rules (which need the microbatch
+  // count) are checked: both rules on the one error line.
+  const auto r = tessel::testing::run_command(
+      "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
+      " train --pp 2 --schedule dualpipev --num-layers 4 --micro-batch-size 2 --global-batch-size 4 "
+      "--recompute-granularity selective --recompute-method block --train-iters 1 2>&1");
+  EXPECT_NE(r.exit_code, 0);
+  const size_t line = r.output.find("tessel: error: invalid configuration");
+  ASSERT_NE(line, std::string::npos) << r.output;
+  const std::string message = r.output.substr(line, r.output.find('\n', line) - line);
+  EXPECT_NE(message.find("dualpipev needs at least 2 × --pp = 4 microbatches (got 2)"), std::string::npos) << message;
+  EXPECT_NE(message.find("--recompute-method block needs --recompute-granularity full"), std::string::npos) << message;
+}
+
+}  // namespace
