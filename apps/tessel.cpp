@@ -4,6 +4,7 @@
 //   tessel export    write a model's initial (or --init-from, or a --load save's) weights as a
 //                    Hugging Face folder
 //   tessel checkpoint inspect or verify a --save folder
+//   tessel plan      predict a layout's memory and step time, or search the best layout
 #include <omp.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "checkpoint_command.h"
 #include "demo_command.h"
 #include "layout_command.h"
+#include "plan_command.h"
 #include "schedule_command.h"
 
 #ifndef TESSEL_DEFAULT_DATA
@@ -249,6 +251,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   DemoCommand demo_cmd(app);
   ScheduleCommand schedule_cmd(app);
   CheckpointCommand checkpoint_cmd(app);
+  PlanCommand plan_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -319,6 +322,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     schedule_cmd.run();
   } else if (checkpoint_cmd.selected()) {
     checkpoint_cmd.run();
+  } else if (plan_cmd.selected()) {
+    plan_cmd.run(runtime);
   }
   return 0;
 }

@@ -3,7 +3,8 @@
 # with sudo available).
 set -euo pipefail
 packages=(build-essential cmake libopenmpi-dev openmpi-bin libdnnl-dev libopenblas-dev
-          libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev libgoogle-perftools-dev zlib1g-dev)
+          libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev libgoogle-perftools-dev zlib1g-dev
+          time)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
