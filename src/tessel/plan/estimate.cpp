@@ -64,6 +64,7 @@ StageMemory stage_memory(const RunShape& x, int stage, const RankSchedule& compu
   m.stage = stage;
   for (int r = 0; r < x.run.parallel.world; ++r)
     if (x.layout.coords(r).pp == stage) m.ranks.push_back(r);
+  for (const ChunkSpec& c : x.stage_chunks(stage)) m.layers += c.num_layers;
   const StageParams p = stage_params(x, stage);
   m.params = p.dense + p.experts;
   m.expert_params = p.experts;
@@ -207,13 +208,22 @@ Estimate estimate(const PlanModel& model, const PlanRun& run, const Cluster& clu
 
   StepTime& t = est.time;
   t.makespan = sim.makespan;
-  for (const Action& a : lowered[0]) {
-    const double cost = sc.action_cost(0, a);
+  // The parts are the busiest stage's: it sets the pace (lighter stages wait, which would show
+  // as their bubble).
+  int& b = t.stage;
+  double most = -1;
+  for (int r = 0; r < x.pp; ++r) {
+    double busy = 0;
+    for (const Action& a : lowered[r]) busy += sc.action_cost(r, a);
+    if (busy > most) most = busy, b = r;
+  }
+  for (const Action& a : lowered[b]) {
+    const double cost = sc.action_cost(b, a);
     if (a.kind != ActionKind::Forward && a.kind != ActionKind::Backward) {
       t.pp_comm += cost;
       continue;
     }
-    const Seconds& s = a.kind == ActionKind::Forward ? costs[0][a.chunk].forward : costs[0][a.chunk].backward;
+    const Seconds& s = a.kind == ActionKind::Forward ? costs[b][a.chunk].forward : costs[b][a.chunk].backward;
     t.compute += s.gemm + s.memory, t.tp_comm += s.tp, t.cp_comm += s.cp, t.ep_comm += s.ep;
   }
   t.bubble = std::max(0.0, sim.makespan - t.compute - t.tp_comm - t.cp_comm - t.ep_comm - t.pp_comm);
@@ -231,10 +241,10 @@ Estimate estimate(const PlanModel& model, const PlanRun& run, const Cluster& clu
   t.dp_comm = slowest.dp * share, t.embedding_sync = slowest.embedding, t.optimizer = slowest.optimizer * share;
   t.step = t.makespan + t.dp_comm + t.embedding_sync + t.optimizer;
 
-  for (size_t c = 0; c < costs[0].size(); ++c) {
-    const ChunkCost& k = costs[0][c];
+  for (size_t c = 0; c < costs[b].size(); ++c) {
+    const ChunkCost& k = costs[b][c];
     for (auto [name, s] : {std::pair{"forward", &k.forward}, {"backward", &k.backward}})
-      t.terms.push_back({fmt::format("stage 0 chunk {} {} of one microbatch", c, name), s->total(),
+      t.terms.push_back({fmt::format("stage {} chunk {} {} of one microbatch", b, c, name), s->total(),
                          "GEMM FLOPs / GEMM rate + bytes / memory rate + exposed TP, CP, EP collectives",
                          fmt::format("GEMM {:.4g} s + memory {:.4g} s + TP {:.4g} s + CP {:.4g} s + EP {:.4g} s",
                                      s->gemm, s->memory, s->tp, s->cp, s->ep)});
@@ -251,7 +261,7 @@ Estimate estimate(const PlanModel& model, const PlanRun& run, const Cluster& clu
   t.terms.push_back({"pipeline (simulated schedule)", sim.makespan,
                      fmt::format("{} schedule, p = {}, m = {}, v = {}, every action at its cost",
                                  schedule_kind_name(x.schedule.kind), x.pp, x.microbatches, x.v),
-                     fmt::format("stage 0 busy {:.4g} s, idle (bubble) {:.4g} s", sim.makespan - t.bubble, t.bubble)});
+                     fmt::format("stage {} busy {:.4g} s, idle (bubble) {:.4g} s", b, t.makespan - t.bubble, t.bubble)});
   for (const Term& term : slowest.terms) t.terms.push_back(term);
 
   const double tokens = static_cast<double>(run.global_batch) * model.cfg.seq_length;

@@ -75,6 +75,7 @@ struct Term {
 struct StageMemory {
   int stage = 0;
   std::vector<int> ranks;       // the world ranks of this stage (the real rank layout)
+  int layers = 0;               // Transformer layers it holds
   int64_t params = 0;           // on one rank of the stage
   int64_t expert_params = 0;    // of those, routed experts
   double weights = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0, runtime = 0;
@@ -85,8 +86,9 @@ struct StageMemory {
 
 struct StepTime {
   double step = 0;          // seconds per iteration
-  double compute = 0;       // the first stage's compute (GEMMs, memory-bound kernels, recompute)
-  double tp_comm = 0, cp_comm = 0, ep_comm = 0;  // exposed, on the first stage
+  int stage = 0;            // the busiest pipeline stage, whose parts these are
+  double compute = 0;       // its compute (GEMMs, memory-bound kernels, recompute)
+  double tp_comm = 0, cp_comm = 0, ep_comm = 0;  // exposed
   double pp_comm = 0;       // its blocked point-to-point time
   double bubble = 0;        // its idle time in the simulated schedule
   double dp_comm = 0, embedding_sync = 0, optimizer = 0;

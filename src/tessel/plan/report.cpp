@@ -48,18 +48,31 @@ void print_memory_table(const Estimate& est) {
 
 void print_time(const Estimate& est) {
   const StepTime& t = est.time;
-  fmt::print("step time {:.4g} s = pipeline {:.4g} s (stage 0: compute {:.4g}, TP {:.4g}, CP {:.4g}, EP {:.4g}, "
+  fmt::print("step time {:.4g} s = pipeline {:.4g} s (busiest stage {}: compute {:.4g}, TP {:.4g}, CP {:.4g}, EP {:.4g}, "
              "PP {:.4g}, bubble {:.4g}) + DP {:.4g} + embedding {:.4g} + optimizer {:.4g}\n",
-             t.step, t.makespan, t.compute, t.tp_comm, t.cp_comm, t.ep_comm, t.pp_comm, t.bubble, t.dp_comm,
+             t.step, t.makespan, t.stage, t.compute, t.tp_comm, t.cp_comm, t.ep_comm, t.pp_comm, t.bubble, t.dp_comm,
              t.embedding_sync, t.optimizer);
   fmt::print("throughput {:.1f} tokens/s/GPU | {:.2f} TFLOP/s/GPU | MFU {:.1f} % (model FLOPs {:.4g} per step)\n",
              est.tokens_per_s_per_gpu, est.tflops_per_gpu, 100 * est.mfu, est.model_flops);
 }
 
+// The layout, and with an uneven split the stages' layers: "… [6|8|…|8|6]".
+std::string layout_label(const Estimate& e) {
+  std::string s = e.run.describe();
+  if (e.run.pipeline_layout.empty() && e.run.first_stage_layers < 0 && e.run.last_stage_layers < 0) return s;
+  std::string layers;
+  for (size_t i = 0; i < e.stages.size(); ++i) {
+    if (e.stages.size() > 4 && i == 2) layers += "|…";
+    if (e.stages.size() > 4 && i >= 2 && i + 2 < e.stages.size()) continue;
+    layers += (i ? "|" : "") + std::to_string(e.stages[i].layers);
+  }
+  return s + " [" + layers + "]";
+}
+
 std::string layout_line(const Estimate& est) {
   const PlanRun& r = est.run;
   return fmt::format("layout: {} | world {} | global batch {} = micro batch {} × DP {} × {} microbatches | {} | {}{}",
-                     r.describe(), r.parallel.world, r.global_batch, r.micro_batch, r.dp(), r.microbatches(),
+                     layout_label(est), r.parallel.world, r.global_batch, r.micro_batch, r.dp(), r.microbatches(),
                      schedule_kind_name(r.schedule_config().kind), precision_name(r.precision),
                      r.pipeline_layout.empty() ? "" : " | layout " + r.pipeline_layout);
 }
@@ -122,13 +135,13 @@ void print_search(const PlanModel& model, const Cluster& cluster, const SearchRe
   if (!r.ranked.empty()) {
     const PlanRun& b = r.ranked.front().run;
     fmt::print("GPUs {} | global batch {} | {}\n\n", b.parallel.world, b.global_batch, precision_name(b.precision));
-    fmt::print("  {:>2}  {:<40} {:>9} {:>11} {:>8} {:>6}  {}\n", "#", "layout", "step (s)", "tok/s/GPU", "TFLOP/s", "MFU",
+    fmt::print("  {:>2}  {:<52} {:>9} {:>11} {:>8} {:>6}  {}\n", "#", "layout", "step (s)", "tok/s/GPU", "TFLOP/s", "MFU",
                "memory GiB first / middle / last");
     for (size_t i = 0; i < r.ranked.size(); ++i) {
       const Estimate& e = r.ranked[i];
       const RankKinds k = rank_kinds(e);
-      fmt::print("  {:>2}  {:<40} {:>9.4g} {:>11.1f} {:>8.1f} {:>5.1f}%  {:.1f} / {:.1f} / {:.1f}\n", i + 1,
-                 e.run.describe(), e.time.step, e.tokens_per_s_per_gpu, e.tflops_per_gpu, 100 * e.mfu, k.first,
+      fmt::print("  {:>2}  {:<52} {:>9.4g} {:>11.1f} {:>8.1f} {:>5.1f}%  {:.1f} / {:.1f} / {:.1f}\n", i + 1,
+                 layout_label(e), e.time.step, e.tokens_per_s_per_gpu, e.tflops_per_gpu, 100 * e.mfu, k.first,
                  k.middle, k.last);
     }
   }
@@ -165,7 +178,7 @@ nlohmann::json estimate_json(const Estimate& est) {
   const RankKinds k = rank_kinds(est);
   const StepTime& t = est.time;
   return {{"layout",
-           {{"describe", r.describe()}, {"world", p.world}, {"tp", p.tp}, {"cp", p.cp}, {"pp", p.pp}, {"vpp", p.vpp},
+           {{"describe", layout_label(est)}, {"world", p.world}, {"tp", p.tp}, {"cp", p.cp}, {"pp", p.pp}, {"vpp", p.vpp},
             {"ep", p.ep}, {"etp", p.expert_tp()}, {"dp", r.dp()}, {"sequence_parallel", p.sequence_parallel},
             {"distributed_optimizer", p.distributed_optimizer}, {"micro_batch_size", r.micro_batch},
             {"global_batch_size", r.global_batch}, {"microbatches", r.microbatches()},
@@ -176,7 +189,7 @@ nlohmann::json estimate_json(const Estimate& est) {
           {"fits", est.fits()},
           {"step_time_s", t.step},
           {"time_breakdown_s",
-           {{"pipeline", t.makespan}, {"compute", t.compute}, {"tp_comm", t.tp_comm}, {"cp_comm", t.cp_comm},
+           {{"pipeline", t.makespan}, {"busiest_stage", t.stage}, {"compute", t.compute}, {"tp_comm", t.tp_comm}, {"cp_comm", t.cp_comm},
             {"ep_comm", t.ep_comm}, {"pp_comm", t.pp_comm}, {"bubble", t.bubble}, {"dp_comm", t.dp_comm},
             {"embedding_sync", t.embedding_sync}, {"optimizer", t.optimizer}}},
           {"tokens_per_s_per_gpu", est.tokens_per_s_per_gpu},

@@ -35,7 +35,8 @@ struct RunShape {
   // what a rank sends. Padded to a capacity, every expert takes capacity = factor × its share of
   // the token group's rows (the group that decides the drop: TP under sequence parallel, CP), so
   // a rank sends and receives factor × group rows; a capacity without padding bounds the rows by
-  // the factor; dropless rows follow the router, assumed at the run's load factor.
+  // the factor (buffers grow to the most rows ever seen, so a long run reaches the bound); dropless
+  // rows follow the router, assumed at the run's load factor.
   double moe_send_load() const {
     const MoeConfig& e = model.cfg.moe;
     return e.pad_to_capacity && e.capacity_factor > 0 ? e.capacity_factor * (sp ? t : 1) * cp : 1.0;
@@ -43,7 +44,7 @@ struct RunShape {
   double moe_load() const {
     const MoeConfig& e = model.cfg.moe;
     if (e.pad_to_capacity && e.capacity_factor > 0) return moe_send_load();
-    return e.capacity_factor > 0 ? std::min(e.capacity_factor, run.moe_load_factor) : run.moe_load_factor;
+    return e.capacity_factor > 0 ? e.capacity_factor : run.moe_load_factor;
   }
   bool tessel_cpu() const { return cluster.cpu(); }
   // How the groups of a kind sit on the nodes (the group spread over the most nodes): a

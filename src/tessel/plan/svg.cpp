@@ -88,7 +88,7 @@ std::string time_svg(const Estimate& est, const std::string& title) {
   const double left = 20, top = 40, length = 600, bar = 40;
   std::string svg = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{:.0f}' height='{:.0f}' font-family='sans-serif'>\n",
                                 left + length + 220, top + 18 * parts.size() + 20);
-  svg += fmt::format("<text x='{}' y='20' font-size='14'>{} — step {:.4g} s (stage 0)</text>\n", left, escape(title), t.step);
+  svg += fmt::format("<text x='{}' y='20' font-size='14'>{} — step {:.4g} s (busiest stage {})</text>\n", left, escape(title), t.step, t.stage);
   double at = 0;
   std::vector<std::string> names;
   for (size_t i = 0; i < parts.size(); ++i) {

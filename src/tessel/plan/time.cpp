@@ -52,11 +52,12 @@ double all_to_all(const RunShape& x, double bytes, const RunShape::Placement& g)
   return std::max(inside, outside) + (n - 1) * (g.nodes > 1 ? inter.latency : intra.latency);
 }
 
-// Bytes the memory-bound kernels of one layer's forward move, per row of `rows` (the rows outside
-// TP regions) and per token of N: norms (read + write), residual adds with dropout (two reads,
-// a write, a 1-byte mask), the activation, RoPE, softmax and dropout over the attention scores
-// (unfused), the MoE permutation and router.
-double layer_traffic(const RunShape& x, int layer, double rows) {
+// Bytes the memory-bound kernels of one layer's forward move, per row of `norm_rows` (the rows
+// of the norms and residual adds, outside TP regions) and per token of N: norms (read + write),
+// residual adds with dropout (two reads, a write, a 1-byte mask), the activation, RoPE, softmax
+// and dropout over the attention scores (unfused), the MoE router and permutation on this rank's
+// rows.
+double layer_traffic(const RunShape& x, int layer, double norm_rows) {
   const PlanModel& m = x.model;
   const double e = x.e, h = m.cfg.hidden_size, t = x.t, N = static_cast<double>(x.N);
   const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width()),
@@ -72,10 +73,12 @@ double layer_traffic(const RunShape& x, int layer, double rows) {
     per_token += (m.swiglu() ? 3 : 2) * e * m.ffn() / t;
   } else {
     const MoeConfig& moe = m.cfg.moe;
-    per_row += 2 * 4.0 * moe.num_experts + 4 * e * moe.topk * h + 3 * e * moe.topk * m.expert_ffn() / x.etp;
+    // the router and the routed rows: always this rank's rows (N/t under sequence parallel)
+    per_token += (2 * 4.0 * moe.num_experts + 4 * e * moe.topk * h * x.moe_load() +
+                  3 * e * moe.topk * m.expert_ffn() / x.etp * x.moe_load()) * static_cast<double>(x.rows) / N;
     per_token += 3 * e * moe.shared_expert_size / t;
   }
-  return rows * per_row + N * per_token;
+  return norm_rows * per_row + N * per_token;
 }
 
 struct LayerCost {
