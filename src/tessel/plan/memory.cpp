@@ -71,8 +71,10 @@ std::vector<Saved> layer_items(const RunShape& x, int layer, bool core_attention
   const double k = moe.topk, Fe = m.expert_ffn(), E = moe.num_experts;
   items.push_back({"router probabilities (fp32)", 4 * E, rows, "4·E"});
   const double load = x.moe_load();
-  items.push_back({"routed rows in and out", 2 * k * e * h * load, rows, "2·k·e·h·load"});
-  items.push_back({"experts' gate, up and down inputs", 3 * k * e * Fe / x.etp * load, rows, "3·k·e·F_e/etp·load"});
+  // The rows a rank's experts take are gathered over ETP (etp × its own), each ETP rank with
+  // 1/etp of every expert's neurons.
+  items.push_back({"routed rows in (gathered over ETP) and out", (x.etp + 1) * k * e * h * load, rows, "(etp + 1)·k·e·h·load"});
+  items.push_back({"experts' gate, up and down inputs", 3 * k * e * Fe * load, rows, "3·k·e·F_e·load"});
   if (moe.shared_expert_size > 0)
     items.push_back({"shared expert", 3 * e * moe.shared_expert_size / t, N, "3·e·F_s/t"});
   return items;

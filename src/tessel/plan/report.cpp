@@ -171,7 +171,7 @@ nlohmann::json estimate_json(const Estimate& est) {
   const ParallelConfig& p = r.parallel;
   nlohmann::json stages = nlohmann::json::array();
   for (const StageMemory& s : est.stages)
-    stages.push_back({{"stage", s.stage}, {"ranks", s.ranks}, {"params", s.params}, {"expert_params", s.expert_params},
+    stages.push_back({{"stage", s.stage}, {"ranks", s.ranks}, {"layers", s.layers}, {"params", s.params}, {"expert_params", s.expert_params},
                       {"weights_gib", gib(s.weights)}, {"grads_gib", gib(s.grads)}, {"optimizer_gib", gib(s.optimizer)},
                       {"activations_gib", gib(s.activations)}, {"buffers_gib", gib(s.buffers)},
                       {"runtime_gib", gib(s.runtime)}, {"total_gib", gib(s.total())}, {"peak_in_flight", s.peak_in_flight}});

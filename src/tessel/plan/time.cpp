@@ -74,8 +74,10 @@ double layer_traffic(const RunShape& x, int layer, double norm_rows) {
   } else {
     const MoeConfig& moe = m.cfg.moe;
     // the router and the routed rows: always this rank's rows (N/t under sequence parallel)
-    per_token += (2 * 4.0 * moe.num_experts + 4 * e * moe.topk * h * x.moe_load() +
-                  3 * e * moe.topk * m.expert_ffn() / x.etp * x.moe_load()) * static_cast<double>(x.rows) / N;
+    // (the routed rows permuted out and back, the arrivals gathered over ETP; each ETP rank's
+    // SwiGLU over all of them with 1/ETP of the neurons)
+    per_token += (2 * 4.0 * moe.num_experts + 2 * e * moe.topk * h * (1 + x.etp) * x.moe_load() +
+                  3 * e * moe.topk * m.expert_ffn() * x.moe_load()) * static_cast<double>(x.rows) / N;
     per_token += 3 * e * moe.shared_expert_size / t;
   }
   return norm_rows * per_row + N * per_token;
@@ -95,8 +97,9 @@ LayerCost layer_cost(const RunShape& x, int layer) {
   const bool moe = m.is_moe_layer(layer);
   const double router = moe ? 2.0 * h * m.cfg.moe.num_experts : 0;
   // Projections over TP; the router on this rank's rows; MLA's down projections on all N rows;
-  // routed experts on the rows that arrive (balanced: as many as leave).
-  const double matmul = N * f.dense / t + rows * router + N * (f.replicated - router) + rows * f.experts / x.etp * x.moe_load();
+  // routed experts on the rows that arrive (balanced: as many as leave), gathered over ETP, each
+  // ETP rank with 1/ETP of every expert: rows × the experts' FLOPs.
+  const double matmul = N * f.dense / t + rows * router + N * (f.replicated - router) + rows * f.experts * x.moe_load();
   const bool causal_kernel = x.run.attention != AttentionBackend::Unfused;
   const double attention = N * f.attention / t * (causal_kernel ? 0.5 : 1);
   LayerCost c;
