@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
-#include "tessel/kernels/cpu/kernels.h"
-#include "tessel/model/params.h"
+#include "tessel/kernels/kernels.h"
+#include "tessel/core/params.h"
 #include "tessel/parallel/data_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
 
@@ -132,15 +132,15 @@ void demo_tp_column(ProcessGroups& groups, const std::vector<float>& x, bool ide
   const int64_t cols = w.local_shape[1];
 
   std::vector<float> y_local(cols);  // (1, n / TP)
-  cpu::linear_forward(y_local.data(), x.data(), w.value, nullptr, 1, n, cols,
-                      cpu::WeightLayout::InOut);
+  cpu_kernels().linear_forward(y_local.data(), x.data(), w.value, nullptr, 1, n, cols,
+                      WeightLayout::InOut);
   std::vector<float> y(n);  // (1, n): every rank's columns, in TP rank order
   tp.all_gather(y_local.data(), y.data(), cols);
 
   // The check: the same product on one rank, W unsplit.
   std::vector<float> y_whole(n);
-  cpu::linear_forward(y_whole.data(), x.data(), w_whole.data(), nullptr, 1, n, n,
-                      cpu::WeightLayout::InOut);
+  cpu_kernels().linear_forward(y_whole.data(), x.data(), w_whole.data(), nullptr, 1, n, n,
+                      WeightLayout::InOut);
   const float diff = max_abs_difference(y.data(), y_whole.data(), n);
 
   print_from_rank0(
@@ -184,11 +184,11 @@ void mlp_product(float* out, const float* x, ParamRegistry& reg, int64_t N, int6
   const Param& fc_w = reg.get("mlp.c_fc.weight");
   const int64_t F_local = fc_w.local_shape[1];
   std::vector<float> hidden(N * F_local), act(N * F_local);  // (N, F_local)
-  cpu::linear_forward(hidden.data(), x, fc_w.value, reg.get("mlp.c_fc.bias").value, N, C, F_local,
-                      cpu::WeightLayout::InOut);
-  cpu::gelu_forward(act.data(), hidden.data(), N * F_local);
-  cpu::linear_forward(out, act.data(), reg.get("mlp.c_proj.weight").value, nullptr, N, F_local, C,
-                      cpu::WeightLayout::InOut);
+  cpu_kernels().linear_forward(hidden.data(), x, fc_w.value, reg.get("mlp.c_fc.bias").value, N, C, F_local,
+                      WeightLayout::InOut);
+  cpu_kernels().gelu_forward(act.data(), hidden.data(), N * F_local);
+  cpu_kernels().linear_forward(out, act.data(), reg.get("mlp.c_proj.weight").value, nullptr, N, F_local, C,
+                      WeightLayout::InOut);
 }
 
 void demo_tp_mlp(ProcessGroups& groups, int64_t C, int64_t F, int64_t N, uint64_t seed) {
@@ -210,12 +210,12 @@ void demo_tp_mlp(ProcessGroups& groups, int64_t C, int64_t F, int64_t N, uint64_
   const float partial_norm = norm(partial.data(), N * C);
   // Megatron's g: without sequence parallel, leaving a row-parallel region all-reduces over TP.
   std::vector<float> y(N * C);
-  TensorParallel{.comm = &tp}.reduce_rows(partial.data(), y.data(), N, C);
-  cpu::bias_forward(y.data(), shard.get("mlp.c_proj.bias").value, N, C);
+  TensorParallel{.comm = &tp, .kernels = &cpu_kernels()}.reduce_rows(partial.data(), y.data(), N, C);
+  cpu_kernels().bias_forward(y.data(), shard.get("mlp.c_proj.bias").value, N, C);
 
   std::vector<float> y_whole(N * C);
   mlp_product(y_whole.data(), x.data(), whole, N, C);
-  cpu::bias_forward(y_whole.data(), whole.get("mlp.c_proj.bias").value, N, C);
+  cpu_kernels().bias_forward(y_whole.data(), whole.get("mlp.c_proj.bias").value, N, C);
   const float diff = max_abs_difference(y.data(), y_whole.data(), N * C);
 
   print_from_rank0(groups.world(),
@@ -261,7 +261,7 @@ void demo_dp(ProcessGroups& groups, float w0, const std::vector<float>& grads, f
   // gradient arrives already divided by DP and the reduction sums: the sum is the average.
   const float own_grad = grads[dp.rank()];
   w.grad[0] = own_grad / dp.size();
-  DataParallel ddp(params, dp, /*distributed_optimizer=*/false);
+  DataParallel ddp(cpu_kernels(), params, dp, /*distributed_optimizer=*/false);
   ddp.arm();
   ddp.grad_ready(0);  // the (only) gradient is final: its bucket's all-reduce starts
   ddp.finish_grad_reduction();

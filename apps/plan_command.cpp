@@ -6,10 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
-#include "tessel/model/moe.h"
+#include "tessel/model/config.h"
 #include "tessel/plan/calibrate.h"
 #include "tessel/plan/published.h"
 #include "tessel/plan/report.h"
+#include "tessel/train/planned_run.h"
 
 namespace tessel {
 
@@ -65,6 +66,11 @@ PlanCommand::PlanCommand(CLI::App& app) {
   c.add_option_function<std::string>("--moe-router-score-function", [this](const std::string& f) {
     overrides_.push_back([f](PlanModel& m) { m.cfg.moe.score_sigmoid = f == "sigmoid"; });
   }, "softmax | sigmoid");
+  for (auto [name, member] : {std::pair{"--moe-aux-loss-coeff", &MoeConfig::aux_loss_coeff}, {"--moe-z-loss-coeff", &MoeConfig::z_loss_coeff}})
+    c.add_option_function<float>(name, [this, member](const float& v) { overrides_.push_back([v, member](PlanModel& m) { m.cfg.moe.*member = v; }); },
+                                 "router loss coefficient (its scores take memory)");
+  c.add_flag_callback("--moe-router-pre-softmax", [this]() { overrides_.push_back([](PlanModel& m) { m.cfg.moe.pre_softmax = true; }); },
+                      "softmax over all experts before the top-k");
   c.add_option("--moe-layer-freq", moe_layer_freq_, "MoE every N layers, or a 0/1 list such as [1,0,1,0]");
   for (auto [name, member] : {std::pair{"--add-qkv-bias", &ModelConfig::add_qkv_bias}, {"--qk-layernorm", &ModelConfig::qk_layernorm}})
     c.add_flag_callback(name, [this, member]() { overrides_.push_back([member](PlanModel& m) { m.cfg.*member = true; }); },
@@ -77,9 +83,9 @@ PlanCommand::PlanCommand(CLI::App& app) {
   layout_opts_ = {c.add_option("--tp,--tensor-model-parallel-size", p.tp, "tensor parallel size"),
                   c.add_option("--pp,--pipeline-model-parallel-size", p.pp, "pipeline parallel size"),
                   c.add_option("--cp,--context-parallel-size", p.cp, "context parallel size"),
-                  c.add_option("--ep,--expert-model-parallel-size", p.ep, "expert parallel size"),
-                  c.add_option("--etp,--expert-tensor-parallel-size", p.etp, "expert tensor parallel size (0: = TP)"),
-                  c.add_option("--vpp,--num-virtual-stages-per-pipeline-rank", p.vpp, "virtual pipeline stages")};
+                  c.add_option("--ep,--expert-model-parallel-size", p.ep, "expert parallel size")};
+  etp_opt_ = c.add_option("--etp,--expert-tensor-parallel-size", p.etp, "expert tensor parallel size (0: = TP)");
+  vpp_opt_ = c.add_option("--vpp,--num-virtual-stages-per-pipeline-rank", p.vpp, "virtual pipeline stages");
   c.add_option("--order", p.order, "rank order, first axis fastest")->capture_default_str();
   c.add_flag("--sequence-parallel", p.sequence_parallel, "sequence parallel (searched layouts always use it with TP)");
   dist_opt_ = c.add_flag("--use-distributed-optimizer", p.distributed_optimizer, "shard the optimizer state over DP");
@@ -172,7 +178,7 @@ void PlanCommand::write_svgs(const Estimate& est, const std::string& title) cons
 }
 
 void PlanCommand::evaluate(const PlanModel& model, const Cluster& cluster, const PlanRun& run) const {
-  const std::vector<std::string> v = run_violations(model, run, cluster);
+  const std::vector<std::string> v = run_violations(model, run, cluster, planned_run_violations);
   if (!v.empty()) {
     std::string msg = "invalid layout " + run.describe() + ": " + v[0];
     for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
@@ -191,9 +197,11 @@ void PlanCommand::search_layouts(const PlanModel& model, const Cluster& cluster,
   if (mb_opt_->count() > 0) space.micro_batch = micro_batch_;
   if (recompute_opt_->count() > 0) space.recompute = parse_recompute(recompute_);
   if (dist_opt_->count() > 0) space.distributed_optimizer = true;
+  if (etp_opt_->count() > 0 && parallel_.etp > 0) space.etp = parallel_.etp;
+  if (vpp_opt_->count() > 0) space.vpp = parallel_.vpp;
   const std::vector<std::string> gpus = gpu_count_violations(base.parallel.world, cluster);
   if (!gpus.empty()) throw ConfigError(gpus.front());
-  const SearchResult result = search(model, base, space, cluster);
+  const SearchResult result = search(model, base, space, cluster, planned_run_violations);
   if (result.ranked.empty()) {
     std::string why;
     for (const Rejection& j : result.rejected)
@@ -215,7 +223,7 @@ void PlanCommand::search_layouts(const PlanModel& model, const Cluster& cluster,
 void PlanCommand::run(MpiRuntime& runtime) {
   try {
     if (calibrate_comm_) return measure_comm(runtime);
-    if (published_) return print_published(json_);
+    if (published_) return print_published(json_, planned_run_violations);
     if (calibrate_) {
       const Cluster c = calibrate_cpu(calibrate_out_.empty() ? cpu_cluster_file() : calibrate_out_);
       if (json_) fmt::print("{}\n", cluster_to_json(c).dump(2));

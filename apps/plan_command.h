@@ -42,7 +42,9 @@ class PlanCommand {
   int first_layers_ = -1, last_layers_ = -1, microbatch_group_ = 0, threads_ = 1;
   double moe_load_factor_ = 1.0;
   bool bf16_ = false, fp16_ = false, overlap_grad_reduce_ = false, no_async_tp_ = false;
-  std::vector<CLI::Option*> layout_opts_;  // --tp --pp --cp --ep --etp --vpp
+  std::vector<CLI::Option*> layout_opts_;  // --tp --pp --cp --ep: any of them given, one layout is evaluated
+  CLI::Option* etp_opt_ = nullptr;        // --etp and --vpp alone fix that size in the search
+  CLI::Option* vpp_opt_ = nullptr;
   CLI::Option *mb_opt_ = nullptr, *recompute_opt_ = nullptr, *dist_opt_ = nullptr, *num_gpus_opt_ = nullptr;
   // Output.
   bool json_ = false, explain_ = false, all_rejected_ = false;

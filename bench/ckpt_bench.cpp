@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tessel/ckpt/checkpoint.h"
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
 #include "tessel/model/transformer.h"
 
@@ -55,12 +55,13 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
+    const Kernels& k = cpu_kernels();
     ParamRegistry params;
-    TransformerChunk model(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, no_tensor_parallel(),
-                           params);
-    params.finalize();
+    TransformerChunk model(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1,
+                           no_tensor_parallel(k), params, no_context_parallel(k));
+    params.finalize(k.memory);
     params.init_values(1);
-    AdamW optimizer(params, OptimizerConfig{});
+    AdamW optimizer(k, params, OptimizerConfig{});
     ProcessGroups groups = ProcessGroups::single();
     std::filesystem::remove_all(dir);
     const std::string file = checkpoint_iteration_dir(dir, 1) + "/rank_00000.safetensors";

@@ -29,8 +29,7 @@
 
 #include "tessel/comm/mpi.h"
 #include "tessel/core/philox.h"
-#include "tessel/kernels/cpu/gemm.h"
-#include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/kernels.h"
 #include "tessel/parallel/context_parallel.h"
 
 namespace {
@@ -128,20 +127,20 @@ void ring_compute_only(const Sizes& s, int64_t T_l, int rank, int cp,
     const int32_t* k_pos = positions[(rank - step + cp) % cp].data();
     float* out = step == 0 ? x.out.data() : block_out.data();
     float* lse = step == 0 ? x.lse.data() : block_lse.data();
-    tessel::cpu::attention_block_forward(out, lse, x.q.data(), x.k.data(), x.v.data(), s.B, T_l,
-                                         T_l, s.H, s.G, s.D, s.H * s.D, kv, kv, q_pos, k_pos);
+    tessel::cpu_kernels().attention_block_forward(out, lse, x.q.data(), x.k.data(), x.v.data(), s.B, T_l,
+                                         T_l, s.H, s.G, s.D, s.H * s.D, kv, kv, q_pos, k_pos, nullptr);
     if (step > 0)
-      tessel::cpu::attention_merge(x.out.data(), x.lse.data(), block_out.data(), block_lse.data(),
+      tessel::cpu_kernels().attention_merge(x.out.data(), x.lse.data(), block_out.data(), block_lse.data(),
                                    s.B, T_l, s.H, s.D);
   }
   const int64_t half = static_cast<int64_t>(kv_grad.size()) / 2;
   for (int step = 0; step < cp; ++step) {
     const int32_t* k_pos = positions[(rank - step + cp) % cp].data();
     std::fill(kv_grad.begin(), kv_grad.end(), 0.0f);
-    tessel::cpu::attention_block_backward(x.dq.data(), kv_grad.data(), kv_grad.data() + half,
+    tessel::cpu_kernels().attention_block_backward(x.dq.data(), kv_grad.data(), kv_grad.data() + half,
                                           x.dout.data(), x.q.data(), x.k.data(), x.v.data(),
                                           x.out.data(), x.lse.data(), s.B, T_l, T_l, s.H, s.G, s.D,
-                                          s.H * s.D, kv, kv, q_pos, k_pos);
+                                          s.H * s.D, kv, kv, q_pos, k_pos, nullptr);
   }
 }
 
@@ -194,8 +193,8 @@ int run(int argc, char** argv) {
   MPI_Comm_dup(MPI_COMM_WORLD, &copy);
   MpiComm comm(copy);
   const int n = comm.size(), rank = comm.rank();
-  const ContextParallel ring{&comm, CpCommType::P2P};
-  const ContextParallel gather{&comm, CpCommType::AllGather};
+  const ContextParallel ring{&comm, CpCommType::P2P, tessel::cpu_kernels()};
+  const ContextParallel gather{&comm, CpCommType::AllGather, tessel::cpu_kernels()};
   const int64_t T_l = s.T / n;
   std::vector<std::vector<int32_t>> positions(n);  // every rank's, from the split itself
   {
@@ -224,11 +223,11 @@ int run(int argc, char** argv) {
   Tensors x(s, T_l, rank);
   std::vector<double> flops[2];
   for (int kind = 0; kind < 2; ++kind) {
-    tessel::cpu::gemm_stats_reset();
-    tessel::cpu::gemm_stats_enable(true);
+    tessel::cpu_kernels().gemm_stats_reset();
+    tessel::cpu_kernels().gemm_stats_enable(true);
     cp_attention(kind == 0 ? ring : gather, s, T_l, x);
-    tessel::cpu::gemm_stats_enable(false);
-    flops[kind] = per_rank(comm, tessel::cpu::gemm_stats().flops);
+    tessel::cpu_kernels().gemm_stats_enable(false);
+    flops[kind] = per_rank(comm, tessel::cpu_kernels().gemm_stats().flops);
   }
   if (rank == 0) {
     fmt::print(

@@ -1,4 +1,4 @@
-// gemm_bench: single-precision GEMM speed of oneDNN (tessel::cpu::gemm, what tessel uses) against
+// gemm_bench: single-precision GEMM speed of oneDNN (the CPU kernel table's gemm, what tessel uses) against
 // OpenBLAS's cblas_sgemm, on the matmul shapes of the benchmark models (bench/README.md).
 //
 // Every linear layer of a training step is three products. With the weight W stored (out, in) as
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "tessel/core/error.h"
-#include "tessel/kernels/cpu/gemm.h"
+#include "tessel/kernels/kernels.h"
 
 namespace {
 
@@ -105,7 +105,7 @@ ShapeResult run_shape(const GemmShape& s, int min_reps, double min_seconds, std:
   const double flops = 2.0 * s.M * s.N * s.K;
   const double t_dnnl = median_seconds(
       [&] {
-        tessel::cpu::gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, A.data(), a_cols, B.data(),
+        tessel::cpu_kernels().gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, A.data(), a_cols, B.data(),
                           b_cols, 0.0f, C_dnnl.data(), s.N);
       },
       min_reps, min_seconds);
@@ -130,7 +130,7 @@ ShapeResult run_shape(const GemmShape& s, int min_reps, double min_seconds, std:
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"sgemm speed: oneDNN (tessel::cpu::gemm) vs OpenBLAS on the benchmark models' shapes"};
+  CLI::App app{"sgemm speed: oneDNN (tessel's gemm) vs OpenBLAS on the benchmark models' shapes"};
   int threads = 1;
   std::string which = "all";
   int min_reps = 5;

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "tessel/plan/published.h"
+#include "tessel/train/planned_run.h"
 
 using namespace tessel;
 
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
   auto errors = [](const std::vector<PublishedRun>& rows, const Cluster& c) {
     double sum = 0, worst = 0;
     for (const PublishedRun& r : rows) {
-      const double e = std::fabs(predict(r, c).error());
+      const double e = std::fabs(predict(r, c, planned_run_violations).error());
       sum += e, worst = std::max(worst, e);
     }
     return std::pair{100 * sum / rows.size(), 100 * worst};
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
   for (size_t a = 0; a < table5.size(); ++a)
     for (size_t b = a + 1; b < table5.size(); ++b)
       for (size_t c = b + 1; c < table5.size(); ++c) {
-        const Cluster fitted = fit_efficiency(start, {table5[a], table5[b], table5[c]});
+        const Cluster fitted = fit_efficiency(start, {table5[a], table5[b], table5[c]}, planned_run_violations);
         const auto [mean5, max5] = errors(table5, fitted);
         const auto [mean1, max1] = errors(table1, fitted);
         const bool met = mean5 <= 3.5 && max5 <= 8 && max1 <= 10;

@@ -10,6 +10,7 @@ with here (bench/README.md says why).
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -93,7 +94,24 @@ def main():
         "median_step_ms": round(1e3 * sorted(times)[len(times) // 2], 2),
         "last_loss": round(loss, 4),
         "ld_preload": os.environ.get("LD_PRELOAD", ""),
-        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "")}))
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "unset"),
+        "openblas_core": openblas_core(),
+        "cpu": cpu_model()}))
+
+
+def cpu_model():
+    """lscpu's model name: results are comparable only on the same CPU."""
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def openblas_core():
+    """The kernels the OpenBLAS under torch runs (its own detection, or OPENBLAS_CORETYPE's)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from openblas_probe import openblas_corename
+    return openblas_corename()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what tessel needs from Debian 12's packages, only what is missing. Run as root (or
-# with sudo available).
+# with sudo available). Extra package names given as arguments are installed along.
 set -euo pipefail
 packages=(build-essential cmake libopenmpi-dev openmpi-bin libdnnl-dev libopenblas-dev
           libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev libgoogle-perftools-dev zlib1g-dev
-          time)
+          pkg-config libpcre2-dev libsentencepiece-dev sentencepiece libutf8proc-dev libssl-dev
+          time
+          "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,7 +2,8 @@
 # Install, build, run the whole test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-test-deps.sh
 scripts/build.sh
+scripts/install-test-references.sh build/test-references
 cd build
 ctest --output-on-failure --timeout 600 -j 2

@@ -6,6 +6,7 @@
 #include "tessel/pipeline/simulate.h"
 #include "tessel/plan/estimate.h"
 #include "tessel/plan/search.h"
+#include "tessel/train/planned_run.h"
 
 namespace tessel {
 namespace {
@@ -37,7 +38,7 @@ TEST(PlanMemory, ActivationsAreKorthikantisTable2) {
                {true, Recompute::Selective, sbh * 34 / t}};
   for (const Case& c : cases) {
     const PlanRun r = gpu_run(8, 1, 1, 8, 4, 4, c.rc, c.sp);
-    ASSERT_TRUE(run_violations(m, r, a100).empty());
+    ASSERT_TRUE(run_violations(m, r, a100, planned_run_violations).empty());
     const double rows = c.sp ? 1 / t : 1;
     const double extras = sbh * rows + 4 * sbh * rows + 4 * s * b * V / t;  // embedding mask; norm, head inputs, logits
     EXPECT_NEAR(estimate_memory(m, r, a100)[0].activations / (c.per_layer * L + extras), 1.0, 1e-9);
@@ -91,7 +92,7 @@ TEST(PlanMemory, SixtyLayersOverEightStages) {
   r.parallel.sequence_parallel = true;
   r.pipeline_layout = lighter_ends_layout(60, 8);
   r.global_batch = 256, r.micro_batch = 1, r.recompute = Recompute::Full;
-  ASSERT_TRUE(run_violations(m, r, h100).empty()) << run_violations(m, r, h100).front();
+  ASSERT_TRUE(run_violations(m, r, h100, planned_run_violations).empty()) << run_violations(m, r, h100, planned_run_violations).front();
   const std::vector<StageMemory> s = estimate_memory(m, r, h100);
   ASSERT_EQ(s.size(), 8u);
   // Each layer's 512 experts over EP 8: 64 per rank; 8 layers against 6 on the ends.

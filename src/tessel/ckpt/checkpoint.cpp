@@ -1,4 +1,5 @@
 #include "tessel/ckpt/checkpoint.h"
+#include "tessel/ckpt/shards.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -14,9 +15,9 @@
 
 #include "tessel/ckpt/hf.h"
 #include "tessel/ckpt/safetensors.h"
-#include "tessel/comm/groups.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
-#include "tessel/model/moe.h"
+#include "tessel/model/moe/moe.h"
 
 namespace tessel {
 
@@ -80,11 +81,11 @@ void spread_moments(const AdamW& optimizer, int64_t numel, std::vector<float>& m
   std::vector<FlatRange> owned = optimizer.owned();
   if (owned.empty()) owned.push_back({0, numel});
   int64_t state = 0;
+  const DeviceMemory& memory = optimizer.memory();
   for (const FlatRange& r : owned) {
-    std::copy(optimizer.exp_avg() + state, optimizer.exp_avg() + state + (r.end - r.begin),
-              m.begin() + r.begin);
-    std::copy(optimizer.exp_avg_sq() + state, optimizer.exp_avg_sq() + state + (r.end - r.begin),
-              v.begin() + r.begin);
+    const int64_t bytes = (r.end - r.begin) * 4;
+    memory.to_host(m.data() + r.begin, optimizer.exp_avg() + state, bytes);
+    memory.to_host(v.data() + r.begin, optimizer.exp_avg_sq() + state, bytes);
     state += r.end - r.begin;
   }
 }
@@ -176,10 +177,7 @@ void assemble(const json& entry, const std::string& name, const std::string& pre
     std::copy(full.begin(), full.end(), out);
     return;
   }
-  for (int64_t i = 0; i < p.numel(); ++i) {
-    const int64_t g = p.global_index(i);
-    out[i] = g < 0 ? 0.0f : full[g];  // padding rows of a split vocabulary stay 0
-  }
+  take_local_slice(p, full.data(), out);
 }
 
 }  // namespace
@@ -268,7 +266,10 @@ void CheckpointSaver::save(const std::string& dir, int64_t iteration, const Para
     gather_moments(params, s->v, groups);
   }
   s->values.resize(params.numel());
-  for (const Param& p : params.params()) std::copy(p.value, p.value + p.numel(), s->values.begin() + p.offset);
+  for (const Param& p : params.params()) {
+    const std::vector<float> values = params.to_host(p);
+    std::copy(values.begin(), values.end(), s->values.begin() + p.offset);
+  }
   json slices = json::object();
   for (const Param& p : params.params()) {
     if (!writes_param(p, groups)) continue;
@@ -377,20 +378,24 @@ int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& op
   }
 
   ShardFiles files(iter_dir, meta);
-  std::vector<float> m(params.numel()), v(params.numel());
+  std::vector<float> m(params.numel()), v(params.numel()), values;
   for (Param& p : params.params()) {
     const std::string name = p.name;
     const json& entry = tensors.at(name);
-    assemble(entry, name, "", p, p.value, files, iter_dir);
+    values.resize(p.numel());
+    assemble(entry, name, "", p, values.data(), files, iter_dir);
+    params.from_host(p, values.data());
     assemble(entry, name, kExpAvg, p, m.data() + p.offset, files, iter_dir);
     assemble(entry, name, kExpAvgSq, p, v.data() + p.offset, files, iter_dir);
   }
   std::vector<FlatRange> owned = optimizer.owned();
   if (owned.empty()) owned.push_back({0, params.numel()});
   int64_t state = 0;
+  const DeviceMemory& memory = optimizer.memory();
   for (const FlatRange& r : owned) {
-    std::copy(m.begin() + r.begin, m.begin() + r.end, optimizer.exp_avg() + state);
-    std::copy(v.begin() + r.begin, v.begin() + r.end, optimizer.exp_avg_sq() + state);
+    const int64_t bytes = (r.end - r.begin) * 4;
+    memory.from_host(optimizer.exp_avg() + state, m.data() + r.begin, bytes);
+    memory.from_host(optimizer.exp_avg_sq() + state, v.data() + r.begin, bytes);
     state += r.end - r.begin;
   }
   optimizer.set_step_count(meta.at("step_count").get<int64_t>());

@@ -22,7 +22,7 @@
 #include <thread>
 
 #include "tessel/model/config.h"
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
 #include "tessel/optim/adamw.h"
 
 namespace tessel {

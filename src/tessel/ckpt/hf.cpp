@@ -1,4 +1,5 @@
 #include "tessel/ckpt/hf.h"
+#include "tessel/ckpt/shards.h"
 
 #include <unistd.h>
 
@@ -331,6 +332,8 @@ void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std:
   fs::create_directories(dir, ec);
   TESSEL_CHECK(!ec, "{}: cannot create folder ({})", dir, ec.message());
   std::vector<SafetensorsEntry> entries;
+  std::vector<std::vector<float>> values;  // on the host
+  values.reserve(registry.params().size());
   for (const Param& p : registry.params()) {
     TESSEL_CHECK(p.value != nullptr,
                  "export to {}: parameter {} has no memory (registry not "
@@ -340,7 +343,8 @@ void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std:
                  "export to {}: parameter {} is split over {} ranks; "
                  "exporting sharded parameters is not supported yet",
                  dir, p.name, p.shard.count);
-    entries.push_back({p.name, p.global_shape, p.value});
+    values.push_back(registry.to_host(p));
+    entries.push_back({p.name, p.global_shape, values.back().data()});
   }
   // transformers refuses safetensors files whose metadata lacks format "pt".
   write_safetensors((fs::path(dir) / "model.safetensors").string(), entries, {{"format", "pt"}});
@@ -420,24 +424,22 @@ void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std:
          first_missing->name, registry.params().size() - matches.size(), registry.params().size());
   }
 
-  std::vector<float> full;  // the global tensor, when this rank holds only a slice of it
+  std::vector<float> full, local;  // the global tensor; this rank's slice of it, on the host
   for (const Match& m : matches) {
     Param& p = *m.param;
     TESSEL_CHECK(p.value != nullptr,
                  "loading {}: parameter {} has no memory (registry not "
                  "finalized)",
                  file, p.name);
-    if (p.local_shape == p.global_shape) {
-      reader.read(m.tensor->name, p.value);
-      continue;
-    }
     full.resize(m.tensor->numel());
     reader.read(m.tensor->name, full.data());
-    const int64_t n = p.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t g = p.global_index(i);
-      p.value[i] = g < 0 ? 0.0f : full[g];  // padding rows of a split vocabulary stay 0
+    if (p.local_shape == p.global_shape) {
+      registry.from_host(p, full.data());
+      continue;
     }
+    local.resize(p.numel());
+    take_local_slice(p, full.data(), local.data());
+    registry.from_host(p, local.data());
   }
 }
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tessel/model/config.h"
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
 
 namespace tessel {
 

@@ -1,9 +1,5 @@
 #include "tessel/core/tensor.h"
 
-#include <cstdlib>
-#include <cstring>
-#include <new>
-
 #include "tessel/core/error.h"
 
 namespace tessel {
@@ -20,20 +16,21 @@ std::string shape_str(const Shape& shape) {
   return s + "]";
 }
 
-std::shared_ptr<float> alloc_floats(int64_t n) {
-  size_t bytes = (static_cast<size_t>(n) * sizeof(float) + 63) / 64 * 64;
-  if (bytes == 0) bytes = 64;
-  void* p = std::aligned_alloc(64, bytes);
-  if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, bytes);
-  return std::shared_ptr<float>(static_cast<float*>(p), [](float* q) { std::free(q); });
+std::shared_ptr<float> alloc_floats(int64_t n, const DeviceMemory& memory) {
+  void (*release)(void*) = memory.release;
+  return std::shared_ptr<float>(static_cast<float*>(memory.alloc(n * 4)),
+                                [release](float* p) { release(p); });
 }
 
-Tensor Tensor::zeros(Shape shape) {
+Tensor Tensor::zeros(Shape shape, DType dtype, const DeviceMemory& memory) {
   Tensor t;
-  t.storage_ = alloc_floats(shape_numel(shape));
+  void (*release)(void*) = memory.release;
+  t.storage_ = std::shared_ptr<void>(memory.alloc(shape_numel(shape) * dtype_size(dtype)),
+                                     [release](void* p) { release(p); });
   t.data_ = t.storage_.get();
   t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.memory_ = &memory;
   return t;
 }
 
@@ -44,6 +41,35 @@ Tensor Tensor::view(float* data, Shape shape) {
   return t;
 }
 
+Tensor Tensor::carve(const Tensor& base, int64_t byte_offset, Shape shape, DType dtype) {
+  TESSEL_CHECK(byte_offset >= 0 && byte_offset + shape_numel(shape) * dtype_size(dtype) <= base.bytes(),
+               "carving {} bytes at {} out of a buffer of {}", shape_numel(shape) * dtype_size(dtype),
+               byte_offset, base.bytes());
+  Tensor t;
+  t.storage_ = base.storage_;
+  t.data_ = static_cast<char*>(base.data_) + byte_offset;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  t.memory_ = base.memory_;
+  return t;
+}
+
+float* Tensor::data() {
+  TESSEL_CHECK(dtype_ == DType::F32 || data_ == nullptr, "tensor {} is {}, not f32",
+               shape_str(shape_), dtype_name(dtype_));
+  return static_cast<float*>(data_);
+}
+
+const float* Tensor::data() const { return const_cast<Tensor*>(this)->data(); }
+
+int32_t* Tensor::ints() {
+  TESSEL_CHECK(dtype_ == DType::I32 || data_ == nullptr, "tensor {} is {}, not i32",
+               shape_str(shape_), dtype_name(dtype_));
+  return static_cast<int32_t*>(data_);
+}
+
+const int32_t* Tensor::ints() const { return const_cast<Tensor*>(this)->ints(); }
+
 Tensor Tensor::reshape(Shape shape) const {
   TESSEL_CHECK(shape_numel(shape) == numel(), "cannot reshape {} to {}", shape_str(shape_),
                shape_str(shape));
@@ -52,6 +78,6 @@ Tensor Tensor::reshape(Shape shape) const {
   return t;
 }
 
-void Tensor::zero() { std::memset(data_, 0, sizeof(float) * numel()); }
+void Tensor::zero() { memory_->zero(data_, bytes()); }
 
 }  // namespace tessel

@@ -1,5 +1,6 @@
-// Tensor: a contiguous row-major fp32 buffer with a shape. It owns its memory (64-byte aligned)
-// or views another tensor's. The dtype field is there so bf16 can join without a new type.
+// Tensor: a contiguous row-major buffer with a shape, a dtype and the device memory it lives in.
+// It owns its memory (allocated through a DeviceMemory, 64-byte aligned, zero-filled) or views
+// another's. Host code reads a device tensor's values only through to_host (core/device.h).
 #pragma once
 
 #include <cstdint>
@@ -7,11 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "tessel/core/device.h"
+
 namespace tessel {
 
 using Shape = std::vector<int64_t>;
-
-enum class DType : uint8_t { F32 };
 
 int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "[4, 8, 16]"
@@ -19,18 +20,29 @@ std::string shape_str(const Shape& shape);  // "[4, 8, 16]"
 class Tensor {
  public:
   Tensor() = default;
-  // A new zero-filled tensor that owns its memory.
-  static Tensor zeros(Shape shape);
-  // A view of memory owned elsewhere (by another tensor or a flat parameter buffer).
+  // A new zero-filled tensor that owns its memory, on the host unless `memory` says otherwise.
+  static Tensor zeros(Shape shape, DType dtype = DType::F32,
+                      const DeviceMemory& memory = host_memory());
+  // A view of fp32 host memory owned elsewhere (by another tensor or a flat parameter buffer).
   static Tensor view(float* data, Shape shape);
+  // A tensor of `shape` and `dtype` inside `base`'s memory from `byte_offset` on; it keeps base's
+  // memory alive. (One allocation carved into many tensors.)
+  static Tensor carve(const Tensor& base, int64_t byte_offset, Shape shape, DType dtype);
 
-  float* data() { return data_; }
-  const float* data() const { return data_; }
+  // The elements as fp32 (F32 tensors) or int32 (I32 tensors); checked.
+  float* data();
+  const float* data() const;
+  int32_t* ints();
+  const int32_t* ints() const;
+
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t numel() const { return shape_numel(shape_); }
-  DType dtype() const { return DType::F32; }
+  int64_t bytes() const { return numel() * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return memory_->device; }
+  const DeviceMemory& memory() const { return *memory_; }
   bool empty() const { return data_ == nullptr; }
 
   // The same memory under another shape with the same number of elements.
@@ -38,12 +50,14 @@ class Tensor {
   void zero();
 
  private:
-  std::shared_ptr<float> storage_;
-  float* data_ = nullptr;
+  std::shared_ptr<void> storage_;
+  void* data_ = nullptr;
   Shape shape_;
+  DType dtype_ = DType::F32;
+  const DeviceMemory* memory_ = &host_memory();
 };
 
-// 64-byte aligned fp32 allocation, zero-filled; freed with the returned pointer.
-std::shared_ptr<float> alloc_floats(int64_t n);
+// A zero-filled allocation of n fp32 values in `memory`; freed with the returned pointer.
+std::shared_ptr<float> alloc_floats(int64_t n, const DeviceMemory& memory = host_memory());
 
 }  // namespace tessel

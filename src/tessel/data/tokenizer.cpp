@@ -3,8 +3,20 @@
 #include <fmt/format.h>
 
 #include "tessel/core/error.h"
+#include "tessel/data/tokenizers/loaders.h"
 
 namespace tessel {
+
+std::string Tokenizer::id_to_token(int32_t id) const {
+  const int32_t one[1] = {id};
+  return decode(one);
+}
+
+std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
+  const std::vector<int32_t> ids = encode(token);
+  if (ids.size() == 1) return ids[0];
+  return std::nullopt;
+}
 
 std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> tokens(text.size());
@@ -25,8 +37,21 @@ std::string ByteTokenizer::decode(std::span<const int32_t> tokens) const {
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& options) {
-  if (options.type == "ByteTokenizer" || options.type == "byte") return std::make_unique<ByteTokenizer>();
-  throw Error(fmt::format("--tokenizer-type {}: unknown (known: ByteTokenizer)", options.type));
+  const std::string& type = options.type;
+  if (type == "ByteTokenizer" || type == "byte") return std::make_unique<ByteTokenizer>();
+  if (type == "GPT2BPETokenizer" || type == "gpt2") return load_gpt2_bpe(options.vocab_file, options.merge_file);
+  if (type == "HuggingFaceTokenizer" || type == "hf") return load_hf_tokenizer(options.tokenizer_model);
+  if (type == "TikTokenizer" || type == "tiktoken") return load_tiktoken(options);
+  if (type == "SentencePieceTokenizer" || type == "GPTSentencePieceTokenizer" || type == "Llama2Tokenizer")
+    return load_sentencepiece(options);
+  if (type == "sentencepiece") {
+    TokenizerOptions named = options;
+    named.type = "GPTSentencePieceTokenizer";
+    return load_sentencepiece(named);
+  }
+  throw Error(fmt::format("--tokenizer-type {}: unknown (known: ByteTokenizer, GPT2BPETokenizer, HuggingFaceTokenizer, "
+                          "TikTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer; "
+                          "short names byte, gpt2, hf, tiktoken, sentencepiece)", type));
 }
 
 }  // namespace tessel

@@ -2,12 +2,97 @@
 
 #include <fmt/format.h>
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
 
 namespace tessel {
+
+namespace {
+
+// Megatron's moe_layer_freq string: a Python list expression of 0/1 built from list literals,
+// '+' (concatenation), '* integer' (repetition) and parentheses, e.g. "([1]*3+[0]*1)*2".
+class PatternParser {
+ public:
+  explicit PatternParser(const std::string& text) : text_(text) {}
+
+  std::vector<int> parse() {
+    std::vector<int> v = expr();
+    skip_space();
+    if (pos_ != text_.size()) error("unexpected '{}'", text_[pos_]);
+    return v;
+  }
+
+ private:
+  std::vector<int> expr() {
+    std::vector<int> v = term();
+    while (accept('+')) {
+      std::vector<int> more = term();
+      v.insert(v.end(), more.begin(), more.end());
+    }
+    return v;
+  }
+  std::vector<int> term() {
+    std::vector<int> v = atom();
+    while (accept('*')) {
+      const int64_t times = integer();
+      std::vector<int> repeated;
+      for (int64_t i = 0; i < times; ++i) repeated.insert(repeated.end(), v.begin(), v.end());
+      v = std::move(repeated);
+    }
+    return v;
+  }
+  std::vector<int> atom() {
+    if (accept('(')) {
+      std::vector<int> v = expr();
+      expect(')');
+      return v;
+    }
+    expect('[');
+    std::vector<int> v;
+    if (accept(']')) return v;
+    do {
+      v.push_back(static_cast<int>(integer()));
+    } while (accept(','));
+    expect(']');
+    return v;
+  }
+  int64_t integer() {
+    skip_space();
+    const size_t start = pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    if (start == pos_ || pos_ - start > 6) error("expected a small integer at position {}", start);
+    return std::stoll(text_.substr(start, pos_ - start));
+  }
+  bool accept(char c) {
+    skip_space();
+    if (pos_ < text_.size() && text_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c) {
+    if (!accept(c)) error("expected '{}' at position {}", c, pos_);
+  }
+  void skip_space() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  template <typename... Args>
+  [[noreturn]] void error(fmt::format_string<Args...> format, Args&&... args) {
+    fail("--moe-layer-freq \"{}\": {}", text_, fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  const std::string& text_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
 
 std::string arch_name(Arch arch) { return arch == Arch::GPT2 ? "gpt2" : "llama"; }
 
@@ -143,6 +228,69 @@ ModelConfig load_model_config_file(const std::string& path) {
   ModelConfig cfg;
   model_config_from_json(j, cfg, path);
   return cfg;
+}
+
+std::vector<std::string> MoeConfig::violations(int ep_size, int num_layers) const {
+  std::vector<std::string> v;
+  if (num_experts < 1) v.push_back(fmt::format("--num-experts {} must be at least 1", num_experts));
+  if (topk < 1 || topk > num_experts) {
+    v.push_back(fmt::format("--moe-router-topk {} must be between 1 and --num-experts {}", topk,
+                            num_experts));
+  }
+  if (ep_size < 1 || (num_experts > 0 && num_experts % ep_size != 0)) {
+    v.push_back(fmt::format("--num-experts {} must be divisible by --expert-model-parallel-size {}",
+                            num_experts, ep_size));
+  }
+  if (topk == 1 && !score_sigmoid && !pre_softmax) {
+    v.push_back(
+        "--moe-router-topk 1 with softmax scores needs --moe-router-pre-softmax (a softmax "
+        "over one logit has no gradient)");
+  }
+  if (ffn_hidden_size < 0)
+    v.push_back(fmt::format("--moe-ffn-hidden-size {} is negative", ffn_hidden_size));
+  if (shared_expert_size < 0) {
+    v.push_back(
+        fmt::format("--moe-shared-expert-intermediate-size {} is negative", shared_expert_size));
+  }
+  if (capacity_factor < 0) {
+    v.push_back(fmt::format("--moe-expert-capacity-factor {} is negative", capacity_factor));
+  }
+  if (pad_to_capacity && capacity_factor <= 0) {
+    v.push_back("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
+  }
+  if (aux_loss_coeff < 0 || z_loss_coeff < 0) {
+    v.push_back(
+        fmt::format("--moe-aux-loss-coeff {} and --moe-z-loss-coeff {} must not be negative",
+                    aux_loss_coeff, z_loss_coeff));
+  }
+  if (!layer_pattern.empty() && static_cast<int>(layer_pattern.size()) != num_layers) {
+    v.push_back(fmt::format("--moe-layer-freq has {} entries for {} layers", layer_pattern.size(),
+                            num_layers));
+  }
+  return v;
+}
+
+std::vector<int> parse_moe_layer_freq(const std::string& text, int num_layers) {
+  const bool interval = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+  std::vector<int> pattern;
+  if (interval) {
+    TESSEL_CHECK(text.size() <= 6 && std::stoi(text) >= 1,
+                 "--moe-layer-freq {}: the interval must be at least 1", text);
+    const int every = std::stoi(text);
+    for (int i = 0; i < num_layers; ++i) pattern.push_back(i % every == 0 ? 1 : 0);
+    return pattern;
+  }
+  pattern = PatternParser(text).parse();
+  TESSEL_CHECK(static_cast<int>(pattern.size()) == num_layers,
+               "--moe-layer-freq \"{}\" has {} entries for {} layers", text, pattern.size(),
+               num_layers);
+  for (int p : pattern) {
+    TESSEL_CHECK(p == 0 || p == 1, "--moe-layer-freq \"{}\": entries must be 0 or 1, not {}", text,
+                 p);
+  }
+  return pattern;
 }
 
 }  // namespace tessel

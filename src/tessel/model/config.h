@@ -37,6 +37,11 @@ struct MoeConfig {
   std::vector<std::string> violations(int ep_size, int num_layers) const;
 };
 
+// --moe-layer-freq as Megatron reads it: an interval k (layers 0, k, 2k, ... are MoE) or a
+// num_layers-long pattern of 0/1, as a list "[1,0,1,0]" or Python's "([1]*3+[0]*1)*2".
+// Throws tessel::Error naming the problem.
+std::vector<int> parse_moe_layer_freq(const std::string& text, int num_layers);
+
 struct ModelConfig {
   Arch arch = Arch::GPT2;
   int num_layers = 4;

@@ -12,9 +12,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "tessel/model/params.h"
+#include "tessel/core/params.h"
+#include "tessel/kernels/kernels.h"
 
 namespace tessel {
 
@@ -28,17 +30,18 @@ struct OptimizerConfig {
   float clip_grad = 1.0f;  // max global gradient norm; 0 disables clipping
 };
 
-// A range [begin, end) of the registry's flat buffers.
-struct FlatRange {
-  int64_t begin = 0, end = 0;
-};
+// Every rule the config breaks (betas in [0, 1), eps positive, decay and clipping not negative),
+// one message each naming the flag; empty when valid.
+std::vector<std::string> optimizer_violations(const OptimizerConfig& config);
 
 class AdamW {
  public:
   // `params` must be finalized and outlive the optimizer. Throws tessel::Error on a bad config.
   // `owned`: the parts of the flat buffers this rank updates (the distributed optimizer's shard,
   // ascending, disjoint); empty means all of it. m and v are kept for those parts only.
-  AdamW(ParamRegistry& params, const OptimizerConfig& config, std::vector<FlatRange> owned = {});
+  // The state lives in the kernels' memory.
+  AdamW(const Kernels& kernels, ParamRegistry& params, const OptimizerConfig& config,
+        std::vector<FlatRange> owned = {});
 
   // Σ g² over the owned gradients, accumulated in double in a fixed order: the same bits
   // whatever the number of threads. Only parameters `counted` accepts (all when empty) count:
@@ -54,10 +57,12 @@ class AdamW {
   // first, so the first call uses step 1 in the bias corrections.
   void step(float lr);
 
-  // State, for checkpoints: m and v hold numel() floats each, the owned ranges in order.
+  // State, for checkpoints: m and v hold numel() floats each, the owned ranges in order, in
+  // memory() (read and written through its to_host and from_host).
   const OptimizerConfig& config() const { return config_; }
   const std::vector<FlatRange>& owned() const { return owned_; }
   int64_t numel() const { return state_numel_; }
+  const DeviceMemory& memory() const { return k_.memory; }
   float* exp_avg() { return m_.get(); }
   float* exp_avg_sq() { return v_.get(); }
   const float* exp_avg() const { return m_.get(); }
@@ -66,11 +71,7 @@ class AdamW {
   void set_step_count(int64_t step) { step_ = step; }
 
  private:
-  // Calls f(param, first element, count, state offset) for every piece of a parameter that lies
-  // in an owned range, in flat order.
-  template <typename F>
-  void for_each_owned_piece(F&& f) const;
-
+  const Kernels& k_;
   ParamRegistry& params_;
   OptimizerConfig config_;
   std::vector<FlatRange> owned_;

@@ -5,47 +5,34 @@
 // the final out and lse (attention_block_backward), so nothing but K/V and their gradients moves.
 #include "tessel/parallel/context_parallel.h"
 
-#include <algorithm>
 #include <climits>
 #include <memory>
 #include <numeric>
 #include <utility>
 
 #include "tessel/core/error.h"
-#include "tessel/kernels/cpu/kernels.h"
 
 namespace tessel {
+
+// The buffers of one call (ContextParallel::workspace), in the backend's memory.
+struct CpWorkspace {
+  Tensor kv[2];       // ring: the K/V block held and the one arriving (2, B, T_l, G·D)
+  Tensor kv_grad[3];  // ring backward: this rank's share, outgoing, incoming dK/dV
+  Tensor block_out;   // (B, T_l, H·D): one key block's partial output
+  Tensor block_lse;   // (B, H, T_l)
+  Tensor gathered;    // all-gather: (CP, 2, B, T_l, G·D), rank-major
+  Tensor global_kv;   // all-gather: (2, B, T, G·D), global position order
+  Tensor global_kv_grad;
+  Tensor positions;   // (CP, T_l): every rank's global positions, for sequences of length T
+  Tensor all_keys;    // (T): 0..T−1, the gathered keys' positions
+  int64_t positions_T = 0;
+};
 
 namespace {
 
 // Message tags of the ring: K/V blocks and their gradient accumulators travel side by side.
 constexpr int kKvTag = 6101;
 constexpr int kKvGradTag = 6102;
-
-// The buffers of one call, grown on first use and kept (no allocation in later steps). Per
-// calling thread, so that concurrent callers (none today) cannot share them.
-struct CpWorkspace {
-  std::vector<float> kv[2];       // ring: the K/V block held and the one arriving (2, B, T_l, G·D)
-  std::vector<float> kv_grad[3];  // ring backward: this rank's share, outgoing, incoming dK/dV
-  std::vector<float> block_out;   // (B, T_l, H·D): one key block's partial output
-  std::vector<float> block_lse;   // (B, H, T_l)
-  std::vector<float> gathered;    // all-gather: (CP, 2, B, T_l, G·D), rank-major
-  std::vector<float> global_kv;   // all-gather: (2, B, T, G·D), global position order
-  std::vector<float> global_kv_grad;
-  std::vector<int32_t> q_pos;  // (T_l): this rank's positions
-  std::vector<int32_t> k_pos;  // (T_l) of a ring block's owner, or (T) in global order
-};
-
-CpWorkspace& workspace() {
-  thread_local CpWorkspace ws;
-  return ws;
-}
-
-template <typename T>
-T* sized(std::vector<T>& buffer, int64_t n) {
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  return buffer.data();
-}
 
 // The global positions of rank `rank`'s T / CP rows: chunks rank and 2·CP−1−rank of 2·CP. Without
 // context parallelism simply 0..T−1 (T need not be even).
@@ -55,11 +42,9 @@ void fill_positions(int32_t* positions, int64_t T, int cp, int rank) {
     return;
   }
   const int64_t chunk = T / (2 * cp);
-  const int64_t second = 2 * cp - 1 - rank;
-  for (int64_t i = 0; i < chunk; ++i) {
-    positions[i] = static_cast<int32_t>(rank * chunk + i);
-    positions[chunk + i] = static_cast<int32_t>(second * chunk + i);
-  }
+  std::iota(positions, positions + chunk, static_cast<int32_t>(rank * chunk));
+  std::iota(positions + chunk, positions + 2 * chunk,
+            static_cast<int32_t>((2 * cp - 1 - rank) * chunk));
 }
 
 void check_sequence(int64_t T, int cp) {
@@ -71,36 +56,17 @@ void check_sequence(int64_t T, int cp) {
                T, 2 * cp);
 }
 
-// K then V rows of one block, packed contiguous: kv (2, N, width) from rows with strides.
-void pack_kv(float* kv, const float* k, const float* v, int64_t N, int64_t width, int64_t k_ld,
-             int64_t v_ld) {
-  for (int64_t n = 0; n < N; ++n) {
-    std::copy_n(k + n * k_ld, width, kv + n * width);
-    std::copy_n(v + n * v_ld, width, kv + (N + n) * width);
-  }
-}
-
-// dk, dv (rows with strides) += packed kv_grad (2, N, width).
-void add_kv_grad(float* dk, float* dv, const float* kv_grad, int64_t N, int64_t width, int64_t k_ld,
-                 int64_t v_ld) {
-  for (int64_t n = 0; n < N; ++n) {
-    const float* gk = kv_grad + n * width;
-    const float* gv = kv_grad + (N + n) * width;
-    for (int64_t j = 0; j < width; ++j) dk[n * k_ld + j] += gk[j];
-    for (int64_t j = 0; j < width; ++j) dv[n * v_ld + j] += gv[j];
-  }
-}
-
 // The shapes of one call.
-struct Shape {
+struct AttentionShape {
   int64_t B, T_l, H, G, D;
+  const int32_t* key_start;  // (B, T_l) packed documents' first positions, or nullptr
   int64_t kv_rows() const { return B * T_l; }
   int64_t kv_width() const { return G * D; }
   int64_t kv_count() const { return 2 * B * T_l * G * D; }  // one packed K/V block
 };
 
 // Checked before any message is posted: a bad shape must not leave a send in flight.
-void check_shape(const Shape& s, int cp, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
+void check_shape(const AttentionShape& s, int cp, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
   check_sequence(s.T_l * cp, cp);
   TESSEL_CHECK(s.B >= 0 && s.D > 0 && s.H > 0 && s.G > 0 && s.H % s.G == 0,
                "context_parallel.cpp: bad attention shape B={} H={} G={} D={}", s.B, s.H, s.G, s.D);
@@ -110,40 +76,72 @@ void check_shape(const Shape& s, int cp, int64_t q_ld, int64_t k_ld, int64_t v_l
                q_ld, k_ld, v_ld);
 }
 
-// ---- p2p: the ring
-// ------------------------------------------------------------------------------- Step s (0..CP−1)
-// works on the K/V block of rank (r − s) mod CP; the next block is already on its way (isend to
-// r+1, irecv from r−1, posted before the step's compute) while this one is used.
+// Every rank's positions (CP, T_l) for sequences of length T, in the backend's memory; rank r's
+// row starts at the returned pointer + r·T_l.
+const int32_t* rank_positions(const ContextParallel& cp, int64_t T) {
+  CpWorkspace& ws = *cp.workspace;
+  if (ws.positions_T != T) {
+    const int ranks = cp.size();
+    std::vector<int32_t> host(T), keys(T);
+    for (int rank = 0; rank < ranks; ++rank)
+      fill_positions(host.data() + rank * (T / ranks), T, ranks, rank);
+    std::iota(keys.begin(), keys.end(), 0);
+    const Kernels& k = *cp.kernels;
+    ws.positions = k.zeros({T}, DType::I32);
+    ws.all_keys = k.zeros({T}, DType::I32);
+    k.memory.from_host(ws.positions.ints(), host.data(), T * 4);
+    k.memory.from_host(ws.all_keys.ints(), keys.data(), T * 4);
+    ws.positions_T = T;
+  }
+  return ws.positions.ints();
+}
+
+// ---- p2p: the ring -------------------------------------------------------------------------------
+// Step s (0..CP−1) works on the K/V block of rank (r − s) mod CP; the next block is already on its
+// way (isend to r+1, irecv from r−1, posted before the step's compute) while this one is used.
+
+// The ring's neighbours, one packed K/V block's size, every rank's positions, and the two block
+// buffers: the one held and the one arriving.
+struct Ring {
+  int ranks, rank, next, prev;
+  int64_t count, width;
+  const int32_t* positions;
+  float* held;
+  float* arriving;
+};
+
+Ring ring_of(const ContextParallel& cp, const AttentionShape& s) {
+  const int ranks = cp.size(), r = cp.rank();
+  const int64_t count = s.kv_count();
+  return {ranks, r, (r + 1) % ranks, (r + ranks - 1) % ranks, count, s.kv_width(),
+          rank_positions(cp, s.T_l * ranks), cp.kernels->reserve(cp.workspace->kv[0], count, 1),
+          cp.kernels->reserve(cp.workspace->kv[1], count, 1)};
+}
 
 void ring_forward(const ContextParallel& cp, float* out, float* lse, const float* q, const float* k,
-                  const float* v, const Shape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size(), r = cp.rank();
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
-  const int64_t T = s.T_l * n, count = s.kv_count(), width = s.kv_width();
-  CpWorkspace& ws = workspace();
-  float* held = sized(ws.kv[0], count);
-  float* arriving = sized(ws.kv[1], count);
-  float* block_out = sized(ws.block_out, s.B * s.T_l * s.H * s.D);
-  float* block_lse = sized(ws.block_lse, s.B * s.H * s.T_l);
-  int32_t* q_pos = sized(ws.q_pos, s.T_l);
-  int32_t* k_pos = sized(ws.k_pos, s.T_l);
-  fill_positions(q_pos, T, n, r);
-  pack_kv(held, k, v, s.kv_rows(), width, k_ld, v_ld);
+                  const float* v, const AttentionShape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
+  auto [ranks, r, next, prev, count, width, positions, held, arriving] = ring_of(cp, s);
+  const Kernels& K = *cp.kernels;
+  CpWorkspace& ws = *cp.workspace;
+  float* block_out = K.reserve(ws.block_out, s.B * s.T_l, s.H * s.D);
+  float* block_lse = K.reserve(ws.block_lse, s.B * s.H, s.T_l);
+  const int32_t* q_pos = positions + r * s.T_l;
+  K.cp_pack_kv(held, k, v, s.kv_rows(), width, k_ld, v_ld);
 
-  for (int step = 0; step < n; ++step) {
+  for (int step = 0; step < ranks; ++step) {
     Request send, recv;
-    if (step + 1 < n) {
+    if (step + 1 < ranks) {
       send = cp.comm->isend(held, count, next, kKvTag);
       recv = cp.comm->irecv(arriving, count, prev, kKvTag);
     }
-    fill_positions(k_pos, T, n, (r - step + n) % n);
+    const int32_t* k_pos = positions + ((r - step + ranks) % ranks) * s.T_l;
     // The own block (step 0) writes out and lse; later blocks are merged into them. Query and key
     // blocks that see nothing of each other are skipped inside the kernel, by position.
     float* step_out = step == 0 ? out : block_out;
     float* step_lse = step == 0 ? lse : block_lse;
-    cpu::attention_block_forward(step_out, step_lse, q, held, held + count / 2, s.B, s.T_l, s.T_l,
-                                 s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos);
-    if (step > 0) cpu::attention_merge(out, lse, block_out, block_lse, s.B, s.T_l, s.H, s.D);
+    K.attention_block_forward(step_out, step_lse, q, held, held + count / 2, s.B, s.T_l, s.T_l,
+                              s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos, s.key_start);
+    if (step > 0) K.attention_merge(out, lse, block_out, block_lse, s.B, s.T_l, s.H, s.D);
     send.wait();
     recv.wait();
     std::swap(held, arriving);
@@ -156,49 +154,48 @@ void ring_forward(const ContextParallel& cp, float* out, float* lse, const float
 // sum has come back to its owner.
 void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, const float* dout,
                    const float* q, const float* k, const float* v, const float* out,
-                   const float* lse, const Shape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size(), r = cp.rank();
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
-  const int64_t T = s.T_l * n, count = s.kv_count(), width = s.kv_width();
-  CpWorkspace& ws = workspace();
-  float* held = sized(ws.kv[0], count);
-  float* arriving = sized(ws.kv[1], count);
-  float* share = sized(ws.kv_grad[0], count);     // this rank's share of the held block's dK/dV
-  float* outgoing = sized(ws.kv_grad[1], count);  // the sum passed on to r+1
-  float* incoming = sized(ws.kv_grad[2], count);  // the sum from r−1
-  int32_t* q_pos = sized(ws.q_pos, s.T_l);
-  int32_t* k_pos = sized(ws.k_pos, s.T_l);
-  fill_positions(q_pos, T, n, r);
-  pack_kv(held, k, v, s.kv_rows(), width, k_ld, v_ld);
+                   const float* lse, const AttentionShape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
+  auto [ranks, r, next, prev, count, width, positions, held, arriving] = ring_of(cp, s);
+  const Kernels& K = *cp.kernels;
+  CpWorkspace& ws = *cp.workspace;
+  float* share = K.reserve(ws.kv_grad[0], count, 1);     // this rank's share of the held block's dK/dV
+  float* outgoing = K.reserve(ws.kv_grad[1], count, 1);  // the sum passed on to r+1
+  float* incoming = K.reserve(ws.kv_grad[2], count, 1);  // the sum from r−1
+  const int32_t* q_pos = positions + r * s.T_l;
+  K.cp_pack_kv(held, k, v, s.kv_rows(), width, k_ld, v_ld);
 
   Request grad_send, grad_recv;
-  for (int step = 0; step < n; ++step) {
+  for (int step = 0; step < ranks; ++step) {
     Request send, recv;
-    if (step + 1 < n) {
+    if (step + 1 < ranks) {
       send = cp.comm->isend(held, count, next, kKvTag);
       recv = cp.comm->irecv(arriving, count, prev, kKvTag);
     }
     if (step > 0) grad_recv = cp.comm->irecv(incoming, count, prev, kKvGradTag);
-    fill_positions(k_pos, T, n, (r - step + n) % n);
-    std::fill_n(share, count, 0.0f);
-    cpu::attention_block_backward(dq, share, share + count / 2, dout, q, held, held + count / 2,
-                                  out, lse, s.B, s.T_l, s.T_l, s.H, s.G, s.D, q_ld, width, width,
-                                  q_pos, k_pos);
+    const int32_t* k_pos = positions + ((r - step + ranks) % ranks) * s.T_l;
+    K.zero(share, count);
+    K.attention_block_backward(dq, share, share + count / 2, dout, q, held, held + count / 2, out,
+                               lse, s.B, s.T_l, s.T_l, s.H, s.G, s.D, q_ld, width, width, q_pos,
+                               k_pos, s.key_start);
     if (step > 0) {
       grad_recv.wait();
-      for (int64_t i = 0; i < count; ++i) share[i] += incoming[i];
+      K.residual_forward(share, share, incoming, count);
     }
     grad_send.wait();  // the previous sum has left `outgoing`
     std::swap(share, outgoing);
-    grad_send = cp.comm->isend(outgoing, count, next, kKvGradTag);
+    if (ranks > 1) grad_send = cp.comm->isend(outgoing, count, next, kKvGradTag);
     send.wait();
     recv.wait();
     std::swap(held, arriving);
   }
-  // The last hop: this rank's own block, with every rank's share.
-  cp.comm->irecv(incoming, count, prev, kKvGradTag).wait();
-  grad_send.wait();
-  add_kv_grad(dk, dv, incoming, s.kv_rows(), width, k_ld, v_ld);
+  // The last hop: this rank's own block, with every rank's share (alone, its share is the sum).
+  const float* whole = outgoing;
+  if (ranks > 1) {
+    cp.comm->irecv(incoming, count, prev, kKvGradTag).wait();
+    grad_send.wait();
+    whole = incoming;
+  }
+  K.cp_unpack_add_kv(dk, dv, whole, s.kv_rows(), width, k_ld, v_ld);
 }
 
 // ---- all-gather ---------------------------------------------------------------------------------
@@ -206,80 +203,62 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
 // kernels' causal case, and the gradients go back the same way before the reduce-scatter.
 
 // Gathers every rank's K/V and returns them in global order: (2, B, T, G·D).
-const float* gather_kv(const ContextParallel& cp, const float* k, const float* v, const Shape& s,
+const float* gather_kv(const ContextParallel& cp, const float* k, const float* v, const AttentionShape& s,
                        int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size();
-  const int64_t T = s.T_l * n, count = s.kv_count(), width = s.kv_width();
-  CpWorkspace& ws = workspace();
-  float* own = sized(ws.kv[0], count);
-  float* gathered = sized(ws.gathered, n * count);
-  float* global = sized(ws.global_kv, n * count);
-  int32_t* positions = sized(ws.q_pos, s.T_l);
-  pack_kv(own, k, v, s.kv_rows(), width, k_ld, v_ld);
+  const int ranks = cp.size();
+  const int64_t count = s.kv_count(), width = s.kv_width();
+  const Kernels& K = *cp.kernels;
+  CpWorkspace& ws = *cp.workspace;
+  float* own = K.reserve(ws.kv[0], count, 1);
+  float* gathered = K.reserve(ws.gathered, ranks, count);
+  float* global = K.reserve(ws.global_kv, ranks, count);
+  K.cp_pack_kv(own, k, v, s.kv_rows(), width, k_ld, v_ld);
   cp.comm->all_gather(own, gathered, count);
-  for (int rank = 0; rank < n; ++rank) {
-    fill_positions(positions, T, n, rank);
-    for (int part = 0; part < 2; ++part)  // K, V
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t t = 0; t < s.T_l; ++t) {
-          const float* from = gathered + rank * count + ((part * s.B + b) * s.T_l + t) * width;
-          float* to = global + ((part * s.B + b) * T + positions[t]) * width;
-          std::copy_n(from, width, to);
-        }
-  }
+  K.cp_kv_to_global(global, gathered, rank_positions(cp, s.T_l * ranks), ranks, s.B, s.T_l, width);
   return global;
 }
 
 void all_gather_forward(const ContextParallel& cp, float* out, float* lse, const float* q,
-                        const float* k, const float* v, const Shape& s, int64_t q_ld, int64_t k_ld,
+                        const float* k, const float* v, const AttentionShape& s, int64_t q_ld, int64_t k_ld,
                         int64_t v_ld) {
-  const int n = cp.size();
-  const int64_t T = s.T_l * n, width = s.kv_width();
+  const int ranks = cp.size();
+  const int64_t T = s.T_l * ranks, width = s.kv_width();
   const float* global = gather_kv(cp, k, v, s, k_ld, v_ld);  // (2, B, T, G·D)
-  CpWorkspace& ws = workspace();
-  int32_t* q_pos = sized(ws.q_pos, s.T_l);
-  int32_t* k_pos = sized(ws.k_pos, T);
-  fill_positions(q_pos, T, n, cp.rank());
-  std::iota(k_pos, k_pos + T, 0);
-  cpu::attention_block_forward(out, lse, q, global, global + s.B * T * width, s.B, s.T_l, T, s.H,
-                               s.G, s.D, q_ld, width, width, q_pos, k_pos);
+  const int32_t* q_pos = rank_positions(cp, T) + cp.rank() * s.T_l;
+  cp.kernels->attention_block_forward(out, lse, q, global, global + s.B * T * width, s.B, s.T_l, T,
+                                      s.H, s.G, s.D, q_ld, width, width, q_pos,
+                                      cp.workspace->all_keys.ints(), s.key_start);
 }
 
 void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float* dv,
                          const float* dout, const float* q, const float* k, const float* v,
-                         const float* out, const float* lse, const Shape& s, int64_t q_ld,
+                         const float* out, const float* lse, const AttentionShape& s, int64_t q_ld,
                          int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size();
-  const int64_t T = s.T_l * n, count = s.kv_count(), width = s.kv_width();
+  const int ranks = cp.size();
+  const int64_t T = s.T_l * ranks, count = s.kv_count(), width = s.kv_width();
+  const Kernels& K = *cp.kernels;
+  CpWorkspace& ws = *cp.workspace;
   const float* global = gather_kv(cp, k, v, s, k_ld, v_ld);  // (2, B, T, G·D)
-  CpWorkspace& ws = workspace();
-  float* global_grad = sized(ws.global_kv_grad, n * count);  // (2, B, T, G·D)
-  float* rank_major = sized(ws.gathered, n * count);         // (CP, 2, B, T_l, G·D)
-  float* own_grad = sized(ws.kv[1], count);                  // (2, B, T_l, G·D)
-  int32_t* q_pos = sized(ws.q_pos, s.T_l);
-  int32_t* k_pos = sized(ws.k_pos, T);
-  std::iota(k_pos, k_pos + T, 0);
-  fill_positions(q_pos, T, n, cp.rank());
-  std::fill_n(global_grad, n * count, 0.0f);
-  cpu::attention_block_backward(dq, global_grad, global_grad + s.B * T * width, dout, q, global,
-                                global + s.B * T * width, out, lse, s.B, s.T_l, T, s.H, s.G, s.D,
-                                q_ld, width, width, q_pos, k_pos);
+  float* global_grad = K.reserve(ws.global_kv_grad, ranks, count);  // (2, B, T, G·D)
+  float* rank_major = K.reserve(ws.gathered, ranks, count);         // (CP, 2, B, T_l, G·D)
+  float* own_grad = K.reserve(ws.kv[1], count, 1);              // (2, B, T_l, G·D)
+  const int32_t* positions = rank_positions(cp, T);
+  K.zero(global_grad, ranks * count);
+  K.attention_block_backward(dq, global_grad, global_grad + s.B * T * width, dout, q, global,
+                             global + s.B * T * width, out, lse, s.B, s.T_l, T, s.H, s.G, s.D,
+                             q_ld, width, width, positions + cp.rank() * s.T_l,
+                             ws.all_keys.ints(), s.key_start);
   // Every rank holds a share of every key's gradient: back to rank-major, summed at the owners.
-  for (int rank = 0; rank < n; ++rank) {
-    fill_positions(q_pos, T, n, rank);  // rank's positions (this rank's are not needed again)
-    for (int part = 0; part < 2; ++part)
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t t = 0; t < s.T_l; ++t) {
-          const float* from = global_grad + ((part * s.B + b) * T + q_pos[t]) * width;
-          float* to = rank_major + rank * count + ((part * s.B + b) * s.T_l + t) * width;
-          std::copy_n(from, width, to);
-        }
-  }
+  K.cp_kv_from_global(rank_major, global_grad, positions, ranks, s.B, s.T_l, width);
   cp.comm->reduce_scatter(rank_major, own_grad, count);
-  add_kv_grad(dk, dv, own_grad, s.kv_rows(), width, k_ld, v_ld);
+  K.cp_unpack_add_kv(dk, dv, own_grad, s.kv_rows(), width, k_ld, v_ld);
 }
 
 }  // namespace
+
+ContextParallel::ContextParallel(Comm* comm, CpCommType comm_type, const Kernels& kernels)
+    : comm(comm), comm_type(comm_type), kernels(&kernels),
+      workspace(std::make_shared<CpWorkspace>()) {}
 
 CpCommType parse_cp_comm_type(const std::string& name) {
   if (name == "p2p") return CpCommType::P2P;
@@ -301,22 +280,21 @@ std::vector<int32_t> ContextParallel::local_positions(int64_t T) const {
 
 void ContextParallel::take_local_rows(const int32_t* in, int32_t* out, int64_t B, int64_t T,
                                       int64_t width) const {
-  const std::vector<int32_t> positions = local_positions(T);
-  const int64_t T_l = static_cast<int64_t>(positions.size());
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T_l; ++t)
-      std::copy_n(in + (b * T + positions[t]) * width, width, out + (b * T_l + t) * width);
+  check_sequence(T, size());
+  kernels->cp_take_rows(out, in, rank_positions(*this, T) + rank() * (T / size()), B, T,
+                        T / size(), width);
 }
 
 void ContextParallel::attention_forward(float* out, float* lse, const float* q, const float* k,
                                         const float* v, int64_t B, int64_t T_l, int64_t H,
                                         int64_t G, int64_t D, int64_t q_ld, int64_t k_ld,
-                                        int64_t v_ld) const {
-  if (size() == 1) {
-    cpu::attention_forward(out, lse, q, k, v, B, T_l, H, G, D, q_ld, k_ld, v_ld, true);
+                                        int64_t v_ld, const int32_t* key_start) const {
+  // One rank without packed documents: the causal kernel; with them, the ring of one block.
+  if (size() == 1 && key_start == nullptr) {
+    kernels->attention_forward(out, lse, q, k, v, B, T_l, H, G, D, q_ld, k_ld, v_ld, true);
     return;
   }
-  const Shape shape{B, T_l, H, G, D};
+  const AttentionShape shape{B, T_l, H, G, D, key_start};
   check_shape(shape, size(), q_ld, k_ld, v_ld);
   if (comm_type == CpCommType::P2P) {
     ring_forward(*this, out, lse, q, k, v, shape, q_ld, k_ld, v_ld);
@@ -329,13 +307,14 @@ void ContextParallel::attention_backward(float* dq, float* dk, float* dv, const 
                                          const float* q, const float* k, const float* v,
                                          const float* out, const float* lse, int64_t B, int64_t T_l,
                                          int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                                         int64_t k_ld, int64_t v_ld) const {
-  if (size() == 1) {
-    cpu::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_l, H, G, D, q_ld, k_ld, v_ld,
+                                         int64_t k_ld, int64_t v_ld,
+                                         const int32_t* key_start) const {
+  if (size() == 1 && key_start == nullptr) {
+    kernels->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_l, H, G, D, q_ld, k_ld, v_ld,
                             true);
     return;
   }
-  const Shape shape{B, T_l, H, G, D};
+  const AttentionShape shape{B, T_l, H, G, D, key_start};
   check_shape(shape, size(), q_ld, k_ld, v_ld);
   TESSEL_CHECK(dq != nullptr && dk != nullptr && dv != nullptr,
                "context_parallel.cpp: attention_backward needs all of dq, dk and dv");
@@ -346,9 +325,9 @@ void ContextParallel::attention_backward(float* dq, float* dk, float* dv, const 
   }
 }
 
-ContextParallel no_context_parallel() {
+ContextParallel no_context_parallel(const Kernels& kernels) {
   static const std::unique_ptr<Comm> local = make_local_comm();
-  return {local.get(), CpCommType::P2P};
+  return {local.get(), CpCommType::P2P, kernels};
 }
 
 }  // namespace tessel

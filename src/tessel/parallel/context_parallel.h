@@ -16,19 +16,27 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "tessel/comm/comm.h"
+#include "tessel/kernels/kernels.h"
 
 namespace tessel {
 
 enum class CpCommType : uint8_t { P2P, AllGather };
 CpCommType parse_cp_comm_type(const std::string& name);  // "p2p" | "all-gather"
 
+struct CpWorkspace;
+
 struct ContextParallel {
-  Comm* comm = nullptr;  // the CP group (a group of one without CP)
-  CpCommType comm_type = CpCommType::P2P;
+  // `comm` (the CP group, a group of one without CP) must outlive every copy.
+  ContextParallel(Comm* comm, CpCommType comm_type, const Kernels& kernels);
+
+  Comm* comm;
+  CpCommType comm_type;
+  const Kernels* kernels;
 
   int rank() const { return comm->rank(); }
   int size() const { return comm->size(); }
@@ -41,19 +49,25 @@ struct ContextParallel {
   // q rows (B, T_l) of H heads, k and v rows (B, T_l) of G heads, each with its row stride;
   // out (B, T_l, H·D) contiguous, lse (B, H, T_l). Causal by global position. With one CP rank
   // these are exactly the kernels'. Backward accumulates into dq, dk, dv (same layouts as q, k, v).
+  // Packed documents: key_start (B, T_l), each row's document's first global position: a row
+  // sees only keys from there on (nullptr: one document per sequence).
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t B, int64_t T_l, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                         int64_t k_ld, int64_t v_ld) const;
+                         int64_t k_ld, int64_t v_ld, const int32_t* key_start = nullptr) const;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                           const float* k, const float* v, const float* out, const float* lse,
                           int64_t B, int64_t T_l, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                          int64_t k_ld, int64_t v_ld) const;
+                          int64_t k_ld, int64_t v_ld, const int32_t* key_start = nullptr) const;
+
+  // The buffers of one call, grown on first use and kept (no allocation in later steps); shared
+  // by the copies of this object, which run one call at a time.
+  std::shared_ptr<CpWorkspace> workspace;
 };
 
 // The global positions CP rank `rank` of `cp` holds of a sequence of length T (its two chunks).
 std::vector<int32_t> context_parallel_positions(int64_t T, int cp, int rank);
 
 // One process, no context parallelism.
-ContextParallel no_context_parallel();
+ContextParallel no_context_parallel(const Kernels& kernels);
 
 }  // namespace tessel

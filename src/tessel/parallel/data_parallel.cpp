@@ -1,14 +1,13 @@
 #include "tessel/parallel/data_parallel.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace tessel {
 
-DataParallel::DataParallel(ParamRegistry& params, Comm& dp, bool distributed_optimizer,
-                           int64_t bucket_floats, const std::function<bool(const Param&)>& include,
-                           bool overlap)
-    : params_(params), dp_(dp), distributed_(distributed_optimizer), overlap_(overlap) {
+DataParallel::DataParallel(const Kernels& kernels, ParamRegistry& params, Comm& dp,
+                           bool distributed_optimizer, int64_t bucket_floats,
+                           const std::function<bool(const Param&)>& include, bool overlap)
+    : k_(kernels), params_(params), dp_(dp), distributed_(distributed_optimizer), overlap_(overlap) {
   const std::vector<Param>& ps = params.params();
   bucket_of_.assign(ps.size(), -1);
   // Backward finishes the last parameters first: buckets are cut from the end of the buffer, as
@@ -27,8 +26,8 @@ DataParallel::DataParallel(ParamRegistry& params, Comm& dp, bool distributed_opt
   for (Bucket& b : buckets_) b.shard = (b.end - b.begin + dp_size - 1) / dp_size;
   if (distributed_) {
     for (const Bucket& b : buckets_) {
-      staging_.emplace_back(b.shard * dp_size, 0.0f);
-      slices_.emplace_back(b.shard, 0.0f);
+      staging_.push_back(k_.zeros({b.shard * dp_size}));
+      slices_.push_back(k_.zeros({b.shard}));
     }
   }
 }
@@ -81,7 +80,7 @@ void DataParallel::start(Bucket& b, bool blocking) {
     return;
   }
   const size_t i = &b - buckets_.data();
-  std::memcpy(staging_[i].data(), grads, sizeof(float) * n);  // the padding stays 0
+  k_.copy(staging_[i].data(), grads, n);  // the padding stays 0
   if (blocking) dp_.reduce_scatter(staging_[i].data(), slices_[i].data(), b.shard);
   else b.request = dp_.reduce_scatter_async(staging_[i].data(), slices_[i].data(), b.shard);
 }
@@ -95,8 +94,7 @@ void DataParallel::finish_grad_reduction() {
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const FlatRange slice = own_slice(buckets_[i]);
     if (slice.begin < slice.end)
-      std::memcpy(params_.grads() + slice.begin, slices_[i].data(),
-                  sizeof(float) * (slice.end - slice.begin));
+      k_.copy(params_.grads() + slice.begin, slices_[i].data(), slice.end - slice.begin);
   }
 }
 
@@ -106,10 +104,9 @@ void DataParallel::gather_params() {
     const Bucket& b = buckets_[i];
     const FlatRange slice = own_slice(b);
     if (slice.begin < slice.end)
-      std::memcpy(slices_[i].data(), params_.values() + slice.begin,
-                  sizeof(float) * (slice.end - slice.begin));
+      k_.copy(slices_[i].data(), params_.values() + slice.begin, slice.end - slice.begin);
     dp_.all_gather(slices_[i].data(), staging_[i].data(), b.shard);
-    std::memcpy(params_.values() + b.begin, staging_[i].data(), sizeof(float) * (b.end - b.begin));
+    k_.copy(params_.values() + b.begin, staging_[i].data(), b.end - b.begin);
   }
 }
 

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "tessel/comm/comm.h"
-#include "tessel/model/params.h"
-#include "tessel/optim/adamw.h"
+#include "tessel/core/params.h"
+#include "tessel/kernels/kernels.h"
 
 namespace tessel {
 
@@ -30,7 +30,7 @@ class DataParallel {
  public:
   // `include` selects the parameters this instance reduces (all when empty): dense parameters
   // over DP × CP and experts over expert-DP are two instances over one registry.
-  DataParallel(ParamRegistry& params, Comm& dp, bool distributed_optimizer,
+  DataParallel(const Kernels& kernels, ParamRegistry& params, Comm& dp, bool distributed_optimizer,
                int64_t bucket_floats = int64_t{1} << 22,
                const std::function<bool(const Param&)>& include = {}, bool overlap = false);
 
@@ -60,6 +60,7 @@ class DataParallel {
   // Distributed optimizer: the part of bucket b this DP rank updates (empty past the end).
   FlatRange own_slice(const Bucket& b) const;
 
+  const Kernels& k_;
   ParamRegistry& params_;
   Comm& dp_;
   bool distributed_, overlap_;
@@ -68,7 +69,7 @@ class DataParallel {
   bool armed_ = false;
   // Distributed optimizer, per bucket: a padded copy (DP · shard) for the reduce-scatter and
   // all-gather, and this rank's slice (shard).
-  std::vector<std::vector<float>> staging_, slices_;
+  std::vector<Tensor> staging_, slices_;
 };
 
 }  // namespace tessel

@@ -73,22 +73,22 @@ std::array<int, kNumAxes> expert_sizes(const ParallelConfig& c) {
 // Megatron's generate_masked_orthogonal_rank_groups: `sizes` are the axis sizes in order (first
 // fastest), `varies[i]` says whether axis i varies inside a group.
 std::vector<std::vector<int>> orthogonal_groups(const std::vector<int>& sizes, const std::vector<bool>& varies) {
-  const size_t n = sizes.size();
-  std::vector<int> stride(n);
+  const size_t axes = sizes.size();
+  std::vector<int> stride(axes);
   int world = 1;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < axes; ++i) {
     stride[i] = world;
     world *= sizes[i];
   }
   int group_size = 1;
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < axes; ++i)
     if (varies[i]) group_size *= sizes[i];
 
   std::vector<std::vector<int>> groups(world / group_size);
   for (int g = 0; g < static_cast<int>(groups.size()); ++g) {
     // The fixed axes' coordinates are the digits of the group's index.
     int base = 0, rest = g;
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < axes; ++i) {
       if (varies[i]) continue;
       base += (rest % sizes[i]) * stride[i];
       rest /= sizes[i];
@@ -97,7 +97,7 @@ std::vector<std::vector<int>> orthogonal_groups(const std::vector<int>& sizes, c
       // The varying axes' coordinates are the digits of the position inside the group.
       int rank = base;
       rest = k;
-      for (size_t i = 0; i < n; ++i) {
+      for (size_t i = 0; i < axes; ++i) {
         if (!varies[i]) continue;
         rank += (rest % sizes[i]) * stride[i];
         rest /= sizes[i];
@@ -214,57 +214,6 @@ std::vector<std::string> layout_violations(const ParallelConfig& c) {
       v.push_back(fmt::format("--order '{}' gives the expert layers other pipeline groups than the "
                               "dense layers (the axes before pp span {} dense but {} expert ranks)",
                               c.order, pipeline_stride(order.axes, dense), pipeline_stride(order.axes, expert)));
-  }
-  return v;
-}
-
-std::vector<std::string> training_violations(const ParallelConfig& c, const ModelConfig& model,
-                                             int64_t micro_batch, int64_t global_batch) {
-  std::vector<std::string> v;
-  if (micro_batch < 1) v.push_back(fmt::format("--micro-batch-size must be positive (got {})", micro_batch));
-  if (global_batch < 1) v.push_back(fmt::format("--global-batch-size must be positive (got {})", global_batch));
-
-  if (c.tp >= 1) {
-    auto split_by_tp = [&](const char* flag, int count) {
-      if (count > 0 && count % c.tp != 0)
-        v.push_back(fmt::format("{} {} is not divisible by --tensor-model-parallel-size {}", flag, count, c.tp));
-    };
-    split_by_tp("--num-attention-heads", model.num_attention_heads);
-    if (model.num_query_groups > 0 && model.num_query_groups != model.num_attention_heads)
-      split_by_tp("--num-query-groups", model.num_query_groups);
-    split_by_tp("--ffn-hidden-size", model.ffn_size());
-  }
-
-  // Megatron's load-balanced causal split cuts each sequence into 2·CP chunks.
-  if (c.cp > 1 && model.seq_length > 0 && model.seq_length % (2 * c.cp) != 0)
-    v.push_back(fmt::format("--seq-length {} is not divisible by 2 × --context-parallel-size {} = {}",
-                            model.seq_length, c.cp, 2 * c.cp));
-
-  if (c.sequence_parallel) {
-    if (c.tp == 1) {
-      v.push_back("--sequence-parallel needs --tensor-model-parallel-size > 1");
-    } else if (c.tp > 1 && c.cp >= 1 && micro_batch > 0 && model.seq_length > 0 &&
-               model.seq_length % c.cp == 0) {
-      // Each TP rank keeps its share of the rows (micro batch × this CP rank's positions).
-      int64_t rows = micro_batch * (model.seq_length / c.cp);
-      if (rows % c.tp != 0)
-        v.push_back(fmt::format("--sequence-parallel splits --micro-batch-size {} × --seq-length {}{} "
-                                "= {} rows, not divisible by --tensor-model-parallel-size {}",
-                                micro_batch, model.seq_length,
-                                c.cp > 1 ? fmt::format(" / --context-parallel-size {}", c.cp) : "",
-                                rows, c.tp));
-    }
-  }
-  // Megatron's ModelParallelConfig: expert layers under TP exchange tokens in sequence-parallel form.
-  if (c.ep > 1 && c.tp > 1 && !c.sequence_parallel)
-    v.push_back(fmt::format("--expert-model-parallel-size {} with --tensor-model-parallel-size {} "
-                            "needs --sequence-parallel", c.ep, c.tp));
-
-  if (micro_batch > 0 && global_batch > 0 && layout_violations(c).empty()) {
-    int64_t per_step = micro_batch * c.dp();
-    if (global_batch % per_step != 0)
-      v.push_back(fmt::format("--global-batch-size {} is not divisible by --micro-batch-size {} × DP {} = {}",
-                              global_batch, micro_batch, c.dp(), per_step));
   }
   return v;
 }

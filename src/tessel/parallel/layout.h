@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "tessel/model/config.h"
 
 namespace tessel {
 
@@ -47,13 +46,8 @@ struct RankCoords {
 
 // Every rule the parallel sizes break, one message each (empty when valid): world not divisible,
 // a bad order string, sizes below 1, ... Model- and batch-dependent rules are in
-// training_violations().
+// train/plan.h's training_violations().
 std::vector<std::string> layout_violations(const ParallelConfig& config);
-
-// Megatron's rules that involve the model and the batch: heads, query groups, ffn and vocabulary
-// by TP, global batch by micro batch × DP, sequence parallel needs TP > 1 and rows divisible, ...
-std::vector<std::string> training_violations(const ParallelConfig& config, const ModelConfig& model,
-                                             int64_t micro_batch, int64_t global_batch);
 
 class Layout {
  public:

@@ -1,7 +1,5 @@
 #include "tessel/parallel/tensor_parallel.h"
 
-#include <algorithm>
-#include <cstring>
 #include <memory>
 
 namespace tessel {
@@ -9,8 +7,8 @@ namespace tessel {
 void TensorParallel::gather_rows(const float* local, float* full, int64_t N, int64_t C) const {
   if (sequence_parallel) {
     comm->all_gather(local, full, local_rows(N) * C);
-  } else if (full != local) {
-    std::memcpy(full, local, sizeof(float) * N * C);
+  } else {
+    kernels->copy(full, local, N * C);
   }
 }
 
@@ -20,32 +18,31 @@ void TensorParallel::reduce_rows(float* full, float* local, int64_t N, int64_t C
     return;
   }
   if (size() > 1) comm->all_reduce(full, N * C);
-  if (local != full) std::memcpy(local, full, sizeof(float) * N * C);
+  kernels->copy(local, full, N * C);
 }
 
-std::vector<float> gather_global(const Param& param, Comm& group) {
-  const int64_t n = param.numel();
-  std::vector<float> global(shape_numel(param.global_shape));
-  if (param.shard.dim < 0) {
-    std::copy(param.value, param.value + n, global.begin());
-    return global;
+double vocab_parallel_cross_entropy(const TensorParallel& tp, float* lse, float* stats,
+                                    const float* logits, const int32_t* targets,
+                                    int64_t vocab_start, int64_t N, int64_t V_l, int64_t V_valid) {
+  const Kernels& k = *tp.kernels;
+  float* row_max = stats;               // (N)
+  float* sum_exp = stats + N;           // (N) followed by
+  float* target_logit = stats + 2 * N;  // (N): reduced together
+  float* global_max = stats + 3 * N;    // (N)
+  k.cross_entropy_partial_forward(row_max, sum_exp, target_logit, logits, targets, vocab_start, N,
+                                  V_l, V_valid);
+  k.copy(global_max, row_max, N);
+  if (tp.size() > 1) {
+    tp.comm->all_reduce(global_max, N, ReduceOp::Max);
+    k.cross_entropy_rescale(sum_exp, row_max, global_max, N);
+    tp.comm->all_reduce(sum_exp, 2 * N, ReduceOp::Sum);
   }
-  std::vector<float> shards(n * group.size());
-  group.all_gather(param.value, shards.data(), n);
-  Param other = param;  // the same parameter as rank r holds it
-  for (int r = 0; r < group.size(); ++r) {
-    other.shard.index = r;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t g = other.global_index(i);
-      if (g >= 0) global[g] = shards[r * n + i];
-    }
-  }
-  return global;
+  return k.cross_entropy_finish(lse, global_max, sum_exp, target_logit, targets, N);
 }
 
-TensorParallel no_tensor_parallel() {
+TensorParallel no_tensor_parallel(const Kernels& kernels) {
   static const std::unique_ptr<Comm> local = make_local_comm();
-  return {local.get(), false};
+  return {local.get(), false, &kernels};
 }
 
 }  // namespace tessel

@@ -15,16 +15,15 @@
 
 #include <cstdint>
 
-#include <vector>
-
 #include "tessel/comm/comm.h"
-#include "tessel/model/params.h"
+#include "tessel/kernels/kernels.h"
 
 namespace tessel {
 
 struct TensorParallel {
   Comm* comm = nullptr;  // the TP group
   bool sequence_parallel = false;
+  const Kernels* kernels = nullptr;  // the backend whose memory the rows live in
 
   int rank() const { return comm->rank(); }
   int size() const { return comm->size(); }
@@ -40,11 +39,17 @@ struct TensorParallel {
   void reduce_rows(float* full, float* local, int64_t N, int64_t C) const;
 };
 
-// A parameter's whole global tensor from the shards of the group it is split over (its own
-// values when it is not split). Collective over `group` for a split parameter.
-std::vector<float> gather_global(const Param& param, Comm& group);
+// Megatron's vocab_parallel_cross_entropy over N rows whose logits (N, V_l) are this TP rank's
+// columns [vocab_start, vocab_start + V_l) of the padded vocabulary, the first V_valid of them
+// real. The softmax statistics are combined over TP (the row maximum, then Σ exp and the target
+// logit), so no rank ever holds a whole row. lse (N) receives each row's log Σ exp over the
+// whole vocabulary, for cross_entropy_backward; stats (4, N) is scratch. Returns Σ_n of the rows'
+// losses lse[n] − logit[n, target[n]], rows with target -1 left out.
+double vocab_parallel_cross_entropy(const TensorParallel& tp, float* lse, float* stats,
+                                    const float* logits, const int32_t* targets,
+                                    int64_t vocab_start, int64_t N, int64_t V_l, int64_t V_valid);
 
 // One process, no tensor parallelism (a group of one, over a process-wide LocalComm).
-TensorParallel no_tensor_parallel();
+TensorParallel no_tensor_parallel(const Kernels& kernels);
 
 }  // namespace tessel

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "tessel/comm/groups.h"
 #include "tessel/core/error.h"
-#include "tessel/kernels/cpu/gemm.h"
+#include "tessel/kernels/kernels.h"
+#include "tessel/parallel/groups.h"
 #include "tessel/plan/estimate.h"
 
 namespace tessel {
@@ -38,8 +38,8 @@ double best_seconds(int repeats, F&& f) {
 double gemm_flops_per_s() {
   const int64_t n = 1024;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
-  cpu::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm up
-  const double s = best_seconds(5, [&] { cpu::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
+  cpu_kernels().gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm up
+  const double s = best_seconds(5, [&] { cpu_kernels().gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n); });
   return 2.0 * n * n * n / s;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,9 +59,16 @@ struct PlanRun {
   std::string describe() const;  // "TP 4 · PP 8 (VPP 2) · EP 8 · DP 2 · mb 1 · selective · dist-opt"
 };
 
-// Every rule the run breaks — tessel's training rules (the same list `tessel train` checks, from
-// its own validation) and the planner's (the cluster's size, whole nodes) — one message each.
-std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& run, const Cluster& cluster);
+// The rules `tessel train` checks for a run's model, layout, batch, stages and schedule: its one
+// list (train/plan.h), which sits above the planner in the layers, so the planner's callers hand
+// it in — train/planned_run.h's planned_run_violations, one message per broken rule. `sizes` is
+// the model as tessel's trainer sees it.
+using TrainRules = std::function<std::vector<std::string>(const ModelConfig& sizes, const PlanRun& run)>;
+
+// Every rule the run breaks — tessel's training rules (`rules`) and the planner's (the cluster's
+// size, whole nodes, what tessel's CPU ranks run) — one message each.
+std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& run, const Cluster& cluster,
+                                        const TrainRules& rules);
 // The GPU count alone: positive, and whole nodes on GPU clusters (more than one node).
 std::vector<std::string> gpu_count_violations(int gpus, const Cluster& cluster);
 

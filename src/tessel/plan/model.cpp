@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
-#include "tessel/model/moe.h"
+#include "tessel/model/config.h"
 
 namespace tessel {
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
-#include "tessel/model/moe.h"
+#include "tessel/model/config.h"
 #include "tessel/plan/model.h"
 
 namespace tessel {

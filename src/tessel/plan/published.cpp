@@ -106,11 +106,11 @@ double ptdp_tflops_per_gpu(const PlanModel& m, const PlanRun& run, double step) 
   return F / step / run.parallel.world / 1e12;
 }
 
-PublishedPrediction predict(const PublishedRun& row, const Cluster& cluster) {
+PublishedPrediction predict(const PublishedRun& row, const Cluster& cluster, const TrainRules& rules) {
   PublishedPrediction p;
   p.row = row;
   const bool seconds = !row.tune;
-  const std::vector<std::string> broken = run_violations(row.model, row.run, cluster);
+  const std::vector<std::string> broken = run_violations(row.model, row.run, cluster, rules);
   TESSEL_CHECK(row.tune || broken.empty(), "{}: {}", row.name, broken.empty() ? "" : broken.front());
   std::vector<PlanRun> options = {row.run};
   if (row.tune) {
@@ -122,7 +122,7 @@ PublishedPrediction predict(const PublishedRun& row, const Cluster& cluster) {
         PlanRun r = row.run;
         r.micro_batch = mb;
         r.parallel.vpp = vpp;
-        if (run_violations(row.model, r, cluster).empty()) options.push_back(r);
+        if (run_violations(row.model, r, cluster, rules).empty()) options.push_back(r);
       }
   }
   bool found = false;
@@ -140,11 +140,11 @@ PublishedPrediction predict(const PublishedRun& row, const Cluster& cluster) {
   return p;
 }
 
-Cluster fit_efficiency(const Cluster& start, const std::vector<PublishedRun>& rows) {
+Cluster fit_efficiency(const Cluster& start, const std::vector<PublishedRun>& rows, const TrainRules& rules) {
   Cluster best = start;
   auto loss = [&](const Cluster& c) {
     double sum = 0;
-    for (const PublishedRun& r : rows) sum += std::pow(predict(r, c).error(), 2);
+    for (const PublishedRun& r : rows) sum += std::pow(predict(r, c, rules).error(), 2);
     return sum;
   };
   double best_loss = loss(best);
@@ -245,12 +245,12 @@ std::vector<StatedFigure> stated_figures(const Cluster& cluster) {
 
 }  // namespace
 
-void print_published(bool json) {
+void print_published(bool json, const TrainRules& rules) {
   const Cluster start = cluster_preset("a100-80gb");
   std::vector<PublishedRun> table5 = korthikanti_table5(), table1 = narayanan_table1(), calibration;
   for (const PublishedRun& r : table5)
     if (r.calibration) calibration.push_back(r);
-  const Cluster fitted = fit_efficiency(start, calibration);
+  const Cluster fitted = fit_efficiency(start, calibration, rules);
   nlohmann::json rows = nlohmann::json::array();
   auto report = [&](const std::vector<PublishedRun>& table, const char* unit) {
     double sum = 0, worst = 0, sum_held_out = 0;
@@ -259,7 +259,7 @@ void print_published(bool json) {
       fmt::print("\n{}\n| row | TP | PP | VPP | GPUs | batch | micro batch | recompute | SP | published | predicted | error |\n"
                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n", table.front().source);
     for (const PublishedRun& row : table) {
-      const PublishedPrediction p = predict(row, fitted);
+      const PublishedPrediction p = predict(row, fitted, rules);
       const PlanRun& r = p.estimate.run;
       const double err = p.error();
       sum += std::fabs(err), worst = std::max(worst, std::fabs(err));

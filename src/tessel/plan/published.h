@@ -41,14 +41,14 @@ struct PublishedPrediction {
 // full recomputation's extra forward included).
 double ptdp_tflops_per_gpu(const PlanModel& model, const PlanRun& run, double step_seconds);
 
-PublishedPrediction predict(const PublishedRun& row, const Cluster& cluster);
+PublishedPrediction predict(const PublishedRun& row, const Cluster& cluster, const TrainRules& rules);
 
 // The efficiencies that best fit the calibration rows (least squares of their relative errors),
 // by coordinate search from `start`.
-Cluster fit_efficiency(const Cluster& start, const std::vector<PublishedRun>& rows);
+Cluster fit_efficiency(const Cluster& start, const std::vector<PublishedRun>& rows, const TrainRules& rules);
 
 // Prints (or as JSON) every row's inputs, prediction and error, the summary statistics, and the
 // activation-memory check against Korthikanti et al.'s equations and stated figures.
-void print_published(bool json);
+void print_published(bool json, const TrainRules& rules);
 
 }  // namespace tessel

@@ -103,7 +103,8 @@ struct Candidate {
 
 }  // namespace
 
-SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpace& space, const Cluster& cluster) {
+SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpace& space, const Cluster& cluster,
+                    const TrainRules& rules) {
   SearchResult result;
   const int world = base.parallel.world, L = model.cfg.num_layers;
   const int E = model.cfg.moe.num_experts;
@@ -111,7 +112,7 @@ SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpa
   std::vector<Candidate> fitting;
   auto consider = [&](PlanRun run) {
     result.considered++;
-    std::vector<std::string> v = run_violations(model, run, cluster);
+    std::vector<std::string> v = run_violations(model, run, cluster, rules);
     if (v.empty()) {
       Estimate memory_only;
       memory_only.stages = estimate_memory(model, run, cluster);

@@ -38,7 +38,8 @@ struct SearchResult {
 
 // `base` carries what is not searched: the GPU count (parallel.world), global batch, precision,
 // attention backend, schedule and order.
-SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpace& space, const Cluster& cluster);
+SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpace& space, const Cluster& cluster,
+                    const TrainRules& rules);
 
 // The --pipeline-model-parallel-layout that gives the first and last model chunks the fewest
 // layers when `layers` do not divide into `chunks` (the embedding and the LM head sit there):

@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "tessel/core/error.h"
-#include "tessel/train/trainer.h"
 
 namespace tessel {
 
@@ -72,7 +71,8 @@ std::vector<std::string> gpu_count_violations(int gpus, const Cluster& cluster) 
   return v;
 }
 
-std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& run, const Cluster& cluster) {
+std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& run, const Cluster& cluster,
+                                        const TrainRules& rules) {
   std::vector<std::string> v = model.violations();
   auto add = [&](std::string m) {
     if (std::find(v.begin(), v.end(), m) == v.end()) v.push_back(std::move(m));
@@ -88,36 +88,12 @@ std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& r
     if (run.threads < 1) add("--threads must be positive");
   }
   if (world < 1 || !v.empty()) return v;
-  // tessel's own rules, as `tessel train` checks them (its one list of every rule).
-  TrainOptions t;
-  t.micro_batch_size = run.micro_batch;
-  t.global_batch_size = run.global_batch;
-  t.data_path = "(planned)";
-  t.parallel = run.parallel;
-  t.schedule = run.schedule;
-  t.microbatch_group = run.microbatch_group;
-  t.first_stage_layers = run.first_stage_layers;
-  t.last_stage_layers = run.last_stage_layers;
-  t.pipeline_layout = run.pipeline_layout;
-  t.overlap_grad_reduce = run.overlap_grad_reduce;
   ModelConfig sizes = model.cfg;
   if (model.kv_channels > 0 || model.multi_latent_attention) {  // checked as in PlanModel::violations
     sizes.ffn_hidden_size = model.cfg.ffn_size();
     sizes.hidden_size = model.cfg.num_attention_heads * std::max(2, model.kv_channels);
   }
-  try {
-    validate_training(sizes, t);
-  } catch (const ConfigError& e) {
-    std::string text = e.what();
-    const std::string prefix = "invalid configuration: ";
-    if (text.rfind(prefix, 0) == 0) text = text.substr(prefix.size());
-    for (size_t at = 0;;) {
-      const size_t next = text.find("; ", at);
-      add(text.substr(at, next == std::string::npos ? std::string::npos : next - at));
-      if (next == std::string::npos) break;
-      at = next + 2;
-    }
-  }
+  for (std::string& m : rules(sizes, run)) add(std::move(m));
   return v;
 }
 

@@ -36,21 +36,22 @@ struct Counter {
   }
 };
 
-// Rows of a buffer sized at first for `initial` rows that the run needs `actual` of: moe.cpp
-// reserves more on first need, never less.
-double grown(double initial, double actual) { return std::max(initial, actual); }
+// Rows of a buffer sized at first for `initial` rows that the run needs `actual` of: the MoE
+// layer's buffers grow on need through Kernels::reserve, to half as large again or the need,
+// whichever is more, and never shrink.
+double grown(double initial, double actual) { return actual <= initial ? initial : std::max(actual, 1.5 * initial); }
 
-// One MoE layer's Saved (moe.cpp make_saved): rows = this rank's N_l, k assignments each, Q the
-// ETP size, P the EP size; the routed buffers sized for a balanced load, grown to the run's.
+// One MoE layer's Saved (moe.cpp list_saved): rows = this rank's N_l, k assignments each, Q the
+// ETP size; the routed buffers sized for a balanced load, grown to the run's.
 void moe_saved(Counter& c, const RunShape& x, const std::string& p) {
   const MoeConfig& m = x.model.cfg.moe;
   const double N = std::max<double>(static_cast<double>(x.rows), 1), k = m.topk, E = m.num_experts,
-               Q = x.etp, P = x.ep, E_l = E / P, F_l = x.model.expert_ffn() / Q, C = x.model.cfg.hidden_size;
+               Q = x.etp, F_l = x.model.expert_ffn() / Q, C = x.model.cfg.hidden_size;
   const double N_g = N * x.t, F_sl = static_cast<double>(m.shared_expert_size) / x.t, rows = N * k;
   const double arriving = grown(rows * Q, rows * Q * x.moe_load());  // R: rows this rank's experts take
   c.add(p + "router logits and gradient", 2 * N * E, "2 × (N_l, E)");
   c.add(p + "chosen experts, probabilities", 2 * rows, "2 × (N_l, k)");
-  c.add(p + "dispatch bookkeeping", rows + P + 3 * Q * P * E_l + E_l + Q, "(N_l·k) + P + 3·Q·P·E_l + E_l + Q", 8);
+  c.add(p + "dispatch rows", rows, "(N_l·k) int32");
   if (m.aux_loss_coeff > 0) c.add(p + "aux-loss scores", N * E + E, "(N_l, E) + E");
   if (m.z_loss_coeff > 0) c.add(p + "z-loss log-sum-exp", N, "(N_l)");
   c.add(p + "combined expert outputs", grown(rows, rows * x.moe_send_load()) * C, "(N_l·k·send load, C)");
@@ -92,7 +93,7 @@ ChunkMemory tessel_chunk_activations(const RunShape& x, const ChunkSpec& chunk) 
   c.add("layers: norm statistics", L * (gpt2 ? 4 : 2) * z.N_l, gpt2 ? "layers × 4 × (N_l)" : "layers × 2 × (N_l)");
   c.add("layers: attention output, log-sum-exp", L * (z.N * z.HD + z.B * z.H_l * z.T), "layers × ((N, HD) + (B, H_l, T))");
   c.add("layers: residual after attention", L * z.N_l * z.C, "layers × (N_l, C)");
-  c.add("layers: output-projection gradients", L * 2 * z.N * z.C, "layers × 2 × (N, C)");
+  c.add("layers: output-projection gradients", L * z.N * z.C + dense * z.N * z.C, "layers × (N, C) + dense layers × (N, C)");
   if (gpt2) {
     c.add("layers: qkv and its gradient", L * 2 * z.N * 3 * z.HD, "layers × 2 × (N, 3·HD)");
     c.add("layers: fc, GELU and fc gradient", L * 3 * z.N * z.F_l, "layers × 3 × (N, F_l)");

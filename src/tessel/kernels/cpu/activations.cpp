@@ -52,4 +52,28 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
   }
 }
 
+// The gate as Hugging Face's Qwen-MoE computes it (torch.sigmoid), the products in order.
+void sigmoid_gate_forward(float* out, float* gate, const float* y, int64_t N, int64_t C) {
+  for (int64_t n = 0; n < N; ++n) {
+    gate[n] = 1.0f / (1.0f + std::exp(-gate[n]));
+    float* o = out + n * C;
+    const float* y_n = y + n * C;
+    for (int64_t c = 0; c < C; ++c) o[c] += gate[n] * y_n[c];
+  }
+}
+
+void sigmoid_gate_backward(float* dy, float* dlogit, const float* dout, const float* y,
+                           const float* gate, int64_t N, int64_t C) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = dout + n * C;
+    const float* y_n = y + n * C;
+    float dot = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      dy[n * C + c] = gate[n] * g[c];
+      dot += g[c] * y_n[c];
+    }
+    dlogit[n] = dot * gate[n] * (1.0f - gate[n]);
+  }
+}
+
 }  // namespace tessel::cpu

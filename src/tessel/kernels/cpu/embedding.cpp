@@ -50,4 +50,12 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   if (dwpe != nullptr) scatter_add_rows(dwpe, dout, positions, N, C);
 }
 
+void embedding_shard_ids(int32_t* local, const int32_t* tokens, int64_t N, int64_t vocab_start,
+                         int64_t V_valid) {
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t id = tokens[n] - vocab_start;
+    local[n] = id >= 0 && id < V_valid ? static_cast<int32_t>(id) : -1;
+  }
+}
+
 }  // namespace tessel::cpu

@@ -5,18 +5,15 @@
 
 #include <cstdint>
 
+#include "tessel/kernels/types.h"
+
 namespace tessel::cpu {
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// Optional accounting of every gemm call (tessel train --profile): floating-point operations and
-// the seconds spent, summed over calling threads. Off by default: it costs two clock reads a call.
-struct GemmStats {
-  double flops = 0;
-  double seconds = 0;
-  int64_t calls = 0;
-};
+// Optional accounting of every gemm call (GemmStats, types.h). Off by default: it costs two clock
+// reads a call.
 void gemm_stats_enable(bool on);
 GemmStats gemm_stats();  // totals since enabled
 void gemm_stats_reset();

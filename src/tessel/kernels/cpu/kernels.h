@@ -13,7 +13,19 @@
 
 #include <cstdint>
 
+#include "tessel/kernels/types.h"
+
 namespace tessel::cpu {
+
+// ---- elementwise and reductions -------------------------------------------------------------
+// x (n) *= factor, in place.
+void scale(float* x, float factor, int64_t n);
+// sum + Σ x², in double. The sum runs over blocks of 65536 elements, each with 8 lanes, and the
+// block sums are added to `sum` in order: the same bits whatever the number of threads, and
+// consecutive calls on the pieces of a buffer add up as one pass would.
+double sum_squares(const float* x, int64_t n, double sum);
+// The index of the first id outside [lo, hi), or -1 when every id is inside.
+int64_t find_out_of_range(const int32_t* ids, int64_t n, int32_t lo, int32_t hi);
 
 // ---- embeddings ---------------------------------------------------------------------------
 // out (N, C) = wte[tokens[n]] (+ wpe[positions[n]] when wpe != nullptr). Overwrites out.
@@ -24,10 +36,14 @@ void embedding_forward(float* out, const int32_t* tokens, const int32_t* positio
 // dwte[tokens[n]] += dout[n]; dwpe[positions[n]] += dout[n] (when dwpe != nullptr).
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         const int32_t* positions, int64_t N, int64_t C);
+// The vocabulary-parallel lookup's ids: local (N) = tokens[n] - vocab_start when that is in
+// [0, V_valid) (a row of this rank's shard), else -1.
+void embedding_shard_ids(int32_t* local, const int32_t* tokens, int64_t N, int64_t vocab_start,
+                         int64_t V_valid);
 
 // ---- residual -----------------------------------------------------------------------------
 // out = a + b, n elements (the residual connection; its backward is the identity, so the model
-// lets the gradient flow through one buffer without a kernel).
+// lets the gradient flow through one buffer without a kernel). out may be a (an accumulation).
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 
 // ---- norms ---------------------------------------------------------------------------------
@@ -47,15 +63,20 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 // GELU, tanh form: 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))). n elements.
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+// The shared expert's gate (Qwen-MoE): gate (N) holds logits on entry and sigmoid(logits) on
+// exit (in place); out (N, C) += gate[n] · y[n].
+void sigmoid_gate_forward(float* out, float* gate, const float* y, int64_t N, int64_t C);
+// dy (N, C) = gate[n] · dout[n]; dlogit (N) = (dout[n] · y[n]) · gate[n] · (1 − gate[n]).
+// Both overwrite.
+void sigmoid_gate_backward(float* dy, float* dlogit, const float* dout, const float* y,
+                           const float* gate, int64_t N, int64_t C);
 // SwiGLU: out = silu(gate) · up, silu(x) = x·sigmoid(x). n elements each.
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                      const float* up, int64_t n);
 
 // ---- linear --------------------------------------------------------------------------------
-// Weight layouts: InOut is GPT-2's Conv1D [in, out] (y = x·W); OutIn is nn.Linear [out, in]
-// (y = x·Wᵀ). Both are the Hugging Face tensors as stored, so names and shapes match files.
-enum class WeightLayout : uint8_t { InOut, OutIn };
+// Weight layouts (types.h): InOut is GPT-2's Conv1D [in, out], OutIn is nn.Linear [out, in].
 // out (N, OC) = inp (N, IC) · W + bias (OC, optional). Overwrites out.
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int64_t N, int64_t IC, int64_t OC, WeightLayout layout);
@@ -100,16 +121,18 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 // iff k_pos[s] ≤ q_pos[t] (attention_forward's causal case is positions 0..T-1 for both). A row
 // that sees no key comes out with out = 0 and lse = -inf, so partial results over key blocks
 // merge by log-sum-exp. The backward takes the final out and lse of the attention over all key
-// blocks and adds exactly this block's share to dq, dk and dv.
+// blocks and adds exactly this block's share to dq, dk and dv. Packed documents: with key_start
+// (B, Tq), query row (b, t) also sees only keys with k_pos[s] ≥ key_start[b·Tq + t] (the first
+// position of its document); nullptr: no such bound.
 void attention_block_forward(float* out, float* lse, const float* q, const float* k,
                              const float* v, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                              int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
-                             const int32_t* q_pos, const int32_t* k_pos);
+                             const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start);
 void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                               const float* k, const float* v, const float* out, const float* lse,
                               int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                               int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                              const int32_t* k_pos);
+                              const int32_t* k_pos, const int32_t* key_start);
 // Merges the partial attention of another key block into (out, lse), row by row, by log-sum-exp:
 // lse' = log(e^lse + e^block_lse), out' = (e^lse·out + e^block_lse·block_out) / e^lse'. Rows of
 // either side with lse = -inf (no key seen) add nothing. out, block_out (B, T, H·D); lse,
@@ -124,11 +147,22 @@ void attention_merge(float* out, float* lse, const float* block_out, const float
 //   row_max[n] = max over valid columns, row_sumexp[n] = Σ exp(x - row_max[n]),
 //   target_logit[n] = x[targets[n] - vocab_start] when the target is in this shard, else 0.
 // The caller combines the shards (max, then sums) into lse = log Σ exp and the loss lse - target.
+// A target of -1 is ignored (a position left out of the loss: --eod-mask-loss): the row counts
+// no loss and gets no gradient.
 void cross_entropy_partial_forward(float* row_max, float* row_sumexp, float* target_logit,
                                    const float* logits, const int32_t* targets,
                                    int64_t vocab_start, int64_t N, int64_t V, int64_t V_valid);
+// Combining the shards' statistics (vocab_parallel_cross_entropy, parallel/tensor_parallel.h):
+// row_sumexp[n] *= exp(row_max[n] - global_max[n]), to the global maximum's scale.
+void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max,
+                           int64_t N);
+// lse[n] = global_max[n] + log(row_sumexp[n]) over the summed shards; returns Σ_n lse[n] −
+// target_logit[n] over the rows whose target is not ignored, the losses summed in double.
+double cross_entropy_finish(float* lse, const float* global_max, const float* row_sumexp,
+                            const float* target_logit, const int32_t* targets, int64_t N);
 // In place allowed (dlogits may equal logits): dlogits = (softmax(logits) - onehot) · grad_scale
-// on valid columns, 0 on padding; overwrites. lse (N) is the global log Σ exp of each row.
+// on valid columns, 0 on padding and on rows whose target is ignored; overwrites. lse (N) is the
+// global log Σ exp of each row.
 // grad_scale is d(loss)/d(loss of one token), e.g. 1 / (tokens in the global batch).
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                             const int32_t* targets, int64_t vocab_start, float grad_scale,
@@ -136,7 +170,6 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
 
 // ---- Mixture-of-Experts router (Megatron-LM's TopKRouter; router.cpp) --------------------------
 // Per token n of N over E experts, from the router logits (N, E).
-enum class RouterScore : uint8_t { Softmax, Sigmoid };
 // experts (N, k): each token's k chosen experts, best first, ties to the lower expert index;
 // probs (N, k): their routing weights. Selection is on the scores as Megatron's:
 //   softmax:              top-k of the logits, then softmax over those k;
@@ -168,14 +201,60 @@ double moe_z_loss_forward(float* lse, const float* logits, int64_t N, int64_t E,
 // dlogits (N, E) += grad_scale · coeff · (2 · lse[n] / N) · softmax(logits[n]).
 void moe_z_loss_backward(float* dlogits, const float* logits, const float* lse, int64_t N,
                          int64_t E, float coeff, float grad_scale);
-// Megatron's get_capacity for N tokens and top-k: ceil(N · k / E · factor), at most N (an expert
-// can take each token once).
-int64_t moe_expert_capacity(int64_t N, int64_t E, int64_t k, double factor);
 // Megatron's "probs" drop policy: each expert keeps the `capacity` assignments routed to it with
 // the highest probs (ties to the lower token index) and drops the rest. keep (N, k): 1 kept,
 // 0 dropped (overwritten). Returns the number of dropped assignments.
-int64_t moe_capacity_drop(uint8_t* keep, const int32_t* experts, const float* probs, int64_t N,
+int64_t moe_capacity_drop(int32_t* keep, const int32_t* experts, const float* probs, int64_t N,
                           int64_t E, int64_t k, int64_t capacity);
+
+// ---- Mixture-of-Experts token movement (moe_dispatch.cpp) ------------------------------------
+// n = N·k assignments (token n/k's choice n%k). counts (E) = the assignments per expert, only
+// those with keep[a] != 0 when keep is given; overwrites.
+void moe_count_assignments(float* counts, const int32_t* experts, const int32_t* keep, int64_t n,
+                           int64_t E);
+// Each kept assignment's row in dispatch order: slot_row[a] = cursor[experts[a]]++, or -1 when
+// dropped (keep[a] == 0). cursor (E) holds each expert's first row on entry.
+void moe_assign_slots(int32_t* slot_row, int32_t* cursor, const int32_t* experts,
+                      const int32_t* keep, int64_t n);
+// Permute: send (rows, C) row slot_row[a] = x (N, C) row a/k, for every kept assignment (other
+// rows of send untouched).
+void moe_permute_forward(float* send, const float* x, const int32_t* slot_row, int64_t N,
+                         int64_t k, int64_t C);
+// dx (N, C) row a/k += d_send row slot_row[a], for every kept assignment.
+void moe_permute_backward(float* dx, const float* d_send, const int32_t* slot_row, int64_t N,
+                          int64_t k, int64_t C);
+// Unpermute and combine: out (N, C) row n = Σ_j probs[n, j] · combined row slot_row[n·k + j]
+// over the kept choices (overwrites out).
+void moe_unpermute_forward(float* out, const float* combined, const float* probs,
+                           const int32_t* slot_row, int64_t N, int64_t k, int64_t C);
+// d_probs (N, k) = dout[n] · combined[slot_row] (0 for dropped choices); d_combined row
+// slot_row[a] = probs[a] · dout[a/k] for kept ones (other rows untouched). Both overwrite.
+void moe_unpermute_backward(float* d_probs, float* d_combined, const float* dout,
+                            const float* combined, const float* probs, const int32_t* slot_row,
+                            int64_t N, int64_t k, int64_t C);
+// The capacity drop over a group of ranks: choices (2, n) = [experts as floats | probs], and the
+// gathered blocks of G ranks back into experts (G·n) and probs (G·n).
+void moe_pack_choices(float* choices, const int32_t* experts, const float* probs, int64_t n);
+void moe_unpack_choices(int32_t* experts, float* probs, const float* choices, int64_t G,
+                        int64_t n);
+
+// ---- context-parallel row movement (rows.cpp) ---------------------------------------------------
+// out (B, T_l, width) = in (B, T, width) at positions (T_l): a CP rank's rows of whole sequences.
+void cp_take_rows(int32_t* out, const int32_t* in, const int32_t* positions, int64_t B, int64_t T,
+                  int64_t T_l, int64_t width);
+// K then V rows packed contiguous: kv (2, N, width) from rows with strides k_ld, v_ld.
+void cp_pack_kv(float* kv, const float* k, const float* v, int64_t N, int64_t width, int64_t k_ld,
+                int64_t v_ld);
+// dk, dv (rows with strides) += the packed kv_grad (2, N, width).
+void cp_unpack_add_kv(float* dk, float* dv, const float* kv_grad, int64_t N, int64_t width,
+                      int64_t k_ld, int64_t v_ld);
+// The all-gather path: packed K/V blocks of CP ranks, rank-major (CP, 2, B, T_l, width), to
+// global position order (2, B, T, width), T = CP·T_l, rank r's rows at positions + r·T_l (CP,
+// T_l); and back.
+void cp_kv_to_global(float* global, const float* rank_major, const int32_t* positions, int64_t CP,
+                     int64_t B, int64_t T_l, int64_t width);
+void cp_kv_from_global(float* rank_major, const float* global, const int32_t* positions,
+                       int64_t CP, int64_t B, int64_t T_l, int64_t width);
 
 // ---- optimizer ------------------------------------------------------------------------------
 // AdamW as torch.optim.AdamW: p -= lr·wd·p; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;

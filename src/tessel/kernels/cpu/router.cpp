@@ -195,16 +195,10 @@ void moe_z_loss_backward(float* dlogits, const float* logits, const float* lse, 
   }
 }
 
-int64_t moe_expert_capacity(int64_t N, int64_t E, int64_t k, double factor) {
-  // As Python computes it: (num_tokens / num_experts) in double, times the factor, ceil.
-  const double capacity = std::ceil(static_cast<double>(N * k) / static_cast<double>(E) * factor);
-  return std::min<int64_t>(static_cast<int64_t>(capacity), N);
-}
-
-int64_t moe_capacity_drop(uint8_t* keep, const int32_t* experts, const float* probs, int64_t N,
+int64_t moe_capacity_drop(int32_t* keep, const int32_t* experts, const float* probs, int64_t N,
                           int64_t E, int64_t k, int64_t capacity) {
   const int64_t A = N * k;  // assignments, a = n·k + j
-  std::fill(keep, keep + A, uint8_t{1});
+  std::fill(keep, keep + A, 1);
   // Counting sort of the assignments by expert (stable, so each expert's are in token order).
   thread_local std::vector<int64_t> order, start;
   order.resize(A);

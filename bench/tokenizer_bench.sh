@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Tokenizer encode MB/s: tessel's TikTokenizer against npm tiktoken (the WASM build of its Rust
+# core), same rank data (tiktoken's own, written out by scripts/install-test-references.sh), same
+# text, one thread each, in alternating rounds so that load from other processes falls on both.
+# Texts: the bundled corpus, and a generated multilingual text (words of eight scripts, digits,
+# punctuation, emoji; seeded). Prints one line per encoding and text: medians and their ratio.
+#   bench/tokenizer_bench.sh [--rounds N] [--text FILE]...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=5
+texts=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift 2 ;;
+    --text) texts+=("$2"); shift 2 ;;
+    *) echo "usage: $0 [--rounds N] [--text FILE]..." >&2; exit 2 ;;
+  esac
+done
+refs=build/test-references
+scripts/install-test-references.sh "$refs"
+cmake --build build --target tokenizer_bench > /dev/null
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ ${#texts[@]} -eq 0 ]; then
+  /usr/bin/python3 - "$work/multilingual.txt" <<'PY'
+import random, sys
+random.seed(12)
+ranges = [(0x61, 0x7A), (0xE0, 0xFF), (0x430, 0x44F), (0x3B1, 0x3C9), (0x627, 0x64A), (0x905, 0x939), (0x4E00, 0x4FFF), (0x3041, 0x3096)]
+out, size = [], 0
+while size < 1_000_000:
+    lo, hi = random.choice(ranges)
+    word = "".join(chr(random.randint(lo, hi)) for _ in range(random.randint(1, 9)))
+    extra = random.random()
+    if extra < 0.05: word += str(random.randint(0, 99999))
+    elif extra < 0.10: word += random.choice([",", ".", "!", "?", ":", " —", "'s", "\U0001F600", "\n", "\n\n", "  "])
+    out.append(word)
+    size += len(word.encode()) + 1
+open(sys.argv[1], "w").write(" ".join(out))
+PY
+  texts=(data/kjv-genesis-esther.txt "$work/multilingual.txt")
+fi
+echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') | load: $(cut -d' ' -f1-3 /proc/loadavg) | rounds: $rounds"
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+field() { sed -n "s/.*\"$1\": *\([0-9.]*\).*/\1/p"; }
+for spec in cl100k_base:cl100k r50k_base:gpt2; do
+  encoding=${spec%%:*}
+  pattern=${spec#*:}
+  for text in "${texts[@]}"; do
+    : > "$work/ours"; : > "$work/theirs"; : > "$work/ratio"
+    for ((r = 0; r < rounds; r++)); do
+      ours=$(build/bench/tokenizer_bench --tokenizer-type TikTokenizer --tokenizer-model "$refs/$encoding.tiktoken" \
+               --tiktoken-pattern "$pattern" --text "$text" --rounds 3 | field median_mb_s)
+      theirs=$(node bench/tokenizer_bench.js "$refs" "$encoding" "$text" 3 | field median_mb_s)
+      echo "$ours" >> "$work/ours"; echo "$theirs" >> "$work/theirs"
+      awk -v a="$ours" -v b="$theirs" 'BEGIN {printf "%.3f\n", a / b}' >> "$work/ratio"
+    done
+    printf '%-12s %-28s tessel %7.2f MB/s | tiktoken %6.2f MB/s | ratio %5.2fx (per-round median)\n' "$encoding" \
+      "$(basename "$text")" "$(median < "$work/ours")" "$(median < "$work/theirs")" "$(median < "$work/ratio")"
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

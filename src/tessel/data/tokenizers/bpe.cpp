@@ -1,0 +1,235 @@
+#include "tessel/data/tokenizers/bpe.h"
+
+#include <algorithm>
+#include <bit>
+#include <climits>
+#include <cstring>
+#include <queue>
+
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+namespace {
+
+uint64_t hash_bytes(std::string_view s) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, s.data() + i, s.size() - i);
+  h = (h ^ tail) * 0x94D049BB133111EBull;
+  return h ^ (h >> 29);
+}
+
+uint64_t hash_pair(uint64_t key) {
+  key *= 0x9E3779B97F4A7C15ull;
+  return key ^ (key >> 32);
+}
+
+size_t table_size(size_t entries) { return std::bit_ceil(std::max<size_t>(16, entries * 2)); }
+
+}  // namespace
+
+void BpeVocab::set(int32_t id, std::string token) {
+  if (id >= size()) {
+    bytes.resize(id + 1);
+    present.resize(id + 1, false);
+  }
+  bytes[id] = std::move(token);
+  present[id] = true;
+}
+
+void TokenIndex::build(const BpeVocab& vocab) {
+  tokens_ = vocab.bytes.data();
+  slots_.assign(table_size(vocab.bytes.size()), Slot{0, -1});
+  mask_ = slots_.size() - 1;
+  for (int32_t id = 0; id < vocab.size(); ++id) {
+    if (!vocab.present[id]) continue;
+    const uint64_t h = hash_bytes(vocab.bytes[id]);
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.id < 0) {
+        s = Slot{static_cast<uint32_t>(h), id};
+        break;
+      }
+      if (s.hash == static_cast<uint32_t>(h) && tokens_[s.id] == vocab.bytes[id]) break;  // first id wins
+    }
+  }
+}
+
+std::optional<int32_t> TokenIndex::find(std::string_view bytes) const {
+  if (slots_.empty()) return std::nullopt;
+  const uint64_t h = hash_bytes(bytes);
+  for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.id < 0) return std::nullopt;
+    if (s.hash == static_cast<uint32_t>(h) && tokens_[s.id] == bytes) return s.id;
+  }
+}
+
+BpeModel::BpeModel(BpeVocab vocab, const std::vector<BpeMerge>& merges, bool ignore_merges,
+                   std::string where)
+    : vocab_(std::move(vocab)), ignore_merges_(ignore_merges), where_(std::move(where)) {
+  index_.build(vocab_);
+  for (int b = 0; b < 256; ++b) {
+    const char c = static_cast<char>(b);
+    byte_tokens_[b] = index_.find(std::string_view(&c, 1)).value_or(-1);
+  }
+  build_pairs(merges);
+  if (!ignore_merges_) {
+    // A pre-token that is a token is emitted whole only where the merges would rebuild it anyway.
+    whole_.assign(vocab_.size(), false);
+    std::vector<int32_t> ids;
+    for (int32_t id = 0; id < vocab_.size(); ++id) {
+      if (!vocab_.present[id] || vocab_.bytes[id].empty()) continue;
+      const std::string& b = vocab_.bytes[id];
+      if (b.size() == 1) {
+        whole_[id] = true;
+        continue;
+      }
+      if (!std::all_of(b.begin(), b.end(), [&](char c) { return byte_tokens_[static_cast<unsigned char>(c)] >= 0; }))
+        continue;
+      ids.clear();
+      if (b.size() > kHeapThreshold) merge_by_heap(b, ids);
+      else merge_by_scan(b, ids);
+      whole_[id] = ids.size() == 1 && ids[0] == id;
+    }
+  }
+}
+
+std::vector<BpeMerge> BpeModel::merges_from_ranks(const BpeVocab& vocab, const TokenIndex& index) {
+  std::vector<BpeMerge> merges;
+  for (int32_t id = 0; id < vocab.size(); ++id) {
+    if (!vocab.present[id]) continue;
+    const std::string_view b = vocab.bytes[id];
+    for (size_t k = 1; k < b.size(); ++k) {
+      const std::optional<int32_t> left = index.find(b.substr(0, k));
+      if (!left) continue;
+      const std::optional<int32_t> right = index.find(b.substr(k));
+      if (right) merges.push_back({*left, *right, id, id});
+    }
+  }
+  return merges;
+}
+
+void BpeModel::build_pairs(const std::vector<BpeMerge>& merges) {
+  pairs_.assign(table_size(merges.size()), PairSlot{kEmpty, 0, 0});
+  pair_mask_ = pairs_.size() - 1;
+  for (const BpeMerge& m : merges) {
+    for (int32_t id : {m.left, m.right, m.merged})
+      TESSEL_CHECK(id >= 0 && id < vocab_.size() && vocab_.present[id],
+                   "{}: a merge names token id {}, which is not in the vocabulary", where_, id);
+    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(m.left)) << 32) | static_cast<uint32_t>(m.right);
+    for (uint64_t i = hash_pair(key) & pair_mask_;; i = (i + 1) & pair_mask_) {
+      PairSlot& s = pairs_[i];
+      if (s.key == kEmpty || s.key == key) {  // a repeated merge takes its later rank, as GPT-2's dict does
+        s = PairSlot{key, m.rank, m.merged};
+        break;
+      }
+    }
+  }
+}
+
+const BpeModel::PairSlot* BpeModel::find_pair(int32_t left, int32_t right) const {
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  for (uint64_t i = hash_pair(key) & pair_mask_;; i = (i + 1) & pair_mask_) {
+    const PairSlot& s = pairs_[i];
+    if (s.key == key) return &s;
+    if (s.key == kEmpty) return nullptr;
+  }
+}
+
+int32_t BpeModel::byte_token(unsigned char b) const {
+  const int32_t id = byte_tokens_[b];
+  TESSEL_CHECK(id >= 0, "{}: byte 0x{:02X} has no token in the vocabulary, so text holding it cannot be encoded",
+               where_, b);
+  return id;
+}
+
+void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.empty()) return;
+  if (piece.size() == 1) {
+    out.push_back(byte_token(static_cast<unsigned char>(piece[0])));
+    return;
+  }
+  if (const std::optional<int32_t> id = index_.find(piece); id && (ignore_merges_ || whole_[*id])) {
+    out.push_back(*id);
+    return;
+  }
+  if (piece.size() > kHeapThreshold) merge_by_heap(piece, out);
+  else merge_by_scan(piece, out);
+}
+
+void BpeModel::merge_by_scan(std::string_view piece, std::vector<int32_t>& out) const {
+  struct Part {
+    int32_t id;
+    int32_t rank;    // of merging with the next part; INT_MAX: no merge
+    int32_t merged;
+  };
+  Part parts[kHeapThreshold];
+  size_t n = piece.size();
+  auto rank_with_next = [&](size_t i) {
+    const PairSlot* s = find_pair(parts[i].id, parts[i + 1].id);
+    parts[i].rank = s ? s->rank : INT_MAX;
+    parts[i].merged = s ? s->merged : -1;
+  };
+  for (size_t i = 0; i < n; ++i) parts[i] = {byte_token(static_cast<unsigned char>(piece[i])), INT_MAX, -1};
+  for (size_t i = 0; i + 1 < n; ++i) rank_with_next(i);
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i)
+      if (parts[i].rank < parts[best].rank) best = i;
+    if (parts[best].rank == INT_MAX) break;
+    parts[best].id = parts[best].merged;
+    std::memmove(&parts[best + 1], &parts[best + 2], (n - best - 2) * sizeof(Part));
+    --n;
+    parts[n - 1].rank = INT_MAX;
+    if (best > 0) rank_with_next(best - 1);
+    if (best + 1 < n) rank_with_next(best);
+    else parts[best].rank = INT_MAX;
+  }
+  for (size_t i = 0; i < n; ++i) out.push_back(parts[i].id);
+}
+
+void BpeModel::merge_by_heap(std::string_view piece, std::vector<int32_t>& out) const {
+  const int32_t n = static_cast<int32_t>(piece.size());
+  std::vector<int32_t> id(n), prev(n), next(n);
+  for (int32_t i = 0; i < n; ++i) {
+    id[i] = byte_token(static_cast<unsigned char>(piece[i]));
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  // Candidates by (rank, position of the left part); stale ones are skipped when popped.
+  struct Candidate {
+    int32_t rank, pos, left, right, merged;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  auto push = [&](int32_t i) {
+    if (i < 0 || next[i] < 0) return;
+    if (const PairSlot* s = find_pair(id[i], id[next[i]])) heap.push({s->rank, i, id[i], id[next[i]], s->merged});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  std::vector<bool> alive(n, true);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const int32_t j = next[c.pos];
+    if (!alive[c.pos] || j < 0 || id[c.pos] != c.left || id[j] != c.right) continue;
+    id[c.pos] = c.merged;
+    alive[j] = false;
+    next[c.pos] = next[j];
+    if (next[j] >= 0) prev[next[j]] = c.pos;
+    push(prev[c.pos]);
+    push(c.pos);
+  }
+  for (int32_t i = 0; i >= 0; i = next[i]) out.push_back(id[i]);
+}
+
+}  // namespace tessel

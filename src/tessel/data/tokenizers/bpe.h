@@ -1,0 +1,96 @@
+// Byte-pair encoding of one pre-token, the core that GPT-2's vocab.json + merges.txt, a
+// tokenizer.json's BPE model and tiktoken's rank files share. Tokens are byte strings; a merge
+// joins two adjacent tokens into a third and has a rank. Encoding starts from one token per byte
+// and repeatedly applies the lowest-ranked merge available, the leftmost on a tie — GPT-2's
+// bpe(), Hugging Face's BPE and tiktoken's byte_pair_merge all reduce to this.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tessel {
+
+struct BpeMerge {
+  int32_t left, right;  // the two token ids joined, in order
+  int32_t merged;       // the token they make
+  int32_t rank;         // lower merges first
+};
+
+// Token ids -> byte strings; an id may be left without a token (a hole in the vocabulary).
+struct BpeVocab {
+  std::vector<std::string> bytes;  // indexed by id
+  std::vector<bool> present;       // present[id]: bytes[id] is a token
+
+  int32_t size() const { return static_cast<int32_t>(bytes.size()); }
+  void set(int32_t id, std::string token);
+};
+
+// An open-addressing map from byte strings to ids (the vocabulary's inverse). It points into
+// the vocabulary's token array, which a move of the BpeVocab keeps in place.
+class TokenIndex {
+ public:
+  void build(const BpeVocab& vocab);
+  std::optional<int32_t> find(std::string_view bytes) const;
+
+ private:
+  struct Slot {
+    uint32_t hash;
+    int32_t id;  // -1: empty
+  };
+  const std::string* tokens_ = nullptr;
+  std::vector<Slot> slots_;
+  uint64_t mask_ = 0;
+};
+
+class BpeModel {
+ public:
+  // `where` names the file for errors. Throws tessel::Error when a merge names an id without a
+  // token. ignore_merges: a pre-token that is itself a token is emitted whole (tiktoken, and
+  // tokenizer.json's "ignore_merges": Llama-3), without running the merges.
+  BpeModel(BpeVocab vocab, const std::vector<BpeMerge>& merges, bool ignore_merges, std::string where);
+  BpeModel(BpeModel&&) = default;
+  BpeModel(const BpeModel&) = delete;  // the index would point into the original
+
+  // The merges tiktoken implies: joining two tokens is allowed where their concatenation is a
+  // token, ranked by that token's rank (= its id).
+  static std::vector<BpeMerge> merges_from_ranks(const BpeVocab& vocab, const TokenIndex& index);
+
+  // Appends the ids of one pre-token (raw bytes) to `out`. Thread-safe.
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+
+  const BpeVocab& vocab() const { return vocab_; }
+  const TokenIndex& index() const { return index_; }
+  const std::string& where() const { return where_; }
+
+  // Pieces longer than this merge through a heap (O(n log n)) instead of a scan per merge.
+  static constexpr size_t kHeapThreshold = 96;
+
+  // The two merge loops, exposed so that a test can check they agree.
+  void merge_by_scan(std::string_view piece, std::vector<int32_t>& out) const;
+  void merge_by_heap(std::string_view piece, std::vector<int32_t>& out) const;
+
+ private:
+  struct PairSlot {
+    uint64_t key;  // left << 32 | right; kEmpty when free
+    int32_t rank;
+    int32_t merged;
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  void build_pairs(const std::vector<BpeMerge>& merges);
+  const PairSlot* find_pair(int32_t left, int32_t right) const;
+  int32_t byte_token(unsigned char b) const;
+
+  BpeVocab vocab_;
+  TokenIndex index_;
+  std::vector<PairSlot> pairs_;
+  uint64_t pair_mask_ = 0;
+  int32_t byte_tokens_[256];
+  bool ignore_merges_;
+  std::vector<bool> whole_;  // whole_[id]: merging the token's bytes gives the token itself
+  std::string where_;
+};
+
+}  // namespace tessel

@@ -1,0 +1,57 @@
+// The byte-level BPE tokenizers (GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer): text ->
+// special tokens cut out -> normalized -> pre-tokenized -> each piece merged by the BPE model,
+// framed by the post-processor's template. Only the loaders differ (gpt2_bpe.cpp, hf_tokenizer.cpp,
+// tiktoken.cpp), and tokenizers/loaders.h declares them.
+#pragma once
+
+#include <memory>
+
+#include "tessel/data/tokenizer.h"
+#include "tessel/data/tokenizers/added_tokens.h"
+#include "tessel/data/tokenizers/bpe.h"
+#include "tessel/data/tokenizers/pretokenizer.h"
+
+namespace tessel {
+
+struct BpeTokenizerParts {
+  std::string type;  // the --tokenizer-type it answers to
+  PreTokenizer pre;
+  bool nfc = false;               // tokenizer.json's NFC normalizer
+  bool add_prefix_space = false;  // ByteLevel's: a space before text that does not start with one
+  // Special and added tokens: they decode to their content; their ids may lie past the model's.
+  std::vector<AddedToken> specials;
+  bool split_specials = false;   // cut their text out of the input (Hugging Face), or treat it as text (tiktoken, GPT-2)
+  std::vector<int32_t> prefix;   // the post-processor's template: ids before every encoding ...
+  std::vector<int32_t> suffix;   // ... and after it
+  SpecialIds ids;
+  bool byte_level_spelling = true;  // id_to_token in GPT-2's alphabet ("Ġthe"); else the raw bytes
+  int32_t vocab_size = 0;           // 0: one past the largest id
+};
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  BpeTokenizer(BpeModel model, BpeTokenizerParts parts);
+
+  std::string type() const override { return parts_.type; }
+  int32_t vocab_size() const override { return vocab_size_; }
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(std::span<const int32_t> tokens) const override;
+  SpecialIds special_ids() const override { return parts_.ids; }
+  std::string id_to_token(int32_t id) const override;
+  std::optional<int32_t> token_to_id(std::string_view token) const override;
+  std::vector<std::pair<std::string, int32_t>> special_tokens() const override;
+
+  const BpeModel& model() const { return model_; }
+
+ private:
+  void encode_segment(std::string_view text, std::vector<int32_t>& out) const;
+  const AddedToken* special(int32_t id) const;
+
+  BpeModel model_;
+  BpeTokenizerParts parts_;
+  AddedTokenSplitter splitter_;
+  std::vector<int32_t> special_of_;  // id -> index into parts_.specials, or -1
+  int32_t vocab_size_;
+};
+
+}  // namespace tessel

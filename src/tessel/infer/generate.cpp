@@ -1,0 +1,82 @@
+#include "tessel/infer/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tessel/ckpt/hf.h"
+#include "tessel/core/error.h"
+#include "tessel/core/philox.h"
+#include "tessel/data/tokenizer.h"
+#include "tessel/model/transformer.h"
+
+namespace tessel {
+
+int32_t sample_token(const float* logits, int64_t V, float temperature, int64_t top_k, float u,
+                     std::vector<std::pair<float, int32_t>>& scratch) {
+  scratch.clear();
+  for (int64_t v = 0; v < V; ++v) scratch.emplace_back(logits[v], static_cast<int32_t>(v));
+  const int64_t k = top_k > 0 ? std::min(top_k, V) : V;
+  std::partial_sort(scratch.begin(), scratch.begin() + k, scratch.end(),
+                    [](const auto& a, const auto& b) { return a.first > b.first; });
+  if (temperature <= 0) return scratch[0].second;
+  const float max_logit = scratch[0].first;
+  double total = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    scratch[i].first = static_cast<float>(std::exp((scratch[i].first - max_logit) / temperature));
+    total += scratch[i].first;
+  }
+  double target = u * total, acc = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    acc += scratch[i].first;
+    if (acc >= target) return scratch[i].second;
+  }
+  return scratch[k - 1].second;
+}
+
+void generate(const std::string& model_dir, const GenerateOptions& o,
+              const std::function<void(const std::string&)>& emit) {
+  std::optional<ModelConfig> found = hf_config_beside(model_dir);
+  TESSEL_CHECK(found.has_value(), "{}: no config.json (expected a folder written by tessel export "
+               "or --save-hf)", model_dir);
+  ModelConfig cfg = *found;
+  ByteTokenizer tokenizer;
+  TESSEL_CHECK(cfg.vocab_size >= tokenizer.vocab_size(),
+               "{}: vocabulary {} is smaller than the byte tokenizer's 256", model_dir, cfg.vocab_size);
+
+  // One sequence of the model's full context; the context is right-padded, and causal attention
+  // makes the logits at position t independent of everything after t.
+  const Kernels& k = cpu_kernels();
+  ParamRegistry params;
+  TransformerChunk model(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, no_tensor_parallel(k),
+                         params, no_context_parallel(k));
+  params.finalize(k.memory);
+  model.bind(params);
+  load_hf_weights(params, cfg, hf_weights_file(model_dir));
+  ChunkActivations acts = model.make_activations();
+
+  std::vector<int32_t> context = tokenizer.encode(o.prompt.empty() ? "\n" : o.prompt);
+  const int64_t T = cfg.seq_length;
+  std::vector<int32_t> window(T, 0);
+  Tensor window_tokens = k.zeros({T}, DType::I32);
+  std::vector<float> logits(model.vocab_shard_size());
+  std::vector<std::pair<float, int32_t>> scratch;
+  scratch.reserve(tokenizer.vocab_size());
+  const uint64_t stream = fnv1a64("generate");
+  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
+    const int64_t len = std::min<int64_t>(static_cast<int64_t>(context.size()), T);
+    std::fill(window.begin(), window.end(), 0);
+    std::copy(context.end() - len, context.end(), window.begin());
+    k.memory.from_host(window_tokens.ints(), window.data(), T * 4);
+    model.forward(acts, window_tokens.ints(), nullptr, nullptr, 0.0f);
+    const int64_t V = model.vocab_shard_size();
+    k.memory.to_host(logits.data(), model.logits() + (len - 1) * V, V * 4);
+    // Only byte tokens can be printed by the byte tokenizer: padded vocabulary rows are skipped.
+    int32_t token = sample_token(logits.data(), tokenizer.vocab_size(), o.temperature, o.top_k,
+                                 random_uniform(o.seed, stream, step), scratch);
+    context.push_back(token);
+    emit(tokenizer.decode(std::span<const int32_t>(&token, 1)));
+  }
+}
+
+}  // namespace tessel

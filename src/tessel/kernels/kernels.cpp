@@ -1,0 +1,40 @@
+#include "tessel/kernels/kernels.h"
+
+#include <algorithm>
+
+namespace tessel {
+
+namespace {
+template <typename T>
+T* reserve_in(const Kernels& k, Tensor& t, int64_t rows, int64_t cols, DType dtype) {
+  if (t.empty() || t.numel() < rows * cols) {
+    const int64_t grown = t.empty() ? 0 : t.numel() / cols * 3 / 2;
+    t = k.zeros({std::max<int64_t>({rows, grown, 1}), cols}, dtype);
+  }
+  return dtype == DType::F32 ? reinterpret_cast<T*>(t.data()) : reinterpret_cast<T*>(t.ints());
+}
+}  // namespace
+
+float* Kernels::reserve(Tensor& t, int64_t rows, int64_t cols) const {
+  return reserve_in<float>(*this, t, rows, cols, DType::F32);
+}
+
+int32_t* Kernels::reserve_ints(Tensor& t, int64_t rows, int64_t cols) const {
+  return reserve_in<int32_t>(*this, t, rows, cols, DType::I32);
+}
+
+std::vector<const Kernels*> available_kernels() { return {&cpu_kernels()}; }
+
+std::vector<const char*> missing_kernel_slots(const Kernels& k) {
+  std::vector<const char*> missing;
+#define TESSEL_CHECK_SLOT(op) \
+  if (k.op == nullptr) missing.push_back(#op);
+  TESSEL_KERNEL_SLOTS(TESSEL_CHECK_SLOT)
+#undef TESSEL_CHECK_SLOT
+  if (k.memory.alloc == nullptr || k.memory.release == nullptr || k.memory.copy == nullptr ||
+      k.memory.zero == nullptr || k.memory.to_host == nullptr || k.memory.from_host == nullptr)
+    missing.push_back("memory");
+  return missing;
+}
+
+}  // namespace tessel

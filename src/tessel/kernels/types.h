@@ -1,0 +1,23 @@
+// The small types kernel arguments carry, shared by every backend.
+#pragma once
+
+#include <cstdint>
+
+namespace tessel {
+
+// Weight layouts: InOut is GPT-2's Conv1D [in, out] (y = x·W); OutIn is nn.Linear [out, in]
+// (y = x·Wᵀ). Both are the Hugging Face tensors as stored, so names and shapes match files.
+enum class WeightLayout : uint8_t { InOut, OutIn };
+
+// How a Mixture-of-Experts router scores the experts (Megatron's --moe-router-score-function).
+enum class RouterScore : uint8_t { Softmax, Sigmoid };
+
+// Every gemm call's floating-point operations and the seconds spent, summed over calling threads,
+// since accounting was switched on (tessel train --profile).
+struct GemmStats {
+  double flops = 0;
+  double seconds = 0;
+  int64_t calls = 0;
+};
+
+}  // namespace tessel

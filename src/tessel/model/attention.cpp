@@ -1,0 +1,211 @@
+#include "tessel/model/attention.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace tessel {
+
+// Parameters in Hugging Face order with Hugging Face names and global shapes (GPT-2's Conv1D
+// weights [in, out], Llama's nn.Linear [out, in]), each with the slice this TP rank holds.
+// Initialisation as Megatron (layer.h): normal(0, 0.02), the output projection 0.02/sqrt(2·layers), biases
+// 0, QK-norm weights 1.
+Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
+                     const TensorParallel& tp, const ContextParallel& cp, int64_t B, int64_t T_l,
+                     Tensor positions, Tensor rope_cos, Tensor rope_sin)
+    : k_(k),
+      params_(registry),
+      tp_(tp),
+      cp_(cp),
+      fused_(cfg.arch == Arch::GPT2),
+      layout_(fused_ ? WeightLayout::InOut : WeightLayout::OutIn),
+      B_(B),
+      T_(T_l),
+      N_(B * T_l),
+      C_(cfg.hidden_size),
+      D_(cfg.head_dim()),
+      H_l_(cfg.num_attention_heads / tp.size()),
+      G_l_(cfg.query_groups() / tp.size()),
+      positions_(std::move(positions)),
+      rope_cos_(std::move(rope_cos)),
+      rope_sin_(std::move(rope_sin)) {
+  const float out_std = output_init_std(cfg.num_layers);
+  const int64_t C = C_;
+  const int64_t HD = static_cast<int64_t>(cfg.num_attention_heads) * D_;
+  const int64_t GD = static_cast<int64_t>(cfg.query_groups()) * D_;
+  auto split = [&](int dim, int fused = 1) {
+    return ShardSpec{.dim = dim, .group = ShardGroup::TP, .index = tp.rank(), .count = tp.size(),
+                     .fused_parts = fused};
+  };
+  auto weight = [&](const std::string& name, Shape shape, float std, ShardSpec shard) {
+    return registry.add(name, std::move(shape), ParamInit::Normal, std, true, shard);
+  };
+  auto bias = [&](const std::string& name, int64_t n, ShardSpec shard) {
+    return registry.add(name, {n}, ParamInit::Zeros, 0, false, shard);
+  };
+  if (fused_) {
+    const std::string p = fmt::format("transformer.h.{}.attn.", layer);
+    qkv_w_ = weight(p + "c_attn.weight", {C, 3 * C}, kInitStd, split(1, 3));
+    qkv_b_ = bias(p + "c_attn.bias", 3 * C, split(0, 3));
+    proj_w_ = weight(p + "c_proj.weight", {C, C}, out_std, split(0));
+    proj_b_ = bias(p + "c_proj.bias", C, ShardSpec{});
+    return;
+  }
+  const std::string p = fmt::format("model.layers.{}.self_attn.", layer);
+  q_w_ = weight(p + "q_proj.weight", {HD, C}, kInitStd, split(0));
+  if (cfg.add_qkv_bias) q_b_ = bias(p + "q_proj.bias", HD, split(0));
+  k_w_ = weight(p + "k_proj.weight", {GD, C}, kInitStd, split(0));
+  if (cfg.add_qkv_bias) k_b_ = bias(p + "k_proj.bias", GD, split(0));
+  v_w_ = weight(p + "v_proj.weight", {GD, C}, kInitStd, split(0));
+  if (cfg.add_qkv_bias) v_b_ = bias(p + "v_proj.bias", GD, split(0));
+  proj_w_ = weight(p + "o_proj.weight", {C, HD}, out_std, split(1));
+  if (cfg.qk_layernorm) {
+    // One weight per head dimension, shared by all heads: replicated over TP, each rank's gradient
+    // from its own heads only, summed over TP by the trainer (Param::grad_partial_over_tp).
+    q_norm_.emplace(k, registry, NormKind::RMSNorm, p + "q_norm.weight", "", D_, cfg.norm_epsilon);
+    k_norm_.emplace(k, registry, NormKind::RMSNorm, p + "k_norm.weight", "", D_, cfg.norm_epsilon);
+    registry.params()[q_norm_->weight()].grad_partial_over_tp = true;
+    registry.params()[k_norm_->weight()].grad_partial_over_tp = true;
+  }
+}
+
+void Attention::list_saved(Saved& s, SavedBuffers& buffers) const {
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  if (fused_) {
+    buffers.add(s.qkv, {N_, 3 * HD});
+    buffers.add(s.d_qkv, {N_, 3 * HD});
+  } else {
+    buffers.add(s.q, {N_, HD});
+    buffers.add(s.k, {N_, GD});
+    buffers.add(s.v, {N_, GD});
+    buffers.add(s.d_q, {N_, HD});
+    buffers.add(s.d_k, {N_, GD});
+    buffers.add(s.d_v, {N_, GD});
+    if (q_norm_) {
+      buffers.add(s.q_raw, {N_, HD});
+      buffers.add(s.k_raw, {N_, GD});
+      q_norm_->list_saved(s.q_norm, buffers, N_ * H_l_);
+      k_norm_->list_saved(s.k_norm, buffers, N_ * G_l_);
+    }
+  }
+  buffers.add(s.attn, {N_, HD});
+  buffers.add(s.lse, {B_, H_l_, T_});
+  buffers.add(s.d_out, {N_, C_});
+}
+
+void Attention::forward(Saved& s, float* out_local, const float* in, float* partial,
+                        const PackedRows& packed) const {
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  s.packed = packed;
+  if (fused_) {
+    k_.linear_forward(s.qkv.data(), in, params_.value(qkv_w_), params_.value(qkv_b_), N_, C_,
+                      3 * HD, layout_);
+    const float* qkv = s.qkv.data();  // (N, 3·H_l·D): q | k | v of this rank's heads
+    cp_.attention_forward(s.attn.data(), s.lse.data(), qkv, qkv + HD, qkv + 2 * HD, B_, T_, H_l_,
+                          H_l_, D_, 3 * HD, 3 * HD, 3 * HD, packed.key_start);
+  } else {
+    // With --qk-layernorm the projections go to q_raw, k_raw and their per-head norms to q, k.
+    float* q = q_norm_ ? s.q_raw.data() : s.q.data();
+    float* k = q_norm_ ? s.k_raw.data() : s.k.data();
+    k_.linear_forward(q, in, params_.value(q_w_), params_.value(q_b_), N_, C_, HD, layout_);
+    k_.linear_forward(k, in, params_.value(k_w_), params_.value(k_b_), N_, C_, GD, layout_);
+    k_.linear_forward(s.v.data(), in, params_.value(v_w_), params_.value(v_b_), N_, C_, GD,
+                      layout_);
+    if (q_norm_) {  // as Qwen3: RMSNorm over each head's D values, rows = N·heads
+      q_norm_->forward(s.q_norm, s.q.data(), q, N_ * H_l_);
+      k_norm_->forward(s.k_norm, s.k.data(), k, N_ * G_l_);
+    }
+    const int32_t* pos = rope_positions(s);
+    k_.rope_forward(s.q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
+    k_.rope_forward(s.k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
+    cp_.attention_forward(s.attn.data(), s.lse.data(), s.q.data(), s.k.data(), s.v.data(), B_, T_,
+                          H_l_, G_l_, D_, HD, GD, GD, packed.key_start);
+  }
+  float* product = tp_.size() > 1 ? partial : out_local;
+  k_.linear_forward(product, s.attn.data(), params_.value(proj_w_), nullptr, N_, HD, C_, layout_);
+  tp_.reduce_rows(product, out_local, N_, C_);
+  if (proj_b_ >= 0) k_.bias_forward(out_local, params_.value(proj_b_), tp_.local_rows(N_), C_);
+}
+
+void Attention::backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,
+                               float* d_heads) const {
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  tp_.gather_rows(d_out_local, s.d_out.data(), N_, C_);  // a copy without sequence parallel
+  k_.zero(d_heads, N_ * HD);
+  k_.linear_backward(d_heads, nullptr, nullptr, s.d_out.data(), s.attn.data(),
+                     params_.value(proj_w_), N_, HD, C_, layout_);
+  if (fused_) {
+    float* dqkv = s.d_qkv.data();
+    const float* qkv = s.qkv.data();
+    s.d_qkv.zero();
+    cp_.attention_backward(dqkv, dqkv + HD, dqkv + 2 * HD, d_heads, qkv, qkv + HD, qkv + 2 * HD,
+                           s.attn.data(), s.lse.data(), B_, T_, H_l_, H_l_, D_, 3 * HD, 3 * HD,
+                           3 * HD, s.packed.key_start);
+    k_.linear_backward(d_in, nullptr, nullptr, dqkv, in, params_.value(qkv_w_), N_, C_, 3 * HD,
+                       layout_);
+    return;
+  }
+  s.d_q.zero();
+  s.d_k.zero();
+  s.d_v.zero();
+  cp_.attention_backward(s.d_q.data(), s.d_k.data(), s.d_v.data(), d_heads, s.q.data(), s.k.data(),
+                         s.v.data(), s.attn.data(), s.lse.data(), B_, T_, H_l_, G_l_, D_, HD, GD,
+                         GD, s.packed.key_start);
+  const int32_t* pos = rope_positions(s);
+  k_.rope_backward(s.d_q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
+  k_.rope_backward(s.d_k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
+  if (q_norm_) qk_norm_backward(s, d_heads);  // d_heads is free again
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_q.data(), in, params_.value(q_w_), N_, C_, HD,
+                     layout_);
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_k.data(), in, params_.value(k_w_), N_, C_, GD,
+                     layout_);
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_v.data(), in, params_.value(v_w_), N_, C_, GD,
+                     layout_);
+}
+
+// d_q and d_k hold the gradients of the normalised q and k on entry and of the raw projections'
+// outputs on exit; d_normed (N, H_l·D) is scratch.
+void Attention::qk_norm_backward(Saved& s, float* d_normed) const {
+  k_.copy(d_normed, s.d_q.data(), N_ * H_l_ * D_);
+  s.d_q.zero();
+  q_norm_->backward(s.q_norm, s.d_q.data(), d_normed, s.q_raw.data(), N_ * H_l_);
+  k_.copy(d_normed, s.d_k.data(), N_ * G_l_ * D_);
+  s.d_k.zero();
+  k_norm_->backward(s.k_norm, s.d_k.data(), d_normed, s.k_raw.data(), N_ * G_l_);
+}
+
+// The output projection's bias was added after the TP reduction to this rank's rows only: its
+// gradient sums those rows of the gathered output gradient.
+void Attention::backward_weight(Saved& s, const float* in) const {
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  if (proj_b_ >= 0)
+    k_.bias_backward(params_.grad(proj_b_), s.d_out.data() + tp_.first_row(N_) * C_,
+                     tp_.local_rows(N_), C_);
+  k_.linear_backward(nullptr, params_.grad(proj_w_), nullptr, s.d_out.data(), s.attn.data(),
+                     params_.value(proj_w_), N_, HD, C_, layout_);
+  if (fused_) {
+    k_.linear_backward(nullptr, params_.grad(qkv_w_), params_.grad(qkv_b_), s.d_qkv.data(), in,
+                       params_.value(qkv_w_), N_, C_, 3 * HD, layout_);
+    return;
+  }
+  k_.linear_backward(nullptr, params_.grad(q_w_), params_.grad(q_b_), s.d_q.data(), in,
+                     params_.value(q_w_), N_, C_, HD, layout_);
+  k_.linear_backward(nullptr, params_.grad(k_w_), params_.grad(k_b_), s.d_k.data(), in,
+                     params_.value(k_w_), N_, C_, GD, layout_);
+  k_.linear_backward(nullptr, params_.grad(v_w_), params_.grad(v_b_), s.d_v.data(), in,
+                     params_.value(v_w_), N_, C_, GD, layout_);
+}
+
+std::vector<int> Attention::input_half_params() const {
+  if (!q_norm_) return {};
+  return {q_norm_->weight(), k_norm_->weight()};
+}
+
+std::vector<int> Attention::weight_half_params() const {
+  std::vector<int> ids;
+  for (int p : {qkv_w_, qkv_b_, q_w_, q_b_, k_w_, k_b_, v_w_, v_b_, proj_w_, proj_b_})
+    if (p >= 0) ids.push_back(p);
+  return ids;
+}
+
+}  // namespace tessel

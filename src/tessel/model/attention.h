@@ -1,0 +1,81 @@
+// Self-attention: GPT-2's fused c_attn (q|k|v with biases, [in, out]) or Llama's q/k/v
+// projections (grouped-query: G key/value heads; Qwen2's q/k/v biases with --add-qkv-bias;
+// Qwen3's per-head RMSNorm of q and k with --qk-layernorm; RoPE), the core attention through
+// context parallelism (parallel/context_parallel.h: causal by global position, a ring of K/V
+// blocks under CP), and the output projection. Heads (and query groups) are split over TP: q,
+// k, v column-parallel, the output projection row-parallel (its partial sums reduced over TP,
+// its bias added once). The caller gathers the input rows under sequence parallel and reduces
+// the input gradient, as for the MLP.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tessel/model/config.h"
+#include "tessel/model/layer.h"
+#include "tessel/model/norm.h"
+#include "tessel/parallel/context_parallel.h"
+#include "tessel/parallel/tensor_parallel.h"
+
+namespace tessel {
+
+class Attention {
+ public:
+  // N rows (B·T_l), H_l / G_l this rank's heads and query groups, D head dim.
+  struct Saved {
+    Tensor qkv;             // (N, 3·H_l·D) gpt2: fused q|k|v
+    Tensor q, k, v;         // (N, H_l·D), (N, G_l·D) ×2 llama, after RoPE
+    Tensor q_raw, k_raw;    // (N, H_l·D), (N, G_l·D) --qk-layernorm: before it
+    Norm::Saved q_norm, k_norm;  // (N·H_l), (N·G_l) --qk-layernorm
+    Tensor attn, lse;       // (N, H_l·D), (B, H_l, T_l)
+    Tensor d_qkv;           // (N, 3·H_l·D) gpt2: left by backward_input
+    Tensor d_q, d_k, d_v;   // llama: the projections' output gradients
+    Tensor d_out;           // (N, C) the output projection's, gathered to all rows
+    PackedRows packed;      // the microbatch's documents, as forward was given them
+  };
+
+  // Declares layer `layer`'s attention weights (this TP rank's heads). positions (N) i32: each
+  // row's global position; for llama the RoPE tables (max positions, D/2). Shared with the chunk.
+  Attention(const Kernels& k, ParamRegistry& registry,
+            const ModelConfig& cfg, int layer, const TensorParallel& tp, const ContextParallel& cp,
+            int64_t B, int64_t T_l, Tensor positions, Tensor rope_cos, Tensor rope_sin);
+
+  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  // out_local (N_l, C) = the attention block's output for in (N, C) (all rows), bias included.
+  // partial (N, C) is scratch. packed: the rows' documents (RoPE by their positions, attention
+  // within them).
+  void forward(Saved& s, float* out_local, const float* in, float* partial,
+               const PackedRows& packed) const;
+  // d_in (N, C) += this rank's part of d(in) (reduced over TP by the caller) from d_out_local
+  // (N_l, C). d_heads (N, H_l·D) is scratch. The QK-norm weights' gradients are finished here.
+  void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,
+                      float* d_heads) const;
+  void backward_weight(Saved& s, const float* in) const;
+
+  // The weights backward_input finishes (QK-norm), and those backward_weight does.
+  std::vector<int> input_half_params() const;
+  std::vector<int> weight_half_params() const;
+
+ private:
+  void qk_norm_backward(Saved& s, float* d_normed) const;
+  // The positions RoPE rotates by: each row's in its document, or in the sequence.
+  const int32_t* rope_positions(const Saved& s) const {
+    return s.packed.position_ids != nullptr ? s.packed.position_ids : positions_.ints();
+  }
+
+  const Kernels& k_;
+  ParamView params_;
+  TensorParallel tp_;
+  ContextParallel cp_;
+  bool fused_;  // gpt2
+  WeightLayout layout_;
+  int64_t B_, T_, N_, C_, D_, H_l_, G_l_;
+  Tensor positions_, rope_cos_, rope_sin_;
+  int qkv_w_ = -1, qkv_b_ = -1;  // gpt2 c_attn
+  int q_w_ = -1, k_w_ = -1, v_w_ = -1, q_b_ = -1, k_b_ = -1, v_b_ = -1;  // llama
+  int proj_w_ = -1, proj_b_ = -1;  // c_proj / o_proj
+  std::optional<Norm> q_norm_, k_norm_;  // --qk-layernorm
+};
+
+}  // namespace tessel

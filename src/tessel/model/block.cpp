@@ -1,0 +1,127 @@
+#include "tessel/model/block.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace tessel {
+
+namespace {
+
+NormKind norm_kind(const ModelConfig& cfg) {
+  return cfg.arch == Arch::GPT2 ? NormKind::LayerNorm : NormKind::RMSNorm;
+}
+
+std::string norm_name(const ModelConfig& cfg, int layer, int which, const char* part) {
+  if (cfg.arch == Arch::GPT2) return fmt::format("transformer.h.{}.ln_{}.{}", layer, which, part);
+  return fmt::format("model.layers.{}.{}.{}", layer,
+                     which == 1 ? "input_layernorm" : "post_attention_layernorm", part);
+}
+}  // namespace
+
+// Parameters in Hugging Face order: norm 1, attention, norm 2, MLP (or the MoE layer's).
+TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
+                                   const ModelConfig& cfg, int layer, const TensorParallel& tp,
+                                   const ContextParallel& cp, const MoeGroups& moe, int64_t B,
+                                   int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
+                                   const Tensor& rope_sin)
+    : k_(k),
+      tp_(tp),
+      N_(B * T_l),
+      N_l_(tp.local_rows(B * T_l)),
+      C_(cfg.hidden_size),
+      norm1_(k, registry, norm_kind(cfg), norm_name(cfg, layer, 1, "weight"),
+             norm_name(cfg, layer, 1, "bias"), cfg.hidden_size, cfg.norm_epsilon),
+      attention_(k, registry, cfg, layer, tp, cp, B, T_l, positions, rope_cos, rope_sin),
+      norm2_(k, registry, norm_kind(cfg), norm_name(cfg, layer, 2, "weight"),
+             norm_name(cfg, layer, 2, "bias"), cfg.hidden_size, cfg.norm_epsilon) {
+  if (cfg.moe.is_moe_layer(layer)) {
+    moe_ = std::make_unique<MoeLayer>(k, cfg, cfg.moe, layer, N_l_, moe, registry);
+    return;
+  }
+  const Mlp::Split split = [&](int dim) {
+    return ShardSpec{.dim = dim, .group = ShardGroup::TP, .index = tp.rank(), .count = tp.size()};
+  };
+  const bool gpt2 = cfg.arch == Arch::GPT2;
+  mlp_.emplace(k, registry,
+               gpt2 ? fmt::format("transformer.h.{}.mlp.", layer) : fmt::format("model.layers.{}.mlp.", layer),
+               gpt2 ? Activation::Gelu : Activation::SwiGlu, cfg.hidden_size, cfg.ffn_size(),
+               cfg.ffn_size() / tp.size(), split, output_init_std(cfg.num_layers));
+}
+
+void TransformerBlock::list_saved(Saved& s, SavedBuffers& buffers) const {
+  norm1_.list_saved(s.norm1, buffers, N_l_);
+  buffers.add(s.in1, {N_, C_});
+  attention_.list_saved(s.attention, buffers);
+  buffers.add(s.mid, {N_l_, C_});
+  norm2_.list_saved(s.norm2, buffers, N_l_);
+  if (moe_) {
+    buffers.add(s.in2, {N_l_, C_});
+    moe_->list_saved(s.moe, buffers);
+  } else {
+    buffers.add(s.in2, {N_, C_});
+    mlp_->list_saved(s.mlp, buffers, N_);
+  }
+}
+
+void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_scale,
+                               const PackedRows& packed, ChunkScratch& scratch) {
+  const bool sp = tp_.sequence_parallel;
+  const int64_t n = N_l_ * C_;
+  float* branch = scratch.local.data();  // (N_l, C) an attention or MLP output
+  // Attention: norm on this rank's rows, gathered to all rows for the column-parallel q, k, v.
+  float* in1 = sp ? scratch.norm_out.data() : s.in1.data();
+  norm1_.forward(s.norm1, in1, x, N_l_);
+  tp_.gather_rows(in1, s.in1.data(), N_, C_);
+  attention_.forward(s.attention, branch, s.in1.data(), scratch.full.data(), packed);
+  k_.residual_forward(s.mid.data(), x, branch, n);
+  if (moe_) {  // on this rank's rows
+    norm2_.forward(s.norm2, s.in2.data(), s.mid.data(), N_l_);
+    moe_->forward(s.moe, branch, s.in2.data(), N_l_, grad_scale);
+    k_.residual_forward(out, s.mid.data(), branch, n);
+    return;
+  }
+  float* in2 = sp ? scratch.norm_out.data() : s.in2.data();
+  norm2_.forward(s.norm2, in2, s.mid.data(), N_l_);
+  tp_.gather_rows(in2, s.in2.data(), N_, C_);
+  mlp_->forward(s.mlp, branch, s.in2.data(), N_, tp_, scratch.full.data());
+  k_.residual_forward(out, s.mid.data(), branch, n);
+}
+
+void TransformerBlock::backward_input(Saved& s, float* dres, const float* x,
+                                      ChunkScratch& scratch, const GradReady& ready) {
+  float* d_full = scratch.full_grad.data();    // (N, C)
+  float* d_local = scratch.local_grad.data();  // (N_l, C), a view of d_full without SP
+  if (moe_) {
+    k_.zero(d_local, N_l_ * C_);
+    moe_->backward_input(s.moe, d_local, dres, s.in2.data());
+  } else {
+    k_.zero(d_full, N_ * C_);
+    mlp_->backward_input(s.mlp, d_full, dres, s.in2.data(), N_, tp_, scratch.d_hidden.data());
+    tp_.reduce_rows(d_full, d_local, N_, C_);
+  }
+  norm2_.backward(s.norm2, dres, d_local, s.mid.data(), N_l_);
+
+  k_.zero(d_full, N_ * C_);
+  attention_.backward_input(s.attention, d_full, dres, s.in1.data(), scratch.d_heads.data());
+  tp_.reduce_rows(d_full, d_local, N_, C_);
+  norm1_.backward(s.norm1, dres, d_local, x, N_l_);
+  report_ready(ready, {norm1_.weight(), norm1_.bias(), norm2_.weight(), norm2_.bias()});
+  for (int p : attention_.input_half_params()) report_ready(ready, {p});
+}
+
+// Last sub-layer first, as backward_input, so data parallelism's buckets (cut from the end of
+// the parameters) fill in the same order.
+void TransformerBlock::backward_weight(Saved& s, const GradReady& ready) {
+  if (moe_) {
+    moe_->backward_weight(s.moe, s.in2.data(), ready);
+  } else {
+    mlp_->backward_weight(s.mlp, s.in2.data(), N_, tp_);
+  }
+  attention_.backward_weight(s.attention, s.in1.data());
+  for (int p : attention_.weight_half_params()) report_ready(ready, {p});
+  if (mlp_)
+    for (int p : mlp_->param_indices()) report_ready(ready, {p});
+}
+
+}  // namespace tessel

@@ -1,0 +1,67 @@
+// One Transformer layer, pre-norm: x → x + Attention(Norm(x)) → · + MLP(Norm(·)), the MLP an
+// MoE layer on the layers --moe-layer-freq picks. Under tensor parallelism the residual stream
+// and the norms hold this rank's rows (all of them without sequence parallel); each norm's
+// output is gathered to all rows on entering a column-parallel region and its input gradient
+// reduced (reduce-scattered under sequence parallel) on leaving it. An MoE layer routes this
+// rank's rows (its shared expert gathers them itself).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "tessel/model/attention.h"
+#include "tessel/model/config.h"
+#include "tessel/model/layer.h"
+#include "tessel/model/mlp.h"
+#include "tessel/model/moe/moe.h"
+#include "tessel/model/norm.h"
+
+namespace tessel {
+
+class TransformerBlock {
+ public:
+  // N rows (B·T_l), N_l this rank's; C hidden.
+  struct Saved {
+    Norm::Saved norm1, norm2;  // (N_l) statistics
+    Tensor in1;                // (N, C) attention input: norm1's output gathered to all rows
+    Attention::Saved attention;
+    Tensor mid;                // (N_l, C) the residual stream after attention
+    Tensor in2;                // (N, C) MLP input, gathered; an MoE layer's (N_l, C) own rows
+    Mlp::Saved mlp;
+    MoeLayer::Saved moe;
+  };
+
+  TransformerBlock(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
+                   const TensorParallel& tp, const ContextParallel& cp, const MoeGroups& moe,
+                   int64_t B, int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
+                   const Tensor& rope_sin);
+
+  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  // out (N_l, C) = the layer applied to x (N_l, C); grad_scale weighs an MoE layer's auxiliary
+  // losses (moe.h); packed: the rows' documents.
+  void forward(Saved& s, float* out, const float* x, float grad_scale, const PackedRows& packed,
+               ChunkScratch& scratch);
+  // dres (N_l, C) holds d(out) on entry and d(x) on exit: each branch's input gradient is reduced
+  // over TP and accumulated into it by its norm's backward; the identity path needs nothing. The
+  // norms' (and QK-norm's) weight gradients are finished here and reported to `ready`.
+  void backward_input(Saved& s, float* dres, const float* x, ChunkScratch& scratch,
+                      const GradReady& ready);
+  // The linears' weight gradients from what backward_input left in s; reports them.
+  void backward_weight(Saved& s, const GradReady& ready);
+
+  MoeLayer* moe() { return moe_ ? moe_.get() : nullptr; }
+  int64_t scratch_bytes() const { return moe_ ? moe_->scratch_bytes() : 0; }
+
+ private:
+  const Kernels& k_;
+  TensorParallel tp_;
+  int64_t N_, N_l_, C_;
+  Norm norm1_;
+  Attention attention_;
+  Norm norm2_;
+  std::optional<Mlp> mlp_;
+  std::unique_ptr<MoeLayer> moe_;
+};
+
+}  // namespace tessel

@@ -1,0 +1,59 @@
+// The embedding, vocabulary-parallel as Megatron's VocabParallelEmbedding: each TP rank holds
+// V_l rows of the (padded) word embeddings, looks up the tokens of its shard (zeros for the
+// rest), and the partial rows are summed over TP (reduce-scattered under sequence parallel);
+// GPT-2's learned position embeddings, replicated, are added to this rank's rows.
+#pragma once
+
+#include <cstdint>
+
+#include "tessel/model/config.h"
+#include "tessel/model/layer.h"
+#include "tessel/parallel/tensor_parallel.h"
+
+namespace tessel {
+
+class Embedding {
+ public:
+  struct Saved {
+    Tensor vocab_ids;  // (N) i32: each token's row in this rank's shard, or -1
+    const int32_t* position_ids = nullptr;  // (N) the learned positions' rows
+  };
+
+  // Declares the word embeddings and, for gpt2, transformer.wpe.weight [max positions, C]. N rows
+  // (B·T_l); positions (N) i32: each row's global position.
+  Embedding(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
+            const TensorParallel& tp, int64_t N, Tensor positions);
+  // The word embeddings alone (gpt2 transformer.wte.weight / llama model.embed_tokens.weight
+  // [V, C], split over TP by rows, padded as Megatron's --make-vocab-size-divisible-by): also a
+  // last pipeline stage's copy of GPT-2's tied LM head. Returns the registry index.
+  static int declare_word_embeddings(ParamRegistry& registry, const ModelConfig& cfg,
+                                     const TensorParallel& tp);
+
+  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  // out_local (N_l, C) = the embeddings of tokens (N) i32. Throws for a token outside the
+  // vocabulary.
+  // packed.position_ids, when given, are the rows' positions (else their place in the sequence).
+  void forward(Saved& s, float* out_local, const int32_t* tokens, const PackedRows& packed,
+               ChunkScratch& scratch) const;
+  // The embeddings' gradients from d_out_local (N_l, C), accumulated.
+  void backward(const Saved& s, const float* d_out_local, ChunkScratch& scratch) const;
+
+  int word_embeddings() const { return wte_; }
+  int position_embeddings() const { return wpe_; }  // -1 for llama
+
+ private:
+  const Kernels& k_;
+  ParamView params_;
+  TensorParallel tp_;
+  int64_t N_, C_, vocab_size_, vocab_start_, V_valid_;
+  Tensor positions_;
+  int wte_ = -1, wpe_ = -1;
+};
+
+// Token ids (tokens or targets) must lie in the vocabulary: a clear error naming the id, never a
+// silent zero embedding. ids (n) i32 in k's memory, each in [lowest, vocab): targets may be -1,
+// a position left out of the loss.
+void check_token_ids(const Kernels& k, const int32_t* ids, int64_t n, int32_t vocab,
+                     const char* what, int32_t lowest);
+
+}  // namespace tessel

@@ -1,0 +1,71 @@
+#include "tessel/model/head.h"
+
+#include <algorithm>
+
+#include "tessel/model/embedding.h"
+
+namespace tessel {
+
+Head::Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
+           const TensorParallel& tp, int64_t N, int tied_embedding)
+    : k_(k),
+      params_(registry),
+      tp_(tp),
+      norm_(k, registry, cfg.arch == Arch::GPT2 ? NormKind::LayerNorm : NormKind::RMSNorm,
+            cfg.arch == Arch::GPT2 ? "transformer.ln_f.weight" : "model.norm.weight",
+            "transformer.ln_f.bias", cfg.hidden_size, cfg.norm_epsilon),
+      N_(N),
+      C_(cfg.hidden_size),
+      vocab_size_(cfg.vocab_size) {
+  V_l_ = cfg.padded_vocab(tp.size()) / tp.size();
+  vocab_start_ = tp.rank() * V_l_;
+  V_valid_ = std::clamp<int64_t>(cfg.vocab_size - vocab_start_, 0, V_l_);
+  const ShardSpec vocab{.dim = 0, .group = ShardGroup::TP, .index = tp.rank(), .count = tp.size(),
+                        .padded_size = cfg.padded_vocab(tp.size())};
+  lm_head_ = tied_embedding >= 0 ? tied_embedding
+                                 : registry.add("lm_head.weight", {cfg.vocab_size, C_},
+                                                ParamInit::Normal, kInitStd, true, vocab);
+  logits_ = k.zeros({N, V_l_});
+  loss_stats_ = k.zeros({4, N});
+  lse_ = k.zeros({N});
+}
+
+void Head::list_saved(Saved& s, SavedBuffers& buffers) const {
+  const int64_t N_l = tp_.local_rows(N_);
+  norm_.list_saved(s.norm, buffers, N_l);
+  buffers.add(s.out, {N_, C_});
+  buffers.add(s.d_out, {N_l, C_});
+}
+
+double Head::forward(Saved& s, const float* x_local, const int32_t* targets, float grad_scale,
+                     ChunkScratch& scratch) {
+  const int64_t N_l = tp_.local_rows(N_);
+  float* out_local = tp_.sequence_parallel ? scratch.norm_out.data() : s.out.data();
+  norm_.forward(s.norm, out_local, x_local, N_l);
+  tp_.gather_rows(out_local, s.out.data(), N_, C_);
+  // logits (N, V_l) = out (N, C) · Wᵀ with W (V_l, C): the tied embedding or lm_head.weight.
+  k_.linear_forward(logits_.data(), s.out.data(), params_.value(lm_head_), nullptr, N_, C_, V_l_,
+                    WeightLayout::OutIn);
+  if (targets == nullptr) return 0.0;
+  check_token_ids(k_, targets, N_, static_cast<int32_t>(vocab_size_), "target", -1);
+  const double loss_sum =
+      vocab_parallel_cross_entropy(tp_, lse_.data(), loss_stats_.data(), logits_.data(), targets,
+                                   vocab_start_, N_, V_l_, V_valid_);
+  if (grad_scale > 0) {
+    k_.cross_entropy_backward(logits_.data(), logits_.data(), lse_.data(), targets, vocab_start_,
+                              grad_scale, N_, V_l_, V_valid_);
+    float* d_full = scratch.full_grad.data();  // (N, C)
+    k_.zero(d_full, N_ * C_);
+    k_.linear_backward(d_full, params_.grad(lm_head_), nullptr, logits_.data(), s.out.data(),
+                       params_.value(lm_head_), N_, C_, V_l_, WeightLayout::OutIn);
+    tp_.reduce_rows(d_full, scratch.local_grad.data(), N_, C_);
+    k_.copy(s.d_out.data(), scratch.local_grad.data(), N_l * C_);
+  }
+  return loss_sum;
+}
+
+void Head::backward_input(const Saved& s, float* dx, const float* x_local) const {
+  norm_.backward(s.norm, dx, s.d_out.data(), x_local, tp_.local_rows(N_));
+}
+
+}  // namespace tessel

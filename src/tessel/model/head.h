@@ -1,0 +1,64 @@
+// The head of the last pipeline chunk: the final norm on this rank's rows, gathered to all rows,
+// the vocabulary-parallel LM head (each TP rank computes the logits of its vocabulary shard for
+// all N rows; GPT-2's is the tied word embedding) and the loss, Megatron's
+// vocab_parallel_cross_entropy (parallel/tensor_parallel.h).
+//
+// The loss gradient's scale is known before the forward (1 / tokens of the global batch), so the
+// head's backward runs inside its forward: the (N, V_l) logits are scratch shared by all
+// microbatches rather than a per-microbatch tensor — the largest activation of a small-hidden,
+// large-vocabulary model. What the backward of the rest needs is the final norm's output
+// gradient, saved.
+#pragma once
+
+#include <cstdint>
+
+#include "tessel/model/config.h"
+#include "tessel/model/layer.h"
+#include "tessel/model/norm.h"
+#include "tessel/parallel/tensor_parallel.h"
+
+namespace tessel {
+
+class Head {
+ public:
+  struct Saved {
+    Norm::Saved norm;  // (N_l) statistics
+    Tensor out;        // (N, C) the final norm's output, gathered to all rows
+    Tensor d_out;      // (N_l, C) its gradient, from the loss
+  };
+
+  // Declares the final norm and, unless `tied_embedding` (GPT-2's word embedding index, -1 for
+  // llama) is given, lm_head.weight [V, C] split over TP by vocabulary rows.
+  Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, const TensorParallel& tp,
+       int64_t N, int tied_embedding);
+
+  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  // x_local (N_l, C): the last layer's output. With targets (N) i32: returns Σ of the token losses
+  // and, when grad_scale > 0, accumulates the LM head's weight gradient and fills s.d_out.
+  // Without targets: logits() holds this rank's (N, V_l) logits afterwards; returns 0.
+  double forward(Saved& s, const float* x_local, const int32_t* targets, float grad_scale,
+                 ChunkScratch& scratch);
+  // dx (N_l, C) += d(x) through the final norm (its weight gradients too).
+  void backward_input(const Saved& s, float* dx, const float* x_local) const;
+
+  const float* logits() const { return logits_.data(); }
+  int64_t vocab_start() const { return vocab_start_; }
+  int64_t vocab_size_local() const { return V_l_; }
+  int64_t vocab_valid() const { return V_valid_; }
+  const Norm& norm() const { return norm_; }
+  int lm_head() const { return lm_head_; }
+  int64_t scratch_bytes() const { return logits_.bytes() + loss_stats_.bytes() + lse_.bytes(); }
+
+ private:
+  const Kernels& k_;
+  ParamView params_;
+  TensorParallel tp_;
+  Norm norm_;
+  int64_t N_, C_, vocab_size_, V_l_, V_valid_, vocab_start_;
+  int lm_head_ = -1;
+  Tensor logits_;      // (N, V_l)
+  Tensor loss_stats_;  // (4, N) vocab_parallel_cross_entropy's scratch
+  Tensor lse_;         // (N)
+};
+
+}  // namespace tessel

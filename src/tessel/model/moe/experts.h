@@ -1,0 +1,56 @@
+// The routed experts of one MoE layer held by this rank: E_l SwiGLU MLPs (model/mlp.h), each
+// split over the expert-tensor-parallel group like the dense MLP (gate/up by rows of F, down by
+// columns), run as one grouped pass over their rows in expert order (each expert's rows
+// contiguous). Outputs are partial sums over ETP, reduced by the dispatcher.
+//
+// Hugging Face names (Qwen2-MoE / Qwen3-MoE): model.layers.N.mlp.experts.e.{gate_proj,up_proj}
+// .weight [F_e, C], .down_proj.weight [C, F_e]. Each expert is its own parameter, held by one
+// EP rank (ShardSpec expert_rank): its gradient is reduced over expert-DP only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/model/mlp.h"
+
+namespace tessel {
+
+class GroupedExperts {
+ public:
+  // The R rows this rank's experts compute, in expert order; they grow with the routing load.
+  struct Saved {
+    Tensor in;                     // (R, C)
+    Tensor gate, up, act;          // (R, F_l)
+    Tensor d_gate, d_up, d_out;    // (R, F_l) ×2, (R, C): left by backward_input
+  };
+
+  // Experts [first, first + local) of layer prefix `prefix` (…mlp.), F neurons each of which
+  // this ETP rank (etp_rank of etp) holds F / etp; held by EP rank ep_rank of ep.
+  GroupedExperts(const Kernels& k, ParamRegistry& registry, const std::string& prefix, int64_t C,
+                 int64_t F, int64_t first, int64_t local, int ep_rank, int ep, int etp_rank,
+                 int etp, float out_std);
+
+  // Sized for R rows (a balanced load); Saved grows past that on first need.
+  Saved make_saved(int64_t R) const;
+  // y (R, C) = each expert's MLP over its rows of s.in; rows[e] rows per local expert.
+  void forward(Saved& s, float* y, const std::vector<int64_t>& rows, int64_t R);
+  // d_in (R, C) = d(s.in) from s.d_out (overwrites). d_act (max rows, F_l) is scratch.
+  void backward_input(Saved& s, float* d_in, const std::vector<int64_t>& rows, int64_t R,
+                      float* d_act);
+  void backward_weight(Saved& s, const std::vector<int64_t>& rows) const;
+
+  int64_t ffn_local() const { return F_l_; }
+  // Registry indices, expert by expert in Hugging Face order.
+  std::vector<int> param_indices() const;
+
+ private:
+  // Expert e's rows from row `first` of s on.
+  MlpRows rows_of(Saved& s, int64_t first) const;
+
+  const Kernels& k_;
+  int64_t C_, F_l_;
+  std::vector<Mlp> experts_;
+};
+
+}  // namespace tessel

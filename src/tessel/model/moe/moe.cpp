@@ -1,0 +1,249 @@
+#include "tessel/model/moe/moe.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+namespace {
+
+Comm& group_or_local(Comm* group, const Kernels& k) {
+  return group != nullptr ? *group : *no_tensor_parallel(k).comm;
+}
+
+// Every rule the layer's settings break, in one error, before anything is declared.
+int64_t checked_hidden_size(const ModelConfig& model, const MoeConfig& moe, int layer,
+                            int64_t max_tokens, const MoeGroups& groups, const Kernels& k) {
+  const int ep = group_or_local(groups.ep, k).size();
+  const int etp = group_or_local(groups.etp, k).size();
+  const int tp = groups.tp.comm != nullptr ? groups.tp.size() : 1;
+  const std::vector<std::string> problems = moe.violations(ep, model.num_layers);
+  TESSEL_CHECK(problems.empty(), "MoE layer {}: {}", layer, fmt::join(problems, "; "));
+  TESSEL_CHECK(max_tokens >= 0, "MoE layer {}: max_tokens {} is negative", layer, max_tokens);
+  TESSEL_CHECK(tp == 1 || groups.tp.sequence_parallel,
+               "MoE layer {}: tensor parallelism ({}) needs sequence parallel", layer, tp);
+  const int64_t F = moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : model.ffn_size();
+  TESSEL_CHECK(F % etp == 0, "MoE layer {}: expert size {} does not split over ETP {}", layer, F,
+               etp);
+  TESSEL_CHECK(moe.shared_expert_size % tp == 0,
+               "MoE layer {}: shared expert size {} does not split over TP {}", layer,
+               moe.shared_expert_size, tp);
+  return model.hidden_size;
+}
+}  // namespace
+
+void RouterTotals::add(const RouterTotals& other) {
+  tokens_per_expert.resize(std::max(tokens_per_expert.size(), other.tokens_per_expert.size()), 0.0);
+  for (size_t e = 0; e < other.tokens_per_expert.size(); ++e)
+    tokens_per_expert[e] += other.tokens_per_expert[e];
+  dropped += other.dropped;
+  aux_loss += other.aux_loss;
+  z_loss += other.z_loss;
+  forwards += other.forwards;
+}
+
+// Hugging Face order: router, experts, shared expert, its gate.
+MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& moe, int layer,
+                   int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry)
+    : k_(k),
+      registry_(registry),
+      params_(registry),
+      C_(checked_hidden_size(model, moe, layer, max_tokens, groups, k)),
+      E_(moe.num_experts),
+      F_s_(moe.shared_expert_size),
+      F_sl_(0),
+      topk_(moe.topk),
+      etp_size_(group_or_local(groups.etp, k).size()),
+      max_tokens_(max_tokens),
+      tp_(groups.tp.comm != nullptr ? groups.tp : no_tensor_parallel(k)),
+      router_(k, registry, moe, fmt::format("model.layers.{}.mlp.", layer), C_, max_tokens,
+              groups.token_group),
+      dispatcher_(k, C_, moe.num_experts, moe.topk, max_tokens, moe.pad_to_capacity,
+                  group_or_local(groups.ep, k), group_or_local(groups.etp, k)),
+      experts_(k, registry, fmt::format("model.layers.{}.mlp.", layer), C_,
+               moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : model.ffn_size(),
+               dispatcher_.first_expert(), dispatcher_.local_experts(),
+               group_or_local(groups.ep, k).rank(), group_or_local(groups.ep, k).size(),
+               group_or_local(groups.etp, k).rank(), group_or_local(groups.etp, k).size(),
+               output_init_std(model.num_layers)) {
+  const int T = tp_.size();
+  F_sl_ = F_s_ / T;
+  const int64_t N = std::max<int64_t>(max_tokens_, 1), Q = group_or_local(groups.etp, k).size();
+  if (F_s_ > 0) {
+    const std::string p = fmt::format("model.layers.{}.mlp.", layer);
+    const Mlp::Split split = [&](int dim) {
+      return T > 1 ? ShardSpec{.dim = dim, .group = ShardGroup::TP, .index = tp_.rank(), .count = T}
+                   : ShardSpec{};
+    };
+    shared_.emplace(k, registry, p + "shared_expert.", Activation::SwiGlu, C_, F_s_, F_sl_, split,
+                    output_init_std(model.num_layers));
+    shared_gate_ = registry.add(p + "shared_expert_gate.weight", {1, C_}, ParamInit::Normal,
+                                kInitStd, true);
+    if (T > 1) {
+      shared_full_ = k.zeros({N * T, C_});
+      shared_local_ = k.zeros({N, C_});
+    }
+  }
+  k_.reserve(expert_out_, N * topk_ * Q, C_);
+  k_.reserve(d_act_, std::max(N * topk_ * Q, N * T), std::max(experts_.ffn_local(), F_sl_));
+  k_.reserve(d_probs_, N, topk_);
+}
+
+void MoeLayer::bind(const ParamRegistry& registry) const {
+  TESSEL_CHECK(&registry == &registry_ && registry.finalized(),
+               "MoE layer: bind() needs the finalized registry the layer declared into");
+}
+
+std::vector<int> MoeLayer::param_indices() const {
+  std::vector<int> ids = {router_.weight()};
+  for (int p : experts_.param_indices()) ids.push_back(p);
+  if (shared_) {
+    for (int p : shared_->param_indices()) ids.push_back(p);
+    ids.push_back(shared_gate_);
+  }
+  return ids;
+}
+
+void MoeLayer::list_saved(Saved& s, SavedBuffers& buffers) const {
+  const int64_t N = std::max<int64_t>(max_tokens_, 1), N_g = N * tp_.size();
+  router_.list_saved(s.routing, buffers);
+  dispatcher_.list_saved(s.dispatch, buffers);
+  // Balanced, N·k rows reach each ETP rank; dropless routing may bring more.
+  s.experts = experts_.make_saved(N * topk_ * etp_size_);
+  if (shared_) {
+    if (tp_.size() > 1) buffers.add(s.shared_in, {N_g, C_});
+    shared_->list_saved(s.shared, buffers, N_g);
+    buffers.add(s.shared_out, {N, C_});
+    buffers.add(s.shared_scale, {N});
+    buffers.add(s.d_shared_logit, {N});
+  }
+  s.stats.tokens_per_expert.assign(E_, 0.0);
+}
+
+MoeLayer::Saved MoeLayer::make_saved() const {
+  Saved s;
+  SavedBuffers buffers;
+  list_saved(s, buffers);
+  buffers.allocate(k_);
+  return s;
+}
+
+int64_t MoeLayer::Saved::growing_bytes() const {
+  int64_t n = dispatch.combined.bytes();
+  for (const Tensor* t : {&experts.in, &experts.gate, &experts.up, &experts.act, &experts.d_gate,
+                          &experts.d_up, &experts.d_out})
+    n += t->bytes();
+  return n;
+}
+
+int64_t MoeLayer::scratch_bytes() const {
+  int64_t n = dispatcher_.scratch_bytes();
+  for (const Tensor* t : {&expert_out_, &d_act_, &d_probs_, &shared_full_, &shared_local_})
+    n += t->bytes();
+  return n;
+}
+
+RouterTotals MoeLayer::take_router_totals() {
+  RouterTotals t = std::move(totals_);
+  totals_ = {};
+  return t;
+}
+
+// ---- forward ---------------------------------------------------------------------------------
+
+double MoeLayer::forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale) {
+  TESSEL_CHECK(N >= 0 && N <= max_tokens_, "MoE forward: {} rows for a layer sized for {}", N,
+               max_tokens_);
+  s.N = N;
+  const int64_t tokens = router_.forward(s.routing, x, N, grad_scale);
+  s.stats.aux_loss = s.routing.aux_loss;
+  s.stats.z_loss = s.routing.z_loss;
+  dispatcher_.plan(s.dispatch, s.routing.experts.ints(), router_.keep(), N, s.routing.capacity,
+                   s.stats);
+  const int64_t R = s.dispatch.rows_in;
+  dispatcher_.dispatch(s.dispatch, k_.reserve(s.experts.in, R, C_), x, N);
+  float* y = k_.reserve(expert_out_, R, C_);
+  experts_.forward(s.experts, y, s.dispatch.expert_rows, R);
+  dispatcher_.combine(s.dispatch, out, y, s.routing.probs.data(), N);
+  if (shared_) shared_forward(s, out, x);
+  totals_.add({.tokens_per_expert = s.stats.tokens_per_expert, .dropped = s.stats.dropped,
+               .aux_loss = s.stats.aux_loss, .z_loss = s.stats.z_loss, .forwards = 1});
+  return static_cast<double>(tokens) * (s.stats.aux_loss + s.stats.z_loss);
+}
+
+// Megatron's SharedExpertMLP under sequence parallel: out += sigmoid(x · gateᵀ) · MLP(x), the
+// MLP over all TP ranks' rows with this rank's F_s/TP neurons, its partial sums reduce-scattered
+// back to this rank's rows; the gate on this rank's rows. Without TP the same with one rank.
+void MoeLayer::shared_forward(Saved& s, float* out, const float* x) {
+  const int64_t N = s.N, N_g = N * tp_.size();
+  if (N == 0) return;
+  if (tp_.size() > 1) tp_.gather_rows(x, s.shared_in.data(), N_g, C_);
+  shared_->forward(s.shared, s.shared_out.data(), shared_input(s, x), N_g, tp_,
+                   shared_full_.data());
+  float* scale = s.shared_scale.data();
+  k_.linear_forward(scale, x, params_.value(shared_gate_), nullptr, N, C_, 1, WeightLayout::OutIn);
+  k_.sigmoid_gate_forward(out, scale, s.shared_out.data(), N, C_);
+}
+
+// ---- backward --------------------------------------------------------------------------------
+
+void MoeLayer::backward(Saved& s, float* dx, const float* dout, const float* x,
+                        const GradReady& ready) {
+  backward_input(s, dx, dout, x);
+  backward_weight(s, x, ready);
+}
+
+void MoeLayer::backward_input(Saved& s, float* dx, const float* dout, const float* x) {
+  const int64_t N = s.N, R = s.dispatch.rows_in;
+  float* d_probs = k_.reserve(d_probs_, N, topk_);
+  float* d_y = k_.reserve(s.experts.d_out, R, C_);
+  dispatcher_.combine_backward(s.dispatch, d_probs, d_y, dout, s.routing.probs.data(), N);
+  float* d_in = k_.reserve(expert_out_, R, C_);
+  float* d_act = k_.reserve(d_act_, std::max(R, N * tp_.size()), std::max(experts_.ffn_local(), F_sl_));
+  experts_.backward_input(s.experts, d_in, s.dispatch.expert_rows, R, d_act);
+  dispatcher_.dispatch_backward(s.dispatch, dx, d_in, N);
+  if (shared_) shared_backward_input(s, dx, dout, x);
+  router_.backward_input(s.routing, dx, d_probs, x);
+}
+
+// The shared expert's backward, mirroring shared_forward: this rank's rows of d(output) gathered
+// over TP, the column- and row-parallel linears' input gradients reduce-scattered back.
+void MoeLayer::shared_backward_input(Saved& s, float* dx, const float* dout, const float* x) {
+  const int64_t N = s.N, N_g = N * tp_.size();
+  if (N == 0) return;
+  const bool split = tp_.size() > 1;
+  float* d_out = split ? shared_local_.data() : s.shared.d_out.data();  // (N, C)
+  float* d_logit = s.d_shared_logit.data();
+  k_.sigmoid_gate_backward(d_out, d_logit, dout, s.shared_out.data(), s.shared_scale.data(), N, C_);
+  float* d_in = split ? shared_full_.data() : dx;  // (N_g, C): partial sums over TP
+  if (split) k_.zero(d_in, N_g * C_);
+  shared_->backward_input(s.shared, d_in, d_out, shared_input(s, x), N_g, tp_, d_act_.data());
+  if (split) {
+    tp_.reduce_rows(d_in, shared_local_.data(), N_g, C_);
+    k_.residual_forward(dx, dx, shared_local_.data(), N * C_);
+  }
+  k_.linear_backward(dx, nullptr, nullptr, d_logit, x, params_.value(shared_gate_), N, C_, 1,
+                     WeightLayout::OutIn);
+}
+
+void MoeLayer::backward_weight(Saved& s, const float* x, const GradReady& ready) {
+  const int64_t N = s.N;
+  router_.backward_weight(s.routing, x);
+  experts_.backward_weight(s.experts, s.dispatch.expert_rows);
+  if (shared_ && N > 0) {
+    shared_->backward_weight_rows(s.shared.rows(), shared_input(s, x), N * tp_.size());
+    k_.linear_backward(nullptr, params_.grad(shared_gate_), nullptr, s.d_shared_logit.data(), x,
+                       params_.value(shared_gate_), N, C_, 1, WeightLayout::OutIn);
+  }
+  if (ready) {
+    const std::vector<int> ids = param_indices();
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it) ready(*it);
+  }
+}
+
+}  // namespace tessel

@@ -1,0 +1,37 @@
+#include "tessel/model/norm.h"
+
+namespace tessel {
+
+Norm::Norm(const Kernels& k, ParamRegistry& registry, NormKind kind,
+           const std::string& weight_name, const std::string& bias_name, int64_t width, float eps)
+    : k_(k), params_(registry), kind_(kind), width_(width), eps_(eps) {
+  weight_ = registry.add(weight_name, {width}, ParamInit::Ones, 0, false);
+  if (kind == NormKind::LayerNorm) bias_ = registry.add(bias_name, {width}, ParamInit::Zeros, 0, false);
+}
+
+void Norm::list_saved(Saved& s, SavedBuffers& buffers, int64_t rows) const {
+  if (kind_ == NormKind::LayerNorm) buffers.add(s.mean, {rows});
+  buffers.add(s.rstd, {rows});
+}
+
+void Norm::forward(Saved& s, float* out, const float* x, int64_t rows) const {
+  if (kind_ == NormKind::LayerNorm) {
+    k_.layernorm_forward(out, s.mean.data(), s.rstd.data(), x, params_.value(weight_),
+                         params_.value(bias_), rows, width_, eps_);
+  } else {
+    k_.rmsnorm_forward(out, s.rstd.data(), x, params_.value(weight_), rows, width_, eps_);
+  }
+}
+
+void Norm::backward(const Saved& s, float* dx, const float* dout, const float* x,
+                    int64_t rows) const {
+  if (kind_ == NormKind::LayerNorm) {
+    k_.layernorm_backward(dx, params_.grad(weight_), params_.grad(bias_), dout, x,
+                          params_.value(weight_), s.mean.data(), s.rstd.data(), rows, width_);
+  } else {
+    k_.rmsnorm_backward(dx, params_.grad(weight_), dout, x, params_.value(weight_), s.rstd.data(),
+                        rows, width_);
+  }
+}
+
+}  // namespace tessel

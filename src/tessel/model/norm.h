@@ -1,0 +1,44 @@
+// LayerNorm (GPT-2: weight and bias) or RMSNorm (Llama: weight only) over rows of `width`
+// values: the block and final norms on this rank's rows of the residual stream, and Qwen3's
+// QK-norm on each head's D values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessel/model/layer.h"
+
+namespace tessel {
+
+enum class NormKind : uint8_t { LayerNorm, RMSNorm };
+
+class Norm {
+ public:
+  struct Saved {
+    Tensor mean, rstd;  // (rows) each; mean for LayerNorm only
+  };
+
+  // Declares `weight_name` (ones, no weight decay) and, for LayerNorm, `bias_name` (zeros),
+  // replicated on every rank.
+  Norm(const Kernels& k, ParamRegistry& registry, NormKind kind,
+       const std::string& weight_name, const std::string& bias_name, int64_t width, float eps);
+
+  void list_saved(Saved& s, SavedBuffers& buffers, int64_t rows) const;
+  // out (rows, width) = norm(x (rows, width)).
+  void forward(Saved& s, float* out, const float* x, int64_t rows) const;
+  // dx (rows, width) += d(x) from dout; the weight (and bias) gradients accumulate too.
+  void backward(const Saved& s, float* dx, const float* dout, const float* x, int64_t rows) const;
+
+  int weight() const { return weight_; }
+  int bias() const { return bias_; }  // -1 for RMSNorm
+
+ private:
+  const Kernels& k_;
+  ParamView params_;
+  NormKind kind_;
+  int weight_ = -1, bias_ = -1;
+  int64_t width_;
+  float eps_;
+};
+
+}  // namespace tessel

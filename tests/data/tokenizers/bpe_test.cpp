@@ -1,0 +1,187 @@
+// The pieces under the BPE tokenizers: GPT-2's byte alphabet, the merge loops, the pre-tokenizer's
+// Split behaviours and the added-token splitter.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessel/core/error.h"
+#include "tessel/data/tokenizers/added_tokens.h"
+#include "tessel/data/tokenizers/bpe.h"
+#include "tessel/data/tokenizers/byte_level.h"
+#include "tessel/data/tokenizers/pretokenizer.h"
+#include "tokenizer_fixtures.h"
+
+namespace tessel {
+namespace {
+
+TEST(ByteLevel, GptTwoAlphabet) {
+  EXPECT_EQ(byte_level_encode(" "), "\xC4\xA0");  // Ġ
+  EXPECT_EQ(byte_level_encode("\n"), "\xC4\x8A");  // Ċ
+  EXPECT_EQ(byte_level_encode("A~"), "A~");
+  EXPECT_EQ(byte_level_encode("\xAD"), "\xC5\x83");  // soft hyphen: the 68th moved byte, U+0143
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  EXPECT_EQ(byte_level_decode(byte_level_encode(all)), all);
+  EXPECT_EQ(byte_level_decode("<|endoftext|>"), "<|endoftext|>");
+  EXPECT_EQ(byte_level_decode(" "), std::nullopt);              // a raw space is outside the alphabet
+  EXPECT_EQ(byte_level_decode("\xE4\xB8\xAD"), std::nullopt);  // so is 中
+}
+
+// The tiny model of tokenizer_fixtures.h as a BpeModel.
+BpeModel tiny_model(bool ignore_merges) {
+  BpeVocab vocab;
+  for (int b = 0; b < 256; ++b) vocab.set(b, std::string(1, static_cast<char>(b)));
+  std::vector<BpeMerge> merges;
+  TokenIndex index;
+  for (const auto& [a, b] : testing::tiny_merges()) {
+    index.build(vocab);
+    const int32_t id = vocab.size();
+    vocab.set(id, a + b);
+    merges.push_back({*index.find(a), *index.find(b), id, static_cast<int32_t>(merges.size())});
+  }
+  vocab.set(vocab.size(), "xyz");
+  return BpeModel(std::move(vocab), merges, ignore_merges, "tiny");
+}
+
+std::vector<int32_t> encode(const BpeModel& m, std::string_view piece) {
+  std::vector<int32_t> ids;
+  m.encode_piece(piece, ids);
+  return ids;
+}
+
+TEST(BpeModel, LowestRankFirstLeftmostOnTies) {
+  const BpeModel m = tiny_model(false);
+  EXPECT_EQ(encode(m, "the"), (std::vector<int32_t>{'t', 257}));  // "he"; no merge joins t + he
+  EXPECT_EQ(encode(m, " the"), (std::vector<int32_t>{258}));      // " t" (rank 0), "he", then " the"
+  EXPECT_EQ(encode(m, "aaaaa"), (std::vector<int32_t>{259, 259, 'a'}));
+  EXPECT_EQ(encode(m, " in"), (std::vector<int32_t>{261}));
+  EXPECT_EQ(encode(m, "x"), (std::vector<int32_t>{'x'}));
+}
+
+TEST(BpeModel, IgnoreMergesEmitsAWholeTokenOnlyWhenAsked) {
+  // "xyz" is a token that no merge builds: GPT-2's rule spells it out, ignore_merges (tiktoken,
+  // Llama-3) takes it whole.
+  EXPECT_EQ(encode(tiny_model(false), "xyz"), (std::vector<int32_t>{'x', 'y', 'z'}));
+  EXPECT_EQ(encode(tiny_model(true), "xyz"), (std::vector<int32_t>{262}));
+}
+
+TEST(BpeModel, ScanAndHeapMergeAlike) {
+  // Random merges over a four-letter alphabet, random pieces up to the scan's limit.
+  std::mt19937 rng(7);
+  BpeVocab vocab;
+  for (int b = 0; b < 256; ++b) vocab.set(b, std::string(1, static_cast<char>(b)));
+  std::vector<BpeMerge> merges;
+  std::vector<int32_t> pool = {'a', 'b', 'c', 'd'};
+  TokenIndex index;
+  while (merges.size() < 600) {
+    const int32_t a = pool[rng() % pool.size()], b = pool[rng() % pool.size()];
+    const std::string joined = vocab.bytes[a] + vocab.bytes[b];
+    index.build(vocab);
+    if (joined.size() > 12 || index.find(joined)) continue;
+    const int32_t id = vocab.size();
+    vocab.set(id, joined);
+    pool.push_back(id);
+    merges.push_back({a, b, id, static_cast<int32_t>(merges.size())});
+  }
+  const BpeModel m(std::move(vocab), merges, false, "random");
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string piece(2 + rng() % (BpeModel::kHeapThreshold - 1), 'a');
+    for (char& c : piece) c = "abcd"[rng() % 4];
+    std::vector<int32_t> scan, heap;
+    m.merge_by_scan(piece, scan);
+    m.merge_by_heap(piece, heap);
+    ASSERT_EQ(scan, heap) << piece;
+    std::string back;
+    for (int32_t id : heap) back += m.vocab().bytes[id];
+    ASSERT_EQ(back, piece);
+  }
+}
+
+TEST(BpeModel, LongPiecesMergeInLogLinearTime) {
+  // A megabyte without a pre-token boundary: the heap path, not one scan per merge.
+  const BpeModel m = tiny_model(false);
+  const std::string piece(1 << 20, 'a');
+  std::vector<int32_t> ids;
+  m.encode_piece(piece, ids);
+  EXPECT_EQ(ids, std::vector<int32_t>(1 << 19, 259));
+}
+
+TEST(BpeModel, ByteWithoutTokenIsAnError) {
+  BpeVocab vocab;
+  vocab.set(0, "a");
+  const BpeModel m(std::move(vocab), {}, false, "small.json");
+  try {
+    encode(m, "ab");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("small.json: byte 0x62 has no token"), std::string::npos) << e.what();
+  }
+}
+
+std::vector<std::string> pieces(const PreTokenizer& pre, std::string_view text) {
+  std::vector<std::string> out;
+  pre.for_each_piece(text, [&](std::string_view p) { out.emplace_back(p); });
+  return out;
+}
+
+PreTokenizer split_on(const char* pattern, SplitBehavior behavior, bool invert = false) {
+  PreTokenizer pre;
+  pre.rules.push_back({Regex(pattern, "test"), behavior, invert});
+  return pre;
+}
+
+TEST(PreTokenizer, SplitBehavioursAsHuggingFaceDocumentsThem) {
+  using V = std::vector<std::string>;
+  const char* text = "the-final--countdown";
+  EXPECT_EQ(pieces(split_on("-", SplitBehavior::Removed), text), (V{"the", "final", "countdown"}));
+  EXPECT_EQ(pieces(split_on("-", SplitBehavior::Isolated), text), (V{"the", "-", "final", "-", "-", "countdown"}));
+  EXPECT_EQ(pieces(split_on("-", SplitBehavior::MergedWithPrevious), text), (V{"the-", "final-", "-", "countdown"}));
+  EXPECT_EQ(pieces(split_on("-", SplitBehavior::MergedWithNext), text), (V{"the", "-final", "-", "-countdown"}));
+  EXPECT_EQ(pieces(split_on("-", SplitBehavior::Contiguous), text), (V{"the", "-", "final", "--", "countdown"}));
+  // invert: the matches are the pieces, the rest the delimiters.
+  EXPECT_EQ(pieces(split_on("[a-z]+", SplitBehavior::Removed, true), text), (V{"the", "final", "countdown"}));
+  EXPECT_EQ(pieces(split_on("[a-z]+", SplitBehavior::MergedWithPrevious, true), text), (V{"the-", "final--", "countdown"}));
+}
+
+TEST(PreTokenizer, RulesApplyInSequenceAndEmptyMatchesCutNothing) {
+  PreTokenizer pre = split_on(" ", SplitBehavior::MergedWithNext);
+  pre.rules.push_back({Regex("\\p{N}", "test"), SplitBehavior::Isolated, false});
+  EXPECT_EQ(pieces(pre, "ab 12 c3"), (std::vector<std::string>{"ab", " ", "1", "2", " c", "3"}));
+  EXPECT_EQ(pieces(split_on("x*", SplitBehavior::Isolated), "axxb"), (std::vector<std::string>{"a", "xx", "b"}));
+}
+
+TEST(PreTokenizer, WhiteSpaceIsUnicodesWhiteSpace) {
+  // U+0085 (NEL) is white space to Rust's regex and Oniguruma; U+200B (zero width space) is not.
+  const std::vector<std::string> p = pieces(split_on("\\s+", SplitBehavior::Isolated), "a\xC2\x85" "b\xE2\x80\x8B" "c");
+  EXPECT_EQ(p, (std::vector<std::string>{"a", "\xC2\x85", "b\xE2\x80\x8B" "c"}));
+  EXPECT_EQ(white_space_pattern(R"([^\s\p{L}]|\\s|\S)"), R"([^\p{White_Space}\p{L}]|\\s|\P{White_Space})");
+}
+
+TEST(PreTokenizer, NamedPatternsCompileAndUnknownNamesAreListed) {
+  for (const char* name : {"gpt2", "r50k", "p50k", "cl100k", "llama3", "o200k", "qwen2", "v1", "v2"})
+    EXPECT_NO_THROW(Regex(named_pattern(name), name)) << name;
+  EXPECT_THROW(named_pattern("cl200k"), Error);
+  try {
+    Regex("(unclosed", "tokenizer.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json: bad regular expression"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AddedTokens, LongestLeftmostWithStrips) {
+  AddedTokenSplitter splitter({{.content = "<a>", .id = 1},
+                               {.content = "<a><b>", .id = 2},
+                               {.content = "<s>", .id = 3, .lstrip = true, .rstrip = true},
+                               {.content = "tok", .id = 4, .single_word = true}});
+  std::vector<std::string> out;
+  splitter.split("x<a><b>y<a> z <s>  w tok token",
+                 [&](std::string_view t) { out.push_back("'" + std::string(t) + "'"); },
+                 [&](int32_t id) { out.push_back(std::to_string(id)); });
+  EXPECT_EQ(out, (std::vector<std::string>{"'x'", "2", "'y'", "1", "' z'", "3", "'w '", "4", "' token'"}));
+}
+
+}  // namespace
+}  // namespace tessel
