@@ -7,6 +7,7 @@
 //   tessel tokenizer  train a tokenizer; encode, decode or inspect with one
 //   tessel preprocess tokenize a corpus into Megatron's .bin/.idx
 //   tessel data      inspect a .bin/.idx pair, build the GPT datasets' indices
+//   tessel plan      predict a layout's memory and step time, or search the best layout
 #include <omp.h>
 #include <unistd.h>
 
@@ -35,6 +36,7 @@
 #include "demo_command.h"
 #include "layout_command.h"
 #include "preprocess_command.h"
+#include "plan_command.h"
 #include "schedule_command.h"
 #include "tokenizer_command.h"
 #include "tokenizer_flags.h"
@@ -305,6 +307,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   PreprocessCommand preprocess_cmd(app);
   DataCommand data_cmd(app);
   require_whole_numbers(app);
+  PlanCommand plan_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -419,6 +422,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     preprocess_cmd.run();
   } else if (data_cmd.selected()) {
     data_cmd.run();
+  } else if (plan_cmd.selected()) {
+    plan_cmd.run(runtime);
   }
   return 0;
 }

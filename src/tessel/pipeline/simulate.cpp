@@ -34,8 +34,9 @@ bool is_compute(ActionKind kind) {
          kind == ActionKind::BackwardWeight;
 }
 
-double cost_of(ActionKind kind, const SimulationCosts& c) {
-  switch (kind) {
+double cost_of(int rank, const Action& a, const SimulationCosts& c) {
+  if (c.action_cost) return c.action_cost(rank, a);
+  switch (a.kind) {
     case ActionKind::Forward: return c.forward;
     case ActionKind::Backward: return c.backward;
     case ActionKind::BackwardInput: return c.backward_input;
@@ -194,7 +195,7 @@ Simulation simulate(const std::vector<RankSchedule>& lowered, const ScheduleConf
           case ActionKind::RecvForward:
           case ActionKind::RecvBackward: {
             auto it = in_transit.find({r, p2p_tag(a, r, config)});
-            s.clock = std::max(s.clock, it->second.ready);
+            s.clock = std::max(s.clock, it->second.ready) + cost_of(r, a, costs);
             in_transit.erase(it);
             break;
           }
@@ -211,12 +212,13 @@ Simulation simulate(const std::vector<RankSchedule>& lowered, const ScheduleConf
                                       action_label(a, config.virtual_stages), tag, a.peer);
               return sim;
             }
+            s.clock += cost_of(r, a, costs);
             in_transit[{a.peer, tag}] = {r, s.clock + costs.communication};
             break;
           }
           default: {
             const double start = s.clock;
-            s.clock += cost_of(a.kind, costs);
+            s.clock += cost_of(r, a, costs);
             line.compute.push_back({a, start, s.clock});
             if (a.kind == ActionKind::Forward) s.in_flight++;
             if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight) s.in_flight--;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,11 @@ struct SimulationCosts {
   double backward_input = 1;   // I
   double backward_weight = 1;  // W
   double communication = 0;    // from a send until its receive can complete
+  // Optional, for costs that differ by rank and action (the planner: uneven stages, a first
+  // stage's embedding, a last stage's head, links inside or between nodes). When set it gives
+  // the time every action keeps its rank busy — a compute, or a blocking send or receive — and
+  // replaces the constants above, except `communication`, still added to each message's flight.
+  std::function<double(int rank, const Action& action)> action_cost;
 };
 
 struct TimedAction {

@@ -1,0 +1,58 @@
+// `tessel plan`: predicts the memory per rank and the step time of a layout of a model on a
+// cluster, or searches every layout for the fastest that fits (src/tessel/plan/). Takes the model
+// and parallel flags of `tessel train`, a --model preset or --model-config file, --cluster and
+// --num-gpus; --calibrate measures this machine, --published checks the model against the papers.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tessel/comm/mpi.h"
+#include "tessel/plan/estimate.h"
+
+namespace tessel {
+
+class PlanCommand {
+ public:
+  explicit PlanCommand(CLI::App& app);
+  bool selected() const { return static_cast<bool>(*cmd_); }
+  void run(MpiRuntime& runtime);
+
+ private:
+  PlanModel resolve_model() const;
+  PlanRun resolve_run(const PlanModel& model, const Cluster& cluster) const;
+  bool layout_given() const;
+  void evaluate(const PlanModel& model, const Cluster& cluster, const PlanRun& run) const;
+  void search_layouts(const PlanModel& model, const Cluster& cluster, const PlanRun& base) const;
+  void write_svgs(const Estimate& est, const std::string& title) const;
+
+  CLI::App* cmd_;
+  // Model: a preset or file, then each flag given on top, in order.
+  std::string preset_, model_file_, moe_layer_freq_;
+  std::vector<std::function<void(PlanModel&)>> overrides_;
+  // Run.
+  std::string cluster_ = "cpu";
+  int num_gpus_ = 0;
+  ParallelConfig parallel_;
+  int64_t micro_batch_ = 16, global_batch_ = 32;
+  std::string recompute_ = "none", schedule_, pipeline_layout_, attention_;
+  int first_layers_ = -1, last_layers_ = -1, microbatch_group_ = 0, threads_ = 1;
+  double moe_load_factor_ = 1.0;
+  bool bf16_ = false, fp16_ = false, overlap_grad_reduce_ = false, no_async_tp_ = false;
+  std::vector<CLI::Option*> layout_opts_;  // --tp --pp --cp --ep: any of them given, one layout is evaluated
+  CLI::Option* etp_opt_ = nullptr;        // --etp and --vpp alone fix that size in the search
+  CLI::Option* vpp_opt_ = nullptr;
+  CLI::Option *mb_opt_ = nullptr, *recompute_opt_ = nullptr, *dist_opt_ = nullptr, *num_gpus_opt_ = nullptr;
+  // Output.
+  bool json_ = false, explain_ = false, all_rejected_ = false;
+  int top_ = 10;
+  std::string svg_memory_, svg_time_;
+  // Other modes.
+  bool calibrate_ = false, calibrate_comm_ = false, published_ = false;
+  std::string calibrate_out_;
+};
+
+}  // namespace tessel

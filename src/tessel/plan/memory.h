@@ -1,0 +1,42 @@
+// The memory model (planner-internal): parameters, gradients and optimizer state per rank, and
+// the activations one microbatch leaves on one model chunk — Megatron-LM's layout as Korthikanti
+// et al. 2022 count it (§4, Table 2, generalised to grouped-query attention, SwiGLU, MoE and
+// flash attention) on GPU clusters, tessel's own saved-activation layout (model/transformer,
+// model/moe) on CPU ranks. How many microbatches are in flight comes from the generated
+// schedule itself (estimate.cpp walks it).
+#pragma once
+
+#include <vector>
+
+#include "tessel/plan/shape.h"
+
+namespace tessel {
+
+// What one microbatch keeps on one model chunk until its backward, summed, with every item.
+struct ChunkMemory {
+  double saved = 0;      // bytes kept from forward to backward
+  double slot = 0;       // per in-flight microbatch besides (tessel: the executor's slot buffers)
+  double transient = 0;  // alive only while the chunk runs (recomputed layers, logits)
+  std::vector<Term> terms;
+};
+ChunkMemory chunk_activations(const RunShape& shape, const ChunkSpec& chunk);
+
+// Buffers a rank keeps for all microbatches (tessel: each chunk's scratch, MoE and CP workspaces).
+std::vector<Term> rank_buffers(const RunShape& shape, int stage);
+
+// Parameters on one rank of `stage`, all and the routed experts' among them.
+struct StageParams {
+  int64_t dense = 0, experts = 0;
+};
+StageParams stage_params(const RunShape& shape, int stage);
+
+// Weights, gradients and optimizer state of one rank: the three terms.
+std::vector<Term> state_terms(const RunShape& shape, const StageParams& params);
+
+// tessel's CPU layout; Megatron's is in memory.cpp.
+ChunkMemory tessel_chunk_activations(const RunShape& shape, const ChunkSpec& chunk);
+std::vector<Term> tessel_rank_buffers(const RunShape& shape, int stage);
+
+std::string bytes_str(double bytes);  // "1.23 GiB", "45.6 MiB", "789 B"
+
+}  // namespace tessel

@@ -1,0 +1,104 @@
+// The model as the planner sees it: tessel's ModelConfig (the sizes `tessel train` takes, with
+// the same flag and JSON names) plus what only the planner models — Megatron-LM features tessel
+// does not train yet (a head dimension apart from hidden / heads, multi-latent attention, dropout
+// masks) — and the counts every estimate is built on: parameters per layer and how they split
+// over TP, EP and ETP, and matrix-multiply FLOPs per token.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/model/config.h"
+
+namespace tessel {
+
+// Megatron's --multi-latent-attention (DeepSeek-V2/V3): queries and keys/values pass through
+// low-rank latents; each head's query/key has qk_head_dim + qk_pos_emb_head_dim dimensions (the
+// second part carries RoPE), its value v_head_dim.
+struct MlaConfig {
+  int q_lora_rank = 0;          // --q-lora-rank (0: queries projected directly)
+  int kv_lora_rank = 0;         // --kv-lora-rank
+  int qk_head_dim = 0;          // --qk-head-dim
+  int qk_pos_emb_head_dim = 0;  // --qk-pos-emb-head-dim
+  int v_head_dim = 0;           // --v-head-dim
+};
+
+struct PlanModel {
+  std::string name;  // the preset or file it came from
+  ModelConfig cfg;
+  int kv_channels = 0;             // --kv-channels: the head dimension (0: hidden / heads)
+  double hidden_dropout = 0;       // --hidden-dropout: > 0 keeps a 1-byte mask per residual element
+  double attention_dropout = 0;    // --attention-dropout: > 0 keeps a mask per attention score
+  bool multi_latent_attention = false;  // --multi-latent-attention
+  MlaConfig mla;
+
+  int head_dim() const { return kv_channels > 0 ? kv_channels : cfg.head_dim(); }
+  int64_t q_width() const;   // every head's query (and key, MLA) width: heads × dims
+  int64_t kv_width() const;  // the key/value heads' width: groups × head dim (MLA: heads × dims)
+  int64_t v_width() const;   // the values' width, the attention output: heads × value dims
+  int ffn() const { return cfg.ffn_size(); }
+  int expert_ffn() const { return cfg.moe.ffn_hidden_size > 0 ? cfg.moe.ffn_hidden_size : cfg.ffn_size(); }
+  bool swiglu() const { return cfg.arch == Arch::Llama; }
+  bool is_moe_layer(int layer) const { return cfg.moe.is_moe_layer(layer); }
+
+  // Every rule the description breaks (the ModelConfig's and the planner's own), one message each.
+  std::vector<std::string> violations() const;
+};
+
+// One layer's parameters by how they split: `tp` is divided over tensor parallelism (its
+// column- and row-parallel weights and their split biases), `replicated` is whole on every TP
+// rank (norms, row-parallel biases, MLA's down projections, the router), `experts` is all
+// routed experts together, divided over EP and ETP.
+struct ParamSplit {
+  int64_t tp = 0;
+  int64_t replicated = 0;
+  int64_t experts = 0;
+  int64_t total() const { return tp + replicated + experts; }
+  ParamSplit& operator+=(const ParamSplit& o) {
+    tp += o.tp, replicated += o.replicated, experts += o.experts;
+    return *this;
+  }
+};
+
+ParamSplit layer_params(const PlanModel& m, int layer);
+// The token embedding (and GPT-2's learned positions) / the final norm and untied LM head; the
+// vocabulary padded for `tp` as Megatron pads it.
+ParamSplit embedding_params(const PlanModel& m, int tp);
+ParamSplit head_params(const PlanModel& m, int tp);
+int64_t total_params(const PlanModel& m);   // the whole model (unpadded vocabulary)
+int64_t active_params(const PlanModel& m);  // per token: top-k of the routed experts
+
+// Matrix-multiply FLOPs of one token's forward pass through one layer, split as the time model
+// needs them. Attention is counted over the whole sequence (`context` keys, the causal mask not
+// discounted: Korthikanti et al.'s and Narayanan et al.'s convention).
+struct LayerFlops {
+  double dense = 0;      // projections and the dense MLP (or the shared expert), split over TP
+  double attention = 0;  // Q·Kᵀ and scores·V, split over TP (and CP's sequence)
+  double replicated = 0;  // whole on every TP rank: the MoE router, MLA's down projections
+  double experts = 0;     // the top-k routed experts' MLPs, split over ETP
+  double total() const { return dense + attention + replicated + experts; }
+};
+LayerFlops layer_flops(const PlanModel& m, int layer, int64_t context);
+double head_flops_per_token(const PlanModel& m);  // the LM head's logits, 2·h·V
+
+// Model FLOPs of one iteration (forward + backward = 3 × forward, no recomputation): the FLOP
+// convention of every MFU and TFLOP/s figure the planner prints.
+double model_flops_per_iteration(const PlanModel& m, int64_t global_batch);
+
+// The model from a file: tessel's JSON (keys are the flag names with '_', as `tessel train
+// --model-config`, plus the MoE and planner keys) or a Hugging Face config.json (told apart by
+// its "model_type"; gpt2, llama, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v3).
+PlanModel load_plan_model(const std::string& path);
+void plan_model_from_json(const nlohmann::json& j, PlanModel& m, const std::string& source);
+nlohmann::json plan_model_to_json(const PlanModel& m);
+
+// Presets: gpt3-175b, the PTD-P paper's ptdp-1.7b … ptdp-1t, Korthikanti et al.'s ka-22b …
+// ka-1t, llama3-8b/70b/405b, mixtral-8x7b, qwen3-moe-60l (the seed's 60-layer, 512-expert
+// model), deepseek-v3. Throws a ConfigError naming the known ones for any other name.
+PlanModel model_preset(const std::string& name);
+std::vector<std::string> model_preset_names();
+
+}  // namespace tessel

@@ -1,0 +1,181 @@
+// Model files for the planner: tessel's own JSON (the flag names with '_') and Hugging Face
+// config.json files, read for their sizes only (the planner needs no weights, so it reads more
+// model types than the importer in ckpt/hf.h can load).
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tessel/core/error.h"
+#include "tessel/model/config.h"
+#include "tessel/plan/model.h"
+
+namespace tessel {
+
+namespace {
+
+using nlohmann::json;
+
+// The planner's keys beyond tessel's model file: MoE settings (the flags of `tessel train`) and
+// what only the planner models.
+bool planner_key(PlanModel& m, const std::string& key, const json& value, std::string& moe_layer_freq) {
+  MoeConfig& e = m.cfg.moe;
+  if (key == "name") m.name = value.get<std::string>();
+  else if (key == "num_experts") e.num_experts = value.get<int>();
+  else if (key == "moe_router_topk") e.topk = value.get<int>();
+  else if (key == "moe_ffn_hidden_size") e.ffn_hidden_size = value.get<int>();
+  else if (key == "moe_shared_expert_intermediate_size") e.shared_expert_size = value.get<int>();
+  else if (key == "moe_router_score_function") e.score_sigmoid = value.get<std::string>() == "sigmoid";
+  else if (key == "moe_router_pre_softmax") e.pre_softmax = value.get<bool>();
+  else if (key == "moe_layer_freq") moe_layer_freq = value.is_string() ? value.get<std::string>() : value.dump();
+  else if (key == "kv_channels") m.kv_channels = value.get<int>();
+  else if (key == "hidden_dropout") m.hidden_dropout = value.get<double>();
+  else if (key == "attention_dropout") m.attention_dropout = value.get<double>();
+  else if (key == "multi_latent_attention") m.multi_latent_attention = value.get<bool>();
+  else if (key == "q_lora_rank") m.mla.q_lora_rank = value.get<int>();
+  else if (key == "kv_lora_rank") m.mla.kv_lora_rank = value.get<int>();
+  else if (key == "qk_head_dim") m.mla.qk_head_dim = value.get<int>();
+  else if (key == "qk_pos_emb_head_dim") m.mla.qk_pos_emb_head_dim = value.get<int>();
+  else if (key == "v_head_dim") m.mla.v_head_dim = value.get<int>();
+  else if (key == "make_vocab_size_divisible_by") m.cfg.make_vocab_size_divisible_by = value.get<int>();
+  else return false;
+  return true;
+}
+
+template <typename T>
+T get_or(const json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? fallback : it->get<T>();
+}
+
+template <typename T>
+T need(const json& j, const char* key, const std::string& source) {
+  auto it = j.find(key);
+  TESSEL_CHECK(it != j.end() && !it->is_null(), "{}: no \"{}\"", source, key);
+  return it->get<T>();
+}
+
+// Hugging Face's config.json of a decoder: GPT-2's keys, or the Llama family's (Llama, Qwen2/3,
+// their MoE variants, Mixtral, DeepSeek-V3 with multi-latent attention).
+PlanModel model_from_hf(const json& j, const std::string& source) {
+  PlanModel m;
+  ModelConfig& c = m.cfg;
+  const std::string type = need<std::string>(j, "model_type", source);
+  m.name = type;
+  if (type == "gpt2") {
+    c.arch = Arch::GPT2;
+    c.hidden_size = need<int>(j, "n_embd", source);
+    c.num_layers = need<int>(j, "n_layer", source);
+    c.num_attention_heads = need<int>(j, "n_head", source);
+    c.ffn_hidden_size = get_or(j, "n_inner", 0);
+    c.vocab_size = need<int>(j, "vocab_size", source);
+    c.max_position_embeddings = need<int>(j, "n_positions", source);
+    c.seq_length = c.max_position_embeddings;
+    m.hidden_dropout = get_or(j, "resid_pdrop", 0.0);
+    m.attention_dropout = get_or(j, "attn_pdrop", 0.0);
+    return m;
+  }
+  static const char* const kLlamaFamily[] = {"llama",      "qwen2",   "qwen3", "qwen2_moe",
+                                             "qwen3_moe",  "mixtral", "mistral", "deepseek_v3"};
+  bool known = false;
+  for (const char* t : kLlamaFamily) known = known || type == t;
+  TESSEL_CHECK(known, "{}: model_type '{}' is not known to the planner (gpt2, llama, qwen2, qwen3, "
+               "qwen2_moe, qwen3_moe, mistral, mixtral, deepseek_v3)", source, type);
+  c.arch = Arch::Llama;
+  c.hidden_size = need<int>(j, "hidden_size", source);
+  c.num_layers = need<int>(j, "num_hidden_layers", source);
+  c.num_attention_heads = need<int>(j, "num_attention_heads", source);
+  c.num_query_groups = get_or(j, "num_key_value_heads", c.num_attention_heads);
+  c.ffn_hidden_size = need<int>(j, "intermediate_size", source);
+  c.vocab_size = need<int>(j, "vocab_size", source);
+  c.max_position_embeddings = need<int>(j, "max_position_embeddings", source);
+  c.seq_length = c.max_position_embeddings;
+  c.add_qkv_bias = type.rfind("qwen2", 0) == 0 || get_or(j, "attention_bias", false);
+  c.qk_layernorm = type.rfind("qwen3", 0) == 0;
+  const int head_dim = get_or(j, "head_dim", 0);
+  if (head_dim > 0 && head_dim * c.num_attention_heads != c.hidden_size) m.kv_channels = head_dim;
+  if (type == "deepseek_v3") {
+    m.multi_latent_attention = true;
+    m.mla = {get_or(j, "q_lora_rank", 0), need<int>(j, "kv_lora_rank", source),
+             need<int>(j, "qk_nope_head_dim", source), get_or(j, "qk_rope_head_dim", 0),
+             need<int>(j, "v_head_dim", source)};
+  }
+  MoeConfig& e = c.moe;
+  e.num_experts = get_or(j, "num_experts", get_or(j, "num_local_experts", get_or(j, "n_routed_experts", 0)));
+  if (e.num_experts == 0) return m;
+  e.topk = need<int>(j, "num_experts_per_tok", source);
+  e.ffn_hidden_size = get_or(j, "moe_intermediate_size", c.ffn_hidden_size);
+  e.shared_expert_size = get_or(j, "shared_expert_intermediate_size",
+                                get_or(j, "n_shared_experts", 0) * e.ffn_hidden_size);
+  e.score_sigmoid = get_or<std::string>(j, "scoring_func", "softmax") == "sigmoid";
+  e.layer_pattern.assign(c.num_layers, 1);
+  for (int l = 0; l < std::min(get_or(j, "first_k_dense_replace", 0), c.num_layers); ++l) e.layer_pattern[l] = 0;
+  for (int l : get_or(j, "mlp_only_layers", std::vector<int>{}))
+    if (l >= 0 && l < c.num_layers) e.layer_pattern[l] = 0;
+  return m;
+}
+
+}  // namespace
+
+void plan_model_from_json(const json& j, PlanModel& m, const std::string& source) {
+  TESSEL_CHECK(j.is_object(), "{}: expected a JSON object", source);
+  std::string moe_layer_freq;
+  json sizes = json::object();
+  try {
+    for (auto& [key, value] : j.items())
+      if (!planner_key(m, key, value, moe_layer_freq)) sizes[key] = value;
+  } catch (const json::exception& e) {
+    fail("{}: {}", source, e.what());
+  }
+  model_config_from_json(sizes, m.cfg, source);
+  if (!moe_layer_freq.empty()) m.cfg.moe.layer_pattern = parse_moe_layer_freq(moe_layer_freq, m.cfg.num_layers);
+}
+
+PlanModel load_plan_model(const std::string& path) {
+  std::ifstream in(path);
+  TESSEL_CHECK(in.good(), "{}: cannot open model file", path);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON ({})", path, e.what());
+  }
+  PlanModel m;
+  try {
+    if (j.is_object() && j.contains("model_type")) m = model_from_hf(j, path);
+    else plan_model_from_json(j, m, path);
+  } catch (const json::exception& e) {
+    fail("{}: {}", path, e.what());
+  }
+  if (m.name.empty() || m.name == j.value("model_type", "")) m.name = path;
+  return m;
+}
+
+json plan_model_to_json(const PlanModel& m) {
+  json j = model_config_to_json(m.cfg);
+  j["name"] = m.name;
+  j["make_vocab_size_divisible_by"] = m.cfg.make_vocab_size_divisible_by;
+  if (m.kv_channels > 0) j["kv_channels"] = m.kv_channels;
+  if (m.hidden_dropout > 0) j["hidden_dropout"] = m.hidden_dropout;
+  if (m.attention_dropout > 0) j["attention_dropout"] = m.attention_dropout;
+  if (m.multi_latent_attention) {
+    j["multi_latent_attention"] = true;
+    j["q_lora_rank"] = m.mla.q_lora_rank;
+    j["kv_lora_rank"] = m.mla.kv_lora_rank;
+    j["qk_head_dim"] = m.mla.qk_head_dim;
+    j["qk_pos_emb_head_dim"] = m.mla.qk_pos_emb_head_dim;
+    j["v_head_dim"] = m.mla.v_head_dim;
+  }
+  const MoeConfig& e = m.cfg.moe;
+  if (e.num_experts > 0) {
+    j["num_experts"] = e.num_experts;
+    j["moe_router_topk"] = e.topk;
+    j["moe_ffn_hidden_size"] = m.expert_ffn();
+    j["moe_shared_expert_intermediate_size"] = e.shared_expert_size;
+    j["moe_router_score_function"] = e.score_sigmoid ? "sigmoid" : "softmax";
+    if (!e.layer_pattern.empty()) j["moe_layer_freq"] = e.layer_pattern;
+  }
+  return j;
+}
+
+}  // namespace tessel

@@ -1,0 +1,190 @@
+#include "tessel/plan/search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "tessel/plan/memory.h"
+#include "tessel/plan/time.h"
+
+namespace tessel {
+
+std::string lighter_ends_layout(int layers, int chunks, int first_share) {
+  if (chunks < 2 || layers % chunks == 0 || layers < chunks) return "";
+  const int base = (layers + chunks - 1) / chunks;
+  std::vector<int> n(chunks, base);
+  int deficit = base * chunks - layers;
+  // The first and last chunks give up the missing layers (the first `first_share` of them, by
+  // default half; each keeps at least one); what they cannot give comes from the next chunks in.
+  for (int k = 0; deficit > 0 && k < chunks / 2; ++k) {
+    const int want_first = k == 0 && first_share >= 0 ? std::min(first_share, deficit) : deficit / 2;
+    const int first = std::min(base - 1, want_first), last = std::min(base - 1, deficit - first);
+    n[k] -= first;
+    n[chunks - 1 - k] -= last;
+    deficit -= first + last;
+  }
+  if (deficit > 0) return "";
+  std::string s;
+  for (int k = 0; k < chunks; ++k) {
+    if (k > 0) s += "|";
+    if (k == 0) s += "E";
+    s += fmt::format("t*{}", n[k]);
+    if (k == chunks - 1) s += "L";
+  }
+  return s;
+}
+
+namespace {
+
+std::vector<int> powers_of_two_up_to(int limit) {
+  std::vector<int> v;
+  for (int x = 1; x <= limit; x *= 2) v.push_back(x);
+  return v;
+}
+
+template <typename T>
+std::vector<T> fixed_or(const std::optional<T>& fixed, std::vector<T> values) {
+  return fixed ? std::vector<T>{*fixed} : values;
+}
+
+// The busiest stage's work: no schedule runs faster than its busiest rank.
+double lower_bound_seconds(const PlanModel& model, const PlanRun& run, const Cluster& cluster) {
+  const RunShape x(model, run, cluster);
+  double busiest = 0;
+  for (int r = 0; r < x.pp; ++r) {
+    double busy = 0;
+    for (const ChunkSpec& c : x.stage_chunks(r)) {
+      const ChunkCost k = chunk_cost(x, c);
+      busy += x.microbatches * (k.forward.total() + k.backward.total());
+    }
+    busiest = std::max(busiest, busy);
+  }
+  return busiest;
+}
+
+// PP, VPP and the layers per model chunk: an even split, or when the layers do not divide, every
+// way of taking the missing layers from the first and last chunks.
+struct Split {
+  int pp, vpp;
+  std::string layout;
+};
+
+std::vector<Split> pipeline_splits(int L, int world, const SearchSpace& space) {
+  std::vector<Split> splits;
+  for (int pp = 1; pp <= std::min(L, world); ++pp) {
+    if (world % pp != 0 || (space.pp && pp != *space.pp)) continue;
+    std::vector<int> vpps = {1};
+    if (pp > 1)
+      for (int v : {2, 3, 4, 6, 8})
+        if (pp * v <= L) vpps.push_back(v);
+    for (int vpp : fixed_or(space.vpp, vpps)) {
+      const int chunks = pp * vpp;
+      if (L % chunks == 0) {
+        splits.push_back({pp, vpp, ""});
+        continue;
+      }
+      std::vector<std::string> seen;
+      for (int share = 0; share <= (L + chunks - 1) / chunks * chunks - L; ++share) {
+        std::string s = lighter_ends_layout(L, chunks, share);
+        if (s.empty() || std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
+        seen.push_back(s);
+        splits.push_back({pp, vpp, s});
+      }
+    }
+  }
+  return splits;
+}
+
+struct Candidate {
+  PlanRun run;
+  double bound = 0;
+};
+
+}  // namespace
+
+SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpace& space, const Cluster& cluster,
+                    const TrainRules& rules) {
+  SearchResult result;
+  const int world = base.parallel.world, L = model.cfg.num_layers;
+  const int E = model.cfg.moe.num_experts;
+  const double limit = memory_limit_gib(base, cluster);
+  std::vector<Candidate> fitting;
+  auto consider = [&](PlanRun run) {
+    result.considered++;
+    std::vector<std::string> v = run_violations(model, run, cluster, rules);
+    if (v.empty()) {
+      Estimate memory_only;
+      memory_only.stages = estimate_memory(model, run, cluster);
+      memory_only.memory_limit_gib = limit;
+      if (!memory_only.fits()) {
+        for (const StageMemory& s : memory_only.stages)
+          if (s.total() / (1024.0 * 1024 * 1024) > limit) {
+            v.push_back(fmt::format("memory: stage {} needs {} > {:.1f} GiB", s.stage, bytes_str(s.total()), limit));
+            break;
+          }
+      }
+    }
+    if (!v.empty()) {
+      result.rejected.push_back({run, std::move(v)});
+      return false;
+    }
+    fitting.push_back({run, lower_bound_seconds(model, run, cluster)});
+    return true;
+  };
+
+  const std::vector<Recompute> recomputes =
+      cluster.cpu() ? std::vector<Recompute>{Recompute::None}
+                    : fixed_or(space.recompute, {Recompute::None, Recompute::Selective, Recompute::Full});
+  const int max_tp = std::min(world, 2 * cluster.devices_per_node);
+  const std::vector<Split> splits = pipeline_splits(L, world, space);
+  for (int tp : fixed_or(space.tp, powers_of_two_up_to(max_tp)))
+    for (int cp : fixed_or(space.cp, powers_of_two_up_to(8)))
+      for (const Split& split : splits) {
+        if (world % (tp * cp * split.pp) != 0) continue;
+        std::vector<int> eps = {1};
+        if (E > 0) {
+          eps.clear();
+          for (int ep = 1; ep <= std::min(E, world / split.pp); ++ep)
+            if (E % ep == 0 && world % (ep * split.pp) == 0) eps.push_back(ep);
+        }
+        for (int ep : fixed_or(space.ep, eps))
+          for (int etp : fixed_or(space.etp, E > 0 && tp > 1 ? std::vector<int>{1, tp} : std::vector<int>{tp})) {
+            PlanRun run = base;
+            ParallelConfig& p = run.parallel;
+            p.tp = tp, p.cp = cp, p.pp = split.pp, p.vpp = split.vpp, p.ep = ep, p.etp = etp;
+            p.sequence_parallel = tp > 1;
+            run.pipeline_layout = split.layout;
+            const int dp = world / (tp * cp * split.pp);
+            std::vector<int64_t> mbs;
+            for (int64_t mb = 1; mb <= std::max<int64_t>(1, base.global_batch / dp); mb *= 2) mbs.push_back(mb);
+            std::vector<bool> distributed = {false};
+            if (dp * cp > 1 || (E > 0 && world / (etp * ep * split.pp) > 1)) distributed.push_back(true);
+            for (int64_t mb : fixed_or(space.micro_batch, mbs))
+              for (bool dist : fixed_or(space.distributed_optimizer, distributed)) {
+                run.micro_batch = mb;
+                run.parallel.distributed_optimizer = dist;
+                for (Recompute rc : recomputes) {
+                  run.recompute = rc;
+                  // Recomputing only trades time for memory: once a cheaper choice fits, stop.
+                  if (consider(run) && !space.recompute) break;
+                }
+              }
+          }
+      }
+
+  result.valid = static_cast<int>(fitting.size());
+  std::sort(fitting.begin(), fitting.end(), [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
+  for (const Candidate& c : fitting) {
+    if (static_cast<int>(result.ranked.size()) >= space.top && c.bound >= result.ranked.back().time.step) break;
+    Estimate est = estimate(model, c.run, cluster);
+    result.simulated++;
+    result.ranked.push_back(std::move(est));
+    std::sort(result.ranked.begin(), result.ranked.end(),
+              [](const Estimate& a, const Estimate& b) { return a.time.step < b.time.step; });
+    if (static_cast<int>(result.ranked.size()) > space.top) result.ranked.pop_back();
+  }
+  return result;
+}
+
+}  // namespace tessel

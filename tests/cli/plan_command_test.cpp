@@ -1,0 +1,71 @@
+// `tessel plan` as a user runs it: bad input gets one clear message and a non-zero exit, the
+// JSON carries the promised figures, --explain prints formulas, the SVGs are written.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "support/run_command.h"
+
+namespace tessel {
+namespace {
+
+using testing::run_tessel;
+
+void expect_error(const std::string& args, const std::string& message) {
+  const testing::CommandResult r = run_tessel("plan " + args);
+  EXPECT_NE(r.exit_code, 0) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+  EXPECT_EQ(r.output.find("Segmentation"), std::string::npos);
+}
+
+TEST(PlanCli, BadInputIsRefusedClearly) {
+  expect_error("--num-gpus 0", "--num-gpus must be positive");
+  expect_error("--num-gpus -4 --tp 1", "--num-gpus must be positive");
+  expect_error("--model llama3-8b --cluster h100 --num-gpus 12", "not a whole number of 8-GPU nodes");
+  expect_error("--model gpt-5", "unknown --model preset 'gpt-5'");
+  expect_error("--cluster tpu-v9", "unknown --cluster 'tpu-v9'");
+  expect_error("--hidden-size -5 --tp 1", "--hidden-size must be positive");
+  expect_error("--model llama3-8b --cluster h100 --num-gpus 8 --tp 3", "not divisible");
+  expect_error("--model llama3-405b --cluster a100-80gb --num-gpus 8 --global-batch-size 8", "no layout of llama3-405b fits");
+  expect_error("--model-config /nonexistent.json", "/nonexistent.json: cannot open");
+}
+
+TEST(PlanCli, JsonCarriesTheFigures) {
+  const testing::CommandResult r = run_tessel(
+      "plan --model gpt3-175b --cluster a100-80gb --num-gpus 64 --tp 8 --pp 8 --vpp 3 --sequence-parallel "
+      "--recompute-granularity selective --micro-batch-size 1 --global-batch-size 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_NE(j["flop_convention"].get<std::string>().find("72"), std::string::npos);
+  const nlohmann::json& l = j["layouts"][0];
+  for (const char* kind : {"first", "middle", "last"}) EXPECT_GT(l["memory_gib"][kind].get<double>(), 10);
+  EXPECT_EQ(l["memory_gib"]["per_stage"].size(), 8u);
+  for (const char* key : {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu"}) EXPECT_GT(l[key].get<double>(), 0) << key;
+  EXPECT_LT(l["mfu"].get<double>(), 1);
+}
+
+TEST(PlanCli, SearchExplainAndDrawings) {
+  const std::string dir = ::testing::TempDir();
+  const testing::CommandResult search = run_tessel(
+      "plan --model llama3-8b --cluster h100 --num-gpus 16 --global-batch-size 64 --top 3 "
+      "--svg-memory " + dir + "mem.svg --svg-time " + dir + "time.svg");
+  ASSERT_EQ(search.exit_code, 0) << search.output;
+  EXPECT_NE(search.output.find("tok/s/GPU"), std::string::npos) << search.output;
+  EXPECT_NE(search.output.find("rejected layouts"), std::string::npos) << search.output;
+  for (const char* file : {"mem.svg", "time.svg"}) {
+    std::ifstream in(dir + file);
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_EQ(text.str().rfind("<svg", 0), 0u) << file;
+  }
+  const testing::CommandResult explain = run_tessel("plan --model llama3-8b --cluster h100 --num-gpus 8 --tp 2 "
+                                                    "--micro-batch-size 1 --global-batch-size 32 --explain");
+  ASSERT_EQ(explain.exit_code, 0) << explain.output;
+  for (const char* formula : {"weights = params × 2 B", "Q, K, V", "e·(q + 2·kv)/t", "MFU = model FLOPs / (step · GPUs · peak)"})
+    EXPECT_NE(explain.output.find(formula), std::string::npos) << formula << "\n" << explain.output;
+}
+
+}  // namespace
+}  // namespace tessel

@@ -1,0 +1,106 @@
+// The planner's memory model: Megatron's activations per layer are Korthikanti et al.'s Table 2,
+// the microbatches in flight come from the generated schedules (and agree with the simulator),
+// the optimizer state follows Megatron's bytes per parameter, uneven stages hold their layers.
+#include <gtest/gtest.h>
+
+#include "tessel/pipeline/simulate.h"
+#include "tessel/plan/estimate.h"
+#include "tessel/plan/search.h"
+#include "tessel/train/planned_run.h"
+
+namespace tessel {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+PlanRun gpu_run(int tp, int pp, int vpp, int gpus, int64_t batch, int64_t micro, Recompute rc, bool sp) {
+  PlanRun r;
+  r.parallel.world = gpus, r.parallel.tp = tp, r.parallel.pp = pp, r.parallel.vpp = vpp;
+  r.parallel.sequence_parallel = sp;
+  r.global_batch = batch, r.micro_batch = micro, r.recompute = rc;
+  r.precision = Precision::FP16;
+  r.attention = AttentionBackend::Unfused;
+  return r;
+}
+
+// On a single stage (p = 1) one microbatch is in flight: activations = Table 2 × L + §4.3.
+TEST(PlanMemory, ActivationsAreKorthikantisTable2) {
+  const Cluster a100 = cluster_preset("a100-80gb");
+  const PlanModel m = model_preset("korthikanti-22b");
+  const double s = 2048, b = 4, h = 6144, a = 64, L = 48, t = 8, V = 51200, sbh = s * b * h;
+  struct Case {
+    bool sp;
+    Recompute rc;
+    double per_layer;
+  } cases[] = {{false, Recompute::None, sbh * (10 + 24 / t + 5 * a * s / (h * t))},
+               {true, Recompute::None, sbh / t * (34 + 5 * a * s / h)},
+               {false, Recompute::Selective, sbh * (10 + 24 / t)},
+               {true, Recompute::Selective, sbh * 34 / t}};
+  for (const Case& c : cases) {
+    const PlanRun r = gpu_run(8, 1, 1, 8, 4, 4, c.rc, c.sp);
+    ASSERT_TRUE(run_violations(m, r, a100, planned_run_violations).empty());
+    const double rows = c.sp ? 1 / t : 1;
+    const double extras = sbh * rows + 4 * sbh * rows + 4 * s * b * V / t;  // embedding mask; norm, head inputs, logits
+    EXPECT_NEAR(estimate_memory(m, r, a100)[0].activations / (c.per_layer * L + extras), 1.0, 1e-9);
+  }
+}
+
+// In flight: 1F1B keeps p − r microbatches on stage r; the interleaved schedule 1 + (p − 1)/(p·v)
+// of the layers' worth on stage 0 (Korthikanti §4.2.3); both as the simulator counts them.
+TEST(PlanMemory, InFlightMicrobatchesComeFromTheSchedule) {
+  const Cluster a100 = cluster_preset("a100-80gb");
+  const PlanModel m = model_preset("gpt3-175b");
+  const PlanRun plain = gpu_run(8, 8, 1, 64, 64, 1, Recompute::Selective, true);
+  const std::vector<StageMemory> stages = estimate_memory(m, plain, a100);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(stages[r].peak_in_flight, 8 - r);
+  const PlanRun interleaved = gpu_run(8, 8, 3, 64, 64, 1, Recompute::Selective, true);
+  const std::vector<StageMemory> v3 = estimate_memory(m, interleaved, a100);
+  const Simulation sim = simulate(lower(generate_schedule(interleaved.schedule_config()), interleaved.schedule_config()),
+                                  interleaved.schedule_config());
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(v3[r].peak_in_flight, sim.ranks[r].peak_in_flight);
+  EXPECT_EQ(v3[0].peak_in_flight, 31);  // 96 layers × (1 + 7/24) = 124 layers = 31 chunks of 4
+}
+
+// Megatron's bytes per parameter: bf16 18 (6 + 12/d distributed), fp16 20 (4 + 16/d).
+TEST(PlanMemory, StateBytesFollowMegatronsTable) {
+  const Cluster h100 = cluster_preset("h100");
+  const PlanModel m = model_preset("llama3-8b");
+  PlanRun r;
+  r.parallel.world = 8, r.parallel.tp = 1;
+  r.global_batch = 64, r.micro_batch = 1;
+  r.precision = Precision::BF16;
+  const StageMemory plain = estimate_memory(m, r, h100)[0];
+  EXPECT_NEAR((plain.weights + plain.grads + plain.optimizer) / plain.params, 18.0, 1e-9);
+  r.parallel.distributed_optimizer = true;
+  const StageMemory dist = estimate_memory(m, r, h100)[0];
+  EXPECT_NEAR((dist.weights + dist.grads + dist.optimizer) / dist.params, 6.0 + 12.0 / 8, 1e-9);
+  r.precision = Precision::FP16;
+  const StageMemory fp16 = estimate_memory(m, r, h100)[0];
+  EXPECT_NEAR((fp16.weights + fp16.grads + fp16.optimizer) / fp16.params, 4.0 + 16.0 / 8, 1e-9);
+}
+
+// The seed's 60 layers over PP 8: 7.5 per stage, so lighter first and last stages (6) and 8 in
+// the six middle ones; the stages' parameters follow.
+TEST(PlanMemory, SixtyLayersOverEightStages) {
+  EXPECT_EQ(lighter_ends_layout(60, 8), "Et*6|t*8|t*8|t*8|t*8|t*8|t*8|t*6L");
+  EXPECT_EQ(lighter_ends_layout(60, 16), "Et*2|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*4|t*2L");
+  EXPECT_EQ(lighter_ends_layout(64, 8), "");
+  const Cluster h100 = cluster_preset("h100");
+  const PlanModel m = model_preset("qwen3-moe-60l");
+  PlanRun r;
+  r.parallel.world = 64, r.parallel.tp = 4, r.parallel.pp = 8, r.parallel.ep = 8, r.parallel.etp = 1;
+  r.parallel.sequence_parallel = true;
+  r.pipeline_layout = lighter_ends_layout(60, 8);
+  r.global_batch = 256, r.micro_batch = 1, r.recompute = Recompute::Full;
+  ASSERT_TRUE(run_violations(m, r, h100, planned_run_violations).empty()) << run_violations(m, r, h100, planned_run_violations).front();
+  const std::vector<StageMemory> s = estimate_memory(m, r, h100);
+  ASSERT_EQ(s.size(), 8u);
+  // Each layer's 512 experts over EP 8: 64 per rank; 8 layers against 6 on the ends.
+  const double per_layer_experts = 64.0 * 3 * 2048 * 768;
+  EXPECT_NEAR(static_cast<double>(s[1].expert_params), 8 * per_layer_experts, 1);
+  EXPECT_NEAR(static_cast<double>(s[0].expert_params), 6 * per_layer_experts, 1);
+  EXPECT_GT(s[1].total(), s[0].total() - 2 * kGiB);  // the embedding does not outweigh two layers
+}
+
+}  // namespace
+}  // namespace tessel
