@@ -2,6 +2,11 @@
 
 #include <algorithm>
 
+#ifdef TESSEL_CUDA
+#include "tessel/core/cuda.h"
+#include "tessel/kernels/cuda/kernels.h"
+#endif
+
 namespace tessel {
 
 namespace {
@@ -23,7 +28,13 @@ int32_t* Kernels::reserve_ints(Tensor& t, int64_t rows, int64_t cols) const {
   return reserve_in<int32_t>(*this, t, rows, cols, DType::I32);
 }
 
-std::vector<const Kernels*> available_kernels() { return {&cpu_kernels()}; }
+std::vector<const Kernels*> available_kernels() {
+  std::vector<const Kernels*> backends{&cpu_kernels()};
+#ifdef TESSEL_CUDA
+  if (cuda_device_count() > 0) backends.push_back(&cuda_kernels());  // a device at run time
+#endif
+  return backends;
+}
 
 std::vector<const char*> missing_kernel_slots(const Kernels& k) {
   std::vector<const char*> missing;

@@ -1,0 +1,201 @@
+// Row-major GEMM through cuBLASLt: C = alpha · op(A) · op(B) + beta · C (cpu/gemm.h's contract).
+//
+// cuBLASLt is column-major, and a row-major (M, N) matrix is the column-major (N, M) matrix of its
+// transpose, so C = op(A)·op(B) runs as Cᵀ = op(B)ᵀ·op(A)ᵀ: B in the first operand's place, A in
+// the second's, m = N, n = M. fp32 in and out, fp32 arithmetic (CUBLAS_COMPUTE_32F: no TF32, so
+// results stay within fp32 rounding of the CPU's).
+//
+// Each distinct call shape gets a plan once — descriptors, layouts and the heuristic's algorithm
+// — kept in a map, so a training step, which repeats the same few shapes, pays for no query after
+// its first. The key holds the operand types: bf16 operands with fp32 accumulation (mixed
+// precision) are a plan with CUDA_R_16BF inputs and the same compute type, through this path.
+#include <cublasLt.h>
+
+#include <array>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "tessel/kernels/cuda/device.cuh"
+#include "tessel/kernels/cuda/kernels.h"
+
+namespace tessel::cuda {
+
+namespace {
+
+// Hopper's cuBLASLt kernels want up to 32 MiB of workspace for their split-K and stream-K paths.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+void check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) cuda_fail(what, cublasLtGetStatusString(status));
+}
+
+struct Blas {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+
+Blas& blas() {
+  static Blas b = [] {
+    Blas made;
+    cuda_stream();  // selects the device first
+    check(cublasLtCreate(&made.handle), "cublasLtCreate");
+    made.workspace = cuda_memory().alloc(kWorkspaceBytes);
+    return made;
+  }();
+  return b;
+}
+
+// The largest power of two (up to 256) dividing the address: algorithms that need more are
+// excluded for operands carved out of a larger buffer at an odd offset.
+int64_t alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  return address == 0 ? 256 : std::min<int64_t>(256, static_cast<int64_t>(address & (~address + 1)));
+}
+
+// trans_a, trans_b, M, N, K, lda, ldb, ldc, the three alignments, operand and result types.
+using PlanKey = std::array<int64_t, 13>;
+
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, result = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld) {
+  cublasLtMatrixLayout_t l = nullptr;
+  check(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  return l;
+}
+
+template <typename T>
+void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+                    T value) {
+  check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
+        "cublasLtMatmulPreferenceSetAttribute");
+}
+
+Plan make_plan(const PlanKey& key) {
+  const bool trans_a = key[0] != 0, trans_b = key[1] != 0;
+  const int64_t M = key[2], N = key[3], K = key[4], lda = key[5], ldb = key[6], ldc = key[7];
+  const auto operand_type = static_cast<cudaDataType_t>(key[11]);
+  const auto result_type = static_cast<cudaDataType_t>(key[12]);
+  Plan plan;
+  check(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t first_op = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // B's place
+  const cublasOperation_t second_op = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // A's place
+  check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &first_op,
+                                       sizeof(first_op)),
+        "cublasLtMatmulDescSetAttribute");
+  check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &second_op,
+                                       sizeof(second_op)),
+        "cublasLtMatmulDescSetAttribute");
+  // Column-major views of the row-major operands (rows, cols, ld).
+  plan.first = trans_b ? layout(operand_type, K, N, ldb) : layout(operand_type, N, K, ldb);
+  plan.second = trans_a ? layout(operand_type, M, K, lda) : layout(operand_type, K, M, lda);
+  plan.result = layout(result_type, N, M, ldc);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  set_preference(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kWorkspaceBytes});
+  set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(key[9]));
+  set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(key[8]));
+  set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(key[10]));
+  set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key[10]));
+  cublasLtMatmulHeuristicResult_t found{};
+  int count = 0;
+  check(cublasLtMatmulAlgoGetHeuristic(blas().handle, plan.op, plan.first, plan.second,
+                                       plan.result, plan.result, pref, 1, &found, &count),
+        "cublasLtMatmulAlgoGetHeuristic");
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (count == 0) cuda_fail("gemm", "cuBLASLt has no algorithm for this shape and alignment");
+  plan.algo = found.algo;
+  return plan;
+}
+
+const Plan& plan_for(const PlanKey& key) {
+  static std::map<PlanKey, Plan> plans;
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(key)).first;
+  return it->second;
+}
+
+// C (M, N) *= beta, the whole product when K = 0; beta = 0 writes zeros (C is not read, as BLAS).
+__global__ void scale_matrix_kernel(float* C, int64_t M, int64_t N, int64_t ldc, float beta) {
+  TESSEL_GRID_LOOP(i, M * N) {
+    float* c = C + (i / N) * ldc + i % N;
+    *c = beta == 0.0f ? 0.0f : beta * *c;
+  }
+}
+
+// Accounting (gemm_stats_enable): an event pair around every call, resolved when read.
+struct Stats {
+  bool on = false;
+  GemmStats totals;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pending, spare;
+};
+Stats stats;
+
+cudaEvent_t take_event() {
+  cudaEvent_t e = nullptr;
+  cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+  return e;
+}
+
+void resolve_pending() {
+  for (auto& [start, stop] : stats.pending) {
+    cuda_check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    stats.totals.seconds += ms * 1e-3;
+    stats.spare.emplace_back(start, stop);
+  }
+  stats.pending.clear();
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (beta != 1.0f) launch_n("gemm (K = 0)", scale_matrix_kernel, M * N, C, M, N, ldc, beta);
+    return;
+  }
+  const PlanKey key{trans_a, trans_b, M, N, K, lda, ldb, ldc, alignment(A), alignment(B),
+                    alignment(C), CUDA_R_32F, CUDA_R_32F};
+  const Plan& plan = plan_for(key);
+  cudaStream_t stream = cuda_stream();
+  std::pair<cudaEvent_t, cudaEvent_t> timing{};
+  if (stats.on) {
+    if (stats.spare.empty()) stats.spare.emplace_back(take_event(), take_event());
+    timing = stats.spare.back();
+    stats.spare.pop_back();
+    cuda_check(cudaEventRecord(timing.first, stream), "cudaEventRecord");
+  }
+  check(cublasLtMatmul(blas().handle, plan.op, &alpha, B, plan.first, A, plan.second, &beta, C,
+                       plan.result, C, plan.result, &plan.algo, blas().workspace, kWorkspaceBytes,
+                       stream),
+        "cublasLtMatmul");
+  if (stats.on) {
+    cuda_check(cudaEventRecord(timing.second, stream), "cudaEventRecord");
+    stats.pending.push_back(timing);
+    stats.totals.flops += 2.0 * M * N * K;
+    ++stats.totals.calls;
+    if (stats.pending.size() >= 4096) resolve_pending();  // bounded, even if never read
+  }
+}
+
+void gemm_stats_enable(bool on) { stats.on = on; }
+
+GemmStats gemm_stats() {
+  resolve_pending();
+  return stats.totals;
+}
+
+void gemm_stats_reset() {
+  resolve_pending();
+  stats.totals = {};
+}
+
+}  // namespace tessel::cuda
