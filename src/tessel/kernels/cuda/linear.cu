@@ -1,8 +1,9 @@
-// Linear layers: every product is one cuBLASLt GEMM (gemm.cu); only the bias is done here. The
-// same calls as kernels/cpu/linear.cpp, operand for operand. (A fused bias epilogue is where a
-// measurement would have to show it pays.)
+// Linear layers: the products are linear_products.h's, as on the CPU, each one cuBLASLt GEMM
+// (gemm.cu); the bias is here. (A fused bias epilogue is where a measurement would have to show it
+// pays.)
 #include "tessel/kernels/cuda/device.cuh"
 #include "tessel/kernels/cuda/kernels.h"
+#include "tessel/kernels/linear_products.h"
 
 namespace tessel::cuda {
 
@@ -18,11 +19,7 @@ CudaScratch bias_scratch;
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                     int64_t IC, int64_t OC, WeightLayout layout) {
-  if (layout == WeightLayout::InOut) {
-    gemm(false, false, N, OC, IC, 1.0f, inp, IC, weight, OC, 0.0f, out, OC);  // inp · W
-  } else {
-    gemm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);  // inp · Wᵀ
-  }
+  linear_forward_products(gemm, out, inp, weight, N, IC, OC, layout);
   if (bias != nullptr) bias_forward(out, bias, N, OC);
 }
 
@@ -37,21 +34,7 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC) {
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t IC, int64_t OC, WeightLayout layout) {
-  const bool in_out = layout == WeightLayout::InOut;
-  if (dinp != nullptr) {
-    if (in_out) {
-      gemm(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, IC);  // dout · Wᵀ
-    } else {
-      gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);  // dout · W
-    }
-  }
-  if (dweight != nullptr) {
-    if (in_out) {
-      gemm(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC);  // inpᵀ · dout
-    } else {
-      gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);  // doutᵀ · inp
-    }
-  }
+  linear_backward_products(gemm, dinp, dweight, dout, inp, weight, N, IC, OC, layout);
   if (dbias != nullptr) bias_backward(dbias, dout, N, OC);
 }
 
