@@ -59,7 +59,7 @@ step() {  # step NAME SECONDS LOG command...: runs it, notes its exit status in 
 
 echo "## 1-3. Tests" >> "$report"
 step "kernel tests ($TEST_FILTER)" 240 "$OUT/tests.log" "$work/bin/tessel_tests" \
-  --gtest_filter="$TEST_FILTER" --gtest_output="xml:$OUT/tests.xml"
+  --gtest_filter="$TEST_FILTER" --gtest_output="xml:$OUT/tests.xml" --gtest_color=no
 if command -v compute-sanitizer > /dev/null; then
   step "compute-sanitizer memcheck (CudaKernels.*)" 240 "$OUT/sanitizer.log" compute-sanitizer \
     --tool memcheck --error-exitcode 9 "$work/bin/tessel_tests" --gtest_filter='CudaKernels.*'
@@ -69,9 +69,13 @@ if command -v compute-sanitizer > /dev/null; then
 fi
 for ranks in 1 2; do
   step "device communicators, $ranks rank(s) on one GPU" 120 "$OUT/comm.log" "${mpirun[@]}" -n $ranks \
-    "$work/bin/tessel_mpi_tests" --gtest_filter='DeviceComm.*'
+    "$work/bin/tessel_mpi_tests" --gtest_filter='DeviceComm.*' --gtest_color=no
 done
-grep -E '^\[  (FAILED|PASSED|SKIPPED) ' "$OUT/tests.log" "$OUT/comm.log" 2>/dev/null | sed 's/^/    /' >> "$report"
+# The totals and every failure; CUDA tests skipped here mean the device was not seen.
+grep -h -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$OUT/tests.log" "$OUT/comm.log" \
+  2>/dev/null | sed 's/^/    /' >> "$report"
+grep -q 'SKIPPED \] CudaKernels' "$OUT/tests.log" 2>/dev/null &&
+  echo "- WARNING: CUDA kernel tests were skipped: no device was seen" >> "$report"
 
 echo >> "$report"
 echo "## 4. Kernel speed (GPT-2 124M shapes, B 8, T 1024)" >> "$report"
@@ -102,8 +106,8 @@ cat >> "$report" << 'EOF2'
 - TODO(trainer): GPT-2 124M, T 1024, bf16 training tokens/s and MFU (model FLOPs over the 989
   TFLOP/s bf16 dense peak) against bench/pytorch_train.py with torch.compile on this GPU, and the
   loss of 50 iterations against the CPU fp32 run — needs `tessel train` on the CUDA table (the
-  trainer rewrite) and --bf16. Hook: run `build/tessel train --device cuda ...` here and add its
-  --log-json to this report.
+  trainer rewrite) and --bf16. Hook: run `tessel train` on the CUDA table here (the flag the rewrite
+  adds) and add its --log-json to this report.
 - TODO(trainer): one process against TP2 and DP2 as two ranks on this GPU (StagedComm), once
   ProcessGroups takes make_comm (comm/device_comm.h).
 EOF2

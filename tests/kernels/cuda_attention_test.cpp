@@ -24,10 +24,11 @@ void check_attention(std::mt19937& rng, AttentionShape s, bool causal, const std
   run_both([&](const Kernels& k) {
     float* base = qkv.on(k);
     float* dbase = dqkv.on(k);
-    k.attention_forward(out.on(k), lse.on(k), base, base + k_off, base + v_off, s.B, T, s.H, s.G, s.D,
-                        ld, ld, ld, causal);
+    k.attention_forward(out.on(k), lse.on(k), base, base + k_off, base + v_off, s.B, T, s.H, s.G,
+                        s.D, ld, ld, ld, causal);
     k.attention_backward(dbase, dbase + k_off, dbase + v_off, dout.on(k), base, base + k_off,
-                         base + v_off, out.on(k), lse.on(k), s.B, T, s.H, s.G, s.D, ld, ld, ld, causal);
+                         base + v_off, out.on(k), lse.on(k), s.B, T, s.H, s.G, s.D, ld, ld, ld,
+                         causal);
   });
   expect_close(out, name + " out");
   expect_close(lse, name + " lse");
@@ -47,13 +48,15 @@ TEST_F(CudaKernels, AttentionCausalAndFull) {
 TEST_F(CudaKernels, AttentionBlocks) {
   const int64_t B = 2, H = 4, G = 2, D = 32, Tq = 16, Tk = 16;
   std::vector<int32_t> rank0(Tq), rank1(Tk), shuffled(Tk);
-  for (int32_t t = 0; t < 8; ++t) rank0[t] = t, rank0[8 + t] = 24 + t, rank1[t] = 8 + t, rank1[8 + t] = 16 + t;
+  for (int32_t t = 0; t < 8; ++t)
+    rank0[t] = t, rank0[8 + t] = 24 + t, rank1[t] = 8 + t, rank1[8 + t] = 16 + t;
   std::iota(shuffled.begin(), shuffled.end(), 0);
   std::shuffle(shuffled.begin(), shuffled.end(), rng);
   for (int32_t& p : shuffled) p = rank0[p];
   Ints q_pos(rank0);
-  for (const auto& [keys, name] : {std::pair{rank0, "own block"}, std::pair{rank1, "other rank's block"},
-                                   std::pair{shuffled, "unsorted keys"}}) {
+  for (const auto& [keys, name] :
+       {std::pair{rank0, "own block"}, std::pair{rank1, "other rank's block"},
+        std::pair{shuffled, "unsorted keys"}}) {
     Ints k_pos(keys);
     Floats q = random_floats(rng, B * Tq * H * D), k = random_floats(rng, B * Tk * G * D);
     Floats v = random_floats(rng, B * Tk * G * D), dout = random_floats(rng, B * Tq * H * D);
@@ -61,14 +64,14 @@ TEST_F(CudaKernels, AttentionBlocks) {
     Floats dq = random_floats(rng, B * Tq * H * D), dk = random_floats(rng, B * Tk * G * D);
     Floats dv = random_floats(rng, B * Tk * G * D), dv_only = random_floats(rng, B * Tk * G * D);
     run_both([&](const Kernels& kt) {
-      kt.attention_block_forward(out.on(kt), lse.on(kt), q.on(kt), k.on(kt), v.on(kt), B, Tq, Tk, H, G,
-                                 D, H * D, G * D, G * D, q_pos.on(kt), k_pos.on(kt));
+      kt.attention_block_forward(out.on(kt), lse.on(kt), q.on(kt), k.on(kt), v.on(kt), B, Tq, Tk, H,
+                                 G, D, H * D, G * D, G * D, q_pos.on(kt), k_pos.on(kt));
       kt.attention_block_backward(dq.on(kt), dk.on(kt), dv.on(kt), dout.on(kt), q.on(kt), k.on(kt),
-                                  v.on(kt), out.on(kt), lse.on(kt), B, Tq, Tk, H, G, D, H * D, G * D,
-                                  G * D, q_pos.on(kt), k_pos.on(kt));
+                                  v.on(kt), out.on(kt), lse.on(kt), B, Tq, Tk, H, G, D, H * D,
+                                  G * D, G * D, q_pos.on(kt), k_pos.on(kt));
       kt.attention_block_backward(nullptr, nullptr, dv_only.on(kt), dout.on(kt), q.on(kt), k.on(kt),
-                                  v.on(kt), out.on(kt), lse.on(kt), B, Tq, Tk, H, G, D, H * D, G * D,
-                                  G * D, q_pos.on(kt), k_pos.on(kt));
+                                  v.on(kt), out.on(kt), lse.on(kt), B, Tq, Tk, H, G, D, H * D,
+                                  G * D, G * D, q_pos.on(kt), k_pos.on(kt));
     });
     const std::string n = name;
     expect_close(out, n + " out");
@@ -83,8 +86,9 @@ TEST_F(CudaKernels, AttentionBlocks) {
 TEST_F(CudaKernels, AttentionMerge) {
   const int64_t B = 2, T = 33, H = 3, D = 40;
   Floats out = random_floats(rng, B * T * H * D), block_out = random_floats(rng, B * T * H * D);
-  std::vector<float> lse = uniform(rng, B * H * T, -3, 3), block_lse = uniform(rng, B * H * T, -3, 3);
-  for (int64_t r = 0; r < B * H * T; r += 7) lse[r] = -INFINITY;        // no key seen so far
+  std::vector<float> lse = uniform(rng, B * H * T, -3, 3),
+                     block_lse = uniform(rng, B * H * T, -3, 3);
+  for (int64_t r = 0; r < B * H * T; r += 7) lse[r] = -INFINITY;         // no key seen so far
   for (int64_t r = 3; r < B * H * T; r += 11) block_lse[r] = -INFINITY;  // none in the block
   Floats lse_t(lse), block_lse_t(block_lse);
   run_both([&](const Kernels& k) {

@@ -45,9 +45,11 @@ TEST_F(CudaKernels, Elementwise) {
   auto [cpu, cuda] = both_results([&](const Kernels& k) { return k.sum_squares(x.on(k), n, 2.5); });
   expect_close(cuda, cpu, "sum_squares", 1e-9);
   Ints ids = random_ints(rng, n, 0, 50);
-  auto none = both_results([&](const Kernels& k) { return k.find_out_of_range(ids.on(k), n, 0, 50); });
+  auto none =
+      both_results([&](const Kernels& k) { return k.find_out_of_range(ids.on(k), n, 0, 50); });
   EXPECT_EQ(none.second, -1);
-  auto first = both_results([&](const Kernels& k) { return k.find_out_of_range(ids.on(k), n, 3, 47); });
+  auto first =
+      both_results([&](const Kernels& k) { return k.find_out_of_range(ids.on(k), n, 3, 47); });
   EXPECT_EQ(first.second, first.first);
 }
 
@@ -73,17 +75,20 @@ TEST_F(CudaKernels, Embedding) {
 
 TEST_F(CudaKernels, Norms) {
   const int64_t N = 517, C = 200;  // more rows than one column chunk, C not a multiple of 32
-  Floats inp = random_floats(rng, N * C, -2, 3), w = random_floats(rng, C), bias = random_floats(rng, C);
-  Floats out = poisoned(N * C), mean = poisoned(N), rstd = poisoned(N), dout = random_floats(rng, N * C);
+  Floats inp = random_floats(rng, N * C, -2, 3), w = random_floats(rng, C),
+         bias = random_floats(rng, C);
+  Floats out = poisoned(N * C), mean = poisoned(N), rstd = poisoned(N),
+         dout = random_floats(rng, N * C);
   Floats dinp = random_floats(rng, N * C), dw = random_floats(rng, C), db = random_floats(rng, C);
   Floats rms_out = poisoned(N * C), rms_rstd = poisoned(N), rms_dinp = random_floats(rng, N * C);
   Floats rms_dw = random_floats(rng, C), dw_only = random_floats(rng, C);
   run_both([&](const Kernels& k) {
-    k.layernorm_forward(out.on(k), mean.on(k), rstd.on(k), inp.on(k), w.on(k), bias.on(k), N, C, 1e-5f);
+    k.layernorm_forward(out.on(k), mean.on(k), rstd.on(k), inp.on(k), w.on(k), bias.on(k), N, C,
+                        1e-5f);
     k.layernorm_backward(dinp.on(k), dw.on(k), db.on(k), dout.on(k), inp.on(k), w.on(k), mean.on(k),
                          rstd.on(k), N, C);
-    k.layernorm_backward(nullptr, dw_only.on(k), nullptr, dout.on(k), inp.on(k), w.on(k), mean.on(k),
-                         rstd.on(k), N, C);
+    k.layernorm_backward(nullptr, dw_only.on(k), nullptr, dout.on(k), inp.on(k), w.on(k),
+                         mean.on(k), rstd.on(k), N, C);
     k.rmsnorm_forward(rms_out.on(k), rms_rstd.on(k), inp.on(k), w.on(k), N, C, 1e-6f);
     k.rmsnorm_backward(rms_dinp.on(k), rms_dw.on(k), dout.on(k), inp.on(k), w.on(k), rms_rstd.on(k),
                        N, C);
@@ -105,7 +110,8 @@ TEST_F(CudaKernels, Activations) {
   const int64_t N = 123, C = 97, n = N * C;
   Floats x = random_floats(rng, n, -4, 4), up = random_floats(rng, n), dout = random_floats(rng, n);
   Floats gelu = poisoned(n), dgelu = random_floats(rng, n), swiglu = poisoned(n);
-  Floats dgate = random_floats(rng, n), dup = random_floats(rng, n), dgate_only = random_floats(rng, n);
+  Floats dgate = random_floats(rng, n), dup = random_floats(rng, n),
+         dgate_only = random_floats(rng, n);
   Floats gate = random_floats(rng, N, -3, 3), gated = random_floats(rng, n);
   Floats dy = poisoned(n), dlogit = poisoned(N);
   run_both([&](const Kernels& k) {
@@ -132,9 +138,11 @@ TEST_F(CudaKernels, Activations) {
 TEST_F(CudaKernels, LinearBothLayouts) {
   const int64_t N = 130, IC = 96, OC = 72;
   for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn}) {
-    Floats inp = random_floats(rng, N * IC), w = random_floats(rng, IC * OC), b = random_floats(rng, OC);
+    Floats inp = random_floats(rng, N * IC), w = random_floats(rng, IC * OC),
+           b = random_floats(rng, OC);
     Floats out = poisoned(N * OC), dout = random_floats(rng, N * OC);
-    Floats dinp = random_floats(rng, N * IC), dw = random_floats(rng, IC * OC), db = random_floats(rng, OC);
+    Floats dinp = random_floats(rng, N * IC), dw = random_floats(rng, IC * OC),
+           db = random_floats(rng, OC);
     Floats dw_only = random_floats(rng, IC * OC);
     run_both([&](const Kernels& k) {
       k.linear_forward(out.on(k), inp.on(k), w.on(k), b.on(k), N, IC, OC, layout);
@@ -160,7 +168,8 @@ TEST_F(CudaKernels, GemmShapes) {
   const int64_t M = 67, N = 45, K = 33, ld = 80;
   for (int trans = 0; trans < 4; ++trans) {
     const bool ta = trans & 1, tb = trans & 2;
-    Floats A = random_floats(rng, ld * 80 + 1), B = random_floats(rng, ld * 80), C = random_floats(rng, M * ld);
+    Floats A = random_floats(rng, ld * 80 + 1), B = random_floats(rng, ld * 80),
+           C = random_floats(rng, M * ld);
     run_both([&](const Kernels& k) {
       k.gemm(ta, tb, M, N, K, 0.5f, A.on(k) + 1, ld, B.on(k), ld, 0.25f, C.on(k), ld);
       k.gemm(ta, tb, M, 30, 0, 0.5f, A.on(k), ld, B.on(k), ld, 2.0f, C.on(k) + N, ld);
@@ -204,8 +213,8 @@ TEST_F(CudaKernels, CrossEntropyShard) {
   Floats row_max = poisoned(N), row_sumexp = poisoned(N), target_logit = poisoned(N);
   Floats global_max = random_floats(rng, N, 6, 7), lse = poisoned(N), dlogits = poisoned(N * V);
   run_both([&](const Kernels& k) {
-    k.cross_entropy_partial_forward(row_max.on(k), row_sumexp.on(k), target_logit.on(k), logits.on(k),
-                                    targets.on(k), start, N, V, V_valid);
+    k.cross_entropy_partial_forward(row_max.on(k), row_sumexp.on(k), target_logit.on(k),
+                                    logits.on(k), targets.on(k), start, N, V, V_valid);
   });
   expect_close(row_max, "row_max");
   expect_close(row_sumexp, "row_sumexp");
@@ -215,14 +224,16 @@ TEST_F(CudaKernels, CrossEntropyShard) {
   });
   expect_close(row_sumexp, "cross_entropy_rescale");
   auto [cpu, cuda] = both_results([&](const Kernels& k) {
-    return k.cross_entropy_finish(lse.on(k), global_max.on(k), row_sumexp.on(k), target_logit.on(k), N);
+    return k.cross_entropy_finish(lse.on(k), global_max.on(k), row_sumexp.on(k), target_logit.on(k),
+                                  N);
   });
   expect_close(cuda, cpu, "cross_entropy_finish");
   expect_close(lse, "lse");
   run_both([&](const Kernels& k) {
-    k.cross_entropy_backward(dlogits.on(k), logits.on(k), lse.on(k), targets.on(k), start, 0.01f, N, V,
-                             V_valid);
-    k.cross_entropy_backward(logits.on(k), logits.on(k), lse.on(k), targets.on(k), start, 0.01f, N, V,
+    k.cross_entropy_backward(dlogits.on(k), logits.on(k), lse.on(k), targets.on(k), start, 0.01f, N,
+                             V, V_valid);
+    k.cross_entropy_backward(logits.on(k), logits.on(k), lse.on(k), targets.on(k), start, 0.01f, N,
+                             V,
                              V_valid);  // in place
   });
   expect_close(dlogits, "cross_entropy_backward");
@@ -231,11 +242,13 @@ TEST_F(CudaKernels, CrossEntropyShard) {
 
 TEST_F(CudaKernels, AdamW) {
   const int64_t n = 100003;
-  Floats param = random_floats(rng, n), grad = random_floats(rng, n), m = random_floats(rng, n, -0.1f, 0.1f);
+  Floats param = random_floats(rng, n), grad = random_floats(rng, n),
+         m = random_floats(rng, n, -0.1f, 0.1f);
   Floats v = random_floats(rng, n, 0.0f, 0.01f);
   run_both([&](const Kernels& k) {
     for (int64_t step = 1; step <= 3; ++step)
-      k.adamw_update(param.on(k), grad.on(k), m.on(k), v.on(k), n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+      k.adamw_update(param.on(k), grad.on(k), m.on(k), v.on(k), n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                     step);
   });
   expect_close(param, "adamw param");
   expect_close(m, "adamw m");

@@ -11,19 +11,23 @@ namespace {
 constexpr int64_t N = 1500, E = 8, K = 2;  // more assignments than one block of the slot scan
 
 TEST_F(CudaKernels, RouterTopk) {
-  const struct { RouterScore score; bool pre_softmax; const char* name; } modes[] = {
-      {RouterScore::Softmax, false, "softmax"},
-      {RouterScore::Softmax, true, "softmax, pre_softmax"},
-      {RouterScore::Sigmoid, false, "sigmoid"}};
+  const struct {
+    RouterScore score;
+    bool pre_softmax;
+    const char* name;
+  } modes[] = {{RouterScore::Softmax, false, "softmax"},
+               {RouterScore::Softmax, true, "softmax, pre_softmax"},
+               {RouterScore::Sigmoid, false, "sigmoid"}};
   for (const auto& m : modes) {
     for (int64_t k : {int64_t{1}, K}) {
       Floats logits = random_floats(rng, N * E, -3, 3), probs = poisoned(N * k);
       Ints experts(std::vector<int32_t>(N * k, -7));
       Floats dprobs = random_floats(rng, N * k), dlogits = random_floats(rng, N * E);
       run_both([&](const Kernels& kt) {
-        kt.moe_topk_forward(experts.on(kt), probs.on(kt), logits.on(kt), N, E, k, m.score, m.pre_softmax);
-        kt.moe_topk_backward(dlogits.on(kt), dprobs.on(kt), logits.on(kt), experts.on(kt), probs.on(kt),
-                             N, E, k, m.score, m.pre_softmax);
+        kt.moe_topk_forward(experts.on(kt), probs.on(kt), logits.on(kt), N, E, k, m.score,
+                            m.pre_softmax);
+        kt.moe_topk_backward(dlogits.on(kt), dprobs.on(kt), logits.on(kt), experts.on(kt),
+                             probs.on(kt), N, E, k, m.score, m.pre_softmax);
       });
       const std::string name = std::string(m.name) + " k=" + std::to_string(k);
       expect_equal(experts, name + " experts");
@@ -36,12 +40,13 @@ TEST_F(CudaKernels, RouterTopk) {
 TEST_F(CudaKernels, RouterLosses) {
   for (RouterScore score : {RouterScore::Softmax, RouterScore::Sigmoid}) {
     Floats logits = random_floats(rng, N * E, -3, 3), scores = poisoned(N * E);
-    Floats counts = random_floats(rng, E, 0, 500), dlogits = random_floats(rng, N * E), lse = poisoned(N);
+    Floats counts = random_floats(rng, E, 0, 500), dlogits = random_floats(rng, N * E),
+           lse = poisoned(N);
     Floats saved_lse = random_floats(rng, N, 1, 3);
     run_both([&](const Kernels& k) {
       k.moe_aux_scores_forward(scores.on(k), logits.on(k), N, E, score);
-      k.moe_aux_loss_backward(dlogits.on(k), logits.on(k), scores.on(k), counts.on(k), N, E, K, 2 * N,
-                              0.01f, 0.5f, score);
+      k.moe_aux_loss_backward(dlogits.on(k), logits.on(k), scores.on(k), counts.on(k), N, E, K,
+                              2 * N, 0.01f, 0.5f, score);
       k.moe_z_loss_backward(dlogits.on(k), logits.on(k), saved_lse.on(k), N, E, 0.001f, 0.5f);
     });
     expect_close(scores, "aux scores");
@@ -95,7 +100,8 @@ TEST_F(CudaKernels, PermuteAndCombine) {
   for (int64_t a = 0; a < N * K; a += 5) slots[a] = -1;
   Ints slot_row(slots);
   const int64_t rows = N * K;
-  Floats x = random_floats(rng, N * C), send = random_floats(rng, rows * C), dx = random_floats(rng, N * C);
+  Floats x = random_floats(rng, N * C), send = random_floats(rng, rows * C),
+         dx = random_floats(rng, N * C);
   Floats combined = random_floats(rng, rows * C), probs = random_floats(rng, N * K, 0, 1);
   Floats out = poisoned(N * C), dout = random_floats(rng, N * C), d_probs = poisoned(N * K);
   Floats d_combined = random_floats(rng, rows * C), d_send = random_floats(rng, rows * C);
@@ -103,8 +109,8 @@ TEST_F(CudaKernels, PermuteAndCombine) {
     k.moe_permute_forward(send.on(k), x.on(k), slot_row.on(k), N, K, C);
     k.moe_permute_backward(dx.on(k), d_send.on(k), slot_row.on(k), N, K, C);
     k.moe_unpermute_forward(out.on(k), combined.on(k), probs.on(k), slot_row.on(k), N, K, C);
-    k.moe_unpermute_backward(d_probs.on(k), d_combined.on(k), dout.on(k), combined.on(k), probs.on(k),
-                             slot_row.on(k), N, K, C);
+    k.moe_unpermute_backward(d_probs.on(k), d_combined.on(k), dout.on(k), combined.on(k),
+                             probs.on(k), slot_row.on(k), N, K, C);
   });
   expect_close(send, "moe_permute_forward");
   expect_close(dx, "moe_permute_backward");
@@ -117,7 +123,8 @@ TEST_F(CudaKernels, PermuteAndCombine) {
   Floats choices = poisoned(2 * n), gathered = random_floats(rng, G * 2 * n, 0, 1);
   std::vector<float> g = gathered.cpu();
   for (int64_t r = 0; r < G; ++r)
-    for (int64_t a = 0; a < n; ++a) g[2 * n * r + a] = static_cast<float>((a + r) % E);  // expert ids
+    for (int64_t a = 0; a < n; ++a)
+      g[2 * n * r + a] = static_cast<float>((a + r) % E);  // expert ids
   Floats gathered_ids(g), unpacked_probs = poisoned(G * n);
   Ints unpacked(std::vector<int32_t>(G * n, -1));
   run_both([&](const Kernels& k) {
@@ -138,11 +145,15 @@ TEST_F(CudaKernels, ContextParallelRows) {
       all[r * T_l + t] = static_cast<int32_t>(r * T_l / 2 + t);
       all[r * T_l + T_l / 2 + t] = static_cast<int32_t>(T - (r + 1) * T_l / 2 + t);
     }
-  Ints positions(all), tokens = random_ints(rng, B * T * 2, 0, 1000), taken(std::vector<int32_t>(B * T_l * 2, -1));
+  Ints positions(all), tokens = random_ints(rng, B * T * 2, 0, 1000),
+                       taken(std::vector<int32_t>(B * T_l * 2, -1));
   const int64_t rows = B * T_l;
-  Floats k = random_floats(rng, rows * ld), v = random_floats(rng, rows * ld), kv = poisoned(2 * rows * width);
-  Floats dk = random_floats(rng, rows * ld), dv = random_floats(rng, rows * ld), kv_grad = random_floats(rng, 2 * rows * width);
-  Floats rank_major = random_floats(rng, CP * 2 * rows * width), global = poisoned(2 * B * T * width);
+  Floats k = random_floats(rng, rows * ld), v = random_floats(rng, rows * ld),
+         kv = poisoned(2 * rows * width);
+  Floats dk = random_floats(rng, rows * ld), dv = random_floats(rng, rows * ld),
+         kv_grad = random_floats(rng, 2 * rows * width);
+  Floats rank_major = random_floats(rng, CP * 2 * rows * width),
+         global = poisoned(2 * B * T * width);
   Floats back = poisoned(CP * 2 * rows * width);
   run_both([&](const Kernels& kt) {
     kt.cp_take_rows(taken.on(kt), tokens.on(kt), positions.on(kt) + T_l, B, T, T_l, 2);

@@ -97,8 +97,8 @@ inline void expect_close(const Floats& t, const std::string& what, double tolera
     norm += double(ref[i]) * ref[i];
   }
   const double relative = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-  EXPECT_LE(relative, tolerance) << what << ": relative error " << relative << " over " << ref.size()
-                                 << " elements";
+  EXPECT_LE(relative, tolerance) << what << ": relative error " << relative << " over "
+                                 << ref.size() << " elements";
 }
 
 inline void expect_equal(const Ints& t, const std::string& what) {
@@ -106,7 +106,8 @@ inline void expect_equal(const Ints& t, const std::string& what) {
 }
 
 // Two host values (a kernel's returned scalar) within the same relative bound.
-inline void expect_close(double cuda, double cpu, const std::string& what, double tolerance = 1e-5) {
+inline void expect_close(double cuda, double cpu, const std::string& what,
+                         double tolerance = 1e-5) {
   EXPECT_LE(std::abs(cuda - cpu), tolerance * std::max(1.0, std::abs(cpu)))
       << what << ": cuda " << cuda << ", cpu " << cpu;
 }

@@ -33,7 +33,8 @@ std::vector<CommSetup> setups() {
     MPI_Comm_dup(MPI_COMM_WORLD, &probe);
     const CommBackend chosen = choose_comm_backend(probe, cuda_memory());
     MPI_Comm_free(&probe);
-    list.push_back({std::string(comm_backend_name(chosen)) + ", cuda memory", &cuda_memory(), chosen});
+    list.push_back(
+        {std::string(comm_backend_name(chosen)) + ", cuda memory", &cuda_memory(), chosen});
   }
 #endif
   return list;

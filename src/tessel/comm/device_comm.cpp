@@ -38,9 +38,12 @@ GpuName this_gpu() {
 
 const char* comm_backend_name(CommBackend backend) {
   switch (backend) {
-    case CommBackend::Mpi: return "mpi";
-    case CommBackend::Nccl: return "nccl";
-    case CommBackend::Staged: return "staged";
+    case CommBackend::Mpi:
+      return "mpi";
+    case CommBackend::Nccl:
+      return "nccl";
+    case CommBackend::Staged:
+      return "staged";
   }
   return "?";
 }

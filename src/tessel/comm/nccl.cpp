@@ -160,17 +160,17 @@ void NcclComm::flush() {
   posted_.clear();
 }
 
-// A blocking call: the kernels' stream waits for it.
-#define TESSEL_NCCL_BLOCKING(counter_op, bytes, call)                                   \
-  do {                                                                                  \
-    const Clock::time_point start = Clock::now();                                       \
-    count_call(counter(counter_op), bytes);                                             \
-    begin();                                                                            \
-    call;                                                                               \
-    cudaEvent_t done = end();                                                           \
-    cuda_check(cudaStreamWaitEvent(cuda_stream(), done, 0), "cudaStreamWaitEvent");     \
-    cudaEventDestroy(done);                                                             \
-    counter(counter_op).seconds += seconds_since(start);                                \
+// A blocking call (the statements after the counter and bytes): the kernels' stream waits for it.
+#define TESSEL_NCCL_BLOCKING(counter_op, bytes, ...)                                \
+  do {                                                                              \
+    const Clock::time_point start = Clock::now();                                   \
+    count_call(counter(counter_op), bytes);                                         \
+    begin();                                                                        \
+    __VA_ARGS__;                                                                    \
+    cudaEvent_t done = end();                                                       \
+    cuda_check(cudaStreamWaitEvent(cuda_stream(), done, 0), "cudaStreamWaitEvent"); \
+    cudaEventDestroy(done);                                                         \
+    counter(counter_op).seconds += seconds_since(start);                            \
   } while (0)
 
 void NcclComm::all_reduce(float* data, int64_t count, ReduceOp op) {
@@ -179,9 +179,10 @@ void NcclComm::all_reduce(float* data, int64_t count, ReduceOp op) {
     host_.all_reduce(data, count, op);
     return;
   }
-  TESSEL_NCCL_BLOCKING(CommOp::AllReduce, count * 4.0,
-                       check(ncclAllReduce(data, data, count, ncclFloat, to_nccl(op), nccl_, stream_),
-                             "ncclAllReduce", nccl_));
+  TESSEL_NCCL_BLOCKING(
+      CommOp::AllReduce, count * 4.0,
+      check(ncclAllReduce(data, data, count, ncclFloat, to_nccl(op), nccl_, stream_),
+            "ncclAllReduce", nccl_));
 }
 
 void NcclComm::all_reduce(double* data, int64_t count, ReduceOp op) {
@@ -190,9 +191,10 @@ void NcclComm::all_reduce(double* data, int64_t count, ReduceOp op) {
     host_.all_reduce(data, count, op);
     return;
   }
-  TESSEL_NCCL_BLOCKING(CommOp::AllReduce, count * 8.0,
-                       check(ncclAllReduce(data, data, count, ncclDouble, to_nccl(op), nccl_, stream_),
-                             "ncclAllReduce", nccl_));
+  TESSEL_NCCL_BLOCKING(
+      CommOp::AllReduce, count * 8.0,
+      check(ncclAllReduce(data, data, count, ncclDouble, to_nccl(op), nccl_, stream_),
+            "ncclAllReduce", nccl_));
 }
 
 Request NcclComm::all_reduce_async(float* data, int64_t count, ReduceOp op) {
@@ -214,9 +216,9 @@ void NcclComm::all_gather(const float* send, float* recv, int64_t count) {
     host_.all_gather(send, recv, count);
     return;
   }
-  TESSEL_NCCL_BLOCKING(CommOp::AllGather, size() * count * 4.0,
-                       check(ncclAllGather(send, recv, count, ncclFloat, nccl_, stream_),
-                             "ncclAllGather", nccl_));
+  TESSEL_NCCL_BLOCKING(
+      CommOp::AllGather, size() * count * 4.0,
+      check(ncclAllGather(send, recv, count, ncclFloat, nccl_, stream_), "ncclAllGather", nccl_));
 }
 
 Request NcclComm::all_gather_async(const float* send, float* recv, int64_t count) {
@@ -236,9 +238,10 @@ void NcclComm::reduce_scatter(const float* send, float* recv, int64_t count) {
     host_.reduce_scatter(send, recv, count);
     return;
   }
-  TESSEL_NCCL_BLOCKING(CommOp::ReduceScatter, size() * count * 4.0,
-                       check(ncclReduceScatter(send, recv, count, ncclFloat, ncclSum, nccl_, stream_),
-                             "ncclReduceScatter", nccl_));
+  TESSEL_NCCL_BLOCKING(
+      CommOp::ReduceScatter, size() * count * 4.0,
+      check(ncclReduceScatter(send, recv, count, ncclFloat, ncclSum, nccl_, stream_),
+            "ncclReduceScatter", nccl_));
 }
 
 Request NcclComm::reduce_scatter_async(const float* send, float* recv, int64_t count) {
@@ -273,9 +276,11 @@ void NcclComm::all_gather_v(const float* send, float* recv, const int64_t* recv_
     check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < size(); ++r) {
       if (r == me) continue;
-      if (recv_counts[me] > 0) check(ncclSend(send, recv_counts[me], ncclFloat, r, nccl_, stream_), "ncclSend", nccl_);
+      if (recv_counts[me] > 0)
+        check(ncclSend(send, recv_counts[me], ncclFloat, r, nccl_, stream_), "ncclSend", nccl_);
       if (recv_counts[r] > 0)
-        check(ncclRecv(recv + recv_offsets[r], recv_counts[r], ncclFloat, r, nccl_, stream_), "ncclRecv", nccl_);
+        check(ncclRecv(recv + recv_offsets[r], recv_counts[r], ncclFloat, r, nccl_, stream_),
+              "ncclRecv", nccl_);
     }
     check(ncclGroupEnd(), "ncclGroupEnd", nccl_);
   });
@@ -294,7 +299,8 @@ void NcclComm::reduce_scatter_v(const float* send, float* recv, const int64_t* c
     check(ncclGroupStart(), "ncclGroupStart");
     int64_t offset = 0;
     for (int r = 0; r < size(); ++r) {
-      check(ncclReduce(send + offset, recv, counts[r], ncclFloat, ncclSum, r, nccl_, stream_), "ncclReduce", nccl_);
+      check(ncclReduce(send + offset, recv, counts[r], ncclFloat, ncclSum, r, nccl_, stream_),
+            "ncclReduce", nccl_);
       offset += counts[r];
     }
     check(ncclGroupEnd(), "ncclGroupEnd", nccl_);
@@ -318,16 +324,18 @@ void NcclComm::all_to_all_v(const float* send, const int64_t* send_counts,
     if (r != me) sent_elsewhere += send_counts[r];
   TESSEL_NCCL_BLOCKING(CommOp::AllToAll, sent_elsewhere * 4.0, {
     if (send_counts[me] > 0)
-      cuda_check(cudaMemcpyAsync(recv + recv_offsets[me], send + send_offsets[me], send_counts[me] * 4,
-                                 cudaMemcpyDeviceToDevice, stream_),
+      cuda_check(cudaMemcpyAsync(recv + recv_offsets[me], send + send_offsets[me],
+                                 send_counts[me] * 4, cudaMemcpyDeviceToDevice, stream_),
                  "cudaMemcpyAsync");
     check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < size(); ++r) {
       if (r == me) continue;
       if (send_counts[r] > 0)
-        check(ncclSend(send + send_offsets[r], send_counts[r], ncclFloat, r, nccl_, stream_), "ncclSend", nccl_);
+        check(ncclSend(send + send_offsets[r], send_counts[r], ncclFloat, r, nccl_, stream_),
+              "ncclSend", nccl_);
       if (recv_counts[r] > 0)
-        check(ncclRecv(recv + recv_offsets[r], recv_counts[r], ncclFloat, r, nccl_, stream_), "ncclRecv", nccl_);
+        check(ncclRecv(recv + recv_offsets[r], recv_counts[r], ncclFloat, r, nccl_, stream_),
+              "ncclRecv", nccl_);
     }
     check(ncclGroupEnd(), "ncclGroupEnd", nccl_);
   });
@@ -372,7 +380,8 @@ Request NcclComm::isend(const float* data, int64_t count, int peer, int tag) {
 
 Request NcclComm::irecv(float* data, int64_t count, int peer, int tag) {
   TESSEL_CHECK(peer >= 0 && peer < size() && peer != rank(),
-               "comm/nccl.cpp: irecv from rank {} in a group of {} (rank {})", peer, size(), rank());
+               "comm/nccl.cpp: irecv from rank {} in a group of {} (rank {})", peer, size(),
+               rank());
   if (!on_device(data, data)) {
     flush();
     return host_.irecv(data, count, peer, tag);

@@ -74,16 +74,16 @@ class NcclComm final : public Comm {
   };
 
   bool on_device(const void* a, const void* b) const;
-  void begin();                          // NCCL's stream waits for the kernels' queued work
-  cudaEvent_t end();                     // records the call's completion on NCCL's stream
+  void begin();       // NCCL's stream waits for the kernels' queued work
+  cudaEvent_t end();  // records the call's completion on NCCL's stream
   Request pending(cudaEvent_t finished, CommCounter& counter);
   CommCounter& counter(CommOp op) { return stats_[static_cast<int>(op)]; }
 
   MpiComm host_;
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t ready_ = nullptr;       // the kernels' stream at a call's start
-  cudaEvent_t p2p_ready_ = nullptr;   // the kernels' stream at the last isend/irecv
+  cudaEvent_t ready_ = nullptr;      // the kernels' stream at a call's start
+  cudaEvent_t p2p_ready_ = nullptr;  // the kernels' stream at the last isend/irecv
   std::vector<Posted> posted_;
 };
 

@@ -124,7 +124,8 @@ Request StagedComm::all_reduce_async(float* data, int64_t count, ReduceOp op) {
   copy_in(host->data(), data, count);
   Request inner = host_->all_reduce_async(host->data(), count, op);
   return Request(std::make_shared<StagedRequest>(
-      std::move(inner), [this, host, data, count] { copy_out(data, host->data(), count); }, counter));
+      std::move(inner), [this, host, data, count] { copy_out(data, host->data(), count); },
+      counter));
 }
 
 void StagedComm::all_gather(const float* send, float* recv, int64_t count) {
@@ -228,7 +229,8 @@ Request StagedComm::isend(const float* data, int64_t count, int peer, int tag) {
   Staging<float> host = staging<float>(count);
   copy_in(host->data(), data, count);
   Request inner = host_->isend(host->data(), count, peer, tag);
-  return Request(std::make_shared<StagedRequest>(std::move(inner), [host] {}, counter));
+  return Request(std::make_shared<StagedRequest>(
+      std::move(inner), [host] {}, counter));
 }
 
 Request StagedComm::irecv(float* data, int64_t count, int peer, int tag) {
@@ -238,7 +240,8 @@ Request StagedComm::irecv(float* data, int64_t count, int peer, int tag) {
   Staging<float> host = staging<float>(count);
   Request inner = host_->irecv(host->data(), count, peer, tag);
   return Request(std::make_shared<StagedRequest>(
-      std::move(inner), [this, host, data, count] { copy_out(data, host->data(), count); }, counter));
+      std::move(inner), [this, host, data, count] { copy_out(data, host->data(), count); },
+      counter));
 }
 
 }  // namespace tessel

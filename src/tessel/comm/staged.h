@@ -19,7 +19,8 @@ class StagedComm final : public Comm {
  public:
   // on_device(p): whether p is in `memory` (copied with its to_host/from_host) rather than on the
   // host (copied plainly). `host` carries the messages.
-  StagedComm(std::unique_ptr<Comm> host, const DeviceMemory& memory, bool (*on_device)(const void*));
+  StagedComm(std::unique_ptr<Comm> host, const DeviceMemory& memory,
+             bool (*on_device)(const void*));
 
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }

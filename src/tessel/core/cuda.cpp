@@ -10,8 +10,8 @@ namespace tessel {
 namespace {
 
 int local_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
-                           "LOCAL_RANK"}) {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) {
     if (const char* value = std::getenv(name)) return std::atoi(value);
   }
   return 0;

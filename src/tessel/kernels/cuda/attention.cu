@@ -50,9 +50,9 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* q,
                                          int64_t G, int64_t D, int64_t q_ld, int64_t k_ld,
                                          int64_t v_ld, Visibility visible) {
   extern __shared__ float shared[];
-  float* k_tile = shared;                             // (kTileRows, D + 1)
-  float* v_tile = k_tile + kTileRows * (D + 1);       // (kTileRows, D + 1)
-  float* q_rows = v_tile + kTileRows * (D + 1);       // (kRowsPerBlock, D)
+  float* k_tile = shared;                        // (kTileRows, D + 1)
+  float* v_tile = k_tile + kTileRows * (D + 1);  // (kTileRows, D + 1)
+  float* q_rows = v_tile + kTileRows * (D + 1);  // (kRowsPerBlock, D)
   const int64_t b = blockIdx.z, h = blockIdx.y, g = h / (H / G);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t t0 = blockIdx.x * static_cast<int64_t>(kRowsPerBlock), t = t0 + warp;
@@ -146,8 +146,8 @@ void forward(float* out, float* lse, const float* q, const float* k, const float
   allow_shared_bytes(reinterpret_cast<const void*>(attention_forward_kernel), shared_bytes);
   const dim3 grid(static_cast<unsigned>((Tq + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(H), static_cast<unsigned>(B));
-  launch("attention_forward", attention_forward_kernel, grid, kThreads, shared_bytes, out, lse, q, k,
-         v, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, visible);
+  launch("attention_forward", attention_forward_kernel, grid, kThreads, shared_bytes, out, lse, q,
+         k, v, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, visible);
 }
 
 }  // namespace
@@ -156,7 +156,8 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
                        int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
                        int64_t k_ld, int64_t v_ld, bool causal) {
   check_attention_args("attention_forward", B, T, T, H, G, D, q_ld, k_ld, v_ld);
-  forward(out, lse, q, k, v, B, T, T, H, G, D, q_ld, k_ld, v_ld, Visibility{nullptr, nullptr, causal});
+  forward(out, lse, q, k, v, B, T, T, H, G, D, q_ld, k_ld, v_ld,
+          Visibility{nullptr, nullptr, causal});
 }
 
 void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,

@@ -13,10 +13,10 @@
 
 namespace tessel::cuda {
 
-constexpr int kTileRows = 32;                    // keys (or queries) staged per step: one per lane
-constexpr int kMaxHeadDim = 256;                 // accumulators per lane: kMaxHeadDim / 32
+constexpr int kTileRows = 32;     // keys (or queries) staged per step: one per lane
+constexpr int kMaxHeadDim = 256;  // accumulators per lane: kMaxHeadDim / 32
 constexpr int kColumnsPerLane = kMaxHeadDim / kWarp;
-constexpr int kRowsPerBlock = kWarpsPerBlock;   // one warp per query (or key) row
+constexpr int kRowsPerBlock = kWarpsPerBlock;  // one warp per query (or key) row
 
 // Key s is visible to query t: by global positions (the block interface), by index (causal), or
 // always.

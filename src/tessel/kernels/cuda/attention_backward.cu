@@ -65,7 +65,8 @@ __global__ void dq_kernel(float* dq, const float* dout, const float* q, const fl
     if (!__any_sync(0xffffffffu, seen)) continue;
     float ds = 0.0f;
     if (seen) {
-      const float p = expf(scale * dot_row(q_rows + warp * D, k_tile + lane * (D + 1), D) - row_lse);
+      const float p =
+          expf(scale * dot_row(q_rows + warp * D, k_tile + lane * (D + 1), D) - row_lse);
       const float dp = dot_row(g_rows + warp * D, v_tile + lane * (D + 1), D);
       ds = p * (dp - row_d);
     }
@@ -87,12 +88,12 @@ __global__ void dkv_kernel(float* dk, float* dv, const float* dout, const float*
                            int64_t Tk, int64_t H, int64_t G, int64_t D, int64_t q_ld, int64_t k_ld,
                            int64_t v_ld, Visibility visible) {
   extern __shared__ float shared[];
-  float* q_tile = shared;                          // (kTileRows, D + 1)
-  float* g_tile = q_tile + kTileRows * (D + 1);    // (kTileRows, D + 1)
-  float* k_rows = g_tile + kTileRows * (D + 1);    // (kRowsPerBlock, D)
-  float* v_rows = k_rows + kRowsPerBlock * D;      // (kRowsPerBlock, D)
-  float* tile_lse = v_rows + kRowsPerBlock * D;    // (kTileRows)
-  float* tile_dot = tile_lse + kTileRows;          // (kTileRows)
+  float* q_tile = shared;                        // (kTileRows, D + 1)
+  float* g_tile = q_tile + kTileRows * (D + 1);  // (kTileRows, D + 1)
+  float* k_rows = g_tile + kTileRows * (D + 1);  // (kRowsPerBlock, D)
+  float* v_rows = k_rows + kRowsPerBlock * D;    // (kRowsPerBlock, D)
+  float* tile_lse = v_rows + kRowsPerBlock * D;  // (kTileRows)
+  float* tile_dot = tile_lse + kTileRows;        // (kTileRows)
   const int64_t b = blockIdx.z, g = blockIdx.y, heads_per_group = H / G;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t first_key = blockIdx.x * static_cast<int64_t>(kRowsPerBlock), s = first_key + warp;
@@ -146,9 +147,9 @@ __global__ void dkv_kernel(float* dk, float* dv, const float* dout, const float*
 CudaScratch row_dot_scratch;
 
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-              const float* v, const float* out, const float* lse, int64_t B, int64_t Tq,
-              int64_t Tk, int64_t H, int64_t G, int64_t D, int64_t q_ld, int64_t k_ld,
-              int64_t v_ld, Visibility visible) {
+              const float* v, const float* out, const float* lse, int64_t B, int64_t Tq, int64_t Tk,
+              int64_t H, int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
+              Visibility visible) {
   if (B == 0 || Tq == 0 || Tk == 0) return;
   float* row_dot = row_dot_scratch.reserve<float>(B * H * Tq);  // (B, H, Tq)
   launch_rows("attention_backward", out_dot_dout_kernel, B * H * Tq, row_dot, out, dout, B, Tq, H,

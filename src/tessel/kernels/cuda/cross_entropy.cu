@@ -68,8 +68,8 @@ CudaScratch loss_scratch;
 }  // namespace
 
 void cross_entropy_partial_forward(float* row_max, float* row_sumexp, float* target_logit,
-                                   const float* logits, const int32_t* targets,
-                                   int64_t vocab_start, int64_t N, int64_t V, int64_t V_valid) {
+                                   const float* logits, const int32_t* targets, int64_t vocab_start,
+                                   int64_t N, int64_t V, int64_t V_valid) {
   if (N == 0) return;
   launch("cross_entropy_partial_forward", partial_forward_kernel, static_cast<unsigned>(N),
          kRowThreads, 0, row_max, row_sumexp, target_logit, logits, targets, vocab_start, V,

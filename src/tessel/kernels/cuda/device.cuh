@@ -22,8 +22,8 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
 
 // kernel<<<grid, threads, shared_bytes, cuda_stream()>>>(args...), its launch error named `name`.
 template <typename... Params, typename... Args>
-void launch(const char* name, void (*kernel)(Params...), dim3 grid, int threads, size_t shared_bytes,
-            Args... args) {
+void launch(const char* name, void (*kernel)(Params...), dim3 grid, int threads,
+            size_t shared_bytes, Args... args) {
   kernel<<<grid, threads, shared_bytes, cuda_stream()>>>(args...);
   cuda_check_launch(name);
 }
@@ -35,7 +35,7 @@ void launch_n(const char* name, void (*kernel)(Params...), int64_t n, Args... ar
 }
 
 // for (i = this thread's first item; i < n; i += all threads of the grid)
-#define TESSEL_GRID_LOOP(i, n)                                                          \
+#define TESSEL_GRID_LOOP(i, n)                                                           \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -56,12 +56,14 @@ void launch_rows(const char* name, void (*kernel)(Params...), int64_t rows, Args
 }
 
 __device__ inline float warp_sum(float x) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
 }
 
 __device__ inline double warp_sum(double x) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2)
+    x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
 }
 
@@ -132,7 +134,8 @@ void column_sums(float* dst, Value value, int64_t N, int64_t C, CudaScratch& scr
   if (dst == nullptr || N == 0 || C == 0) return;
   const int64_t chunks = (N + kColumnChunk - 1) / kColumnChunk;
   float* partial = scratch.reserve<float>(chunks * C);
-  const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(chunks));
+  const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(chunks));
   launch("column_chunk_sums", column_chunk_sums<Value>, grid, kThreads, 0, partial, value, N, C);
   add_column_chunks(dst, partial, chunks, C);
 }

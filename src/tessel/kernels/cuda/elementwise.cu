@@ -69,9 +69,7 @@ void add_column_chunks(float* dst, const float* partial, int64_t chunks, int64_t
   launch_n("add_column_chunks", add_column_chunks_kernel, C, dst, partial, chunks, C);
 }
 
-void scale(float* x, float factor, int64_t n) {
-  launch_n("scale", scale_kernel, n, x, factor, n);
-}
+void scale(float* x, float factor, int64_t n) { launch_n("scale", scale_kernel, n, x, factor, n); }
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   launch_n("residual_forward", residual_kernel, n, out, a, b, n);

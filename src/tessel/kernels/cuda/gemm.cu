@@ -50,7 +50,8 @@ Blas& blas() {
 // excluded for operands carved out of a larger buffer at an odd offset.
 int64_t alignment(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
-  return address == 0 ? 256 : std::min<int64_t>(256, static_cast<int64_t>(address & (~address + 1)));
+  return address == 0 ? 256
+                      : std::min<int64_t>(256, static_cast<int64_t>(address & (~address + 1)));
 }
 
 // trans_a, trans_b, M, N, K, lda, ldb, ldc, the three alignments, operand and result types.
@@ -81,7 +82,8 @@ Plan make_plan(const PlanKey& key) {
   const auto operand_type = static_cast<cudaDataType_t>(key[11]);
   const auto result_type = static_cast<cudaDataType_t>(key[12]);
   Plan plan;
-  check(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+        "cublasLtMatmulDescCreate");
   const cublasOperation_t first_op = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // B's place
   const cublasOperation_t second_op = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // A's place
   check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &first_op,
@@ -104,8 +106,8 @@ Plan make_plan(const PlanKey& key) {
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key[10]));
   cublasLtMatmulHeuristicResult_t found{};
   int count = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(blas().handle, plan.op, plan.first, plan.second,
-                                       plan.result, plan.result, pref, 1, &found, &count),
+  check(cublasLtMatmulAlgoGetHeuristic(blas().handle, plan.op, plan.first, plan.second, plan.result,
+                                       plan.result, pref, 1, &found, &count),
         "cublasLtMatmulAlgoGetHeuristic");
   cublasLtMatmulPreferenceDestroy(pref);
   if (count == 0) cuda_fail("gemm", "cuBLASLt has no algorithm for this shape and alignment");
@@ -162,8 +164,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     if (beta != 1.0f) launch_n("gemm (K = 0)", scale_matrix_kernel, M * N, C, M, N, ldc, beta);
     return;
   }
-  const PlanKey key{trans_a, trans_b, M, N, K, lda, ldb, ldc, alignment(A), alignment(B),
-                    alignment(C), CUDA_R_32F, CUDA_R_32F};
+  const PlanKey key{
+      trans_a,      trans_b,      M,          N,         K, lda, ldb, ldc, alignment(A),
+      alignment(B), alignment(C), CUDA_R_32F, CUDA_R_32F};
   const Plan& plan = plan_for(key);
   cudaStream_t stream = cuda_stream();
   std::pair<cudaEvent_t, cudaEvent_t> timing{};

@@ -35,7 +35,8 @@ __global__ void assign_slots_kernel(int32_t* slot_row, int32_t* cursor, const in
     bool last = true;
     if (e >= 0) {
       for (int j = 0; j < t; ++j) before += chunk_experts[j] == e;
-      for (int j = t + 1; j < static_cast<int>(blockDim.x) && last; ++j) last = chunk_experts[j] != e;
+      for (int j = t + 1; j < static_cast<int>(blockDim.x) && last; ++j)
+        last = chunk_experts[j] != e;
     }
     const int32_t slot = e >= 0 ? cursor[e] + before : -1;
     __syncthreads();  // every cursor is read before any moves on
@@ -67,8 +68,7 @@ __global__ void permute_backward_kernel(float* dx, const float* d_send, const in
 }
 
 __global__ void unpermute_forward_kernel(float* out, const float* combined, const float* probs,
-                                         const int32_t* slot_row, int64_t N, int64_t k,
-                                         int64_t C) {
+                                         const int32_t* slot_row, int64_t N, int64_t k, int64_t C) {
   TESSEL_GRID_LOOP(i, N * C) {
     const int64_t n = i / C, c = i % C;
     float sum = 0.0f;
@@ -88,7 +88,8 @@ __global__ void unpermute_dprobs_kernel(float* d_probs, const float* dout, const
   const int32_t row = slot_row[a];
   float dot = 0.0f;
   if (row >= 0) {
-    for (int64_t c = lane_id(); c < C; c += kWarp) dot += dout[a / k * C + c] * combined[row * C + c];
+    for (int64_t c = lane_id(); c < C; c += kWarp)
+      dot += dout[a / k * C + c] * combined[row * C + c];
   }
   dot = warp_sum(dot);
   if (lane_id() == 0) d_probs[a] = dot;
@@ -136,9 +137,10 @@ void moe_assign_slots(int32_t* slot_row, int32_t* cursor, const int32_t* experts
          keep, n);
 }
 
-void moe_permute_forward(float* send, const float* x, const int32_t* slot_row, int64_t N,
-                         int64_t k, int64_t C) {
-  launch_n("moe_permute_forward", permute_forward_kernel, N * k * C, send, x, slot_row, N * k, k, C);
+void moe_permute_forward(float* send, const float* x, const int32_t* slot_row, int64_t N, int64_t k,
+                         int64_t C) {
+  launch_n("moe_permute_forward", permute_forward_kernel, N * k * C, send, x, slot_row, N * k, k,
+           C);
 }
 
 void moe_permute_backward(float* dx, const float* d_send, const int32_t* slot_row, int64_t N,

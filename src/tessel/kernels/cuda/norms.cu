@@ -20,7 +20,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   float var = 0.0f;
   for (int64_t c = lane_id(); c < C; c += kWarp) var += (x[c] - m) * (x[c] - m);
   const float s = 1.0f / sqrtf(warp_sum(var) / C + eps);  // biased variance, as torch
-  float* o = out + n * C;                                // (C)
+  float* o = out + n * C;                                 // (C)
   for (int64_t c = lane_id(); c < C; c += kWarp) o[c] = (x[c] - m) * s * weight[c] + bias[c];
   if (lane_id() == 0) {
     mean[n] = m;
@@ -106,11 +106,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int64_t C) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C) {
   if (dinp != nullptr)
-    launch_rows("layernorm_backward", layernorm_dinp_kernel, N, dinp, dout, inp, weight, mean,
-                rstd, N, C);
+    launch_rows("layernorm_backward", layernorm_dinp_kernel, N, dinp, dout, inp, weight, mean, rstd,
+                N, C);
   column_sums(dweight, NormWeightTerm{dout, inp, mean, rstd, C}, N, C, column_scratch);
   column_sums(dbias, RowValue{dout, C}, N, C, column_scratch);
 }

@@ -46,15 +46,17 @@ __device__ inline int64_t global_index(int64_t i, const int32_t* positions, int6
 __global__ void kv_to_global_kernel(float* global, const float* rank_major,
                                     const int32_t* positions, int64_t CP, int64_t B, int64_t T_l,
                                     int64_t width) {
-  TESSEL_GRID_LOOP(i, CP * 2 * B * T_l * width)
+  TESSEL_GRID_LOOP(i, CP * 2 * B * T_l * width) {
     global[global_index(i, positions, B, T_l, width, CP * T_l)] = rank_major[i];
+  }
 }
 
 __global__ void kv_from_global_kernel(float* rank_major, const float* global,
                                       const int32_t* positions, int64_t CP, int64_t B, int64_t T_l,
                                       int64_t width) {
-  TESSEL_GRID_LOOP(i, CP * 2 * B * T_l * width)
+  TESSEL_GRID_LOOP(i, CP * 2 * B * T_l * width) {
     rank_major[i] = global[global_index(i, positions, B, T_l, width, CP * T_l)];
+  }
 }
 
 }  // namespace
@@ -81,10 +83,10 @@ void cp_kv_to_global(float* global, const float* rank_major, const int32_t* posi
            positions, CP, B, T_l, width);
 }
 
-void cp_kv_from_global(float* rank_major, const float* global, const int32_t* positions,
-                       int64_t CP, int64_t B, int64_t T_l, int64_t width) {
-  launch_n("cp_kv_from_global", kv_from_global_kernel, CP * 2 * B * T_l * width, rank_major,
-           global, positions, CP, B, T_l, width);
+void cp_kv_from_global(float* rank_major, const float* global, const int32_t* positions, int64_t CP,
+                       int64_t B, int64_t T_l, int64_t width) {
+  launch_n("cp_kv_from_global", kv_from_global_kernel, CP * 2 * B * T_l * width, rank_major, global,
+           positions, CP, B, T_l, width);
 }
 
 }  // namespace tessel::cuda
