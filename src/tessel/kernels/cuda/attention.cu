@@ -58,10 +58,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* q,
   const int64_t t0 = blockIdx.x * static_cast<int64_t>(kRowsPerBlock), t = t0 + warp;
   const bool row = t < Tq;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
-  for (int64_t i = threadIdx.x; i < kRowsPerBlock * D; i += blockDim.x) {
-    const int64_t r = i / D, d = i % D;
-    q_rows[i] = t0 + r < Tq ? q[(b * Tq + t0 + r) * q_ld + h * D + d] : 0.0f;
-  }
+  stage_block_rows(q_rows, q + b * Tq * q_ld + h * D, q_ld, t0, Tq, D);
   const float* q_row = q_rows + warp * D;
   const float* k_head = k + b * Tk * k_ld + g * D;  // (Tk, D), stride k_ld
   const float* v_head = v + b * Tk * v_ld + g * D;  // (Tk, D), stride v_ld

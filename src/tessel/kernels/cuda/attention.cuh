@@ -32,14 +32,24 @@ struct Visibility {
   __host__ __device__ bool by_index() const { return q_pos == nullptr && causal; }
 };
 
-// Rows [first, first + kTileRows) of a (rows, D) matrix with row stride ld into shared memory with
-// row stride D + 1 (the padding puts lane l's row in bank l); rows past `rows` become zeros.
+// Rows [first, first + count) of a (rows, D) matrix with row stride ld into shared memory with
+// row stride dst_ld; rows past `rows` become zeros. Tiles (count kTileRows) are padded to
+// dst_ld = D + 1, which puts lane l's row in bank l; a block's own rows (kRowsPerBlock, one per
+// warp, read by broadcast) are not.
+__device__ inline void stage_rows(float* dst, int64_t dst_ld, int64_t count, const float* src,
+                                  int64_t ld, int64_t first, int64_t rows, int64_t D) {
+  for (int64_t i = threadIdx.x; i < count * D; i += blockDim.x) {
+    const int64_t r = i / D, d = i % D;
+    dst[r * dst_ld + d] = first + r < rows ? src[(first + r) * ld + d] : 0.0f;
+  }
+}
 __device__ inline void stage_tile(float* tile, const float* src, int64_t ld, int64_t first,
                                   int64_t rows, int64_t D) {
-  for (int64_t i = threadIdx.x; i < kTileRows * D; i += blockDim.x) {
-    const int64_t r = i / D, d = i % D;
-    tile[r * (D + 1) + d] = first + r < rows ? src[(first + r) * ld + d] : 0.0f;
-  }
+  stage_rows(tile, D + 1, kTileRows, src, ld, first, rows, D);
+}
+__device__ inline void stage_block_rows(float* dst, const float* src, int64_t ld, int64_t first,
+                                        int64_t rows, int64_t D) {
+  stage_rows(dst, D, kRowsPerBlock, src, ld, first, rows, D);
 }
 
 // Σ_d a[d] · b[d] over one staged row and a row of this warp's own (both in shared memory).

@@ -41,11 +41,8 @@ __global__ void dq_kernel(float* dq, const float* dout, const float* q, const fl
   const int64_t b = blockIdx.z, h = blockIdx.y, g = h / (H / G);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t t0 = blockIdx.x * static_cast<int64_t>(kRowsPerBlock), t = t0 + warp;
-  for (int64_t i = threadIdx.x; i < kRowsPerBlock * D; i += blockDim.x) {
-    const int64_t r = i / D, d = i % D, row = b * Tq + t0 + r;
-    q_rows[i] = t0 + r < Tq ? q[row * q_ld + h * D + d] : 0.0f;
-    g_rows[i] = t0 + r < Tq ? dout[row * H * D + h * D + d] : 0.0f;
-  }
+  stage_block_rows(q_rows, q + b * Tq * q_ld + h * D, q_ld, t0, Tq, D);
+  stage_block_rows(g_rows, dout + b * Tq * H * D + h * D, H * D, t0, Tq, D);
   const float row_lse = t < Tq ? lse[(b * H + h) * Tq + t] : -INFINITY;
   const bool row = row_lse != -INFINITY;  // a row that sees no key at all has no gradient
   const float row_d = row ? row_dot[(b * H + h) * Tq + t] : 0.0f;
@@ -97,11 +94,8 @@ __global__ void dkv_kernel(float* dk, float* dv, const float* dout, const float*
   const int64_t b = blockIdx.z, g = blockIdx.y, heads_per_group = H / G;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int64_t first_key = blockIdx.x * static_cast<int64_t>(kRowsPerBlock), s = first_key + warp;
-  for (int64_t i = threadIdx.x; i < kRowsPerBlock * D; i += blockDim.x) {
-    const int64_t r = i / D, d = i % D, row = b * Tk + first_key + r;
-    k_rows[i] = first_key + r < Tk ? k[row * k_ld + g * D + d] : 0.0f;
-    v_rows[i] = first_key + r < Tk ? v[row * v_ld + g * D + d] : 0.0f;
-  }
+  stage_block_rows(k_rows, k + b * Tk * k_ld + g * D, k_ld, first_key, Tk, D);
+  stage_block_rows(v_rows, v + b * Tk * v_ld + g * D, v_ld, first_key, Tk, D);
   const bool key = s < Tk;
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   // Causal by index: queries before the block's first key see none of its keys.
