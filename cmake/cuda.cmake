@@ -34,7 +34,11 @@ if(TESSEL_CUDA)
   target_compile_options(tessel_core PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
   target_compile_definitions(tessel_core PUBLIC TESSEL_CUDA)
   target_include_directories(tessel_core PUBLIC ${CUDAToolkit_INCLUDE_DIRS} ${NCCL_INCLUDE_DIR})
-  target_link_libraries(tessel_core PUBLIC CUDA::cudart_static CUDA::cublasLt ${NCCL_LIBRARY})
+  # cuBLASLt is not linked: kernels/cuda/gemm.cu opens it on the first GEMM (its initialisers
+  # would cost every process half a second at start), falling back to the toolkit's directory.
+  target_compile_definitions(tessel_core PRIVATE
+                             TESSEL_CUDA_LIBRARY_DIR="${CUDAToolkit_LIBRARY_DIR}")
+  target_link_libraries(tessel_core PUBLIC CUDA::cudart_static ${NCCL_LIBRARY} ${CMAKE_DL_LIBS})
   message(STATUS "TESSEL_CUDA: on (${CMAKE_CUDA_COMPILER}, architectures ${CMAKE_CUDA_ARCHITECTURES})")
 else()
   message(STATUS "TESSEL_CUDA: off (no nvcc found, or -DTESSEL_CUDA=OFF): CPU backend only")

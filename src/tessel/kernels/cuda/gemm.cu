@@ -9,7 +9,11 @@
 // — kept in a map, so a training step, which repeats the same few shapes, pays for no query after
 // its first. The key holds the operand types: bf16 operands with fp32 accumulation (mixed
 // precision) are a plan with CUDA_R_16BF inputs and the same compute type, through this path.
+//
+// cuBLASLt is opened on the first GEMM rather than linked: its initialisers cost every process
+// that links it half a second and 200 MB at start, CPU-only runs and every test process included.
 #include <cublasLt.h>
+#include <dlfcn.h>
 
 #include <array>
 #include <map>
@@ -26,8 +30,46 @@ namespace {
 // Hopper's cuBLASLt kernels want up to 32 MiB of workspace for their split-K and stream-K paths.
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
+#define TESSEL_STRINGIFY(x) #x
+#define TESSEL_SONAME(major) "libcublasLt.so." TESSEL_STRINGIFY(major)
+
+// The cuBLASLt functions this file calls, resolved from the library at first use.
+struct LtApi {
+// clang-format off
+#define TESSEL_LT_FUNCTIONS(X)                                                                \
+  X(cublasLtCreate) X(cublasLtGetStatusString) X(cublasLtMatrixLayoutCreate)                  \
+  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescSetAttribute)                               \
+  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceSetAttribute)                   \
+  X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+// clang-format on
+#define TESSEL_LT_POINTER(name) decltype(&::name) name = nullptr;
+  TESSEL_LT_FUNCTIONS(TESSEL_LT_POINTER)
+#undef TESSEL_LT_POINTER
+};
+
+const LtApi& lt() {
+  static const LtApi api = [] {
+    // The soname first (LD_LIBRARY_PATH, the loader's cache), then the toolkit built against.
+    void* lib = dlopen(TESSEL_SONAME(CUBLAS_VER_MAJOR), RTLD_NOW | RTLD_LOCAL);
+#ifdef TESSEL_CUDA_LIBRARY_DIR
+    if (lib == nullptr)
+      lib = dlopen(TESSEL_CUDA_LIBRARY_DIR "/" TESSEL_SONAME(CUBLAS_VER_MAJOR),
+                   RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (lib == nullptr) cuda_fail("gemm: opening cuBLASLt", dlerror());
+    LtApi loaded;
+#define TESSEL_LT_RESOLVE(name)                                         \
+  loaded.name = reinterpret_cast<decltype(&::name)>(dlsym(lib, #name)); \
+  if (loaded.name == nullptr) cuda_fail("gemm: cuBLASLt lacks " #name, dlerror());
+    TESSEL_LT_FUNCTIONS(TESSEL_LT_RESOLVE)
+#undef TESSEL_LT_RESOLVE
+    return loaded;
+  }();
+  return api;
+}
+
 void check(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) cuda_fail(what, cublasLtGetStatusString(status));
+  if (status != CUBLAS_STATUS_SUCCESS) cuda_fail(what, lt().cublasLtGetStatusString(status));
 }
 
 struct Blas {
@@ -39,7 +81,7 @@ Blas& blas() {
   static Blas b = [] {
     Blas made;
     cuda_stream();  // selects the device first
-    check(cublasLtCreate(&made.handle), "cublasLtCreate");
+    check(lt().cublasLtCreate(&made.handle), "cublasLtCreate");
     made.workspace = cuda_memory().alloc(kWorkspaceBytes);
     return made;
   }();
@@ -65,14 +107,14 @@ struct Plan {
 
 cublasLtMatrixLayout_t layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld) {
   cublasLtMatrixLayout_t l = nullptr;
-  check(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  check(lt().cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
   return l;
 }
 
 template <typename T>
 void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
                     T value) {
-  check(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
+  check(lt().cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
         "cublasLtMatmulPreferenceSetAttribute");
 }
 
@@ -82,15 +124,15 @@ Plan make_plan(const PlanKey& key) {
   const auto operand_type = static_cast<cudaDataType_t>(key[11]);
   const auto result_type = static_cast<cudaDataType_t>(key[12]);
   Plan plan;
-  check(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+  check(lt().cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
         "cublasLtMatmulDescCreate");
   const cublasOperation_t first_op = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;   // B's place
   const cublasOperation_t second_op = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // A's place
-  check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &first_op,
-                                       sizeof(first_op)),
+  check(lt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &first_op,
+                                            sizeof(first_op)),
         "cublasLtMatmulDescSetAttribute");
-  check(cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &second_op,
-                                       sizeof(second_op)),
+  check(lt().cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &second_op,
+                                            sizeof(second_op)),
         "cublasLtMatmulDescSetAttribute");
   // Column-major views of the row-major operands (rows, cols, ld).
   plan.first = trans_b ? layout(operand_type, K, N, ldb) : layout(operand_type, N, K, ldb);
@@ -98,7 +140,7 @@ Plan make_plan(const PlanKey& key) {
   plan.result = layout(result_type, N, M, ldc);
 
   cublasLtMatmulPreference_t pref = nullptr;
-  check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  check(lt().cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   set_preference(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t{kWorkspaceBytes});
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(key[9]));
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(key[8]));
@@ -106,10 +148,10 @@ Plan make_plan(const PlanKey& key) {
   set_preference(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key[10]));
   cublasLtMatmulHeuristicResult_t found{};
   int count = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(blas().handle, plan.op, plan.first, plan.second, plan.result,
-                                       plan.result, pref, 1, &found, &count),
+  check(lt().cublasLtMatmulAlgoGetHeuristic(blas().handle, plan.op, plan.first, plan.second,
+                                            plan.result, plan.result, pref, 1, &found, &count),
         "cublasLtMatmulAlgoGetHeuristic");
-  cublasLtMatmulPreferenceDestroy(pref);
+  lt().cublasLtMatmulPreferenceDestroy(pref);
   if (count == 0) cuda_fail("gemm", "cuBLASLt has no algorithm for this shape and alignment");
   plan.algo = found.algo;
   return plan;
@@ -176,9 +218,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     stats.spare.pop_back();
     cuda_check(cudaEventRecord(timing.first, stream), "cudaEventRecord");
   }
-  check(cublasLtMatmul(blas().handle, plan.op, &alpha, B, plan.first, A, plan.second, &beta, C,
-                       plan.result, C, plan.result, &plan.algo, blas().workspace, kWorkspaceBytes,
-                       stream),
+  check(lt().cublasLtMatmul(blas().handle, plan.op, &alpha, B, plan.first, A, plan.second, &beta, C,
+                            plan.result, C, plan.result, &plan.algo, blas().workspace,
+                            kWorkspaceBytes, stream),
         "cublasLtMatmul");
   if (stats.on) {
     cuda_check(cudaEventRecord(timing.second, stream), "cudaEventRecord");
