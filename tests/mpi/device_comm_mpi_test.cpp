@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessel/comm/device_comm.h"
+#include "tessel/comm/mpi.h"
 #include "tessel/core/tensor.h"
 
 #ifdef TESSEL_CUDA
@@ -67,6 +68,14 @@ std::vector<float> values(int rank, int64_t n, int64_t first = 0) {
   std::vector<float> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = value(rank, first + i);
   return v;
+}
+
+TEST(DeviceComm, HostMemoryGetsMpi) {
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  EXPECT_EQ(choose_comm_backend(comm, host_memory()), CommBackend::Mpi);
+  std::unique_ptr<Comm> made = make_comm(comm, CommBackend::Mpi, host_memory());
+  EXPECT_NE(dynamic_cast<MpiComm*>(made.get()), nullptr);
 }
 
 TEST(DeviceComm, Collectives) {

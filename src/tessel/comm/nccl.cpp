@@ -363,8 +363,8 @@ void NcclComm::barrier() {
 }
 
 Request NcclComm::isend(const float* data, int64_t count, int peer, int tag) {
-  TESSEL_CHECK(peer >= 0 && peer < size() && peer != rank(),
-               "comm/nccl.cpp: isend to rank {} in a group of {} (rank {})", peer, size(), rank());
+  TESSEL_CHECK(peer >= 0 && peer < size(), "comm/nccl.cpp: isend to rank {} outside a group of {}",
+               peer, size());
   if (!on_device(data, data)) {
     flush();
     return host_.isend(data, count, peer, tag);
@@ -379,9 +379,8 @@ Request NcclComm::isend(const float* data, int64_t count, int peer, int tag) {
 }
 
 Request NcclComm::irecv(float* data, int64_t count, int peer, int tag) {
-  TESSEL_CHECK(peer >= 0 && peer < size() && peer != rank(),
-               "comm/nccl.cpp: irecv from rank {} in a group of {} (rank {})", peer, size(),
-               rank());
+  TESSEL_CHECK(peer >= 0 && peer < size(),
+               "comm/nccl.cpp: irecv from rank {} outside a group of {}", peer, size());
   if (!on_device(data, data)) {
     flush();
     return host_.irecv(data, count, peer, tag);
