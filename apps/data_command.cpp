@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 
-#include "data_tokenizer_flags.h"
+#include "tokenizer_flags.h"
 #include "tessel/core/error.h"
 #include "tessel/data/indexed_dataset.h"
 #include "tessel/data/npy.h"
@@ -18,7 +18,7 @@ DataCommand::DataCommand(CLI::App& app) {
   inspect_->add_option("prefix", prefix_, "the dataset prefix (PREFIX.bin, PREFIX.idx)")->required();
   inspect_->add_option("--doc", doc_, "which document to print")->capture_default_str();
   inspect_->add_flag("--decode", decode_, "print the document as text through the tokenizer");
-  add_data_tokenizer_flags(*inspect_, tokenizer_);
+  add_tokenizer_flags(*inspect_, tokenizer_);
 
   index_ = cmd_->add_subcommand("index", "build the GPT datasets' indices as training will");
   index_->add_option("--data-path", data_.data_path, "PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (a blend)");
@@ -33,7 +33,7 @@ DataCommand::DataCommand(CLI::App& app) {
   index_->add_option("--valid-samples", data_.num_samples[1], "samples the valid split must deliver")->capture_default_str();
   index_->add_option("--test-samples", data_.num_samples[2], "samples the test split must deliver")->capture_default_str();
   index_->add_option("--dump-samples", dump_dir_, "write every sample to DIR/{split}_samples.npy");
-  add_data_tokenizer_flags(*index_, tokenizer_);
+  add_tokenizer_flags(*index_, tokenizer_);
 }
 
 void DataCommand::run() {

@@ -250,11 +250,11 @@ LayoutCommand::LayoutCommand(CLI::App& app) {
 
   layers_opt_ = c.add_option("--num-layers", model_.num_layers, "Transformer layers: show the pipeline stages");
   experts_opt_ = c.add_option("--num-experts", num_experts_, "experts per MoE layer: show their split over EP");
-  c.add_option("--vpp,--num-virtual-stages-per-pipeline-rank", stages_.virtual_stages, "virtual stages per pipeline rank")
+  c.add_option("--vpp,--num-virtual-stages-per-pipeline-rank", config_.vpp, "virtual stages per pipeline rank")
       ->capture_default_str();
-  c.add_option("--decoder-first-pipeline-num-layers", stages_.first_stage_layers, "layers of the first stage");
-  c.add_option("--decoder-last-pipeline-num-layers", stages_.last_stage_layers, "layers of the last stage");
-  c.add_option("--pipeline-model-parallel-layout", stages_.layout, "Megatron's layout string");
+  c.add_option("--decoder-first-pipeline-num-layers", pipeline_.first_stage_layers, "layers of the first stage");
+  c.add_option("--decoder-last-pipeline-num-layers", pipeline_.last_stage_layers, "layers of the last stage");
+  c.add_option("--pipeline-model-parallel-layout", pipeline_.layout, "Megatron's layout string");
 }
 
 bool LayoutCommand::model_given() const {
@@ -288,21 +288,18 @@ void LayoutCommand::run() const {
   const int64_t per_step = layout_ok ? micro_batch_ * config_.dp() : 0;
   int64_t global_batch = global_batch_opt_->count() > 0 ? global_batch_ : per_step * num_microbatches_;
 
+  // A global batch left to the microbatch count is reported through that count's rule.
+  if (global_batch_opt_->count() == 0) global_batch = std::max<int64_t>(global_batch, 1);
   if (model_given()) {
     std::vector<std::string> m = model.violations();
     v.insert(v.end(), m.begin(), m.end());
-    std::vector<std::string> t = training_violations(config_, model, micro_batch_, std::max<int64_t>(global_batch, 1));
+    std::vector<std::string> t = training_violations(config_, model, micro_batch_, global_batch);
     v.insert(v.end(), t.begin(), t.end());
   } else if (batch_given()) {
-    if (micro_batch_ < 1) v.push_back(fmt::format("--micro-batch-size must be positive (got {})", micro_batch_));
-    if (global_batch_ < 1 && global_batch_opt_->count() > 0)
-      v.push_back(fmt::format("--global-batch-size must be positive (got {})", global_batch_));
-    else if (per_step > 0 && global_batch % per_step != 0)
-      v.push_back(fmt::format("--global-batch-size {} is not divisible by --micro-batch-size {} × DP {} = {}",
-                              global_batch, micro_batch_, config_.dp(), per_step));
+    std::vector<std::string> b = batch_violations(config_, micro_batch_, global_batch);
+    v.insert(v.end(), b.begin(), b.end());
   }
-  StageOptions stages = stages_;
-  stages.pipeline_size = config_.pp;
+  const StageOptions stages = stage_options(config_, pipeline_);
   if (layers_opt_->count() > 0) {
     std::vector<std::string> st = stage_violations(model.num_layers, stages);
     v.insert(v.end(), st.begin(), st.end());
@@ -312,11 +309,7 @@ void LayoutCommand::run() const {
                             num_experts_, config_.ep));
   // (training_violations checks the sequence against 2·CP: --seq-length is a model flag.)
   const bool show_cp = config_.cp > 1 && seq_given();
-  if (!v.empty()) {
-    std::string msg = "invalid layout: " + v[0];
-    for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
-    throw Error(msg);
-  }
+  if (!v.empty()) throw Error(fmt::format("invalid layout: {}", fmt::join(v, "; ")));
 
   Layout layout(config_);
   if (json_) {
@@ -324,7 +317,7 @@ void LayoutCommand::run() const {
     return;
   }
   print_summary(layout);
-  if (batch_given()) print_batch(micro_batch_, config_.dp(), global_batch / per_step);
+  if (batch_given()) print_batch(micro_batch_, config_.dp(), microbatch_count(config_, micro_batch_, global_batch));
   const bool heads = heads_opt_->count() > 0;
   const bool groups = groups_opt_->count() > 0 && model.query_groups() != model.num_attention_heads;
   const bool mlp = mlp_opts_[0]->count() + mlp_opts_[1]->count() > 0;

@@ -10,7 +10,7 @@
 
 #include "tessel/model/config.h"
 #include "tessel/parallel/layout.h"
-#include "tessel/pipeline/stages.h"
+#include "tessel/train/options.h"
 
 namespace tessel {
 
@@ -48,7 +48,7 @@ class LayoutCommand {
   CLI::Option* layers_opt_ = nullptr;  // --num-layers: show the pipeline stages
   CLI::Option* experts_opt_ = nullptr;  // --num-experts: show the experts per EP rank
   int num_experts_ = 0;
-  StageOptions stages_;
+  PipelineOptions pipeline_;
 };
 
 }  // namespace tessel

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <fmt/format.h>
 
-#include "data_tokenizer_flags.h"
+#include "tokenizer_flags.h"
 
 namespace tessel {
 
@@ -41,7 +41,7 @@ PreprocessCommand::PreprocessCommand(CLI::App& app) {
                    "writes PREFIX_{key}_document.bin/.idx")->required();
   cmd_->add_flag("--append-eod", options_.append_eod, "append the tokenizer's end-of-document token to each document");
   cmd_->add_option("--workers", options_.workers, "tokenizing threads")->capture_default_str();
-  add_data_tokenizer_flags(*cmd_, tokenizer_);
+  add_tokenizer_flags(*cmd_, tokenizer_);
 }
 
 void PreprocessCommand::run() {

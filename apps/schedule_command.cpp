@@ -229,9 +229,7 @@ void ScheduleCommand::run() const {
   }
 
   std::vector<RankSchedule> compute = generate_schedule(config);
-  if (forward_only_)
-    for (RankSchedule& s : compute)
-      std::erase_if(s, [](const Action& a) { return a.kind != ActionKind::Forward; });
+  if (forward_only_) compute = forward_only_schedule(std::move(compute));
   SimulationCosts costs;
   costs.forward = forward_cost_;
   costs.backward = backward_cost_;

@@ -34,6 +34,7 @@
 #include "preprocess_command.h"
 #include "schedule_command.h"
 #include "tokenizer_command.h"
+#include "tokenizer_flags.h"
 
 #ifndef TESSEL_DEFAULT_DATA
 #define TESSEL_DEFAULT_DATA "data/kjv-genesis-esther.txt"
@@ -76,7 +77,8 @@ struct ModelFlags {
     option(app, "--seq-length", &ModelConfig::seq_length, "sequence length");
     option(app, "--max-position-embeddings", &ModelConfig::max_position_embeddings,
            "maximum positions (0: --seq-length)");
-    option(app, "--vocab-size", &ModelConfig::vocab_size, "vocabulary size");
+    option(app, "--vocab-size", &ModelConfig::vocab_size,
+           cfg.vocab_size == 0 ? "vocabulary size (0: the tokenizer's)" : "vocabulary size");
     option(app, "--norm-epsilon", &ModelConfig::norm_epsilon, "LayerNorm / RMSNorm epsilon");
     option(app, "--rotary-base", &ModelConfig::rotary_base, "RoPE base (llama)");
     flag(app, "--add-qkv-bias", &ModelConfig::add_qkv_bias, "biases on q, k and v (llama; Qwen2)");
@@ -169,39 +171,51 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   // ---- train ----
   CLI::App* train_cmd = app.add_subcommand("train", "train a model");
   ModelFlags train_model;
+  train_model.cfg.vocab_size = train_model.flags.vocab_size = 0;  // the tokenizer's
   train_model.add(*train_cmd);
   TrainOptions t;
-  t.data_path = TESSEL_DEFAULT_DATA;
-  t.lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 30, .decay_iters = 0, .train_iters = 600,
-          .style = LrDecayStyle::Cosine};
-  std::string sampling = "shuffled", decay_style = "cosine";
+  t.data.path = {TESSEL_DEFAULT_DATA};
+  std::string decay_style = lr_decay_style_name(t.optim.lr.style);
   int threads = 0;
-  train_cmd->add_option("--micro-batch-size", t.micro_batch_size, "samples per microbatch")->capture_default_str();
-  train_cmd->add_option("--global-batch-size", t.global_batch_size, "samples per iteration")->capture_default_str();
-  train_cmd->add_option("--train-iters", t.lr.train_iters, "iterations")->capture_default_str();
-  train_cmd->add_option("--seed", t.seed, "seed of initialisation and sampling")->capture_default_str();
-  train_cmd->add_option("--log-interval", t.log_interval, "iterations between log lines")->capture_default_str();
-  train_cmd->add_option("--log-json", t.log_json, "write one JSON object per logged iteration");
-  train_cmd->add_option("--data-path", t.data_path, "training text file")->capture_default_str();
-  train_cmd->add_option("--data-sampling", sampling, "shuffled | sequential")->capture_default_str();
-  train_cmd->add_option("--init-from", t.init_from, "start from a Hugging Face safetensors file or folder");
-  train_cmd->add_option("--save-hf", t.save_hf, "write model.safetensors + config.json here at the end");
-  train_cmd->add_option("--save", t.save, "checkpoint folder (a save every --save-interval and at the end)");
-  train_cmd->add_option("--save-interval", t.save_interval, "iterations between checkpoints (0: only at the end)")->capture_default_str();
-  train_cmd->add_flag("--async-save", t.async_save, "write checkpoints on a background thread while training goes on");
-  train_cmd->add_option("--exit-interval", t.exit_interval, "stop once the iteration is a multiple of this (after saving)");
-  train_cmd->add_option("--load", t.load, "resume from the newest checkpoint in this folder (any layout)");
-  train_cmd->add_option("--lr", t.lr.lr, "peak learning rate")->capture_default_str();
-  train_cmd->add_option("--min-lr", t.lr.min_lr, "final learning rate")->capture_default_str();
-  train_cmd->add_option("--lr-warmup-iters", t.lr.warmup_iters, "linear warmup iterations")->capture_default_str();
-  train_cmd->add_option("--lr-decay-iters", t.lr.decay_iters, "decay iterations (0: --train-iters)")->capture_default_str();
+  std::string device = "cpu";
+  train_cmd->add_option("--micro-batch-size", t.batch.micro_batch_size, "samples per microbatch")->capture_default_str();
+  train_cmd->add_option("--global-batch-size", t.batch.global_batch_size, "samples per iteration")->capture_default_str();
+  train_cmd->add_option("--train-iters", t.optim.lr.train_iters, "iterations")->capture_default_str();
+  train_cmd->add_option("--seed", t.seed, "seed of initialisation and of the datasets' shuffles")->capture_default_str();
+  train_cmd->add_option("--log-interval", t.log.interval, "iterations between log lines")->capture_default_str();
+  train_cmd->add_option("--log-json", t.log.json, "write one JSON object per logged iteration");
+  CLI::Option* data_path = train_cmd->add_option(
+      "--data-path", t.data.path, "PREFIX (.bin/.idx) or text file, or W1 P1 W2 P2 ... (a blend) for all splits")
+      ->capture_default_str();
+  train_cmd->add_option("--train-data-path", t.data.train_path, "the train split's blend (instead of --data-path)");
+  train_cmd->add_option("--valid-data-path", t.data.valid_path, "the valid split's blend");
+  train_cmd->add_option("--test-data-path", t.data.test_path, "the test split's blend");
+  train_cmd->add_option("--split", t.data.split, "train,valid,test proportions of --data-path's documents")->capture_default_str();
+  train_cmd->add_option("--data-cache-path", t.data.cache_path, "where the datasets' index files go (default: beside the data)");
+  add_tokenizer_flags(*train_cmd, t.data.tokenizer);
+  train_cmd->add_flag("--reset-position-ids", t.data.reset_position_ids, "positions restart after each end-of-document token");
+  train_cmd->add_flag("--reset-attention-mask", t.data.reset_attention_mask, "attention stays within each document");
+  train_cmd->add_flag("--eod-mask-loss", t.data.eod_mask_loss, "no loss where the input is an end-of-document token");
+  train_cmd->add_option("--eval-interval", t.eval.interval, "iterations between evaluations on the valid split")->capture_default_str();
+  train_cmd->add_option("--eval-iters", t.eval.iters, "global batches per evaluation (0: none)")->capture_default_str();
+  train_cmd->add_option("--init-from", t.checkpoint.init_from, "start from a Hugging Face safetensors file or folder");
+  train_cmd->add_option("--save-hf", t.checkpoint.save_hf, "write model.safetensors + config.json here at the end");
+  train_cmd->add_option("--save", t.checkpoint.save, "checkpoint folder (a save every --save-interval and at the end)");
+  train_cmd->add_option("--save-interval", t.checkpoint.save_interval, "iterations between checkpoints (0: only at the end)")->capture_default_str();
+  train_cmd->add_flag("--async-save", t.checkpoint.async_save, "write checkpoints on a background thread while training goes on");
+  train_cmd->add_option("--exit-interval", t.checkpoint.exit_interval, "stop once the iteration is a multiple of this (after saving)");
+  train_cmd->add_option("--load", t.checkpoint.load, "resume from the newest checkpoint in this folder (any layout)");
+  train_cmd->add_option("--lr", t.optim.lr.lr, "peak learning rate")->capture_default_str();
+  train_cmd->add_option("--min-lr", t.optim.lr.min_lr, "final learning rate")->capture_default_str();
+  train_cmd->add_option("--lr-warmup-iters", t.optim.lr.warmup_iters, "linear warmup iterations")->capture_default_str();
+  train_cmd->add_option("--lr-decay-iters", t.optim.lr.decay_iters, "decay iterations (0: --train-iters)")->capture_default_str();
   train_cmd->add_option("--lr-decay-style", decay_style, "constant | linear | cosine")->capture_default_str();
-  train_cmd->add_option("--weight-decay", t.optimizer.weight_decay, "AdamW weight decay")->capture_default_str();
-  train_cmd->add_option("--adam-beta1", t.optimizer.beta1, "AdamW beta1")->capture_default_str();
-  train_cmd->add_option("--adam-beta2", t.optimizer.beta2, "AdamW beta2")->capture_default_str();
-  train_cmd->add_option("--adam-eps", t.optimizer.eps, "AdamW epsilon")->capture_default_str();
-  train_cmd->add_option("--clip-grad", t.optimizer.clip_grad, "gradient clipping by global norm (0: off)")->capture_default_str();
-  ParallelConfig& pc = t.parallel;
+  train_cmd->add_option("--weight-decay", t.optim.adamw.weight_decay, "AdamW weight decay")->capture_default_str();
+  train_cmd->add_option("--adam-beta1", t.optim.adamw.beta1, "AdamW beta1")->capture_default_str();
+  train_cmd->add_option("--adam-beta2", t.optim.adamw.beta2, "AdamW beta2")->capture_default_str();
+  train_cmd->add_option("--adam-eps", t.optim.adamw.eps, "AdamW epsilon")->capture_default_str();
+  train_cmd->add_option("--clip-grad", t.optim.adamw.clip_grad, "gradient clipping by global norm (0: off)")->capture_default_str();
+  ParallelConfig& pc = t.parallel.layout;
   train_cmd->add_option("--tp,--tensor-model-parallel-size", pc.tp, "tensor parallel size")->capture_default_str();
   train_cmd->add_option("--pp,--pipeline-model-parallel-size", pc.pp, "pipeline parallel size")->capture_default_str();
   train_cmd->add_option("--cp,--context-parallel-size", pc.cp, "context parallel size")->capture_default_str();
@@ -210,22 +224,26 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_option("--vpp,--num-virtual-stages-per-pipeline-rank", pc.vpp, "virtual pipeline stages")->capture_default_str();
   train_cmd->add_option("--order", pc.order, "rank order, first axis fastest")->capture_default_str();
   train_cmd->add_flag("--sequence-parallel", pc.sequence_parallel, "split norms and residuals along the sequence over TP");
-  train_cmd->add_option("--schedule", t.schedule, "pipeline schedule: gpipe | 1f1b | interleaved (default 1f1b, interleaved with --vpp)");
-  train_cmd->add_option("--microbatch-group-size-per-virtual-pipeline-stage", t.microbatch_group,
+  train_cmd->add_option("--schedule", t.parallel.pipeline.schedule, "pipeline schedule: gpipe | 1f1b | interleaved (default 1f1b, interleaved with --vpp)");
+  train_cmd->add_option("--microbatch-group-size-per-virtual-pipeline-stage", t.parallel.pipeline.microbatch_group,
                         "interleaved schedule's microbatch group (0: PP)")->capture_default_str();
-  train_cmd->add_option("--decoder-first-pipeline-num-layers", t.first_stage_layers, "layers of the first pipeline stage");
-  train_cmd->add_option("--decoder-last-pipeline-num-layers", t.last_stage_layers, "layers of the last pipeline stage");
-  train_cmd->add_option("--pipeline-model-parallel-layout", t.pipeline_layout, "Megatron's layout string, e.g. \"Et*3|(tt|)*2tL\"");
-  train_cmd->add_option("--cp-comm-type", t.cp_comm_type, "context parallel attention: p2p (ring) | all-gather")->capture_default_str();
-  train_cmd->add_option("--ddp-bucket-size", t.ddp_bucket_size, "gradients per DP reduction bucket (floats)")->capture_default_str();
-  train_cmd->add_flag("--overlap-grad-reduce", t.overlap_grad_reduce,
+  train_cmd->add_option("--decoder-first-pipeline-num-layers", t.parallel.pipeline.first_stage_layers, "layers of the first pipeline stage");
+  train_cmd->add_option("--decoder-last-pipeline-num-layers", t.parallel.pipeline.last_stage_layers, "layers of the last pipeline stage");
+  train_cmd->add_option("--pipeline-model-parallel-layout", t.parallel.pipeline.layout, "Megatron's layout string, e.g. \"Et*3|(tt|)*2tL\"");
+  train_cmd->add_option("--cp-comm-type", t.parallel.cp_comm_type, "context parallel attention: p2p (ring) | all-gather")->capture_default_str();
+  train_cmd->add_option("--ddp-bucket-size", t.parallel.ddp.bucket_size, "gradients per DP reduction bucket (floats)")->capture_default_str();
+  train_cmd->add_flag("--overlap-grad-reduce", t.parallel.ddp.overlap_grad_reduce,
                       "start each DP bucket's reduction during backward (non-blocking)");
   train_cmd->add_flag("--use-distributed-optimizer", pc.distributed_optimizer, "shard Adam state and the update over DP (ZeRO-1)");
   train_cmd->add_option("--make-vocab-size-divisible-by", train_model.flags.make_vocab_size_divisible_by,
                         "pad the vocabulary to a multiple of this × TP")->capture_default_str();
   bool force_progress = false;
   train_cmd->add_flag("--progress", force_progress, "draw the live progress line (default: on a terminal, not under mpirun)");
-  train_cmd->add_flag("--profile", t.profile, "report GEMM throughput and memory at the end");
+  train_cmd->add_option("--device", device, "where to compute: cpu | cuda (a build with -DTESSEL_CUDA)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  train_cmd->add_flag_callback("--bf16", [&t] { t.precision = Precision::BF16; },
+                               "bf16 mixed precision: GEMMs on bf16 operands, fp32 accumulation, fp32 master weights");
+  train_cmd->add_flag("--profile", t.log.profile, "report GEMM throughput and memory at the end");
   train_cmd->add_option("--threads", threads, "threads per process (default: OMP_NUM_THREADS or all cores)");
 
   // ---- generate ----
@@ -276,22 +294,23 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   set_threads(threads);
 
   if (*train_cmd) {
-    t.sampling = parse_sampling(sampling);
-    t.lr.style = parse_lr_decay_style(decay_style);
+    // The bundled corpus is the default for --data-path alone: per-split paths replace it.
+    const bool per_split = !t.data.train_path.empty() || !t.data.valid_path.empty() || !t.data.test_path.empty();
+    if (per_split && data_path->count() == 0) t.data.path.clear();
+    t.optim.lr.style = parse_lr_decay_style(decay_style);
     // The live progress line for a terminal. Under mpirun every rank's stdout is a pseudo-terminal
     // whatever the user's is, so there it takes --progress.
-    t.progress = force_progress || (isatty(STDOUT_FILENO) != 0 && !runtime.active());
-    ModelConfig cfg = train_model.resolve(t.init_from);
+    t.log.progress = force_progress || (isatty(STDOUT_FILENO) != 0 && !runtime.active());
+    ModelConfig cfg = train_model.resolve(t.checkpoint.init_from);
     cfg.make_vocab_size_divisible_by = train_model.flags.make_vocab_size_divisible_by;
     pc.world = runtime.world_size();
-    validate_training(cfg, t);  // every rank alike, before any communication
-    if (runtime.active()) {
-      ProcessGroups groups = ProcessGroups::create(Layout(pc), runtime.world_rank());
-      train(cfg, t, groups);
-    } else {
-      ProcessGroups groups = ProcessGroups::single();
-      train(cfg, t, groups);
-    }
+    t.device = device == "cuda" ? Device::CUDA : Device::CPU;
+    const TrainPlan plan = plan_training(cfg, t);  // every rank alike, before any communication
+    const DeviceMemory& memory = kernels_for(t.device, t.precision).memory;
+    ProcessGroups groups = runtime.active()
+                               ? ProcessGroups::create(Layout(plan.layout()), runtime.world_rank(), memory)
+                               : ProcessGroups::single(memory);
+    train(plan, groups);
   } else if (*gen_cmd) {
     std::fwrite(g.prompt.data(), 1, g.prompt.size(), stdout);
     generate(model_dir, g, [](const std::string& text) {

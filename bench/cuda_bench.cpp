@@ -132,6 +132,13 @@ int main(int argc, char** argv) {
       k.linear_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, l.in,
                         l.out, l.layout);
     });
+    // --bf16's GEMMs: the operands rounded to bf16 (their conversion included), fp32 accumulation.
+    const Kernels& kb = tessel::cuda_kernels(tessel::Precision::BF16);
+    time("gemm", std::string(l.name) + " fwd+bwd, bf16", 3 * flops, "TFLOP/s", [&] {
+      kb.linear_forward(y.data(), x.data(), w.data(), nullptr, N, l.in, l.out, l.layout);
+      kb.linear_backward(dx.data(), dw.data(), nullptr, dy.data(), x.data(), w.data(), N, l.in,
+                         l.out, l.layout);
+    });
     if (std::string(l.name) != "lm-head") layer_flops += 3 * flops, layer_ms += ms;
   }
   results.push_back(
@@ -179,7 +186,7 @@ int main(int argc, char** argv) {
       k.cross_entropy_partial_forward(rmax.data(), rsum.data(), tl.data(), logits.data(),
                                       targets.ints(), 0, N, V, V);
     });
-    k.cross_entropy_finish(lse.data(), rmax.data(), rsum.data(), tl.data(), N);
+    k.cross_entropy_finish(lse.data(), rmax.data(), rsum.data(), tl.data(), targets.ints(), N);
     time("memory", "cross-entropy bwd (in place)", 2.0 * N * V * 4, "GB/s", [&] {
       k.cross_entropy_backward(logits.data(), logits.data(), lse.data(), targets.ints(), 0, 1e-4f,
                                N, V, V);

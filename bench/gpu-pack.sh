@@ -11,12 +11,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTESSEL_CUDA=ON > /dev/null
-cmake --build "$build" -j "$(nproc)" --target tessel_tests tessel_mpi_tests cuda_bench
+cmake --build "$build" -j "$(nproc)" --target tessel tessel_tests tessel_mpi_tests cuda_bench
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/lib/fallback" "$stage/root"
-cp "$build/tessel_tests" "$build/tessel_mpi_tests" "$build/bench/cuda_bench" "$stage/bin/"
+cp "$build/tessel" "$build/tessel_tests" "$build/tessel_mpi_tests" "$build/bench/cuda_bench" "$stage/bin/"
 strip "$stage/bin/"*
 
 # Open MPI's runtime with the paths it was installed under, so that OPAL_PREFIX=<root>/usr

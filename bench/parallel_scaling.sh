@@ -220,9 +220,13 @@ EOF
 echo "mode $mode, config $config: ${model[*]} ${moe_flags[*]} V$vocab T$seq d$hidden L$layers H$heads, micro batch $micro," \
   "global batch $global, $warmup warm-up + $iters timed iterations, $rounds rounds, $(nproc) CPUs," \
   "$(date -u '+%F %T') UTC"
+cpu=$(cpu_model)
 echo "tessel: $tessel"
+echo "cpu: $cpu"
+[ "$mode" = torch ] && pick_openblas_coretype 2 "$work"
 echo "load before: $(load)"
-printf '%-5s' round; printf ' %16s' "${variants[@]}"; printf '  %8s   %s\n' others "load (1 5 15 min)"
+printf '%-5s' round; printf ' %16s' "${variants[@]}"
+printf '  %8s   %-18s %s\n' others "load (1 5 15 min)" cpu
 : >"$work/median_rows"; : >"$work/mean_rows"
 for r in $(seq 1 "$rounds"); do
   medians=() means=() others=()
@@ -235,11 +239,12 @@ for r in $(seq 1 "$rounds"); do
     others+=("$(python3 -c "print(f'{max(0.0, ($mark_busy - $busy0) - ($mark_ours - $ours0)) / ($mark_wall - $wall0):.2f}')")")
   done
   most=$(printf '%s\n' "${others[@]}" | sort -g | tail -n 1)
-  printf '%-5s' "$r"; printf ' %16s' "${medians[@]}"; printf '  %8s   %s\n' "$most" "$(load)"
+  printf '%-5s' "$r"; printf ' %16s' "${medians[@]}"; printf '  %8s   %-18s %s\n' "$most" "$(load)" "$cpu"
   echo "$most ${medians[*]}" >>"$work/median_rows"
   echo "$most ${means[*]}" >>"$work/mean_rows"
 done
 echo "others: cores' worth of CPU that other processes used during the round's busiest run"
+echo "cpu: $cpu${BENCH_OPENBLAS_CORETYPE:+, OpenBLAS core type for PyTorch $BENCH_OPENBLAS_CORETYPE}"
 
 python3 - "$work" "$mode" $((global * seq)) $((micro * seq)) "${variants[@]}" <<'EOF'
 import statistics, sys

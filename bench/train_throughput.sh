@@ -6,6 +6,7 @@
 #
 #   bench/train_throughput.sh [--rounds R] [--iters N] [--warmup W] CONFIG THREADS
 #   bench/train_throughput.sh --gemm [--rounds R] CONFIG THREADS
+#   bench/train_throughput.sh --against OTHER_TESSEL [--rounds R] CONFIG THREADS
 #
 # CONFIG is tiny or small. Each run does W untimed iterations, then N timed ones. tessel's rate is
 # the median tokens_per_s of the timed iterations in its --log-json; PyTorch's is batch·seq over
@@ -16,6 +17,10 @@
 # build/bench/gemm_bench on the same model: tessel's GFLOP/s inside gemm calls as a percentage of
 # oneDNN's on the model's shapes as gemm_bench measures them alone, and tessel's peak RSS against
 # the analytic sum --profile prints.
+#
+# --against OTHER_TESSEL alternates this build's tessel with another tessel binary (e.g. one built
+# from the commit before a change) on the same run: tok/s and peak RSS (/usr/bin/time -v) of
+# each, and their ratios.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,14 +28,15 @@ tessel=${TESSEL:-$root/build/tessel}
 gemm_bench=${GEMM_BENCH:-$root/build/bench/gemm_bench}
 corpus=$root/data/kjv-genesis-esther.txt
 
-mode=throughput rounds= iters= warmup=
+mode=throughput rounds= iters= warmup= other=
 while [ $# -gt 0 ]; do
   case $1 in
     --gemm) mode=gemm; shift ;;
+    --against) mode=against; other=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "train_throughput.sh: unknown flag $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -59,12 +65,17 @@ tessel_args=(train --arch gpt2 --vocab-size "$vocab" --seq-length "$seq" --hidde
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
+cpu=$(cpu_model)
 echo "config $config: gpt2 V$vocab T$seq d$hidden L$layers H$heads B$batch, $threads thread(s)," \
   "$warmup warm-up + $iters timed iterations, $rounds rounds, $(nproc) CPUs, $(date -u '+%F %T') UTC"
+echo "cpu: $cpu"
 echo "load before: $(load)"
 
-run_tessel() {  # $1: log file; prints "median_tok_s mean_tok_s"
-  (cd "$work" && OMP_NUM_THREADS=$threads "$tessel" "${tessel_args[@]}" --log-json "$1" >/dev/null)
+run_tessel() {  # $1: log file [$2: binary, $3: /usr/bin/time -v output]; prints "median mean" tok/s
+  local timer=()
+  [ -n "${3:-}" ] && timer=(/usr/bin/time -v -o "$3")
+  (cd "$work" && OMP_NUM_THREADS=$threads "${timer[@]}" "${2:-$tessel}" "${tessel_args[@]}" \
+     --log-json "$1" >/dev/null)
   python3 - "$1" "$warmup" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
@@ -97,20 +108,59 @@ for name, col in zip(names, cols):
 }
 
 if [ "$mode" = throughput ]; then
-  printf '%-5s %12s %12s %7s   %12s %12s %7s   %s\n' round "tessel" "pytorch" ratio \
-    "tessel mean" "torch mean" ratio "load (1 5 15 min)"
+  pick_openblas_coretype "$threads" "$work"
+  printf '%-5s %12s %12s %7s   %12s %12s %7s   %-18s %s\n' round "tessel" "pytorch" ratio \
+    "tessel mean" "torch mean" ratio "load (1 5 15 min)" "cpu, OpenBLAS core type"
   : >"$work/rows"
   for r in $(seq 1 "$rounds"); do
     read -r t_med t_mean < <(run_tessel "$work/tessel_$r.json")
     read -r p_med p_mean < <(run_pytorch "$work/pytorch_$r.json")
     ratio=$(python3 -c "print(f'{$t_med / $p_med:.3f}')")
     ratio_mean=$(python3 -c "print(f'{$t_mean / $p_mean:.3f}')")
-    printf '%-5s %12s %12s %7s   %12s %12s %7s   %s\n' "$r" "$t_med" "$p_med" "$ratio" \
-      "$t_mean" "$p_mean" "$ratio_mean" "$(load)"
-    echo "$t_med $p_med $ratio $ratio_mean" >>"$work/rows"
+    round_load=$(load)
+    printf '%-5s %12s %12s %7s   %12s %12s %7s   %-18s %s\n' "$r" "$t_med" "$p_med" "$ratio" \
+      "$t_mean" "$p_mean" "$ratio_mean" "$round_load" "$cpu, $BENCH_OPENBLAS_CORETYPE"
+    echo "$t_med $p_med $ratio $ratio_mean ${round_load%% *}" >>"$work/rows"
   done
-  echo "summary over $rounds rounds (tok/s are medians of the timed iterations):"
-  summary "tessel tok/s" "pytorch tok/s" "ratio tessel/pytorch" "ratio, mean-based" <"$work/rows"
+  echo "summary over $rounds rounds (tok/s are medians of the timed iterations), cpu $cpu," \
+    "PyTorch's OpenBLAS core type $BENCH_OPENBLAS_CORETYPE:"
+  summary "tessel tok/s" "pytorch tok/s" "ratio tessel/pytorch" "ratio, mean-based" \
+    <"$work/rows"
+  # The result as a row of RESULTS.md's throughput table, with the CPU and the core type.
+  python3 -c '
+import statistics, sys
+command, cpu, core = sys.argv[1:4]
+rows = [list(map(float, line.split())) for line in sys.stdin if line.strip()]
+tessel, torch, ratio, _, load = zip(*rows)
+print(f"RESULTS.md row: | `{command}` | {cpu} | OpenBLAS {core} | {min(load):.1f}–{max(load):.1f} | "
+      f"{statistics.median(tessel):,.0f} | {statistics.median(torch):,.0f} | "
+      f"{min(ratio):.2f} / **{statistics.median(ratio):.2f}** / {max(ratio):.2f} |")
+' "$config $threads" "$cpu" "$BENCH_OPENBLAS_CORETYPE" <"$work/rows"
+  exit 0
+fi
+
+if [ "$mode" = against ]; then
+  [ -x "$other" ] || { echo "train_throughput.sh: $other not found" >&2; exit 1; }
+  [ -x /usr/bin/time ] || { echo "train_throughput.sh: /usr/bin/time not found (apt-get install time)" >&2; exit 1; }
+  echo "this: $tessel"
+  echo "other: $other"
+  rss_of() { awk -F': ' '/Maximum resident set size/ {printf "%.1f", $2 / 1024}' "$1"; }
+  printf '%-5s %12s %12s %7s   %10s %10s %7s   %s\n' round "this tok/s" "other tok/s" ratio \
+    "this MiB" "other MiB" ratio "load (1 5 15 min)"
+  : >"$work/rows"
+  for r in $(seq 1 "$rounds"); do
+    read -r a_med _ < <(run_tessel "$work/a_$r.json" "$tessel" "$work/time_a")
+    read -r b_med _ < <(run_tessel "$work/b_$r.json" "$other" "$work/time_b")
+    a_rss=$(rss_of "$work/time_a") b_rss=$(rss_of "$work/time_b")
+    ratio=$(python3 -c "print(f'{$a_med / $b_med:.3f}')")
+    rss_ratio=$(python3 -c "print(f'{$a_rss / $b_rss:.3f}')")
+    printf '%-5s %12s %12s %7s   %10s %10s %7s   %s\n' "$r" "$a_med" "$b_med" "$ratio" "$a_rss" "$b_rss" \
+      "$rss_ratio" "$(load)"
+    echo "$a_med $b_med $ratio $a_rss $b_rss $rss_ratio" >>"$work/rows"
+  done
+  echo "summary over $rounds rounds, cpu $cpu:"
+  summary "this tok/s" "other tok/s" "ratio this/other" "this peak RSS MiB" "other peak RSS MiB" \
+    "RSS ratio this/other" <"$work/rows"
   exit 0
 fi
 
@@ -154,7 +204,8 @@ EOF
   printf '%-5s %10s %10s %10s %7s   %9s %9s %9s %6s   %s\n' "$r" $row "$(load)"
   echo "$row" >>"$work/rows"
 done
-echo "summary over $rounds rounds (GFLOP/s inside gemm calls; oneDNN alone on the model's shapes):"
+echo "summary over $rounds rounds (GFLOP/s inside gemm calls; oneDNN alone on the model's shapes)," \
+  "cpu $cpu:"
 summary "tessel gemm GFLOP/s" "oneDNN, products once" "oneDNN, step-weighted" \
   "tessel % of step-weighted" "peak RSS MiB (--profile)" "peak RSS MiB (time -v)" \
   "analytic MiB" "RSS / analytic" <"$work/rows"

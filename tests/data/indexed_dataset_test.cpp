@@ -8,11 +8,16 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <random>
 
 #include "data_test_util.h"
 
 namespace tessel {
+
+// Readable test names (found by argument-dependent lookup).
+inline void PrintTo(TokenDType dtype, std::ostream* os) { *os << token_dtype_name(dtype); }
+
 namespace {
 
 using testing::error_of;

@@ -44,7 +44,9 @@ TEST_F(CudaKernels, AttentionCausalAndFull) {
 
 // Context parallelism's blocks: CP 2, rank 0 holds chunks 0 and 3 of 4 (positions 0..7, 24..31);
 // its queries against the key blocks of either rank, and a key block in no sorted order. Queries
-// 0..7 against rank 1's keys (8..23) see nothing: out 0, lse -inf, no gradient.
+// 0..7 against rank 1's keys (8..23) see nothing: out 0, lse -inf, no gradient. Packed documents:
+// each row also sees only keys from its document's first position (key_start, different per batch
+// item), including documents that begin inside another rank's chunk.
 TEST_F(CudaKernels, AttentionBlocks) {
   const int64_t B = 2, H = 4, G = 2, D = 32, Tq = 16, Tk = 16;
   std::vector<int32_t> rank0(Tq), rank1(Tk), shuffled(Tk);
@@ -54,26 +56,43 @@ TEST_F(CudaKernels, AttentionBlocks) {
   std::shuffle(shuffled.begin(), shuffled.end(), rng);
   for (int32_t& p : shuffled) p = rank0[p];
   Ints q_pos(rank0);
-  for (const auto& [keys, name] :
-       {std::pair{rank0, "own block"}, std::pair{rank1, "other rank's block"},
-        std::pair{shuffled, "unsorted keys"}}) {
-    Ints k_pos(keys);
+  std::vector<int32_t> starts(B * Tq);  // batch 0: documents from 0, 5, 20, 27; batch 1: 0, 12, 30
+  for (int64_t t = 0; t < Tq; ++t) {
+    const int32_t p = rank0[t];
+    starts[t] = p >= 27 ? 27 : p >= 20 ? 20 : p >= 5 ? 5 : 0;
+    starts[Tq + t] = p >= 30 ? 30 : p >= 12 ? 12 : 0;
+  }
+  Ints key_start(starts);
+  struct Case {
+    std::vector<int32_t> keys;
+    const char* name;
+    bool packed;
+  };
+  for (const Case& c : {Case{rank0, "own block", false}, Case{rank1, "other rank's block", false},
+                        Case{shuffled, "unsorted keys", false}, Case{rank0, "own block packed", true},
+                        Case{rank1, "other rank's block packed", true},
+                        Case{shuffled, "unsorted keys packed", true}}) {
+    Ints k_pos(c.keys);
     Floats q = random_floats(rng, B * Tq * H * D), k = random_floats(rng, B * Tk * G * D);
     Floats v = random_floats(rng, B * Tk * G * D), dout = random_floats(rng, B * Tq * H * D);
     Floats out = poisoned(B * Tq * H * D), lse = poisoned(B * H * Tq);
     Floats dq = random_floats(rng, B * Tq * H * D), dk = random_floats(rng, B * Tk * G * D);
     Floats dv = random_floats(rng, B * Tk * G * D), dv_only = random_floats(rng, B * Tk * G * D);
     run_both([&](const Kernels& kt) {
+      const int32_t* starts_on = c.packed ? key_start.on(kt) : nullptr;
       kt.attention_block_forward(out.on(kt), lse.on(kt), q.on(kt), k.on(kt), v.on(kt), B, Tq, Tk, H,
-                                 G, D, H * D, G * D, G * D, q_pos.on(kt), k_pos.on(kt));
+                                 G, D, H * D, G * D, G * D, q_pos.on(kt), k_pos.on(kt),
+                                  starts_on);
       kt.attention_block_backward(dq.on(kt), dk.on(kt), dv.on(kt), dout.on(kt), q.on(kt), k.on(kt),
                                   v.on(kt), out.on(kt), lse.on(kt), B, Tq, Tk, H, G, D, H * D,
-                                  G * D, G * D, q_pos.on(kt), k_pos.on(kt));
+                                  G * D, G * D, q_pos.on(kt), k_pos.on(kt),
+                                  starts_on);
       kt.attention_block_backward(nullptr, nullptr, dv_only.on(kt), dout.on(kt), q.on(kt), k.on(kt),
                                   v.on(kt), out.on(kt), lse.on(kt), B, Tq, Tk, H, G, D, H * D,
-                                  G * D, G * D, q_pos.on(kt), k_pos.on(kt));
+                                  G * D, G * D, q_pos.on(kt), k_pos.on(kt),
+                                  starts_on);
     });
-    const std::string n = name;
+    const std::string n = c.name;
     expect_close(out, n + " out");
     expect_close(lse, n + " lse");
     expect_close(dq, n + " dq");

@@ -135,46 +135,53 @@ TEST_F(CudaKernels, Activations) {
   expect_close(dlogit, "sigmoid_gate_backward dlogit");
 }
 
+// fp32, and bf16 (both sides round the same operands: only the fp32 sums' order differs).
 TEST_F(CudaKernels, LinearBothLayouts) {
   const int64_t N = 130, IC = 96, OC = 72;
-  for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn}) {
-    Floats inp = random_floats(rng, N * IC), w = random_floats(rng, IC * OC),
-           b = random_floats(rng, OC);
-    Floats out = poisoned(N * OC), dout = random_floats(rng, N * OC);
-    Floats dinp = random_floats(rng, N * IC), dw = random_floats(rng, IC * OC),
-           db = random_floats(rng, OC);
-    Floats dw_only = random_floats(rng, IC * OC);
-    run_both([&](const Kernels& k) {
-      k.linear_forward(out.on(k), inp.on(k), w.on(k), b.on(k), N, IC, OC, layout);
-      k.linear_backward(dinp.on(k), dw.on(k), db.on(k), dout.on(k), inp.on(k), w.on(k), N, IC, OC,
-                        layout);
-      k.linear_backward(nullptr, dw_only.on(k), nullptr, dout.on(k), inp.on(k), w.on(k), N, IC, OC,
-                        layout);
-      k.bias_forward(out.on(k), b.on(k), N, OC);
-      k.bias_backward(db.on(k), dout.on(k), N, OC);
-    });
-    const std::string name = layout == WeightLayout::InOut ? "InOut " : "OutIn ";
-    expect_close(out, name + "linear_forward + bias_forward");
-    expect_close(dinp, name + "dinp");
-    expect_close(dw, name + "dweight");
-    expect_close(db, name + "dbias");
-    expect_close(dw_only, name + "dweight alone");
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+    for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn}) {
+      Floats inp = random_floats(rng, N * IC), w = random_floats(rng, IC * OC),
+             b = random_floats(rng, OC);
+      Floats out = poisoned(N * OC), dout = random_floats(rng, N * OC);
+      Floats dinp = random_floats(rng, N * IC), dw = random_floats(rng, IC * OC),
+             db = random_floats(rng, OC);
+      Floats dw_only = random_floats(rng, IC * OC);
+      run_both([&](const Kernels& k) {
+        k.linear_forward(out.on(k), inp.on(k), w.on(k), b.on(k), N, IC, OC, layout);
+        k.linear_backward(dinp.on(k), dw.on(k), db.on(k), dout.on(k), inp.on(k), w.on(k), N, IC,
+                          OC, layout);
+        k.linear_backward(nullptr, dw_only.on(k), nullptr, dout.on(k), inp.on(k), w.on(k), N, IC,
+                          OC, layout);
+        k.bias_forward(out.on(k), b.on(k), N, OC);
+        k.bias_backward(db.on(k), dout.on(k), N, OC);
+      }, precision);
+      const std::string name = std::string(precision == Precision::BF16 ? "bf16 " : "fp32 ") +
+                               (layout == WeightLayout::InOut ? "InOut " : "OutIn ");
+      expect_close(out, name + "linear_forward + bias_forward");
+      expect_close(dinp, name + "dinp");
+      expect_close(dw, name + "dweight");
+      expect_close(db, name + "dbias");
+      expect_close(dw_only, name + "dweight alone");
+    }
   }
 }
 
 // Transposes, strides wider than the rows, an operand at an odd offset (cuBLASLt's alignment),
-// alpha and beta, and K = 0 (C = beta · C).
+// alpha and beta, and K = 0 (C = beta · C); fp32, and bf16 against the CPU's emulation.
 TEST_F(CudaKernels, GemmShapes) {
   const int64_t M = 67, N = 45, K = 33, ld = 80;
-  for (int trans = 0; trans < 4; ++trans) {
-    const bool ta = trans & 1, tb = trans & 2;
-    Floats A = random_floats(rng, ld * 80 + 1), B = random_floats(rng, ld * 80),
-           C = random_floats(rng, M * ld);
-    run_both([&](const Kernels& k) {
-      k.gemm(ta, tb, M, N, K, 0.5f, A.on(k) + 1, ld, B.on(k), ld, 0.25f, C.on(k), ld);
-      k.gemm(ta, tb, M, 30, 0, 0.5f, A.on(k), ld, B.on(k), ld, 2.0f, C.on(k) + N, ld);
-    });
-    expect_close(C, "gemm trans_a " + std::to_string(ta) + " trans_b " + std::to_string(tb));
+  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+    for (int trans = 0; trans < 4; ++trans) {
+      const bool ta = trans & 1, tb = trans & 2;
+      Floats A = random_floats(rng, ld * 80 + 1), B = random_floats(rng, ld * 80),
+             C = random_floats(rng, M * ld);
+      run_both([&](const Kernels& k) {
+        k.gemm(ta, tb, M, N, K, 0.5f, A.on(k) + 1, ld, B.on(k), ld, 0.25f, C.on(k), ld);
+        k.gemm(ta, tb, M, 30, 0, 0.5f, A.on(k), ld, B.on(k), ld, 2.0f, C.on(k) + N, ld);
+      }, precision);
+      expect_close(C, std::string(precision == Precision::BF16 ? "bf16 " : "fp32 ") +
+                          "gemm trans_a " + std::to_string(ta) + " trans_b " + std::to_string(tb));
+    }
   }
   const GemmStats before = cuda_kernels().gemm_stats();
   cuda_kernels().gemm_stats_reset();
@@ -205,11 +212,14 @@ TEST_F(CudaKernels, Rope) {
   expect_close(dx, "rope_backward");
 }
 
-// A vocabulary shard: columns [100, 100 + V) of which V_valid are real; targets in and out of it.
+// A vocabulary shard: columns [100, 100 + V) of which V_valid are real; targets in and out of it,
+// and ignored ones (-1: no loss, no gradient).
 TEST_F(CudaKernels, CrossEntropyShard) {
   const int64_t N = 70, V = 1300, V_valid = 1234, start = 100;
   Floats logits = random_floats(rng, N * V, -6, 6);
-  Ints targets = random_ints(rng, N, 0, 1600);
+  std::vector<int32_t> target_values = random_ints(rng, N, 0, 1600).cpu();
+  for (int64_t n = 0; n < N; n += 9) target_values[n] = -1;
+  Ints targets(target_values);
   Floats row_max = poisoned(N), row_sumexp = poisoned(N), target_logit = poisoned(N);
   Floats global_max = random_floats(rng, N, 6, 7), lse = poisoned(N), dlogits = poisoned(N * V);
   run_both([&](const Kernels& k) {
@@ -225,7 +235,7 @@ TEST_F(CudaKernels, CrossEntropyShard) {
   expect_close(row_sumexp, "cross_entropy_rescale");
   auto [cpu, cuda] = both_results([&](const Kernels& k) {
     return k.cross_entropy_finish(lse.on(k), global_max.on(k), row_sumexp.on(k), target_logit.on(k),
-                                  N);
+                                  targets.on(k), N);
   });
   expect_close(cuda, cpu, "cross_entropy_finish");
   expect_close(lse, "lse");

@@ -75,11 +75,12 @@ inline Ints random_ints(std::mt19937& rng, int64_t n, int32_t lo, int32_t hi) { 
   return Ints(v);
 }
 
-// Runs f on the CPU table, then on the CUDA table.
+// Runs f on the CPU table, then on the CUDA table, both in the given precision (BF16: the CUDA
+// bf16 GEMMs against the CPU's emulation of the same rounding).
 template <typename F>
-void run_both(F&& f) {
-  f(cpu_kernels());
-  f(cuda_kernels());
+void run_both(F&& f, Precision precision = Precision::FP32) {
+  f(cpu_kernels(precision));
+  f(cuda_kernels(precision));
 }
 
 // ‖cuda − cpu‖ / ‖cpu‖ ≤ tolerance (the fp32 bound is 1e-5); infinities must match

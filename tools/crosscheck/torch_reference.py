@@ -362,14 +362,11 @@ def load_model_folder(folder):
 # ---------------------------------------------------------------------------------------------
 # Data, learning rate and the training loop, as tessel does them.
 
-def sequential_batch(tokens, iteration, global_batch, seq_length):
-    """Inputs and targets (G, S) of 0-based `iteration`: samples (i·G + k) mod N, k = 0..G-1."""
-    num_samples = (len(tokens) - 1) // seq_length
-    rows = [((iteration * global_batch + k) % num_samples) * seq_length
-            for k in range(global_batch)]
-    inputs = torch.stack([tokens[r:r + seq_length] for r in rows])
-    targets = torch.stack([tokens[r + 1:r + seq_length + 1] for r in rows])
-    return inputs, targets
+def batch(samples, iteration, global_batch):
+    """Inputs and targets (G, S) of 0-based `iteration`: the dataset's samples i·G .. (i+1)·G − 1
+    of seq_length + 1 tokens each (Megatron's pretraining sampler over its GPT dataset)."""
+    rows = samples[iteration * global_batch:(iteration + 1) * global_batch]
+    return rows[:, :-1], rows[:, 1:]
 
 
 def learning_rate(it, args):
@@ -423,7 +420,9 @@ def train_step(model, optimizer, inputs, targets, micro_batch, clip_grad):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
-    p.add_argument("--data-path", required=True, help="text file, tokenized as bytes (vocab 256)")
+    p.add_argument("--samples", required=True,
+                   help="the train split's samples (N, S + 1) as an .npy file: "
+                        "`tessel data index --dump-samples` writes them")
     p.add_argument("--micro-batch-size", type=int, required=True)
     p.add_argument("--global-batch-size", type=int, required=True)
     p.add_argument("--seq-length", type=int, required=True)
@@ -452,12 +451,14 @@ def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg, model = load_model_folder(args.model)
-    tokens = torch.from_numpy(np.fromfile(args.data_path, dtype=np.uint8).astype(np.int64))
-    if (len(tokens) - 1) // args.seq_length < 1:
-        sys.exit(f"{args.data_path}: {len(tokens)} bytes hold no sample of "
-                 f"--seq-length {args.seq_length}")
-    if cfg["vocab_size"] < 256:
-        sys.exit(f"{args.model}: vocab_size {cfg['vocab_size']} is below the 256 byte tokens")
+    samples = torch.from_numpy(np.load(args.samples).astype(np.int64))
+    if samples.ndim != 2 or samples.shape[1] != args.seq_length + 1:
+        sys.exit(f"{args.samples}: shape {tuple(samples.shape)} is not (N, --seq-length + 1)")
+    if samples.shape[0] < args.train_iters * args.global_batch_size:
+        sys.exit(f"{args.samples}: {samples.shape[0]} samples for {args.train_iters} iterations "
+                 f"of {args.global_batch_size}")
+    if int(samples.max()) >= cfg["vocab_size"]:
+        sys.exit(f"{args.samples}: token {int(samples.max())} is outside the model's vocabulary")
     if args.seq_length > cfg["max_positions"]:
         sys.exit(f"{args.model}: --seq-length {args.seq_length} exceeds the "
                  f"{cfg['max_positions']} positions of the model")
@@ -467,7 +468,7 @@ def main(argv=None):
         lr = learning_rate(i + 1, args)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        inputs, targets = sequential_batch(tokens, i, args.global_batch_size, args.seq_length)
+        inputs, targets = batch(samples, i, args.global_batch_size)
         loss, grad_norm = train_step(model, optimizer, inputs, targets, args.micro_batch_size,
                                      args.clip_grad)
         record = {"iteration": i + 1, "loss": loss, "grad_norm": grad_norm, "lr": lr}

@@ -11,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "tessel/core/device.h"
+
 namespace tessel {
 
 enum class ReduceOp : uint8_t { Sum, Max };
@@ -101,7 +103,11 @@ class Comm {
   CommStats stats_{};
 };
 
-// A group of one process: collectives copy or do nothing; point to point with itself is an error.
-std::unique_ptr<Comm> make_local_comm();
+// A group of one process: collectives copy (within `memory`, where the tensors live) or do nothing;
+// point to point with itself is an error.
+std::unique_ptr<Comm> make_local_comm(const DeviceMemory& memory = host_memory());
+// The process's one LocalComm for tensors in `memory`'s device (what a module without a group,
+// TP or CP of one, talks over).
+Comm& local_comm(const DeviceMemory& memory);
 
 }  // namespace tessel

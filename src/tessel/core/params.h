@@ -6,6 +6,7 @@
 // "parameter i" and "gradient i" sit at the same offset: flat all-reduce and flat I/O are trivial.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -73,6 +74,22 @@ struct Param {
   // summed over TP like every replicated parameter under sequence parallel.
   bool grad_partial_over_tp = false;
 };
+
+// Calls f(param, first element, count, position) for every piece of a parameter that lies in
+// `ranges` (ascending, disjoint: the parts of the flat buffers a rank's optimizer owns), in flat
+// order; `position` counts the elements of the ranges before the piece (where its optimizer
+// state sits).
+template <typename F>
+void for_each_piece(const std::vector<Param>& params, const std::vector<FlatRange>& ranges, F&& f) {
+  int64_t position = 0;
+  for (const FlatRange& r : ranges) {
+    for (const Param& p : params) {
+      const int64_t begin = std::max(r.begin, p.offset), end = std::min(r.end, p.offset + p.numel());
+      if (begin < end) f(p, begin - p.offset, end - begin, position + begin - r.begin);
+    }
+    position += r.end - r.begin;
+  }
+}
 
 class ParamRegistry {
  public:

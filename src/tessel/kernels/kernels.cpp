@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tessel/core/error.h"
+
 #ifdef TESSEL_CUDA
 #include "tessel/core/cuda.h"
 #include "tessel/kernels/cuda/kernels.h"
@@ -28,10 +30,20 @@ int32_t* Kernels::reserve_ints(Tensor& t, int64_t rows, int64_t cols) const {
   return reserve_in<int32_t>(*this, t, rows, cols, DType::I32);
 }
 
-std::vector<const Kernels*> available_kernels() {
-  std::vector<const Kernels*> backends{&cpu_kernels()};
+const Kernels& kernels_for(Device device, Precision precision) {
+  if (device == Device::CPU) return cpu_kernels(precision);
 #ifdef TESSEL_CUDA
-  if (cuda_device_count() > 0) backends.push_back(&cuda_kernels());  // a device at run time
+  TESSEL_CHECK(cuda_device_count() > 0, "--device cuda: no CUDA device is visible to this process");
+  return cuda_kernels(precision);
+#else
+  fail("--device cuda: this build has no CUDA backend (configure with -DTESSEL_CUDA=ON)");
+#endif
+}
+
+std::vector<const Kernels*> available_kernels(Precision precision) {
+  std::vector<const Kernels*> backends{&cpu_kernels(precision)};
+#ifdef TESSEL_CUDA
+  if (cuda_device_count() > 0) backends.push_back(&cuda_kernels(precision));  // a device now
 #endif
   return backends;
 }

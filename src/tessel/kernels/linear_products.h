@@ -45,3 +45,25 @@ inline void linear_backward_products(GemmFn gemm, float* dinp, float* dweight, c
 }
 
 }  // namespace tessel
+
+namespace tessel {
+
+// A backend's linear_forward / linear_backward slots over a given gemm (its fp32 one, or its
+// bf16 one for Precision::BF16) and its bias kernels: one definition for every backend and
+// precision.
+template <GemmFn Gemm, auto BiasForward>
+void linear_forward_via(float* out, const float* inp, const float* weight, const float* bias,
+                        int64_t N, int64_t IC, int64_t OC, WeightLayout layout) {
+  linear_forward_products(Gemm, out, inp, weight, N, IC, OC, layout);
+  if (bias != nullptr) BiasForward(out, bias, N, OC);
+}
+
+template <GemmFn Gemm, auto BiasBackward>
+void linear_backward_via(float* dinp, float* dweight, float* dbias, const float* dout,
+                         const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC,
+                         WeightLayout layout) {
+  linear_backward_products(Gemm, dinp, dweight, dout, inp, weight, N, IC, OC, layout);
+  if (dbias != nullptr) BiasBackward(dbias, dout, N, OC);
+}
+
+}  // namespace tessel

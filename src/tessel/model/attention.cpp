@@ -93,14 +93,16 @@ void Attention::list_saved(Saved& s, SavedBuffers& buffers) const {
   buffers.add(s.d_out, {N_, C_});
 }
 
-void Attention::forward(Saved& s, float* out_local, const float* in, float* partial) const {
+void Attention::forward(Saved& s, float* out_local, const float* in, float* partial,
+                        const PackedRows& packed) const {
   const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  s.packed = packed;
   if (fused_) {
     k_.linear_forward(s.qkv.data(), in, params_.value(qkv_w_), params_.value(qkv_b_), N_, C_,
                       3 * HD, layout_);
     const float* qkv = s.qkv.data();  // (N, 3·H_l·D): q | k | v of this rank's heads
     cp_.attention_forward(s.attn.data(), s.lse.data(), qkv, qkv + HD, qkv + 2 * HD, B_, T_, H_l_,
-                          H_l_, D_, 3 * HD, 3 * HD, 3 * HD);
+                          H_l_, D_, 3 * HD, 3 * HD, 3 * HD, packed.key_start);
   } else {
     // With --qk-layernorm the projections go to q_raw, k_raw and their per-head norms to q, k.
     float* q = q_norm_ ? s.q_raw.data() : s.q.data();
@@ -113,11 +115,11 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
       q_norm_->forward(s.q_norm, s.q.data(), q, N_ * H_l_);
       k_norm_->forward(s.k_norm, s.k.data(), k, N_ * G_l_);
     }
-    const int32_t* pos = positions_.ints();
+    const int32_t* pos = rope_positions(s);
     k_.rope_forward(s.q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
     k_.rope_forward(s.k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
     cp_.attention_forward(s.attn.data(), s.lse.data(), s.q.data(), s.k.data(), s.v.data(), B_, T_,
-                          H_l_, G_l_, D_, HD, GD, GD);
+                          H_l_, G_l_, D_, HD, GD, GD, packed.key_start);
   }
   float* product = tp_.size() > 1 ? partial : out_local;
   k_.linear_forward(product, s.attn.data(), params_.value(proj_w_), nullptr, N_, HD, C_, layout_);
@@ -138,7 +140,7 @@ void Attention::backward_input(Saved& s, float* d_in, const float* d_out_local, 
     s.d_qkv.zero();
     cp_.attention_backward(dqkv, dqkv + HD, dqkv + 2 * HD, d_heads, qkv, qkv + HD, qkv + 2 * HD,
                            s.attn.data(), s.lse.data(), B_, T_, H_l_, H_l_, D_, 3 * HD, 3 * HD,
-                           3 * HD);
+                           3 * HD, s.packed.key_start);
     k_.linear_backward(d_in, nullptr, nullptr, dqkv, in, params_.value(qkv_w_), N_, C_, 3 * HD,
                        layout_);
     return;
@@ -148,8 +150,8 @@ void Attention::backward_input(Saved& s, float* d_in, const float* d_out_local, 
   s.d_v.zero();
   cp_.attention_backward(s.d_q.data(), s.d_k.data(), s.d_v.data(), d_heads, s.q.data(), s.k.data(),
                          s.v.data(), s.attn.data(), s.lse.data(), B_, T_, H_l_, G_l_, D_, HD, GD,
-                         GD);
-  const int32_t* pos = positions_.ints();
+                         GD, s.packed.key_start);
+  const int32_t* pos = rope_positions(s);
   k_.rope_backward(s.d_q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
   k_.rope_backward(s.d_k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
   if (q_norm_) qk_norm_backward(s, d_heads);  // d_heads is free again

@@ -32,6 +32,7 @@ class Attention {
     Tensor d_qkv;           // (N, 3·H_l·D) gpt2: left by backward_input
     Tensor d_q, d_k, d_v;   // llama: the projections' output gradients
     Tensor d_out;           // (N, C) the output projection's, gathered to all rows
+    PackedRows packed;      // the microbatch's documents, as forward was given them
   };
 
   // Declares layer `layer`'s attention weights (this TP rank's heads). positions (N) i32: each
@@ -42,8 +43,10 @@ class Attention {
 
   void list_saved(Saved& s, SavedBuffers& buffers) const;
   // out_local (N_l, C) = the attention block's output for in (N, C) (all rows), bias included.
-  // partial (N, C) is scratch.
-  void forward(Saved& s, float* out_local, const float* in, float* partial) const;
+  // partial (N, C) is scratch. packed: the rows' documents (RoPE by their positions, attention
+  // within them).
+  void forward(Saved& s, float* out_local, const float* in, float* partial,
+               const PackedRows& packed) const;
   // d_in (N, C) += this rank's part of d(in) (reduced over TP by the caller) from d_out_local
   // (N_l, C). d_heads (N, H_l·D) is scratch. The QK-norm weights' gradients are finished here.
   void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,
@@ -56,6 +59,10 @@ class Attention {
 
  private:
   void qk_norm_backward(Saved& s, float* d_normed) const;
+  // The positions RoPE rotates by: each row's in its document, or in the sequence.
+  const int32_t* rope_positions(const Saved& s) const {
+    return s.packed.position_ids != nullptr ? s.packed.position_ids : positions_.ints();
+  }
 
   const Kernels& k_;
   ParamView params_;

@@ -65,7 +65,7 @@ void TransformerBlock::list_saved(Saved& s, SavedBuffers& buffers) const {
 }
 
 void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_scale,
-                               ChunkScratch& scratch) {
+                               const PackedRows& packed, ChunkScratch& scratch) {
   const bool sp = tp_.sequence_parallel;
   const int64_t n = N_l_ * C_;
   float* branch = scratch.local.data();  // (N_l, C) an attention or MLP output
@@ -73,7 +73,7 @@ void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_
   float* in1 = sp ? scratch.norm_out.data() : s.in1.data();
   norm1_.forward(s.norm1, in1, x, N_l_);
   tp_.gather_rows(in1, s.in1.data(), N_, C_);
-  attention_.forward(s.attention, branch, s.in1.data(), scratch.full.data());
+  attention_.forward(s.attention, branch, s.in1.data(), scratch.full.data(), packed);
   k_.residual_forward(s.mid.data(), x, branch, n);
   if (moe_) {  // on this rank's rows
     norm2_.forward(s.norm2, s.in2.data(), s.mid.data(), N_l_);

@@ -39,8 +39,9 @@ class TransformerBlock {
 
   void list_saved(Saved& s, SavedBuffers& buffers) const;
   // out (N_l, C) = the layer applied to x (N_l, C); grad_scale weighs an MoE layer's auxiliary
-  // losses (moe.h).
-  void forward(Saved& s, float* out, const float* x, float grad_scale, ChunkScratch& scratch);
+  // losses (moe.h); packed: the rows' documents.
+  void forward(Saved& s, float* out, const float* x, float grad_scale, const PackedRows& packed,
+               ChunkScratch& scratch);
   // dres (N_l, C) holds d(out) on entry and d(x) on exit: each branch's input gradient is reduced
   // over TP and accumulated into it by its norm's backward; the identity path needs nothing. The
   // norms' (and QK-norm's) weight gradients are finished here and reported to `ready`.

@@ -7,8 +7,8 @@
 namespace tessel {
 
 void check_token_ids(const Kernels& k, const int32_t* ids, int64_t n, int32_t vocab,
-                     const char* what) {
-  const int64_t bad = k.find_out_of_range(ids, n, 0, vocab);
+                     const char* what, int32_t lowest) {
+  const int64_t bad = k.find_out_of_range(ids, n, lowest, vocab);
   if (bad < 0) return;
   int32_t id = 0;
   k.memory.to_host(&id, ids + bad, 4);
@@ -46,15 +46,16 @@ void Embedding::list_saved(Saved& s, SavedBuffers& buffers) const {
 }
 
 void Embedding::forward(Saved& s, float* out_local, const int32_t* tokens,
-                        ChunkScratch& scratch) const {
-  check_token_ids(k_, tokens, N_, static_cast<int32_t>(vocab_size_), "token");
+                        const PackedRows& packed, ChunkScratch& scratch) const {
+  s.position_ids = packed.position_ids != nullptr ? packed.position_ids : positions_.ints();
+  check_token_ids(k_, tokens, N_, static_cast<int32_t>(vocab_size_), "token", 0);
   k_.embedding_shard_ids(s.vocab_ids.ints(), tokens, N_, vocab_start_, V_valid_);
   float* full = scratch.full_grad.data();  // (N, C) this shard's rows, zeros for the others
   k_.embedding_forward(full, s.vocab_ids.ints(), nullptr, params_.value(wte_), nullptr, N_, C_);
   tp_.reduce_rows(full, out_local, N_, C_);
   if (wpe_ < 0) return;
   const int64_t rows = tp_.local_rows(N_);
-  const int32_t* pos = positions_.ints() + tp_.first_row(N_);
+  const int32_t* pos = s.position_ids + tp_.first_row(N_);
   float* wpe_rows = scratch.norm_out.data();  // (N_l, C)
   k_.embedding_forward(wpe_rows, pos, nullptr, params_.value(wpe_), nullptr, rows, C_);
   k_.residual_forward(out_local, out_local, wpe_rows, rows * C_);
@@ -64,7 +65,7 @@ void Embedding::forward(Saved& s, float* out_local, const int32_t* tokens,
 // rows under sequence parallel).
 void Embedding::backward(const Saved& s, const float* d_out_local, ChunkScratch& scratch) const {
   if (wpe_ >= 0) {
-    const int32_t* pos = positions_.ints() + tp_.first_row(N_);
+    const int32_t* pos = s.position_ids + tp_.first_row(N_);
     k_.embedding_backward(params_.grad(wpe_), nullptr, d_out_local, pos, nullptr,
                           tp_.local_rows(N_), C_);
   }

@@ -16,6 +16,7 @@ class Embedding {
  public:
   struct Saved {
     Tensor vocab_ids;  // (N) i32: each token's row in this rank's shard, or -1
+    const int32_t* position_ids = nullptr;  // (N) the learned positions' rows
   };
 
   // Declares the word embeddings and, for gpt2, transformer.wpe.weight [max positions, C]. N rows
@@ -31,7 +32,9 @@ class Embedding {
   void list_saved(Saved& s, SavedBuffers& buffers) const;
   // out_local (N_l, C) = the embeddings of tokens (N) i32. Throws for a token outside the
   // vocabulary.
-  void forward(Saved& s, float* out_local, const int32_t* tokens, ChunkScratch& scratch) const;
+  // packed.position_ids, when given, are the rows' positions (else their place in the sequence).
+  void forward(Saved& s, float* out_local, const int32_t* tokens, const PackedRows& packed,
+               ChunkScratch& scratch) const;
   // The embeddings' gradients from d_out_local (N_l, C), accumulated.
   void backward(const Saved& s, const float* d_out_local, ChunkScratch& scratch) const;
 
@@ -48,8 +51,9 @@ class Embedding {
 };
 
 // Token ids (tokens or targets) must lie in the vocabulary: a clear error naming the id, never a
-// silent zero embedding. ids (n) i32 in k's memory.
+// silent zero embedding. ids (n) i32 in k's memory, each in [lowest, vocab): targets may be -1,
+// a position left out of the loss.
 void check_token_ids(const Kernels& k, const int32_t* ids, int64_t n, int32_t vocab,
-                     const char* what);
+                     const char* what, int32_t lowest);
 
 }  // namespace tessel

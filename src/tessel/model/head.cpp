@@ -47,7 +47,7 @@ double Head::forward(Saved& s, const float* x_local, const int32_t* targets, flo
   k_.linear_forward(logits_.data(), s.out.data(), params_.value(lm_head_), nullptr, N_, C_, V_l_,
                     WeightLayout::OutIn);
   if (targets == nullptr) return 0.0;
-  check_token_ids(k_, targets, N_, static_cast<int32_t>(vocab_size_), "target");
+  check_token_ids(k_, targets, N_, static_cast<int32_t>(vocab_size_), "target", -1);
   const double loss_sum =
       vocab_parallel_cross_entropy(tp_, lse_.data(), loss_stats_.data(), logits_.data(), targets,
                                    vocab_start_, N_, V_l_, V_valid_);

@@ -46,6 +46,14 @@ class ParamView {
   const ParamRegistry* registry_;
 };
 
+// Packed documents (--reset-position-ids, --reset-attention-mask): what a microbatch's rows bring
+// besides their tokens, in the model's memory, (N) i32 each over this rank's rows b·T_l + t;
+// nullptr: one document per sequence. They stay valid until the microbatch's backward.
+struct PackedRows {
+  const int32_t* position_ids = nullptr;  // each row's position in its document (RoPE, learned positions)
+  const int32_t* key_start = nullptr;     // its document's first position in the sequence (attention)
+};
+
 // One allocation for one (chunk, microbatch) slot's saved activations (llm.c's single allocation
 // and pointer carving): each layer adds the tensors its backward needs; allocate() makes one
 // buffer for all of them and points every added tensor into it. The list is the only record of

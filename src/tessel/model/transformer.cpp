@@ -113,15 +113,16 @@ ChunkActivations TransformerChunk::make_activations() const {
 }
 
 double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
-                                 const int32_t* targets, float grad_scale) {
+                                 const int32_t* targets, float grad_scale,
+                                 const PackedRows& packed) {
   if (embedding_) {
-    embedding_->forward(acts.embedding, acts.resid[0].data(), tokens, scratch_);
+    embedding_->forward(acts.embedding, acts.resid[0].data(), tokens, packed, scratch_);
   } else {
     k_.copy(acts.resid[0].data(), input, N_l_ * C_);
   }
   for (int i = 0; i < spec_.num_layers; ++i)
     blocks_[i]->forward(acts.layers[i], acts.resid[i + 1].data(), acts.resid[i].data(), grad_scale,
-                        scratch_);
+                        packed, scratch_);
   acts.loss_sum =
       head_ ? head_->forward(acts.head, acts.resid.back().data(), targets, grad_scale, scratch_)
             : 0.0;

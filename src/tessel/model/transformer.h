@@ -83,8 +83,9 @@ class TransformerChunk {
   // Last chunk with targets: computes the loss and, when grad_scale > 0, the head's gradient at
   // once (so the (N, V_l) logits are never kept per microbatch); returns Σ token losses.
   // Without targets, logits() holds this rank's (N, V_l) logits afterwards.
+  // packed: the microbatch's documents (layer.h), kept until its backward.
   double forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
-                 const int32_t* targets, float grad_scale);
+                 const int32_t* targets, float grad_scale, const PackedRows& packed = {});
   // d_output (N_l, C): gradient of this chunk's output (ignored on the last chunk).
   // d_input (N_l, C): where the gradient of the chunk's input goes (not on the first chunk).
   // grad_ready(index), when given, is called once for every parameter (registry index) as soon

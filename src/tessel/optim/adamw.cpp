@@ -10,11 +10,7 @@
 
 namespace tessel {
 
-AdamW::AdamW(const Kernels& kernels, ParamRegistry& params, const OptimizerConfig& config,
-             std::vector<FlatRange> owned)
-    : k_(kernels), params_(params), config_(config), owned_(std::move(owned)) {
-  if (owned_.empty()) owned_.push_back({0, params.numel()});
-  for (const FlatRange& r : owned_) state_numel_ += r.end - r.begin;
+std::vector<std::string> optimizer_violations(const OptimizerConfig& config) {
   std::vector<std::string> problems;
   if (!(config.beta1 >= 0.0f && config.beta1 < 1.0f))
     problems.push_back(fmt::format("--adam-beta1 {} is not in [0, 1)", config.beta1));
@@ -26,6 +22,15 @@ AdamW::AdamW(const Kernels& kernels, ParamRegistry& params, const OptimizerConfi
     problems.push_back(fmt::format("--weight-decay {} is negative", config.weight_decay));
   if (!(config.clip_grad >= 0.0f))
     problems.push_back(fmt::format("--clip-grad {} is negative", config.clip_grad));
+  return problems;
+}
+
+AdamW::AdamW(const Kernels& kernels, ParamRegistry& params, const OptimizerConfig& config,
+             std::vector<FlatRange> owned)
+    : k_(kernels), params_(params), config_(config), owned_(std::move(owned)) {
+  if (owned_.empty()) owned_.push_back({0, params.numel()});
+  for (const FlatRange& r : owned_) state_numel_ += r.end - r.begin;
+  const std::vector<std::string> problems = optimizer_violations(config);
   if (!problems.empty()) fail("invalid optimizer config: {}", fmt::join(problems, "; "));
   TESSEL_CHECK(params.numel() == 0 || params.values() != nullptr,
                "AdamW needs a finalized parameter registry");
@@ -33,21 +38,9 @@ AdamW::AdamW(const Kernels& kernels, ParamRegistry& params, const OptimizerConfi
   v_ = alloc_floats(state_numel_, kernels.memory);
 }
 
-template <typename F>
-void AdamW::for_each_owned_piece(F&& f) const {
-  int64_t state = 0;
-  for (const FlatRange& r : owned_) {
-    for (const Param& p : params_.params()) {
-      const int64_t begin = std::max(r.begin, p.offset), end = std::min(r.end, p.offset + p.numel());
-      if (begin < end) f(p, begin - p.offset, end - begin, state + begin - r.begin);
-    }
-    state += r.end - r.begin;
-  }
-}
-
 double AdamW::grad_sq_sum(const std::function<bool(const Param&)>& counted) const {
   double sum = 0.0;
-  for_each_owned_piece([&](const Param& p, int64_t first, int64_t n, int64_t) {
+  for_each_piece(params_.params(), owned_, [&](const Param& p, int64_t first, int64_t n, int64_t) {
     if (!counted || counted(p)) sum = k_.sum_squares(p.grad + first, n, sum);
   });
   return sum;
@@ -66,7 +59,7 @@ float AdamW::clip(float norm) {
 
 void AdamW::step(float lr) {
   ++step_;
-  for_each_owned_piece([&](const Param& p, int64_t first, int64_t n, int64_t state) {
+  for_each_piece(params_.params(), owned_, [&](const Param& p, int64_t first, int64_t n, int64_t state) {
     const float wd = p.weight_decay ? config_.weight_decay : 0.0f;
     k_.adamw_update(p.value + first, p.grad + first, m_.get() + state, v_.get() + state, n, lr,
                       config_.beta1, config_.beta2, config_.eps, wd, step_);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tessel/core/params.h"
@@ -28,6 +29,10 @@ struct OptimizerConfig {
   float eps = 1e-8f;
   float clip_grad = 1.0f;  // max global gradient norm; 0 disables clipping
 };
+
+// Every rule the config breaks (betas in [0, 1), eps positive, decay and clipping not negative),
+// one message each naming the flag; empty when valid.
+std::vector<std::string> optimizer_violations(const OptimizerConfig& config);
 
 class AdamW {
  public:
@@ -66,11 +71,6 @@ class AdamW {
   void set_step_count(int64_t step) { step_ = step; }
 
  private:
-  // Calls f(param, first element, count, state offset) for every piece of a parameter that lies
-  // in an owned range, in flat order.
-  template <typename F>
-  void for_each_owned_piece(F&& f) const;
-
   const Kernels& k_;
   ParamRegistry& params_;
   OptimizerConfig config_;

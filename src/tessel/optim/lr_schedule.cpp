@@ -27,9 +27,7 @@ std::string lr_decay_style_name(LrDecayStyle style) {
   return "?";
 }
 
-LrSchedule::LrSchedule(const LrScheduleConfig& config)
-    : config_(config),
-      decay_iters_(config.decay_iters > 0 ? config.decay_iters : config.train_iters) {
+std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) {
   std::vector<std::string> problems;
   if (!(config.lr >= 0.0f)) problems.push_back(fmt::format("--lr {} is negative", config.lr));
   if (!(config.min_lr >= 0.0f && config.min_lr <= config.lr))
@@ -39,8 +37,15 @@ LrSchedule::LrSchedule(const LrScheduleConfig& config)
     problems.push_back(fmt::format("--lr-warmup-iters {} is negative", config.warmup_iters));
   if (config.decay_iters < 0)
     problems.push_back(fmt::format("--lr-decay-iters {} is negative", config.decay_iters));
-  if (config.style != LrDecayStyle::Constant && decay_iters_ <= 0)
+  if (config.style != LrDecayStyle::Constant && config.decay_over() <= 0)
     problems.push_back("--lr-decay-iters (or --train-iters) must be positive to decay the lr");
+  return problems;
+}
+
+LrSchedule::LrSchedule(const LrScheduleConfig& config)
+    : config_(config),
+      decay_iters_(config.decay_over()) {
+  const std::vector<std::string> problems = lr_schedule_violations(config);
   if (!problems.empty()) fail("invalid lr schedule: {}", fmt::join(problems, "; "));
 }
 

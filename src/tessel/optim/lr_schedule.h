@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tessel {
 
@@ -22,7 +23,13 @@ struct LrScheduleConfig {
   int64_t decay_iters = 0;  // 0: decay over all of train_iters
   int64_t train_iters = 0;
   LrDecayStyle style = LrDecayStyle::Linear;
+
+  int64_t decay_over() const { return decay_iters > 0 ? decay_iters : train_iters; }
 };
+
+// Every rule the config breaks (rates and iteration counts not negative, min_lr ≤ lr, something
+// to decay over), one message each naming the flag; empty when valid.
+std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config);
 
 class LrSchedule {
  public:

@@ -59,6 +59,7 @@ void check_sequence(int64_t T, int cp) {
 // The shapes of one call.
 struct AttentionShape {
   int64_t B, T_l, H, G, D;
+  const int32_t* key_start;  // (B, T_l) packed documents' first positions, or nullptr
   int64_t kv_rows() const { return B * T_l; }
   int64_t kv_width() const { return G * D; }
   int64_t kv_count() const { return 2 * B * T_l * G * D; }  // one packed K/V block
@@ -80,9 +81,10 @@ void check_shape(const AttentionShape& s, int cp, int64_t q_ld, int64_t k_ld, in
 const int32_t* rank_positions(const ContextParallel& cp, int64_t T) {
   CpWorkspace& ws = *cp.workspace;
   if (ws.positions_T != T) {
-    const int n = cp.size();
+    const int ranks = cp.size();
     std::vector<int32_t> host(T), keys(T);
-    for (int rank = 0; rank < n; ++rank) fill_positions(host.data() + rank * (T / n), T, n, rank);
+    for (int rank = 0; rank < ranks; ++rank)
+      fill_positions(host.data() + rank * (T / ranks), T, ranks, rank);
     std::iota(keys.begin(), keys.end(), 0);
     const Kernels& k = *cp.kernels;
     ws.positions = k.zeros({T}, DType::I32);
@@ -98,34 +100,47 @@ const int32_t* rank_positions(const ContextParallel& cp, int64_t T) {
 // Step s (0..CP−1) works on the K/V block of rank (r − s) mod CP; the next block is already on its
 // way (isend to r+1, irecv from r−1, posted before the step's compute) while this one is used.
 
+// The ring's neighbours, one packed K/V block's size, every rank's positions, and the two block
+// buffers: the one held and the one arriving.
+struct Ring {
+  int ranks, rank, next, prev;
+  int64_t count, width;
+  const int32_t* positions;
+  float* held;
+  float* arriving;
+};
+
+Ring ring_of(const ContextParallel& cp, const AttentionShape& s) {
+  const int ranks = cp.size(), r = cp.rank();
+  const int64_t count = s.kv_count();
+  return {ranks, r, (r + 1) % ranks, (r + ranks - 1) % ranks, count, s.kv_width(),
+          rank_positions(cp, s.T_l * ranks), cp.kernels->reserve(cp.workspace->kv[0], count, 1),
+          cp.kernels->reserve(cp.workspace->kv[1], count, 1)};
+}
+
 void ring_forward(const ContextParallel& cp, float* out, float* lse, const float* q, const float* k,
                   const float* v, const AttentionShape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size(), r = cp.rank();
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
-  const int64_t count = s.kv_count(), width = s.kv_width();
+  auto [ranks, r, next, prev, count, width, positions, held, arriving] = ring_of(cp, s);
   const Kernels& K = *cp.kernels;
   CpWorkspace& ws = *cp.workspace;
-  const int32_t* positions = rank_positions(cp, s.T_l * n);
-  float* held = K.reserve(ws.kv[0], count, 1);
-  float* arriving = K.reserve(ws.kv[1], count, 1);
   float* block_out = K.reserve(ws.block_out, s.B * s.T_l, s.H * s.D);
   float* block_lse = K.reserve(ws.block_lse, s.B * s.H, s.T_l);
   const int32_t* q_pos = positions + r * s.T_l;
   K.cp_pack_kv(held, k, v, s.kv_rows(), width, k_ld, v_ld);
 
-  for (int step = 0; step < n; ++step) {
+  for (int step = 0; step < ranks; ++step) {
     Request send, recv;
-    if (step + 1 < n) {
+    if (step + 1 < ranks) {
       send = cp.comm->isend(held, count, next, kKvTag);
       recv = cp.comm->irecv(arriving, count, prev, kKvTag);
     }
-    const int32_t* k_pos = positions + ((r - step + n) % n) * s.T_l;
+    const int32_t* k_pos = positions + ((r - step + ranks) % ranks) * s.T_l;
     // The own block (step 0) writes out and lse; later blocks are merged into them. Query and key
     // blocks that see nothing of each other are skipped inside the kernel, by position.
     float* step_out = step == 0 ? out : block_out;
     float* step_lse = step == 0 ? lse : block_lse;
     K.attention_block_forward(step_out, step_lse, q, held, held + count / 2, s.B, s.T_l, s.T_l,
-                              s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos);
+                              s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos, s.key_start);
     if (step > 0) K.attention_merge(out, lse, block_out, block_lse, s.B, s.T_l, s.H, s.D);
     send.wait();
     recv.wait();
@@ -140,14 +155,9 @@ void ring_forward(const ContextParallel& cp, float* out, float* lse, const float
 void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, const float* dout,
                    const float* q, const float* k, const float* v, const float* out,
                    const float* lse, const AttentionShape& s, int64_t q_ld, int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size(), r = cp.rank();
-  const int next = (r + 1) % n, prev = (r + n - 1) % n;
-  const int64_t count = s.kv_count(), width = s.kv_width();
+  auto [ranks, r, next, prev, count, width, positions, held, arriving] = ring_of(cp, s);
   const Kernels& K = *cp.kernels;
   CpWorkspace& ws = *cp.workspace;
-  const int32_t* positions = rank_positions(cp, s.T_l * n);
-  float* held = K.reserve(ws.kv[0], count, 1);
-  float* arriving = K.reserve(ws.kv[1], count, 1);
   float* share = K.reserve(ws.kv_grad[0], count, 1);     // this rank's share of the held block's dK/dV
   float* outgoing = K.reserve(ws.kv_grad[1], count, 1);  // the sum passed on to r+1
   float* incoming = K.reserve(ws.kv_grad[2], count, 1);  // the sum from r−1
@@ -155,33 +165,37 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
   K.cp_pack_kv(held, k, v, s.kv_rows(), width, k_ld, v_ld);
 
   Request grad_send, grad_recv;
-  for (int step = 0; step < n; ++step) {
+  for (int step = 0; step < ranks; ++step) {
     Request send, recv;
-    if (step + 1 < n) {
+    if (step + 1 < ranks) {
       send = cp.comm->isend(held, count, next, kKvTag);
       recv = cp.comm->irecv(arriving, count, prev, kKvTag);
     }
     if (step > 0) grad_recv = cp.comm->irecv(incoming, count, prev, kKvGradTag);
-    const int32_t* k_pos = positions + ((r - step + n) % n) * s.T_l;
+    const int32_t* k_pos = positions + ((r - step + ranks) % ranks) * s.T_l;
     K.zero(share, count);
     K.attention_block_backward(dq, share, share + count / 2, dout, q, held, held + count / 2, out,
                                lse, s.B, s.T_l, s.T_l, s.H, s.G, s.D, q_ld, width, width, q_pos,
-                               k_pos);
+                               k_pos, s.key_start);
     if (step > 0) {
       grad_recv.wait();
       K.residual_forward(share, share, incoming, count);
     }
     grad_send.wait();  // the previous sum has left `outgoing`
     std::swap(share, outgoing);
-    grad_send = cp.comm->isend(outgoing, count, next, kKvGradTag);
+    if (ranks > 1) grad_send = cp.comm->isend(outgoing, count, next, kKvGradTag);
     send.wait();
     recv.wait();
     std::swap(held, arriving);
   }
-  // The last hop: this rank's own block, with every rank's share.
-  cp.comm->irecv(incoming, count, prev, kKvGradTag).wait();
-  grad_send.wait();
-  K.cp_unpack_add_kv(dk, dv, incoming, s.kv_rows(), width, k_ld, v_ld);
+  // The last hop: this rank's own block, with every rank's share (alone, its share is the sum).
+  const float* whole = outgoing;
+  if (ranks > 1) {
+    cp.comm->irecv(incoming, count, prev, kKvGradTag).wait();
+    grad_send.wait();
+    whole = incoming;
+  }
+  K.cp_unpack_add_kv(dk, dv, whole, s.kv_rows(), width, k_ld, v_ld);
 }
 
 // ---- all-gather ---------------------------------------------------------------------------------
@@ -191,51 +205,51 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
 // Gathers every rank's K/V and returns them in global order: (2, B, T, G·D).
 const float* gather_kv(const ContextParallel& cp, const float* k, const float* v, const AttentionShape& s,
                        int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size();
+  const int ranks = cp.size();
   const int64_t count = s.kv_count(), width = s.kv_width();
   const Kernels& K = *cp.kernels;
   CpWorkspace& ws = *cp.workspace;
   float* own = K.reserve(ws.kv[0], count, 1);
-  float* gathered = K.reserve(ws.gathered, n, count);
-  float* global = K.reserve(ws.global_kv, n, count);
+  float* gathered = K.reserve(ws.gathered, ranks, count);
+  float* global = K.reserve(ws.global_kv, ranks, count);
   K.cp_pack_kv(own, k, v, s.kv_rows(), width, k_ld, v_ld);
   cp.comm->all_gather(own, gathered, count);
-  K.cp_kv_to_global(global, gathered, rank_positions(cp, s.T_l * n), n, s.B, s.T_l, width);
+  K.cp_kv_to_global(global, gathered, rank_positions(cp, s.T_l * ranks), ranks, s.B, s.T_l, width);
   return global;
 }
 
 void all_gather_forward(const ContextParallel& cp, float* out, float* lse, const float* q,
                         const float* k, const float* v, const AttentionShape& s, int64_t q_ld, int64_t k_ld,
                         int64_t v_ld) {
-  const int n = cp.size();
-  const int64_t T = s.T_l * n, width = s.kv_width();
+  const int ranks = cp.size();
+  const int64_t T = s.T_l * ranks, width = s.kv_width();
   const float* global = gather_kv(cp, k, v, s, k_ld, v_ld);  // (2, B, T, G·D)
   const int32_t* q_pos = rank_positions(cp, T) + cp.rank() * s.T_l;
   cp.kernels->attention_block_forward(out, lse, q, global, global + s.B * T * width, s.B, s.T_l, T,
                                       s.H, s.G, s.D, q_ld, width, width, q_pos,
-                                      cp.workspace->all_keys.ints());
+                                      cp.workspace->all_keys.ints(), s.key_start);
 }
 
 void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float* dv,
                          const float* dout, const float* q, const float* k, const float* v,
                          const float* out, const float* lse, const AttentionShape& s, int64_t q_ld,
                          int64_t k_ld, int64_t v_ld) {
-  const int n = cp.size();
-  const int64_t T = s.T_l * n, count = s.kv_count(), width = s.kv_width();
+  const int ranks = cp.size();
+  const int64_t T = s.T_l * ranks, count = s.kv_count(), width = s.kv_width();
   const Kernels& K = *cp.kernels;
   CpWorkspace& ws = *cp.workspace;
   const float* global = gather_kv(cp, k, v, s, k_ld, v_ld);  // (2, B, T, G·D)
-  float* global_grad = K.reserve(ws.global_kv_grad, n, count);  // (2, B, T, G·D)
-  float* rank_major = K.reserve(ws.gathered, n, count);         // (CP, 2, B, T_l, G·D)
+  float* global_grad = K.reserve(ws.global_kv_grad, ranks, count);  // (2, B, T, G·D)
+  float* rank_major = K.reserve(ws.gathered, ranks, count);         // (CP, 2, B, T_l, G·D)
   float* own_grad = K.reserve(ws.kv[1], count, 1);              // (2, B, T_l, G·D)
   const int32_t* positions = rank_positions(cp, T);
-  K.zero(global_grad, n * count);
+  K.zero(global_grad, ranks * count);
   K.attention_block_backward(dq, global_grad, global_grad + s.B * T * width, dout, q, global,
                              global + s.B * T * width, out, lse, s.B, s.T_l, T, s.H, s.G, s.D,
                              q_ld, width, width, positions + cp.rank() * s.T_l,
-                             ws.all_keys.ints());
+                             ws.all_keys.ints(), s.key_start);
   // Every rank holds a share of every key's gradient: back to rank-major, summed at the owners.
-  K.cp_kv_from_global(rank_major, global_grad, positions, n, s.B, s.T_l, width);
+  K.cp_kv_from_global(rank_major, global_grad, positions, ranks, s.B, s.T_l, width);
   cp.comm->reduce_scatter(rank_major, own_grad, count);
   K.cp_unpack_add_kv(dk, dv, own_grad, s.kv_rows(), width, k_ld, v_ld);
 }
@@ -274,12 +288,13 @@ void ContextParallel::take_local_rows(const int32_t* in, int32_t* out, int64_t B
 void ContextParallel::attention_forward(float* out, float* lse, const float* q, const float* k,
                                         const float* v, int64_t B, int64_t T_l, int64_t H,
                                         int64_t G, int64_t D, int64_t q_ld, int64_t k_ld,
-                                        int64_t v_ld) const {
-  if (size() == 1) {
+                                        int64_t v_ld, const int32_t* key_start) const {
+  // One rank without packed documents: the causal kernel; with them, the ring of one block.
+  if (size() == 1 && key_start == nullptr) {
     kernels->attention_forward(out, lse, q, k, v, B, T_l, H, G, D, q_ld, k_ld, v_ld, true);
     return;
   }
-  const AttentionShape shape{B, T_l, H, G, D};
+  const AttentionShape shape{B, T_l, H, G, D, key_start};
   check_shape(shape, size(), q_ld, k_ld, v_ld);
   if (comm_type == CpCommType::P2P) {
     ring_forward(*this, out, lse, q, k, v, shape, q_ld, k_ld, v_ld);
@@ -292,13 +307,14 @@ void ContextParallel::attention_backward(float* dq, float* dk, float* dv, const 
                                          const float* q, const float* k, const float* v,
                                          const float* out, const float* lse, int64_t B, int64_t T_l,
                                          int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                                         int64_t k_ld, int64_t v_ld) const {
-  if (size() == 1) {
+                                         int64_t k_ld, int64_t v_ld,
+                                         const int32_t* key_start) const {
+  if (size() == 1 && key_start == nullptr) {
     kernels->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_l, H, G, D, q_ld, k_ld, v_ld,
                             true);
     return;
   }
-  const AttentionShape shape{B, T_l, H, G, D};
+  const AttentionShape shape{B, T_l, H, G, D, key_start};
   check_shape(shape, size(), q_ld, k_ld, v_ld);
   TESSEL_CHECK(dq != nullptr && dk != nullptr && dv != nullptr,
                "context_parallel.cpp: attention_backward needs all of dq, dk and dv");
@@ -310,8 +326,7 @@ void ContextParallel::attention_backward(float* dq, float* dk, float* dv, const 
 }
 
 ContextParallel no_context_parallel(const Kernels& kernels) {
-  static const std::unique_ptr<Comm> local = make_local_comm();
-  return {local.get(), CpCommType::P2P, kernels};
+  return {&local_comm(kernels.memory), CpCommType::P2P, kernels};
 }
 
 }  // namespace tessel

@@ -49,13 +49,15 @@ struct ContextParallel {
   // q rows (B, T_l) of H heads, k and v rows (B, T_l) of G heads, each with its row stride;
   // out (B, T_l, H·D) contiguous, lse (B, H, T_l). Causal by global position. With one CP rank
   // these are exactly the kernels'. Backward accumulates into dq, dk, dv (same layouts as q, k, v).
+  // Packed documents: key_start (B, T_l), each row's document's first global position: a row
+  // sees only keys from there on (nullptr: one document per sequence).
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t B, int64_t T_l, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                         int64_t k_ld, int64_t v_ld) const;
+                         int64_t k_ld, int64_t v_ld, const int32_t* key_start = nullptr) const;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                           const float* k, const float* v, const float* out, const float* lse,
                           int64_t B, int64_t T_l, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                          int64_t k_ld, int64_t v_ld) const;
+                          int64_t k_ld, int64_t v_ld, const int32_t* key_start = nullptr) const;
 
   // The buffers of one call, grown on first use and kept (no allocation in later steps); shared
   // by the copies of this object, which run one call at a time.

@@ -73,22 +73,22 @@ std::array<int, kNumAxes> expert_sizes(const ParallelConfig& c) {
 // Megatron's generate_masked_orthogonal_rank_groups: `sizes` are the axis sizes in order (first
 // fastest), `varies[i]` says whether axis i varies inside a group.
 std::vector<std::vector<int>> orthogonal_groups(const std::vector<int>& sizes, const std::vector<bool>& varies) {
-  const size_t n = sizes.size();
-  std::vector<int> stride(n);
+  const size_t axes = sizes.size();
+  std::vector<int> stride(axes);
   int world = 1;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < axes; ++i) {
     stride[i] = world;
     world *= sizes[i];
   }
   int group_size = 1;
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < axes; ++i)
     if (varies[i]) group_size *= sizes[i];
 
   std::vector<std::vector<int>> groups(world / group_size);
   for (int g = 0; g < static_cast<int>(groups.size()); ++g) {
     // The fixed axes' coordinates are the digits of the group's index.
     int base = 0, rest = g;
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < axes; ++i) {
       if (varies[i]) continue;
       base += (rest % sizes[i]) * stride[i];
       rest /= sizes[i];
@@ -97,7 +97,7 @@ std::vector<std::vector<int>> orthogonal_groups(const std::vector<int>& sizes, c
       // The varying axes' coordinates are the digits of the position inside the group.
       int rank = base;
       rest = k;
-      for (size_t i = 0; i < n; ++i) {
+      for (size_t i = 0; i < axes; ++i) {
         if (!varies[i]) continue;
         rank += (rest % sizes[i]) * stride[i];
         rest /= sizes[i];

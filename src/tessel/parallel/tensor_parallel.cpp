@@ -37,12 +37,11 @@ double vocab_parallel_cross_entropy(const TensorParallel& tp, float* lse, float*
     k.cross_entropy_rescale(sum_exp, row_max, global_max, N);
     tp.comm->all_reduce(sum_exp, 2 * N, ReduceOp::Sum);
   }
-  return k.cross_entropy_finish(lse, global_max, sum_exp, target_logit, N);
+  return k.cross_entropy_finish(lse, global_max, sum_exp, target_logit, targets, N);
 }
 
 TensorParallel no_tensor_parallel(const Kernels& kernels) {
-  static const std::unique_ptr<Comm> local = make_local_comm();
-  return {local.get(), false, &kernels};
+  return {&local_comm(kernels.memory), false, &kernels};
 }
 
 }  // namespace tessel

@@ -44,7 +44,7 @@ struct TensorParallel {
 // real. The softmax statistics are combined over TP (the row maximum, then Σ exp and the target
 // logit), so no rank ever holds a whole row. lse (N) receives each row's log Σ exp over the
 // whole vocabulary, for cross_entropy_backward; stats (4, N) is scratch. Returns Σ_n of the rows'
-// losses lse[n] − logit[n, target[n]].
+// losses lse[n] − logit[n, target[n]], rows with target -1 left out.
 double vocab_parallel_cross_entropy(const TensorParallel& tp, float* lse, float* stats,
                                     const float* logits, const int32_t* targets,
                                     int64_t vocab_start, int64_t N, int64_t V_l, int64_t V_valid);

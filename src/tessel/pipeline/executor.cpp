@@ -15,9 +15,10 @@ double seconds_since(Clock::time_point t) {
 
 PipelineExecutor::PipelineExecutor(const Kernels& k, std::vector<TransformerChunk*> chunks,
                                    Comm& pp, const ScheduleConfig& schedule,
-                                   int64_t tokens_per_microbatch)
+                                   int64_t tokens_per_microbatch, bool packed_documents)
     : k_(k),
       chunks_(std::move(chunks)), pp_(pp), schedule_(schedule), tokens_(tokens_per_microbatch),
+      packed_(packed_documents),
       num_model_chunks_(static_cast<int>(chunks_.size()) * pp.size()), slots_(chunks_.size()) {}
 
 PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
@@ -37,10 +38,12 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   const int64_t rows = c.local_rows() * c.hidden_size();
   Slot s;
   s.acts = c.make_activations();
-  s.host_tokens.resize(tokens_);
-  s.host_targets.resize(tokens_);
   s.tokens = k_.zeros({tokens_}, DType::I32);
   s.targets = k_.zeros({tokens_}, DType::I32);
+  if (packed_) {
+    s.position_ids = k_.zeros({tokens_}, DType::I32);
+    s.key_start = k_.zeros({tokens_}, DType::I32);
+  }
   if (k > 0) s.input = k_.zeros({rows}), s.d_input = k_.zeros({rows});
   if (k + 1 < num_model_chunks_) s.d_output = k_.zeros({rows});
   s.microbatch = microbatch;
@@ -50,6 +53,19 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
 
 void PipelineExecutor::release_if_done(Slot& s, int model_chunk) {
   if (s.weights_done && (model_chunk == 0 || s.input_grad_sent)) s.microbatch = -1;
+}
+
+double PipelineExecutor::forward(Slot& s, int chunk, int microbatch, const FillFn& fill,
+                                 float grad_scale) {
+  const int k = model_chunk(chunk);
+  const bool first = k == 0, last = k + 1 == num_model_chunks_;
+  const MicrobatchRows rows{.tokens = first ? s.tokens.ints() : nullptr,
+                            .targets = last ? s.targets.ints() : nullptr,
+                            .position_ids = packed_ ? s.position_ids.ints() : nullptr,
+                            .key_start = packed_ ? s.key_start.ints() : nullptr};
+  if (first || last || packed_) fill(microbatch, rows);
+  return chunks_[chunk]->forward(s.acts, rows.tokens, first ? nullptr : s.input.data(),
+                                 rows.targets, grad_scale, {rows.position_ids, rows.key_start});
 }
 
 void PipelineExecutor::wait(Request& r) {
@@ -92,15 +108,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         break;
       case ActionKind::Forward: {
         wait(s.recv);
-        const bool first = k == 0, last = k + 1 == num_model_chunks_;
-        if (first || last) {
-          fill(a.microbatch, s.host_tokens.data(), s.host_targets.data());
-          k_.memory.from_host(s.tokens.ints(), s.host_tokens.data(), tokens_ * 4);
-          k_.memory.from_host(s.targets.ints(), s.host_targets.data(), tokens_ * 4);
-        }
-        loss_sum += chunk.forward(s.acts, first ? s.tokens.ints() : nullptr,
-                                  first ? nullptr : s.input.data(), last ? s.targets.ints() : nullptr,
-                                  grad_scale);
+        loss_sum += forward(s, a.chunk, a.microbatch, fill, grad_scale);
         stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
         break;
       }
@@ -155,6 +163,46 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
       TESSEL_CHECK(s.microbatch == -1, "pipeline schedule left microbatch {} unfinished", s.microbatch);
     }
   }
+  stats_.seconds = seconds_since(start);
+  return loss_sum;
+}
+
+double PipelineExecutor::run_forward(const RankSchedule& actions, int microbatches,
+                                     const FillFn& fill) {
+  const auto start = Clock::now();
+  stats_ = {};
+  const int rank = pp_.rank();
+  const int64_t rows = chunks_.empty() ? 0 : chunks_[0]->local_rows() * chunks_[0]->hidden_size();
+  double loss_sum = 0;
+  for (const Action& a : actions) {
+    TESSEL_CHECK(a.microbatch < microbatches, "forward-only schedule names microbatch {} of {}",
+                 a.microbatch, microbatches);
+    const int k = model_chunk(a.chunk);
+    Slot& s = slot(a.chunk, a.microbatch);
+    switch (a.kind) {
+      case ActionKind::RecvForward:
+        s.recv = pp_.irecv(s.input.data(), rows, a.peer, p2p_tag(a, rank, schedule_));
+        break;
+      case ActionKind::Forward:
+        wait(s.recv);
+        loss_sum += forward(s, a.chunk, a.microbatch, fill, 0.0f);
+        if (k + 1 == num_model_chunks_) s.microbatch = -1;  // nothing to send on
+        break;
+      case ActionKind::SendForward:
+        s.send_forward = pp_.isend(chunks_[a.chunk]->output(s.acts), rows, a.peer,
+                                   p2p_tag(a, rank, schedule_));
+        s.microbatch = -1;  // reused once the send has left
+        break;
+      default:
+        fail("forward-only pipeline schedule holds a backward action");
+    }
+  }
+  for (std::vector<Slot>& slots : slots_)
+    for (Slot& s : slots) {
+      s.send_forward.wait();
+      TESSEL_CHECK(s.microbatch == -1, "forward-only schedule left microbatch {} unfinished",
+                   s.microbatch);
+    }
   stats_.seconds = seconds_since(start);
   return loss_sum;
 }

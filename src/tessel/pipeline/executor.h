@@ -22,15 +22,27 @@
 
 namespace tessel {
 
+// Where a microbatch's rows go, in the chunks' memory, tokens_per_microbatch each: null where the
+// chunk reads none (tokens on the first model chunk, targets on the last, the packed documents'
+// position ids and attention starts on every chunk when the run packs documents).
+struct MicrobatchRows {
+  int32_t* tokens = nullptr;
+  int32_t* targets = nullptr;
+  int32_t* position_ids = nullptr;
+  int32_t* key_start = nullptr;
+};
+
 class PipelineExecutor {
  public:
-  // Writes microbatch mb's tokens and targets, (micro_batch · seq) each, on the host.
-  using FillFn = std::function<void(int mb, int32_t* tokens, int32_t* targets)>;
+  // Writes microbatch mb's rows (the caller brings them from the host: train/microbatches.h).
+  using FillFn = std::function<void(int mb, const MicrobatchRows& rows)>;
 
   // `chunks`: this rank's model chunks in its chunk order (chunk c is model chunk c·p + rank);
   // `schedule` is what the action lists were generated from (their tags and peers).
+  // packed_documents: every chunk reads the microbatches' position ids and attention starts.
   PipelineExecutor(const Kernels& k, std::vector<TransformerChunk*> chunks, Comm& pp,
-                   const ScheduleConfig& schedule, int64_t tokens_per_microbatch);
+                   const ScheduleConfig& schedule, int64_t tokens_per_microbatch,
+                   bool packed_documents = false);
 
   struct Stats {
     double seconds = 0;       // the whole iteration on this rank
@@ -45,13 +57,16 @@ class PipelineExecutor {
   // this rank.
   double run(const RankSchedule& actions, int microbatches, const FillFn& fill, float grad_scale,
              const std::function<void()>& arm, const std::function<void(int)>& grad_ready);
+  // Forwards only (evaluation): `actions` holds no backward (forward_only_schedule); a slot is
+  // free again once its output has left. Returns Σ token losses computed on this rank.
+  double run_forward(const RankSchedule& actions, int microbatches, const FillFn& fill);
   const Stats& stats() const { return stats_; }
 
  private:
   struct Slot {
     ChunkActivations acts;
-    std::vector<int32_t> host_tokens, host_targets;
-    Tensor tokens, targets;  // the same in the chunk's memory
+    Tensor tokens, targets;  // (tokens_per_microbatch) i32 each, first and last chunk's input
+    Tensor position_ids, key_start;  // (tokens_per_microbatch) i32 each with packed documents
     Tensor input, d_output, d_input;  // (N_l, C) each, where the chunk has a neighbour
     Request recv, send_forward, send_backward;
     int microbatch = -1;  // -1: free
@@ -64,12 +79,15 @@ class PipelineExecutor {
   void wait(Request& r);
   // Frees the slot once its backward is complete and its input gradient (if any) has been posted.
   void release_if_done(Slot& s, int model_chunk);
+  // Fills the slot's rows and runs the chunk's forward; returns its Σ token losses.
+  double forward(Slot& s, int chunk, int microbatch, const FillFn& fill, float grad_scale);
 
   const Kernels& k_;
   std::vector<TransformerChunk*> chunks_;
   Comm& pp_;
   ScheduleConfig schedule_;
   int64_t tokens_;
+  bool packed_;
   int num_model_chunks_;
   std::vector<std::vector<Slot>> slots_;  // per chunk
   Stats stats_;

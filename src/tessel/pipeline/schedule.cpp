@@ -214,4 +214,10 @@ std::vector<RankSchedule> lower(const std::vector<RankSchedule>& compute, const 
   return lowered;
 }
 
+std::vector<RankSchedule> forward_only_schedule(std::vector<RankSchedule> compute) {
+  for (RankSchedule& s : compute)
+    std::erase_if(s, [](const Action& a) { return a.kind != ActionKind::Forward; });
+  return compute;
+}
+
 }  // namespace tessel

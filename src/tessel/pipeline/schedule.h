@@ -49,6 +49,10 @@ std::vector<std::string> schedule_violations(const ScheduleConfig& config);
 // Compute actions only (F and B), per pipeline rank. Throws tessel::Error listing violations.
 std::vector<RankSchedule> generate_schedule(const ScheduleConfig& config);
 
+// The forwards alone of a schedule's compute lists, in their order: Megatron's forward_only
+// (evaluation) pass.
+std::vector<RankSchedule> forward_only_schedule(std::vector<RankSchedule> compute);
+
 // Adds the sends and receives every F and B needs: a receive right before the compute that
 // consumes it, a send right after the compute that produces it.
 std::vector<RankSchedule> lower(const std::vector<RankSchedule>& compute, const ScheduleConfig& config);

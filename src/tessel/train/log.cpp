@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -39,9 +40,13 @@ void TrainLog::iteration(const IterationStats& s) {
                         s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,
                         s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms, moe));
     if (json_ != nullptr) {
-      nlohmann::json j = {{"iteration", s.iteration},      {"loss", s.loss},
-                          {"lr", s.lr},                    {"grad_norm", s.grad_norm},
-                          {"tokens_per_s", s.tokens_per_s}, {"iteration_time_ms", s.iteration_time_ms}};
+      nlohmann::json j = {{"iteration", s.iteration},
+                          {"loss", s.loss},
+                          {"lr", s.lr},
+                          {"grad_norm", s.grad_norm},
+                          {"tokens_per_s", s.tokens_per_s},
+                          {"iteration_time_ms", s.iteration_time_ms},
+                          {"data_wait_ms", s.data_wait_ms}};
       if (s.moe) {
         j["expert_tokens"] = {{"min", s.expert_tokens_min}, {"mean", s.expert_tokens_mean},
                               {"max", s.expert_tokens_max}};
@@ -55,6 +60,16 @@ void TrainLog::iteration(const IterationStats& s) {
     }
   }
   if (progress_) draw_progress(s);
+}
+
+void TrainLog::evaluation(int64_t it, const std::string& split, double loss) {
+  const double ppl = std::exp(std::min(loss, 20.0));  // one scalar, capped at 20 as Megatron
+  message(fmt::format("{} loss at iteration {} | lm loss value: {:.6f} | lm loss PPL: {:.4f}",
+                      split == "valid" ? "validation" : split, it, loss, ppl));
+  if (json_ == nullptr || quiet_) return;
+  const nlohmann::json j = {{"iteration", it}, {"split", split}, {"loss", loss}, {"ppl", ppl}};
+  std::fputs((j.dump() + "\n").c_str(), json_);
+  std::fflush(json_);
 }
 
 void TrainLog::message(const std::string& line) {

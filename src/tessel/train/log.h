@@ -16,6 +16,7 @@ struct IterationStats {
   double lr = 0;
   double tokens_per_s = 0;
   double iteration_time_ms = 0;
+  double data_wait_ms = 0;  // of which waiting for the data loader's batch
   // Mixture of Experts: per MoE layer and microbatch, averaged — tokens routed to an expert
   // (min / mean / max over experts), assignments dropped by the capacity, aux + z loss.
   bool moe = false;
@@ -43,6 +44,9 @@ class TrainLog {
 
   void iteration(const IterationStats& s);
   void message(const std::string& line);  // a plain line that does not break the progress line
+  // An evaluation's loss on `split` after iteration `it`: a line with its perplexity and, in
+  // --log-json, {"iteration", "split", "loss", "ppl"}.
+  void evaluation(int64_t it, const std::string& split, double loss);
 
  private:
   void draw_progress(const IterationStats& s);

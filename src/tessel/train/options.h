@@ -1,44 +1,109 @@
-// What `tessel train` is asked to do: every option of a training run, named after its flag.
+// What `tessel train` is asked to do, grouped as a Megatron-LM or torchtitan user thinks of a run:
+// the data, the batch, the optimizer and its learning-rate schedule, the parallel layout and
+// its schedule, checkpoints, logging. Every field is named after its flag. train/plan.h checks
+// the rules and resolves what follows from them (DP, stages, schedule, microbatches) once.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
-#include "tessel/data/dataset.h"
+#include "tessel/data/tokenizer.h"
+#include "tessel/kernels/types.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/lr_schedule.h"
 #include "tessel/parallel/layout.h"
 
 namespace tessel {
 
+// Megatron's data flags (data/dataset_builder.h reads them): a blend for the three splits under
+// --split, or one blend per split; each path a preprocessed PREFIX (.bin/.idx) or a text file.
+struct DataOptions {
+  std::vector<std::string> path;                                   // --data-path [W1] P1 [W2 P2 ...]
+  std::vector<std::string> train_path, valid_path, test_path;      // --{train,valid,test}-data-path
+  std::string split = "969, 30, 1";                                // --split
+  std::string cache_path;                                          // --data-cache-path
+  TokenizerOptions tokenizer;                                      // --tokenizer-type, ... 
+  bool reset_position_ids = false;    // --reset-position-ids: positions restart in each document
+  bool reset_attention_mask = false;  // --reset-attention-mask: attention stays in each document
+  bool eod_mask_loss = false;         // --eod-mask-loss: no loss where the input ends a document
+};
+
+// Megatron's evaluation: every --eval-interval iterations and at the end, --eval-iters global
+// batches of the valid split (forward only); the test split's at the end. 0 iterations: none.
+struct EvalOptions {
+  int64_t interval = 1000;  // --eval-interval
+  int64_t iters = 0;        // --eval-iters (Megatron's default is 100; tessel evaluates when asked)
+};
+
+// Global batch = micro batch × DP × microbatches (gradient accumulation over the microbatches).
+struct BatchOptions {
+  int64_t micro_batch_size = 16;   // --micro-batch-size
+  int64_t global_batch_size = 32;  // --global-batch-size
+};
+
+// AdamW and Megatron's learning-rate schedule; lr.train_iters (--train-iters) is the run's length.
+// The defaults are `tessel train`'s: the default model's run on the bundled corpus.
+struct OptimOptions {
+  OptimizerConfig adamw;  // --weight-decay, --adam-beta1/2, --adam-eps, --clip-grad
+  // --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters, --train-iters, --lr-decay-style
+  LrScheduleConfig lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 30, .decay_iters = 0,
+                         .train_iters = 600, .style = LrDecayStyle::Cosine};
+};
+
+// How the layers are cut into pipeline stages and which schedule runs them.
+struct PipelineOptions {
+  std::string schedule;         // --schedule gpipe | 1f1b | interleaved; empty: 1f1b, interleaved with VPP
+  int microbatch_group = 0;     // --microbatch-group-size-per-virtual-pipeline-stage (0: PP)
+  int first_stage_layers = -1;  // --decoder-first-pipeline-num-layers (-1: not given)
+  int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers
+  std::string layout;           // --pipeline-model-parallel-layout
+};
+
+// Megatron's DistributedDataParallel settings: the gradient buckets and their overlap.
+struct DdpOptions {
+  int64_t bucket_size = int64_t{1} << 22;  // --ddp-bucket-size: floats per reduction bucket
+  bool overlap_grad_reduce = false;        // --overlap-grad-reduce: reduce buckets during backward
+};
+
+struct ParallelOptions {
+  ParallelConfig layout;               // sizes, order, --sequence-parallel, --use-distributed-optimizer
+  PipelineOptions pipeline;
+  std::string cp_comm_type = "p2p";    // --cp-comm-type p2p | all-gather
+  DdpOptions ddp;
+};
+
+// Weights in and out: Megatron's checkpoint folders and Hugging Face files.
+struct CheckpointOptions {
+  std::string save;            // --save: checkpoint folder (ckpt/checkpoint.h)
+  int64_t save_interval = 0;   // --save-interval: every N iterations (and at the end)
+  std::string load;            // --load: resume from this folder's newest save
+  bool async_save = false;     // --async-save: write on a background thread
+  int64_t exit_interval = 0;   // --exit-interval: stop (after a save) at a multiple of this
+  std::string init_from;       // --init-from: Hugging Face safetensors file or folder to start from
+  std::string save_hf;         // --save-hf: folder for model.safetensors + config.json at the end
+};
+
+struct LogOptions {
+  int64_t interval = 10;   // --log-interval
+  std::string json;        // --log-json: one JSON object per logged iteration
+  bool progress = false;   // the live progress line (when stdout is a terminal, or --progress)
+  bool profile = false;    // --profile: GEMM throughput, memory and communication at the end
+};
+
 struct TrainOptions {
-  int64_t micro_batch_size = 16;
-  int64_t global_batch_size = 32;
-  uint64_t seed = 1234;
-  int64_t log_interval = 10;
-  std::string data_path;
-  Sampling sampling = Sampling::Shuffled;
-  std::string log_json;   // one JSON object per logged iteration
-  std::string init_from;  // Hugging Face safetensors file to start from
-  std::string save_hf;    // folder for model.safetensors + config.json at the end
-  std::string save;       // --save: checkpoint folder (checkpoint.h)
-  int64_t save_interval = 0;  // --save-interval: save every N iterations (and at the end)
-  std::string load;       // --load: resume from this folder's newest save
-  bool async_save = false;  // --async-save: write checkpoints on a background thread
-  int64_t exit_interval = 0;  // --exit-interval: stop (after a save) once the iteration is a multiple
-  OptimizerConfig optimizer;
-  LrScheduleConfig lr;  // train_iters is taken from here
-  bool progress = false;  // live progress line (when stdout is a terminal)
-  bool profile = false;   // report GEMM throughput and memory at the end
-  ParallelConfig parallel;
-  int64_t ddp_bucket_size = int64_t{1} << 22;  // floats per gradient-reduction bucket
-  bool overlap_grad_reduce = false;  // start each bucket's reduction during backward
-  std::string schedule;                 // gpipe | 1f1b | interleaved; empty: 1f1b, interleaved with VPP
-  int microbatch_group = 0;             // --microbatch-group-size-per-virtual-pipeline-stage
-  int first_stage_layers = -1;          // --decoder-first-pipeline-num-layers
-  int last_stage_layers = -1;           // --decoder-last-pipeline-num-layers
-  std::string pipeline_layout;          // --pipeline-model-parallel-layout
-  std::string cp_comm_type = "p2p";     // --cp-comm-type p2p | all-gather
+  uint64_t seed = 1234;  // --seed: initialisation and the datasets' shuffles
+  // --bf16: every GEMM on bf16 operands with fp32 accumulation (kernels/bf16.h); master weights,
+  // gradients and their reductions, the optimizer, norms, softmax and loss stay fp32.
+  Precision precision = Precision::FP32;
+  Device device = Device::CPU;  // --device cpu | cuda: where the kernel table computes
+  DataOptions data;
+  EvalOptions eval;
+  BatchOptions batch;
+  OptimOptions optim;
+  ParallelOptions parallel;
+  CheckpointOptions checkpoint;
+  LogOptions log;
 };
 
 }  // namespace tessel

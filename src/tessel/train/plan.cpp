@@ -1,8 +1,7 @@
 #include "tessel/train/plan.h"
 
 #include <fmt/format.h>
-
-#include <algorithm>
+#include <fmt/ranges.h>
 
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
@@ -10,12 +9,95 @@
 
 namespace tessel {
 
-std::vector<std::string> training_violations(const ParallelConfig& c, const ModelConfig& model,
-                                             int64_t micro_batch, int64_t global_batch) {
+namespace {
+
+void append(std::vector<std::string>& v, std::vector<std::string> more) {
+  for (std::string& m : more) v.push_back(std::move(m));
+}
+
+// The rules of the options alone: what the run reads, how long it runs, how it reduces.
+std::vector<std::string> option_violations(const ModelConfig& model, const TrainOptions& o,
+                                           const Tokenizer& tokenizer) {
+  std::vector<std::string> v;
+  if (o.optim.lr.train_iters < 0) v.push_back("--train-iters must not be negative");
+  if (model.vocab_size < tokenizer.vocab_size())
+    v.push_back(fmt::format("--vocab-size {} is smaller than the {}'s {}", model.vocab_size,
+                            tokenizer.type(), tokenizer.vocab_size()));
+  const DataOptions& d = o.data;
+  if (d.path.empty() && d.train_path.empty())
+    v.push_back("--data-path (or --train-data-path) is required");
+  if ((d.reset_position_ids || d.reset_attention_mask || d.eod_mask_loss) &&
+      tokenizer.special_ids().eod < 0)
+    v.push_back(fmt::format("--reset-position-ids, --reset-attention-mask and --eod-mask-loss find "
+                            "documents by their end-of-document token, which the {} has none of",
+                            tokenizer.type()));
+  if (o.seed > 0xffffffffull)  // numpy's RandomState, which the datasets' shuffles reproduce
+    v.push_back(fmt::format("--seed {} must be below 2^32", o.seed));
+  if (o.eval.iters < 0) v.push_back(fmt::format("--eval-iters {} is negative", o.eval.iters));
+  if (o.eval.interval < 1)
+    v.push_back(fmt::format("--eval-interval {} must be at least 1", o.eval.interval));
+  if (o.parallel.ddp.bucket_size <= 0) v.push_back("--ddp-bucket-size must be positive");
+  if (!o.checkpoint.save_hf.empty())
+    for (const std::string& m : hf_export_violations(model)) v.push_back("--save-hf: " + m);
+  append(v, optimizer_violations(o.optim.adamw));
+  append(v, lr_schedule_violations(o.optim.lr));
+  return v;
+}
+
+// Mixture of Experts against the layout: the MoE settings, experts only in a llama model, EP
+// only with experts, and the expert and shared-expert sizes against ETP and TP.
+std::vector<std::string> expert_violations(const ParallelConfig& c, const ModelConfig& model) {
+  std::vector<std::string> v;
+  const MoeConfig& moe = model.moe;
+  if (moe.num_experts > 0) append(v, moe.violations(c.ep, model.num_layers));
+  if (c.ep > 1 && moe.num_experts == 0)
+    v.push_back("--expert-model-parallel-size > 1 needs --num-experts (a Mixture-of-Experts model)");
+  if (moe.num_experts > 0 && model.arch != Arch::Llama)
+    v.push_back("--num-experts needs --arch llama (Qwen-MoE style experts)");
+  if (c.expert_tp() != 1 && c.expert_tp() != c.tp)
+    v.push_back(fmt::format("--expert-tensor-parallel-size {} must be 1 or the TP size {}",
+                            c.expert_tp(), c.tp));
+  const int moe_ffn = moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : model.ffn_size();
+  if (moe.num_experts > 0 && c.expert_tp() >= 1 && moe_ffn % c.expert_tp() != 0)
+    v.push_back(fmt::format("the expert size (--moe-ffn-hidden-size) {} is not divisible by "
+                            "--expert-tensor-parallel-size {}", moe_ffn, c.expert_tp()));
+  if (moe.num_experts > 0 && c.tp >= 1 && moe.shared_expert_size % c.tp != 0)
+    v.push_back(fmt::format("--moe-shared-expert-intermediate-size {} is not divisible by "
+                            "--tensor-model-parallel-size {}", moe.shared_expert_size, c.tp));
+  return v;
+}
+
+// The schedule the flags ask for: 1F1B, or interleaved with VPP, unless --schedule names one.
+// Throws tessel::Error for an unknown name.
+ScheduleConfig schedule_config(const ParallelConfig& c, const PipelineOptions& p, int microbatches) {
+  ScheduleKind kind = c.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+  if (!p.schedule.empty()) kind = parse_schedule_kind(p.schedule);
+  return {kind, c.pp, microbatches, c.vpp, p.microbatch_group};
+}
+
+}  // namespace
+
+std::vector<std::string> batch_violations(const ParallelConfig& c, int64_t micro_batch,
+                                          int64_t global_batch) {
   std::vector<std::string> v;
   if (micro_batch < 1) v.push_back(fmt::format("--micro-batch-size must be positive (got {})", micro_batch));
   if (global_batch < 1) v.push_back(fmt::format("--global-batch-size must be positive (got {})", global_batch));
+  if (micro_batch > 0 && global_batch > 0 && layout_violations(c).empty()) {
+    const int64_t per_step = micro_batch * c.dp();
+    if (global_batch % per_step != 0)
+      v.push_back(fmt::format("--global-batch-size {} is not divisible by --micro-batch-size {} × DP {} = {}",
+                              global_batch, micro_batch, c.dp(), per_step));
+  }
+  return v;
+}
 
+int microbatch_count(const ParallelConfig& c, int64_t micro_batch, int64_t global_batch) {
+  return static_cast<int>(global_batch / (micro_batch * c.dp()));
+}
+
+std::vector<std::string> training_violations(const ParallelConfig& c, const ModelConfig& model,
+                                             int64_t micro_batch, int64_t global_batch) {
+  std::vector<std::string> v = batch_violations(c, micro_batch, global_batch);
   if (c.tp >= 1) {
     auto split_by_tp = [&](const char* flag, int count) {
       if (count > 0 && count % c.tp != 0)
@@ -47,90 +129,73 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
                                 rows, c.tp));
     }
   }
-  // Megatron's ModelParallelConfig: expert layers under TP exchange tokens in sequence-parallel form.
-  if (c.ep > 1 && c.tp > 1 && !c.sequence_parallel)
-    v.push_back(fmt::format("--expert-model-parallel-size {} with --tensor-model-parallel-size {} "
-                            "needs --sequence-parallel", c.ep, c.tp));
-
-  if (micro_batch > 0 && global_batch > 0 && layout_violations(c).empty()) {
-    int64_t per_step = micro_batch * c.dp();
-    if (global_batch % per_step != 0)
-      v.push_back(fmt::format("--global-batch-size {} is not divisible by --micro-batch-size {} × DP {} = {}",
-                              global_batch, micro_batch, c.dp(), per_step));
-  }
+  // Megatron's ModelParallelConfig: expert layers under TP exchange tokens in sequence-parallel
+  // form (and take this rank's rows), whether the experts are split over EP or not.
+  if (c.tp > 1 && !c.sequence_parallel && (c.ep > 1 || model.moe.num_experts > 0))
+    v.push_back(c.ep > 1 ? fmt::format("--expert-model-parallel-size {} with --tensor-model-parallel-size {} "
+                                       "needs --sequence-parallel", c.ep, c.tp)
+                         : fmt::format("--num-experts with --tensor-model-parallel-size {} needs "
+                                       "--sequence-parallel", c.tp));
   return v;
 }
 
-StageOptions stage_options(const TrainOptions& o) {
-  return {o.parallel.pp, o.parallel.vpp, o.first_stage_layers, o.last_stage_layers,
-          o.pipeline_layout};
+StageOptions stage_options(const ParallelConfig& c, const PipelineOptions& p) {
+  return {c.pp, c.vpp, p.first_stage_layers, p.last_stage_layers, p.layout};
 }
 
-ScheduleConfig schedule_config(const TrainOptions& o, int microbatches) {
-  const ParallelConfig& pc = o.parallel;
-  ScheduleKind kind = pc.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
-  if (!o.schedule.empty()) kind = parse_schedule_kind(o.schedule);
-  return {kind, pc.pp, microbatches, pc.vpp, o.microbatch_group};
+std::vector<ChunkSpec> TrainPlan::stage_chunks(int stage) const {
+  return rank_chunks(chunks, layout().pp, stage);
 }
 
-void validate_training(const ModelConfig& model, const TrainOptions& o) {
+BatchShape TrainPlan::batch_shape(int dp_rank) const {
+  return {.micro_batch = options.batch.micro_batch_size, .data_parallel = dp, .dp_rank = dp_rank,
+          .microbatches = microbatches};
+}
+
+Packing TrainPlan::packing() const {
+  const DataOptions& d = options.data;
+  return {.reset_position_ids = d.reset_position_ids, .reset_attention_mask = d.reset_attention_mask,
+          .eod_mask_loss = d.eod_mask_loss, .eod = tokenizer->special_ids().eod};
+}
+
+double TrainPlan::batch_tokens() const {
+  return static_cast<double>(options.batch.global_batch_size) * model.seq_length;
+}
+
+TrainPlan plan_training(ModelConfig model, const TrainOptions& o) {
+  const ParallelConfig& c = o.parallel.layout;
+  const BatchOptions& batch = o.batch;
+  std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);
+  // As Megatron, the model's vocabulary is the tokenizer's (padded per TP) unless one is given.
+  if (model.vocab_size == 0) model.vocab_size = tokenizer->vocab_size();
   std::vector<std::string> v = model.violations();
-  if (o.micro_batch_size <= 0) v.push_back("--micro-batch-size must be positive");
-  if (o.global_batch_size <= 0) v.push_back("--global-batch-size must be positive");
-  if (o.lr.train_iters < 0) v.push_back("--train-iters must not be negative");
-  if (model.vocab_size < ByteTokenizer().vocab_size())
-    v.push_back(fmt::format("--vocab-size {} is smaller than the byte tokenizer's 256",
-                            model.vocab_size));
-  if (o.data_path.empty()) v.push_back("--data-path is required");
-  if (o.ddp_bucket_size <= 0) v.push_back("--ddp-bucket-size must be positive");
-  if (!o.save_hf.empty())
-    for (const std::string& m : hf_export_violations(model)) v.push_back("--save-hf: " + m);
-  std::vector<std::string> layout = layout_violations(o.parallel);
-  // The model and batch rules need a valid layout (they use DP).
-  if (layout.empty())
-    layout = training_violations(o.parallel, model, o.micro_batch_size, o.global_batch_size);
-  for (std::string& m : layout)
-    if (std::find(v.begin(), v.end(), m) == v.end()) v.push_back(std::move(m));
-  const ParallelConfig& pc = o.parallel;
-  for (std::string& m : stage_violations(model.num_layers, stage_options(o))) v.push_back(std::move(m));
-  if (layout.empty() && o.micro_batch_size > 0 && o.global_batch_size % (o.micro_batch_size * pc.dp()) == 0) {
-    const int microbatches = static_cast<int>(o.global_batch_size / (o.micro_batch_size * pc.dp()));
+  append(v, option_violations(model, o, *tokenizer));
+  const std::vector<std::string> layout = layout_violations(c);
+  append(v, layout);
+  append(v, training_violations(c, model, batch.micro_batch_size, batch.global_batch_size));
+  TrainPlan plan{.model = model, .options = o, .tokenizer = tokenizer};
+  plan.stages = stage_options(c, o.parallel.pipeline);
+  append(v, stage_violations(model.num_layers, plan.stages));
+  // The schedule's rules need the microbatch count, which needs a valid layout and batch.
+  if (layout.empty() && batch_violations(c, batch.micro_batch_size, batch.global_batch_size).empty()) {
+    plan.dp = c.dp();
+    plan.microbatches = microbatch_count(c, batch.micro_batch_size, batch.global_batch_size);
     try {
-      for (std::string& m : schedule_violations(schedule_config(o, microbatches))) v.push_back(std::move(m));
+      plan.schedule = schedule_config(c, o.parallel.pipeline, plan.microbatches);
+      append(v, schedule_violations(plan.schedule));
     } catch (const Error& e) {
       v.push_back(e.what());  // an unknown --schedule name
     }
   }
   try {
-    parse_cp_comm_type(o.cp_comm_type);
+    plan.cp_comm = parse_cp_comm_type(o.parallel.cp_comm_type);
   } catch (const Error& e) {
     v.push_back(e.what());
   }
-  if (model.moe.num_experts > 0)
-    for (std::string& m : model.moe.violations(pc.ep, model.num_layers)) v.push_back(std::move(m));
-  if (pc.ep > 1 && model.moe.num_experts == 0)
-    v.push_back("--expert-model-parallel-size > 1 needs --num-experts (a Mixture-of-Experts model)");
-  if (model.moe.num_experts > 0 && model.arch != Arch::Llama)
-    v.push_back("--num-experts needs --arch llama (Qwen-MoE style experts)");
-  // Megatron asserts it: under TP the MoE layers take sequence-parallel rows. (With EP > 1 the
-  // layout rules already say so.)
-  if (model.moe.num_experts > 0 && pc.tp > 1 && !pc.sequence_parallel && pc.ep == 1)
-    v.push_back(fmt::format("--num-experts with --tensor-model-parallel-size {} needs "
-                            "--sequence-parallel", pc.tp));
-  if (pc.expert_tp() != 1 && pc.expert_tp() != pc.tp)
-    v.push_back(fmt::format("--expert-tensor-parallel-size {} must be 1 or the TP size {}",
-                            pc.expert_tp(), pc.tp));
-  const int moe_ffn = model.moe.ffn_hidden_size > 0 ? model.moe.ffn_hidden_size : model.ffn_size();
-  if (model.moe.num_experts > 0 && pc.expert_tp() >= 1 && moe_ffn % pc.expert_tp() != 0)
-    v.push_back(fmt::format("the expert size (--moe-ffn-hidden-size) {} is not divisible by "
-                            "--expert-tensor-parallel-size {}", moe_ffn, pc.expert_tp()));
-  if (model.moe.num_experts > 0 && pc.tp >= 1 && model.moe.shared_expert_size % pc.tp != 0)
-    v.push_back(fmt::format("--moe-shared-expert-intermediate-size {} is not divisible by "
-                            "--tensor-model-parallel-size {}", model.moe.shared_expert_size, pc.tp));
-  if (v.empty()) return;
-  std::string msg = "invalid configuration: " + v[0];
-  for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];
-  throw ConfigError(msg);
+  append(v, expert_violations(c, model));
+  if (!v.empty()) throw ConfigError(fmt::format("invalid configuration: {}", fmt::join(v, "; ")));
+  plan.chunks = assign_layers(model.num_layers, plan.stages);
+  return plan;
 }
 
 }  // namespace tessel

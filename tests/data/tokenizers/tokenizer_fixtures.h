@@ -2,6 +2,8 @@
 // and a few merges, as GPT-2 files, as a tokenizer.json and as a tiktoken rank file.
 #pragma once
 
+#include "support/fixtures.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,26 +19,6 @@
 namespace tessel::testing {
 
 // A per-test folder under the temporary directory, removed with the object.
-class TokenizerDir {
- public:
-  TokenizerDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            (std::string("tessel_tok_") + info->test_suite_name() + "_" + info->name() + "_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path_);
-  }
-  ~TokenizerDir() { std::filesystem::remove_all(path_); }
-  std::string write(const std::string& name, const std::string& bytes) const {
-    const std::string p = (path_ / name).string();
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-  std::string path(const std::string& name = "") const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
 // The tiny model's merges, in rank order (raw bytes): ids 256, 257, ... in this order.
 inline const std::vector<std::pair<std::string, std::string>>& tiny_merges() {
   static const std::vector<std::pair<std::string, std::string>> m = {

@@ -1,6 +1,7 @@
 // Softmax cross-entropy over the vocabulary, one row per token. With V ≈ 50k this is one of the
 // largest memory streams of a step, so each row is read twice (max, then exp-sum) and a row
 // (≈ 200 KB) stays in L2 between the passes; the exp is vectorised (exp_approx, vec_math.h).
+#include <algorithm>
 #include <cmath>
 
 #include "tessel/core/error.h"
@@ -36,6 +37,10 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * V;  // (V)
     float* d = dlogits + n * V;       // (V), may be x itself
+    if (targets[n] < 0) {             // left out of the loss
+      std::fill(d, d + V, 0.0f);
+      continue;
+    }
     const float l = lse[n];
     // simd: each element reads x[v] before writing d[v], which is safe when d == x.
 #pragma omp simd
@@ -52,11 +57,11 @@ void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float*
 }
 
 double cross_entropy_finish(float* lse, const float* global_max, const float* row_sumexp,
-                            const float* target_logit, int64_t N) {
+                            const float* target_logit, const int32_t* targets, int64_t N) {
   double loss_sum = 0;
   for (int64_t n = 0; n < N; ++n) {
     lse[n] = global_max[n] + std::log(row_sumexp[n]);
-    loss_sum += lse[n] - target_logit[n];
+    if (targets[n] >= 0) loss_sum += lse[n] - target_logit[n];
   }
   return loss_sum;
 }

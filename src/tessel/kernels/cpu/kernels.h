@@ -121,16 +121,18 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 // iff k_pos[s] ≤ q_pos[t] (attention_forward's causal case is positions 0..T-1 for both). A row
 // that sees no key comes out with out = 0 and lse = -inf, so partial results over key blocks
 // merge by log-sum-exp. The backward takes the final out and lse of the attention over all key
-// blocks and adds exactly this block's share to dq, dk and dv.
+// blocks and adds exactly this block's share to dq, dk and dv. Packed documents: with key_start
+// (B, Tq), query row (b, t) also sees only keys with k_pos[s] ≥ key_start[b·Tq + t] (the first
+// position of its document); nullptr: no such bound.
 void attention_block_forward(float* out, float* lse, const float* q, const float* k,
                              const float* v, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                              int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
-                             const int32_t* q_pos, const int32_t* k_pos);
+                             const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start);
 void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                               const float* k, const float* v, const float* out, const float* lse,
                               int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                               int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                              const int32_t* k_pos);
+                              const int32_t* k_pos, const int32_t* key_start);
 // Merges the partial attention of another key block into (out, lse), row by row, by log-sum-exp:
 // lse' = log(e^lse + e^block_lse), out' = (e^lse·out + e^block_lse·block_out) / e^lse'. Rows of
 // either side with lse = -inf (no key seen) add nothing. out, block_out (B, T, H·D); lse,
@@ -145,6 +147,8 @@ void attention_merge(float* out, float* lse, const float* block_out, const float
 //   row_max[n] = max over valid columns, row_sumexp[n] = Σ exp(x - row_max[n]),
 //   target_logit[n] = x[targets[n] - vocab_start] when the target is in this shard, else 0.
 // The caller combines the shards (max, then sums) into lse = log Σ exp and the loss lse - target.
+// A target of -1 is ignored (a position left out of the loss: --eod-mask-loss): the row counts
+// no loss and gets no gradient.
 void cross_entropy_partial_forward(float* row_max, float* row_sumexp, float* target_logit,
                                    const float* logits, const int32_t* targets,
                                    int64_t vocab_start, int64_t N, int64_t V, int64_t V_valid);
@@ -153,11 +157,12 @@ void cross_entropy_partial_forward(float* row_max, float* row_sumexp, float* tar
 void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max,
                            int64_t N);
 // lse[n] = global_max[n] + log(row_sumexp[n]) over the summed shards; returns Σ_n lse[n] −
-// target_logit[n], the rows' losses summed in double.
+// target_logit[n] over the rows whose target is not ignored, the losses summed in double.
 double cross_entropy_finish(float* lse, const float* global_max, const float* row_sumexp,
-                            const float* target_logit, int64_t N);
+                            const float* target_logit, const int32_t* targets, int64_t N);
 // In place allowed (dlogits may equal logits): dlogits = (softmax(logits) - onehot) · grad_scale
-// on valid columns, 0 on padding; overwrites. lse (N) is the global log Σ exp of each row.
+// on valid columns, 0 on padding and on rows whose target is ignored; overwrites. lse (N) is the
+// global log Σ exp of each row.
 // grad_scale is d(loss)/d(loss of one token), e.g. 1 / (tokens in the global batch).
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                             const int32_t* targets, int64_t vocab_start, float grad_scale,

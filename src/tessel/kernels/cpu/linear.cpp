@@ -10,8 +10,7 @@ namespace tessel::cpu {
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                     int64_t IC, int64_t OC, WeightLayout layout) {
-  linear_forward_products(gemm, out, inp, weight, N, IC, OC, layout);
-  if (bias != nullptr) bias_forward(out, bias, N, OC);
+  linear_forward_via<gemm, bias_forward>(out, inp, weight, bias, N, IC, OC, layout);
 }
 
 void bias_forward(float* out, const float* bias, int64_t N, int64_t OC) {
@@ -41,8 +40,8 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC) {
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t IC, int64_t OC, WeightLayout layout) {
-  linear_backward_products(gemm, dinp, dweight, dout, inp, weight, N, IC, OC, layout);
-  if (dbias != nullptr) bias_backward(dbias, dout, N, OC);
+  linear_backward_via<gemm, bias_backward>(dinp, dweight, dbias, dout, inp, weight, N, IC, OC,
+                                           layout);
 }
 
 }  // namespace tessel::cpu

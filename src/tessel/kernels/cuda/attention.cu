@@ -73,7 +73,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* q,
     stage_tile(v_tile, v_head, v_ld, s0, Tk, D);
     __syncthreads();
     const int64_t s = s0 + lane;
-    const bool seen = row && s < Tk && visible(t, s);
+    const bool seen = row && s < Tk && visible(b, t, s);
     const float score = seen ? scale * dot_row(q_row, k_tile + lane * (D + 1), D) : -INFINITY;
     const float tile_max = warp_max(score);
     if (tile_max == -INFINITY) continue;  // this row sees no key of the tile (whole warp)
@@ -160,11 +160,12 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                              int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                             const int32_t* k_pos) {
+                             const int32_t* k_pos, const int32_t* key_start) {
   check_attention_args("attention_block_forward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
   if (q_pos == nullptr || k_pos == nullptr)
     cuda_fail("attention_block_forward", "query and key positions are required");
-  forward(out, lse, q, k, v, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, Visibility{q_pos, k_pos, true});
+  forward(out, lse, q, k, v, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld,
+          Visibility{q_pos, k_pos, true, key_start, Tq});
 }
 
 void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,

@@ -18,15 +18,19 @@ constexpr int kMaxHeadDim = 256;  // accumulators per lane: kMaxHeadDim / 32
 constexpr int kColumnsPerLane = kMaxHeadDim / kWarp;
 constexpr int kRowsPerBlock = kWarpsPerBlock;  // one warp per query (or key) row
 
-// Key s is visible to query t: by global positions (the block interface), by index (causal), or
-// always.
+// Key s is visible to query t of batch item b: by global positions (the block interface), by
+// index (causal), or always. Packed documents (key_start, (B, Tq), block interface only): the row
+// also sees no key before its document's first position.
 struct Visibility {
   const int32_t* q_pos = nullptr;
   const int32_t* k_pos = nullptr;
   bool causal = false;
+  const int32_t* key_start = nullptr;
+  int64_t Tq = 0;  // key_start's row length
 
-  __device__ bool operator()(int64_t t, int64_t s) const {
-    if (q_pos != nullptr) return k_pos[s] <= q_pos[t];
+  __device__ bool operator()(int64_t b, int64_t t, int64_t s) const {
+    if (q_pos != nullptr)
+      return k_pos[s] <= q_pos[t] && (key_start == nullptr || k_pos[s] >= key_start[b * Tq + t]);
     return !causal || s <= t;
   }
   __host__ __device__ bool by_index() const { return q_pos == nullptr && causal; }

@@ -58,7 +58,7 @@ __global__ void dq_kernel(float* dq, const float* dout, const float* q, const fl
     stage_tile(v_tile, v_head, v_ld, s0, Tk, D);
     __syncthreads();
     const int64_t s = s0 + lane;
-    const bool seen = row && s < Tk && visible(t, s);
+    const bool seen = row && s < Tk && visible(b, t, s);
     if (!__any_sync(0xffffffffu, seen)) continue;
     float ds = 0.0f;
     if (seen) {
@@ -116,7 +116,7 @@ __global__ void dkv_kernel(float* dk, float* dv, const float* dout, const float*
       }
       __syncthreads();
       const int64_t t = t0 + lane;
-      const bool seen = key && t < Tq && tile_lse[lane] != -INFINITY && visible(t, s);
+      const bool seen = key && t < Tq && tile_lse[lane] != -INFINITY && visible(b, t, s);
       if (!__any_sync(0xffffffffu, seen)) continue;
       float p = 0.0f, ds = 0.0f;
       if (seen) {
@@ -182,12 +182,12 @@ void attention_block_backward(float* dq, float* dk, float* dv, const float* dout
                               const float* k, const float* v, const float* out, const float* lse,
                               int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                               int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                              const int32_t* k_pos) {
+                              const int32_t* k_pos, const int32_t* key_start) {
   check_attention_args("attention_block_backward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
   if (q_pos == nullptr || k_pos == nullptr)
     cuda_fail("attention_block_backward", "query and key positions are required");
   backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld,
-           Visibility{q_pos, k_pos, true});
+           Visibility{q_pos, k_pos, true, key_start, Tq});
 }
 
 }  // namespace tessel::cuda

@@ -38,10 +38,11 @@ __global__ void backward_kernel(float* dlogits, const float* logits, const float
   const float* x = logits + n * V;  // (V)
   float* d = dlogits + n * V;       // (V)
   const float l = lse[n];
+  const bool ignored = targets[n] < 0;  // left out of the loss: no gradient
   const int64_t t = targets[n] - vocab_start;
   for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
     float value = 0.0f;  // padding columns
-    if (v < V_valid) {
+    if (v < V_valid && !ignored) {
       value = expf(x[v] - l) * grad_scale;
       if (v == t) value -= grad_scale;
     }
@@ -54,12 +55,14 @@ __global__ void rescale_kernel(float* row_sumexp, const float* row_max, const fl
   TESSEL_GRID_LOOP(n, N) row_sumexp[n] *= expf(row_max[n] - global_max[n]);
 }
 
-// The row's loss as the CPU forms it: lse in float, lse − target in float, summed in double.
+// The row's loss as the CPU forms it: lse in float, lse − target in float, summed in double; a
+// row whose target is ignored (-1) adds 0.
 __global__ void finish_kernel(double* loss, float* lse, const float* global_max,
-                              const float* row_sumexp, const float* target_logit, int64_t N) {
+                              const float* row_sumexp, const float* target_logit,
+                              const int32_t* targets, int64_t N) {
   TESSEL_GRID_LOOP(n, N) {
     lse[n] = global_max[n] + logf(row_sumexp[n]);
-    loss[n] = lse[n] - target_logit[n];
+    loss[n] = targets[n] >= 0 ? lse[n] - target_logit[n] : 0.0f;
   }
 }
 
@@ -82,11 +85,11 @@ void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float*
 }
 
 double cross_entropy_finish(float* lse, const float* global_max, const float* row_sumexp,
-                            const float* target_logit, int64_t N) {
+                            const float* target_logit, const int32_t* targets, int64_t N) {
   if (N == 0) return 0.0;
   double* loss = loss_scratch.reserve<double>(N);
   launch_n("cross_entropy_finish", finish_kernel, N, loss, lse, global_max, row_sumexp,
-           target_logit, N);
+           target_logit, targets, N);
   return sum_to_host(loss, N);
 }
 

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessel/kernels/bf16.h"
 #include "tessel/kernels/cuda/device.cuh"
 #include "tessel/kernels/cuda/kernels.h"
 
@@ -199,16 +200,15 @@ void resolve_pending() {
 
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    if (beta != 1.0f) launch_n("gemm (K = 0)", scale_matrix_kernel, M * N, C, M, N, ldc, beta);
-    return;
-  }
+namespace {
+
+// One cuBLASLt matmul of operands of the given type (fp32, or bf16) into fp32 C.
+void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+            const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
+            int64_t ldc, cudaDataType_t operand_type) {
   const PlanKey key{
-      trans_a,      trans_b,      M,          N,         K, lda, ldb, ldc, alignment(A),
-      alignment(B), alignment(C), CUDA_R_32F, CUDA_R_32F};
+      trans_a,      trans_b,      M,            N,         K, lda, ldb, ldc, alignment(A),
+      alignment(B), alignment(C), operand_type, CUDA_R_32F};
   const Plan& plan = plan_for(key);
   cudaStream_t stream = cuda_stream();
   std::pair<cudaEvent_t, cudaEvent_t> timing{};
@@ -229,6 +229,49 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     ++stats.totals.calls;
     if (stats.pending.size() >= 4096) resolve_pending();  // bounded, even if never read
   }
+}
+
+// C = beta · C when the product is empty (K = 0); true when nothing else is left to do.
+bool empty_product(int64_t M, int64_t N, int64_t K, float beta, float* C, int64_t ldc) {
+  if (M == 0 || N == 0) return true;
+  if (K != 0) return false;
+  if (beta != 1.0f) launch_n("gemm (K = 0)", scale_matrix_kernel, M * N, C, M, N, ldc, beta);
+  return true;
+}
+
+// (rows, cols) at src (row stride ld) rounded to bf16 (to nearest, ties to even: kernels/bf16.h),
+// packed into dst (stride cols).
+__global__ void to_bf16_kernel(uint16_t* dst, const float* src, int64_t rows, int64_t cols,
+                               int64_t ld) {
+  TESSEL_GRID_LOOP(i, rows * cols) dst[i] = bf16_bits(src[(i / cols) * ld + i % cols]);
+}
+
+const uint16_t* to_bf16(CudaScratch& scratch, const float* src, int64_t rows, int64_t cols,
+                        int64_t ld) {
+  uint16_t* dst = scratch.reserve<uint16_t>(rows * cols);
+  launch_n("gemm_bf16 (rounding)", to_bf16_kernel, rows * cols, dst, src, rows, cols, ld);
+  return dst;
+}
+
+CudaScratch a_bf16, b_bf16;
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (empty_product(M, N, K, beta, C, ldc)) return;
+  matmul(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_32F);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  if (empty_product(M, N, K, beta, C, ldc)) return;
+  // Stored shapes: op(A) (M, K) is A (K, M) when transposed, op(B) (K, N) is B (N, K).
+  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  matmul(trans_a, trans_b, M, N, K, alpha, to_bf16(a_bf16, A, a_rows, a_cols, lda), a_cols,
+         to_bf16(b_bf16, B, b_rows, b_cols, ldb), b_cols, beta, C, ldc, CUDA_R_16BF);
 }
 
 void gemm_stats_enable(bool on) { stats.on = on; }

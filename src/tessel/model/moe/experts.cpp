@@ -5,7 +5,7 @@
 namespace tessel {
 
 GroupedExperts::GroupedExperts(const Kernels& k, ParamRegistry& registry, const std::string& prefix,
-                               int64_t C, int64_t F, int64_t first, int64_t count, int ep_rank,
+                               int64_t C, int64_t F, int64_t first, int64_t local, int ep_rank,
                                int ep, int etp_rank, int etp, float out_std)
     : k_(k), C_(C), F_l_(F / etp) {
   // An expert's gate/up split by rows (dim 0) and down by columns (dim 1) over ETP.
@@ -14,8 +14,8 @@ GroupedExperts::GroupedExperts(const Kernels& k, ParamRegistry& registry, const 
                      .group = etp > 1 ? ShardGroup::ETP : ShardGroup::None,
                      .index = etp_rank, .count = etp, .expert_rank = ep_rank, .expert_ranks = ep};
   };
-  experts_.reserve(count);
-  for (int64_t e = first; e < first + count; ++e)
+  experts_.reserve(local);
+  for (int64_t e = first; e < first + local; ++e)
     experts_.emplace_back(k, registry, fmt::format("{}experts.{}.", prefix, e), Activation::SwiGlu,
                           C, F, F_l_, split, out_std);
 }

@@ -25,10 +25,10 @@ class GroupedExperts {
     Tensor d_gate, d_up, d_out;    // (R, F_l) ×2, (R, C): left by backward_input
   };
 
-  // Experts [first, first + count) of layer prefix `prefix` (…mlp.), F neurons each of which
+  // Experts [first, first + local) of layer prefix `prefix` (…mlp.), F neurons each of which
   // this ETP rank (etp_rank of etp) holds F / etp; held by EP rank ep_rank of ep.
   GroupedExperts(const Kernels& k, ParamRegistry& registry, const std::string& prefix, int64_t C,
-                 int64_t F, int64_t first, int64_t count, int ep_rank, int ep, int etp_rank,
+                 int64_t F, int64_t first, int64_t local, int ep_rank, int ep, int etp_rank,
                  int etp, float out_std);
 
   // Sized for R rows (a balanced load); Saved grows past that on first need.

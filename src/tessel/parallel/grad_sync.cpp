@@ -1,0 +1,85 @@
+#include "tessel/parallel/grad_sync.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace tessel {
+
+GradSync::GradSync(const Kernels& k, ParamRegistry& params, ProcessGroups& groups,
+                   GradSyncConfig config)
+    : k_(k),
+      params_(params),
+      groups_(groups),
+      config_(std::move(config)),
+      dense_(k, params, groups.dp_cp(), config_.distributed_optimizer, config_.bucket_floats,
+             [this](const Param& p) { return !config_.is_expert(p); }, config_.overlap),
+      experts_(k, params, groups.edp(), config_.distributed_optimizer, config_.bucket_floats,
+               config_.is_expert, config_.overlap) {
+  owned_ = dense_.owned_ranges();
+  for (const FlatRange& r : experts_.owned_ranges()) owned_.push_back(r);
+  std::sort(owned_.begin(), owned_.end(),
+            [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+}
+
+void GradSync::arm() {
+  dense_.arm();
+  experts_.arm();
+}
+
+void GradSync::grad_ready(int index) {
+  Param& p = params_.params()[index];
+  Comm& tp = groups_.tp();
+  if (tp.size() > 1 && p.replicated() && (config_.sequence_parallel || p.grad_partial_over_tp))
+    tp.all_reduce(p.grad, p.numel());
+  if (index == config_.tied_owner) groups_.embedding().all_reduce(p.grad, p.numel());
+  dense_.grad_ready(index);
+  experts_.grad_ready(index);
+}
+
+void GradSync::finish() {
+  if (config_.tied_copy >= 0) {
+    Param& p = params_.params()[config_.tied_copy];
+    groups_.embedding().all_reduce(p.grad, p.numel());
+  }
+  dense_.finish_grad_reduction();
+  experts_.finish_grad_reduction();
+}
+
+double GradSync::local_sq_sum(const std::function<bool(const Param&)>& counted) const {
+  double sum = 0.0;
+  for_each_piece(params_.params(), owned_, [&](const Param& p, int64_t first, int64_t n, int64_t) {
+    if (counted(p)) sum = k_.sum_squares(p.grad + first, n, sum);
+  });
+  return sum;
+}
+
+// Every parameter once: dense TP shards summed over TP, TP-replicated ones from TP rank 0 only,
+// the distributed optimizer's DP slices summed; experts (each rank its own experts, or their ETP
+// slices) summed over the expert-model-parallel ranks ETP × EP and the expert-DP slices; then the
+// stages summed (a tied embedding once: the last stage's copy is left out).
+double GradSync::global_norm() const {
+  const std::vector<Param>& ps = params_.params();
+  const bool tp_first = groups_.tp().rank() == 0;
+  double sq = local_sq_sum([&](const Param& p) {
+    return !config_.is_expert(p) && (tp_first || !p.replicated()) &&
+           &p - ps.data() != config_.tied_copy;
+  });
+  double sq_experts = local_sq_sum(config_.is_expert);
+  if (config_.distributed_optimizer) {
+    groups_.dp_cp().all_reduce(&sq, 1);
+    groups_.edp().all_reduce(&sq_experts, 1);
+  }
+  groups_.tp().all_reduce(&sq, 1);
+  groups_.tp_ep().all_reduce(&sq_experts, 1);
+  sq += sq_experts;
+  groups_.pp().all_reduce(&sq, 1);
+  return std::sqrt(sq);
+}
+
+void GradSync::gather_params() {
+  dense_.gather_params();
+  experts_.gather_params();
+}
+
+}  // namespace tessel

@@ -1,0 +1,80 @@
+// Every gradient reduction of a training step, and the global gradient norm, in one place.
+//
+// Gradients accumulate over the microbatches of one rank's share of the global batch (the loss is
+// already scaled by 1 / tokens of the whole batch); then, as Megatron sums them:
+//   TP-replicated parameters (norms, row-parallel biases, routers): under sequence parallel each
+//     TP rank's gradient comes from its own rows alone (a QK-norm weight's from its own heads
+//     alone, always: Param::grad_partial_over_tp), so it is summed over TP as soon as backward
+//     has finished it, before data parallelism sees it;
+//   a tied embedding (GPT-2's wte, on the first and the last pipeline stage): both copies start
+//     equal and stay equal by summing their gradients over the embedding group — the owner's as
+//     soon as backward has finished it, the last stage's copy after the pipeline has run;
+//   data parallel: dense gradients summed over DP × CP (the ranks that saw other tokens of the
+//     same batch), experts' over expert-DP (the ranks holding the same experts), each by its own
+//     buckets (parallel/data_parallel.h), during backward with --overlap-grad-reduce; the
+//     distributed optimizer reduce-scatters them and all-gathers the updated parameters.
+// The global norm then counts every parameter exactly once over all ranks.
+//
+// This layer does not know the model: which parameters are experts and where a tied embedding
+// sits come from the caller.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "tessel/core/params.h"
+#include "tessel/kernels/kernels.h"
+#include "tessel/parallel/data_parallel.h"
+#include "tessel/parallel/groups.h"
+
+namespace tessel {
+
+struct GradSyncConfig {
+  bool sequence_parallel = false;      // --sequence-parallel
+  bool distributed_optimizer = false;  // --use-distributed-optimizer
+  int64_t bucket_floats = int64_t{1} << 22;  // --ddp-bucket-size
+  bool overlap = false;                // --overlap-grad-reduce
+  // Routed experts (required): reduced over expert-DP, counted in the norm over ETP × EP.
+  std::function<bool(const Param&)> is_expert;
+  // Registry indices of a tied embedding (-1: none): the copy this rank owns and reports as it
+  // finishes (a first stage with a last stage elsewhere), and the copy it holds for the head (a
+  // last stage without the embedding), which the norm does not count.
+  int tied_owner = -1, tied_copy = -1;
+};
+
+class GradSync {
+ public:
+  // `params` finalized; `groups` this rank's communicators. Both must outlive the object.
+  GradSync(const Kernels& k, ParamRegistry& params, ProcessGroups& groups, GradSyncConfig config);
+
+  // The flat ranges this rank's optimizer updates, ascending: everything, or with the
+  // distributed optimizer its slice of every bucket.
+  const std::vector<FlatRange>& owned_ranges() const { return owned_; }
+
+  // The pipeline's hooks (pipeline/executor.h): arm() before the last microbatch's backward,
+  // grad_ready(index) when that backward has finished parameter `index`'s gradient.
+  void arm();
+  void grad_ready(int index);
+  // After the pipeline has run: the tied copy, and every bucket not reduced yet; waits for all.
+  void finish();
+  // The L2 norm of the whole model's reduced gradients (the owned ones on each rank), the same
+  // on every rank. Collective.
+  double global_norm() const;
+  // After the optimizer step, with the distributed optimizer: every rank gets every updated
+  // parameter. Collective.
+  void gather_params();
+
+ private:
+  // Σ g² over this rank's owned gradients of the parameters `counted` accepts, in flat order.
+  double local_sq_sum(const std::function<bool(const Param&)>& counted) const;
+
+  const Kernels& k_;
+  ParamRegistry& params_;
+  ProcessGroups& groups_;
+  GradSyncConfig config_;
+  DataParallel dense_, experts_;
+  std::vector<FlatRange> owned_;
+};
+
+}  // namespace tessel

@@ -1,0 +1,27 @@
+#include "tessel/train/data.h"
+
+namespace tessel {
+
+GptDataSplits build_training_data(const TrainPlan& plan, ProcessGroups& groups) {
+  const TrainOptions& o = plan.options;
+  const DataOptions& d = o.data;
+  GptDataOptions g;
+  g.data_path = d.path;
+  g.train_data_path = d.train_path;
+  g.valid_data_path = d.valid_path;
+  g.test_data_path = d.test_path;
+  g.split = d.split;
+  g.data_cache_path = d.cache_path;
+  g.seq_length = plan.model.seq_length;
+  g.seed = static_cast<uint32_t>(o.seed);
+  g.num_samples = megatron_num_samples(plan.train_iters(), o.batch.global_batch_size,
+                                       o.eval.interval, o.eval.iters);
+  g.tokenizer = plan.tokenizer.get();
+  Comm& world = groups.world();
+  const DataBuildCoordination coordination{
+      .builds_first = groups.world_rank() == 0,
+      .barrier = world.size() > 1 ? std::function<void()>([&world] { world.barrier(); }) : nullptr};
+  return build_gpt_datasets(g, coordination);
+}
+
+}  // namespace tessel

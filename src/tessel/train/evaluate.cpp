@@ -1,0 +1,44 @@
+#include "tessel/train/evaluate.h"
+
+namespace tessel {
+
+Evaluator::Evaluator(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups,
+                     const ContextParallel& cp, const GptDataSplits& data,
+                     PipelineExecutor& pipeline,
+                     const std::vector<std::unique_ptr<TransformerChunk>>& chunks)
+    : k_(k), plan_(plan), groups_(groups), cp_(cp), data_(data), pipeline_(pipeline),
+      chunks_(chunks) {
+  forwards_ = lower(forward_only_schedule(generate_schedule(plan.schedule)),
+                    plan.schedule)[groups.coords().pp];
+}
+
+std::optional<double> Evaluator::loss(Split split, int64_t index) {
+  const SampleDataset* data = data_.get(split);
+  if (data == nullptr) return std::nullopt;
+  SplitLoader& loader = loaders_[static_cast<int>(split)];
+  if (!loader.batches) {
+    loader.batches = std::make_unique<BatchLoader>(*data, plan_.batch_shape(groups_.coords().dp),
+                                                   plan_.packing());
+    loader.microbatches = std::make_unique<MicrobatchLoader>(k_, *loader.batches, cp_);
+  }
+  const int64_t iters = plan_.options.eval.iters, G = plan_.options.batch.global_batch_size;
+  const PipelineExecutor::FillFn fill = [&](int m, const MicrobatchRows& rows) {
+    loader.microbatches->fill(m, rows);
+  };
+  double sums[2] = {0, 0};  // Σ token losses here, targets counted on this DP rank
+  for (int64_t e = 0; e < iters; ++e) {
+    const int64_t first = (index * iters + e) * G;
+    loader.microbatches->start_batch(first, e + 1 < iters ? first + G : -1);
+    sums[0] += pipeline_.run_forward(forwards_, plan_.microbatches, fill);
+    sums[1] += static_cast<double>(loader.microbatches->counted_targets());
+  }
+  // Losses come from the last stage's rows of every DP × CP rank; every rank counted the targets
+  // of its DP rank's whole samples.
+  groups_.pp().all_reduce(&sums[0], 1);
+  groups_.dp_cp().all_reduce(&sums[0], 1);
+  groups_.dp().all_reduce(&sums[1], 1);
+  for (const auto& c : chunks_) c->take_router_totals();  // evaluation routes are not training's
+  return sums[0] / sums[1];
+}
+
+}  // namespace tessel

@@ -1,0 +1,107 @@
+#include "tessel/train/export.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tessel/ckpt/hf.h"
+#include "tessel/ckpt/shards.h"
+#include "tessel/kernels/kernels.h"
+#include "tessel/model/transformer.h"
+
+namespace tessel {
+
+namespace {
+
+// Names and shapes of the parameters of some model chunks, declared as the chunks declare them.
+void declare_chunks(const ModelConfig& cfg, const std::vector<ChunkSpec>& specs, ParamRegistry& reg) {
+  const Kernels& k = cpu_kernels();  // nothing is computed: only the names and shapes are read
+  for (const ChunkSpec& spec : specs)
+    TransformerChunk(k, cfg, spec, 1, no_tensor_parallel(k), reg, no_context_parallel(k));
+}
+
+// "model.layers.3.mlp.experts.5.up_proj.weight" with the expert index moved by `offset`.
+std::string shift_expert(const std::string& name, int offset) {
+  const std::string key = ".experts.";
+  const size_t at = name.find(key) + key.size(), end = name.find('.', at);
+  return name.substr(0, at) + std::to_string(std::stoi(name.substr(at, end - at)) + offset) +
+         name.substr(end);
+}
+
+using HostTensors = std::map<std::string, std::vector<float>>;
+
+// Expert-DP replica 0, ETP rank 0: EP rank 0 receives every other EP rank's experts under their
+// global names. Returns false on the ranks that sent theirs (they are done).
+bool gather_experts(const ParamRegistry& params, const ModelConfig& cfg, Comm& ep, HostTensors& tensors) {
+  if (ep.size() == 1) return true;
+  const int local_experts = cfg.moe.num_experts / ep.size();
+  if (ep.rank() != 0) {
+    std::vector<Request> sends;
+    int tag = 0;
+    for (const Param& p : params.params())
+      if (is_expert_param(p))
+        sends.push_back(ep.isend(tensors[p.name].data(), shape_numel(p.global_shape), 0, tag++));
+    wait_all(sends);
+    return false;
+  }
+  for (int r = 1; r < ep.size(); ++r) {
+    int tag = 0;
+    for (const Param& p : params.params()) {
+      if (!is_expert_param(p)) continue;
+      std::vector<float>& t = tensors[shift_expert(p.name, r * local_experts)];
+      t.resize(shape_numel(p.global_shape));
+      ep.irecv(t.data(), t.size(), r, tag++).wait();
+    }
+  }
+  return true;
+}
+
+// The first replica's stages: stage 0 receives every other stage's tensors. Returns false on the
+// stages that sent theirs.
+bool gather_stages(const TrainPlan& plan, Comm& pp, HostTensors& tensors) {
+  if (pp.rank() != 0) {
+    ParamRegistry mine;
+    declare_chunks(plan.model, plan.stage_chunks(pp.rank()), mine);
+    std::vector<Request> sends;
+    for (size_t i = 0; i < mine.params().size(); ++i) {
+      std::vector<float>& t = tensors[mine.params()[i].name];
+      sends.push_back(pp.isend(t.data(), t.size(), 0, static_cast<int>(i)));
+    }
+    wait_all(sends);
+    return false;
+  }
+  for (int stage = 1; stage < pp.size(); ++stage) {
+    ParamRegistry theirs;
+    declare_chunks(plan.model, plan.stage_chunks(stage), theirs);
+    for (size_t i = 0; i < theirs.params().size(); ++i) {
+      const Param& p = theirs.params()[i];
+      std::vector<float>& t = tensors[p.name];  // a tied head's copy of the embedding overwrites
+      t.resize(p.numel());                      // the same values
+      pp.irecv(t.data(), p.numel(), stage, static_cast<int>(i)).wait();
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void export_gathered(const ParamRegistry& params, const TrainPlan& plan, ProcessGroups& groups) {
+  HostTensors tensors;
+  for (const Param& p : params.params())
+    tensors[p.name] =
+        gather_global(params, p, p.shard.group == ShardGroup::ETP ? groups.etp() : groups.tp());
+  const RankCoords& at = groups.coords();
+  if (at.etp != 0 || at.edp != 0) return;
+  if (!gather_experts(params, plan.model, groups.ep(), tensors)) return;
+  // The rank of EP coordinate 0 and expert-DP coordinate 0 is the first DP replica.
+  if (at.tp != 0 || at.cp != 0) return;
+  if (!gather_stages(plan, groups.pp(), tensors)) return;
+  const ModelConfig& cfg = plan.model;
+  ParamRegistry whole;
+  declare_chunks(cfg, {ChunkSpec{0, cfg.num_layers, true, true}}, whole);
+  whole.finalize();
+  for (Param& p : whole.params()) whole.from_host(p, tensors.at(p.name).data());
+  export_hf(whole, cfg, plan.options.checkpoint.save_hf);
+}
+
+}  // namespace tessel

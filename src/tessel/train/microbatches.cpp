@@ -1,0 +1,36 @@
+#include "tessel/train/microbatches.h"
+
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+MicrobatchLoader::MicrobatchLoader(const Kernels& k, BatchLoader& batches,
+                                   const ContextParallel& cp)
+    : k_(k),
+      batches_(batches),
+      cp_(cp),
+      B_(batches.shape().micro_batch),
+      T_(batches.seq_length()),
+      staging_(k.zeros({B_ * T_}, DType::I32)) {}
+
+void MicrobatchLoader::start_batch(int64_t first, int64_t next) {
+  batch_ = &batches_.get(first);
+  if (next >= 0) batches_.prefetch(next);
+}
+
+void MicrobatchLoader::copy_rows(const std::vector<int32_t>& host, int microbatch, int32_t* rows) {
+  if (rows == nullptr) return;
+  TESSEL_CHECK(!host.empty(), "microbatch rows asked for that the data loader does not make");
+  k_.memory.from_host(staging_.ints(), host.data() + microbatch * B_ * T_, staging_.bytes());
+  cp_.take_local_rows(staging_.ints(), rows, B_, T_, 1);
+}
+
+void MicrobatchLoader::fill(int microbatch, const MicrobatchRows& rows) {
+  TESSEL_CHECK(batch_ != nullptr, "MicrobatchLoader::fill before start_batch");
+  copy_rows(batch_->inputs, microbatch, rows.tokens);
+  copy_rows(batch_->targets, microbatch, rows.targets);
+  copy_rows(batch_->position_ids, microbatch, rows.position_ids);
+  copy_rows(batch_->key_start, microbatch, rows.key_start);
+}
+
+}  // namespace tessel

@@ -1,0 +1,52 @@
+// Microbatches from the host into the model's memory: the host/device boundary of the tokens.
+//
+// The data loader (data/batches.h) reads this DP rank's rows of a global batch on the host,
+// ahead of time. They cross to the backend's memory once — (micro batch, T) rows of tokens,
+// targets and, with packed documents, position ids and attention starts — and there context
+// parallelism keeps this CP rank's T/CP rows of every sequence (its two chunks of 2·CP,
+// parallel/context_parallel.h) straight into the pipeline slot's buffers: the selection runs as
+// a kernel of the table in the memory it reads, on any backend, and the host never indexes
+// device memory. Without CP the selection keeps every row.
+#pragma once
+
+#include <cstdint>
+
+#include "tessel/core/tensor.h"
+#include "tessel/data/batches.h"
+#include "tessel/kernels/kernels.h"
+#include "tessel/parallel/context_parallel.h"
+#include "tessel/pipeline/executor.h"
+
+namespace tessel {
+
+class MicrobatchLoader {
+ public:
+  // `batches` and `cp` must outlive the loader.
+  MicrobatchLoader(const Kernels& k, BatchLoader& batches, const ContextParallel& cp);
+
+  // The global batch whose position 0 is dataset sample `first` becomes the current one; the
+  // batch at `next` (-1: none) starts reading in the background.
+  void start_batch(int64_t first, int64_t next);
+  // Writes microbatch m of the current batch into `rows` (pipeline/executor.h's FillFn).
+  void fill(int microbatch, const MicrobatchRows& rows);
+  // This rank's targets of the current batch that count in the loss.
+  int64_t counted_targets() const { return batch_->counted_targets; }
+  // Seconds start_batch has waited for batches, summed (the loader's get: data/batches.h), and
+  // that the loader's thread spends reading one.
+  double wait_seconds() const { return batches_.wait_seconds(); }
+  double read_seconds_per_batch() const { return batches_.read_seconds_per_batch(); }
+  // Tokens of one microbatch on this rank: micro batch × T/CP.
+  int64_t local_tokens() const { return B_ * (T_ / cp_.size()); }
+
+ private:
+  void copy_rows(const std::vector<int32_t>& host, int microbatch, int32_t* rows);
+
+  const Kernels& k_;
+  BatchLoader& batches_;
+  const ContextParallel& cp_;
+  int64_t B_, T_;
+  const HostBatch* batch_ = nullptr;
+  Tensor staging_;  // (B, T) whole sequences in k's memory
+};
+
+}  // namespace tessel

@@ -1,0 +1,176 @@
+#include "tessel/train/report.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <sys/resource.h>
+
+#include <algorithm>
+
+namespace tessel {
+
+namespace {
+
+// GEMM throughput over the profiled iterations, and peak memory against what the model needs:
+// parameters, gradients and Adam's two moments (4 floats per parameter), one microbatch's saved
+// activations, and the scratch shared by all microbatches.
+void report_profile(const Kernels& k, TrainLog& log, double seconds, const ParamRegistry& params,
+                    const TransformerChunk& model, const ChunkActivations& acts) {
+  k.gemm_stats_enable(false);
+  const GemmStats g = k.gemm_stats();
+  if (seconds > 0 && g.seconds > 0) {
+    log.message(fmt::format("profile: gemm {:.1f} GFLOP/s over {} calls, {:.1f}% of step time "
+                            "(summed over threads); whole step {:.1f} GFLOP/s in gemm flops",
+                            g.flops / g.seconds / 1e9, g.calls, 100 * g.seconds / seconds,
+                            g.flops / seconds / 1e9));
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double mib = 1024.0 * 1024.0;
+  const double state = params.numel() * 4.0 * 4.0, saved = static_cast<double>(acts.bytes()),
+               scratch = static_cast<double>(model.scratch_bytes());
+  log.message(fmt::format("profile: peak RSS {:.1f} MiB; analytic {:.1f} MiB = parameters, "
+                          "gradients, Adam m and v {:.1f} + saved activations {:.1f} + scratch {:.1f}",
+                          usage.ru_maxrss / 1024.0, (state + saved + scratch) / mib, state / mib,
+                          saved / mib, scratch / mib));
+}
+
+// What the data loader costs the step: the wait for each batch (the loader reads the next batch
+// on its thread while this one trains) and, for comparison, the reading itself.
+void report_data_loader(TrainLog& log, double wait_seconds, double read_seconds, int iterations,
+                        double seconds) {
+  if (iterations == 0) return;
+  const double step_ms = 1e3 * seconds / iterations;
+  const double wait_ms = 1e3 * wait_seconds / iterations, read_ms = 1e3 * read_seconds;
+  log.message(
+      fmt::format("profile: data loader waited {:.3f} ms per iteration, {:.3f}% of the "
+                  "{:.1f} ms step; reading a batch took {:.3f} ms on its thread ({:.3f}%)",
+                  wait_ms, 100 * wait_ms / step_ms, step_ms, read_ms, 100 * read_ms / step_ms));
+}
+
+// This rank's communication per profiled iteration, by group and kind of call: what moved and how
+// long the rank was blocked on it (the part that computation did not hide).
+void report_communication(TrainLog& log, const std::map<std::string, IterationStats::Comm>& sums,
+                          int iterations, double seconds) {
+  if (iterations == 0) return;
+  for (const auto& [name, c] : sums)
+    log.message(fmt::format("profile: comm {:<22} {:6.1f} calls {:9.3f} MB  blocked {:8.2f} ms "
+                            "({:.1f}% of step) per iteration",
+                            name, static_cast<double>(c.calls) / iterations, c.bytes / iterations / 1e6,
+                            1e3 * c.seconds / iterations, 100 * c.seconds / seconds));
+}
+
+// Each pipeline rank's measured idle fraction (time blocked on a receive) and peak number of
+// microbatches in flight, gathered to the first rank.
+void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double total_s, int peak) {
+  Comm& world = groups.world();
+  float mine[3] = {static_cast<float>(total_s > 0 ? wait_s / total_s : 0), static_cast<float>(peak),
+                   static_cast<float>(groups.coords().pp)};
+  std::vector<float> all(3 * world.size());
+  world.all_gather(mine, all.data(), 3);
+  for (int r = 0; r < world.size(); ++r)
+    log.message(fmt::format("pipeline: rank {} (stage {}): idle {:.1f}% of the step, peak {} "
+                            "microbatches in flight", r, static_cast<int>(all[3 * r + 2]),
+                            100 * all[3 * r], static_cast<int>(all[3 * r + 1])));
+}
+
+}  // namespace
+
+void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
+                const ParamRegistry& params, const GptDataSplits& data) {
+  const ModelConfig& cfg = plan.model;
+  const ParallelConfig& pc = plan.layout();
+  const BatchOptions& batch = plan.options.batch;
+  log.message(fmt::format("model: {} | {} layers | hidden {} | heads {} | ffn {} | seq {} | vocab {} "
+                          "| {:.2f}M parameters{}",
+                          arch_name(cfg.arch), cfg.num_layers, cfg.hidden_size,
+                          cfg.num_attention_heads, cfg.ffn_size(), cfg.seq_length, cfg.vocab_size,
+                          cfg.num_parameters() / 1e6,
+                          pc.world > 1 ? fmt::format(" ({:.2f}M on rank 0)", params.numel() / 1e6)
+                                       : std::string()));
+  const DataOptions& d = plan.options.data;
+  std::vector<std::string> splits;
+  for (int i = 0; i < kNumSplits; ++i)
+    if (const SampleDataset* s = data.splits[i].get())
+      splits.push_back(fmt::format("{} {}", split_name(static_cast<Split>(i)), s->size()));
+  log.message(fmt::format("data: {} | {} (vocabulary {}) | samples of {}: {} | global batch {} = "
+                          "micro batch {} × DP {} × {} microbatches",
+                          fmt::join(d.path.empty() ? d.train_path : d.path, " "),
+                          plan.tokenizer->type(), plan.tokenizer->vocab_size(), cfg.seq_length,
+                          fmt::join(splits, ", "), batch.global_batch_size,
+                          batch.micro_batch_size, plan.dp, plan.microbatches));
+  if (pc.world == 1) return;
+  log.message(fmt::format("parallel: world {} = TP {} × CP {} × PP {} × DP {}{}{}{}{} | order {}",
+                          pc.world, pc.tp, pc.cp, pc.pp, plan.dp,
+                          cfg.moe.num_experts > 0
+                              ? fmt::format(" | experts: EP {} × ETP {} × EDP {}", pc.ep,
+                                            pc.expert_tp(), pc.expert_dp())
+                              : "",
+                          pc.pp > 1 ? " | schedule " + schedule_kind_name(plan.schedule.kind) : "",
+                          pc.sequence_parallel ? " | sequence parallel" : "",
+                          pc.distributed_optimizer ? " | distributed optimizer" : "", pc.order));
+}
+
+void add_router_stats(IterationStats& s, const std::vector<std::unique_ptr<TransformerChunk>>& chunks,
+                      ProcessGroups& groups, Comm* token_group) {
+  RouterTotals totals;
+  for (const auto& c : chunks) totals.add(c->take_router_totals());
+  const std::vector<double>& tokens = totals.tokens_per_expert;
+  double aux = totals.aux_loss + totals.z_loss;
+  const int64_t forwards = totals.forwards, dropped = totals.dropped;
+  if (forwards == 0) return;
+  if (token_group != nullptr) token_group->all_reduce(&aux, 1);
+  // Each layer-forward's counts cover the rows of the EP group's ranks: per microbatch, divide
+  // by EP and, when the token group splits the microbatch's rows (TP under sequence parallel,
+  // CP), multiply by its size. The losses are per layer-forward.
+  const double per_microbatch = (token_group != nullptr ? token_group->size() : 1) /
+                                static_cast<double>(forwards * groups.ep().size());
+  s.moe = true;
+  s.expert_tokens_min = *std::min_element(tokens.begin(), tokens.end()) * per_microbatch;
+  s.expert_tokens_max = *std::max_element(tokens.begin(), tokens.end()) * per_microbatch;
+  double sum = 0;
+  for (double x : tokens) sum += x;
+  s.expert_tokens_mean = sum / tokens.size() * per_microbatch;
+  s.dropped_tokens = static_cast<double>(dropped) * per_microbatch;
+  s.aux_loss = aux / forwards;
+}
+
+void RunTotals::start_iteration(int64_t it) {
+  if (plan_.options.log.profile && it == 2) {
+    k_.gemm_stats_reset();
+    k_.gemm_stats_enable(true);
+  }
+}
+
+void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipeline) {
+  if (plan_.options.log.profile && s.iteration >= 2) {
+    profiled_seconds_ += s.iteration_time_ms / 1000.0;
+    profiled_data_wait_seconds_ += s.data_wait_ms / 1000.0;
+    profiled_iterations_ += 1;
+    for (const IterationStats::Comm& c : s.comm) {
+      IterationStats::Comm& sum = profiled_comm_[c.group + " " + c.op];
+      sum.calls += c.calls;
+      sum.bytes += c.bytes;
+      sum.seconds += c.seconds;
+    }
+  }
+  if (s.iteration >= 2 || plan_.train_iters() == 1) {
+    wait_seconds_ += pipeline.wait_seconds;
+    pipeline_seconds_ += pipeline.seconds;
+  }
+  peak_in_flight_ = std::max(peak_in_flight_, pipeline.peak_in_flight);
+}
+
+void RunTotals::report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
+                       const TransformerChunk& chunk, double read_seconds) {
+  if (plan_.layout().pp > 1 && plan_.train_iters() > 0)
+    report_pipeline(log, groups, wait_seconds_, pipeline_seconds_, peak_in_flight_);
+  if (!plan_.options.log.profile) return;
+  ChunkActivations acts = chunk.make_activations();
+  report_profile(k_, log, profiled_seconds_, params, chunk, acts);
+  report_communication(log, profiled_comm_, profiled_iterations_, profiled_seconds_);
+  report_data_loader(log, profiled_data_wait_seconds_, read_seconds, profiled_iterations_,
+                     profiled_seconds_);
+}
+
+}  // namespace tessel

@@ -1,0 +1,59 @@
+// What a training run reports besides its iteration lines: the run's shape at the start, the MoE
+// router statistics of each iteration, and at the end the pipeline's bubble and (--profile) GEMM
+// throughput, memory and communication.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessel/core/params.h"
+#include "tessel/data/dataset_builder.h"
+#include "tessel/kernels/kernels.h"
+#include "tessel/model/transformer.h"
+#include "tessel/parallel/groups.h"
+#include "tessel/pipeline/executor.h"
+#include "tessel/train/log.h"
+#include "tessel/train/plan.h"
+
+namespace tessel {
+
+// The model, the data and the batch arithmetic, and (several ranks) the layout.
+void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
+                const ParamRegistry& params, const GptDataSplits& data);
+
+// The MoE layers' router statistics of this iteration (the first rank's view; tokens per expert
+// are summed over its EP group, the auxiliary losses over the ranks sharing its sequences), then
+// reset. Collective over `token_group` (null: none).
+void add_router_stats(IterationStats& s, const std::vector<std::unique_ptr<TransformerChunk>>& chunks,
+                      ProcessGroups& groups, Comm* token_group);
+
+// What the end-of-run reports add up over the iterations. The first iteration sizes buffers and
+// warms caches, so profiles start at the second (the pipeline's idle time too, unless the run
+// has one iteration).
+class RunTotals {
+ public:
+  RunTotals(const Kernels& k, const TrainPlan& plan) : k_(k), plan_(plan) {}
+  // Before iteration `it` runs: turns the GEMM counters on where the profile starts.
+  void start_iteration(int64_t it);
+  // After it: its statistics and the pipeline's.
+  void add(const IterationStats& s, const PipelineExecutor::Stats& pipeline);
+  // Each pipeline rank's idle fraction and peak microbatches in flight (PP > 1), then with
+  // --profile GEMM throughput, peak memory against the analytic sum and communication.
+  // Collective over the world.
+  // `read_seconds`: the data loader's thread's reading of one batch.
+  void report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
+              const TransformerChunk& chunk, double read_seconds);
+
+ private:
+  const Kernels& k_;
+  const TrainPlan& plan_;
+  double profiled_seconds_ = 0, profiled_data_wait_seconds_ = 0;
+  int profiled_iterations_ = 0;
+  std::map<std::string, IterationStats::Comm> profiled_comm_;  // by "group op", summed
+  double wait_seconds_ = 0, pipeline_seconds_ = 0;
+  int peak_in_flight_ = 0;
+};
+
+}  // namespace tessel

@@ -1,0 +1,199 @@
+// The tessel binary as a user meets it: bad input gives one line naming the problem and a
+// non-zero exit, never a crash; export, train --init-from, --save-hf and generate work together.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "support/run_command.h"
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+
+
+using Result = tessel::testing::CommandResult;
+using tessel::testing::run_command;
+Result run(const std::string& args) { return tessel::testing::run_tessel(args); }
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("tessel_cli_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+const std::string kTiny =
+    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
+    "--micro-batch-size 2 --global-batch-size 4 --threads 1 ";
+
+// One line, non-zero exit (1 or 2, not a signal), and the message mentions `expected`.
+void expect_clean_error(const std::string& args, const std::string& expected) {
+  Result r = run(args);
+  EXPECT_TRUE(r.exit_code == 1 || r.exit_code == 2) << args << " -> " << r.exit_code << ": " << r.output;
+  EXPECT_NE(r.output.find(expected), std::string::npos) << args << " -> " << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+TEST(Cli, UnknownFlag) { expect_clean_error("train --no-such-flag 3", "--no-such-flag"); }
+
+TEST(Cli, HeadsNotDividingHiddenListsEveryRule) {
+  Result r = run("train --hidden-size 30 --num-attention-heads 4 --global-batch-size 6 "
+                 "--micro-batch-size 4 --train-iters 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--hidden-size 30 is not divisible by --num-attention-heads 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--global-batch-size 6 is not divisible by --micro-batch-size 4"), std::string::npos) << r.output;
+}
+
+TEST(Cli, MissingAndEmptyDataFile) {
+  expect_clean_error("train " + kTiny + "--data-path /nonexistent/corpus.txt", "/nonexistent/corpus.txt");
+  fs::path dir = temp_dir("empty");
+  std::ofstream(dir / "empty.txt");
+  expect_clean_error("train " + kTiny + "--data-path " + (dir / "empty.txt").string(), "empty.txt");
+}
+
+TEST(Cli, BadSafetensorsFiles) {
+  fs::path dir = temp_dir("badst");
+  Result ok = run("export --out " + dir.string() + " " + kTiny.substr(0, kTiny.find("--micro")));
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  fs::path file = dir / "model.safetensors";
+  // Truncated: cut the last 100 bytes.
+  fs::path trunc = temp_dir("trunc") / "model.safetensors";
+  fs::copy_file(file, trunc);
+  fs::resize_file(trunc, fs::file_size(trunc) - 100);
+  expect_clean_error("train --train-iters 1 " + kTiny + "--init-from " + trunc.string(), "truncated");
+  // Wrong shapes: a model of another size, sizes forced by flags (no config.json beside it).
+  fs::path other = temp_dir("other");
+  ASSERT_EQ(run("export --out " + other.string() + " --num-layers 2 --hidden-size 64 "
+                "--num-attention-heads 4 --seq-length 16").exit_code, 0);
+  fs::remove(other / "config.json");
+  expect_clean_error("train --train-iters 1 " + kTiny + "--init-from " + (other / "model.safetensors").string(),
+                     "shape");
+  // Wrong names: a llama file for a gpt2 model.
+  fs::path llama = temp_dir("llama");
+  ASSERT_EQ(run("export --arch llama --out " + llama.string() + " --num-layers 2 --hidden-size 32 "
+                "--num-attention-heads 4 --seq-length 16").exit_code, 0);
+  fs::remove(llama / "config.json");
+  expect_clean_error("train --train-iters 1 " + kTiny + "--init-from " + (llama / "model.safetensors").string(),
+                     "unexpected tensor 'model.embed_tokens.weight'");
+}
+
+// export -> train --init-from -> --save-hf -> generate: the weights travel, the sizes come from
+// config.json, training continues from them and the result samples text.
+TEST(Cli, ExportTrainGenerateRoundTrip) {
+  fs::path init = temp_dir("init"), trained = temp_dir("trained"), log = temp_dir("log");
+  ASSERT_EQ(run("export --arch llama --num-query-groups 2 --out " + init.string() +
+                " --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16").exit_code, 0);
+  Result r = run("train --train-iters 3 --log-interval 1 --micro-batch-size 2 --global-batch-size 4 "
+                 "--threads 1 --init-from " + init.string() + " --save-hf " + trained.string() +
+                 " --log-json " + (log / "log.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream lines(log / "log.jsonl");
+  std::string line;
+  int count = 0;
+  while (std::getline(lines, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* key : {"iteration", "loss", "lr", "grad_norm", "tokens_per_s", "iteration_time_ms"})
+      EXPECT_TRUE(j.contains(key)) << key;
+    EXPECT_NEAR(j["loss"].get<double>(), std::log(256.0), 0.1);
+    ++count;
+  }
+  EXPECT_EQ(count, 3);
+  Result g = run("generate --model " + trained.string() + " --prompt 'In the' --max-new-tokens 20 --seed 3");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  EXPECT_GE(g.output.size(), 20u);
+  EXPECT_EQ(run("generate --model " + trained.string() + " --prompt 'In the' --max-new-tokens 20 --seed 3").output,
+            g.output);
+}
+
+}  // namespace
+
+// A JSON model file gives the sizes; a flag given on the command line overrides it.
+TEST(Cli, ModelConfigFileAndFlagOverride) {
+  fs::path dir = temp_dir("modelcfg");
+  std::ofstream(dir / "model.json") << R"({"arch": "llama", "num_layers": 3, "hidden_size": 48,
+    "num_attention_heads": 6, "num_query_groups": 3, "ffn_hidden_size": 64, "seq_length": 16})";
+  ASSERT_EQ(run("export --out " + (dir / "out").string() + " --model-config " +
+                (dir / "model.json").string() + " --num-layers 2").exit_code, 0);
+  std::ifstream in(dir / "out" / "config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["model_type"], "llama");
+  EXPECT_EQ(j["num_hidden_layers"], 2);
+  EXPECT_EQ(j["hidden_size"], 48);
+  EXPECT_EQ(j["num_key_value_heads"], 3);
+  std::ofstream(dir / "bad.json") << R"({"arch": "llama", "hiden_size": 48})";
+  expect_clean_error("export --out " + (dir / "x").string() + " --model-config " +
+                     (dir / "bad.json").string(), "unknown model key 'hiden_size'");
+}
+
+// Llama's attention options: refused for gpt2 by name; an exported Qwen3 folder trains from its
+// config.json alone, and a flag that contradicts that config.json is refused.
+TEST(Cli, AttentionOptions) {
+  expect_clean_error("train --arch gpt2 --add-qkv-bias --train-iters 1",
+                     "--add-qkv-bias needs --arch llama");
+  fs::path dir = temp_dir("qwen3");
+  expect_clean_error("export --arch gpt2 --qk-layernorm --out " + (dir / "x").string(),
+                     "--qk-layernorm needs --arch llama");
+  ASSERT_EQ(run("export --arch llama --qk-layernorm --out " + dir.string() +
+                " --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16").exit_code, 0);
+  std::ifstream in(dir / "config.json");
+  EXPECT_EQ(nlohmann::json::parse(in)["model_type"], "qwen3");
+  Result r = run("train --train-iters 2 --micro-batch-size 2 --global-batch-size 4 --threads 1 "
+                 "--init-from " + dir.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  expect_clean_error("train --train-iters 1 --add-qkv-bias --init-from " + dir.string(),
+                     "--add-qkv-bias true but " + dir.string() + " has false");
+  // No Hugging Face type has QK-norm and a shared expert: refused before training, not after.
+  expect_clean_error("train --arch llama --qk-layernorm --num-experts 4 "
+                     "--moe-shared-expert-intermediate-size 32 --train-iters 1 --save-hf " +
+                         (dir / "y").string(),
+                     "--save-hf: a --qk-layernorm MoE model exports as qwen3_moe");
+}
+
+// A bad parallel configuration under mpirun: every rule in one message, printed by one rank
+// only, and the job exits non-zero (every rank returns 1; no rank is left waiting).
+TEST(Cli, BadParallelConfigUnderMpirun) {
+  Result r = run_command("timeout 60 mpirun --allow-run-as-root --oversubscribe -n 4 -x OMP_NUM_THREADS=1 " +
+                     std::string(TESSEL_BINARY) +
+                     " train --tp 3 --num-attention-heads 4 --global-batch-size 6 --micro-batch-size 4"
+                     " --train-iters 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "timed out";
+  const std::string rule = "world size 4 is not divisible by TP";
+  const size_t first = r.output.find(rule);
+  ASSERT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(rule, first + 1), std::string::npos) << "reported twice:\n" << r.output;
+}
+
+// Pipeline rules: layers that do not divide over the stages, microbatches that break the
+// interleaved schedule's rules, a malformed layout string — each named in the one message.
+TEST(Cli, BadPipelineConfigNamesTheRule) {
+  const std::string mpirun = "timeout 60 mpirun --allow-run-as-root --oversubscribe -n 2 -x OMP_NUM_THREADS=1 " +
+                             std::string(TESSEL_BINARY) + " train --train-iters 1 --pp 2 ";
+  Result layers = run_command(mpirun + "--num-layers 3");
+  EXPECT_NE(layers.exit_code, 0);
+  EXPECT_NE(layers.output.find("--num-layers 3 is not divisible by --pipeline-model-parallel-size 2"),
+            std::string::npos) << layers.output;
+  Result interleaved = run_command(mpirun + "--vpp 2 --num-layers 4 --micro-batch-size 16 --global-batch-size 16");
+  EXPECT_NE(interleaved.exit_code, 0);
+  EXPECT_NE(interleaved.output.find("--microbatches 1 is below --pp 2"), std::string::npos) << interleaved.output;
+  Result layout = run_command(mpirun + "--num-layers 4 --pipeline-model-parallel-layout 'Ett|ttX'");
+  EXPECT_NE(layout.exit_code, 0);
+  EXPECT_NE(layout.output.find("unknown layer 'X'"), std::string::npos) << layout.output;
+}
+
+// Context parallel: a sequence that does not cut into 2·CP chunks is refused by name.
+TEST(Cli, BadContextParallelSequence) {
+  Result r = run_command("timeout 60 mpirun --allow-run-as-root --oversubscribe -n 2 -x OMP_NUM_THREADS=1 " +
+                         std::string(TESSEL_BINARY) + " train --train-iters 1 --cp 2 --seq-length 30");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--seq-length 30"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2"), std::string::npos);
+}

@@ -1,0 +1,163 @@
+// `tessel schedule`: the seed's example-8 tables, the interleaved table against the simulator,
+// the SVG drawing and the errors.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "support/run_command.h"
+#include "support/schedules.h"
+
+namespace {
+
+using tessel::ScheduleConfig;
+using tessel::ScheduleKind;
+using tessel::testing::config;
+using tessel::testing::run;
+
+
+
+using Result = tessel::testing::CommandResult;
+
+Result tessel_schedule(const std::string& args) { return tessel::testing::run_tessel("schedule " + args); }
+
+// The printed table as cells[rank]["T3"], joining the blocks a long table wraps into.
+std::map<int, std::map<std::string, std::string>> parse_table(const std::string& output) {
+  std::map<int, std::map<std::string, std::string>> cells;
+  std::vector<std::string> header;
+  std::istringstream lines(output);
+  std::string line;
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::vector<std::string> w;
+    for (std::string x; words >> x;) w.push_back(x);
+    if (w.empty()) continue;
+    if (w[0].size() > 1 && w[0][0] == 'T' && digit(w[0][1])) {
+      header = w;  // "T1 T2 …" or, in a later block, "T21 T22 …"
+    } else if (w[0] == "rank" && w.size() >= 2 && digit(w[1][0])) {
+      for (size_t i = 2; i < w.size() && i - 2 < header.size(); ++i) cells[std::stoi(w[1])][header[i - 2]] = w[i];
+    } else if (w[0] == "rank") {
+      header.clear();  // the statistics table follows
+    }
+  }
+  return cells;
+}
+
+void expect_row(const std::map<std::string, std::string>& row, const std::vector<std::string>& want,
+                const std::string& what) {
+  for (size_t t = 0; t < want.size(); ++t) {
+    std::string col = "T";  // (not "T" + to_string: GCC 12 warns falsely on that)
+    col += std::to_string(t + 1);
+    auto it = row.find(col);
+    // Trailing idle cells are printed too; a missing one is a wrong table.
+    ASSERT_NE(it, row.end()) << what << " has no " << col;
+    EXPECT_EQ(it->second, want[t]) << what << " at " << col;
+  }
+  EXPECT_EQ(row.size(), want.size()) << what;
+}
+
+// Seed example 8 (九/十): PP 2, 4 microbatches, forward only — T1..T5 with rank 1 idle at T1 and
+// rank 0 idle at T5.
+TEST(ScheduleCli, SeedExample8ForwardTable) {
+  Result r = tessel_schedule("--pp 2 --microbatches 4 --schedule gpipe --forward-only");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto cells = parse_table(r.output);
+  expect_row(cells[0], {"F1", "F2", "F3", "F4", "·"}, "rank 0");
+  expect_row(cells[1], {"·", "F1", "F2", "F3", "F4"}, "rank 1");
+  EXPECT_NE(r.output.find("measured: 0.25 on every rank"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(p − 1)/m = (2 − 1)/4 = 0.25"), std::string::npos) << r.output;
+}
+
+// The same forward table opens the full GPipe iteration; with backward cost 1 the backwards
+// mirror it (rank 0 waits for rank 1's first backward).
+TEST(ScheduleCli, SeedExample8GpipeFullTable) {
+  Result r = tessel_schedule("--pp 2 --microbatches 4 --schedule gpipe --backward-cost 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto cells = parse_table(r.output);
+  expect_row(cells[0], {"F1", "F2", "F3", "F4", "·", "·", "B1", "B2", "B3", "B4"}, "rank 0");
+  expect_row(cells[1], {"·", "F1", "F2", "F3", "F4", "B1", "B2", "B3", "B4", "·"}, "rank 1");
+  EXPECT_NE(r.output.find("measured: 0.25 on every rank (makespan 10)"), std::string::npos) << r.output;
+}
+
+// 1F1B with equal costs: rank 0 warms up with one forward, then alternates.
+TEST(ScheduleCli, SeedExample8OneFOneBTable) {
+  Result r = tessel_schedule("--pp 2 --microbatches 4 --forward-cost 1 --backward-cost 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto cells = parse_table(r.output);
+  expect_row(cells[0], {"F1", "F2", "·", "B1", "F3", "B2", "F4", "B3", "·", "B4"}, "rank 0");
+  expect_row(cells[1], {"·", "F1", "B1", "F2", "B2", "F3", "B3", "F4", "B4", "·"}, "rank 1");
+  EXPECT_NE(r.output.find("1f1b: pp 2, 4 microbatches"), std::string::npos) << r.output;
+}
+
+// The printed table is the simulator's time line, wrapped into blocks, with chunk suffixes.
+TEST(ScheduleCli, InterleavedTableIsTheSimulation) {
+  Result r = tessel_schedule("--pp 4 --microbatches 8 --vpp 2 --columns 16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ScheduleConfig c = config(ScheduleKind::Interleaved, 4, 8, 2);
+  tessel::Simulation sim = run(c, 1, 2);
+  auto cells = parse_table(r.output);
+  for (int rank = 0; rank < 4; ++rank) {
+    std::vector<std::string> want(static_cast<size_t>(sim.makespan), "·");
+    for (const tessel::TimedAction& t : sim.ranks[rank].compute)
+      for (int s = static_cast<int>(t.start); s < static_cast<int>(t.end); ++s)
+        want[s] = tessel::action_label(t.action, 2);
+    expect_row(cells[rank], want, "rank " + std::to_string(rank));
+  }
+  EXPECT_EQ(cells[0]["T1"], "F1.0");
+  EXPECT_NE(r.output.find("(p − 1)/(v·m) = (4 − 1)/(2·8) = 0.1875"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("measured: 0.1875 on every rank"), std::string::npos) << r.output;
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) n++;
+  return n;
+}
+
+TEST(ScheduleCli, WritesSvg) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / ("tessel_schedule_test_" + std::to_string(::getpid()) + ".svg");
+  std::filesystem::remove(path);
+  Result r = tessel_schedule("--pp 4 --microbatches 8 --vpp 2 --svg " + path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string svg = text.str();
+  ASSERT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0), 0u) << svg.substr(0, 200);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_EQ(count(svg, "<svg"), 1);
+  EXPECT_EQ(count(svg, "<rect class=\"F\""), 4 * 8 * 2);  // one box per forward of every rank
+  EXPECT_EQ(count(svg, "<rect class=\"B\""), 4 * 8 * 2);
+  EXPECT_EQ(count(svg, "<rect"), count(svg, "</rect>") + 2 * 2);  // legend boxes are self-closing
+  EXPECT_EQ(count(svg, "<text"), count(svg, "</text>"));
+  EXPECT_NE(svg.find("<title>rank 3 B8.0</title>"), std::string::npos);
+}
+
+void expect_one_line_error(const std::string& args, const std::vector<std::string>& expected) {
+  Result r = tessel_schedule(args);
+  EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  for (const std::string& e : expected) EXPECT_NE(r.output.find(e), std::string::npos) << args << " -> " << r.output;
+}
+
+TEST(ScheduleCli, BadInputNamesEveryRule) {
+  expect_one_line_error("--pp 4 --microbatches 6 --vpp 2",
+                        {"--microbatches 6 leaves a final group of 2", "must be 0 or at least pp"});
+  expect_one_line_error("--pp 0 --microbatches 0 --forward-cost 0",
+                        {"--pp must be at least 1", "--microbatches must be at least 1",
+                         "--forward-cost must be at least 1"});
+  expect_one_line_error("--pp 2 --microbatches 4 --vpp 2 --schedule 1f1b", {"--vpp 2 needs --schedule interleaved"});
+  expect_one_line_error("--pp 2 --microbatches 4 --schedule zigzag", {"unknown --schedule 'zigzag'"});
+  expect_one_line_error("--pp 4 --microbatches 8 --vpp 2 --microbatch-group-size-per-virtual-pipeline-stage 2",
+                        {"--microbatch-group-size-per-virtual-pipeline-stage 2 is below --pp 4"});
+}
+
+}  // namespace

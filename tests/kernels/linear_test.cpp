@@ -1,0 +1,145 @@
+// Kernel cases: the linear layer in both weight layouts, the bias alone (row-parallel layers),
+// and the GEMM under them with its profiling counters.
+#include <cstring>
+#include <string>
+
+#include "kernels/harness.h"
+#include "support/reference.h"
+
+namespace tessel::testing {
+namespace {
+
+void linear(const Kernels& k) {
+  const int64_t N = 5, IC = 19, OC = 23;
+  const Floats inp = random_floats(N * IC, 60), weight = random_floats(IC * OC, 61, 0.3f);
+  const Floats bias = random_floats(OC, 62), w = random_floats(N * OC, 63);
+  const FloatBuffer d_inp(k, inp), d_weight(k, weight), d_bias(k, bias), d_w(k, w);
+  for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn}) {
+    const bool in_out = layout == WeightLayout::InOut;
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(std::string(in_out ? "InOut" : "OutIn") + (with_bias ? ", bias" : ", no bias"));
+      FloatBuffer out(k, N * OC, 7.0f);  // forward overwrites
+      k.linear_forward(out.data(), d_inp.data(), d_weight.data(),
+                       with_bias ? d_bias.data() : nullptr, N, IC, OC, layout);
+      const Vec bias64 = with_bias ? to_double(bias) : Vec();
+      EXPECT_LT(relative_error(out.host(), ref::linear(to_double(inp), to_double(weight), bias64,
+                                                       N, IC, OC, in_out)),
+                kForwardTolerance);
+
+      std::vector<Floats> inputs = {inp, weight};
+      if (with_bias) inputs.push_back(bias);
+      check_backward(
+          k,
+          [&](const std::vector<Vec>& in) {
+            return ref::linear(in[0], in[1], with_bias ? in[2] : Vec(), N, IC, OC, in_out);
+          },
+          inputs, to_double(w),
+          [&](const std::vector<float*>& g) {
+            k.linear_backward(g[0], g[1], with_bias ? g[2] : nullptr, d_w.data(), d_inp.data(),
+                              d_weight.data(), N, IC, OC, layout);
+          });
+    }
+  }
+}
+
+// out (N, OC) += bias; dbias += Σ_n dout[n], the same bits for any thread count.
+void bias(const Kernels& k) {
+  const int64_t N = 301, OC = 150;  // columns over several of the backward's blocks
+  const Floats out0 = random_floats(N * OC, 64), bias = random_floats(OC, 65);
+  const Floats w = random_floats(N * OC, 66);
+  const FloatBuffer d_w(k, w);
+  FloatBuffer out(k, out0);
+  const FloatBuffer d_bias(k, bias);
+  const auto reference = [&](const std::vector<Vec>& in) {
+    Vec r = to_double(out0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < OC; ++j) r[n * OC + j] += in[0][j];
+    return r;
+  };
+  k.bias_forward(out.data(), d_bias.data(), N, OC);
+  EXPECT_LT(relative_error(out.host(), reference({to_double(bias)})), kForwardTolerance);
+  check_backward(k, reference, {bias}, to_double(w), [&](const std::vector<float*>& g) {
+    k.bias_backward(g[0], d_w.data(), N, OC);
+  });
+
+  FloatBuffer first(k, OC);
+  k.bias_backward(first.data(), d_w.data(), N, OC);
+  for (int threads : {1, 3}) {
+    ThreadCount scope(threads);
+    FloatBuffer again(k, OC);
+    k.bias_backward(again.data(), d_w.data(), N, OC);
+    EXPECT_EQ(again.host(), first.host()) << threads << " threads";
+  }
+}
+
+// C = alpha · op(A) · op(B) + beta · C for every transpose pair, with padded leading dimensions
+// (the padding must stay as it was) and M, N, K not multiples of a vector width.
+void gemm(const Kernels& k) {
+  const int64_t M = 37, N = 29, K = 45, pad = 3;
+  const float alpha = 0.75f, beta = -0.5f;
+  for (bool trans_a : {false, true})
+    for (bool trans_b : {false, true}) {
+      SCOPED_TRACE(std::string(trans_a ? "T" : "N") + (trans_b ? "T" : "N"));
+      const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+      const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+      const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+      const Floats a = random_floats(a_rows * lda, 70), b = random_floats(b_rows * ldb, 71);
+      const Floats c0 = random_floats(M * ldc, 72);
+      const FloatBuffer d_a(k, a), d_b(k, b);
+      FloatBuffer c(k, c0);
+      k.gemm(trans_a, trans_b, M, N, K, alpha, d_a.data(), lda, d_b.data(), ldb, beta, c.data(),
+             ldc);
+      const Floats got = c.host();
+      Floats inside;
+      Vec want;
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          double sum = 0;
+          for (int64_t p = 0; p < K; ++p)
+            sum += double{trans_a ? a[p * lda + i] : a[i * lda + p]} *
+                   (trans_b ? b[j * ldb + p] : b[p * ldb + j]);
+          want.push_back(alpha * sum + beta * double{c0[i * ldc + j]});
+          inside.push_back(got[i * ldc + j]);
+        }
+        for (int64_t j = N; j < ldc; ++j) EXPECT_EQ(got[i * ldc + j], c0[i * ldc + j]);
+      }
+      EXPECT_LT(max_relative_error(inside, want), kForwardTolerance);
+    }
+}
+
+// The profiling counters: 2·M·N·K floating-point operations and one call per gemm while
+// enabled, nothing while disabled, zero after a reset.
+void gemm_stats(const Kernels& k) {
+  const int64_t M = 8, N = 6, K = 5;
+  const FloatBuffer a(k, random_floats(M * K, 73)), b(k, random_floats(K * N, 74));
+  FloatBuffer c(k, M * N);
+  const auto multiply = [&] {
+    k.gemm(false, false, M, N, K, 1.0f, a.data(), K, b.data(), N, 0.0f, c.data(), N);
+  };
+  k.gemm_stats_enable(true);
+  k.gemm_stats_reset();
+  multiply();
+  multiply();
+  GemmStats stats = k.gemm_stats();
+  EXPECT_EQ(stats.calls, 2);
+  EXPECT_EQ(stats.flops, 2.0 * 2 * M * N * K);
+  EXPECT_GE(stats.seconds, 0.0);
+  k.gemm_stats_enable(false);
+  multiply();
+  EXPECT_EQ(k.gemm_stats().calls, 2);
+  k.gemm_stats_reset();
+  stats = k.gemm_stats();
+  EXPECT_EQ(stats.calls, 0);
+  EXPECT_EQ(stats.flops, 0.0);
+  EXPECT_EQ(stats.seconds, 0.0);
+}
+
+const bool kRegistered = add_kernel_cases({
+    {"linear", {"linear_forward", "linear_backward"}, linear},
+    {"bias", {"bias_forward", "bias_backward"}, bias},
+    {"gemm", {"gemm"}, gemm},
+    {"gemm_stats", {"gemm_stats_enable", "gemm_stats", "gemm_stats_reset"}, gemm_stats},
+});
+
+}  // namespace
+}  // namespace tessel::testing

@@ -1,0 +1,105 @@
+// train/plan.h: a run's configuration resolved once (DP, stages, schedule, microbatches, the data
+// split), and every rule it breaks — model, options, optimizer, layout, batch, stages, schedule,
+// experts — listed in one ConfigError.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tessel/core/error.h"
+#include "tessel/train/plan.h"
+
+namespace tessel {
+namespace {
+
+TrainOptions options_for(int world) {
+  TrainOptions o;
+  o.data.path = {"corpus.txt"};  // not opened by the plan
+  o.parallel.layout.world = world;
+  return o;
+}
+
+std::string violations_of(const ModelConfig& model, const TrainOptions& o) {
+  try {
+    plan_training(model, o);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TrainPlan, ResolvesLayoutStagesScheduleAndBatch) {
+  ModelConfig model;
+  model.num_layers = 8;
+  model.seq_length = 16;
+  TrainOptions o = options_for(8);
+  o.parallel.layout.tp = 2;
+  o.parallel.layout.pp = 2;
+  o.parallel.layout.vpp = 2;
+  o.batch = {.micro_batch_size = 2, .global_batch_size = 16};
+  const TrainPlan plan = plan_training(model, o);
+  EXPECT_EQ(plan.dp, 2);
+  EXPECT_EQ(plan.microbatches, 4);  // 16 / (2 × DP 2)
+  EXPECT_EQ(plan.schedule.kind, ScheduleKind::Interleaved);
+  EXPECT_EQ(plan.schedule.microbatches, 4);
+  EXPECT_EQ(plan.schedule.virtual_stages, 2);
+  ASSERT_EQ(plan.chunks.size(), 4u);  // PP × VPP model chunks of 2 layers
+  const std::vector<ChunkSpec> last = plan.stage_chunks(1);
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[0].first_layer, 2);
+  EXPECT_EQ(last[1].first_layer, 6);
+  EXPECT_TRUE(last[1].has_head);
+  EXPECT_FALSE(last[0].has_embedding);
+  // Megatron's sampler: microbatch m of DP rank r is global batch positions m·(B·DP) + r·B + [0, B).
+  const BatchShape rank1 = plan.batch_shape(1);
+  EXPECT_EQ(rank1.position(0, 0), 2);
+  EXPECT_EQ(rank1.position(1, 1), 7);
+  EXPECT_EQ(rank1.position(3, 0), 14);
+  EXPECT_EQ(rank1.global_batch(), 16);
+  EXPECT_EQ(plan.batch_tokens(), 16.0 * 16);
+  EXPECT_EQ(plan.cp_comm, CpCommType::P2P);
+
+  o.parallel.pipeline.schedule = "gpipe";
+  o.parallel.layout.vpp = 1;
+  EXPECT_EQ(plan_training(model, o).schedule.kind, ScheduleKind::GPipe);
+}
+
+TEST(TrainPlan, EveryBrokenRuleInOneMessage) {
+  ModelConfig model;
+  model.hidden_size = 30;  // not divisible by 4 heads
+  model.moe.num_experts = 4;  // needs llama
+  TrainOptions o = options_for(6);
+  o.data.path.clear();
+  o.optim.adamw.beta1 = 1.5f;
+  o.optim.lr.min_lr = 1.0f;  // above --lr
+  o.parallel.layout.tp = 4;  // 6 ranks do not split into TP 4
+  o.parallel.pipeline.layout = "Et|tX";
+  o.parallel.cp_comm_type = "ring";
+  const std::string all = violations_of(model, o);
+  EXPECT_EQ(all.rfind("invalid configuration: ", 0), 0u) << all;
+  EXPECT_EQ(all.find('\n'), std::string::npos) << all;
+  for (const char* rule : {"--hidden-size 30 is not divisible by --num-attention-heads 4",
+                           "--data-path (or --train-data-path) is required", "--adam-beta1 1.5 is not in [0, 1)",
+                           "--min-lr 1 is not within [0, --lr 0.001]",
+                           "world size 6 is not divisible by TP × CP × PP",
+                           "--pipeline-model-parallel-layout", "ring",
+                           "--num-experts needs --arch llama"})
+    EXPECT_NE(all.find(rule), std::string::npos) << rule << " missing from: " << all;
+}
+
+// The schedule's rules need the microbatch count, which needs a valid layout and batch.
+TEST(TrainPlan, ScheduleRulesSeeTheMicrobatches) {
+  ModelConfig model;
+  TrainOptions o = options_for(2);
+  o.parallel.layout.pp = 2;
+  o.parallel.layout.vpp = 2;
+  o.batch = {.micro_batch_size = 16, .global_batch_size = 16};
+  EXPECT_NE(violations_of(model, o).find("--microbatches 1 is below --pp 2"), std::string::npos)
+      << violations_of(model, o);
+  o.batch.global_batch_size = 32;
+  EXPECT_EQ(violations_of(model, o), "");
+  o.parallel.pipeline.schedule = "zigzag";
+  EXPECT_NE(violations_of(model, o).find("zigzag"), std::string::npos) << violations_of(model, o);
+}
+
+}  // namespace
+}  // namespace tessel
