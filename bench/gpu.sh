@@ -10,9 +10,9 @@
 #   2. GPT-2 124M (T 1024, B 8) training with --bf16 on the GPU: tessel's tokens/s and MFU
 #      against PyTorch's on the same machine (bench/pytorch_train.py: bf16 autocast, SDPA,
 #      torch.compile);
-#   3. the loss of 50 iterations of GPT-2 124M (T 1024, B 1) with --bf16 on the GPU against the
+#   3. one process against TP2 and DP2 as two ranks on the one GPU (StagedComm), --bf16;
+#   4. the loss of 50 iterations of GPT-2 124M (T 1024, B 1) with --bf16 on the GPU against the
 #      CPU fp32 run from the same initial weights on the same data;
-#   4. one process against TP2 and DP2 as two ranks on the one GPU (StagedComm), --bf16;
 #   5. cuda_bench beside PyTorch on the same kernel shapes (bench/gpu_reference.py);
 #   6. the CUDA tests under compute-sanitizer, if present.
 # Writes $OUT/gpu-report.md (the summary) and the logs beside it (at most 8 files in all).
@@ -100,16 +100,7 @@ step "PyTorch bf16 + torch.compile (B 8, 20 timed iterations)" 180 "$OUT/train.l
     --warmup 5 --data-path $corpus > '$work/pytorch.json'"
 
 echo >> "$report"
-echo "## 3. Loss: --bf16 on the GPU against fp32 on the CPU (B 1, 50 iterations, same weights)" >> "$report"
-step "tessel train --device cuda --bf16 (B 1)" 90 "$OUT/train.log" \
-  "${tessel[@]}" "${gpt2[@]}" --device cuda --bf16 --micro-batch-size 1 --global-batch-size 1 \
-  --train-iters 50 --log-json "$work/loss_gpu.jsonl"
-step "tessel train on the CPU, fp32, $(nproc) threads (B 1)" 200 "$OUT/train.log" \
-  "${tessel[@]}" "${gpt2[@]}" --micro-batch-size 1 --global-batch-size 1 --train-iters 50 \
-  --threads "$(nproc)" --log-json "$work/loss_cpu.jsonl"
-
-echo >> "$report"
-echo "## 4. One process against TP2 and DP2 on this one GPU (StagedComm), --bf16" >> "$report"
+echo "## 3. One process against TP2 and DP2 on this one GPU (StagedComm), --bf16" >> "$report"
 small=(--arch gpt2 --num-layers 2 --hidden-size 64 --num-attention-heads 8 --ffn-hidden-size 128
        --seq-length 32 --global-batch-size 8 --micro-batch-size 2 --train-iters 10 --lr 3e-3
        --data-path "$corpus" --seed 11 --log-interval 1 --device cuda --bf16)
@@ -118,6 +109,15 @@ step "TP2, two ranks on one GPU" 60 "$OUT/train.log" "${mpirun[@]}" -n 2 "${tess
   --tp 2 --log-json "$work/layout_tp2.jsonl"
 step "DP2, two ranks on one GPU" 60 "$OUT/train.log" "${mpirun[@]}" -n 2 "${tessel[@]}" "${small[@]}" \
   --log-json "$work/layout_dp2.jsonl"
+echo >> "$report"
+echo "## 4. Loss: --bf16 on the GPU against fp32 on the CPU (B 1, 50 iterations, same weights)" >> "$report"
+step "tessel train --device cuda --bf16 (B 1)" 90 "$OUT/train.log" \
+  "${tessel[@]}" "${gpt2[@]}" --device cuda --bf16 --micro-batch-size 1 --global-batch-size 1 \
+  --train-iters 50 --log-json "$work/loss_gpu.jsonl"
+step "tessel train on the CPU, fp32, $(nproc) threads (B 1)" 200 "$OUT/train.log" \
+  "${tessel[@]}" "${gpt2[@]}" --micro-batch-size 1 --global-batch-size 1 --train-iters 50 \
+  --threads "$(nproc)" --log-json "$work/loss_cpu.jsonl"
+
 python3 bench/gpu_training_report.py "$work" >> "$report"
 # The raw figures in one file (the device tool brings back 8 files at most).
 (cd "$work" && tar -czf "$OUT/training-logs.tar.gz" ./*.jsonl ./pytorch.json 2>/dev/null)

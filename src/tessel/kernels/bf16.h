@@ -9,11 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifdef __CUDACC__
-#define TESSEL_HOST_DEVICE __host__ __device__
-#else
-#define TESSEL_HOST_DEVICE
-#endif
+#include "tessel/kernels/host_device.h"
 
 namespace tessel {
 

@@ -7,13 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "tessel/kernels/host_device.h"
 #include "tessel/kernels/types.h"
-
-#ifdef __CUDACC__
-#define TESSEL_HOST_DEVICE __host__ __device__
-#else
-#define TESSEL_HOST_DEVICE
-#endif
 
 namespace tessel::router_rows {
 

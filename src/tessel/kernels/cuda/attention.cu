@@ -34,6 +34,15 @@ void check_attention_args(const char* which, int64_t B, int64_t Tq, int64_t Tk, 
   }
 }
 
+Visibility block_visibility(const char* which, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                            int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
+                            const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start) {
+  check_attention_args(which, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
+  if (q_pos == nullptr || k_pos == nullptr)
+    cuda_fail(which, "query and key positions are required");
+  return Visibility{q_pos, k_pos, true, key_start, Tq};
+}
+
 void allow_shared_bytes(const void* kernel, size_t bytes) {
   if (bytes > (size_t{48} << 10))
     cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -161,11 +170,9 @@ void attention_block_forward(float* out, float* lse, const float* q, const float
                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                              int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
                              const int32_t* k_pos, const int32_t* key_start) {
-  check_attention_args("attention_block_forward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
-  if (q_pos == nullptr || k_pos == nullptr)
-    cuda_fail("attention_block_forward", "query and key positions are required");
   forward(out, lse, q, k, v, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld,
-          Visibility{q_pos, k_pos, true, key_start, Tq});
+          block_visibility("attention_block_forward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos,
+                           k_pos, key_start));
 }
 
 void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,

@@ -83,6 +83,12 @@ __device__ inline void accumulate_rows(float (&acc)[kColumnsPerLane], float weig
 void check_attention_args(const char* which, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                           int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld);
 
+// The block interface's visibility (global positions, packed documents' key_start) once its
+// arguments passed check_attention_args and the positions are given.
+Visibility block_visibility(const char* which, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                            int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
+                            const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start);
+
 // Dynamic shared memory above the default 48 KiB needs the kernel's limit raised first.
 void allow_shared_bytes(const void* kernel, size_t bytes);
 

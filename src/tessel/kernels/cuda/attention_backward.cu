@@ -183,11 +183,9 @@ void attention_block_backward(float* dq, float* dk, float* dv, const float* dout
                               int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                               int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
                               const int32_t* k_pos, const int32_t* key_start) {
-  check_attention_args("attention_block_backward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
-  if (q_pos == nullptr || k_pos == nullptr)
-    cuda_fail("attention_block_backward", "query and key positions are required");
   backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld,
-           Visibility{q_pos, k_pos, true, key_start, Tq});
+           block_visibility("attention_block_backward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld,
+                            q_pos, k_pos, key_start));
 }
 
 }  // namespace tessel::cuda
