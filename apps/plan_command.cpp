@@ -157,8 +157,8 @@ PlanRun PlanCommand::resolve_run(const PlanModel& model, const Cluster& cluster)
   r.global_batch = global_batch_;
   r.recompute = parse_recompute(recompute_);
   TESSEL_CHECK(!(bf16_ && fp16_), "give --bf16 or --fp16, not both");
-  r.precision = cluster.cpu() ? Precision::FP32 : fp16_ ? Precision::FP16 : Precision::BF16;
-  if (cluster.cpu() && (bf16_ || fp16_)) r.precision = fp16_ ? Precision::FP16 : Precision::BF16;  // refused by the rules
+  r.precision = cluster.cpu() ? PlannedPrecision::FP32 : fp16_ ? PlannedPrecision::FP16 : PlannedPrecision::BF16;
+  if (cluster.cpu() && (bf16_ || fp16_)) r.precision = fp16_ ? PlannedPrecision::FP16 : PlannedPrecision::BF16;  // refused by the rules
   r.attention = cluster.cpu() ? AttentionBackend::Tessel
                               : attention_.empty() ? AttentionBackend::Flash : parse_attention_backend(attention_);
   r.first_stage_layers = first_layers_, r.last_stage_layers = last_layers_;

@@ -183,6 +183,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   t.data.path = {TESSEL_DEFAULT_DATA};
   std::string decay_style = lr_decay_style_name(t.optim.lr.style);
   int threads = 0;
+  std::string device = "cpu";
   train_cmd->add_option("--micro-batch-size", t.batch.micro_batch_size, "samples per microbatch")->capture_default_str();
   train_cmd->add_option("--global-batch-size", t.batch.global_batch_size, "samples per iteration")->capture_default_str();
   train_cmd->add_option("--train-iters", t.optim.lr.train_iters, "iterations")->capture_default_str();
@@ -254,6 +255,10 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
                         "pad the vocabulary to a multiple of this × TP")->capture_default_str();
   bool force_progress = false;
   train_cmd->add_flag("--progress", force_progress, "draw the live progress line (default: on a terminal, not under mpirun)");
+  train_cmd->add_option("--device", device, "where to compute: cpu | cuda (a build with -DTESSEL_CUDA)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  train_cmd->add_flag_callback("--bf16", [&t] { t.precision = Precision::BF16; },
+                               "bf16 mixed precision: GEMMs on bf16 operands, fp32 accumulation, fp32 master weights");
   train_cmd->add_flag("--profile", t.log.profile, "report GEMM throughput and memory at the end");
   train_cmd->add_option("--threads", threads, "threads per process (default: OMP_NUM_THREADS or all cores)");
   FaultOptions& f = t.faults;
@@ -306,8 +311,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   TokenizerCommand tokenizer_cmd(app);
   PreprocessCommand preprocess_cmd(app);
   DataCommand data_cmd(app);
-  require_whole_numbers(app);
   PlanCommand plan_cmd(app);
+  require_whole_numbers(app);
 
   try {
     app.parse(argc, argv);
@@ -344,6 +349,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
       if (std::optional<TokenizerOptions> found = tokenizer_in_folder(t.checkpoint.init_from))
         t.data.tokenizer = *found;
     pc.world = runtime.world_size();
+    t.device = device == "cuda" ? Device::CUDA : Device::CPU;
     std::optional<TrainPlan> resolved;  // every rank alike, before any other communication
     check_together(runtime.world(), [&] {
       t.optim.lr.style = parse_lr_decay_style(decay_style);
@@ -353,9 +359,10 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     });
     const TrainPlan& plan = *resolved;
     set_distributed_timeout(t.faults.distributed_timeout());
+    const DeviceMemory& memory = kernels_for(t.device, t.precision).memory;
     ProcessGroups groups = runtime.active()
-                               ? ProcessGroups::create(Layout(plan.layout()), runtime.world_rank())
-                               : ProcessGroups::single();
+                               ? ProcessGroups::create(Layout(plan.layout()), runtime.world_rank(), memory)
+                               : ProcessGroups::single(memory);
     train(plan, groups);
   } else if (*gen_cmd) {
     validate_generate_options(g);

@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-"""PyTorch's CPU training throughput on a GPT-2-style model: the baseline tessel is measured against.
+"""PyTorch's training throughput on a GPT-2-style model: the baseline tessel is measured against.
 
-A full step is forward + backward + AdamW in fp32 on the model of
+A full step is forward + backward + AdamW (fp32, or bf16 autocast with --bf16) on the model of
 tools/crosscheck/torch_reference.py (Hugging Face's GPT-2 semantics), randomly initialised, with
 random tokens (or the bytes of --data-path). Prints one JSON line with tokens/s. Run it through
 bench/run_pytorch.sh, which sets the allocator and thread environment that PyTorch is fastest
-with here (bench/README.md says why).
+with here (bench/README.md says why). On a GPU (--device cuda, bench/gpu.sh) PyTorch runs at its
+best as a user would run it: attention through scaled_dot_product_attention (flash), --bf16
+autocast with fp32 master weights, --compile for torch.compile.
 """
 import argparse
 import json
@@ -28,6 +30,9 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
     p.add_argument("--data-path", help="train on this file's bytes instead of random tokens")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--device", default="cpu", help="cpu | cuda")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (fp32 master weights)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
     return p.parse_args()
 
 
@@ -47,13 +52,20 @@ def main():
     cfg = {"arch": "gpt2", "vocab_size": args.vocab, "hidden_size": args.hidden,
            "num_layers": args.layers, "num_heads": args.heads, "num_kv_heads": args.heads,
            "ffn_size": 4 * args.hidden, "max_positions": args.seq, "norm_eps": 1e-5}
+    device = torch.device(args.device)
+    if device.type == "cuda":  # PyTorch's fused attention, as any GPU user has it
+        ref.causal_attention = lambda q, k, v: F.scaled_dot_product_attention(q, k, v,
+                                                                              is_causal=True)
     model = ref.build_model(cfg)
     ref.init_normal(model, 0.02, args.seed)
+    model.to(device)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                                    {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+                                  lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
+                                  **({"fused": True} if device.type == "cuda" else {}))
+    forward = torch.compile(model) if args.compile else model
 
     gen = torch.Generator().manual_seed(args.seed)
     tokens = None
@@ -68,10 +80,11 @@ def main():
         return tokens[start:start + span].view(args.batch, args.seq + 1)
 
     def step(i):
-        chunk = batch(i)
+        chunk = batch(i).to(device)
         optimizer.zero_grad(set_to_none=True)
-        logits = model(chunk[:, :-1])
-        loss = F.cross_entropy(logits.view(-1, args.vocab), chunk[:, 1:].reshape(-1))
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            logits = forward(chunk[:, :-1])
+        loss = F.cross_entropy(logits.float().view(-1, args.vocab), chunk[:, 1:].reshape(-1))
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -93,9 +106,11 @@ def main():
         "tokens_per_s": round(tokens_per_step * args.iters / total, 1),
         "median_step_ms": round(1e3 * sorted(times)[len(times) // 2], 2),
         "last_loss": round(loss, 4),
+        "device": args.device, "bf16": args.bf16, "compile": args.compile,
+        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "",
         "ld_preload": os.environ.get("LD_PRELOAD", ""),
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", "unset"),
-        "openblas_core": openblas_core(),
+        "openblas_core": openblas_core() if device.type == "cpu" else "",
         "cpu": cpu_model()}))
 
 

@@ -246,10 +246,11 @@ TEST(Checkpoint, KilledJobLeavesTheTrackerOnACompleteSave) {
   const fs::path dir = fresh_dir("killed"), ckpt = dir / "ckpt";
   const std::string cmd = std::string(TESSEL_BINARY) + " train " + kModel + kCommon +
                           "--train-iters 100000 --save-interval 1 --save " + ckpt.string();
-  // Killed once the third save is on disk, in the middle of some later one.
+  // Killed once the third save is committed (a synchronous save commits before training goes on,
+  // so the fourth's folder appears after it), in the middle of some later one.
   const testing::CommandResult r = testing::run_command(
       "(" + cmd + " > /dev/null & pid=$!; for i in $(seq 200); do [ -e " +
-      (ckpt / "iter_0000003" / "metadata.json").string() +
+      (ckpt / "iter_0000004").string() +
       " ] && break; sleep 0.05; done; kill -9 $pid; wait $pid; true)");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const int64_t latest = latest_checkpointed_iteration(ckpt.string());

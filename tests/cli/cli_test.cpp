@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "support/run_command.h"
+#include "tessel/kernels/kernels.h"
 #include <sys/wait.h>
 
 #include <array>
@@ -43,6 +44,14 @@ void expect_clean_error(const std::string& args, const std::string& expected) {
 }
 
 TEST(Cli, UnknownFlag) { expect_clean_error("train --no-such-flag 3", "--no-such-flag"); }
+
+// Without a CUDA device (or a build without CUDA), --device cuda says so before anything runs; an
+// unknown device is refused by name. (On a GPU machine the first case skips.)
+TEST(Cli, DeviceWithoutItsBackendIsAClearError) {
+  if (tessel::available_kernels().size() > 1) GTEST_SKIP() << "a CUDA device is visible here";
+  expect_clean_error("train " + kTiny + "--device cuda", "--device cuda: ");
+  expect_clean_error("train " + kTiny + "--device tpu", "--device: tpu not in {cpu,cuda}");
+}
 
 TEST(Cli, HeadsNotDividingHiddenListsEveryRule) {
   Result r = run("train --hidden-size 30 --num-attention-heads 4 --global-batch-size 6 "

@@ -23,6 +23,7 @@
 
 #include "support/gradient_check.h"
 #include "tessel/core/philox.h"
+#include "tessel/kernels/bf16.h"
 #include "tessel/kernels/kernels.h"
 
 namespace tessel::testing {
@@ -31,6 +32,7 @@ using Ints = std::vector<int32_t>;
 
 constexpr double kForwardTolerance = 1e-5;   // relative error of a float forward
 constexpr double kGradientTolerance = 1e-4;  // relative error against finite differences
+constexpr double kBf16Tolerance = 2e-2;  // relative, a --bf16 product against fp32's
 
 // One entry of the table: `check` runs the case's assertions on one backend; `slots` names the
 // table slots it checks, and the harness fails a case that never calls one of them.
@@ -99,6 +101,12 @@ inline Ints random_indices(int64_t n, int32_t bound, uint64_t stream, uint64_t s
 }
 
 inline Vec to_double(const Floats& x) { return Vec(x.begin(), x.end()); }
+
+// x with every element rounded to bf16 (kernels/bf16.h): what a --bf16 GEMM reads.
+inline Floats rounded_to_bf16(Floats x) {
+  for (float& v : x) v = round_to_bf16(v);
+  return x;
+}
 
 // max |a - ref| / max(1, max |ref|): elementwise, where relative_error is over the whole vector.
 inline double max_relative_error(const Floats& a, const Vec& ref) {

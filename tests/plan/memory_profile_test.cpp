@@ -43,7 +43,7 @@ void expect_planned(const ModelConfig& cfg, const ParallelConfig& p, int64_t mic
   PlanRun run;
   run.parallel = p;
   run.micro_batch = micro, run.global_batch = global;
-  run.precision = Precision::FP32;
+  run.precision = PlannedPrecision::FP32;
   run.attention = AttentionBackend::Tessel;
   const Cluster cpu = cluster_preset("cpu");
   ASSERT_TRUE(run_violations(model, run, cpu, planned_run_violations).empty()) << run_violations(model, run, cpu, planned_run_violations).front();

@@ -18,7 +18,7 @@ PlanRun gpu_run(int tp, int pp, int vpp, int gpus, int64_t batch, int64_t micro,
   r.parallel.world = gpus, r.parallel.tp = tp, r.parallel.pp = pp, r.parallel.vpp = vpp;
   r.parallel.sequence_parallel = sp;
   r.global_batch = batch, r.micro_batch = micro, r.recompute = rc;
-  r.precision = Precision::FP16;
+  r.precision = PlannedPrecision::FP16;
   r.attention = AttentionBackend::Unfused;
   return r;
 }
@@ -68,13 +68,13 @@ TEST(PlanMemory, StateBytesFollowMegatronsTable) {
   PlanRun r;
   r.parallel.world = 8, r.parallel.tp = 1;
   r.global_batch = 64, r.micro_batch = 1;
-  r.precision = Precision::BF16;
+  r.precision = PlannedPrecision::BF16;
   const StageMemory plain = estimate_memory(m, r, h100)[0];
   EXPECT_NEAR((plain.weights + plain.grads + plain.optimizer) / plain.params, 18.0, 1e-9);
   r.parallel.distributed_optimizer = true;
   const StageMemory dist = estimate_memory(m, r, h100)[0];
   EXPECT_NEAR((dist.weights + dist.grads + dist.optimizer) / dist.params, 6.0 + 12.0 / 8, 1e-9);
-  r.precision = Precision::FP16;
+  r.precision = PlannedPrecision::FP16;
   const StageMemory fp16 = estimate_memory(m, r, h100)[0];
   EXPECT_NEAR((fp16.weights + fp16.grads + fp16.optimizer) / fp16.params, 4.0 + 16.0 / 8, 1e-9);
 }

@@ -57,7 +57,7 @@ TEST(PlanTime, CpuRanksShareTheCores) {
   cpu.devices_per_node = 2;
   PlanModel m;
   PlanRun r = run_of(2, 1, 1, 16, 8);
-  r.precision = Precision::FP32, r.attention = AttentionBackend::Tessel;
+  r.precision = PlannedPrecision::FP32, r.attention = AttentionBackend::Tessel;
   r.parallel.sequence_parallel = false;
   PlanRun four = r;
   four.parallel.world = 4;

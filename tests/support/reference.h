@@ -81,6 +81,25 @@ inline Vec swiglu(const Vec& gate, const Vec& up) {
   return out;
 }
 
+// alpha · op(A) · op(B) + beta · C0 (cpu/gemm.h's contract), the (M, N) result packed (stride N);
+// A, B and C0 row-major with strides lda, ldb, ldc.
+template <typename T>
+Vec gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+         const std::vector<T>& a, int64_t lda, const std::vector<T>& b, int64_t ldb, double beta,
+         const std::vector<T>& c0, int64_t ldc) {
+  Vec out;
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < K; ++p)
+        sum += double{trans_a ? a[p * lda + i] : a[i * lda + p]} *
+               double{trans_b ? b[j * ldb + p] : b[p * ldb + j]};
+      out.push_back(alpha * sum + beta * double{c0[i * ldc + j]});
+    }
+  }
+  return out;
+}
+
 // out (N, OC) = inp (N, IC) · W + bias; W is [IC, OC] when in_out, else [OC, IC].
 inline Vec linear(const Vec& inp, const Vec& weight, const Vec& bias, int64_t N, int64_t IC,
                   int64_t OC, bool in_out) {

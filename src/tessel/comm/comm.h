@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "tessel/core/device.h"
+
 namespace tessel {
 
 enum class ReduceOp : uint8_t { Sum, Max };
@@ -105,8 +107,12 @@ class Comm {
   CommStats stats_{};
 };
 
-// A group of one process: collectives copy or do nothing; point to point with itself is an error.
-std::unique_ptr<Comm> make_local_comm();
+// A group of one process: collectives copy (within `memory`, where the tensors live) or do nothing;
+// point to point with itself is an error.
+std::unique_ptr<Comm> make_local_comm(const DeviceMemory& memory = host_memory());
+// The process's one LocalComm for tensors in `memory`'s device (what a module without a group,
+// TP or CP of one, talks over).
+Comm& local_comm(const DeviceMemory& memory);
 
 // Errors the ranks agree on (DESIGN invariant 6). An error that strikes a rank while the others
 // wait for it in a collective must end the job (abort_job); but an error met where every rank

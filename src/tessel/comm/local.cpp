@@ -2,20 +2,16 @@
 // contribution, so a collective is a copy (or nothing, in place); point to point would be a
 // message to itself, which no caller needs, so it is an error rather than a silent hang.
 
-#include <algorithm>
-
 #include "tessel/comm/comm.h"
 #include "tessel/core/error.h"
 
 namespace tessel {
 namespace {
 
-void copy_unless_same(const float* from, float* to, int64_t count) {
-  if (from != to) std::copy_n(from, count, to);
-}
-
 class LocalComm final : public Comm {
  public:
+  explicit LocalComm(const DeviceMemory& memory) : memory_(memory) {}
+
   int rank() const override { return 0; }
   int size() const override { return 1; }
 
@@ -69,10 +65,26 @@ class LocalComm final : public Comm {
     fail("comm/local.cpp: irecv from rank {} in a group of one process (no message to itself)",
          peer);
   }
+
+ private:
+  void copy_unless_same(const float* from, float* to, int64_t count) const {
+    if (from != to) memory_.copy(to, from, count * static_cast<int64_t>(sizeof(float)));
+  }
+
+  const DeviceMemory& memory_;
 };
 
 }  // namespace
 
-std::unique_ptr<Comm> make_local_comm() { return std::make_unique<LocalComm>(); }
+std::unique_ptr<Comm> make_local_comm(const DeviceMemory& memory) {
+  return std::make_unique<LocalComm>(memory);
+}
+
+Comm& local_comm(const DeviceMemory& memory) {
+  static std::unique_ptr<Comm> host = make_local_comm(), device;
+  if (memory.device == Device::CPU) return *host;
+  if (device == nullptr) device = make_local_comm(memory);
+  return *device;
+}
 
 }  // namespace tessel

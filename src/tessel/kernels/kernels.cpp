@@ -2,6 +2,13 @@
 
 #include <algorithm>
 
+#include "tessel/core/error.h"
+
+#ifdef TESSEL_CUDA
+#include "tessel/core/cuda.h"
+#include "tessel/kernels/cuda/kernels.h"
+#endif
+
 namespace tessel {
 
 namespace {
@@ -23,7 +30,23 @@ int32_t* Kernels::reserve_ints(Tensor& t, int64_t rows, int64_t cols) const {
   return reserve_in<int32_t>(*this, t, rows, cols, DType::I32);
 }
 
-std::vector<const Kernels*> available_kernels() { return {&cpu_kernels()}; }
+const Kernels& kernels_for(Device device, Precision precision) {
+  if (device == Device::CPU) return cpu_kernels(precision);
+#ifdef TESSEL_CUDA
+  TESSEL_CHECK(cuda_device_count() > 0, "--device cuda: no CUDA device is visible to this process");
+  return cuda_kernels(precision);
+#else
+  fail("--device cuda: this build has no CUDA backend (configure with -DTESSEL_CUDA=ON)");
+#endif
+}
+
+std::vector<const Kernels*> available_kernels(Precision precision) {
+  std::vector<const Kernels*> backends{&cpu_kernels(precision)};
+#ifdef TESSEL_CUDA
+  if (cuda_device_count() > 0) backends.push_back(&cuda_kernels(precision));  // a device now
+#endif
+  return backends;
+}
 
 std::vector<const char*> missing_kernel_slots(const Kernels& k) {
   std::vector<const char*> missing;

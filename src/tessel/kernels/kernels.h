@@ -14,6 +14,7 @@
 #include "tessel/core/tensor.h"
 #include "tessel/kernels/cpu/gemm.h"
 #include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/linear_products.h"
 #include "tessel/kernels/types.h"
 
 namespace tessel {
@@ -42,7 +43,8 @@ namespace tessel {
   X(gemm) X(gemm_stats_enable) X(gemm_stats) X(gemm_stats_reset)
 
 struct Kernels {
-  const char* name = nullptr;  // "cpu"
+  const char* name = nullptr;  // "cpu", "cpu-bf16", "cuda", "cuda-bf16"
+  Precision precision = Precision::FP32;
   DeviceMemory memory;
 #define TESSEL_KERNEL_SLOT(op) decltype(&cpu::op) op = nullptr;
   TESSEL_KERNEL_SLOTS(TESSEL_KERNEL_SLOT)
@@ -63,10 +65,26 @@ struct Kernels {
   void copy(float* dst, const float* src, int64_t n) const { memory.copy(dst, src, n * 4); }
 };
 
-// The CPU backend: the reference kernels of kernels/cpu/.
-const Kernels& cpu_kernels();
-// Every backend compiled into this build and usable on this machine, the CPU first.
-std::vector<const Kernels*> available_kernels();
+// A backend's table made its bf16 twin (--bf16): the slots that are GEMMs — gemm, linear_forward,
+// linear_backward — run on operands rounded to bf16 through the backend's GemmBf16; every other
+// slot is the fp32 one.
+template <GemmFn GemmBf16, auto BiasForward, auto BiasBackward>
+void use_bf16_gemms(Kernels& k, const char* name) {
+  k.name = name;
+  k.precision = Precision::BF16;
+  k.gemm = GemmBf16;
+  k.linear_forward = &linear_forward_via<GemmBf16, BiasForward>;
+  k.linear_backward = &linear_backward_via<GemmBf16, BiasBackward>;
+}
+
+// The CPU backend: the reference kernels of kernels/cpu/; with BF16 its emulation of bf16 GEMMs.
+const Kernels& cpu_kernels(Precision precision = Precision::FP32);
+// The table of `device` in `precision` (tessel train --device, --bf16). Throws tessel::Error when
+// this build has no such backend or this machine no such device.
+const Kernels& kernels_for(Device device, Precision precision);
+// Every backend compiled into this build and usable on this machine, the CPU first, in the given
+// precision.
+std::vector<const Kernels*> available_kernels(Precision precision = Precision::FP32);
 // The names of the slots a table leaves empty (none for a complete backend).
 std::vector<const char*> missing_kernel_slots(const Kernels& k);
 

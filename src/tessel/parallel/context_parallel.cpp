@@ -326,8 +326,7 @@ void ContextParallel::attention_backward(float* dq, float* dk, float* dv, const 
 }
 
 ContextParallel no_context_parallel(const Kernels& kernels) {
-  static const std::unique_ptr<Comm> local = make_local_comm();
-  return {local.get(), CpCommType::P2P, kernels};
+  return {&local_comm(kernels.memory), CpCommType::P2P, kernels};
 }
 
 }  // namespace tessel

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "tessel/comm/device_comm.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 
@@ -47,7 +48,8 @@ std::vector<GroupSlot> group_slots(const Layout& layout, GroupKind kind) {
 
 }  // namespace
 
-ProcessGroups ProcessGroups::create(const Layout& layout, int world_rank) {
+ProcessGroups ProcessGroups::create(const Layout& layout, int world_rank,
+                                    const DeviceMemory& memory) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   TESSEL_CHECK(initialized, "comm/groups.cpp: process groups over MPI need the job started by "
@@ -75,10 +77,11 @@ ProcessGroups ProcessGroups::create(const Layout& layout, int world_rank) {
     MPI_Comm split;
     MPI_Comm_split(MPI_COMM_WORLD, slot.group, slot.position, &split);
     if (split == MPI_COMM_NULL) {
-      groups.comms_[static_cast<int>(kind)] = make_local_comm();
+      groups.comms_[static_cast<int>(kind)] = make_local_comm(memory);
       continue;
     }
-    auto comm = std::make_unique<MpiComm>(split, group_kind_name(kind));
+    std::unique_ptr<Comm> comm =
+        make_comm(split, choose_comm_backend(split, memory), memory, group_kind_name(kind));
     const auto& members = layout.groups(kind)[slot.group];
     TESSEL_CHECK(comm->size() == static_cast<int>(members.size()) && comm->rank() == slot.position,
                  "comm/groups.cpp: MPI made rank {} member {} of {} in its {} group, the layout "
@@ -90,10 +93,10 @@ ProcessGroups ProcessGroups::create(const Layout& layout, int world_rank) {
   return groups;
 }
 
-ProcessGroups ProcessGroups::single() {
+ProcessGroups ProcessGroups::single(const DeviceMemory& memory) {
   ProcessGroups groups;
   groups.world_ = make_local_comm();
-  for (auto& comm : groups.comms_) comm = make_local_comm();
+  for (auto& comm : groups.comms_) comm = make_local_comm(memory);
   return groups;
 }
 

@@ -23,10 +23,13 @@ class ProcessGroups {
   // world the number of processes mpirun started. A rank outside every group of a kind (middle
   // pipeline stages have no embedding group) gets a LocalComm of size 1, so its collectives on
   // that group do nothing. Throws tessel::Error, on every rank alike, when the layout does not
-  // fit the job.
-  static ProcessGroups create(const Layout& layout, int world_rank);
+  // fit the job. The groups carry tensors in `memory` (the kernel table's): MpiComm for the host,
+  // NcclComm or StagedComm for a GPU (comm/device_comm.h); the world, which carries host values
+  // only, is always an MpiComm.
+  static ProcessGroups create(const Layout& layout, int world_rank,
+                              const DeviceMemory& memory = host_memory());
   // A one-process run: every group, and the world, is a LocalComm.
-  static ProcessGroups single();
+  static ProcessGroups single(const DeviceMemory& memory = host_memory());
 
   Comm& get(GroupKind kind) { return *comms_[static_cast<int>(kind)]; }
   Comm& world() { return *world_; }

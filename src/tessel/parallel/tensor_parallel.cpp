@@ -41,8 +41,7 @@ double vocab_parallel_cross_entropy(const TensorParallel& tp, float* lse, float*
 }
 
 TensorParallel no_tensor_parallel(const Kernels& kernels) {
-  static const std::unique_ptr<Comm> local = make_local_comm();
-  return {local.get(), false, &kernels};
+  return {&local_comm(kernels.memory), false, &kernels};
 }
 
 }  // namespace tessel

@@ -98,7 +98,7 @@ TrainMeasure measure_train(const std::string& self, PlanModel& model, PlanRun& r
   run = PlanRun{};
   run.parallel.world = 1;
   run.micro_batch = 8, run.global_batch = 16;
-  run.precision = Precision::FP32;
+  run.precision = PlannedPrecision::FP32;
   run.attention = AttentionBackend::Tessel;
   // GNU time reports the rank's peak RSS (--profile is not asked here: its report allocates one
   // more set of activations at the end).

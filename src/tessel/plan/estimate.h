@@ -19,14 +19,15 @@
 namespace tessel {
 
 enum class Recompute : uint8_t { None, Selective, Full };  // --recompute-granularity
-enum class Precision : uint8_t { FP32, BF16, FP16 };
+// The planned run's arithmetic (tessel runs FP32 and --bf16; the published runs are fp16 or bf16).
+enum class PlannedPrecision : uint8_t { FP32, BF16, FP16 };
 // How attention's core runs: Megatron's unfused softmax (scores kept, as in both papers), a
 // flash kernel (no scores kept), or tessel's CPU kernel (flash-style, fp32).
 enum class AttentionBackend : uint8_t { Unfused, Flash, Tessel };
 
 std::string recompute_name(Recompute r);  // "none" | "selective" | "full"
 Recompute parse_recompute(const std::string& name);
-std::string precision_name(Precision p);
+std::string precision_name(PlannedPrecision p);
 std::string attention_backend_name(AttentionBackend a);
 AttentionBackend parse_attention_backend(const std::string& name);  // "unfused" | "flash"
 
@@ -35,7 +36,7 @@ struct PlanRun {
   int64_t micro_batch = 1;
   int64_t global_batch = 1;
   Recompute recompute = Recompute::None;
-  Precision precision = Precision::BF16;
+  PlannedPrecision precision = PlannedPrecision::BF16;
   AttentionBackend attention = AttentionBackend::Flash;
   int first_stage_layers = -1;  // --decoder-first-pipeline-num-layers
   int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers

@@ -34,7 +34,7 @@ PlanRun megatron_run(int tp, int pp, int vpp, int gpus, int64_t batch, int64_t m
   r.parallel.sequence_parallel = sp;
   r.global_batch = batch, r.micro_batch = micro;
   r.recompute = rc;
-  r.precision = Precision::FP16;             // both papers: mixed precision (fp16, as Megatron-LM then)
+  r.precision = PlannedPrecision::FP16;             // both papers: mixed precision (fp16, as Megatron-LM then)
   r.attention = AttentionBackend::Unfused;   // before flash attention in Megatron-LM
   return r;
 }

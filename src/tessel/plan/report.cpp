@@ -111,7 +111,7 @@ void print_explain(const PlanModel& model, const Cluster& cluster, const Estimat
   print_estimate(model, cluster, est);
   fmt::print("\nevery figure with its formula (e = {} B per activation element, h = {}, t = {}, b·s/CP = {} tokens, "
              "rows = {} outside TP regions)\n",
-             est.run.precision == Precision::FP32 ? 4 : 2, model.cfg.hidden_size, est.run.parallel.tp,
+             est.run.precision == PlannedPrecision::FP32 ? 4 : 2, model.cfg.hidden_size, est.run.parallel.tp,
              est.run.micro_batch * model.cfg.seq_length / est.run.parallel.cp,
              est.run.parallel.sequence_parallel && est.run.parallel.tp > 1
                  ? est.run.micro_batch * model.cfg.seq_length / est.run.parallel.cp / est.run.parallel.tp

@@ -24,8 +24,8 @@ Recompute parse_recompute(const std::string& name) {
   throw ConfigError(fmt::format("unknown --recompute-granularity '{}' (none | selective | full)", name));
 }
 
-std::string precision_name(Precision p) {
-  return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16";
+std::string precision_name(PlannedPrecision p) {
+  return p == PlannedPrecision::FP32 ? "fp32" : p == PlannedPrecision::BF16 ? "bf16" : "fp16";
 }
 
 std::string attention_backend_name(AttentionBackend a) {
@@ -83,7 +83,7 @@ std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& r
   if (cluster.cpu()) {
     if (run.recompute != Recompute::None)
       add("tessel's CPU ranks keep every activation: --recompute-granularity none");
-    if (run.precision != Precision::FP32) add("tessel's CPU ranks compute in fp32 (no --bf16 / --fp16)");
+    if (run.precision != PlannedPrecision::FP32) add("tessel's CPU ranks compute in fp32 (no --bf16 / --fp16)");
     if (model.kv_channels > 0 || model.multi_latent_attention)
       add("tessel does not train --kv-channels or --multi-latent-attention yet (plan them on a GPU cluster)");
     if (run.threads < 1) add("--threads must be positive");
@@ -98,11 +98,11 @@ std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& r
   return v;
 }
 
-StateBytes state_bytes(Precision p) {
+StateBytes state_bytes(PlannedPrecision p) {
   switch (p) {
-    case Precision::FP32: return {4, 4, 8};    // tessel: fp32 weights and gradients, Adam m and v
-    case Precision::BF16: return {2, 4, 12};   // bf16 weights, fp32 main gradients, fp32 master + m + v
-    case Precision::FP16: return {2, 2, 16};   // fp16 weights and gradients, fp32 gradient copy, master, m, v
+    case PlannedPrecision::FP32: return {4, 4, 8};    // tessel: fp32 weights and gradients, Adam m and v
+    case PlannedPrecision::BF16: return {2, 4, 12};   // bf16 weights, fp32 main gradients, fp32 master + m + v
+    case PlannedPrecision::FP16: return {2, 2, 16};   // fp16 weights and gradients, fp32 gradient copy, master, m, v
   }
   return {4, 4, 8};
 }
@@ -117,7 +117,7 @@ RunShape::RunShape(const PlanModel& m, const PlanRun& r, const Cluster& c)
   s = m.cfg.seq_length;
   N = b * s / cp;
   rows = sp ? N / t : N;
-  e = r.precision == Precision::FP32 ? 4 : 2;
+  e = r.precision == PlannedPrecision::FP32 ? 4 : 2;
   const StateBytes sb = state_bytes(r.precision);
   w_bytes = sb.weight, g_bytes = sb.grad, o_bytes = sb.optimizer;
   V_l = m.cfg.padded_vocab(t) / t;

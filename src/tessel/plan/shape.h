@@ -65,6 +65,6 @@ struct RunShape {
 struct StateBytes {
   double weight, grad, optimizer;
 };
-StateBytes state_bytes(Precision p);
+StateBytes state_bytes(PlannedPrecision p);
 
 }  // namespace tessel

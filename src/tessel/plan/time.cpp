@@ -236,8 +236,8 @@ IterationTail iteration_tail(const RunShape& x, int64_t dense_params, int64_t ex
   // Adam: read the gradient, read and write the master weight (tessel: the weight), m and v; mixed
   // precision writes the model's weight too (fp16 first copies the gradients to fp32); the
   // gradient norm reads the gradients again and zeroing writes them.
-  const bool mixed = x.run.precision != Precision::FP32;
-  const double fp32_copy = x.run.precision == Precision::FP16 ? 6 : 0;
+  const bool mixed = x.run.precision != PlannedPrecision::FP32;
+  const double fp32_copy = x.run.precision == PlannedPrecision::FP16 ? 6 : 0;
   const double update = 24 + x.g_bytes + (mixed ? x.w_bytes : 0) + fp32_copy;
   const double bytes = distributed ? dense * update / dp_cp + experts * update / x.edp + (dense + experts) * 2 * x.g_bytes
                                    : (dense + experts) * (update + 2 * x.g_bytes);

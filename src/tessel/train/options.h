@@ -10,6 +10,7 @@
 
 #include "tessel/data/tokenizer.h"
 #include "tessel/model/recompute.h"
+#include "tessel/kernels/types.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/lr_schedule.h"
 #include "tessel/parallel/layout.h"
@@ -119,6 +120,10 @@ struct FaultOptions {
 
 struct TrainOptions {
   uint64_t seed = 1234;  // --seed: initialisation and the datasets' shuffles
+  // --bf16: every GEMM on bf16 operands with fp32 accumulation (kernels/bf16.h); master weights,
+  // gradients and their reductions, the optimizer, norms, softmax and loss stay fp32.
+  Precision precision = Precision::FP32;
+  Device device = Device::CPU;  // --device cpu | cuda: where the kernel table computes
   DataOptions data;
   EvalOptions eval;
   BatchOptions batch;

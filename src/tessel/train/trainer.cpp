@@ -217,7 +217,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   TESSEL_CHECK(groups.world().size() == pc.world, "the plan is for {} ranks, the job has {}",
                pc.world, groups.world().size());
   ExitRequest exit_request(o.faults);
-  const Kernels& k = cpu_kernels();
+  const Kernels& k = kernels_for(o.device, o.precision);
   const RankCoords& at = groups.coords();
   const TensorParallel tp{&groups.tp(), pc.sequence_parallel, &k};
   const ContextParallel cp{&groups.cp(), plan.cp_comm, k};

@@ -4,14 +4,27 @@
 
 #include <atomic>
 #include <chrono>
+#include <vector>
 
 #include "tessel/core/error.h"
+#include "tessel/kernels/bf16.h"
 
 namespace tessel::cpu {
 
 namespace {
 std::atomic<bool> stats_on{false};
 std::atomic<int64_t> stats_flops{0}, stats_ns{0}, stats_calls{0};
+
+// The (rows, cols) matrix at src (row stride ld), rounded to bf16, packed into dst (stride cols).
+const float* rounded(std::vector<float>& dst, const float* src, int64_t rows, int64_t cols,
+                     int64_t ld) {
+  dst.resize(static_cast<size_t>(rows * cols));
+  float* out = dst.data();
+#pragma omp parallel for schedule(static) if (rows * cols > (int64_t{1} << 16))
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = round_to_bf16(src[r * ld + c]);
+  return out;
+}
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -29,6 +42,18 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     stats_ns.fetch_add(ns.count(), std::memory_order_relaxed);
     stats_calls.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  thread_local std::vector<float> a_rounded, b_rounded;
+  // Stored shapes: op(A) (M, K) is A (K, M) when transposed, op(B) (K, N) is B (N, K).
+  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  gemm(trans_a, trans_b, M, N, K, alpha, rounded(a_rounded, A, a_rows, a_cols, lda), a_cols,
+       rounded(b_rounded, B, b_rows, b_cols, ldb), b_cols, beta, C, ldc);
 }
 
 void gemm_stats_enable(bool on) { stats_on.store(on); }

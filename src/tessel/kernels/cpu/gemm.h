@@ -12,6 +12,13 @@ namespace tessel::cpu {
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// gemm with both operands rounded to bf16 first (kernels/bf16.h): the CPU's emulation of a bf16
+// GEMM with fp32 accumulation, the reference of the CUDA one. The rounded operands are packed
+// copies in per-thread scratch; C stays fp32.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
 // Optional accounting of every gemm call (GemmStats, types.h). Off by default: it costs two clock
 // reads a call.
 void gemm_stats_enable(bool on);

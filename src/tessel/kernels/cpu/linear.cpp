@@ -1,20 +1,16 @@
-// Linear layers: every product is one sgemm (gemm.h); only the bias is done here.
+// Linear layers: the products are linear_products.h's, each one sgemm (gemm.h); the bias is here.
 #include <algorithm>
 
 #include "tessel/kernels/cpu/gemm.h"
 #include "tessel/kernels/cpu/kernels.h"
+#include "tessel/kernels/linear_products.h"
 #include "tessel/kernels/cpu/vec_math.h"
 
 namespace tessel::cpu {
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                     int64_t IC, int64_t OC, WeightLayout layout) {
-  if (layout == WeightLayout::InOut) {
-    gemm(false, false, N, OC, IC, 1.0f, inp, IC, weight, OC, 0.0f, out, OC);  // inp · W
-  } else {
-    gemm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, 0.0f, out, OC);  // inp · Wᵀ
-  }
-  if (bias != nullptr) bias_forward(out, bias, N, OC);
+  linear_forward_via<gemm, bias_forward>(out, inp, weight, bias, N, IC, OC, layout);
 }
 
 void bias_forward(float* out, const float* bias, int64_t N, int64_t OC) {
@@ -44,22 +40,8 @@ void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC) {
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t IC, int64_t OC, WeightLayout layout) {
-  const bool in_out = layout == WeightLayout::InOut;
-  if (dinp != nullptr) {
-    if (in_out) {
-      gemm(false, true, N, IC, OC, 1.0f, dout, OC, weight, OC, 1.0f, dinp, IC);  // dout · Wᵀ
-    } else {
-      gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);  // dout · W
-    }
-  }
-  if (dweight != nullptr) {
-    if (in_out) {
-      gemm(true, false, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dweight, OC);  // inpᵀ · dout
-    } else {
-      gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);  // doutᵀ · inp
-    }
-  }
-  if (dbias != nullptr) bias_backward(dbias, dout, N, OC);
+  linear_backward_via<gemm, bias_backward>(dinp, dweight, dbias, dout, inp, weight, N, IC, OC,
+                                           layout);
 }
 
 }  // namespace tessel::cpu

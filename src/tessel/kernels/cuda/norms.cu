@@ -1,0 +1,130 @@
+// LayerNorm (GPT-2) and RMSNorm (Llama): one warp per row (token). The backward's weight and
+// bias gradients are column sums over the rows in a fixed order (column_sums, device.cuh).
+#include "tessel/kernels/cuda/device.cuh"
+#include "tessel/kernels/cuda/kernels.h"
+
+namespace tessel::cuda {
+
+namespace {
+
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* weight, const float* bias, int64_t N,
+                                         int64_t C, float eps) {
+  const int64_t n = warp_row();
+  if (n >= N) return;
+  const float* x = inp + n * C;  // (C)
+  float sum = 0.0f;
+  for (int64_t c = lane_id(); c < C; c += kWarp) sum += x[c];
+  const float m = warp_sum(sum) / C;
+  // Two passes (mean, then squared deviations) avoid E[x²] - E[x]²'s cancellation.
+  float var = 0.0f;
+  for (int64_t c = lane_id(); c < C; c += kWarp) var += (x[c] - m) * (x[c] - m);
+  const float s = 1.0f / sqrtf(warp_sum(var) / C + eps);  // biased variance, as torch
+  float* o = out + n * C;                                 // (C)
+  for (int64_t c = lane_id(); c < C; c += kWarp) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (lane_id() == 0) {
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+// With norm = (x - m)·s and dnorm = g·weight: dx += s · (dnorm - mean(dnorm) - norm ·
+// mean(dnorm · norm)).
+__global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const float* inp,
+                                      const float* weight, const float* mean, const float* rstd,
+                                      int64_t N, int64_t C) {
+  const int64_t n = warp_row();
+  if (n >= N) return;
+  const float* x = inp + n * C;   // (C)
+  const float* g = dout + n * C;  // (C)
+  const float m = mean[n], s = rstd[n];
+  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+  for (int64_t c = lane_id(); c < C; c += kWarp) {
+    const float dnorm = g[c] * weight[c];
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * (x[c] - m) * s;
+  }
+  const float dnorm_mean = warp_sum(dnorm_sum) / C;
+  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+  float* dx = dinp + n * C;  // (C)
+  for (int64_t c = lane_id(); c < C; c += kWarp) {
+    const float norm = (x[c] - m) * s;
+    dx[c] += (g[c] * weight[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp,
+                                       const float* weight, int64_t N, int64_t C, float eps) {
+  const int64_t n = warp_row();
+  if (n >= N) return;
+  const float* x = inp + n * C;  // (C)
+  float sum_sq = 0.0f;
+  for (int64_t c = lane_id(); c < C; c += kWarp) sum_sq += x[c] * x[c];
+  const float s = 1.0f / sqrtf(warp_sum(sum_sq) / C + eps);
+  float* o = out + n * C;  // (C)
+  // Hugging Face's LlamaRMSNorm order: weight · (x · rstd).
+  for (int64_t c = lane_id(); c < C; c += kWarp) o[c] = weight[c] * (x[c] * s);
+  if (lane_id() == 0) rstd[n] = s;
+}
+
+// d(rstd)/dx = -rstd³ · x / C, so dx += s · (g·weight - x · s² · mean(g·weight·x)).
+__global__ void rmsnorm_dinp_kernel(float* dinp, const float* dout, const float* inp,
+                                    const float* weight, const float* rstd, int64_t N, int64_t C) {
+  const int64_t n = warp_row();
+  if (n >= N) return;
+  const float* x = inp + n * C;   // (C)
+  const float* g = dout + n * C;  // (C)
+  const float s = rstd[n];
+  float dot = 0.0f;
+  for (int64_t c = lane_id(); c < C; c += kWarp) dot += g[c] * weight[c] * x[c];
+  const float k = s * s * warp_sum(dot) / C;
+  float* dx = dinp + n * C;  // (C)
+  for (int64_t c = lane_id(); c < C; c += kWarp) dx[c] += (g[c] * weight[c] - x[c] * k) * s;
+}
+
+// The terms the weight and bias gradients sum over rows.
+struct NormWeightTerm {  // g · norm, norm = (x - mean)·rstd (mean nullptr: RMSNorm)
+  const float* dout;
+  const float* inp;
+  const float* mean;
+  const float* rstd;
+  int64_t C;
+  __device__ float operator()(int64_t n, int64_t c) const {
+    const float centred = mean != nullptr ? inp[n * C + c] - mean[n] : inp[n * C + c];
+    return dout[n * C + c] * centred * rstd[n];
+  }
+};
+
+CudaScratch column_scratch;
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps) {
+  launch_rows("layernorm_forward", layernorm_forward_kernel, N, out, mean, rstd, inp, weight, bias,
+              N, C, eps);
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C) {
+  if (dinp != nullptr)
+    launch_rows("layernorm_backward", layernorm_dinp_kernel, N, dinp, dout, inp, weight, mean, rstd,
+                N, C);
+  column_sums(dweight, NormWeightTerm{dout, inp, mean, rstd, C}, N, C, column_scratch);
+  column_sums(dbias, RowValue{dout, C}, N, C, column_scratch);
+}
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                     int64_t C, float eps) {
+  launch_rows("rmsnorm_forward", rmsnorm_forward_kernel, N, out, rstd, inp, weight, N, C, eps);
+}
+
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int64_t N, int64_t C) {
+  if (dinp != nullptr)
+    launch_rows("rmsnorm_backward", rmsnorm_dinp_kernel, N, dinp, dout, inp, weight, rstd, N, C);
+  column_sums(dweight, NormWeightTerm{dout, inp, nullptr, rstd, C}, N, C, column_scratch);
+}
+
+}  // namespace tessel::cuda
