@@ -397,7 +397,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     params.finalize(k.memory);
     if (!export_load.empty()) {
       const nlohmann::json saved = read_checkpoint_metadata(export_load).at("run_config").at("tokenizer");
-      if (tokenizer_options && saved.is_object()) {
+      if (tokenizer_options) {
         const std::string why = tokenizer_mismatch(saved, tokenizer_identity(*tokenizer));
         TESSEL_CHECK(why.empty(), "--load {}: {}", export_load, why);
       }

@@ -36,17 +36,24 @@ std::string ByteTokenizer::decode(std::span<const int32_t> tokens) const {
   return text;
 }
 
+std::string canonical_tokenizer_type(const std::string& type) {
+  if (type == "byte") return "ByteTokenizer";
+  if (type == "gpt2") return "GPT2BPETokenizer";
+  if (type == "hf") return "HuggingFaceTokenizer";
+  if (type == "tiktoken") return "TikTokenizer";
+  if (type == "sentencepiece") return "GPTSentencePieceTokenizer";
+  return type;
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& options) {
-  const std::string& type = options.type;
-  if (type == "ByteTokenizer" || type == "byte") return std::make_unique<ByteTokenizer>();
-  if (type == "GPT2BPETokenizer" || type == "gpt2") return load_gpt2_bpe(options.vocab_file, options.merge_file);
-  if (type == "HuggingFaceTokenizer" || type == "hf") return load_hf_tokenizer(options.tokenizer_model);
-  if (type == "TikTokenizer" || type == "tiktoken") return load_tiktoken(options);
-  if (type == "SentencePieceTokenizer" || type == "GPTSentencePieceTokenizer" || type == "Llama2Tokenizer")
-    return load_sentencepiece(options);
-  if (type == "sentencepiece") {
+  const std::string type = canonical_tokenizer_type(options.type);
+  if (type == "ByteTokenizer") return std::make_unique<ByteTokenizer>();
+  if (type == "GPT2BPETokenizer") return load_gpt2_bpe(options.vocab_file, options.merge_file);
+  if (type == "HuggingFaceTokenizer") return load_hf_tokenizer(options.tokenizer_model);
+  if (type == "TikTokenizer") return load_tiktoken(options);
+  if (type == "SentencePieceTokenizer" || type == "GPTSentencePieceTokenizer" || type == "Llama2Tokenizer") {
     TokenizerOptions named = options;
-    named.type = "GPTSentencePieceTokenizer";
+    named.type = type;
     return load_sentencepiece(named);
   }
   throw Error(fmt::format("--tokenizer-type {}: unknown (known: ByteTokenizer, GPT2BPETokenizer, HuggingFaceTokenizer, "

@@ -82,4 +82,8 @@ struct TokenizerOptions {
 // Throws tessel::Error naming the flag or file that is wrong.
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& options);
 
+// Megatron's name for a --tokenizer-type: tessel's short names (byte, gpt2, hf, tiktoken,
+// sentencepiece) become theirs; any other name is returned as it is.
+std::string canonical_tokenizer_type(const std::string& type);
+
 }  // namespace tessel

@@ -29,16 +29,6 @@ bool is_type(const std::string& type, std::initializer_list<const char*> names) 
   return false;
 }
 
-// The canonical --tokenizer-type of a short name.
-std::string canonical_type(const std::string& type) {
-  if (type == "byte") return "ByteTokenizer";
-  if (type == "gpt2") return "GPT2BPETokenizer";
-  if (type == "hf") return "HuggingFaceTokenizer";
-  if (type == "tiktoken") return "TikTokenizer";
-  if (type == "sentencepiece") return "GPTSentencePieceTokenizer";
-  return type;
-}
-
 void copy_into(const std::string& from, const fs::path& to) {
   std::error_code ec;
   fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
@@ -62,7 +52,7 @@ void add_special_token_names(json& config, const Tokenizer& tokenizer) {
 
 void save_tokenizer_files(const TokenizerOptions& options, const Tokenizer& tokenizer,
                           const std::string& dir) {
-  const std::string type = canonical_type(options.type);
+  const std::string type = canonical_tokenizer_type(options.type);
   const fs::path out(dir);
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -183,6 +173,7 @@ json tokenizer_identity(const Tokenizer& tokenizer) {
 }
 
 std::string tokenizer_mismatch(const json& saved, const json& current) {
+  if (!saved.is_object()) return {};  // a save from before tokenizers were recorded: a type name
   std::vector<std::string> differ;
   for (const char* key : {"vocab_size", "special_ids", "fingerprint"})
     if (saved.value(key, json()) != current.at(key)) differ.push_back(key);

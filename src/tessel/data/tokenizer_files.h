@@ -33,7 +33,8 @@ std::optional<TokenizerOptions> tokenizer_in_folder(const std::string& path);
 // several scripts), as a checkpoint records it.
 nlohmann::json tokenizer_identity(const Tokenizer& tokenizer);
 
-// Empty when `saved` (a checkpoint's record) names the same tokenizer as `current`, else why not.
+// Empty when `saved` (a checkpoint's record) names the same tokenizer as `current`, or records
+// none (saves from before tokenizers were recorded hold a type name only); else why not.
 std::string tokenizer_mismatch(const nlohmann::json& saved, const nlohmann::json& current);
 
 }  // namespace tessel

@@ -99,12 +99,10 @@ nlohmann::json checkpoint_run_config(const TrainPlan& plan) {
           {"data_path", o.data.path}, {"tokenizer", tokenizer_identity(*plan.tokenizer)}};
 }
 
-// A run resumes with the tokenizer its save was trained with (saves before tokenizers were
-// recorded name only a type, and are not checked).
+// A run resumes with the tokenizer its save was trained with.
 void check_saved_tokenizer(const std::string& dir, const nlohmann::json& current) {
   const nlohmann::json meta = read_checkpoint_metadata(dir);
   const nlohmann::json& saved = meta.at("run_config").at("tokenizer");
-  if (!saved.is_object()) return;
   const std::string why = tokenizer_mismatch(saved, current);
   if (!why.empty())
     throw Error(fmt::format("--load {}: {}; give the tokenizer flags it was trained with", dir, why));
