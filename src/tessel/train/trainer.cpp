@@ -286,7 +286,8 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   // Optimizer post-validation: the pending step, validated once its norm arrives. Returns whether
   // it was redone (the parameters changed). Without the plain step's recomputation, a non-finite
   // norm under --check-for-nan-in-loss-and-grad stops the run here.
-  EagerStep eager(k, optimizer, params);
+  std::optional<EagerStep> eager;  // its copy of the state costs the parameters' size four times
+  if (o.optim.post_validation) eager.emplace(k, optimizer, params);
   PendingStep pending;
   auto record = [&](IterationStats& s, StepVerdict verdict) {
     s.skipped = verdict == StepVerdict::Skipped;
@@ -306,7 +307,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
           "iteration {}: loss {:.6g} and gradient norm {:.6g}: not finite "
           "(--check-for-nan-in-loss-and-grad; the step post-validation took is not kept)",
           s.iteration, s.loss, s.grad_norm));
-    const StepVerdict verdict = eager.validate(s.grad_norm);
+    const StepVerdict verdict = eager->validate(s.grad_norm);
     if (verdict != StepVerdict::Plain) sync.gather_params();
     record(s, verdict);
     return verdict != StepVerdict::Plain;
@@ -337,7 +338,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
         loss_sum = run_pipeline();
       }
       pending.start(sync.stage_sq_sum(), loss_sum, counted, groups);
-      eager.step(static_cast<float>(s.lr));
+      eager->step(static_cast<float>(s.lr));
       sync.gather_params();
     } else {
       NumericsGuard::Result result = compute();
