@@ -31,6 +31,7 @@ int64_t PipelineExecutor::activation_bytes() const {
     for (const Slot& s : slots_[c])
       if (s.microbatch != -1) n += s.acts.bytes();
   }
+  for (const LeavingGradient& g : leaving_) n += g.buffer.bytes();
   return n;
 }
 
@@ -38,9 +39,11 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   std::vector<Slot>& slots = slots_[chunk];
   for (Slot& s : slots)
     if (s.microbatch == microbatch) return s;
-  // A free slot whose messages have left; a new one only when every slot is in flight.
+  // A free slot whose output has left (its input gradient may still be leaving: only that buffer
+  // waits for the receiver, not the whole slot); a new one only when every slot is in flight.
   for (Slot& s : slots) {
-    if (s.microbatch == -1 && s.send_forward.test() && s.send_backward.test()) {
+    if (s.microbatch == -1 && s.send_forward.test()) {
+      if (!s.send_backward.test()) let_gradient_leave(s);
       s.microbatch = microbatch;
       s.input_grad_done = s.weights_done = s.input_grad_sent = false;
       return s;
@@ -62,6 +65,21 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   s.microbatch = microbatch;
   slots.push_back(std::move(s));
   return slots.back();
+}
+
+void PipelineExecutor::let_gradient_leave(Slot& s) {
+  Tensor spare;
+  for (auto it = leaving_.begin(); it != leaving_.end(); ++it) {
+    if (it->send.test()) {
+      spare = std::move(it->buffer);
+      leaving_.erase(it);
+      break;
+    }
+  }
+  if (spare.empty()) spare = k_.zeros({s.d_input.numel()});
+  leaving_.push_back({std::move(s.d_input), std::move(s.send_backward)});
+  s.d_input = std::move(spare);
+  s.send_backward = Request();
 }
 
 void PipelineExecutor::release_if_done(Slot& s, int model_chunk) {
@@ -188,6 +206,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
       TESSEL_CHECK(s.microbatch == -1, "pipeline schedule left microbatch {} unfinished", s.microbatch);
     }
   }
+  for (LeavingGradient& g : leaving_) g.send.wait();  // the buffers stay for the next iteration
   stats_.seconds = seconds_since(start);
   return loss_sum;
 }

@@ -80,12 +80,20 @@ class PipelineExecutor {
     bool weights_done = false;     // B or W has run
     bool input_grad_sent = false;  // SendBackward has been posted
   };
+  // An input gradient whose send has been posted but not yet taken by the previous stage.
+  struct LeavingGradient {
+    Tensor buffer;  // (N_l, C)
+    Request send;
+  };
   Slot& slot(int chunk, int microbatch);  // the slot of (chunk, microbatch), taken if needed
+  // Hands the free slot's input gradient, still being sent, to leaving_ and gives the slot
+  // another buffer: one whose send has completed, or a new one.
+  void let_gradient_leave(Slot& s);
   int model_chunk(int chunk) const { return model_chunk_index(pp_.rank(), chunk, schedule_); }
   void wait(Request& r);
   // Frees the slot once its backward is complete and its input gradient (if any) has been posted.
   void release_if_done(Slot& s, int model_chunk);
-  int64_t activation_bytes() const;  // of the slots in use, now
+  int64_t activation_bytes() const;  // of the slots in use and the gradients leaving, now
   // Fills the slot's rows and runs the chunk's forward; returns its Σ token losses.
   double forward(Slot& s, int chunk, int microbatch, const FillFn& fill, float grad_scale);
 
@@ -97,6 +105,7 @@ class PipelineExecutor {
   bool packed_;
   int num_model_chunks_;
   std::vector<std::vector<Slot>> slots_;  // per chunk
+  std::vector<LeavingGradient> leaving_;  // a few (N_l, C) buffers, reused once their sends complete
   // Parameters more than one of this rank's chunks report (a V's shared tied embedding), with how
   // many: reported on to grad_ready when the last of them has.
   std::vector<std::pair<int, int>> shared_params_;

@@ -19,20 +19,24 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Walks one pipeline rank's generated schedule: a forward leaves its chunk's activations until
 // that microbatch's backward. Megatron frees them there, so its peak is the most bytes in flight
-// at once. tessel's executor keeps a slot per microbatch a chunk holds at once, and reuses a slot
-// only once its messages have left: the gradient a backward sends to the previous stage is still
-// leaving when the very next compute is a forward (its receiver has not yet taken it), so that
-// forward takes another slot. Its memory is, per chunk, the most slots ever held times the slot.
+// at once. tessel's executor keeps a slot per microbatch a chunk holds at once, and reuses a
+// freed slot at once; only the input gradient a backward sends to the previous stage may still
+// be leaving (its receiver has not yet taken it) when the very next compute is a forward, and
+// that buffer stays aside (a split backward's gradient leaves with its I, and its W is compute
+// enough for it to have gone). Its memory is, per chunk, the most slots ever held times the
+// slot, plus such a gradient buffer.
 struct InFlight {
   double bytes = 0;
   int peak_pairs = 0;  // (microbatch, chunk) pairs at the fullest
   std::vector<int> peak_per_chunk;
+  std::vector<bool> gradient_left_behind;  // per chunk
 };
 
 InFlight walk(const RankSchedule& compute, const std::vector<ChunkMemory>& chunks, const std::vector<bool>& sends_back,
               bool slots_kept) {
   InFlight f;
   f.peak_per_chunk.assign(chunks.size(), 0);
+  f.gradient_left_behind.assign(chunks.size(), false);
   std::vector<int> now(chunks.size(), 0), leaving(chunks.size(), 0);
   double bytes = 0;
   int pairs = 0;
@@ -42,19 +46,21 @@ InFlight walk(const RankSchedule& compute, const std::vector<ChunkMemory>& chunk
     const int c = a.chunk;
     if (forward) {
       now[c]++, pairs++, bytes += chunks[c].saved;
-      f.peak_per_chunk[c] = std::max(f.peak_per_chunk[c], now[c] + (slots_kept ? leaving[c] : 0));
+      f.peak_per_chunk[c] = std::max(f.peak_per_chunk[c], now[c]);
+      if (leaving[c]) f.gradient_left_behind[c] = true;
     }
     std::fill(leaving.begin(), leaving.end(), 0);  // any other compute: the messages have left
-    if (!forward) {
+    if (!forward) {  // B or W: the pair is released (an I's gradient left during its W)
       now[c]--, pairs--, bytes -= chunks[c].saved;
-      if (sends_back[c]) leaving[c] = 1;
+      if (sends_back[c] && a.kind == ActionKind::Backward) leaving[c] = 1;
     }
     f.peak_pairs = std::max(f.peak_pairs, pairs);
     f.bytes = std::max(f.bytes, bytes);
   }
   if (slots_kept) {
     f.bytes = 0;
-    for (size_t c = 0; c < chunks.size(); ++c) f.bytes += f.peak_per_chunk[c] * (chunks[c].saved + chunks[c].slot);
+    for (size_t c = 0; c < chunks.size(); ++c)
+      f.bytes += f.peak_per_chunk[c] * (chunks[c].saved + chunks[c].slot) + (f.gradient_left_behind[c] ? chunks[c].gradient : 0);
   }
   return f;
 }
@@ -69,7 +75,8 @@ StageMemory stage_memory(const RunShape& x, int stage, const RankSchedule& compu
   m.params = p.dense + p.experts;
   m.expert_params = p.experts;
   const std::vector<Term> state = state_terms(x, p);
-  m.weights = state[0].value, m.grads = state[1].value, m.optimizer = state[2].value;
+  m.weights = state[0].value, m.grads = state[1].value;
+  for (size_t i = 2; i < state.size(); ++i) m.optimizer += state[i].value;  // and post-validation's copy
   m.terms = state;
   std::vector<ChunkMemory> chunks;
   std::vector<bool> sends_back;

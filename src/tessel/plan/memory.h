@@ -17,6 +17,7 @@ struct ChunkMemory {
   double saved = 0;      // bytes kept from forward to backward
   double slot = 0;       // per in-flight microbatch besides (tessel: the executor's slot buffers)
   double transient = 0;  // alive only while the chunk runs (recomputed layers, logits)
+  double gradient = 0;   // tessel: its input gradient, which may still be leaving when the slot is reused
   std::vector<Term> terms;
 };
 ChunkMemory chunk_activations(const RunShape& shape, const ChunkSpec& chunk);

@@ -128,6 +128,7 @@ ChunkMemory tessel_chunk_activations(const RunShape& x, const ChunkSpec& chunk) 
   }();
   const double neighbours = (k > 0 ? 2 : 0) + (k + 1 < static_cast<int>(x.chunks.size()) ? 1 : 0);
   m.slot = 2 * z.B * z.T * 4 + neighbours * z.N_l * z.C * 4;
+  m.gradient = k > 0 ? z.N_l * z.C * 4 : 0;
   m.terms.push_back({"executor slot: tokens, targets, input and gradients", m.slot,
                      "2·(B·T) int32 + (inputs and gradients) × (N_l, C)", fmt::format("{:.0f} B", m.slot)});
   return m;
