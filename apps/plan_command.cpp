@@ -95,9 +95,10 @@ PlanCommand::PlanCommand(CLI::App& app) {
   c.add_option("--decoder-first-pipeline-num-layers", first_layers_, "layers of the first stage");
   c.add_option("--decoder-last-pipeline-num-layers", last_layers_, "layers of the last stage");
   c.add_option("--pipeline-model-parallel-layout", pipeline_layout_, "Megatron's layout string");
-  c.add_option("--schedule", schedule_, "gpipe | 1f1b | interleaved");
+  c.add_option("--schedule", schedule_, "gpipe | 1f1b | interleaved | zb-h1 | zb-v | dualpipev (default: 1f1b, interleaved with --vpp)");
   c.add_option("--microbatch-group-size-per-virtual-pipeline-stage", microbatch_group_, "interleaved group (0: PP)");
   c.add_flag("--overlap-grad-reduce", overlap_grad_reduce_, "overlap the DP reduction with the last backward");
+  c.add_flag("--enable-optimizer-post-validation", post_validation_, "step before the gradient norm is known (zero-bubble): keeps a copy of the step's state");
   c.add_flag("--no-async-tensor-model-parallel-allreduce", no_async_tp_, "GPU: wait for the backward's TP all-reduces");
   c.add_flag("--bf16", bf16_, "bf16 mixed precision (the default on GPU clusters)");
   c.add_flag("--fp16", fp16_, "fp16 mixed precision");
@@ -166,6 +167,7 @@ PlanRun PlanCommand::resolve_run(const PlanModel& model, const Cluster& cluster)
   r.schedule = schedule_;
   r.microbatch_group = microbatch_group_;
   r.overlap_grad_reduce = overlap_grad_reduce_;
+  r.post_validation = post_validation_;
   r.async_tp_allreduce = !no_async_tp_;
   r.threads = threads_;
   r.moe_load_factor = moe_load_factor_;

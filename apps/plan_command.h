@@ -41,7 +41,7 @@ class PlanCommand {
   std::string recompute_ = "none", schedule_, pipeline_layout_, attention_;
   int first_layers_ = -1, last_layers_ = -1, microbatch_group_ = 0, threads_ = 1;
   double moe_load_factor_ = 1.0;
-  bool bf16_ = false, fp16_ = false, overlap_grad_reduce_ = false, no_async_tp_ = false;
+  bool bf16_ = false, fp16_ = false, overlap_grad_reduce_ = false, post_validation_ = false, no_async_tp_ = false;
   std::vector<CLI::Option*> layout_opts_;  // --tp --pp --cp --ep: any of them given, one layout is evaluated
   CLI::Option* etp_opt_ = nullptr;        // --etp and --vpp alone fix that size in the search
   CLI::Option* vpp_opt_ = nullptr;

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Planned against measured on this machine: `tessel plan --calibrate`, then real `tessel train`
-layouts (DP, TP, SP, PP, VPP, uneven PP, CP, EP, mixed) under mpirun, one thread per rank; for
+layouts (DP, TP, SP, PP, VPP, uneven PP, zero-bubble, CP, EP, mixed) under mpirun, one thread per rank; for
 each, every rank's peak RSS (GNU time) and the median step time against the planner's figures for
 the same flags. Rounds alternate the order of the layouts; each round calibrates afresh, so load
 from other processes hits calibration and runs alike. Prints a markdown table for bench/RESULTS.md.
@@ -29,6 +29,10 @@ LAYOUTS = [  # name, ranks, flags (model, layout and batch)
     ("TP2 + SP", 2, f"{GPT} --tp 2 --sequence-parallel --micro-batch-size 4 --global-batch-size 8"),
     ("PP2 (1F1B)", 2, f"{GPT} --pp 2 --micro-batch-size 2 --global-batch-size 8"),
     ("PP2 VPP2 (interleaved)", 2, f"{GPT} --pp 2 --vpp 2 --micro-batch-size 2 --global-batch-size 8"),
+    ("PP2 ZB-H1 + post-validation", 2, f"{GPT} --pp 2 --schedule zb-h1 --enable-optimizer-post-validation "
+                                       "--micro-batch-size 2 --global-batch-size 8"),
+    ("PP2 ZB-V", 2, f"{GPT} --pp 2 --schedule zb-v --micro-batch-size 2 --global-batch-size 8"),
+    ("PP2 DualPipeV", 2, f"{GPT} --pp 2 --schedule dualpipev --micro-batch-size 2 --global-batch-size 8"),
     ("CP2 (llama)", 2, f"{LLAMA} --cp 2 --micro-batch-size 4 --global-batch-size 4"),
     ("EP2 (MoE)", 2, f"{MOE} --ep 2 --micro-batch-size 4 --global-batch-size 8"),
     ("DP4", 4, f"{GPT} --tp 1 --micro-batch-size 2 --global-batch-size 8"),

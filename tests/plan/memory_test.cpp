@@ -3,6 +3,8 @@
 // the optimizer state follows Megatron's bytes per parameter, uneven stages hold their layers.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tessel/pipeline/simulate.h"
 #include "tessel/plan/estimate.h"
 #include "tessel/plan/search.h"
@@ -77,6 +79,48 @@ TEST(PlanMemory, StateBytesFollowMegatronsTable) {
   r.precision = PlannedPrecision::FP16;
   const StageMemory fp16 = estimate_memory(m, r, h100)[0];
   EXPECT_NEAR((fp16.weights + fp16.grads + fp16.optimizer) / fp16.params, 4.0 + 16.0 / 8, 1e-9);
+}
+
+// Post-validation keeps fp32 values, gradients, m and v of what the optimizer steps
+// (optim/post_validation): 16 B per parameter, or per owned parameter with the distributed optimizer.
+TEST(PlanMemory, PostValidationKeepsACopyOfTheStep) {
+  const Cluster cpu = cluster_preset("cpu");
+  const PlanModel m;  // tessel's default model
+  PlanRun r;
+  r.parallel.world = 4, r.parallel.tp = 1;
+  r.global_batch = 8, r.micro_batch = 1;
+  r.precision = PlannedPrecision::FP32;
+  r.attention = AttentionBackend::Tessel;
+  for (bool distributed : {false, true}) {
+    r.parallel.distributed_optimizer = distributed;
+    r.post_validation = false;
+    const StageMemory plain = estimate_memory(m, r, cpu)[0];
+    r.post_validation = true;
+    const StageMemory eager = estimate_memory(m, r, cpu)[0];
+    const double owned = distributed ? plain.params / 4.0 : plain.params;
+    EXPECT_NEAR(eager.optimizer - plain.optimizer, 16 * owned, 1e-6);
+    EXPECT_NEAR(eager.total() - plain.total(), 16 * owned, 1e-6);
+  }
+}
+
+// A V schedule holds two chunks per rank whether or not --vpp 2 is given, as tessel train places them.
+TEST(PlanMemory, VScheduleHoldsTwoChunksAtVppOne) {
+  const Cluster cpu = cluster_preset("cpu");
+  const PlanModel m;  // tessel's default model
+  PlanRun r;
+  r.parallel.world = 2, r.parallel.tp = 1, r.parallel.pp = 2;
+  r.global_batch = 8, r.micro_batch = 1;
+  r.precision = PlannedPrecision::FP32;
+  r.attention = AttentionBackend::Tessel;
+  r.schedule = "zb-v";
+  const Estimate one = estimate(m, r, cpu);
+  r.parallel.vpp = 2;
+  const Estimate two = estimate(m, r, cpu);
+  ASSERT_EQ(one.stages.size(), 2u);
+  EXPECT_EQ(one.stages[0].layers, two.stages[0].layers);
+  EXPECT_DOUBLE_EQ(one.stages[0].total(), two.stages[0].total());
+  EXPECT_DOUBLE_EQ(one.time.step, two.time.step);
+  EXPECT_TRUE(std::isfinite(one.time.step));
 }
 
 // The seed's 60 layers over PP 8: 7.5 per stage, so lighter first and last stages (6) and 8 in

@@ -49,6 +49,16 @@ int chunks_per_rank(ScheduleKind kind, int vpp) {
   return schedule_placement(kind) == Placement::V && vpp == 1 ? 2 : vpp;
 }
 
+ScheduleKind chosen_schedule_kind(const std::string& name, int vpp) {
+  if (!name.empty()) return parse_schedule_kind(name);
+  return vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
+}
+
+ScheduleConfig chosen_schedule(const std::string& name, int pp, int microbatches, int vpp, int microbatch_group) {
+  const ScheduleKind kind = chosen_schedule_kind(name, vpp);
+  return {kind, pp, microbatches, chunks_per_rank(kind, vpp), microbatch_group};
+}
+
 std::vector<std::string> schedule_violations(const ScheduleConfig& c) {
   std::vector<std::string> v;
   const int p = c.pipeline_size, m = c.microbatches, vpp = c.virtual_stages;

@@ -52,6 +52,12 @@ struct ScheduleConfig {
   int microbatch_group = 0;  // --microbatch-group-size-per-virtual-pipeline-stage; 0 means p
 };
 
+// The schedule --schedule `name` names, or when empty Megatron's choice: interleaved 1F1B with
+// --vpp > 1, else 1F1B. Throws tessel::Error for an unknown name.
+ScheduleKind chosen_schedule_kind(const std::string& name, int vpp);
+// That schedule on p ranks for m microbatches, --vpp and the interleaved group as given.
+ScheduleConfig chosen_schedule(const std::string& name, int pp, int microbatches, int vpp, int microbatch_group);
+
 using RankSchedule = std::vector<Action>;
 
 // Every rule the config breaks (p ≥ 1, m ≥ 1; interleaved: v ≥ 2, p ≥ 2, p ≤ g ≤ m, m mod g == 0

@@ -44,6 +44,7 @@ struct PlanRun {
   std::string schedule;         // empty: 1f1b, interleaved with --vpp
   int microbatch_group = 0;
   bool overlap_grad_reduce = false;
+  bool post_validation = false;  // --enable-optimizer-post-validation: a copy of the step's state
   // Megatron-LM overlaps the backward's TP all-reduce with the weight-gradient GEMMs (its async
   // tensor-model-parallel all-reduce, from late 2021; --no-async-tensor-model-parallel-allreduce
   // turns it off). tessel's CPU ranks never overlap it.

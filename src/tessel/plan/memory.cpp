@@ -173,6 +173,13 @@ std::vector<Term> state_terms(const RunShape& x, const StageParams& p) {
     terms.push_back({"optimizer state (distributed)", bytes, fmt::format("dense·{0}/(dp·cp) + experts·{0}/edp", o),
                      fmt::format("{:.0f}·{}/{} + {:.0f}·{}/{}", dense, o, dp_cp, experts, o, x.edp)});
   }
+  if (x.run.post_validation) {  // optim/post_validation: fp32 values, gradients, m and v of the optimizer's share
+    const bool sharded = x.run.parallel.distributed_optimizer;
+    const double owned = sharded ? dense / dp_cp + experts / x.edp : n;
+    terms.push_back({"post-validation's saved step", owned * 16, sharded ? "(dense/(dp·cp) + experts/edp) × 16 B" : "params × 16 B",
+                     sharded ? fmt::format("({:.0f}/{} + {:.0f}/{}) × 16", dense, dp_cp, experts, x.edp)
+                             : fmt::format("{} × 16", params)});
+  }
   return terms;
 }
 

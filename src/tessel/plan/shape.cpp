@@ -39,14 +39,13 @@ AttentionBackend parse_attention_backend(const std::string& name) {
 }
 
 StageOptions PlanRun::stage_options() const {
-  return {parallel.pp, parallel.vpp, first_stage_layers, last_stage_layers, pipeline_layout,
-          schedule_placement(schedule_config().kind)};
+  const ScheduleConfig schedule = schedule_config();
+  return {parallel.pp, schedule.virtual_stages, first_stage_layers, last_stage_layers, pipeline_layout,
+          schedule_placement(schedule.kind)};
 }
 
 ScheduleConfig PlanRun::schedule_config() const {
-  ScheduleKind kind = parallel.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
-  if (!schedule.empty()) kind = parse_schedule_kind(schedule);
-  return {kind, parallel.pp, microbatches(), parallel.vpp, microbatch_group};
+  return chosen_schedule(schedule, parallel.pp, microbatches(), parallel.vpp, microbatch_group);
 }
 
 std::string PlanRun::describe() const {
@@ -110,7 +109,7 @@ StateBytes state_bytes(PlannedPrecision p) {
 RunShape::RunShape(const PlanModel& m, const PlanRun& r, const Cluster& c)
     : model(m), run(r), cluster(c), layout(r.parallel) {
   const ParallelConfig& p = r.parallel;
-  t = p.tp, cp = p.cp, pp = p.pp, v = p.vpp, ep = p.ep, etp = p.expert_tp();
+  t = p.tp, cp = p.cp, pp = p.pp, ep = p.ep, etp = p.expert_tp();
   dp = p.dp(), edp = p.expert_dp();
   sp = p.sequence_parallel && t > 1;
   b = r.micro_batch;
@@ -123,6 +122,7 @@ RunShape::RunShape(const PlanModel& m, const PlanRun& r, const Cluster& c)
   V_l = m.cfg.padded_vocab(t) / t;
   microbatches = r.microbatches();
   stages = r.stage_options();
+  v = stages.virtual_stages;  // a V schedule's two chunks per rank at --vpp 1
   chunks = assign_layers(m.cfg.num_layers, stages);
   schedule = r.schedule_config();
 }

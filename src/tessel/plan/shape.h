@@ -47,6 +47,14 @@ struct RunShape {
     if (e.pad_to_capacity && e.capacity_factor > 0) return moe_send_load();
     return e.capacity_factor > 0 ? e.capacity_factor : run.moe_load_factor;
   }
+  // The rows the busiest rank's experts compute on in a typical step, for the step time: the
+  // run's load factor, cut at an unpadded capacity (memory plans for the bound, time for the
+  // load the router gives; the rows over the capacity are dropped, not computed).
+  double moe_compute_load() const {
+    const MoeConfig& e = model.cfg.moe;
+    if (e.pad_to_capacity && e.capacity_factor > 0) return moe_send_load();
+    return e.capacity_factor > 0 ? std::min(e.capacity_factor, run.moe_load_factor) : run.moe_load_factor;
+  }
   bool tessel_cpu() const { return cluster.cpu(); }
   // How the groups of a kind sit on the nodes (the group spread over the most nodes): a
   // collective runs inside each node over NVLink and between nodes over the NICs (NCCL's

@@ -76,8 +76,8 @@ double layer_traffic(const RunShape& x, int layer, double norm_rows) {
     // the router and the routed rows: always this rank's rows (N/t under sequence parallel)
     // (the routed rows permuted out and back, the arrivals gathered over ETP; each ETP rank's
     // SwiGLU over all of them with 1/ETP of the neurons)
-    per_token += (2 * 4.0 * moe.num_experts + 2 * e * moe.topk * h * (1 + x.etp) * x.moe_load() +
-                  3 * e * moe.topk * m.expert_ffn() * x.moe_load()) * static_cast<double>(x.rows) / N;
+    per_token += (2 * 4.0 * moe.num_experts + 2 * e * moe.topk * h * (1 + x.etp) * x.moe_compute_load() +
+                  3 * e * moe.topk * m.expert_ffn() * x.moe_compute_load()) * static_cast<double>(x.rows) / N;
     per_token += 3 * e * moe.shared_expert_size / t;
   }
   return norm_rows * per_row + N * per_token;
@@ -99,7 +99,7 @@ LayerCost layer_cost(const RunShape& x, int layer) {
   // Projections over TP; the router on this rank's rows; MLA's down projections on all N rows;
   // routed experts on the rows that arrive (balanced: as many as leave), gathered over ETP, each
   // ETP rank with 1/ETP of every expert: rows × the experts' FLOPs.
-  const double matmul = N * f.dense / t + rows * router + N * (f.replicated - router) + rows * f.experts * x.moe_load();
+  const double matmul = N * f.dense / t + rows * router + N * (f.replicated - router) + rows * f.experts * x.moe_compute_load();
   const bool causal_kernel = x.run.attention != AttentionBackend::Unfused;
   const double attention = N * f.attention / t * (causal_kernel ? 0.5 : 1);
   LayerCost c;

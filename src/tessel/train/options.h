@@ -57,7 +57,7 @@ struct OptimOptions {
 
 // How the layers are cut into pipeline stages and which schedule runs them.
 struct PipelineOptions {
-  std::string schedule;         // --schedule gpipe | 1f1b | interleaved; empty: 1f1b, interleaved with VPP
+  std::string schedule;         // --schedule gpipe | 1f1b | interleaved | zb-h1 | zb-v | dualpipev; empty: 1f1b, interleaved with VPP
   int microbatch_group = 0;     // --microbatch-group-size-per-virtual-pipeline-stage (0: PP)
   int first_stage_layers = -1;  // --decoder-first-pipeline-num-layers (-1: not given)
   int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers

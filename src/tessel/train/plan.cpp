@@ -95,18 +95,6 @@ std::vector<std::string> expert_violations(const ParallelConfig& c, const ModelC
   return v;
 }
 
-// The schedule the flags ask for: 1F1B, or interleaved with VPP, unless --schedule names one.
-// Throws tessel::Error for an unknown name.
-ScheduleKind schedule_kind(const ParallelConfig& c, const PipelineOptions& p) {
-  if (!p.schedule.empty()) return parse_schedule_kind(p.schedule);
-  return c.vpp > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;
-}
-
-ScheduleConfig schedule_config(const ParallelConfig& c, const PipelineOptions& p, int microbatches) {
-  const ScheduleKind kind = schedule_kind(c, p);
-  return {kind, c.pp, microbatches, chunks_per_rank(kind, c.vpp), p.microbatch_group};
-}
-
 }  // namespace
 
 std::vector<std::string> batch_violations(const ParallelConfig& c, int64_t micro_batch,
@@ -174,7 +162,7 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
 StageOptions stage_options(const ParallelConfig& c, const PipelineOptions& p) {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   try {
-    kind = schedule_kind(c, p);
+    kind = chosen_schedule_kind(p.schedule, c.vpp);
   } catch (const Error&) {
     // an unknown --schedule: plan_training reports it; the stages are 1F1B's meanwhile
   }
@@ -220,7 +208,8 @@ TrainPlan plan_training(ModelConfig model, const TrainOptions& o) {
     plan.dp = c.dp();
     plan.microbatches = microbatch_count(c, batch.micro_batch_size, batch.global_batch_size);
     try {
-      plan.schedule = schedule_config(c, o.parallel.pipeline, plan.microbatches);
+      const PipelineOptions& p = o.parallel.pipeline;
+      plan.schedule = chosen_schedule(p.schedule, c.pp, plan.microbatches, c.vpp, p.microbatch_group);
       append(v, schedule_violations(plan.schedule));
     } catch (const Error& e) {
       v.push_back(e.what());  // an unknown --schedule name
