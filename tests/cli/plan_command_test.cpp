@@ -67,5 +67,23 @@ TEST(PlanCli, SearchExplainAndDrawings) {
     EXPECT_NE(explain.output.find(formula), std::string::npos) << formula << "\n" << explain.output;
 }
 
+// --calibrate measures this machine (GEMM, copy, MPI and a short tessel train) and writes a
+// cluster that plans a CPU run: the calibration run's own step and peak RSS come back.
+TEST(PlanCli, CalibrateWritesAClusterForThisMachine) {
+  const std::string file = ::testing::TempDir() + "/calibrated-cpu.json";
+  const testing::CommandResult c = run_tessel("plan --calibrate --out " + file);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  std::ifstream in(file);
+  const nlohmann::json cluster = nlohmann::json::parse(in);
+  const nlohmann::json& measured = cluster["measured"];
+  for (const char* key : {"train_step_s", "train_peak_rss_mib", "train_gemm_gflops"}) EXPECT_GT(measured[key].get<double>(), 0) << key;
+  const testing::CommandResult r = run_tessel("plan --cluster " + file + " --num-gpus 1 --micro-batch-size 8 --global-batch-size 16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json plan = nlohmann::json::parse(r.output);
+  const nlohmann::json& l = plan["layouts"][0];
+  EXPECT_NEAR(l["step_time_s"].get<double>() / measured["train_step_s"].get<double>(), 1.0, 0.01);
+  EXPECT_NEAR(l["memory_gib"]["per_stage"][0]["total_gib"].get<double>() * 1024 / measured["train_peak_rss_mib"].get<double>(), 1.0, 0.01);
+}
+
 }  // namespace
 }  // namespace tessel

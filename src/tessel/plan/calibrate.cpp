@@ -100,25 +100,27 @@ TrainMeasure measure_train(const std::string& self, PlanModel& model, PlanRun& r
   run.micro_batch = 8, run.global_batch = 16;
   run.precision = PlannedPrecision::FP32;
   run.attention = AttentionBackend::Tessel;
-  // GNU time reports the rank's peak RSS (--profile is not asked here: its report allocates one
+  // The step time and the GEMM rate come from the same iterations of a profiled run, so that a
+  // change of speed between two runs (a shared machine) cannot set the one against the other;
+  // GNU time reports the peak RSS of a second run without --profile (its report allocates one
   // more set of activations at the end).
-  const std::string args = " train --train-iters 8 --log-interval 1 --micro-batch-size 8 --global-batch-size 16";
-  const std::string out = run_capture(mpirun(1) + "/usr/bin/time -f 'tessel-maxrss-kib %M' " + self + args);
+  const std::string args = " train --train-iters 12 --log-interval 1 --micro-batch-size 8 --global-batch-size 16";
+  const std::string profiled = run_capture(mpirun(1) + self + args + " --profile");
   std::vector<double> ms;
-  for (size_t at = out.find("iter "); at != std::string::npos; at = out.find("iter ", at + 1)) {
-    const size_t line_end = out.find('\n', at);
-    const std::string line = out.substr(at, line_end - at);
+  for (size_t at = profiled.find("iter "); at != std::string::npos; at = profiled.find("iter ", at + 1)) {
+    const size_t line_end = profiled.find('\n', at);
+    const std::string line = profiled.substr(at, line_end - at);
     const size_t bar = line.rfind("| ");
     if (bar != std::string::npos && line.find(" ms") != std::string::npos) ms.push_back(std::stod(line.substr(bar + 2)));
   }
-  TESSEL_CHECK(ms.size() >= 4, "--calibrate: the training run printed {} iterations:\n{}", ms.size(), out);
+  TESSEL_CHECK(ms.size() >= 4, "--calibrate: the training run printed {} iterations:\n{}", ms.size(), profiled);
   std::vector<double> steady(ms.begin() + 2, ms.end());  // the first iterations size buffers and warm caches
   std::sort(steady.begin(), steady.end());
   TrainMeasure m;
   m.step_s = steady[steady.size() / 2] / 1e3;
-  m.rss_bytes = number_after(out, "tessel-maxrss-kib ", "the training run") * 1024;
-  const std::string profiled = run_capture(mpirun(1) + self + args + " --profile");
   m.gemm_flops = number_after(profiled, "profile: gemm ", "the profiled training run") * 1e9;
+  const std::string out = run_capture(mpirun(1) + "/usr/bin/time -f 'tessel-maxrss-kib %M' " + self + args);
+  m.rss_bytes = number_after(out, "tessel-maxrss-kib ", "the training run") * 1024;
   return m;
 }
 
