@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Zero-bubble schedules in real training: PP4 on 4 ranks, m = 8 microbatches, one thread each,
+# Zero-bubble schedules in real training: PP4 on 4 ranks (or PP ranks), m = 8 microbatches, one thread each,
 # the configurations run in turn in each of ROUNDS rounds (alternating, so that the shared
 # machine's load hits each alike). Per configuration and round: each rank's measured idle
-# fraction and peak activations (tessel train's end report), and tokens/s (the mean of
+# fraction, peak activations and the first rank's mean time per F, B, I and W action (tessel
+# train's end report), and tokens/s (the mean of
 # iterations 2 on). Then, on one process, full and selective recompute against none: the
 # executor's peak activations and the process's peak RSS.
-#   bench/zero_bubble.sh [ROUNDS]    (from the repository root, after building)
+#   bench/zero_bubble.sh [ROUNDS] [PP]    (from the repository root, after building; PP 4 needs a
+#   core per rank for its idle times to mean what they say; PP 2 fits a 2-core machine)
 set -euo pipefail
 rounds=${1:-3}
+pp=${2:-4}
 tessel=${TESSEL:-build/tessel}
 out=$(mktemp -d)
 model="--arch gpt2 --num-layers 8 --hidden-size 256 --num-attention-heads 4 --vocab-size 256"
@@ -20,16 +23,17 @@ declare -A flags=(
   [zb-v_selective]="--schedule zb-v --recompute-granularity selective"
 )
 order="1f1b zb-h1 interleaved zb-v zb-v_selective"
-echo "# $(lscpu | sed -n 's/^Model name: *//p'); load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; PP $pp on $pp ranks; load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$rounds"); do
   for name in $order; do
     log=$out/$name.$round
-    mpirun --allow-run-as-root --oversubscribe -n 4 -x OMP_NUM_THREADS=1 "$tessel" train --pp 4 $model --seq-length 128 $batch \
+    mpirun --allow-run-as-root --oversubscribe -n "$pp" -x OMP_NUM_THREADS=1 "$tessel" train --pp "$pp" $model --seq-length 128 $batch \
       ${flags[$name]} --log-json "$log.jsonl" >"$log.txt" 2>&1
     tps=$(python3 -c "import json,sys; r=[json.loads(l) for l in open(sys.argv[1])][1:]; print(round(sum(x['tokens_per_s'] for x in r)/len(r)))" "$log.jsonl")
     idle=$(grep -o 'idle [0-9.]*%' "$log.txt" | cut -d' ' -f2 | paste -sd/)
     act=$(grep -o 'peak activations [0-9.]* MiB' "$log.txt" | cut -d' ' -f3 | paste -sd/)
-    echo "round $round | $name | tok/s $tps | idle ranks 0/1/2/3 $idle | peak activations MiB $act | load $(cut -d' ' -f1 /proc/loadavg)"
+    costs=$(grep -o 'ms per action .*' "$log.txt" | head -1 | sed 's/ms per action //')
+    echo "round $round | $name | tok/s $tps | idle per rank $idle | peak activations MiB $act | first rank's ms per action $costs | load $(cut -d' ' -f1 /proc/loadavg)"
   done
 done
 # One process, 8 layers, seq 512: what recompute saves.

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/run_command.h"
@@ -99,6 +101,32 @@ TEST(ZeroBubbleCli, BadConfigsListEveryRule) {
   const std::string message = r.output.substr(line, r.output.find('\n', line) - line);
   EXPECT_NE(message.find("dualpipev needs at least 2 × --pp = 4 microbatches (got 2)"), std::string::npos) << message;
   EXPECT_NE(message.find("--recompute-method block needs --recompute-granularity full"), std::string::npos) << message;
+}
+
+// tessel train's end report gives each pipeline rank its mean time per compute action: F and B
+// under 1F1B, F, I and W where the schedule splits the backward.
+TEST(ZeroBubbleCli, TrainReportsTheCostOfEachAction) {
+  for (const auto& [schedule, kinds] : std::vector<std::pair<std::string, std::string>>{{"1f1b", "FB"}, {"zb-h1", "FIW"}}) {
+    const auto r = tessel::testing::run_command(
+        "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
+        " train --pp 2 --schedule " + schedule + " --num-layers 2 --hidden-size 32 --num-attention-heads 2 "
+        "--seq-length 16 --micro-batch-size 1 --global-batch-size 4 --train-iters 2 2>&1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (int rank = 0; rank < 2; ++rank) {
+      const size_t line = r.output.find("pipeline: rank " + std::to_string(rank));
+      ASSERT_NE(line, std::string::npos) << r.output;
+      const std::string text = r.output.substr(line, r.output.find('\n', line) - line);
+      const size_t at = text.find("ms per action ");
+      ASSERT_NE(at, std::string::npos) << text;
+      std::string seen;  // the kinds listed, each with a positive time
+      std::istringstream in(text.substr(at + 14));
+      for (std::string kind, ms; in >> kind >> ms;) {
+        seen += kind;
+        EXPECT_GT(std::stod(ms), 0) << text;
+      }
+      EXPECT_EQ(seen, kinds) << text;
+    }
+  }
 }
 
 }  // namespace

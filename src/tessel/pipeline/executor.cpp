@@ -130,8 +130,14 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
                  "pipeline schedule runs a backward of microbatch {} on chunk {} after the last "
                  "microbatch's, whose gradients are already reported final", a.microbatch, a.chunk);
   };
-  // After each compute, before its slot may be released: the activations held at that moment.
-  auto note_memory = [&] { stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, activation_bytes()); };
+  // After each compute that began at compute_start: its time, and (before its slot may be
+  // released) the activations held at that moment.
+  Clock::time_point compute_start;
+  auto computed = [&](ActionKind kind) {
+    stats_.compute_seconds[static_cast<int>(kind)] += seconds_since(compute_start);
+    stats_.compute_count[static_cast<int>(kind)]++;
+    stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, activation_bytes());
+  };
   for (const Action& a : actions) {
     const int k = model_chunk(a.chunk);
     TransformerChunk& chunk = *chunks_[a.chunk];
@@ -147,9 +153,10 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         break;
       case ActionKind::Forward: {
         wait(s.recv);
+        compute_start = Clock::now();
         loss_sum += forward(s, a.chunk, a.microbatch, fill, grad_scale);
         stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
-        note_memory();
+        computed(a.kind);
         break;
       }
       case ActionKind::SendForward:
@@ -168,13 +175,14 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         float* d_input = k > 0 ? s.d_input.data() : nullptr;
         s.input_grad_done = true;
         if (last_microbatch) reported[a.chunk] |= whole ? 3 : 1;
+        compute_start = Clock::now();
         if (!whole) {
           chunk.backward_input(s.acts, d_output, d_input, ready);
-          note_memory();
+          computed(a.kind);
           break;
         }
         chunk.backward(s.acts, d_output, d_input, ready);
-        note_memory();
+        computed(a.kind);
         --in_flight;
         s.weights_done = true;
         release_if_done(s, k);
@@ -186,8 +194,9 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
                      "pipeline schedule runs W of microbatch {} on chunk {} without a backward_input "
                      "before it", a.microbatch, a.chunk);
         if (last_microbatch) reported[a.chunk] |= 2;
+        compute_start = Clock::now();
         chunk.backward_weight(s.acts, ready);
-        note_memory();
+        computed(a.kind);
         --in_flight;
         s.weights_done = true;
         release_if_done(s, k);

@@ -15,6 +15,7 @@
 // through the same point-to-point calls.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -54,6 +55,10 @@ class PipelineExecutor {
     // Saved activations at their fullest: the slots in use (each its one allocation and the MoE
     // buffers that grow with routing) and the chunks' shared recompute buffers.
     int64_t peak_activation_bytes = 0;
+    // Compute time and count by action kind, indexed by ActionKind (F, B, I, W): the per-action
+    // costs that set a schedule's bubble (Qi et al.'s T_F, T_B, T_W).
+    std::array<double, 4> compute_seconds{};
+    std::array<int, 4> compute_count{};
   };
 
   // Runs `actions` for `microbatches` microbatches. Before the first backward (B or I) of the last

@@ -61,22 +61,29 @@ void report_communication(TrainLog& log, const std::map<std::string, IterationSt
 }
 
 // Each rank's measured idle fraction (time blocked on a receive: the bubble as the rank sees it),
-// peak microbatches in flight (PP > 1) and peak saved activations (the slots and the memory the
-// recomputed ones share), gathered to the first rank.
+// peak microbatches in flight, mean time per compute action (PP > 1) and peak saved activations
+// (the slots and the memory the recomputed ones share), gathered to the first rank.
 void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double total_s, int peak,
-                     int64_t activation_bytes) {
+                     const PipelineExecutor::Stats& actions, int64_t activation_bytes) {
   Comm& world = groups.world();
   const bool pipelined = groups.pp().size() > 1;
-  float mine[4] = {static_cast<float>(total_s > 0 ? wait_s / total_s : 0), static_cast<float>(peak),
-                   static_cast<float>(groups.coords().pp), static_cast<float>(activation_bytes / 1048576.0)};
-  std::vector<float> all(4 * world.size());
-  world.all_gather(mine, all.data(), 4);
+  constexpr int kFields = 8;
+  float mine[kFields] = {static_cast<float>(total_s > 0 ? wait_s / total_s : 0), static_cast<float>(peak),
+                         static_cast<float>(groups.coords().pp), static_cast<float>(activation_bytes / 1048576.0)};
+  for (int kind = 0; kind < 4; ++kind)  // ms per action, 0 where none ran
+    if (actions.compute_count[kind] > 0)
+      mine[4 + kind] = static_cast<float>(1e3 * actions.compute_seconds[kind] / actions.compute_count[kind]);
+  std::vector<float> all(kFields * world.size());
+  world.all_gather(mine, all.data(), kFields);
   for (int r = 0; r < world.size(); ++r) {
-    const float* a = all.data() + 4 * r;
+    const float* a = all.data() + kFields * r;
+    std::string per_action;
+    for (int kind = 0; kind < 4; ++kind)
+      if (a[4 + kind] > 0) per_action += fmt::format("{}{} {:.2f}", per_action.empty() ? "" : ", ", "FBIW"[kind], a[4 + kind]);
     if (pipelined)
       log.message(fmt::format("pipeline: rank {} (stage {}): idle {:.1f}% of the step, peak {} "
-                              "microbatches in flight, peak activations {:.3f} MiB",
-                              r, static_cast<int>(a[2]), 100 * a[0], static_cast<int>(a[1]), a[3]));
+                              "microbatches in flight, peak activations {:.3f} MiB; ms per action {}",
+                              r, static_cast<int>(a[2]), 100 * a[0], static_cast<int>(a[1]), a[3], per_action));
     else
       log.message(fmt::format("memory: rank {}: peak activations {:.3f} MiB", r, a[3]));
   }
@@ -165,6 +172,10 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
   if (s.iteration >= 2 || plan_.train_iters() == 1) {
     wait_seconds_ += pipeline.wait_seconds;
     pipeline_seconds_ += pipeline.seconds;
+    for (int kind = 0; kind < 4; ++kind) {
+      actions_.compute_seconds[kind] += pipeline.compute_seconds[kind];
+      actions_.compute_count[kind] += pipeline.compute_count[kind];
+    }
   }
   peak_in_flight_ = std::max(peak_in_flight_, pipeline.peak_in_flight);
   peak_activation_bytes_ = std::max(peak_activation_bytes_, pipeline.peak_activation_bytes);
@@ -173,7 +184,7 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
 void RunTotals::report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
                        const TransformerChunk& chunk, double read_seconds) {
   if (plan_.train_iters() > 0)
-    report_pipeline(log, groups, wait_seconds_, pipeline_seconds_, peak_in_flight_, peak_activation_bytes_);
+    report_pipeline(log, groups, wait_seconds_, pipeline_seconds_, peak_in_flight_, actions_, peak_activation_bytes_);
   if (!plan_.options.log.profile) return;
   ChunkActivations acts = chunk.make_activations();
   report_profile(k_, log, profiled_seconds_, params, chunk, acts);

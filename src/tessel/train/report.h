@@ -39,9 +39,9 @@ class RunTotals {
   void start_iteration(int64_t it);
   // After it: its statistics and the pipeline's.
   void add(const IterationStats& s, const PipelineExecutor::Stats& pipeline);
-  // Each rank's peak saved activations, with PP > 1 its idle fraction and peak microbatches in
-  // flight; then with
-  // --profile GEMM throughput, peak memory against the analytic sum and communication.
+  // Each rank's peak saved activations, with PP > 1 its idle fraction, peak microbatches in
+  // flight and mean time per compute action (F, B, I, W); then with --profile GEMM throughput,
+  // peak memory against the analytic sum and communication.
   // Collective over the world.
   // `read_seconds`: the data loader's thread's reading of one batch.
   void report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
@@ -54,6 +54,7 @@ class RunTotals {
   int profiled_iterations_ = 0;
   std::map<std::string, IterationStats::Comm> profiled_comm_;  // by "group op", summed
   double wait_seconds_ = 0, pipeline_seconds_ = 0;
+  PipelineExecutor::Stats actions_;  // compute time and count per action kind, summed
   int peak_in_flight_ = 0;
   int64_t peak_activation_bytes_ = 0;
 };
