@@ -189,7 +189,15 @@ double TrainPlan::batch_tokens() const {
   return static_cast<double>(options.batch.global_batch_size) * model.seq_length;
 }
 
-TrainPlan plan_training(ModelConfig model, const TrainOptions& o) {
+namespace {
+
+// The plan as far as the rules allow, and every rule broken on the way.
+struct CheckedPlan {
+  TrainPlan plan;
+  std::vector<std::string> violations;
+};
+
+CheckedPlan check_training(ModelConfig model, const TrainOptions& o) {
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
   std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);
@@ -230,9 +238,22 @@ TrainPlan plan_training(ModelConfig model, const TrainOptions& o) {
   }
   append(v, recompute_violations(o.recompute, chunk_layers, model.moe.num_experts > 0,
                                  model.moe.shared_expert_size > 0));
+  return {std::move(plan), std::move(v)};
+}
+
+}  // namespace
+
+TrainPlan plan_training(ModelConfig model, const TrainOptions& o) {
+  CheckedPlan checked = check_training(std::move(model), o);
+  const std::vector<std::string>& v = checked.violations;
   if (!v.empty()) throw ConfigError(fmt::format("invalid configuration: {}", fmt::join(v, "; ")));
-  plan.chunks = assign_layers(model.num_layers, plan.stages);
+  TrainPlan& plan = checked.plan;
+  plan.chunks = assign_layers(plan.model.num_layers, plan.stages);
   return plan;
+}
+
+std::vector<std::string> training_plan_violations(ModelConfig model, const TrainOptions& o) {
+  return check_training(std::move(model), o).violations;
 }
 
 }  // namespace tessel

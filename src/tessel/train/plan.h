@@ -68,5 +68,8 @@ struct TrainPlan {
 // one broken, else resolves. Reads the tokenizer's files (a bad file is a tessel::Error); a
 // vocab_size of 0 becomes the tokenizer's.
 TrainPlan plan_training(ModelConfig model, const TrainOptions& options);
+// The same rules without the throw: every one broken, one message each (empty when the
+// configuration is valid). `tessel plan` asks it of the layouts it considers.
+std::vector<std::string> training_plan_violations(ModelConfig model, const TrainOptions& options);
 
 }  // namespace tessel
