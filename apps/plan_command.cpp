@@ -92,6 +92,8 @@ PlanCommand::PlanCommand(CLI::App& app) {
   mb_opt_ = c.add_option("--micro-batch-size", micro_batch_, "samples per microbatch")->capture_default_str();
   c.add_option("--global-batch-size", global_batch_, "samples per iteration")->capture_default_str();
   recompute_opt_ = c.add_option("--recompute-granularity", recompute_, "none | selective | full")->capture_default_str();
+  c.add_option("--recompute-method", recompute_method_, "full recompute: uniform (the one planned)");
+  c.add_option("--recompute-num-layers", recompute_num_layers_, "full recompute: layers per group (1, the one planned)");
   c.add_option("--decoder-first-pipeline-num-layers", first_layers_, "layers of the first stage");
   c.add_option("--decoder-last-pipeline-num-layers", last_layers_, "layers of the last stage");
   c.add_option("--pipeline-model-parallel-layout", pipeline_layout_, "Megatron's layout string");
@@ -157,6 +159,15 @@ PlanRun PlanCommand::resolve_run(const PlanModel& model, const Cluster& cluster)
   r.micro_batch = micro_batch_;
   r.global_batch = global_batch_;
   r.recompute = parse_recompute(recompute_);
+  // tessel train's flags for the one full recompute the planner models (Korthikanti's: every
+  // layer keeps only its input).
+  const bool method_given = !recompute_method_.empty() || recompute_num_layers_ != 0;
+  if (r.recompute != Recompute::Full && method_given)
+    throw ConfigError("--recompute-method and --recompute-num-layers need --recompute-granularity full");
+  if (r.recompute == Recompute::Full && ((recompute_method_ != "uniform" && !recompute_method_.empty()) ||
+                                         recompute_num_layers_ > 1 || recompute_num_layers_ < 0))
+    throw ConfigError(fmt::format("tessel plan models full recompute as --recompute-method uniform --recompute-num-layers 1 "
+                                  "(got --recompute-method '{}' --recompute-num-layers {})", recompute_method_, recompute_num_layers_));
   TESSEL_CHECK(!(bf16_ && fp16_), "give --bf16 or --fp16, not both");
   r.precision = cluster.cpu() ? PlannedPrecision::FP32 : fp16_ ? PlannedPrecision::FP16 : PlannedPrecision::BF16;
   if (cluster.cpu() && (bf16_ || fp16_)) r.precision = fp16_ ? PlannedPrecision::FP16 : PlannedPrecision::BF16;  // refused by the rules

@@ -38,7 +38,8 @@ class PlanCommand {
   int num_gpus_ = 0;
   ParallelConfig parallel_;
   int64_t micro_batch_ = 16, global_batch_ = 32;
-  std::string recompute_ = "none", schedule_, pipeline_layout_, attention_;
+  std::string recompute_ = "none", recompute_method_, schedule_, pipeline_layout_, attention_;
+  int recompute_num_layers_ = 0;
   int first_layers_ = -1, last_layers_ = -1, microbatch_group_ = 0, threads_ = 1;
   double moe_load_factor_ = 1.0;
   bool bf16_ = false, fp16_ = false, overlap_grad_reduce_ = false, post_validation_ = false, no_async_tp_ = false;

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Planned against measured on this machine: `tessel plan --calibrate`, then real `tessel train`
-layouts (DP, TP, SP, PP, VPP, uneven PP, zero-bubble, CP, EP, mixed) under mpirun, one thread per rank; for
+layouts (DP, TP, SP, PP, VPP, uneven PP, zero-bubble, recompute, CP, EP, mixed) under mpirun, one thread per rank; for
 each, every rank's peak RSS (GNU time) and the median step time against the planner's figures for
 the same flags. Rounds alternate the order of the layouts; each round calibrates afresh, so load
 from other processes hits calibration and runs alike. Prints a markdown table for bench/RESULTS.md.
@@ -35,8 +35,16 @@ LAYOUTS = [  # name, ranks, flags (model, layout and batch)[, flags for tessel t
                                        "--micro-batch-size 2 --global-batch-size 8", "--clip-grad 0"),
     ("PP2 ZB-V", 2, f"{GPT} --pp 2 --schedule zb-v --micro-batch-size 2 --global-batch-size 8"),
     ("PP2 DualPipeV", 2, f"{GPT} --pp 2 --schedule dualpipev --micro-batch-size 2 --global-batch-size 8"),
+    ("PP2 full recompute", 2, f"{GPT} --pp 2 --recompute-granularity full --recompute-method uniform "
+                              "--recompute-num-layers 1 --micro-batch-size 2 --global-batch-size 8"),
+    ("PP2 ZB-V full recompute", 2, f"{GPT} --pp 2 --schedule zb-v --recompute-granularity full --recompute-method uniform "
+                                   "--recompute-num-layers 1 --micro-batch-size 2 --global-batch-size 8"),
+    ("TP2 + SP selective recompute", 2, f"{GPT} --tp 2 --sequence-parallel --recompute-granularity selective "
+                                        "--micro-batch-size 4 --global-batch-size 8"),
     ("CP2 (llama)", 2, f"{LLAMA} --cp 2 --micro-batch-size 4 --global-batch-size 4"),
     ("EP2 (MoE)", 2, f"{MOE} --ep 2 --micro-batch-size 4 --global-batch-size 8"),
+    ("EP2 (MoE) full recompute", 2, f"{MOE} --ep 2 --recompute-granularity full --recompute-method uniform "
+                                    "--recompute-num-layers 1 --micro-batch-size 4 --global-batch-size 8"),
     ("DP4", 4, f"{GPT} --tp 1 --micro-batch-size 2 --global-batch-size 8"),
     ("TP2 x PP2 + SP", 4, f"{GPT} --tp 2 --pp 2 --sequence-parallel --micro-batch-size 2 --global-batch-size 8"),
     ("PP4 uneven (1, 3, 3, 1)", 4, f"{GPT} --pp 4 --decoder-first-pipeline-num-layers 1 "

@@ -30,6 +30,8 @@ TEST(PlanCli, BadInputIsRefusedClearly) {
   expect_error("--model llama3-8b --cluster h100 --num-gpus 8 --tp 3", "not divisible");
   expect_error("--model llama3-405b --cluster a100-80gb --num-gpus 8 --global-batch-size 8", "no layout of llama3-405b fits");
   expect_error("--model-config /nonexistent.json", "/nonexistent.json: cannot open");
+  expect_error("--tp 1 --recompute-granularity full --recompute-method block", "models full recompute as --recompute-method uniform");
+  expect_error("--tp 1 --recompute-method uniform", "need --recompute-granularity full");
 }
 
 TEST(PlanCli, JsonCarriesTheFigures) {

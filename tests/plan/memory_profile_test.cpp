@@ -119,5 +119,46 @@ TEST(PlanMemoryCli, MoeExpertParallelPipelineAndContextParallel) {
   }
 }
 
+// Recompute: the executor's peak activations of one microbatch in flight (its kept tensors, the
+// chunk's recompute arena and, under full recompute, the MoE layers' own buffers) as the planner
+// counts them, for none, selective (core attention) and full (uniform, one layer) recompute.
+double executor_peak_activations_mib(const std::string& launcher, const std::string& args) {
+  const testing::CommandResult r = run_command(launcher + TESSEL_BINARY + " train --train-iters 2 " + args);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  const std::regex line(R"(rank 0[^\n]*peak activations ([0-9.]+) MiB)");
+  EXPECT_TRUE(std::regex_search(r.output, m, line)) << r.output;
+  return m.size() < 2 ? 0 : std::stod(m[1]);
+}
+
+TEST(PlanMemoryCli, RecomputeKeepsWhatThePlannerCounts) {
+  const std::string flags[] = {"", "--recompute-granularity selective",
+                               "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"};
+  const Recompute planned[] = {Recompute::None, Recompute::Selective, Recompute::Full};
+  const std::string moe = "--arch llama --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 "
+                          "--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 96 "
+                          "--moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity --ep 2 ";
+  ModelConfig moe_cfg = llama(2, 64, 4, 0);
+  moe_cfg.moe.num_experts = 4, moe_cfg.moe.topk = 2, moe_cfg.moe.ffn_hidden_size = 96;
+  moe_cfg.moe.capacity_factor = 1, moe_cfg.moe.pad_to_capacity = true;
+  for (int i = 0; i < 3; ++i) {
+    for (const bool is_moe : {false, true}) {
+      const double got = executor_peak_activations_mib(
+          is_moe ? "timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -n 2 " : "timeout 120 ",
+          (is_moe ? moe : std::string()) + "--micro-batch-size 2 --global-batch-size " + (is_moe ? "4 " : "2 ") + flags[i]);
+      PlanModel model;
+      if (is_moe) model.cfg = moe_cfg;
+      PlanRun run;
+      run.parallel.world = is_moe ? 2 : 1, run.parallel.ep = is_moe ? 2 : 1;
+      run.micro_batch = 2, run.global_batch = is_moe ? 4 : 2, run.recompute = planned[i];
+      run.precision = PlannedPrecision::FP32;
+      run.attention = AttentionBackend::Tessel;
+      const RunShape x(model, run, cluster_preset("cpu"));
+      const ChunkMemory c = tessel_chunk_activations(x, x.stage_chunks(0).front());
+      EXPECT_NEAR((c.saved + c.shared) / kMiB, got, 0.0011) << (is_moe ? "MoE " : "gpt2 ") << flags[i];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessel

@@ -86,20 +86,27 @@ StageMemory stage_memory(const RunShape& x, int stage, const RankSchedule& compu
   }
   const InFlight f = walk(compute, chunks, sends_back, x.tessel_cpu());
   m.peak_in_flight = f.peak_pairs;
-  double transient = 0;
-  for (const ChunkMemory& c : chunks) transient = std::max(transient, c.transient);
-  m.activations = f.bytes + transient;
+  double transient = 0, shared = 0;
+  for (const ChunkMemory& c : chunks) transient = std::max(transient, c.transient), shared += c.shared;
+  m.activations = f.bytes + transient + shared;
   std::string per_chunk;
   for (size_t c = 0; c < chunks.size(); ++c)
     per_chunk += fmt::format("{}{} × {}", c ? " + " : "", f.peak_per_chunk[c], bytes_str(chunks[c].saved + (x.tessel_cpu() ? chunks[c].slot : 0)));
   m.terms.push_back({"activations", m.activations,
                      x.tessel_cpu() ? "Σ chunks: most microbatches in flight × (saved + slot), from the schedule"
                                     : "most bytes in flight over the schedule (Σ in-flight microbatches × chunk bytes) + the largest transient",
-                     fmt::format("{} pairs at the peak; {} per chunk at most{}", f.peak_pairs, per_chunk,
-                                 transient > 0 ? " + " + bytes_str(transient) : "")});
-  for (size_t c = 0; c < chunks.size(); ++c)
+                     fmt::format("{} pairs at the peak; {} per chunk at most{}{}", f.peak_pairs, per_chunk,
+                                 transient > 0 ? " + " + bytes_str(transient) : "",
+                                 shared > 0 ? " + recompute arenas " + bytes_str(shared) : "")});
+  for (size_t c = 0; c < chunks.size(); ++c) {
     for (const Term& t : chunks[c].terms)
       m.terms.push_back({fmt::format("  chunk {} per microbatch: {}", c, t.name), t.value, t.formula, t.numbers});
+    if (chunks[c].shared > 0)
+      m.terms.push_back({fmt::format("  chunk {} once: recompute arena", c), chunks[c].shared,
+                         x.run.recompute == Recompute::Full ? "the largest layer's tensors + its recomputed output (N_l, C)"
+                                                            : "one layer's attention log-sum-exp (B, H_l, T)",
+                         bytes_str(chunks[c].shared)});
+  }
   for (const Term& t : rank_buffers(x, stage)) {
     m.buffers += t.value;
     m.terms.push_back(t);

@@ -18,6 +18,7 @@ struct ChunkMemory {
   double slot = 0;       // per in-flight microbatch besides (tessel: the executor's slot buffers)
   double transient = 0;  // alive only while the chunk runs (recomputed layers, logits)
   double gradient = 0;   // tessel: its input gradient, which may still be leaving when the slot is reused
+  double shared = 0;     // tessel: once per chunk, whatever the microbatches (the recompute arena)
   std::vector<Term> terms;
 };
 ChunkMemory chunk_activations(const RunShape& shape, const ChunkSpec& chunk);

@@ -80,9 +80,7 @@ std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& r
   const int world = run.parallel.world;
   for (std::string& m : gpu_count_violations(world, cluster)) add(std::move(m));
   if (cluster.cpu()) {
-    if (run.recompute != Recompute::None)
-      add("tessel's CPU ranks keep every activation: --recompute-granularity none");
-    if (run.precision != PlannedPrecision::FP32) add("tessel's CPU ranks compute in fp32 (no --bf16 / --fp16)");
+    if (run.precision != PlannedPrecision::FP32) add("tessel plan models CPU ranks in fp32 (tessel train --bf16 on a CPU only rounds the GEMM operands, to compare with a GPU run; no --fp16)");
     if (model.kv_channels > 0 || model.multi_latent_attention)
       add("tessel does not train --kv-channels or --multi-latent-attention yet (plan them on a GPU cluster)");
     if (run.threads < 1) add("--threads must be positive");

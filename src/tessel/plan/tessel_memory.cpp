@@ -76,22 +76,17 @@ double moe_scratch(const RunShape& x) {  // moe.cpp scratch_bytes, per MoE layer
   return floats * 4 + N * k;  // + the keep flags, one byte each
 }
 
-}  // namespace
-
-ChunkMemory tessel_chunk_activations(const RunShape& x, const ChunkSpec& chunk) {
-  ChunkMemory m;
-  const TesselSizes z(x);
+// The tensors `L` layers (`dense` of them dense, `moe_layers` MoE) keep for their backward
+// (transformer.cpp's make_activations, layer by layer); the softmax statistics (log-sum-exp)
+// only when `lse`, as selective recompute of core attention recomputes them.
+void layer_terms(Counter& c, const RunShape& x, const TesselSizes& z, double L, double dense, double moe_layers, bool lse) {
   const ModelConfig& cfg = x.model.cfg;
   const bool gpt2 = cfg.arch == Arch::GPT2;
-  Counter c{m.terms};
-  c.add("residual stream", (chunk.num_layers + 1) * z.N_l * z.C, "(layers + 1) × (N_l, C)");
-  int moe_layers = 0;
-  for (int l = chunk.first_layer; l < chunk.first_layer + chunk.num_layers; ++l) moe_layers += cfg.moe.is_moe_layer(l);
-  const double L = chunk.num_layers, dense = L - moe_layers;
   c.add("layers: norm outputs (gathered)", L * z.N * z.C + dense * z.N * z.C + moe_layers * z.N_l * z.C,
         "layers × (N, C) + dense layers × (N, C) + MoE layers × (N_l, C)");
   c.add("layers: norm statistics", L * (gpt2 ? 4 : 2) * z.N_l, gpt2 ? "layers × 4 × (N_l)" : "layers × 2 × (N_l)");
-  c.add("layers: attention output, log-sum-exp", L * (z.N * z.HD + z.B * z.H_l * z.T), "layers × ((N, HD) + (B, H_l, T))");
+  c.add("layers: attention output", L * z.N * z.HD, "layers × (N, HD)");
+  if (lse) c.add("layers: attention log-sum-exp", L * z.B * z.H_l * z.T, "layers × (B, H_l, T)");
   c.add("layers: residual after attention", L * z.N_l * z.C, "layers × (N_l, C)");
   c.add("layers: output-projection gradients", L * z.N * z.C + dense * z.N * z.C, "layers × (N, C) + dense layers × (N, C)");
   if (gpt2) {
@@ -110,6 +105,46 @@ ChunkMemory tessel_chunk_activations(const RunShape& x, const ChunkSpec& chunk) 
     moe_saved(per_layer, x, "");
     for (const Term& t : one)
       c.add("MoE layers: " + t.name, moe_layers * t.value / 4, fmt::format("MoE layers × {}", t.formula));
+  }
+}
+
+}  // namespace
+
+ChunkMemory tessel_chunk_activations(const RunShape& x, const ChunkSpec& chunk) {
+  ChunkMemory m;
+  const TesselSizes z(x);
+  const ModelConfig& cfg = x.model.cfg;
+  const bool gpt2 = cfg.arch == Arch::GPT2;
+  Counter c{m.terms};
+  c.add("residual stream", (chunk.num_layers + 1) * z.N_l * z.C, "(layers + 1) × (N_l, C)");
+  int moe_layers = 0;
+  for (int l = chunk.first_layer; l < chunk.first_layer + chunk.num_layers; ++l) moe_layers += cfg.moe.is_moe_layer(l);
+  const double L = chunk.num_layers, dense = L - moe_layers;
+  // Full recompute keeps each layer's input alone (the residual stream above); a layer's other
+  // tensors live in one arena per chunk that its microbatches borrow in turn, sized for the
+  // largest layer, with the recomputed output beside it. Selective recompute of core attention
+  // moves only the softmax statistics there.
+  const Recompute rc = x.run.recompute;
+  if (rc != Recompute::Full) layer_terms(c, x, z, L, dense, moe_layers, rc == Recompute::None);
+  // Under full recompute an MoE layer keeps its whole Saved in buffers of its own instead
+  // (moe.cpp: they grow with the routing), one per MoE layer.
+  if (rc != Recompute::None) {
+    std::vector<Term> moe_terms;
+    Counter moe_layer{moe_terms};
+    if (moe_layers > 0) moe_saved(moe_layer, x, "");
+    double arena = 0;
+    for (const bool moe : {false, true}) {
+      if (moe ? moe_layers == 0 : dense == 0) continue;
+      std::vector<Term> one;
+      Counter layer{one};
+      if (rc == Recompute::Full)
+        layer_terms(layer, x, z, 1, moe ? 0 : 1, moe ? 1 : 0, true);
+      else
+        layer.add("", z.B * z.H_l * z.T, "");
+      arena = std::max(arena, layer.total - (moe && rc == Recompute::Full ? moe_layer.total : 0));
+    }
+    if (rc == Recompute::Full) arena += z.N_l * z.C * 4 + moe_layers * moe_layer.total;
+    m.shared = arena;
   }
   if (chunk.has_embedding) c.add("token ids in this vocabulary shard", z.N, "(N) int32");
   if (chunk.has_head) {
