@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "tessel/plan/estimate.h"
+#include "tessel/plan/shape.h"
+#include "tessel/plan/time.h"
 
 namespace tessel {
 namespace {
@@ -77,6 +79,25 @@ TEST(PlanTime, ThroughputFiguresFollowTheirDefinitions) {
   EXPECT_NEAR(e.mfu, model_flops_per_iteration(m, 64) / (e.time.step * 64 * a100.peak_flops), 1e-12);
   EXPECT_NEAR(e.tflops_per_gpu * 1e12 / a100.peak_flops, e.mfu, 1e-12);
   EXPECT_NEAR(e.time.step, e.time.makespan + e.time.dp_comm + e.time.embedding_sync + e.time.optimizer, 1e-12);
+}
+
+// A split backward's W is the weight-gradient GEMMs, as many FLOPs as the forward's GEMMs, and
+// its I the rest; on tessel's CPU ranks full recompute runs the weight gradients inside I.
+TEST(PlanTime, WeightGradientsAreTheWAction) {
+  const PlanModel m;  // tessel's default model
+  PlanRun r = run_of(2, 1, 2, 8, 1);
+  r.precision = PlannedPrecision::FP32;
+  r.attention = AttentionBackend::Tessel;
+  r.schedule = "zb-h1";
+  const Cluster cpu = cluster_preset("cpu");
+  const RunShape x(m, r, cpu);
+  const ChunkCost plain = chunk_cost(x, x.stage_chunks(0).front());
+  EXPECT_GT(plain.weight_gradients, 0);
+  EXPECT_LT(plain.weight_gradients, plain.backward.total() / 2);  // I also holds attention, norms, activations
+  EXPECT_LE(plain.weight_gradients, plain.forward.gemm);
+  r.recompute = Recompute::Full;
+  const RunShape full(m, r, cpu);
+  EXPECT_EQ(chunk_cost(full, full.stage_chunks(0).front()).weight_gradients, 0);
 }
 
 }  // namespace

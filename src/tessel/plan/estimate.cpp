@@ -207,8 +207,8 @@ Estimate estimate(const PlanModel& model, const PlanRun& run, const Cluster& clu
     switch (a.kind) {
       case ActionKind::Forward: return costs[r][a.chunk].forward.total();
       case ActionKind::Backward: return costs[r][a.chunk].backward.total();
-      case ActionKind::BackwardInput:
-      case ActionKind::BackwardWeight: return costs[r][a.chunk].backward.total() / 2;
+      case ActionKind::BackwardInput: return costs[r][a.chunk].backward.total() - costs[r][a.chunk].weight_gradients;
+      case ActionKind::BackwardWeight: return costs[r][a.chunk].weight_gradients;
       default: return blocking_p2p ? p2p[r][a.peer] : 0.0;
     }
   };

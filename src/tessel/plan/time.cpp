@@ -85,6 +85,7 @@ double layer_traffic(const RunShape& x, int layer, double norm_rows) {
 
 struct LayerCost {
   Seconds forward, backward;
+  double weight_gradients = 0;  // of the backward's GEMMs
 };
 
 LayerCost layer_cost(const RunShape& x, int layer) {
@@ -127,6 +128,7 @@ LayerCost layer_cost(const RunShape& x, int layer) {
   // Megatron overlaps the backward's TP collectives with the weight-gradient GEMMs; tessel's
   // CPU ranks wait for them.
   const double weight_gradients = matmul / flops_rate;
+  c.weight_gradients = megatron || x.run.recompute != Recompute::Full ? weight_gradients : 0;
   c.backward.tp = megatron && x.run.async_tp_allreduce ? std::max(0.0, c.forward.tp - weight_gradients) : c.forward.tp;
   c.backward.ep = c.forward.ep;
   if (x.cp > 1) c.backward.cp = std::max(0.0, 2 * ring - backward_attention * attention_forward);
@@ -171,6 +173,7 @@ ChunkCost chunk_cost(const RunShape& x, const ChunkSpec& chunk) {
       into->gemm += count * from->gemm, into->memory += count * from->memory, into->tp += count * from->tp;
       into->cp += count * from->cp, into->ep += count * from->ep;
     }
+    c.weight_gradients += count * one.weight_gradients;
   };
   add(moe_example, moe_layers);
   add(dense_example, chunk.num_layers - moe_layers);

@@ -23,6 +23,10 @@ struct Seconds {
 // One microbatch on one model chunk: its forward and its backward (recomputation included).
 struct ChunkCost {
   Seconds forward, backward;
+  // Of the backward, the weight-gradient GEMMs: what a zero-bubble schedule's W runs (the rest is
+  // its I). None on tessel's CPU ranks under full recompute, whose weight gradients read the
+  // recomputed tensors and so run inside I.
+  double weight_gradients = 0;
 };
 ChunkCost chunk_cost(const RunShape& shape, const ChunkSpec& chunk);
 
