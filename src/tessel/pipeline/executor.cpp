@@ -203,7 +203,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         break;
       case ActionKind::SendBackward:
         s.send_backward = pp_.isend(s.d_input.data(), rows, a.peer, p2p_tag(a, rank, schedule_));
-        s.input_grad_sent = true;  // the slot is reused only once the send has left
+        s.input_grad_sent = true;  // the slot may be reused now (a gradient still leaving waits aside)
         release_if_done(s, k);
         break;
     }

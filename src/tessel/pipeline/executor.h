@@ -5,7 +5,9 @@
 // so a schedule without a dependency cycle never deadlocks.
 //
 // Each (chunk, microbatch) in flight holds a slot: its activations and its message buffers, sized
-// once and reused (a slot is free again when its last send has completed).
+// once and reused: a slot is free again once its backward is done and its output has left; an
+// input gradient still on its way to the previous stage then waits aside in its own buffer, so
+// that a slow receiver holds back one (N_l, C) buffer rather than a slot of activations.
 //
 // Backward runs whole (B) or in halves (I then W, as zero-bubble schedules place them): I computes
 // the input gradient, which SendBackward can ship at once; W, any time later, the weight
