@@ -62,6 +62,9 @@ class PipelineExecutor {
     std::array<double, 4> compute_seconds{};
     std::array<int, 4> compute_count{};
   };
+  static_assert(static_cast<int>(ActionKind::Forward) == 0 && static_cast<int>(ActionKind::Backward) == 1 &&
+                    static_cast<int>(ActionKind::BackwardInput) == 2 && static_cast<int>(ActionKind::BackwardWeight) == 3,
+                "Stats' per-kind arrays are indexed F, B, I, W");
 
   // Runs `actions` for `microbatches` microbatches. Before the first backward (B or I) of the last
   // microbatch `arm` is called, and that microbatch's backwards (B, I and W) report finished

@@ -125,26 +125,24 @@ ChunkMemory tessel_chunk_activations(const RunShape& x, const ChunkSpec& chunk) 
   // largest layer, with the recomputed output beside it. Selective recompute of core attention
   // moves only the softmax statistics there.
   const Recompute rc = x.run.recompute;
-  if (rc != Recompute::Full) layer_terms(c, x, z, L, dense, moe_layers, rc == Recompute::None);
-  // Under full recompute an MoE layer keeps its whole Saved in buffers of its own instead
-  // (moe.cpp: they grow with the routing), one per MoE layer.
-  if (rc != Recompute::None) {
+  if (rc == Recompute::Full) {
+    // One layer's tensors of each kind; an MoE layer keeps its whole Saved in buffers of its own
+    // instead (moe.cpp: they grow with the routing), one per MoE layer.
+    auto layer_bytes = [&](double dense_layers, double moe) {
+      std::vector<Term> terms;
+      Counter one{terms};
+      layer_terms(one, x, z, 1, dense_layers, moe, true);
+      return one.total;
+    };
     std::vector<Term> moe_terms;
-    Counter moe_layer{moe_terms};
-    if (moe_layers > 0) moe_saved(moe_layer, x, "");
-    double arena = 0;
-    for (const bool moe : {false, true}) {
-      if (moe ? moe_layers == 0 : dense == 0) continue;
-      std::vector<Term> one;
-      Counter layer{one};
-      if (rc == Recompute::Full)
-        layer_terms(layer, x, z, 1, moe ? 0 : 1, moe ? 1 : 0, true);
-      else
-        layer.add("", z.B * z.H_l * z.T, "");
-      arena = std::max(arena, layer.total - (moe && rc == Recompute::Full ? moe_layer.total : 0));
-    }
-    if (rc == Recompute::Full) arena += z.N_l * z.C * 4 + moe_layers * moe_layer.total;
-    m.shared = arena;
+    Counter moe_saved_bytes{moe_terms};
+    if (moe_layers > 0) moe_saved(moe_saved_bytes, x, "");
+    double largest = dense > 0 ? layer_bytes(1, 0) : 0;
+    if (moe_layers > 0) largest = std::max(largest, layer_bytes(0, 1) - moe_saved_bytes.total);
+    m.shared = largest + z.N_l * z.C * 4 + moe_layers * moe_saved_bytes.total;
+  } else {
+    layer_terms(c, x, z, L, dense, moe_layers, rc == Recompute::None);
+    if (rc == Recompute::Selective) m.shared = z.B * z.H_l * z.T * 4;  // one layer's log-sum-exp
   }
   if (chunk.has_embedding) c.add("token ids in this vocabulary shard", z.N, "(N) int32");
   if (chunk.has_head) {
