@@ -1,9 +1,14 @@
 // `tessel schedule --json` for the zero-bubble schedules (the bubble beside its formula, per rank
 // the idle time and peak in flight), per-action costs, and the bad schedule and recompute
-// configurations of `tessel schedule` and `tessel train`, every rule in one message.
+// configurations of `tessel schedule` and `tessel train`, every rule in one message; what
+// optimizer post-validation did with each step.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -127,6 +132,43 @@ TEST(ZeroBubbleCli, TrainReportsTheCostOfEachAction) {
       EXPECT_EQ(seen, kinds) << text;
     }
   }
+}
+
+// Optimizer post-validation steps before the norm only after a step the norm left as it was: with
+// --clip-grad 3 the first iterations clip (norms about 6.5) and the later ones do not. The counts
+// the end report gives follow from the logged norms by that rule: the first step is taken before
+// its norm; one the norm changes is redone and, unless it is the last, its next iteration runs
+// again to a plain step; plain steps go on until a norm under the threshold.
+TEST(ZeroBubbleCli, PostValidationStepsBeforeTheNormAfterAKeptStep) {
+  const std::filesystem::path log =
+      std::filesystem::temp_directory_path() / ("tessel_post_validation_" + std::to_string(getpid()) + ".jsonl");
+  const auto r = tessel::testing::run_command(
+      "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
+      " train --pp 2 --schedule zb-h1 --num-layers 4 --hidden-size 128 --num-attention-heads 4 "
+      "--seq-length 64 --micro-batch-size 2 --global-batch-size 8 --train-iters 8 --log-interval 1 --threads 1 "
+      "--enable-optimizer-post-validation --clip-grad 3 --log-json " + log.string() + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<double> norms;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) norms.push_back(nlohmann::json::parse(line).at("grad_norm"));
+  std::filesystem::remove(log);
+  ASSERT_EQ(norms.size(), 8u);
+  int kept = 0, redone = 0, rerun = 0, after_norm = 0;
+  bool before_norm = true;  // iteration i's step is taken before its norm
+  for (size_t i = 0; i < norms.size(); ++i) {
+    const bool plain = norms[i] <= 3.0;
+    if (!before_norm) ++after_norm;
+    else if (plain) ++kept;
+    else ++redone, rerun += i + 1 < norms.size();
+    before_norm = plain;
+  }
+  ASSERT_GT(redone, 0) << "no norm over 3: the test no longer covers a redone step";
+  ASSERT_GT(kept, 0) << "no norm under 3 after: the test no longer covers the return to stepping early";
+  const std::string expected = "optimizer post-validation: " + std::to_string(kept) +
+                               " steps taken before their gradient norm and kept, " + std::to_string(redone) +
+                               " redone (" + std::to_string(rerun) + " iterations run again), " +
+                               std::to_string(after_norm) + " taken after the norm";
+  EXPECT_NE(r.output.find(expected), std::string::npos) << expected << "\n" << r.output;
 }
 
 }  // namespace

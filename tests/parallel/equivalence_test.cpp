@@ -263,8 +263,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Equivalence,
                          });
 
 // Zero-bubble schedules, each on PP2 and PP4, alone, with TP2 and with DP2 (the DP2 ones with
-// optimizer post-validation, which at the default --clip-grad 1 undoes and redoes every step);
-// post-validation where clipping triggers only in the first iterations (--clip-grad 2); MoE
+// optimizer post-validation, which at the default --clip-grad 1 undoes and redoes the first step
+// and takes the plain step after); post-validation where clipping triggers only in the first
+// iterations (--clip-grad 2: it steps before the norm again once one is under 2); MoE
 // under ZB-V; recompute (full uniform and block, selective) under 1F1B, interleaved and ZB-V,
 // and selective with TP, SP and CP. A V holds 2·PP model chunks; DualPipeV needs 2·PP
 // microbatches per DP rank.

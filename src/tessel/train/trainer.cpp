@@ -151,6 +151,21 @@ struct PendingStep {
   }
 };
 
+// What optimizer post-validation did with the run's steps, for its end report.
+struct PostValidationCounts {
+  int64_t kept = 0;        // taken before the norm and valid
+  int64_t redone = 0;      // taken before the norm, undone and redone when it arrived
+  int64_t rerun = 0;       // iterations run again because they ran on a step since redone
+  int64_t after_norm = 0;  // plain steps, taken after the norm (the last verdict was not Plain)
+
+  std::string describe() const {
+    return fmt::format(
+        "optimizer post-validation: {} steps taken before their gradient norm and kept, {} redone "
+        "({} iterations run again), {} taken after the norm as the step before had been changed",
+        kept, redone, rerun, after_norm);
+  }
+};
+
 // The iteration's time, throughput and this rank's communication by group and kind of call.
 void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens,
                 ProcessGroups& groups) {
@@ -283,12 +298,17 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   RunTotals totals(k, plan);
   StragglerLog stragglers(o.log);
   std::optional<std::string> stop;  // why the run ends early (a signal, the time limit)
-  // Optimizer post-validation: the pending step, validated once its norm arrives. Returns whether
-  // it was redone (the parameters changed). Without the plain step's recomputation, a non-finite
-  // norm under --check-for-nan-in-loss-and-grad stops the run here.
+  // Optimizer post-validation: the pending step, validated once its norm arrives (settle). A step
+  // it redoes makes the iteration since run on the undone parameters run again, so it steps
+  // before the norm only while the last verdict was Plain: once clipping or a non-finite norm has
+  // changed a step, the plain step is taken until a norm needs neither (a run that clips for a
+  // stretch reruns one iteration, not each). Without the plain step's recomputation, a
+  // non-finite norm under --check-for-nan-in-loss-and-grad stops the run in settle.
   std::optional<EagerStep> eager;  // its copy of the state costs the parameters' size four times
   if (o.optim.post_validation) eager.emplace(k, optimizer, params);
   PendingStep pending;
+  bool step_before_norm = o.optim.post_validation;
+  PostValidationCounts post_validation;
   auto record = [&](IterationStats& s, StepVerdict verdict) {
     s.skipped = verdict == StepVerdict::Skipped;
     log.iteration(s);
@@ -310,7 +330,9 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     const StepVerdict verdict = eager->validate(s.grad_norm);
     if (verdict != StepVerdict::Plain) sync.gather_params();
     record(s, verdict);
-    return verdict != StepVerdict::Plain;
+    step_before_norm = verdict == StepVerdict::Plain;
+    ++(step_before_norm ? post_validation.kept : post_validation.redone);
+    return verdict;
   };
 
   for (it = setup->resumed + 1; it <= plan.train_iters(); ++it) {
@@ -329,18 +351,22 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     counted = counted_tokens(plan, loader, groups);
     s.lr = lr_schedule.at(optimizer.step_count() + 1);  // a skipped step does not advance it
     StepVerdict verdict = StepVerdict::Plain;
-    if (o.optim.post_validation) {
-      double loss_sum = run_pipeline();
-      if (pending.active && settle()) {  // this iteration ran on parameters since undone: again
+    if (step_before_norm) {
+      const double loss_sum = run_pipeline();
+      if (pending.active && settle() != StepVerdict::Plain) {
+        // This iteration ran on parameters since undone: it runs again, to the plain step.
         for (auto& c : stage.chunks) c->take_router_totals();
         numerics.iteration_rerun();
         s.lr = lr_schedule.at(optimizer.step_count() + 1);
-        loss_sum = run_pipeline();
+        ++post_validation.rerun;
+      } else {
+        pending.start(sync.stage_sq_sum(), loss_sum, counted, groups);
+        eager->step(static_cast<float>(s.lr));
+        sync.gather_params();
       }
-      pending.start(sync.stage_sq_sum(), loss_sum, counted, groups);
-      eager->step(static_cast<float>(s.lr));
-      sync.gather_params();
-    } else {
+    }
+    if (!pending.active) {
+      if (o.optim.post_validation) ++post_validation.after_norm;
       NumericsGuard::Result result = compute();
       const bool finite = numerics.check(it, result, compute);
       s.loss = result.loss;
@@ -348,6 +374,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
       verdict = finite ? checked_step(optimizer, s.grad_norm, static_cast<float>(s.lr))
                        : StepVerdict::Skipped;
       if (verdict != StepVerdict::Skipped) sync.gather_params();
+      step_before_norm = o.optim.post_validation && verdict == StepVerdict::Plain;
     }
 
     add_router_stats(s, stage.chunks, groups, stage.token_group);
@@ -374,6 +401,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     if (exiting) break;
   }
   if (pending.active) settle();
+  if (o.optim.post_validation) log.message(post_validation.describe());
   saver.finish(groups);
   if (stop) {
     log.message(ckpt.save.empty()
