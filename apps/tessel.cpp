@@ -260,6 +260,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   train_cmd->add_flag_callback("--bf16", [&t] { t.precision = Precision::BF16; },
                                "bf16 mixed precision: GEMMs on bf16 operands, fp32 accumulation, fp32 master weights");
   train_cmd->add_flag("--profile", t.log.profile, "report GEMM throughput and memory at the end");
+  train_cmd->add_option("--pipeline-timeline", t.log.pipeline_timeline,
+                        "write the last iteration's F, B, I and W actions on every rank as a Chrome trace (chrome://tracing, Perfetto)");
   train_cmd->add_option("--threads", threads, "threads per process (default: OMP_NUM_THREADS or all cores)");
   FaultOptions& f = t.faults;
   train_cmd->add_flag("--check-for-nan-in-loss-and-grad,!--no-check-for-nan-in-loss-and-grad", f.check_nan,

@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -169,6 +171,52 @@ TEST(ZeroBubbleCli, PostValidationStepsBeforeTheNormAfterAKeptStep) {
                                " redone (" + std::to_string(rerun) + " iterations run again), " +
                                std::to_string(after_norm) + " taken after the norm";
   EXPECT_NE(r.output.find(expected), std::string::npos) << expected << "\n" << r.output;
+}
+
+
+// tessel train --pipeline-timeline: a Chrome trace of the last iteration with, per rank, one box
+// per compute action of each microbatch, none overlapping another on its rank, and across ranks
+// the pipeline's dependencies in time (on one host the clocks agree): stage 1's F of a microbatch
+// after stage 0's, stage 0's I after stage 1's. A file that cannot be written fails the run.
+TEST(ZeroBubbleCli, PipelineTimelineHoldsEveryActionInDependencyOrder) {
+  const std::filesystem::path trace =
+      std::filesystem::temp_directory_path() / ("tessel_timeline_" + std::to_string(getpid()) + ".json");
+  const std::string run = "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
+                          " train --pp 2 --schedule zb-h1 --num-layers 2 --hidden-size 32 --num-attention-heads 2 "
+                          "--seq-length 16 --micro-batch-size 1 --global-batch-size 4 --train-iters 2 --pipeline-timeline ";
+  const auto r = tessel::testing::run_command(run + trace.string() + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("pipeline timeline of iteration 2: " + trace.string()), std::string::npos) << r.output;
+  std::ifstream in(trace);
+  const nlohmann::json json = nlohmann::json::parse(in);
+  std::filesystem::remove(trace);
+  EXPECT_EQ(json.at("otherData").at("iteration"), 2);
+  // (rank, kind, microbatch) → [start, end] in µs
+  std::map<std::tuple<int, std::string, int>, std::pair<double, double>> box;
+  std::map<int, std::vector<std::pair<double, double>>> by_rank;
+  for (const nlohmann::json& e : json.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const double ts = e.at("ts"), dur = e.at("dur");
+    EXPECT_GT(dur, 0) << e;
+    const int rank = e.at("tid"), microbatch = e.at("args").at("microbatch");
+    EXPECT_EQ(e.at("name"), e.at("cat").get<std::string>() + std::to_string(microbatch)) << e;
+    EXPECT_TRUE(box.emplace(std::tuple{rank, e.at("cat"), microbatch}, std::pair{ts, ts + dur}).second) << e;
+    by_rank[rank].emplace_back(ts, ts + dur);
+  }
+  ASSERT_EQ(box.size(), 2u * 3u * 4u) << json.dump();  // 2 ranks × F, I, W × 4 microbatches
+  for (auto& [rank, boxes] : by_rank) {
+    std::sort(boxes.begin(), boxes.end());
+    for (size_t i = 1; i < boxes.size(); ++i) EXPECT_LE(boxes[i - 1].second, boxes[i].first) << "rank " << rank;
+  }
+  for (int m = 0; m < 4; ++m) {
+    EXPECT_LE(box.at({0, "F", m}).second, box.at({1, "F", m}).first) << "microbatch " << m;
+    EXPECT_LE(box.at({1, "I", m}).second, box.at({0, "I", m}).first) << "microbatch " << m;
+    EXPECT_LE(box.at({0, "I", m}).second, box.at({0, "W", m}).first) << "microbatch " << m;
+  }
+  const auto bad = tessel::testing::run_command(run + "/nonexistent/dir/trace.json 2>&1");
+  EXPECT_NE(bad.exit_code, 0) << bad.output;
+  EXPECT_NE(bad.output.find("--pipeline-timeline /nonexistent/dir/trace.json: cannot open for writing"), std::string::npos)
+      << bad.output;
 }
 
 }  // namespace

@@ -133,8 +133,14 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
   // After each compute that began at compute_start: its time, and (before its slot may be
   // released) the activations held at that moment.
   Clock::time_point compute_start;
-  auto computed = [&](ActionKind kind) {
-    stats_.compute_seconds[static_cast<int>(kind)] += seconds_since(compute_start);
+  stats_.started = std::chrono::system_clock::now();
+  stats_.timeline.reserve(actions.size());
+  auto computed = [&](const Action& a) {
+    const ActionKind kind = a.kind;
+    const double took = seconds_since(compute_start);
+    const double end = seconds_since(start);
+    stats_.timeline.push_back({kind, model_chunk(a.chunk), a.microbatch, end - took, end});
+    stats_.compute_seconds[static_cast<int>(kind)] += took;
     stats_.compute_count[static_cast<int>(kind)]++;
     stats_.peak_activation_bytes = std::max(stats_.peak_activation_bytes, activation_bytes());
   };
@@ -156,7 +162,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         compute_start = Clock::now();
         loss_sum += forward(s, a.chunk, a.microbatch, fill, grad_scale);
         stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
-        computed(a.kind);
+        computed(a);
         break;
       }
       case ActionKind::SendForward:
@@ -178,11 +184,11 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         compute_start = Clock::now();
         if (!whole) {
           chunk.backward_input(s.acts, d_output, d_input, ready);
-          computed(a.kind);
+          computed(a);
           break;
         }
         chunk.backward(s.acts, d_output, d_input, ready);
-        computed(a.kind);
+        computed(a);
         --in_flight;
         s.weights_done = true;
         release_if_done(s, k);
@@ -196,7 +202,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         if (last_microbatch) reported[a.chunk] |= 2;
         compute_start = Clock::now();
         chunk.backward_weight(s.acts, ready);
-        computed(a.kind);
+        computed(a);
         --in_flight;
         s.weights_done = true;
         release_if_done(s, k);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -61,6 +62,15 @@ class PipelineExecutor {
     // costs that set a schedule's bubble (Qi et al.'s T_F, T_B, T_W).
     std::array<double, 4> compute_seconds{};
     std::array<int, 4> compute_count{};
+    // Each compute action as it ran, in seconds since `started` (tessel train
+    // --pipeline-timeline draws them).
+    struct TimedAction {
+      ActionKind kind;
+      int model_chunk, microbatch;  // the model chunk (virtual stage), not the rank's chunk index
+      double start, end;
+    };
+    std::chrono::system_clock::time_point started;  // a clock the ranks on other hosts share
+    std::vector<TimedAction> timeline;
   };
   static_assert(static_cast<int>(ActionKind::Forward) == 0 && static_cast<int>(ActionKind::Backward) == 1 &&
                     static_cast<int>(ActionKind::BackwardInput) == 2 && static_cast<int>(ActionKind::BackwardWeight) == 3,

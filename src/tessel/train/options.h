@@ -93,6 +93,7 @@ struct LogOptions {
   std::string json;        // --log-json: one JSON object per logged iteration
   bool progress = false;   // the live progress line (when stdout is a terminal, or --progress)
   bool profile = false;    // --profile: GEMM throughput, memory and communication at the end
+  std::string pipeline_timeline;  // --pipeline-timeline: the last iteration's actions, a Chrome trace
   bool straggler = false;  // --log-straggler: each rank's step time against the median
   int64_t straggler_minmax_count = 1;  // --straggler-minmax-count: slowest and fastest ranks named
 };

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "tessel/train/timeline.h"
+
 namespace tessel {
 
 namespace {
@@ -177,6 +179,10 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
       actions_.compute_count[kind] += pipeline.compute_count[kind];
     }
   }
+  if (!plan_.options.log.pipeline_timeline.empty()) {
+    last_ = pipeline;
+    last_iteration_ = s.iteration;
+  }
   peak_in_flight_ = std::max(peak_in_flight_, pipeline.peak_in_flight);
   peak_activation_bytes_ = std::max(peak_activation_bytes_, pipeline.peak_activation_bytes);
 }
@@ -185,6 +191,11 @@ void RunTotals::report(TrainLog& log, ProcessGroups& groups, const ParamRegistry
                        const TransformerChunk& chunk, double read_seconds) {
   if (plan_.train_iters() > 0)
     report_pipeline(log, groups, wait_seconds_, pipeline_seconds_, peak_in_flight_, actions_, peak_activation_bytes_);
+  if (!plan_.options.log.pipeline_timeline.empty() && last_iteration_ > 0) {
+    write_pipeline_timeline(plan_.options.log.pipeline_timeline, last_, last_iteration_, groups);
+    log.message(fmt::format("pipeline timeline of iteration {}: {}", last_iteration_,
+                            plan_.options.log.pipeline_timeline));
+  }
   if (!plan_.options.log.profile) return;
   ChunkActivations acts = chunk.make_activations();
   report_profile(k_, log, profiled_seconds_, params, chunk, acts);

@@ -41,8 +41,8 @@ class RunTotals {
   void add(const IterationStats& s, const PipelineExecutor::Stats& pipeline);
   // Each rank's peak saved activations, with PP > 1 its idle fraction, peak microbatches in
   // flight and mean time per compute action (F, B, I, W); then with --profile GEMM throughput,
-  // peak memory against the analytic sum and communication.
-  // Collective over the world.
+  // peak memory against the analytic sum and communication; with --pipeline-timeline the last
+  // iteration's actions. Collective over the world.
   // `read_seconds`: the data loader's thread's reading of one batch.
   void report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
               const TransformerChunk& chunk, double read_seconds);
@@ -55,6 +55,8 @@ class RunTotals {
   std::map<std::string, IterationStats::Comm> profiled_comm_;  // by "group op", summed
   double wait_seconds_ = 0, pipeline_seconds_ = 0;
   PipelineExecutor::Stats actions_;  // compute time and count per action kind, summed
+  PipelineExecutor::Stats last_;     // the last iteration's, for --pipeline-timeline
+  int64_t last_iteration_ = 0;
   int peak_in_flight_ = 0;
   int64_t peak_activation_bytes_ = 0;
 };
