@@ -32,7 +32,13 @@ void GradSync::grad_ready(int index) {
   Comm& tp = groups_.tp();
   if (tp.size() > 1 && p.replicated() && (config_.sequence_parallel || p.grad_partial_over_tp))
     tp.all_reduce(p.grad, p.numel());
-  if (index == config_.tied_owner) groups_.embedding().all_reduce(p.grad, p.numel());
+  if (index == config_.tied_owner) {
+    // The last stage adds its copy's gradient only once its pipeline has run (finish): waiting
+    // for that here would stall this stage's work still to come (a zero-bubble schedule's last
+    // W's). Data parallelism takes the sum when it has arrived.
+    tied_sum_ = groups_.embedding().all_reduce_async(p.grad, p.numel());
+    return;
+  }
   dense_.grad_ready(index);
   experts_.grad_ready(index);
 }
@@ -41,6 +47,11 @@ void GradSync::finish() {
   if (config_.tied_copy >= 0) {
     Param& p = params_.params()[config_.tied_copy];
     groups_.embedding().all_reduce(p.grad, p.numel());
+  }
+  if (config_.tied_owner >= 0) {
+    tied_sum_.wait();
+    dense_.grad_ready(config_.tied_owner);
+    experts_.grad_ready(config_.tied_owner);
   }
   dense_.finish_grad_reduction();
   experts_.finish_grad_reduction();

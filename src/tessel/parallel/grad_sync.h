@@ -7,8 +7,9 @@
 //     alone, always: Param::grad_partial_over_tp), so it is summed over TP as soon as backward
 //     has finished it, before data parallelism sees it;
 //   a tied embedding (GPT-2's wte, on the first and the last pipeline stage): both copies start
-//     equal and stay equal by summing their gradients over the embedding group — the owner's as
-//     soon as backward has finished it, the last stage's copy after the pipeline has run;
+//     equal and stay equal by summing their gradients over the embedding group — the owner's
+//     sum started as soon as backward has finished it, the last stage's copy's after the
+//     pipeline has run; data parallelism takes the owner's once the sum is in;
 //   data parallel: dense gradients summed over DP × CP (the ranks that saw other tokens of the
 //     same batch), experts' over expert-DP (the ranks holding the same experts), each by its own
 //     buckets (parallel/data_parallel.h), during backward with --overlap-grad-reduce; the
@@ -78,6 +79,7 @@ class GradSync {
   GradSyncConfig config_;
   DataParallel dense_, experts_;
   std::vector<FlatRange> owned_;
+  Request tied_sum_;  // the tied embedding's sum over the embedding group, on its owner
 };
 
 }  // namespace tessel
