@@ -7,9 +7,11 @@ microbatch), with messages taking no time, twice:
   durations  each action as long as it took: the idle the dependencies force given the real
              durations. What the measured idle has beyond it is the executor's own cost
              (messages, bookkeeping).
+  rank means every action of a kind as long as that kind's mean on its rank: what `durations`
+             has beyond it comes from durations that vary within a rank (a noisy machine).
   mean costs every action of a kind as long as that kind's mean over all ranks: the idle of the
-             schedule itself, as `tessel schedule` simulates it. What `durations` has beyond it
-             comes from durations that vary (a slow stage, a noisy machine).
+             schedule itself, as `tessel schedule` simulates it. What `rank means` has beyond it
+             comes from stages that differ (the embedding, the head and the loss).
 
 Idle is per rank, over the iteration's span (first action's start to last action's end, all ranks).
 
@@ -66,14 +68,23 @@ def main():
         span = max(e["ts"] + e["dur"] for e in events) - first
         measured = {r: 1 - sum(a["dur"] for a in actions) / span for r, actions in ranks.items()}
         real = replay(ranks, lambda a: a["dur"])
-        mean = {k: statistics.mean(a["dur"] for actions in ranks.values() for a in actions if a["kind"] == k)
-                for k in "FBIW" if any(a["kind"] == k for actions in ranks.values() for a in actions)}
+        def mean_costs(actions):
+            return {k: statistics.mean(a["dur"] for a in actions if a["kind"] == k)
+                    for k in "FBIW" if any(a["kind"] == k for a in actions)}
+        mean = mean_costs([a for actions in ranks.values() for a in actions])
+        rank_mean = {r: mean_costs(actions) for r, actions in ranks.items()}
+        for r, actions in ranks.items():
+            for a in actions:
+                a["rank"] = r
+        per_rank = replay(ranks, lambda a: rank_mean[a["rank"]][a["kind"]])
         uniform = replay(ranks, lambda a: mean[a["kind"]])
         costs = ", ".join(f"{k} {v / 1e3:.2f}" for k, v in mean.items())
         print(f"{path}: mean ms per action {costs}")
         for r in ranks:
+            costs = ", ".join(f"{k} {v / 1e3:.2f}" for k, v in rank_mean[r].items())
             print(f"  rank {r}: idle measured {100 * measured[r]:.1f}% | replayed with its durations "
-                  f"{100 * real[r]:.1f}% | with the mean costs {100 * uniform[r]:.1f}%")
+                  f"{100 * real[r]:.1f}% | with the rank's means {100 * per_rank[r]:.1f}% | with the mean "
+                  f"costs {100 * uniform[r]:.1f}% | the rank's ms per action {costs}")
 
 
 if __name__ == "__main__":

@@ -99,12 +99,6 @@ double PipelineExecutor::forward(Slot& s, int chunk, int microbatch, const FillF
                                  rows.targets, grad_scale, {rows.position_ids, rows.key_start});
 }
 
-void PipelineExecutor::wait(Request& r) {
-  const auto start = Clock::now();
-  r.wait();
-  stats_.wait_seconds += seconds_since(start);
-}
-
 double PipelineExecutor::run(const RankSchedule& actions, int microbatches, const FillFn& fill,
                              float grad_scale, const std::function<void()>& arm,
                              const std::function<void(int)>& grad_ready) {
@@ -158,7 +152,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         s.recv = pp_.irecv(s.d_output.data(), rows, a.peer, p2p_tag(a, rank, schedule_));
         break;
       case ActionKind::Forward: {
-        wait(s.recv);
+        s.recv.wait();
         compute_start = Clock::now();
         loss_sum += forward(s, a.chunk, a.microbatch, fill, grad_scale);
         stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
@@ -172,7 +166,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
       case ActionKind::BackwardInput: {
         const bool whole = a.kind == ActionKind::Backward;
         check_not_reported(a, whole ? 3 : 1);
-        wait(s.recv);
+        s.recv.wait();
         if (last_microbatch && !armed) {
           arm();
           armed = true;
@@ -243,7 +237,7 @@ double PipelineExecutor::run_forward(const RankSchedule& actions, int microbatch
         s.recv = pp_.irecv(s.input.data(), rows, a.peer, p2p_tag(a, rank, schedule_));
         break;
       case ActionKind::Forward:
-        wait(s.recv);
+        s.recv.wait();
         loss_sum += forward(s, a.chunk, a.microbatch, fill, 0.0f);
         if (k + 1 == num_model_chunks_) s.microbatch = -1;  // nothing to send on
         break;

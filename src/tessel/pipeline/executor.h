@@ -53,7 +53,6 @@ class PipelineExecutor {
 
   struct Stats {
     double seconds = 0;       // the whole iteration on this rank
-    double wait_seconds = 0;  // blocked on a receive: the bubble as this rank sees it
     int peak_in_flight = 0;   // microbatches forwarded whose backward (W included) is not done, at most
     // Saved activations at their fullest: the slots in use (each its one allocation and the MoE
     // buffers that grow with routing) and the chunks' shared recompute buffers.
@@ -110,7 +109,6 @@ class PipelineExecutor {
   // another buffer: one whose send has completed, or a new one.
   void let_gradient_leave(Slot& s);
   int model_chunk(int chunk) const { return model_chunk_index(pp_.rank(), chunk, schedule_); }
-  void wait(Request& r);
   // Frees the slot once its backward is complete and its input gradient (if any) has been posted.
   void release_if_done(Slot& s, int model_chunk);
   int64_t activation_bytes() const;  // of the slots in use and the gradients leaving, now

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "tessel/train/timeline.h"
 
@@ -62,15 +63,16 @@ void report_communication(TrainLog& log, const std::map<std::string, IterationSt
                             1e3 * c.seconds / iterations, 100 * c.seconds / seconds));
 }
 
-// Each rank's measured idle fraction (time blocked on a receive: the bubble as the rank sees it),
-// peak microbatches in flight, mean time per compute action (PP > 1) and peak saved activations
-// (the slots and the memory the recomputed ones share), gathered to the first rank.
-void report_pipeline(TrainLog& log, ProcessGroups& groups, double wait_s, double total_s, int peak,
+// Each rank's measured idle fraction (the bubble as `tessel schedule` has it: the share of the
+// iterations' spans over all ranks it did not compute in), peak microbatches in flight, mean time
+// per compute action (PP > 1) and peak saved activations (the slots and the memory the
+// recomputed ones share), gathered to the first rank.
+void report_pipeline(TrainLog& log, ProcessGroups& groups, double idle, int peak,
                      const PipelineExecutor::Stats& actions, int64_t activation_bytes) {
   Comm& world = groups.world();
   const bool pipelined = groups.pp().size() > 1;
   constexpr int kFields = 8;
-  float mine[kFields] = {static_cast<float>(total_s > 0 ? wait_s / total_s : 0), static_cast<float>(peak),
+  float mine[kFields] = {static_cast<float>(idle), static_cast<float>(peak),
                          static_cast<float>(groups.coords().pp), static_cast<float>(activation_bytes / 1048576.0)};
   for (int kind = 0; kind < 4; ++kind)  // ms per action, 0 where none ran
     if (actions.compute_count[kind] > 0)
@@ -172,8 +174,13 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
     }
   }
   if (s.iteration >= 2 || plan_.train_iters() == 1) {
-    wait_seconds_ += pipeline.wait_seconds;
-    pipeline_seconds_ += pipeline.seconds;
+    // The iteration's span over the world (its earliest start, as −max(−t), and latest end),
+    // summed once it arrives: waiting for it would make every rank wait for the slowest.
+    add_span();
+    const double started = std::chrono::duration<double>(pipeline.started.time_since_epoch()).count();
+    span_ = {-started, started + pipeline.seconds};
+    span_request_ = groups_.world().all_reduce_async(span_.data(), 2, ReduceOp::Max);
+    span_pending_ = true;
     for (int kind = 0; kind < 4; ++kind) {
       actions_.compute_seconds[kind] += pipeline.compute_seconds[kind];
       actions_.compute_count[kind] += pipeline.compute_count[kind];
@@ -187,12 +194,23 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
   peak_activation_bytes_ = std::max(peak_activation_bytes_, pipeline.peak_activation_bytes);
 }
 
-void RunTotals::report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
-                       const TransformerChunk& chunk, double read_seconds) {
+void RunTotals::add_span() {
+  if (!span_pending_) return;
+  span_request_.wait();
+  span_pending_ = false;
+  span_seconds_ += span_[0] + span_[1];
+}
+
+void RunTotals::report(TrainLog& log, const ParamRegistry& params, const TransformerChunk& chunk,
+                       double read_seconds) {
+  add_span();
+  double computed = 0;
+  for (double seconds : actions_.compute_seconds) computed += seconds;
   if (plan_.train_iters() > 0)
-    report_pipeline(log, groups, wait_seconds_, pipeline_seconds_, peak_in_flight_, actions_, peak_activation_bytes_);
+    report_pipeline(log, groups_, span_seconds_ > 0 ? 1 - computed / span_seconds_ : 0, peak_in_flight_,
+                    actions_, peak_activation_bytes_);
   if (!plan_.options.log.pipeline_timeline.empty() && last_iteration_ > 0) {
-    write_pipeline_timeline(plan_.options.log.pipeline_timeline, last_, last_iteration_, groups);
+    write_pipeline_timeline(plan_.options.log.pipeline_timeline, last_, last_iteration_, groups_);
     log.message(fmt::format("pipeline timeline of iteration {}: {}", last_iteration_,
                             plan_.options.log.pipeline_timeline));
   }

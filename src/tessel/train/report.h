@@ -3,6 +3,7 @@
 // throughput, memory and communication.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,26 +35,33 @@ void add_router_stats(IterationStats& s, const std::vector<std::unique_ptr<Trans
 // has one iteration).
 class RunTotals {
  public:
-  RunTotals(const Kernels& k, const TrainPlan& plan) : k_(k), plan_(plan) {}
+  RunTotals(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups)
+      : k_(k), plan_(plan), groups_(groups) {}
   // Before iteration `it` runs: turns the GEMM counters on where the profile starts.
   void start_iteration(int64_t it);
   // After it: its statistics and the pipeline's.
-  void add(const IterationStats& s, const PipelineExecutor::Stats& pipeline);
+  void add(const IterationStats& s, const PipelineExecutor::Stats& pipeline);  // collective
   // Each rank's peak saved activations, with PP > 1 its idle fraction, peak microbatches in
   // flight and mean time per compute action (F, B, I, W); then with --profile GEMM throughput,
   // peak memory against the analytic sum and communication; with --pipeline-timeline the last
   // iteration's actions. Collective over the world.
   // `read_seconds`: the data loader's thread's reading of one batch.
-  void report(TrainLog& log, ProcessGroups& groups, const ParamRegistry& params,
-              const TransformerChunk& chunk, double read_seconds);
+  void report(TrainLog& log, const ParamRegistry& params, const TransformerChunk& chunk,
+              double read_seconds);
 
  private:
   const Kernels& k_;
   const TrainPlan& plan_;
+  ProcessGroups& groups_;
   double profiled_seconds_ = 0, profiled_data_wait_seconds_ = 0;
   int profiled_iterations_ = 0;
   std::map<std::string, IterationStats::Comm> profiled_comm_;  // by "group op", summed
-  double wait_seconds_ = 0, pipeline_seconds_ = 0;
+  // The spans of the counted iterations' pipelines over the world: the pending one's, and the sum.
+  void add_span();  // adds the pending span once it has arrived
+  std::array<double, 2> span_{};
+  Request span_request_;
+  bool span_pending_ = false;
+  double span_seconds_ = 0;
   PipelineExecutor::Stats actions_;  // compute time and count per action kind, summed
   PipelineExecutor::Stats last_;     // the last iteration's, for --pipeline-timeline
   int64_t last_iteration_ = 0;

@@ -295,7 +295,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   const int64_t G = o.batch.global_batch_size;
 
   std::vector<IterationStats> history;
-  RunTotals totals(k, plan);
+  RunTotals totals(k, plan, groups);
   StragglerLog stragglers(o.log);
   std::optional<std::string> stop;  // why the run ends early (a signal, the time limit)
   // Optimizer post-validation: the pending step, validated once its norm arrives (settle). A step
@@ -415,7 +415,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     evaluate(Split::Valid, plan.train_iters(), plan.train_iters() / o.eval.interval);
     evaluate(Split::Test, plan.train_iters(), 0);
   }
-  totals.report(log, groups, params, *stage.chunks.front(), loader.read_seconds_per_batch());
+  totals.report(log, params, *stage.chunks.front(), loader.read_seconds_per_batch());
   if (!ckpt.save_hf.empty()) {
     // The export fails, if at all, on its writing rank after its communication: agreed on.
     check_together(groups.world(), [&] {
