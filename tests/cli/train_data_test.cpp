@@ -11,6 +11,7 @@
 
 #include "support/fixtures.h"
 #include "support/run_command.h"
+#include "tessel/data/indexed_dataset.h"
 
 namespace tessel {
 namespace {
@@ -121,6 +122,30 @@ TEST(TrainDataCli, DataRulesAreCleanErrors) {
   EXPECT_EQ(small.exit_code, 1) << small.output;
   EXPECT_NE(small.output.find("--vocab-size 256"), std::string::npos) << small.output;
   expect_error("--data-path 0 " + data.prefix + " " + data.tokenizer, "weight");
+}
+
+// A validation batch that fails to read fails the run with the reader's message, agreed across
+// the ranks as a training batch's: under DP 2 one rank reads the sample holding the token past
+// the vocabulary, and the other must not wait for it in a collective (a hang, or MPI's abort).
+TEST(TrainDataCli, BadValidationBatchFailsOnEveryRank) {
+  testing::TestDir dir;
+  IndexedDatasetWriter train(dir.path("train"), TokenDType::UInt16);
+  for (int d = 0; d < 40; ++d) train.add_document(std::vector<int32_t>(40, 'a' + d % 26));
+  train.finalize();
+  IndexedDatasetWriter valid(dir.path("valid"), TokenDType::UInt16);
+  std::vector<int32_t> tokens(4 * 32 + 1, 'v');
+  tokens[5] = 300;  // in one sample of the four the evaluation reads
+  valid.add_document(tokens);
+  valid.finalize();
+  const CommandResult r = run_command(
+      "timeout 60 mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY " train " + kArch +
+      "--train-data-path " + dir.path("train") + " --valid-data-path " + dir.path("valid") +
+      " --train-iters 2 --eval-interval 1 --eval-iters 1 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "the run hung:\n" << r.output;
+  EXPECT_NE(r.output.find(dir.path("valid") + ".bin: token 300 at byte offset 10"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("outside the vocabulary [0, 256)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("MPI_ABORT"), std::string::npos) << r.output;
 }
 
 }  // namespace

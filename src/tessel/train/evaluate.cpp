@@ -1,5 +1,7 @@
 #include "tessel/train/evaluate.h"
 
+#include "tessel/comm/comm.h"
+
 namespace tessel {
 
 Evaluator::Evaluator(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups,
@@ -28,7 +30,10 @@ std::optional<double> Evaluator::loss(Split split, int64_t index) {
   double sums[2] = {0, 0};  // Σ token losses here, targets counted on this DP rank
   for (int64_t e = 0; e < iters; ++e) {
     const int64_t first = (index * iters + e) * G;
-    loader.microbatches->start_batch(first, e + 1 < iters ? first + G : -1);
+    // A batch that fails to read fails on its DP rank alone: agreed, as training's.
+    check_together(groups_.world(), [&] {
+      loader.microbatches->start_batch(first, e + 1 < iters ? first + G : -1);
+    });
     sums[0] += pipeline_.run_forward(forwards_, plan_.microbatches, fill);
     sums[1] += static_cast<double>(loader.microbatches->counted_targets());
   }
