@@ -37,12 +37,33 @@ for round in $(seq "$rounds"); do
     idle=$(grep -o 'idle [0-9.]*%' "$log.txt" | cut -d' ' -f2 | paste -sd/)
     act=$(grep -o 'peak activations [0-9.]* MiB' "$log.txt" | cut -d' ' -f3 | paste -sd/)
     costs=$(grep -o 'ms per action .*' "$log.txt" | head -1 | sed 's/ms per action //')
-    echo "round $round | $name | tok/s $tps | idle per rank $idle | peak activations MiB $act | first rank's ms per action $costs | load $(cut -d' ' -f1 /proc/loadavg)"
+    echo "round $round | $name | tok/s $tps | idle per rank $idle | peak activations MiB $act | first rank's ms per action $costs | load $(cut -d' ' -f1 /proc/loadavg)" |
+      tee -a "$out/rounds.txt"
     # The last iteration's idle: measured, forced by the dependencies given the actions' real
     # durations, and the schedule's own at the mean costs (bench/timeline_replay.py).
     "$(dirname "$0")/timeline_replay.py" "$log.trace.json" | tail -n +2 | sed "s/^ */  last iteration: /"
   done
 done
+# The issue's targets, per round and at the median: ZB-H1's idle against 1F1B's (the first rank's,
+# and both ranks' mean), ZB-V's tokens/s against interleaved 1F1B's, ZB-V with selective
+# recompute against ZB-V.
+python3 - "$out/rounds.txt" <<'PY'
+import re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    f = [x.strip() for x in line.split("|")]
+    idle = [float(x) for x in re.findall(r"[0-9.]+", f[3].split("rank", 1)[1])]
+    act = [float(x) for x in re.findall(r"[0-9.]+", f[4].split("MiB", 1)[1])]
+    runs.setdefault(f[1], []).append({"tps": float(f[2].split()[1]), "idle": idle, "act": max(act)})
+def ratios(a, b, value):
+    r = [value(x) / value(y) for x, y in zip(runs[a], runs[b])]
+    return " / ".join(f"{100 * v:.0f}" for v in r) + f" % (median {100 * statistics.median(r):.0f} %)"
+print("ZB-H1 idle / 1F1B idle, first rank:", ratios("zb-h1", "1f1b", lambda x: x["idle"][0]), "target <= 45 %")
+print("ZB-H1 idle / 1F1B idle, mean of the ranks:", ratios("zb-h1", "1f1b", lambda x: statistics.mean(x["idle"])))
+print("ZB-V tok/s / interleaved tok/s:", ratios("zb-v", "interleaved", lambda x: x["tps"]), "target >= 100 %;",
+      f"fullest rank's activations {runs['zb-v'][0]['act']:.1f} against {runs['interleaved'][0]['act']:.1f} MiB")
+print("ZB-V + selective tok/s / ZB-V tok/s:", ratios("zb-v_selective", "zb-v", lambda x: x["tps"]), "target >= 90 %")
+PY
 # One process, 8 layers of hidden 256, seq 512: what recompute saves.
 model="--arch gpt2 --num-layers 8 --hidden-size 256 --num-attention-heads 4 --vocab-size 256"
 for r in "" "--recompute-granularity selective" \
