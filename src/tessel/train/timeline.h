@@ -17,8 +17,7 @@ namespace tessel {
 // the first rank, which writes `path`. The ranks' clocks are aligned by the
 // system clock, exact on one host. Collective over the world; a file that
 // cannot be written fails on every rank.
-void write_pipeline_timeline(const std::string &path,
-                             const PipelineExecutor::Stats &last,
-                             int64_t iteration, ProcessGroups &groups);
+void write_pipeline_timeline(const std::string &path, const PipelineExecutor::Stats &last, int64_t iteration,
+                             ProcessGroups &groups);
 
-} // namespace tessel
+}  // namespace tessel
