@@ -18,18 +18,18 @@ namespace tessel {
 
 namespace {
 
-// Each rank sends a header (its coordinates and its start after the earliest
-// rank's, in ms) and then its actions, kFields floats each.
-constexpr int kFields = 5;  // header: pp, tp, dp, cp, start; action: kind,
-                            // chunk, microbatch, start, end
+// Each rank sends a header (its coordinates and its start after the earliest rank's, in ms) and
+// then its actions, kFields floats each: header pp, tp, dp, cp, start; action kind, model chunk,
+// microbatch, start, end.
+constexpr int kFields = 5;
 
 char action_letter(float kind) { return "FBIW"[static_cast<int>(kind)]; }
 
-nlohmann::json trace_events(const std::vector<float> &all, const std::vector<int64_t> &counts,
-                            const std::vector<int64_t> &offsets, int chunks_per_rank, int64_t iteration) {
+nlohmann::json trace_events(const std::vector<float>& all, const std::vector<int64_t>& counts,
+                            const std::vector<int64_t>& offsets, int chunks_per_rank, int64_t iteration) {
   nlohmann::json events = nlohmann::json::array();
   for (size_t r = 0; r < counts.size(); ++r) {
-    const float *h = all.data() + offsets[r];
+    const float* h = all.data() + offsets[r];
     events.push_back(
         {{"name", "thread_name"},
          {"ph", "M"},
@@ -41,7 +41,7 @@ nlohmann::json trace_events(const std::vector<float> &all, const std::vector<int
         {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", r}, {"args", {{"sort_index", r}}}});
     const double start_ms = h[4];
     for (int64_t i = kFields; i < counts[r]; i += kFields) {
-      const float *a = h + i;
+      const float* a = h + i;
       const int chunk = static_cast<int>(a[1]), microbatch = static_cast<int>(a[2]);
       const std::string name = chunks_per_rank > 1
                                    ? fmt::format("{}{} c{}", action_letter(a[0]), microbatch, chunk)
@@ -63,10 +63,10 @@ nlohmann::json trace_events(const std::vector<float> &all, const std::vector<int
 
 }  // namespace
 
-void write_pipeline_timeline(const std::string &path, const PipelineExecutor::Stats &last, int64_t iteration,
-                             ProcessGroups &groups) {
-  Comm &world = groups.world();
-  const RankCoords &at = groups.coords();
+void write_pipeline_timeline(const std::string& path, const PipelineExecutor::Stats& last, int64_t iteration,
+                             ProcessGroups& groups) {
+  Comm& world = groups.world();
+  const RankCoords& at = groups.coords();
   // The earliest start, as −max(−t), the one reduction that gives a minimum.
   const double started_us =
       std::chrono::duration<double, std::micro>(last.started.time_since_epoch()).count();
@@ -75,7 +75,7 @@ void write_pipeline_timeline(const std::string &path, const PipelineExecutor::St
   std::vector<float> mine = {static_cast<float>(at.pp), static_cast<float>(at.tp), static_cast<float>(at.dp),
                              static_cast<float>(at.cp), static_cast<float>((started_us + earliest) / 1e3)};
   std::set<int> chunks;  // this rank's model chunks
-  for (const PipelineExecutor::Stats::TimedAction &a : last.timeline) {
+  for (const PipelineExecutor::Stats::TimedAction& a : last.timeline) {
     mine.insert(mine.end(), {static_cast<float>(a.kind), static_cast<float>(a.model_chunk),
                              static_cast<float>(a.microbatch), static_cast<float>(1e3 * a.start),
                              static_cast<float>(1e3 * a.end)});
