@@ -219,6 +219,16 @@ void NumericsGuard::report_spike(int64_t iteration, Result& r, const Recompute& 
                   : fmt::format("; recomputed as {:.6g}: transient (the machine?)", again.loss);
     r = again;
   }
+  warn_spike(iteration, spike, verdict);
+}
+
+void NumericsGuard::check_settled(int64_t iteration, double& loss) {
+  loss = observed(iteration, {loss, 0}).loss;
+  if (options_.check_spiky_loss && std::isfinite(loss) && spiky(loss))
+    warn_spike(iteration, loss, "; not recomputed: post-validation took its step before the loss was known");
+}
+
+void NumericsGuard::warn_spike(int64_t iteration, double spike, const std::string& verdict) {
   log_.message(fmt::format("warning: iteration {}: spiky loss {:.6g}, at least {} times the largest "
                            "of the first {} ({:.6g}) (--check-for-spiky-loss){}; training goes on",
                            iteration, spike, kSpikeFactor, kSpikeSamples, spike_max_, verdict));

@@ -78,6 +78,12 @@ class NumericsGuard {
   // every rank. A spiky loss is logged; `result` becomes the recomputed one.
   bool check(int64_t iteration, Result& result, const Recompute& recompute);
 
+  // Once per iteration whose optimizer step post-validation took before its loss was known, when
+  // that step is validated (`loss` is the settled one, the same on every rank): an injected loss
+  // spike strikes it, and a spiky loss is reported as check() does, but not recomputed (the
+  // iteration's batch is gone). Communicates nothing.
+  void check_settled(int64_t iteration, double& loss);
+
   // An evaluation's loss on `split` after `iteration`, the same on every rank: a non-finite one
   // throws tessel::JobError under --check-for-nan-in-loss-and-grad (the weights were finite: the
   // split's data or the model diverging), else is logged as a warning. Communicates nothing.
@@ -89,6 +95,7 @@ class NumericsGuard {
   bool spiky(double loss);
   [[noreturn]] void stop_non_finite(int64_t iteration, const Result& r, const Recompute& recompute);
   void report_spike(int64_t iteration, Result& r, const Recompute& recompute);
+  void warn_spike(int64_t iteration, double spike, const std::string& verdict);
   // This rank's first non-finite gradient, "NAME (element I) on rank R (tp …)", or none.
   std::optional<std::string> first_non_finite_grad() const;
   std::string describe(const Param& p, int64_t element) const;

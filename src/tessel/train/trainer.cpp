@@ -322,6 +322,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     IterationStats& s = pending.stats;
     s.grad_norm = std::sqrt(pending.sq);
     s.loss = pending.loss / pending.counted;
+    numerics.check_settled(s.iteration, s.loss);
     if (o.faults.check_nan && !(std::isfinite(s.grad_norm) && std::isfinite(s.loss)))
       throw JobError(fmt::format(
           "iteration {}: loss {:.6g} and gradient norm {:.6g}: not finite "

@@ -81,6 +81,16 @@ expect_text "$work/spike.out" "warning: iteration 104: spiky loss"
 expect_text "$work/spike.out" "recomputed alike: reproducible"
 expect_text "$work/spike.out" "iter 106/106"
 echo "ok: spike: $(grep 'spiky' "$work/spike.out")"
+# The same under post-validation stepping before each norm (--clip-grad 0: no step is changed):
+# reported when the step is validated, not recomputed.
+timeout 120 "$tessel" train --num-layers 1 --hidden-size 32 --num-attention-heads 4 \
+  --seq-length 16 "${optim[@]}" "${common[@]}" --train-iters 106 --log-interval 50 --check-for-spiky-loss --inject-fault loss-spike:104 \
+  --enable-optimizer-post-validation --clip-grad 0 > "$work/spike_pv.out" 2>&1 ||
+  { cat "$work/spike_pv.out"; fail "spike_pv: the run failed"; }
+expect_text "$work/spike_pv.out" "warning: iteration 104: spiky loss"
+expect_text "$work/spike_pv.out" "not recomputed: post-validation took its step before the loss was known"
+expect_text "$work/spike_pv.out" "106 steps taken before their gradient norm and kept"
+echo "ok: spike under post-validation: $(grep 'spiky' "$work/spike_pv.out")"
 
 # 6. Without the check, a NaN gradient on rank 1 of DP2 (distributed optimizer) in iteration 2:
 # the iteration is skipped (logged), the run goes on to exit 0, and the save after iteration 2
