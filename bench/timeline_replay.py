@@ -2,7 +2,8 @@
 """Where a pipeline's measured idle time comes from, from a `tessel train --pipeline-timeline`
 trace. Each rank's actions are replayed in their order under the pipeline's dependencies (F of
 model chunk c after F of c - 1, the input gradient (B or I) of c after that of c + 1, for the same
-microbatch), with messages taking no time, twice:
+microbatch, in the same pipeline: ranks of other TP, DP or CP coordinates run their own), with
+messages taking no time, three ways:
 
   durations  each action as long as it took: the idle the dependencies force given the real
              durations. What the measured idle has beyond it is the executor's own cost
@@ -18,13 +19,16 @@ Idle is per rank, over the iteration's span (first action's start to last action
   bench/timeline_replay.py TRACE.json [...]
 """
 import json
+import re
 import statistics
 import sys
 
 
-def replay(ranks, duration):
-    """Per rank: the idle over the replayed span, given `duration(action)`."""
-    end = {}  # (kind class, model chunk, microbatch) -> replayed end
+def replay(ranks, pipeline, duration):
+    """Per rank: the idle over the replayed span, given `duration(action)`. `pipeline[r]` names
+    the pipeline rank r is a stage of (its TP, DP and CP coordinates): each runs its own
+    microbatches."""
+    end = {}  # (pipeline, kind class, model chunk, microbatch) -> replayed end
     last_chunk = max(a["chunk"] for actions in ranks.values() for a in actions)
     clock = {r: 0.0 for r in ranks}
     next_action = {r: 0 for r in ranks}
@@ -36,16 +40,16 @@ def replay(ranks, duration):
                 a = actions[next_action[r]]
                 kind, c, m = a["kind"], a["chunk"], a["microbatch"]
                 if kind == "F":
-                    dep = ("F", c - 1, m) if c > 0 else None
+                    dep = (pipeline[r], "F", c - 1, m) if c > 0 else None
                 elif kind in "BI":
-                    dep = ("BI", c + 1, m) if c < last_chunk else None
+                    dep = (pipeline[r], "BI", c + 1, m) if c < last_chunk else None
                 else:
                     dep = None  # W follows its I on the same rank, in the order
                 if dep is not None and dep not in end:
                     break
                 start = max(clock[r], end[dep] if dep is not None else 0.0)
                 clock[r] = start + duration(a)
-                end[("BI" if kind in "BI" else kind, c, m)] = clock[r]
+                end[(pipeline[r], "BI" if kind in "BI" else kind, c, m)] = clock[r]
                 next_action[r] += 1
                 left -= 1
                 progressed = True
@@ -57,7 +61,11 @@ def replay(ranks, duration):
 
 def main():
     for path in sys.argv[1:]:
-        events = [e for e in json.load(open(path))["traceEvents"] if e["ph"] == "X"]
+        trace = json.load(open(path))["traceEvents"]
+        events = [e for e in trace if e["ph"] == "X"]
+        # "rank R (pp P, tp T, dp D, cp C)": the pipeline is (T, D, C).
+        pipeline = {e["tid"]: re.sub(r"pp \d+, ", "", e["args"]["name"].split("(", 1)[1])
+                    for e in trace if e["name"] == "thread_name"}
         ranks = {}
         for e in sorted(events, key=lambda e: e["ts"]):
             ranks.setdefault(e["tid"], []).append({"kind": e["cat"], "chunk": e["args"]["model_chunk"],
@@ -67,7 +75,7 @@ def main():
         first = min(e["ts"] for e in events)
         span = max(e["ts"] + e["dur"] for e in events) - first
         measured = {r: 1 - sum(a["dur"] for a in actions) / span for r, actions in ranks.items()}
-        real = replay(ranks, lambda a: a["dur"])
+        real = replay(ranks, pipeline, lambda a: a["dur"])
         def mean_costs(actions):
             return {k: statistics.mean(a["dur"] for a in actions if a["kind"] == k)
                     for k in "FBIW" if any(a["kind"] == k for a in actions)}
@@ -76,8 +84,8 @@ def main():
         for r, actions in ranks.items():
             for a in actions:
                 a["rank"] = r
-        per_rank = replay(ranks, lambda a: rank_mean[a["rank"]][a["kind"]])
-        uniform = replay(ranks, lambda a: mean[a["kind"]])
+        per_rank = replay(ranks, pipeline, lambda a: rank_mean[a["rank"]][a["kind"]])
+        uniform = replay(ranks, pipeline, lambda a: mean[a["kind"]])
         costs = ", ".join(f"{k} {v / 1e3:.2f}" for k, v in mean.items())
         print(f"{path}: mean ms per action {costs}")
         for r in ranks:
