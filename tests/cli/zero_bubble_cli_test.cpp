@@ -219,4 +219,42 @@ TEST(ZeroBubbleCli, PipelineTimelineHoldsEveryActionInDependencyOrder) {
       << bad.output;
 }
 
+// The end report's idle is the timeline's: each rank's share of the iteration's span over all
+// ranks (first action to last, on any rank) it did not compute in, as `tessel schedule` counts
+// it. Under 1F1B the last stage idles at the end while the first finishes its last backward,
+// which time blocked on receives alone would miss. One counted iteration (the second), the one
+// the timeline holds.
+TEST(ZeroBubbleCli, ReportedIdleIsTheTimelines) {
+  const std::filesystem::path trace =
+      std::filesystem::temp_directory_path() / ("tessel_idle_" + std::to_string(getpid()) + ".json");
+  const auto r = tessel::testing::run_command(
+      "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
+      " train --pp 2 --schedule 1f1b --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 "
+      "--micro-batch-size 2 --global-batch-size 8 --train-iters 2 --threads 1 --pipeline-timeline " +
+      trace.string() + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(trace);
+  const nlohmann::json json = nlohmann::json::parse(in);
+  std::filesystem::remove(trace);
+  double first = 1e300, last = 0;
+  std::map<int, double> busy;
+  for (const nlohmann::json& e : json.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const double ts = e.at("ts"), dur = e.at("dur");
+    first = std::min(first, ts);
+    last = std::max(last, ts + dur);
+    busy[e.at("tid").get<int>()] += dur;
+  }
+  ASSERT_EQ(busy.size(), 2u);
+  for (const auto& [rank, compute] : busy) {
+    const size_t at = r.output.find("pipeline: rank " + std::to_string(rank) + " ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    const size_t idle_at = r.output.find("idle ", at);
+    ASSERT_NE(idle_at, std::string::npos) << r.output;
+    const double reported = std::stod(r.output.substr(idle_at + 5));
+    const double from_trace = 100 * (1 - compute / (last - first));
+    EXPECT_NEAR(reported, from_trace, 0.1) << "rank " << rank << "\n" << r.output;
+  }
+}
+
 }  // namespace

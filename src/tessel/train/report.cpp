@@ -64,7 +64,8 @@ void report_communication(TrainLog& log, const std::map<std::string, IterationSt
 }
 
 // Each rank's measured idle fraction (the bubble as `tessel schedule` has it: the share of the
-// iterations' spans over all ranks it did not compute in), peak microbatches in flight, mean time
+// iterations' spans over all ranks, first compute to last, it did not compute in), peak
+// microbatches in flight, mean time
 // per compute action (PP > 1) and peak saved activations (the slots and the memory the
 // recomputed ones share), gathered to the first rank.
 void report_pipeline(TrainLog& log, ProcessGroups& groups, double idle, int peak,
@@ -174,11 +175,14 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
     }
   }
   if (s.iteration >= 2 || plan_.train_iters() == 1) {
-    // The iteration's span over the world (its earliest start, as −max(−t), and latest end),
-    // summed once it arrives: waiting for it would make every rank wait for the slowest.
+    // The iteration's span over the world, from the first compute on any rank to the last (the
+    // earliest start, as −max(−t), and the latest end), summed once it arrives: waiting for it
+    // would make every rank wait for the slowest.
     add_span();
     const double started = std::chrono::duration<double>(pipeline.started.time_since_epoch()).count();
-    span_ = {-started, started + pipeline.seconds};
+    const std::vector<PipelineExecutor::Stats::TimedAction>& actions = pipeline.timeline;
+    span_ = {-(started + (actions.empty() ? 0 : actions.front().start)),
+             started + (actions.empty() ? pipeline.seconds : actions.back().end)};
     span_request_ = groups_.world().all_reduce_async(span_.data(), 2, ReduceOp::Max);
     span_pending_ = true;
     for (int kind = 0; kind < 4; ++kind) {
