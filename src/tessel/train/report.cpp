@@ -174,17 +174,18 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
       sum.seconds += c.seconds;
     }
   }
-  if (s.iteration >= 2 || plan_.train_iters() == 1) {
-    // The iteration's span over the world, from the first compute on any rank to the last (the
-    // earliest start, as −max(−t), and the latest end), summed once it arrives: waiting for it
-    // would make every rank wait for the slowest.
-    add_span();
-    const double started = std::chrono::duration<double>(pipeline.started.time_since_epoch()).count();
-    const std::vector<PipelineExecutor::Stats::TimedAction>& actions = pipeline.timeline;
-    span_ = {-(started + (actions.empty() ? 0 : actions.front().start)),
-             started + (actions.empty() ? pipeline.seconds : actions.back().end)};
-    span_request_ = groups_.world().all_reduce_async(span_.data(), 2, ReduceOp::Max);
-    span_pending_ = true;
+  // The iteration's span over the world, from the first compute on any rank to the last (the
+  // earliest start, as −max(−t), and the latest end), added once it arrives: waiting for it
+  // would make every rank wait for the slowest.
+  add_span();
+  const double started = std::chrono::duration<double>(pipeline.started.time_since_epoch()).count();
+  const std::vector<PipelineExecutor::Stats::TimedAction>& actions = pipeline.timeline;
+  span_ = {-(started + (actions.empty() ? 0 : actions.front().start)),
+           started + (actions.empty() ? pipeline.seconds : actions.back().end)};
+  span_request_ = groups_.world().all_reduce_async(span_.data(), 2, ReduceOp::Max);
+  span_pending_ = true;
+  span_counted_ = s.iteration >= 2 || plan_.train_iters() == 1;
+  if (span_counted_) {
     for (int kind = 0; kind < 4; ++kind) {
       actions_.compute_seconds[kind] += pipeline.compute_seconds[kind];
       actions_.compute_count[kind] += pipeline.compute_count[kind];
@@ -202,7 +203,11 @@ void RunTotals::add_span() {
   if (!span_pending_) return;
   span_request_.wait();
   span_pending_ = false;
-  span_seconds_ += span_[0] + span_[1];
+  // Without a wait for the norm between iterations (post-validation) the first stage starts the
+  // next one while the last finishes this one: the time both spans cover counts once.
+  const double start = std::max(-span_[0], last_end_), end = span_[1];
+  if (span_counted_) span_seconds_ += std::max(0.0, end - start);
+  last_end_ = std::max(last_end_, end);
 }
 
 void RunTotals::report(TrainLog& log, const ParamRegistry& params, const TransformerChunk& chunk,

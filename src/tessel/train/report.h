@@ -56,12 +56,13 @@ class RunTotals {
   double profiled_seconds_ = 0, profiled_data_wait_seconds_ = 0;
   int profiled_iterations_ = 0;
   std::map<std::string, IterationStats::Comm> profiled_comm_;  // by "group op", summed
-  // The spans of the counted iterations' pipelines over the world: the pending one's, and the sum.
+  // The spans of the iterations' pipelines over the world: the pending one's, the latest end so
+  // far, and the time the counted ones cover.
   void add_span();  // adds the pending span once it has arrived
   std::array<double, 2> span_{};
   Request span_request_;
-  bool span_pending_ = false;
-  double span_seconds_ = 0;
+  bool span_pending_ = false, span_counted_ = false;
+  double last_end_ = 0, span_seconds_ = 0;
   PipelineExecutor::Stats actions_;  // compute time and count per action kind, summed
   PipelineExecutor::Stats last_;     // the last iteration's, for --pipeline-timeline
   int64_t last_iteration_ = 0;
