@@ -23,6 +23,19 @@ namespace {
 
 using tessel::testing::run_tessel;
 
+// A file of this test process's own in the temporary folder.
+std::filesystem::path temp_file(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("tessel_zero_bubble_" + std::to_string(getpid()) + "_" + name);
+}
+
+// tessel train on 2 ranks, PP 2, a 4-layer model of hidden 128, 4 microbatches, with `flags`.
+tessel::testing::CommandResult train_pp2(const std::string& flags) {
+  return tessel::testing::run_command("mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
+                                      " train --pp 2 --num-layers 4 --hidden-size 128 --num-attention-heads 4 "
+                                      "--seq-length 64 --micro-batch-size 2 --global-batch-size 8 --threads 1 " +
+                                      flags + " 2>&1");
+}
+
 nlohmann::json schedule_json(const std::string& args) {
   const auto r = run_tessel("schedule --json " + args);
   EXPECT_EQ(r.exit_code, 0) << args << ": " << r.output;
@@ -142,13 +155,9 @@ TEST(ZeroBubbleCli, TrainReportsTheCostOfEachAction) {
 // its norm; one the norm changes is redone and, unless it is the last, its next iteration runs
 // again to a plain step; plain steps go on until a norm under the threshold.
 TEST(ZeroBubbleCli, PostValidationStepsBeforeTheNormAfterAKeptStep) {
-  const std::filesystem::path log =
-      std::filesystem::temp_directory_path() / ("tessel_post_validation_" + std::to_string(getpid()) + ".jsonl");
-  const auto r = tessel::testing::run_command(
-      "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
-      " train --pp 2 --schedule zb-h1 --num-layers 4 --hidden-size 128 --num-attention-heads 4 "
-      "--seq-length 64 --micro-batch-size 2 --global-batch-size 8 --train-iters 8 --log-interval 1 --threads 1 "
-      "--enable-optimizer-post-validation --clip-grad 3 --log-json " + log.string() + " 2>&1");
+  const std::filesystem::path log = temp_file("post_validation.jsonl");
+  const auto r = train_pp2("--schedule zb-h1 --train-iters 8 --log-interval 1 --enable-optimizer-post-validation "
+                           "--clip-grad 3 --log-json " + log.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<double> norms;
   std::ifstream in(log);
@@ -179,8 +188,7 @@ TEST(ZeroBubbleCli, PostValidationStepsBeforeTheNormAfterAKeptStep) {
 // the pipeline's dependencies in time (on one host the clocks agree): stage 1's F of a microbatch
 // after stage 0's, stage 0's I after stage 1's. A file that cannot be written fails the run.
 TEST(ZeroBubbleCli, PipelineTimelineHoldsEveryActionInDependencyOrder) {
-  const std::filesystem::path trace =
-      std::filesystem::temp_directory_path() / ("tessel_timeline_" + std::to_string(getpid()) + ".json");
+  const std::filesystem::path trace = temp_file("timeline.json");
   const std::string run = "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
                           " train --pp 2 --schedule zb-h1 --num-layers 2 --hidden-size 32 --num-attention-heads 2 "
                           "--seq-length 16 --micro-batch-size 1 --global-batch-size 4 --train-iters 2 --pipeline-timeline ";
@@ -225,13 +233,8 @@ TEST(ZeroBubbleCli, PipelineTimelineHoldsEveryActionInDependencyOrder) {
 // which time blocked on receives alone would miss. One counted iteration (the second), the one
 // the timeline holds.
 TEST(ZeroBubbleCli, ReportedIdleIsTheTimelines) {
-  const std::filesystem::path trace =
-      std::filesystem::temp_directory_path() / ("tessel_idle_" + std::to_string(getpid()) + ".json");
-  const auto r = tessel::testing::run_command(
-      "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
-      " train --pp 2 --schedule 1f1b --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 "
-      "--micro-batch-size 2 --global-batch-size 8 --train-iters 2 --threads 1 --pipeline-timeline " +
-      trace.string() + " 2>&1");
+  const std::filesystem::path trace = temp_file("idle.json");
+  const auto r = train_pp2("--schedule 1f1b --train-iters 2 --pipeline-timeline " + trace.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(trace);
   const nlohmann::json json = nlohmann::json::parse(in);
