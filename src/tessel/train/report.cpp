@@ -65,9 +65,8 @@ void report_communication(TrainLog& log, const std::map<std::string, IterationSt
 
 // Each rank's measured idle fraction (the bubble as `tessel schedule` has it: the share of the
 // iterations' spans over all ranks, first compute to last, it did not compute in), peak
-// microbatches in flight, mean time
-// per compute action (PP > 1) and peak saved activations (the slots and the memory the
-// recomputed ones share), gathered to the first rank.
+// microbatches in flight, mean time per compute action (PP > 1) and peak saved activations (the
+// slots and the memory the recomputed ones share), gathered to the first rank.
 void report_pipeline(TrainLog& log, ProcessGroups& groups, double idle, int peak,
                      const PipelineExecutor::Stats& actions, int64_t activation_bytes) {
   Comm& world = groups.world();
