@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the test suite needs beyond the build: the build and run dependencies, and Debian's numpy
 # and PyTorch, the independent references of the dataset tests (tests/data/*.py) and of the
-# PyTorch cross-check (tests/crosscheck.sh). Development and CI only: the main job needs neither.
+# PyTorch cross-check (tests/train/crosscheck.sh). Development and CI only: the main job needs neither.
 set -euo pipefail
 exec "$(dirname "$0")/install-deps.sh" python3-numpy python3-torch

@@ -29,10 +29,10 @@ std::vector<GroupSlot> group_slots(const Layout& layout, GroupKind kind) {
     for (int i = 0; i < static_cast<int>(groups[g].size()); ++i) {
       int rank = groups[g][i];
       TESSEL_CHECK(rank >= 0 && rank < layout.world(),
-                   "comm/groups.cpp: {} group {} lists rank {} outside a world of {}",
+                   "parallel/groups.cpp: {} group {} lists rank {} outside a world of {}",
                    group_kind_name(kind), g, rank, layout.world());
       TESSEL_CHECK(slots[rank].group == MPI_UNDEFINED,
-                   "comm/groups.cpp: rank {} is in two {} groups ({} and {})", rank,
+                   "parallel/groups.cpp: rank {} is in two {} groups ({} and {})", rank,
                    group_kind_name(kind), slots[rank].group, g);
       slots[rank] = {g, i};
     }
@@ -40,7 +40,7 @@ std::vector<GroupSlot> group_slots(const Layout& layout, GroupKind kind) {
   // Only the embedding groups (first and last pipeline stage) may leave ranks out.
   if (kind != GroupKind::Embedding) {
     for (int rank = 0; rank < layout.world(); ++rank)
-      TESSEL_CHECK(slots[rank].group != MPI_UNDEFINED, "comm/groups.cpp: rank {} is in no {} group",
+      TESSEL_CHECK(slots[rank].group != MPI_UNDEFINED, "parallel/groups.cpp: rank {} is in no {} group",
                    rank, group_kind_name(kind));
   }
   return slots;
@@ -52,15 +52,15 @@ ProcessGroups ProcessGroups::create(const Layout& layout, int world_rank,
                                     const DeviceMemory& memory) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  TESSEL_CHECK(initialized, "comm/groups.cpp: process groups over MPI need the job started by "
+  TESSEL_CHECK(initialized, "parallel/groups.cpp: process groups over MPI need the job started by "
                             "mpirun (MPI is not initialised)");
   int mpi_rank = 0, mpi_size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &mpi_size);
   TESSEL_CHECK(layout.world() == mpi_size,
-               "comm/groups.cpp: the layout is for {} ranks but mpirun started {}", layout.world(),
+               "parallel/groups.cpp: the layout is for {} ranks but mpirun started {}", layout.world(),
                mpi_size);
-  TESSEL_CHECK(world_rank == mpi_rank, "comm/groups.cpp: world rank {} given, MPI says {}",
+  TESSEL_CHECK(world_rank == mpi_rank, "parallel/groups.cpp: world rank {} given, MPI says {}",
                world_rank, mpi_rank);
 
   std::array<std::vector<GroupSlot>, kNumGroupKinds> slots;
@@ -84,7 +84,7 @@ ProcessGroups ProcessGroups::create(const Layout& layout, int world_rank,
         make_comm(split, choose_comm_backend(split, memory), memory, group_kind_name(kind));
     const auto& members = layout.groups(kind)[slot.group];
     TESSEL_CHECK(comm->size() == static_cast<int>(members.size()) && comm->rank() == slot.position,
-                 "comm/groups.cpp: MPI made rank {} member {} of {} in its {} group, the layout "
+                 "parallel/groups.cpp: MPI made rank {} member {} of {} in its {} group, the layout "
                  "says {} of {}",
                  world_rank, comm->rank(), comm->size(), group_kind_name(kind), slot.position,
                  members.size());
