@@ -10,22 +10,13 @@
 #include <ostream>
 #include <vector>
 
-#include "tessel/core/params.h"
+#include "support/weight_and_bias.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/optim/adamw.h"
 #include "tessel/optim/post_validation.h"
 
 namespace tessel {
 namespace {
-
-ParamRegistry registry() {
-  ParamRegistry reg;
-  reg.add("h.weight", {7, 9}, ParamInit::Normal, 0.5f, true);
-  reg.add("h.bias", {9}, ParamInit::Normal, 0.5f, false);
-  reg.finalize();
-  reg.init_values(5);
-  return reg;
-}
 
 // Gradients of one iteration, scaled so that their norm is about `scale` · 8.
 void set_grads(ParamRegistry& reg, int iteration, float scale, bool nan) {
@@ -51,7 +42,7 @@ class PostValidation : public ::testing::TestWithParam<Case> {};
 TEST_P(PostValidation, EndsWhereThePlainStepEnds) {
   const Case c = GetParam();
   const Kernels& k = cpu_kernels();
-  ParamRegistry plain_reg = registry(), eager_reg = registry();
+  ParamRegistry plain_reg = testing::weight_and_bias(), eager_reg = testing::weight_and_bias();
   OptimizerConfig cfg;
   cfg.clip_grad = 1.0f;
   std::vector<FlatRange> owned;

@@ -222,10 +222,16 @@ void NumericsGuard::report_spike(int64_t iteration, Result& r, const Recompute& 
   warn_spike(iteration, spike, verdict);
 }
 
-void NumericsGuard::check_settled(int64_t iteration, double& loss) {
-  loss = observed(iteration, {loss, 0}).loss;
-  if (options_.check_spiky_loss && std::isfinite(loss) && spiky(loss))
-    warn_spike(iteration, loss, "; not recomputed: post-validation took its step before the loss was known");
+void NumericsGuard::check_settled(int64_t iteration, Result& r) {
+  r = observed(iteration, r);
+  if (options_.check_spiky_loss && std::isfinite(r.loss) && spiky(r.loss))
+    warn_spike(iteration, r.loss,
+               "; not recomputed: post-validation took its step before the loss was known");
+  if (options_.check_nan && !finite(r))
+    throw JobError(fmt::format(
+        "iteration {}: loss {:.6g} and gradient norm {:.6g}: not finite "
+        "(--check-for-nan-in-loss-and-grad; the step post-validation took is not kept)",
+        iteration, r.loss, r.grad_norm));
 }
 
 void NumericsGuard::warn_spike(int64_t iteration, double spike, const std::string& verdict) {

@@ -79,10 +79,11 @@ class NumericsGuard {
   bool check(int64_t iteration, Result& result, const Recompute& recompute);
 
   // Once per iteration whose optimizer step post-validation took before its loss was known, when
-  // that step is validated (`loss` is the settled one, the same on every rank): an injected loss
-  // spike strikes it, and a spiky loss is reported as check() does, but not recomputed (the
-  // iteration's batch is gone). Communicates nothing.
-  void check_settled(int64_t iteration, double& loss);
+  // that step is validated (`result` is the settled one, the same on every rank): an injected
+  // loss spike strikes it, and a spiky loss is reported as check() does, but not recomputed (the
+  // iteration's batch is gone); under --check-for-nan-in-loss-and-grad a non-finite result throws
+  // tessel::JobError on every rank. Communicates nothing.
+  void check_settled(int64_t iteration, Result& result);
 
   // An evaluation's loss on `split` after `iteration`, the same on every rank: a non-finite one
   // throws tessel::JobError under --check-for-nan-in-loss-and-grad (the weights were finite: the

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -16,7 +15,6 @@
 #include "tessel/data/tokenizer_files.h"
 #include "tessel/core/writable.h"
 #include "tessel/kernels/kernels.h"
-#include "tessel/optim/post_validation.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/grad_sync.h"
 #include "tessel/pipeline/executor.h"
@@ -27,6 +25,7 @@
 #include "tessel/train/numerics.h"
 #include "tessel/train/report.h"
 #include "tessel/train/signals.h"
+#include "tessel/train/step.h"
 #include "tessel/train/straggler.h"
 
 namespace tessel {
@@ -122,50 +121,6 @@ double counted_tokens(const TrainPlan& plan, const MicrobatchLoader& loader, Pro
   return counted;
 }
 
-// The iteration's Σ token losses: only the last stage computed them; every rank learns their
-// sum over the stages and the DP × CP ranks.
-double global_loss_sum(double local, ProcessGroups& groups) {
-  groups.pp().all_reduce(&local, 1);
-  groups.dp_cp().all_reduce(&local, 1);
-  return local;
-}
-
-// An eagerly taken step awaiting its iteration's gradient norm and loss, summed over the pipeline
-// stages while the next iteration runs (optimizer post-validation).
-struct PendingStep {
-  bool active = false;
-  IterationStats stats;
-  double sq = 0, loss = 0;  // this stage's Σ g² and token losses, summed over the stages on arrival
-  double counted = 0;       // the iteration's counted tokens
-  Request sq_sum, loss_sum;
-
-  // The stage's sums are in; their sum over the stages starts (the loss's over DP × CP first).
-  void start(double stage_sq, double loss_sum_here, double counted_tokens, ProcessGroups& groups) {
-    active = true;
-    counted = counted_tokens;
-    sq = stage_sq;
-    loss = loss_sum_here;
-    groups.dp_cp().all_reduce(&loss, 1);
-    sq_sum = groups.pp().all_reduce_async(&sq, 1);
-    loss_sum = groups.pp().all_reduce_async(&loss, 1);
-  }
-};
-
-// What optimizer post-validation did with the run's steps, for its end report.
-struct PostValidationCounts {
-  int64_t kept = 0;        // taken before the norm and valid
-  int64_t redone = 0;      // taken before the norm, undone and redone when it arrived
-  int64_t rerun = 0;       // iterations run again because they ran on a step since redone
-  int64_t after_norm = 0;  // plain steps, taken after the norm (the last verdict was not Plain)
-
-  std::string describe() const {
-    return fmt::format(
-        "optimizer post-validation: {} steps taken before their gradient norm and kept, {} redone "
-        "({} iterations run again), {} taken after the norm as the step before had been changed",
-        kept, redone, rerun, after_norm);
-  }
-};
-
 // The iteration's time, throughput and this rank's communication by group and kind of call.
 void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens,
                 ProcessGroups& groups) {
@@ -222,209 +177,186 @@ struct RunSetup {
   std::unique_ptr<TrainLog> log;
 };
 
+// The run's setup, checked on every rank together.
+std::unique_ptr<RunSetup> set_up(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups,
+                                 const TensorParallel& tp, const ContextParallel& cp,
+                                 const GptDataSplits& data, const nlohmann::json& run_config) {
+  std::unique_ptr<RunSetup> setup;
+  check_together(groups.world(), [&] {
+    const SampleDataset* train_split = data.get(Split::Train);
+    TESSEL_CHECK(train_split != nullptr, "--split {} leaves the train split no data",
+                 plan.options.data.split);
+    setup = std::make_unique<RunSetup>(k, plan, groups, tp, cp, *train_split, run_config);
+  });
+  return setup;
+}
+
+// The run's shape, and where it starts from.
+void report_start(const TrainPlan& plan, ProcessGroups& groups, const GptDataSplits& data,
+                  RunSetup& setup) {
+  const TrainOptions& o = plan.options;
+  TrainLog& log = *setup.log;
+  report_run(log, plan, groups, setup.stage.params, data);
+  if (o.eval.iters > 0 && data.get(Split::Valid) == nullptr)
+    log.message("no validation: the valid split has no samples (see --split or --valid-data-path)");
+  const std::string& load = o.checkpoint.load;
+  if (setup.has_save) log.message(fmt::format("resumed from {} after iteration {}", load, setup.resumed));
+  else if (!load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", load));
+}
+
+// Iteration `it`'s global batch in: it reads the train split's samples (it − 1)·G on, as
+// Megatron's sampler. A batch that fails to read (a token outside the vocabulary) fails on its DP
+// rank alone.
+IterationStats start_batch(int64_t it, const TrainPlan& plan, MicrobatchLoader& loader,
+                           ProcessGroups& groups) {
+  const int64_t G = plan.options.batch.global_batch_size;
+  const double waited = loader.wait_seconds();
+  check_together(groups.world(), [&] {
+    loader.start_batch((it - 1) * G, it < plan.train_iters() ? it * G : -1);
+  });
+  IterationStats s;
+  s.iteration = it;
+  s.data_wait_ms = 1e3 * (loader.wait_seconds() - waited);
+  return s;
+}
+
+// Evaluation number `index` on `split` after iteration `after`, logged and checked; nothing when
+// the split has no data.
+void evaluate(Evaluator& evaluator, TrainLog& log, const NumericsGuard& numerics, Split split,
+              int64_t after, int64_t index) {
+  const std::optional<double> loss = evaluator.loss(split, index);
+  if (!loss) return;
+  log.evaluation(after, split_name(split), *loss);
+  numerics.check_evaluation(after, split_name(split), *loss);
+}
+
+// After the last iteration: as Megatron, the valid split once more (its next batches), then the
+// test split; the end report; the Hugging Face export.
+void end_of_run(const TrainPlan& plan, ProcessGroups& groups, RunSetup& setup, Evaluator& evaluator,
+                const NumericsGuard& numerics, RunTotals& totals) {
+  const TrainOptions& o = plan.options;
+  TrainLog& log = *setup.log;
+  if (o.eval.iters > 0) {
+    const int64_t last = plan.train_iters();
+    evaluate(evaluator, log, numerics, Split::Valid, last, last / o.eval.interval);
+    evaluate(evaluator, log, numerics, Split::Test, last, 0);
+  }
+  ParamRegistry& params = setup.stage.params;
+  totals.report(log, params, *setup.stage.chunks.front(), setup.loader.read_seconds_per_batch());
+  const std::string& save_hf = o.checkpoint.save_hf;
+  if (save_hf.empty()) return;
+  // The export fails, if at all, on its writing rank after its communication: agreed on.
+  check_together(groups.world(), [&] {
+    export_gathered(params, plan, groups);
+    if (groups.world_rank() == 0) save_tokenizer_files(o.data.tokenizer, *plan.tokenizer, save_hf);
+  });
+  log.message(fmt::format("saved {}/model.safetensors, config.json and the tokenizer", save_hf));
+}
+
 }  // namespace
 
 std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) {
+  // 1. Flags to a plan: `plan`, every rule checked.
   const TrainOptions& o = plan.options;
   const ParallelConfig& pc = plan.layout();
   TESSEL_CHECK(groups.world().size() == pc.world, "the plan is for {} ranks, the job has {}",
                pc.world, groups.world().size());
   ExitRequest exit_request(o.faults);
   const Kernels& k = kernels_for(o.device, o.precision);
-  const RankCoords& at = groups.coords();
+  // 2. Groups and model: `groups`, and this rank's chunks, their gradient reductions and
+  // optimizer, the data, the save resumed from.
   const TensorParallel tp{&groups.tp(), pc.sequence_parallel, &k};
   const ContextParallel cp{&groups.cp(), plan.cp_comm, k};
   const GptDataSplits data = build_training_data(plan, groups);
   const nlohmann::json run_config = checkpoint_run_config(plan);
-  std::unique_ptr<RunSetup> setup;
-  check_together(groups.world(), [&] {
-    const SampleDataset* train_split = data.get(Split::Train);
-    TESSEL_CHECK(train_split != nullptr, "--split {} leaves the train split no data", o.data.split);
-    setup = std::make_unique<RunSetup>(k, plan, groups, tp, cp, *train_split, run_config);
-  });
+  const std::unique_ptr<RunSetup> setup = set_up(k, plan, groups, tp, cp, data, run_config);
   StageModel& stage = setup->stage;
   ParamRegistry& params = stage.params;
   MicrobatchLoader& loader = setup->loader;
   GradSync& sync = setup->sync;
-  AdamW& optimizer = setup->optimizer;
   TrainLog& log = *setup->log;
-  LrSchedule lr_schedule(o.optim.lr);
-  const CheckpointOptions& ckpt = o.checkpoint;
-  CheckpointSaver saver(ckpt.async_save);
+  report_start(plan, groups, data, *setup);
 
-  report_run(log, plan, groups, params, data);
-  if (o.eval.iters > 0 && data.get(Split::Valid) == nullptr)
-    log.message("no validation: the valid split has no samples (see --split or --valid-data-path)");
-  if (setup->has_save)
-    log.message(fmt::format("resumed from {} after iteration {}", ckpt.load, setup->resumed));
-  else if (!ckpt.load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", ckpt.load));
-
-  const RankSchedule actions = lower(generate_schedule(plan.schedule), plan.schedule)[at.pp];
+  // 3. The schedule: this pipeline rank's actions, walked by the executor.
+  const RankSchedule actions = lower(generate_schedule(plan.schedule), plan.schedule)[groups.coords().pp];
   PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule, loader.local_tokens(),
                             plan.packing().documents());
   Evaluator evaluator(k, plan, groups, cp, data, pipeline, stage.chunks);
   NumericsGuard numerics(k, o.faults, params, groups, log);
+  // 4–7. One computation of iteration `it` on its batch: the microbatches in, forward and
+  // backward, the gradients reduced as they are finished; from the start each time (an earlier
+  // computation's gradients and routes are not this one's). The loss counts `counted` tokens.
   int64_t it = 0;
+  double counted = 0;
+  const PipelineExecutor::FillFn fill = [&](int m, const MicrobatchRows& rows) { loader.fill(m, rows); };
   const std::function<void()> arm = [&] { sync.arm(); };
   const std::function<void(int)> grad_ready = [&](int index) {
     numerics.before_reduction(it, index);
     sync.grad_ready(index);
   };
-  const PipelineExecutor::FillFn fill = [&](int m, const MicrobatchRows& rows) { loader.fill(m, rows); };
-  double counted = 0;  // the global batch's tokens the loss counts
-  // One iteration's forward, backward and gradient reductions on the current batch; numerics
-  // may run it twice. The loss is the mean over every counted token (DESIGN invariant 1).
-  const auto run_pipeline = [&] {
+  const auto compute = [&] {
     params.zero_grads();
-    const double loss_sum = pipeline.run(actions, plan.microbatches, fill,
-                                         static_cast<float>(1.0 / counted), arm, grad_ready);
+    for (auto& c : stage.chunks) c->take_router_totals();
+    const double loss_sum =
+        pipeline.run(actions, plan.microbatches, fill, static_cast<float>(1.0 / counted), arm, grad_ready);
     sync.finish();
     return loss_sum;
   };
-  const NumericsGuard::Recompute compute = [&] {
-    const double loss_sum = run_pipeline();
-    const double norm = sync.global_norm();
-    return NumericsGuard::Result{global_loss_sum(loss_sum, groups) / counted, norm};
-  };
-  const auto evaluate = [&](Split split, int64_t after, int64_t index) {
-    const std::optional<double> loss = evaluator.loss(split, index);
-    if (!loss) return;
-    log.evaluation(after, split_name(split), *loss);
-    numerics.check_evaluation(after, split_name(split), *loss);
-  };
-  const int64_t G = o.batch.global_batch_size;
-
+  // 8. The step, and where its iterations go once final.
   std::vector<IterationStats> history;
-  RunTotals totals(k, plan, groups);
   StragglerLog stragglers(o.log);
-  std::optional<std::string> stop;  // why the run ends early (a signal, the time limit)
-  // Optimizer post-validation: the pending step, validated once its norm arrives (settle). A step
-  // it redoes makes the iteration since run on the undone parameters run again, so it steps
-  // before the norm only while the last verdict was Plain: once clipping or a non-finite norm has
-  // changed a step, the plain step is taken until a norm needs neither (a run that clips for a
-  // stretch reruns one iteration, not each). Without the plain step's recomputation, a
-  // non-finite norm under --check-for-nan-in-loss-and-grad stops the run in settle.
-  std::optional<EagerStep> eager;  // its copy of the state costs the parameters' size four times
-  if (o.optim.post_validation) eager.emplace(k, optimizer, params);
-  PendingStep pending;
-  bool step_before_norm = o.optim.post_validation;
-  PostValidationCounts post_validation;
-  auto record = [&](IterationStats& s, StepVerdict verdict) {
-    s.skipped = verdict == StepVerdict::Skipped;
+  const auto record = [&](const IterationStats& s) {
     log.iteration(s);
     stragglers.add(s, log, groups);
     history.push_back(s);
   };
-  auto settle = [&] {
-    pending.active = false;
-    pending.sq_sum.wait();
-    pending.loss_sum.wait();
-    IterationStats& s = pending.stats;
-    s.grad_norm = std::sqrt(pending.sq);
-    s.loss = pending.loss / pending.counted;
-    numerics.check_settled(s.iteration, s.loss);
-    if (o.faults.check_nan && !(std::isfinite(s.grad_norm) && std::isfinite(s.loss)))
-      throw JobError(fmt::format(
-          "iteration {}: loss {:.6g} and gradient norm {:.6g}: not finite "
-          "(--check-for-nan-in-loss-and-grad; the step post-validation took is not kept)",
-          s.iteration, s.loss, s.grad_norm));
-    const StepVerdict verdict = eager->validate(s.grad_norm);
-    if (verdict != StepVerdict::Plain) sync.gather_params();
-    record(s, verdict);
-    step_before_norm = verdict == StepVerdict::Plain;
-    ++(step_before_norm ? post_validation.kept : post_validation.redone);
-    return verdict;
-  };
+  TrainStep step(k, o.optim, setup->optimizer, params, numerics, groups,
+                 {.compute = compute,
+                  .stage_sq_sum = [&] { return sync.stage_sq_sum(); },
+                  .gather_params = [&] { sync.gather_params(); },
+                  .record = record});
 
+  const CheckpointOptions& ckpt = o.checkpoint;
+  CheckpointSaver saver(ckpt.async_save);
+  RunTotals totals(k, plan, groups);
+  std::optional<std::string> stop;  // why the run ends early (a signal, the time limit)
   for (it = setup->resumed + 1; it <= plan.train_iters(); ++it) {
     totals.start_iteration(it);
     groups.reset_comm_stats();
     const auto start = Clock::now();
-    // Iteration it reads the train split's samples (it − 1)·G on, as Megatron's sampler. A batch
-    // that fails to read (a token outside the vocabulary) fails on its DP rank alone.
-    const double waited = loader.wait_seconds();
-    check_together(groups.world(), [&] {
-      loader.start_batch((it - 1) * G, it < plan.train_iters() ? it * G : -1);
-    });
-    IterationStats s;
-    s.iteration = it;
-    s.data_wait_ms = 1e3 * (loader.wait_seconds() - waited);
+    IterationStats s = start_batch(it, plan, loader, groups);
     counted = counted_tokens(plan, loader, groups);
-    s.lr = lr_schedule.at(optimizer.step_count() + 1);  // a skipped step does not advance it
-    StepVerdict verdict = StepVerdict::Plain;
-    if (step_before_norm) {
-      const double loss_sum = run_pipeline();
-      if (pending.active && settle() != StepVerdict::Plain) {
-        // This iteration ran on parameters since undone: it runs again, to the plain step.
-        for (auto& c : stage.chunks) c->take_router_totals();
-        numerics.iteration_rerun();
-        s.lr = lr_schedule.at(optimizer.step_count() + 1);
-        ++post_validation.rerun;
-      } else {
-        pending.start(sync.stage_sq_sum(), loss_sum, counted, groups);
-        eager->step(static_cast<float>(s.lr));
-        sync.gather_params();
-      }
-    }
-    if (!pending.active) {
-      if (o.optim.post_validation) ++post_validation.after_norm;
-      NumericsGuard::Result result = compute();
-      const bool finite = numerics.check(it, result, compute);
-      s.loss = result.loss;
-      s.grad_norm = result.grad_norm;
-      verdict = finite ? checked_step(optimizer, s.grad_norm, static_cast<float>(s.lr))
-                       : StepVerdict::Skipped;
-      if (verdict != StepVerdict::Skipped) sync.gather_params();
-      step_before_norm = o.optim.post_validation && verdict == StepVerdict::Plain;
-    }
-
+    step.take(s, counted);
     add_router_stats(s, stage.chunks, groups, stage.token_group);
     add_timing(s, start, plan.batch_tokens(), groups);
     totals.add(s, pipeline.stats());
-    if (pending.active) pending.stats = s;
-    else record(s, verdict);
-    if (o.eval.iters > 0 && it % o.eval.interval == 0) {
-      if (pending.active) settle();  // evaluated on the validated parameters
-      evaluate(Split::Valid, it, it / o.eval.interval - 1);
-    }
+    step.record(s);
 
     saver.poll(groups);
     stop = exit_request.poll(groups.world());
     const bool exiting = stop || (ckpt.exit_interval > 0 && it % ckpt.exit_interval == 0);
-    if (save_due(ckpt, it, plan.train_iters(), exiting)) {
-      if (pending.active) settle();
+    const bool evaluating = o.eval.iters > 0 && it % o.eval.interval == 0;
+    const bool saving = save_due(ckpt, it, plan.train_iters(), exiting);
+    // An evaluation, a save and what follows the loop read the validated parameters.
+    if (evaluating || saving || exiting || it == plan.train_iters()) step.settle();
+    if (evaluating) evaluate(evaluator, log, numerics, Split::Valid, it, it / o.eval.interval - 1);
+    if (saving) {
       check_together(groups.world(), [&] {
         require_finite_weights(k, params, fmt::format("the save of iteration {}", it));
       });
-      saver.save(ckpt.save, it, params, optimizer, plan.model, pc.distributed_optimizer, o.seed,
+      saver.save(ckpt.save, it, params, setup->optimizer, plan.model, pc.distributed_optimizer, o.seed,
                  run_config, groups);
     }
     if (exiting) break;
   }
-  if (pending.active) settle();
-  if (o.optim.post_validation) log.message(post_validation.describe());
+  if (o.optim.post_validation) log.message(step.post_validation().describe());
   saver.finish(groups);
-  if (stop) {
+  if (stop)
     log.message(ckpt.save.empty()
                     ? fmt::format("{}: stopped after iteration {}, without a save (no --save)", *stop, it)
                     : fmt::format("{}: stopped after iteration {}, saved {}", *stop, it,
                                   checkpoint_iteration_dir(ckpt.save, it)));
-    return history;
-  }
-  // As Megatron, after training: the valid split once more (its next batches), then the test split.
-  if (o.eval.iters > 0) {
-    evaluate(Split::Valid, plan.train_iters(), plan.train_iters() / o.eval.interval);
-    evaluate(Split::Test, plan.train_iters(), 0);
-  }
-  totals.report(log, params, *stage.chunks.front(), loader.read_seconds_per_batch());
-  if (!ckpt.save_hf.empty()) {
-    // The export fails, if at all, on its writing rank after its communication: agreed on.
-    check_together(groups.world(), [&] {
-      export_gathered(params, plan, groups);
-      if (groups.world_rank() == 0) save_tokenizer_files(o.data.tokenizer, *plan.tokenizer, ckpt.save_hf);
-    });
-    log.message(fmt::format("saved {}/model.safetensors, config.json and the tokenizer", ckpt.save_hf));
-  }
+  else end_of_run(plan, groups, *setup, evaluator, numerics, totals);
   return history;
 }
 

@@ -1,7 +1,6 @@
-// The training loop. One iteration: zero the gradients, run the pipeline schedule over this
-// rank's microbatches of the global batch (forward and backward, gradients reduced as they are
-// finished), finish the gradient reductions, take the global norm, clip, step AdamW, gather the
-// distributed optimizer's parameters, log, save.
+// The training loop. One iteration: the global batch in, the pipeline schedule over this rank's
+// microbatches of it (forward and backward, gradients reduced as they are finished), the
+// optimizer step (train/step.h), the log line; evaluations and saves when due.
 #pragma once
 
 #include <vector>
