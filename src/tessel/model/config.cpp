@@ -336,12 +336,6 @@ nlohmann::json read_model_file(const std::string& path) {
   }
 }
 
-ModelConfig load_model_config_file(const std::string& path) {
-  ModelConfig cfg;
-  model_config_from_json(read_model_file(path), cfg, path);
-  return cfg;
-}
-
 std::vector<std::string> MoeConfig::violations(int ep_size, int num_layers) const {
   std::vector<std::string> v;
   if (num_experts < 1) v.push_back(fmt::format("--num-experts {} must be at least 1", num_experts));

@@ -151,6 +151,5 @@ void model_config_from_json(const nlohmann::json& j, ModelConfig& cfg, const std
 nlohmann::json model_config_to_json(const ModelConfig& cfg);
 // A model file's JSON; throws naming the file when it cannot be opened or parsed.
 nlohmann::json read_model_file(const std::string& path);
-ModelConfig load_model_config_file(const std::string& path);
 
 }  // namespace tessel
