@@ -6,9 +6,10 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "tessel/train/plan.h"
+#include "parallel_flags.h"
 #include "tessel/core/error.h"
 #include "tessel/parallel/context_parallel.h"
+#include "tessel/train/plan.h"
 
 namespace tessel {
 
@@ -224,56 +225,30 @@ LayoutCommand::LayoutCommand(CLI::App& app) {
   cmd_ = app.add_subcommand("layout", "show the process groups, batch and model split of a parallel layout");
   CLI::App& c = *cmd_;
   c.add_option("--world", config_.world, "number of ranks")->required();
-  c.add_option("--tp,--tensor-model-parallel-size", config_.tp, "tensor parallel size")->capture_default_str();
-  c.add_option("--pp,--pipeline-model-parallel-size", config_.pp, "pipeline stages")->capture_default_str();
-  c.add_option("--cp,--context-parallel-size", config_.cp, "context parallel size")->capture_default_str();
-  c.add_option("--ep,--expert-model-parallel-size", config_.ep, "expert parallel size")->capture_default_str();
-  c.add_option("--etp,--expert-tensor-parallel-size", config_.etp, "expert tensor parallel size (default: TP)");
-  c.add_option("--order", config_.order, "axes, the first varying fastest")->capture_default_str();
+  sequence_parallel_opt_ = add_layout_flags(c, config_).sequence_parallel;
   rank_opt_ = c.add_option("--rank", rank_, "show this rank's groups only");
   c.add_flag("--json", json_, "print one JSON object: world, order, groups, ranks")->excludes(rank_opt_);
-
-  micro_batch_opt_ = c.add_option("--micro-batch-size", micro_batch_, "samples per microbatch");
-  num_microbatches_opt_ = c.add_option("--num-microbatches", num_microbatches_, "microbatches per iteration");
-  global_batch_opt_ = c.add_option("--global-batch-size", global_batch_, "samples per iteration")
-                         ->excludes(num_microbatches_opt_);
-
-  model_opts_.push_back(c.add_option("--arch", arch_, "gpt2 | llama (the MLP's default size and shape)"));
-  heads_opt_ = c.add_option("--num-attention-heads", model_.num_attention_heads, "attention heads");
-  groups_opt_ = c.add_option("--num-query-groups", model_.num_query_groups, "key/value heads (GQA)");
-  mlp_opts_[0] = c.add_option("--hidden-size", model_.hidden_size, "hidden size");
-  mlp_opts_[1] = c.add_option("--ffn-hidden-size", model_.ffn_hidden_size, "MLP hidden size (default: 4·hidden; llama: 8/3·hidden rounded)");
-  model_opts_.insert(model_opts_.end(), {heads_opt_, groups_opt_, mlp_opts_[0], mlp_opts_[1]});
-  model_opts_.push_back(c.add_option("--seq-length", model_.seq_length, "sequence length (sequence and context parallel rules)"));
-  model_opts_.push_back(c.add_flag("--sequence-parallel", config_.sequence_parallel,
-                                   "split norms and dropout along the sequence over TP"));
-
-  layers_opt_ = c.add_option("--num-layers", model_.num_layers, "Transformer layers: show the pipeline stages");
-  experts_opt_ = c.add_option("--num-experts", num_experts_, "experts per MoE layer: show their split over EP");
-  c.add_option("--vpp,--num-virtual-stages-per-pipeline-rank", config_.vpp, "virtual stages per pipeline rank")
-      ->capture_default_str();
-  c.add_option("--decoder-first-pipeline-num-layers", pipeline_.first_stage_layers, "layers of the first stage");
-  c.add_option("--decoder-last-pipeline-num-layers", pipeline_.last_stage_layers, "layers of the last stage");
-  c.add_option("--pipeline-model-parallel-layout", pipeline_.layout, "Megatron's layout string");
+  const BatchFlags batch = add_batch_flags(c, batch_);
+  micro_batch_opt_ = batch.micro_batch;
+  num_microbatches_opt_ = add_microbatches_flag(c, num_microbatches_);
+  global_batch_opt_ = batch.global_batch->excludes(num_microbatches_opt_);
+  model_.add_to(c);
+  add_stage_flags(c, pipeline_);
+  c.footer(
+      "A model flag adds what the layout does to the model, and its rules: --num-attention-heads, "
+      "--num-query-groups, --hidden-size and --ffn-hidden-size the split over TP, --num-layers the "
+      "pipeline stages, --num-experts the experts per EP rank, --seq-length with CP the context split.");
 }
 
-bool LayoutCommand::model_given() const {
-  return std::any_of(model_opts_.begin(), model_opts_.end(), [](CLI::Option* o) { return o->count() > 0; });
-}
-
-bool LayoutCommand::seq_given() const {
-  for (CLI::Option* o : model_opts_)
-    if (o->get_name() == "--seq-length" && o->count() > 0) return true;
-  return false;
-}
+bool LayoutCommand::model_given() const { return model_.any_given() || sequence_parallel_opt_->count() > 0; }
 
 bool LayoutCommand::batch_given() const {
   return micro_batch_opt_->count() + num_microbatches_opt_->count() + global_batch_opt_->count() > 0;
 }
 
 void LayoutCommand::run() const {
-  ModelConfig model = model_;
-  model.arch = parse_arch(arch_);
+  const ModelConfig model = model_.resolve("");
+  const int64_t micro_batch = batch_.micro_batch_size;
   std::vector<std::string> v = layout_violations(config_);
   const bool layout_ok = v.empty();
   if (rank_opt_->count() > 0 && (rank_ < 0 || rank_ >= config_.world))
@@ -285,30 +260,33 @@ void LayoutCommand::run() const {
     v.push_back(fmt::format("{} needs --micro-batch-size",
                             num_microbatches_opt_->count() > 0 ? "--num-microbatches" : "--global-batch-size"));
   if (num_microbatches_ < 1) v.push_back(fmt::format("--num-microbatches must be positive (got {})", num_microbatches_));
-  const int64_t per_step = layout_ok ? micro_batch_ * config_.dp() : 0;
-  int64_t global_batch = global_batch_opt_->count() > 0 ? global_batch_ : per_step * num_microbatches_;
+  const int64_t per_step = layout_ok ? micro_batch * config_.dp() : 0;
+  int64_t global_batch =
+      global_batch_opt_->count() > 0 ? batch_.global_batch_size : per_step * num_microbatches_;
 
   // A global batch left to the microbatch count is reported through that count's rule.
   if (global_batch_opt_->count() == 0) global_batch = std::max<int64_t>(global_batch, 1);
   if (model_given()) {
     std::vector<std::string> m = model.violations();
     v.insert(v.end(), m.begin(), m.end());
-    std::vector<std::string> t = training_violations(config_, model, micro_batch_, global_batch);
+    std::vector<std::string> t = training_violations(config_, model, micro_batch, global_batch);
     v.insert(v.end(), t.begin(), t.end());
   } else if (batch_given()) {
-    std::vector<std::string> b = batch_violations(config_, micro_batch_, global_batch);
+    std::vector<std::string> b = batch_violations(config_, micro_batch, global_batch);
     v.insert(v.end(), b.begin(), b.end());
   }
   const StageOptions stages = stage_options(config_, pipeline_);
-  if (layers_opt_->count() > 0) {
+  const bool layers = model_.given(&ModelConfig::num_layers), experts = model_.given(&MoeConfig::num_experts);
+  if (layers) {
     std::vector<std::string> st = stage_violations(model.num_layers, stages);
     v.insert(v.end(), st.begin(), st.end());
   }
-  if (experts_opt_->count() > 0 && (num_experts_ < 1 || num_experts_ % config_.ep != 0))
+  const int num_experts = model.moe.num_experts;
+  if (experts && (num_experts < 1 || num_experts % config_.ep != 0))
     v.push_back(fmt::format("--num-experts {} is not divisible by --expert-model-parallel-size {}",
-                            num_experts_, config_.ep));
+                            num_experts, config_.ep));
   // (training_violations checks the sequence against 2·CP: --seq-length is a model flag.)
-  const bool show_cp = config_.cp > 1 && seq_given();
+  const bool show_cp = config_.cp > 1 && model_.given(&ModelConfig::seq_length);
   if (!v.empty()) throw Error(fmt::format("invalid layout: {}", fmt::join(v, "; ")));
 
   Layout layout(config_);
@@ -317,15 +295,18 @@ void LayoutCommand::run() const {
     return;
   }
   print_summary(layout);
-  if (batch_given()) print_batch(micro_batch_, config_.dp(), microbatch_count(config_, micro_batch_, global_batch));
-  const bool heads = heads_opt_->count() > 0;
-  const bool groups = groups_opt_->count() > 0 && model.query_groups() != model.num_attention_heads;
-  const bool mlp = mlp_opts_[0]->count() + mlp_opts_[1]->count() > 0;
+  if (batch_given())
+    print_batch(micro_batch, config_.dp(), microbatch_count(config_, micro_batch, global_batch));
+  const bool heads = model_.given(&ModelConfig::num_attention_heads);
+  const bool groups =
+      model_.given(&ModelConfig::num_query_groups) && model.query_groups() != model.num_attention_heads;
+  const bool mlp = model_.given(&ModelConfig::hidden_size) || model_.given(&ModelConfig::ffn_hidden_size);
   if (heads || groups || mlp) print_model_split(model, config_.tp, heads, groups, mlp);
-  if (show_cp) print_context_split(config_.cp, model_.seq_length);
-  if (experts_opt_->count() > 0) print_expert_split(num_experts_, config_.ep, config_.expert_tp());
-  if (layers_opt_->count() > 0)
-    print_stages(assign_layers(model.num_layers, stages), stages, model, micro_batch_opt_->count() ? micro_batch_ : 1);
+  if (show_cp) print_context_split(config_.cp, model.seq_length);
+  if (experts) print_expert_split(num_experts, config_.ep, config_.expert_tp());
+  if (layers)
+    print_stages(assign_layers(model.num_layers, stages), stages, model,
+                 micro_batch_opt_->count() ? micro_batch : 1);
   if (rank_opt_->count() > 0) {
     print_rank(layout, rank_);
     return;

@@ -4,10 +4,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <vector>
 
+#include "model_flags.h"
 #include "tessel/model/config.h"
 #include "tessel/parallel/layout.h"
 #include "tessel/train/options.h"
@@ -24,31 +24,22 @@ class LayoutCommand {
   void run() const;
 
  private:
-  bool model_given() const;
+  bool model_given() const;  // a model flag, or --sequence-parallel: the model's rules apply
   bool batch_given() const;
-  bool seq_given() const;
 
   CLI::App* cmd_;
   ParallelConfig config_;
   int rank_ = -1;
   bool json_ = false;
-  int64_t micro_batch_ = 1;
-  int64_t num_microbatches_ = 1;
-  int64_t global_batch_ = 0;
-  ModelConfig model_;
-  std::string arch_ = "gpt2";
+  BatchOptions batch_{.micro_batch_size = 1, .global_batch_size = 0};  // 0: micro batch × DP × microbatches
+  int num_microbatches_ = 1;
+  ModelFlags model_{ModelConfig{}};
+  PipelineOptions pipeline_;
   CLI::Option* rank_opt_ = nullptr;
-  CLI::Option* heads_opt_ = nullptr;
-  CLI::Option* groups_opt_ = nullptr;
-  CLI::Option* mlp_opts_[2] = {nullptr, nullptr};  // --hidden-size, --ffn-hidden-size
-  std::vector<CLI::Option*> model_opts_;            // every model flag, and --sequence-parallel
+  CLI::Option* sequence_parallel_opt_ = nullptr;
   CLI::Option* micro_batch_opt_ = nullptr;
   CLI::Option* num_microbatches_opt_ = nullptr;
   CLI::Option* global_batch_opt_ = nullptr;
-  CLI::Option* layers_opt_ = nullptr;  // --num-layers: show the pipeline stages
-  CLI::Option* experts_opt_ = nullptr;  // --num-experts: show the experts per EP rank
-  int num_experts_ = 0;
-  PipelineOptions pipeline_;
 };
 
 }  // namespace tessel

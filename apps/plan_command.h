@@ -5,13 +5,15 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "model_flags.h"
 #include "tessel/comm/mpi.h"
+#include "tessel/model/recompute.h"
 #include "tessel/plan/estimate.h"
+#include "tessel/train/options.h"
 
 namespace tessel {
 
@@ -30,17 +32,19 @@ class PlanCommand {
   void write_svgs(const Estimate& est, const std::string& title) const;
 
   CLI::App* cmd_;
-  // Model: a preset or file, then each flag given on top, in order.
-  std::string preset_, model_file_, moe_layer_freq_;
+  // Model: a preset or file, then the model flags given on top, then the planner's own.
+  std::string preset_;
+  ModelFlags model_{ModelConfig{}};
   std::vector<std::function<void(PlanModel&)>> overrides_;
   // Run.
   std::string cluster_ = "cpu";
   int num_gpus_ = 0;
   ParallelConfig parallel_;
-  int64_t micro_batch_ = 16, global_batch_ = 32;
-  std::string recompute_ = "none", recompute_method_, schedule_, pipeline_layout_, attention_;
-  int recompute_num_layers_ = 0;
-  int first_layers_ = -1, last_layers_ = -1, microbatch_group_ = 0, threads_ = 1;
+  BatchOptions batch_;
+  RecomputeOptions recompute_;
+  PipelineOptions pipeline_;
+  std::string attention_;
+  int threads_ = 1;
   double moe_load_factor_ = 1.0;
   bool bf16_ = false, fp16_ = false, overlap_grad_reduce_ = false, post_validation_ = false, no_async_tp_ = false;
   std::vector<CLI::Option*> layout_opts_;  // --tp --pp --cp --ep: any of them given, one layout is evaluated

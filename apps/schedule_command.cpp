@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "parallel_flags.h"
 #include "tessel/core/error.h"
 #include "tessel/pipeline/simulate.h"
 
@@ -235,14 +236,9 @@ ScheduleCommand::ScheduleCommand(CLI::App& app) {
   cmd_ = app.add_subcommand("schedule", "draw a pipeline schedule: each rank's time line, the bubble, "
                                         "microbatches in flight");
   CLI::App& c = *cmd_;
-  c.add_option("--pp,--pipeline-model-parallel-size", config_.pipeline_size, "pipeline stages (ranks)")->required();
-  c.add_option("--microbatches,--num-microbatches", config_.microbatches, "microbatches per iteration")->required();
-  c.add_option("--vpp,--num-virtual-stages-per-pipeline-rank", config_.virtual_stages,
-               "model chunks per rank")->capture_default_str();
-  c.add_option("--schedule", schedule_,
-               "gpipe | 1f1b | interleaved | zb-h1 | zb-v | dualpipev (default: interleaved when --vpp > 1, else 1f1b)");
-  c.add_option("--microbatch-group-size-per-virtual-pipeline-stage", config_.microbatch_group,
-               "interleaved: microbatches a chunk runs in a row (default: --pp)");
+  add_pipeline_size_flags(c, config_.pipeline_size, config_.virtual_stages).pp->required();
+  add_microbatches_flag(c, config_.microbatches)->required();
+  add_schedule_flags(c, schedule_, config_.microbatch_group);
   c.add_option("--forward-cost", forward_cost_, "time units of one forward of one chunk")->capture_default_str();
   backward_cost_option_ = c.add_option("--backward-cost", backward_cost_,
                                        "time units of one whole backward of one chunk (default: input + weight)");

@@ -148,6 +148,15 @@ std::vector<std::string> ModelConfig::violations() const {
   return v;
 }
 
+ModelConfig ModelConfig::explicit_sizes() const {
+  ModelConfig c = *this;
+  c.num_query_groups = query_groups();
+  c.ffn_hidden_size = ffn_size();
+  c.max_position_embeddings = max_positions();
+  if (c.moe.ffn_hidden_size == 0) c.moe.ffn_hidden_size = c.ffn_hidden_size;
+  return c;
+}
+
 void ModelConfig::validate() const {
   std::vector<std::string> v = violations();
   if (v.empty()) return;
@@ -178,65 +187,153 @@ int64_t ModelConfig::num_parameters() const {
   return total;
 }
 
-void model_config_from_json(const nlohmann::json& j, ModelConfig& cfg, const std::string& source) {
-  TESSEL_CHECK(j.is_object(), "{}: expected a JSON object", source);
-  const std::pair<const char*, int ModelConfig::*> integers[] = {
-      {"num_layers", &ModelConfig::num_layers},
-      {"hidden_size", &ModelConfig::hidden_size},
-      {"num_attention_heads", &ModelConfig::num_attention_heads},
-      {"num_query_groups", &ModelConfig::num_query_groups},
-      {"ffn_hidden_size", &ModelConfig::ffn_hidden_size},
-      {"seq_length", &ModelConfig::seq_length},
-      {"max_position_embeddings", &ModelConfig::max_position_embeddings},
-      {"vocab_size", &ModelConfig::vocab_size}};
-  const std::pair<const char*, float ModelConfig::*> floats[] = {
-      {"norm_epsilon", &ModelConfig::norm_epsilon}, {"rotary_base", &ModelConfig::rotary_base}};
+namespace {
+
+template <typename... Fn>
+struct Overloaded : Fn... {
+  using Fn::operator()...;
+};
+template <typename... Fn>
+Overloaded(Fn...) -> Overloaded<Fn...>;
+
+constexpr bool kRunSetting = true;  // ModelField::run_setting
+
+// The defaults and meanings are Megatron's; the help is what `--help` prints.
+const ModelField kModelFields[] = {
+    {"--arch", &ModelConfig::arch, "gpt2 | llama"},
+    {"--num-layers", &ModelConfig::num_layers, "Transformer layers"},
+    {"--hidden-size", &ModelConfig::hidden_size, "hidden size"},
+    {"--num-attention-heads", &ModelConfig::num_attention_heads, "attention heads"},
+    {"--num-query-groups", &ModelConfig::num_query_groups, "key/value heads (GQA, llama; 0: one per head)"},
+    {"--ffn-hidden-size", &ModelConfig::ffn_hidden_size,
+     "MLP hidden size (0: 4·hidden; llama: 8/3·hidden, down to a multiple of 64)"},
+    {"--seq-length", &ModelConfig::seq_length, "sequence length", kRunSetting},
+    {"--max-position-embeddings", &ModelConfig::max_position_embeddings,
+     "maximum positions (0: --seq-length)"},
+    {"--vocab-size", &ModelConfig::vocab_size, "vocabulary size (train, export: 0 is the tokenizer's)"},
+    {"--make-vocab-size-divisible-by", &ModelConfig::make_vocab_size_divisible_by,
+     "pad the vocabulary to a multiple of this × TP", kRunSetting},
+    {"--norm-epsilon", &ModelConfig::norm_epsilon, "LayerNorm / RMSNorm epsilon"},
+    {"--rotary-base", &ModelConfig::rotary_base, "RoPE base (llama)"},
+    {"--add-qkv-bias", &ModelConfig::add_qkv_bias, "biases on q, k and v (llama; Qwen2)"},
+    {"--qk-layernorm", &ModelConfig::qk_layernorm,
+     "RMSNorm over each head's q and k before RoPE (llama; Qwen3)"},
+    {"--num-experts", &MoeConfig::num_experts, "Mixture of Experts: experts per MoE layer (0: dense)"},
+    {"--moe-router-topk", &MoeConfig::topk, "experts per token"},
+    {"--moe-ffn-hidden-size", &MoeConfig::ffn_hidden_size, "an expert's MLP size (0: --ffn-hidden-size)"},
+    {"--moe-layer-freq", &MoeConfig::layer_pattern, "MoE every N layers, or a 0/1 list such as [1,0,1,0]"},
+    {"--moe-shared-expert-intermediate-size", &MoeConfig::shared_expert_size,
+     "shared expert MLP size (0: none)"},
+    {"--moe-router-score-function", NamedSwitch{&MoeConfig::score_sigmoid, "softmax", "sigmoid"},
+     "softmax | sigmoid"},
+    {"--moe-router-pre-softmax", &MoeConfig::pre_softmax, "softmax over all experts before the top-k"},
+    {"--moe-aux-loss-coeff", &MoeConfig::aux_loss_coeff, "load-balancing loss coefficient", kRunSetting},
+    {"--moe-z-loss-coeff", &MoeConfig::z_loss_coeff, "router z-loss coefficient", kRunSetting},
+    {"--moe-expert-capacity-factor", &MoeConfig::capacity_factor, "expert capacity factor (0: dropless)",
+     kRunSetting},
+    {"--moe-pad-expert-input-to-capacity", &MoeConfig::pad_to_capacity,
+     "pad every expert's input to its capacity", kRunSetting},
+};
+
+const ModelField* find_model_field(const std::string& key) {
+  for (const ModelField& f : kModelFields)
+    if (f.key() == key) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string ModelField::key() const {
+  std::string k(flag + 2);
+  std::replace(k.begin(), k.end(), '-', '_');
+  return k;
+}
+
+bool ModelField::moe() const {
+  return std::visit(
+      [](const auto& m) { return !std::is_invocable_v<std::decay_t<decltype(m)>, ModelConfig&>; }, member);
+}
+
+std::span<const ModelField> model_fields() { return kModelFields; }
+
+nlohmann::json model_field_json(const ModelField& field, const ModelConfig& cfg) {
+  return visit_model_field(
+      field, cfg,
+      Overloaded{[&](const NamedSwitch& s) -> nlohmann::json { return cfg.moe.*s.member ? s.on : s.off; },
+                 [](const Arch& arch) -> nlohmann::json { return arch_name(arch); },
+                 [](const std::vector<int>& pattern) -> nlohmann::json {
+                   const bool every_layer =
+                       std::all_of(pattern.begin(), pattern.end(), [](int p) { return p == 1; });
+                   return every_layer ? nlohmann::json(1) : nlohmann::json(pattern);
+                 },
+                 [](const auto& number) -> nlohmann::json { return number; }});
+}
+
+std::string model_field_text(const ModelField& field, const ModelConfig& cfg) {
+  const nlohmann::json j = model_field_json(field, cfg);
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_number_float())  // as the flag is written: 1e-05, not the double nearest the float
+    return visit_model_field(field, cfg, [](const auto& value) {
+      if constexpr (std::is_floating_point_v<std::decay_t<decltype(value)>>)
+        return fmt::format("{}", value);
+      else
+        return std::string();
+    });
+  return j.dump();
+}
+
+void set_model_field(const ModelField& field, ModelConfig& cfg, const nlohmann::json& value,
+                     const std::string& source) {
+  const std::string key = field.key();
   try {
-    for (auto& [key, value] : j.items()) {
-      auto integer = std::find_if(std::begin(integers), std::end(integers),
-                                  [&](const auto& e) { return key == e.first; });
-      auto real = std::find_if(std::begin(floats), std::end(floats),
-                               [&](const auto& e) { return key == e.first; });
-      if (integer != std::end(integers)) cfg.*(integer->second) = json_integer<int>(value, source, key);
-      else if (real != std::end(floats)) cfg.*(real->second) = json_number<float>(value, source, key);
-      else if (key == "arch") cfg.arch = parse_arch(value.get<std::string>());
-      else if (key == "add_qkv_bias") cfg.add_qkv_bias = value.get<bool>();
-      else if (key == "qk_layernorm") cfg.qk_layernorm = value.get<bool>();
-      else fail("{}: unknown model key '{}'", source, key);
-    }
+    visit_model_field(field, cfg,
+                      Overloaded{[&](int& v) { v = json_integer<int>(value, source, key); },
+                                 [&](float& v) { v = json_number<float>(value, source, key); },
+                                 [&](double& v) { v = json_number<double>(value, source, key); },
+                                 [&](bool& v) { v = value.get<bool>(); },
+                                 [&](Arch& arch) { arch = parse_arch(value.get<std::string>()); },
+                                 [&](std::vector<int>& pattern) {
+                                   pattern = parse_moe_layer_freq(
+                                       value.is_string() ? value.get<std::string>() : value.dump(),
+                                       cfg.num_layers);
+                                 },
+                                 [&](const NamedSwitch& s) {
+                                   const std::string word = value.get<std::string>();
+                                   TESSEL_CHECK(word == s.off || word == s.on, "{} must be {} or {} (got {})",
+                                                field.flag, s.off, s.on, word);
+                                   cfg.moe.*s.member = word == s.on;
+                                 }});
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: {}", source, e.what());
+    fail("{}: {}: {}", source, key, e.what());
   }
 }
 
-nlohmann::json model_config_to_json(const ModelConfig& c) {
-  return {{"arch", arch_name(c.arch)},
-          {"num_layers", c.num_layers},
-          {"hidden_size", c.hidden_size},
-          {"num_attention_heads", c.num_attention_heads},
-          {"num_query_groups", c.query_groups()},
-          {"ffn_hidden_size", c.ffn_size()},
-          {"seq_length", c.seq_length},
-          {"max_position_embeddings", c.max_positions()},
-          {"vocab_size", c.vocab_size},
-          {"norm_epsilon", c.norm_epsilon},
-          {"rotary_base", c.rotary_base},
-          {"add_qkv_bias", c.add_qkv_bias},
-          {"qk_layernorm", c.qk_layernorm}};
+void model_config_from_json(const nlohmann::json& j, ModelConfig& cfg, const std::string& source) {
+  TESSEL_CHECK(j.is_object(), "{}: expected a JSON object", source);
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : j.items())
+    if (find_model_field(key) == nullptr) unknown.push_back(fmt::format("unknown model key '{}'", key));
+  if (!unknown.empty()) fail("{}: {}", source, fmt::join(unknown, "; "));
+  for (const ModelField& field : kModelFields)
+    if (auto it = j.find(field.key()); it != j.end()) set_model_field(field, cfg, *it, source);
 }
 
-ModelConfig load_model_config_file(const std::string& path) {
+nlohmann::json model_config_to_json(const ModelConfig& cfg) {
+  const ModelConfig sizes = cfg.explicit_sizes();
+  nlohmann::json j = nlohmann::json::object();
+  for (const ModelField& field : kModelFields)
+    if (!field.moe() || cfg.moe.num_experts > 0) j[field.key()] = model_field_json(field, sizes);
+  return j;
+}
+
+nlohmann::json read_model_file(const std::string& path) {
   std::ifstream in(path);
   TESSEL_CHECK(in.good(), "{}: cannot open model file", path);
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON ({})", path, e.what());
   }
-  ModelConfig cfg;
-  model_config_from_json(j, cfg, path);
-  return cfg;
 }
 
 std::vector<std::string> MoeConfig::violations(int ep_size, int num_layers) const {

@@ -1,10 +1,12 @@
 // The model's architecture and sizes, named after Megatron-LM's flags.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <span>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 namespace tessel {
@@ -72,6 +74,9 @@ struct ModelConfig {
     return (vocab_size + m - 1) / m * m;
   }
 
+  // The same model with every size that 0 leaves to a default written out: the query groups, the
+  // MLP and expert sizes, the positions.
+  ModelConfig explicit_sizes() const;
   // Every rule the sizes break, one message each; empty when valid.
   std::vector<std::string> violations() const;
   // Throws one Error listing every violation.
@@ -79,10 +84,72 @@ struct ModelConfig {
   int64_t num_parameters() const;
 };
 
-// tessel's own model file: {"arch": "llama", "num_layers": 4, "hidden_size": 256, ...}; keys are
-// the flag names with '_' for '-'. Keys absent from the file keep the values already in `cfg`.
+// A switch that flags and model files name by a word, false's then true's:
+// --moe-router-score-function softmax | sigmoid.
+struct NamedSwitch {
+  bool MoeConfig::*member;
+  const char* off;
+  const char* on;
+};
+
+// One setting of the model, the one place it is named: its Megatron flag, where it lives in a
+// ModelConfig and its help. The command line of train, plan, layout and export (apps/model_flags.h),
+// tessel's JSON model file (the key is the flag's name without "--", '_' for '-') and --init-from's
+// agreement check all read the list, so a new setting is one row in model_fields().
+struct ModelField {
+  const char* flag;  // "--num-layers"
+  std::variant<int ModelConfig::*, float ModelConfig::*, bool ModelConfig::*, Arch ModelConfig::*,
+               int MoeConfig::*, float MoeConfig::*, double MoeConfig::*, bool MoeConfig::*,
+               std::vector<int> MoeConfig::*, NamedSwitch>
+      member;
+  const char* help;
+  // A setting of the run rather than of the model the weights belong to (the sequence length, the
+  // vocabulary's padding, the MoE losses and capacity): a flag for it applies on top of an
+  // --init-from config.json, which every other flag given must agree with.
+  bool run_setting = false;
+
+  std::string key() const;  // "num_layers"
+  bool moe() const;         // a setting of ModelConfig::moe, which a dense model's file leaves out
+};
+
+// Every field, in the order --help lists them; --moe-layer-freq comes after --num-layers, which
+// its interval form needs (fields are set in this order).
+std::span<const ModelField> model_fields();
+
+// Calls fn with the field's storage in `cfg` (a ModelConfig, const or not): an int, float,
+// double, bool, Arch or std::vector<int> (the MoE layer pattern) by reference, or the NamedSwitch
+// itself (its bool is cfg.moe.*member).
+template <typename Config, typename Fn>
+decltype(auto) visit_model_field(const ModelField& field, Config& cfg, Fn&& fn) {
+  return std::visit(
+      [&](const auto& member) -> decltype(auto) {
+        using Member = std::decay_t<decltype(member)>;
+        if constexpr (std::is_same_v<Member, NamedSwitch>)
+          return fn(member);
+        else if constexpr (std::is_invocable_v<Member, Config&>)
+          return fn(cfg.*member);
+        else
+          return fn(cfg.moe.*member);
+      },
+      field.member);
+}
+
+// The field's value as the model file writes it ("llama", 4, [1,0,1,0], "sigmoid"; an MoE layer
+// pattern of all ones as the interval 1), and as a flag's text, for --help's defaults and messages.
+nlohmann::json model_field_json(const ModelField& field, const ModelConfig& cfg);
+std::string model_field_text(const ModelField& field, const ModelConfig& cfg);
+// Sets the field from a model file's value or a flag's (as JSON: a number, a bool, a word or an
+// MoE layer pattern's text or list). Throws tessel::Error naming `source`, the key and the value.
+void set_model_field(const ModelField& field, ModelConfig& cfg, const nlohmann::json& value,
+                     const std::string& source);
+
+// tessel's own model file: {"arch": "llama", "num_layers": 4, "hidden_size": 256, ...}, a key per
+// model field. Keys absent from the file keep the values already in `cfg`; an unknown key is an
+// error naming the file.
 void model_config_from_json(const nlohmann::json& j, ModelConfig& cfg, const std::string& source);
+// Every field with its size written out (explicit_sizes); the MoE fields only for an MoE model.
 nlohmann::json model_config_to_json(const ModelConfig& cfg);
-ModelConfig load_model_config_file(const std::string& path);
+// A model file's JSON; throws naming the file when it cannot be opened or parsed.
+nlohmann::json read_model_file(const std::string& path);
 
 }  // namespace tessel

@@ -89,7 +89,7 @@ double head_flops_per_token(const PlanModel& m);  // the LM head's logits, 2Â·hÂ
 double model_flops_per_iteration(const PlanModel& m, int64_t global_batch);
 
 // The model from a file: tessel's JSON (keys are the flag names with '_', as `tessel train
-// --model-config`, plus the MoE and planner keys) or a Hugging Face config.json (told apart by
+// --model-config`, plus the planner's own keys) or a Hugging Face config.json (told apart by
 // its "model_type"; gpt2, llama, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v3).
 PlanModel load_plan_model(const std::string& path);
 void plan_model_from_json(const nlohmann::json& j, PlanModel& m, const std::string& source);

@@ -3,7 +3,6 @@
 // model types than the importer in ckpt/hf.h can load).
 #include <fmt/format.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
@@ -16,18 +15,10 @@ namespace {
 
 using nlohmann::json;
 
-// The planner's keys beyond tessel's model file: MoE settings (the flags of `tessel train`) and
-// what only the planner models.
-bool planner_key(PlanModel& m, const std::string& key, const json& value, std::string& moe_layer_freq) {
-  MoeConfig& e = m.cfg.moe;
-  if (key == "name") m.name = value.get<std::string>();
-  else if (key == "num_experts") e.num_experts = value.get<int>();
-  else if (key == "moe_router_topk") e.topk = value.get<int>();
-  else if (key == "moe_ffn_hidden_size") e.ffn_hidden_size = value.get<int>();
-  else if (key == "moe_shared_expert_intermediate_size") e.shared_expert_size = value.get<int>();
-  else if (key == "moe_router_score_function") e.score_sigmoid = value.get<std::string>() == "sigmoid";
-  else if (key == "moe_router_pre_softmax") e.pre_softmax = value.get<bool>();
-  else if (key == "moe_layer_freq") moe_layer_freq = value.is_string() ? value.get<std::string>() : value.dump();
+// The planner's keys beyond tessel's model file (model_fields()): what only the planner models.
+bool planner_key(PlanModel& m, const std::string& key, const json& value) {
+  if (key == "name")
+    m.name = value.get<std::string>();
   else if (key == "kv_channels") m.kv_channels = value.get<int>();
   else if (key == "hidden_dropout") m.hidden_dropout = value.get<double>();
   else if (key == "attention_dropout") m.attention_dropout = value.get<double>();
@@ -36,8 +27,8 @@ bool planner_key(PlanModel& m, const std::string& key, const json& value, std::s
   else if (key == "kv_lora_rank") m.mla.kv_lora_rank = value.get<int>();
   else if (key == "qk_head_dim") m.mla.qk_head_dim = value.get<int>();
   else if (key == "qk_pos_emb_head_dim") m.mla.qk_pos_emb_head_dim = value.get<int>();
-  else if (key == "v_head_dim") m.mla.v_head_dim = value.get<int>();
-  else if (key == "make_vocab_size_divisible_by") m.cfg.make_vocab_size_divisible_by = value.get<int>();
+  else if (key == "v_head_dim")
+    m.mla.v_head_dim = value.get<int>();
   else return false;
   return true;
 }
@@ -119,27 +110,18 @@ PlanModel model_from_hf(const json& j, const std::string& source) {
 
 void plan_model_from_json(const json& j, PlanModel& m, const std::string& source) {
   TESSEL_CHECK(j.is_object(), "{}: expected a JSON object", source);
-  std::string moe_layer_freq;
   json sizes = json::object();
   try {
     for (auto& [key, value] : j.items())
-      if (!planner_key(m, key, value, moe_layer_freq)) sizes[key] = value;
+      if (!planner_key(m, key, value)) sizes[key] = value;
   } catch (const json::exception& e) {
     fail("{}: {}", source, e.what());
   }
   model_config_from_json(sizes, m.cfg, source);
-  if (!moe_layer_freq.empty()) m.cfg.moe.layer_pattern = parse_moe_layer_freq(moe_layer_freq, m.cfg.num_layers);
 }
 
 PlanModel load_plan_model(const std::string& path) {
-  std::ifstream in(path);
-  TESSEL_CHECK(in.good(), "{}: cannot open model file", path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON ({})", path, e.what());
-  }
+  const json j = read_model_file(path);
   PlanModel m;
   try {
     if (j.is_object() && j.contains("model_type")) m = model_from_hf(j, path);
@@ -154,7 +136,6 @@ PlanModel load_plan_model(const std::string& path) {
 json plan_model_to_json(const PlanModel& m) {
   json j = model_config_to_json(m.cfg);
   j["name"] = m.name;
-  j["make_vocab_size_divisible_by"] = m.cfg.make_vocab_size_divisible_by;
   if (m.kv_channels > 0) j["kv_channels"] = m.kv_channels;
   if (m.hidden_dropout > 0) j["hidden_dropout"] = m.hidden_dropout;
   if (m.attention_dropout > 0) j["attention_dropout"] = m.attention_dropout;
@@ -165,15 +146,6 @@ json plan_model_to_json(const PlanModel& m) {
     j["qk_head_dim"] = m.mla.qk_head_dim;
     j["qk_pos_emb_head_dim"] = m.mla.qk_pos_emb_head_dim;
     j["v_head_dim"] = m.mla.v_head_dim;
-  }
-  const MoeConfig& e = m.cfg.moe;
-  if (e.num_experts > 0) {
-    j["num_experts"] = e.num_experts;
-    j["moe_router_topk"] = e.topk;
-    j["moe_ffn_hidden_size"] = m.expert_ffn();
-    j["moe_shared_expert_intermediate_size"] = e.shared_expert_size;
-    j["moe_router_score_function"] = e.score_sigmoid ? "sigmoid" : "softmax";
-    if (!e.layer_pattern.empty()) j["moe_layer_freq"] = e.layer_pattern;
   }
   return j;
 }

@@ -4,10 +4,15 @@
 #include <string>
 #include <vector>
 
+#include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/ckpt/shards.h"
+#include "tessel/core/error.h"
+#include "tessel/core/writable.h"
+#include "tessel/data/tokenizer_files.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/model/transformer.h"
+#include "tessel/optim/adamw.h"
 #include "tessel/train/numerics.h"
 
 namespace tessel {
@@ -112,6 +117,41 @@ void export_gathered(const ParamRegistry& params, const TrainPlan& plan, Process
   const std::string& dir = plan.options.checkpoint.save_hf;
   require_finite_weights(cpu_kernels(), whole, "--save-hf " + dir);
   export_hf(whole, cfg, dir);
+}
+
+int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tokenizer_options,
+                     const ExportSource& source, const std::string& out_dir) {
+  const std::unique_ptr<Tokenizer> tokenizer =
+      tokenizer_options ? make_tokenizer(*tokenizer_options) : std::make_unique<ByteTokenizer>();
+  if (cfg.vocab_size == 0) cfg.vocab_size = tokenizer->vocab_size();
+  TESSEL_CHECK(cfg.vocab_size >= tokenizer->vocab_size(), "--vocab-size {} is smaller than the {}'s {}",
+               cfg.vocab_size, tokenizer->type(), tokenizer->vocab_size());
+  cfg.validate();
+  require_writable_dir("--out", out_dir);
+  const Kernels& k = cpu_kernels();
+  ParamRegistry params;
+  declare_chunks(cfg, {ChunkSpec{0, cfg.num_layers, true, true}}, params);
+  params.finalize(k.memory);
+  if (!source.load.empty()) {
+    const nlohmann::json saved = read_checkpoint_metadata(source.load).at("run_config").at("tokenizer");
+    if (tokenizer_options) {
+      const std::string why = tokenizer_mismatch(saved, tokenizer_identity(*tokenizer));
+      TESSEL_CHECK(why.empty(), "--load {}: {}", source.load, why);
+    }
+    AdamW moments(k, params, OptimizerConfig{});  // read along, not written out
+    load_checkpoint(source.load, params, moments, cfg);
+  } else if (source.init_from.empty()) {
+    params.init_values(source.seed);
+  } else {
+    load_hf_weights(params, cfg, hf_weights_file(source.init_from));
+  }
+  require_finite_weights(k, params,
+                         !source.load.empty()        ? source.load
+                         : !source.init_from.empty() ? source.init_from
+                                                     : std::string("the initial weights"));
+  export_hf(params, cfg, out_dir);
+  if (tokenizer_options) save_tokenizer_files(*tokenizer_options, *tokenizer, out_dir);
+  return params.numel();
 }
 
 }  // namespace tessel

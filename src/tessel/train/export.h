@@ -1,12 +1,35 @@
-// --save-hf at the end of training: the whole model gathered from every rank's shards and written
-// as one Hugging Face folder by world rank 0.
+// Hugging Face folders written from tessel's weights: `tessel export`'s (a fresh initialisation,
+// converted weights or a consolidated save) and --save-hf's at the end of training (the whole
+// model gathered from every rank's shards, written by world rank 0).
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
+
 #include "tessel/core/params.h"
+#include "tessel/data/tokenizer.h"
+#include "tessel/model/config.h"
 #include "tessel/parallel/groups.h"
 #include "tessel/train/plan.h"
 
 namespace tessel {
+
+// Where `tessel export`'s weights come from: the newest save of a --save folder (`load`, any
+// layout), else a Hugging Face file or folder to convert (`init_from`), else a fresh
+// initialisation from `seed`.
+struct ExportSource {
+  uint64_t seed = 1234;
+  std::string init_from;
+  std::string load;
+};
+
+// `tessel export`: `cfg`'s model with the source's weights, written to `out_dir` as
+// model.safetensors and config.json, with the tokenizer's files when `tokenizer` names one (it
+// must be the one a --load save was trained with). --vocab-size 0 takes the tokenizer's size (the
+// byte tokenizer's without one). Returns the parameter count; throws naming the bad input.
+int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tokenizer,
+                     const ExportSource& source, const std::string& out_dir);
 
 // Collective over the world. TP shards are gathered over TP and experts' ETP slices over ETP,
 // the first expert-DP replica's EP ranks send their experts to EP rank 0, then the pipeline

@@ -1,0 +1,44 @@
+#include "export_command.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "tessel/ckpt/checkpoint.h"
+#include "tessel/ckpt/hf.h"
+#include "tessel/data/tokenizer_files.h"
+#include "tokenizer_flags.h"
+
+namespace tessel {
+
+ExportCommand::ExportCommand(CLI::App& app) {
+  cmd_ = app.add_subcommand("export", "write a model as a Hugging Face folder");
+  CLI::App& c = *cmd_;
+  model_.add_to(c);
+  c.add_option("--out", out_dir_, "output folder")->required();
+  c.add_option("--seed", source_.seed, "initialisation seed")->capture_default_str();
+  c.add_option("--init-from", source_.init_from, "weights to convert instead of a fresh initialisation");
+  c.add_option("--load", source_.load, "consolidate the newest save of this --save folder (any layout)")
+      ->excludes("--init-from");
+  add_tokenizer_flags(c, tokenizer_);
+}
+
+void ExportCommand::run() const {
+  // A save carries its model's config.json: the sizes come from there, not from flags.
+  const ModelConfig cfg = source_.load.empty()
+                              ? model_.resolve(source_.init_from)
+                              : model_config_from_hf(read_checkpoint_metadata(source_.load).at("model"),
+                                                     source_.load + " (metadata.json)");
+  // The tokenizer named by flags, else the one beside --init-from's weights (or none: bytes).
+  std::optional<TokenizerOptions> tokenizer;
+  if (tokenizer_flags_given(*cmd_))
+    tokenizer = tokenizer_;
+  else if (!source_.init_from.empty())
+    tokenizer = tokenizer_in_folder(source_.init_from);
+  const int64_t parameters = export_model(cfg, tokenizer, source_, out_dir_);
+  fmt::print("wrote {}/model.safetensors and config.json{} ({:.2f}M parameters)\n", out_dir_,
+             tokenizer ? " and the tokenizer" : "", parameters / 1e6);
+}
+
+}  // namespace tessel

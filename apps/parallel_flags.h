@@ -1,0 +1,53 @@
+// The parallel flags, each defined once with Megatron's names, for the subcommands that take
+// them: the layout (`tessel train`, `plan`, `layout`), where the layers go (the same), the
+// pipeline schedule (`train`, `plan`, `schedule`), the batch (`train`, `plan`, `layout`) and
+// recomputation (`train`, `plan`). Each binds to the options struct its subcommand fills, which
+// must outlive app.parse(); the returned options tell which flags were given.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "tessel/model/recompute.h"
+#include "tessel/parallel/layout.h"
+#include "tessel/train/options.h"
+
+namespace tessel {
+
+// --pp and --vpp: a pipeline's size, all that `tessel schedule` needs of the layout.
+struct PipelineSizeFlags {
+  CLI::Option* pp;
+  CLI::Option* vpp;
+};
+PipelineSizeFlags add_pipeline_size_flags(CLI::App& app, int& pp, int& vpp);
+
+// --tp --pp --cp --ep --etp --vpp (and their long names), --order, --sequence-parallel and
+// --use-distributed-optimizer.
+struct LayoutFlags {
+  CLI::Option *tp, *pp, *cp, *ep, *etp, *vpp;
+  CLI::Option *sequence_parallel, *distributed_optimizer;
+};
+LayoutFlags add_layout_flags(CLI::App& app, ParallelConfig& config);
+
+// Where the layers go: --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers,
+// --pipeline-model-parallel-layout.
+void add_stage_flags(CLI::App& app, PipelineOptions& pipeline);
+
+// How the microbatches run: --schedule, --microbatch-group-size-per-virtual-pipeline-stage.
+void add_schedule_flags(CLI::App& app, std::string& schedule, int& microbatch_group);
+
+// --micro-batch-size and --global-batch-size; --num-microbatches, the count they imply.
+struct BatchFlags {
+  CLI::Option* micro_batch;
+  CLI::Option* global_batch;
+};
+BatchFlags add_batch_flags(CLI::App& app, BatchOptions& batch);
+CLI::Option* add_microbatches_flag(CLI::App& app, int& microbatches);
+
+// --recompute-granularity (returned), --recompute-method, --recompute-num-layers.
+CLI::Option* add_recompute_flags(CLI::App& app, RecomputeOptions& recompute);
+
+// What overlaps the end of a step: --overlap-grad-reduce, --enable-optimizer-post-validation.
+void add_overlap_flags(CLI::App& app, bool& overlap_grad_reduce, bool& post_validation);
+
+}  // namespace tessel

@@ -1,0 +1,168 @@
+#include "train_command.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <optional>
+
+#include "parallel_flags.h"
+#include "tessel/comm/comm.h"
+#include "tessel/data/tokenizer_files.h"
+#include "tessel/kernels/kernels.h"
+#include "tessel/parallel/groups.h"
+#include "tessel/train/plan.h"
+#include "tessel/train/trainer.h"
+#include "tokenizer_flags.h"
+
+#ifndef TESSEL_DEFAULT_DATA
+#define TESSEL_DEFAULT_DATA "data/kjv-genesis-esther.txt"
+#endif
+
+namespace tessel {
+
+TrainCommand::TrainCommand(CLI::App& app) {
+  cmd_ = app.add_subcommand("train", "train a model");
+  CLI::App& c = *cmd_;
+  TrainOptions& t = options_;
+  t.data.path = {TESSEL_DEFAULT_DATA};
+  decay_style_ = lr_decay_style_name(t.optim.lr.style);
+  model_.add_to(c);
+  add_batch_flags(c, t.batch);
+  c.add_option("--train-iters", t.optim.lr.train_iters, "iterations")->capture_default_str();
+  c.add_option("--seed", t.seed, "seed of initialisation and of the datasets' shuffles")
+      ->capture_default_str();
+  c.add_option("--log-interval", t.log.interval, "iterations between log lines")->capture_default_str();
+  c.add_option("--log-json", t.log.json, "write one JSON object per logged iteration");
+  data_path_ = c.add_option("--data-path", t.data.path,
+                            "PREFIX (.bin/.idx) or text file, or W1 P1 W2 P2 ... (a blend) for all splits")
+                   ->capture_default_str();
+  c.add_option("--train-data-path", t.data.train_path, "the train split's blend (instead of --data-path)");
+  c.add_option("--valid-data-path", t.data.valid_path, "the valid split's blend");
+  c.add_option("--test-data-path", t.data.test_path, "the test split's blend");
+  c.add_option("--split", t.data.split, "train,valid,test proportions of --data-path's documents")
+      ->capture_default_str();
+  c.add_option("--data-cache-path", t.data.cache_path,
+               "where the datasets' index files go (default: beside the data)");
+  add_tokenizer_flags(c, t.data.tokenizer);
+  c.add_flag("--reset-position-ids", t.data.reset_position_ids,
+             "positions restart after each end-of-document token");
+  c.add_flag("--reset-attention-mask", t.data.reset_attention_mask, "attention stays within each document");
+  c.add_flag("--eod-mask-loss", t.data.eod_mask_loss, "no loss where the input is an end-of-document token");
+  c.add_option("--eval-interval", t.eval.interval, "iterations between evaluations on the valid split")
+      ->capture_default_str();
+  c.add_option("--eval-iters", t.eval.iters, "global batches per evaluation (0: none)")
+      ->capture_default_str();
+  c.add_option("--init-from", t.checkpoint.init_from, "start from a Hugging Face safetensors file or folder");
+  c.add_option("--save-hf", t.checkpoint.save_hf, "write model.safetensors + config.json here at the end");
+  c.add_option("--save", t.checkpoint.save,
+               "checkpoint folder (a save every --save-interval and at the end)");
+  c.add_option("--save-interval", t.checkpoint.save_interval,
+               "iterations between checkpoints (0: only at the end)")
+      ->capture_default_str();
+  c.add_flag("--async-save", t.checkpoint.async_save,
+             "write checkpoints on a background thread while training goes on");
+  c.add_option("--exit-interval", t.checkpoint.exit_interval,
+               "stop once the iteration is a multiple of this (after saving)");
+  c.add_option("--load", t.checkpoint.load, "resume from the newest checkpoint in this folder (any layout)");
+  c.add_option("--lr", t.optim.lr.lr, "peak learning rate")->capture_default_str();
+  c.add_option("--min-lr", t.optim.lr.min_lr, "final learning rate")->capture_default_str();
+  c.add_option("--lr-warmup-iters", t.optim.lr.warmup_iters, "linear warmup iterations")
+      ->capture_default_str();
+  c.add_option("--lr-decay-iters", t.optim.lr.decay_iters, "decay iterations (0: --train-iters)")
+      ->capture_default_str();
+  c.add_option("--lr-decay-style", decay_style_, "constant | linear | cosine")->capture_default_str();
+  c.add_option("--weight-decay", t.optim.adamw.weight_decay, "AdamW weight decay")->capture_default_str();
+  c.add_option("--adam-beta1", t.optim.adamw.beta1, "AdamW beta1")->capture_default_str();
+  c.add_option("--adam-beta2", t.optim.adamw.beta2, "AdamW beta2")->capture_default_str();
+  c.add_option("--adam-eps", t.optim.adamw.eps, "AdamW epsilon")->capture_default_str();
+  c.add_option("--clip-grad", t.optim.adamw.clip_grad, "gradient clipping by global norm (0: off)")
+      ->capture_default_str();
+  add_layout_flags(c, t.parallel.layout);
+  add_schedule_flags(c, t.parallel.pipeline.schedule, t.parallel.pipeline.microbatch_group);
+  add_stage_flags(c, t.parallel.pipeline);
+  c.add_option("--cp-comm-type", t.parallel.cp_comm_type,
+               "context parallel attention: p2p (ring) | all-gather")
+      ->capture_default_str();
+  c.add_option("--ddp-bucket-size", t.parallel.ddp.bucket_size, "gradients per DP reduction bucket (floats)")
+      ->capture_default_str();
+  add_overlap_flags(c, t.parallel.ddp.overlap_grad_reduce, t.optim.post_validation);
+  add_recompute_flags(c, t.recompute);
+  c.add_option("--recompute-modules", t.recompute.modules,
+               "selective recompute: core_attn layernorm mlp moe moe_act shared_experts (default core_attn)");
+  c.add_flag("--recompute-activations", t.recompute.activations,
+             "selective recompute (Megatron's older flag)");
+  c.add_flag("--progress", force_progress_,
+             "draw the live progress line (default: on a terminal, not under mpirun)");
+  c.add_option("--device", device_, "where to compute: cpu | cuda (a build with -DTESSEL_CUDA)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  c.add_flag_callback(
+      "--bf16", [&t] { t.precision = Precision::BF16; },
+      "bf16 mixed precision: GEMMs on bf16 operands, fp32 accumulation, fp32 master weights");
+  c.add_flag("--profile", t.log.profile, "report GEMM throughput and memory at the end");
+  c.add_option(
+      "--pipeline-timeline", t.log.pipeline_timeline,
+      "write the last iteration's F, B, I and W actions on every rank as a Chrome trace (chrome://tracing, "
+      "Perfetto)");
+  c.add_option("--threads", threads_, "threads per process (default: OMP_NUM_THREADS or all cores)");
+  FaultOptions& f = t.faults;
+  c.add_flag("--check-for-nan-in-loss-and-grad,!--no-check-for-nan-in-loss-and-grad", f.check_nan,
+             "stop before the optimizer step when the loss or the gradient norm is not finite (default on; "
+             "off: skip "
+             "that step)");
+  c.add_option(
+       "--rerun-mode", f.rerun_mode,
+       "validate_results: recompute a failing iteration once to tell a reproducible fault from a transient "
+       "one | disabled")
+      ->capture_default_str();
+  c.add_flag("--check-for-spiky-loss", f.check_spiky_loss,
+             "report a loss 10 times the largest of the first 100 (recomputed under validate_results)");
+  c.add_option("--inject-fault", f.inject, "tests: nan-grad|transient-nan-grad|loss-spike:ITERATION[:RANK]");
+  c.add_flag("--exit-signal-handler", f.exit_signal_handler,
+             "on SIGTERM, SIGINT, SIGUSR1 or SIGUSR2: finish the iteration, save, exit 0");
+  c.add_option("--exit-duration-in-mins", f.exit_duration_mins,
+               "save and exit 0 after this many minutes (0: no limit)")
+      ->capture_default_str();
+  c.add_option("--distributed-timeout-minutes", f.distributed_timeout_minutes,
+               "end the job when a communication waits this long without progress")
+      ->capture_default_str();
+  c.add_option("--distributed-timeout-seconds", f.distributed_timeout_seconds,
+               "the same in seconds, for tests (0: the minutes)")
+      ->capture_default_str();
+  c.add_flag("--log-straggler", t.log.straggler,
+             "every --log-interval: each rank's compute time against the median, the slowest named");
+  c.add_option("--straggler-minmax-count", t.log.straggler_minmax_count, "slowest and fastest ranks named")
+      ->capture_default_str();
+}
+
+void TrainCommand::run(MpiRuntime& runtime) {
+  if (threads_ > 0) omp_set_num_threads(threads_);
+  TrainOptions& t = options_;
+  // The bundled corpus is the default for --data-path alone: per-split paths replace it.
+  const bool per_split =
+      !t.data.train_path.empty() || !t.data.valid_path.empty() || !t.data.test_path.empty();
+  if (per_split && data_path_->count() == 0) t.data.path.clear();
+  // The live progress line for a terminal. Under mpirun every rank's stdout is a pseudo-terminal
+  // whatever the user's is, so there it takes --progress.
+  t.log.progress = force_progress_ || (isatty(STDOUT_FILENO) != 0 && !runtime.active());
+  // A Hugging Face folder brings its tokenizer, as transformers' from_pretrained.
+  if (!t.checkpoint.init_from.empty() && !tokenizer_flags_given(*cmd_))
+    if (std::optional<TokenizerOptions> found = tokenizer_in_folder(t.checkpoint.init_from))
+      t.data.tokenizer = *found;
+  t.parallel.layout.world = runtime.world_size();
+  t.device = device_ == "cuda" ? Device::CUDA : Device::CPU;
+  std::optional<TrainPlan> resolved;  // every rank alike, before any other communication
+  check_together(runtime.world(), [&] {
+    t.optim.lr.style = parse_lr_decay_style(decay_style_);
+    resolved = plan_training(model_.resolve(t.checkpoint.init_from), t);
+  });
+  const TrainPlan& plan = *resolved;
+  set_distributed_timeout(t.faults.distributed_timeout());
+  const DeviceMemory& memory = kernels_for(t.device, t.precision).memory;
+  ProcessGroups groups = runtime.active()
+                             ? ProcessGroups::create(Layout(plan.layout()), runtime.world_rank(), memory)
+                             : ProcessGroups::single(memory);
+  train(plan, groups);
+}
+
+}  // namespace tessel

@@ -1,0 +1,36 @@
+// `tessel train`: trains a model — with no flags the default one on the bundled corpus — on one
+// process or under mpirun, with Megatron-LM's flags for the model, data, batch, optimizer,
+// parallel layout and schedule, checkpoints, logging and faults.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "model_flags.h"
+#include "tessel/comm/mpi.h"
+#include "tessel/train/options.h"
+
+namespace tessel {
+
+class TrainCommand {
+ public:
+  // Adds the `train` subcommand and its flags to `app`; the flags parse into this object, so it
+  // must outlive app.parse().
+  explicit TrainCommand(CLI::App& app);
+  bool selected() const { return static_cast<bool>(*cmd_); }
+  // Every rank checks the flags together (one ConfigError listing every violated rule), then
+  // trains.
+  void run(MpiRuntime& runtime);
+
+ private:
+  CLI::App* cmd_;
+  ModelFlags model_{tokenizer_sized_defaults()};
+  TrainOptions options_;
+  CLI::Option* data_path_ = nullptr;
+  std::string decay_style_;
+  std::string device_ = "cpu";
+  int threads_ = 0;
+  bool force_progress_ = false;
+};
+
+}  // namespace tessel

@@ -1,0 +1,149 @@
+// One definition per flag, as the subcommands' --help shows them: every model field is a flag of
+// train, plan, layout and export with the field's help; a name that several subcommands take has
+// one help wherever it appears; the layout, batch and pipeline flags that train shares with
+// layout or schedule, plan takes too. And what reads the model fields besides the flags: the
+// model file (every field written and read back) and --init-from's agreement check.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "support/fixtures.h"
+#include "support/run_command.h"
+#include "tessel/model/config.h"
+
+namespace tessel {
+namespace {
+
+// Every name of every flag of `tessel COMMAND --help` ("--tp" and "--tensor-model-parallel-size"
+// alike) with its help text.
+using Flags = std::map<std::string, std::string>;
+
+Flags flags_of(const std::string& command) {
+  const testing::CommandResult r = testing::run_tessel(command + " --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // CLI11's layout: "  NAMES TYPE=DEFAULT" in a 30-column field, the help after it, or on the next
+  // line (indented 30) when the field overflows.
+  constexpr size_t kColumn = 30;
+  std::vector<std::string> lines;
+  std::istringstream text(r.output);
+  for (std::string line; std::getline(text, line);) lines.push_back(line);
+  Flags flags;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& line = lines[i];
+    if (line.rfind("  -", 0) != 0) continue;
+    const std::string next = i + 1 < lines.size() ? lines[i + 1] : "";
+    const bool help_below = next.size() > kColumn && next.find_first_not_of(' ') == kColumn;
+    const std::string help = help_below ? next.substr(kColumn) : line.substr(std::min(line.size(), kColumn));
+    std::string names = line.substr(2, line.find(' ', 2) - 2);
+    names = names.substr(0, names.find('{'));  // --flag,--no-flag{false}
+    std::istringstream each(names);
+    for (std::string name; std::getline(each, name, ',');) flags[name] = help;
+  }
+  return flags;
+}
+
+const char* const kModelCommands[] = {"train", "plan", "layout", "export"};
+const char* const kCommands[] = {"train", "plan", "layout", "export", "schedule"};
+
+TEST(FlagsCli, EveryModelFieldIsAFlagOfEveryModelCommand) {
+  const Flags train = flags_of("train");
+  ASSERT_TRUE(train.count("--model-config"));
+  for (const char* command : kModelCommands) {
+    SCOPED_TRACE(command);
+    const Flags flags = flags_of(command);
+    EXPECT_EQ(flags.count("--model-config") ? flags.at("--model-config") : "(missing)",
+              train.at("--model-config"));
+    for (const ModelField& field : model_fields())
+      EXPECT_EQ(flags.count(field.flag) ? flags.at(field.flag) : "(missing)", field.help) << field.flag;
+  }
+}
+
+// These share a name between subcommands, not a meaning: each subcommand defines its own.
+const std::set<std::string> kOwnMeaning = {
+    "--seed",       // train's initialisation and data order, export's initialisation
+    "--threads",    // train's threads, plan's threads of the planned CPU ranks
+    "--out",        // export's folder, plan --calibrate's cluster file
+    "--init-from",  // train starts from the weights, export converts them
+    "--load",       // train resumes, export consolidates
+    "--json",       // each prints its own JSON
+    "--bf16",       // plan's planned precision, the default on GPU clusters
+};
+
+TEST(FlagsCli, ASharedFlagHasOneHelp) {
+  std::map<std::string, std::pair<std::string, std::string>> first;  // name -> (command, help)
+  for (const char* command : kCommands)
+    for (const auto& [name, help] : flags_of(command)) {
+      if (kOwnMeaning.count(name)) continue;
+      const auto [seen, added] = first.try_emplace(name, command, help);
+      if (!added) {
+        EXPECT_EQ(help, seen->second.second) << name << " in " << command << " and in " << seen->second.first;
+      }
+    }
+}
+
+TEST(FlagsCli, PlanTakesWhatTrainSharesWithLayoutAndSchedule) {
+  const Flags train = flags_of("train"), plan = flags_of("plan");
+  size_t shared = 0;
+  for (const char* command : {"layout", "schedule"})
+    for (const auto& [name, help] : flags_of(command))
+      if (name != "-h" && name != "--help" && train.count(name)) {
+        ++shared;
+        EXPECT_TRUE(plan.count(name)) << name << " (train and " << command << ")";
+      }
+  EXPECT_GT(shared, model_fields().size());  // the model fields and the parallel flags at least
+}
+
+// Every field away from its default (an MoE model, so that its settings are written too), to a
+// model file and back.
+TEST(ModelFields, EveryFieldRoundTripsThroughTheModelFile) {
+  ModelConfig cfg;
+  for (const ModelField& field : model_fields())
+    visit_model_field(field, cfg, [&](auto& value) {
+      using Value = std::decay_t<decltype(value)>;
+      if constexpr (std::is_same_v<Value, bool>)
+        value = !value;
+      else if constexpr (std::is_arithmetic_v<Value>)
+        value = value + 1;
+      else if constexpr (std::is_same_v<Value, Arch>)
+        value = Arch::Llama;
+      else if constexpr (std::is_same_v<Value, NamedSwitch>)
+        cfg.moe.*value.member = !(cfg.moe.*value.member);
+      else
+        for (int layer = 0; layer < cfg.num_layers; ++layer) value.push_back(layer % 2 == 0);
+    });
+  ModelConfig back;
+  model_config_from_json(model_config_to_json(cfg), back, "round trip");
+  for (const ModelField& field : model_fields())
+    EXPECT_EQ(model_field_json(field, back), model_field_json(field, cfg.explicit_sizes())) << field.flag;
+}
+
+// An MoE model from a model file; training from its exported folder refuses a flag that says
+// otherwise about the weights' model, and takes one that sets how this run trains it.
+TEST(FlagsCli, InitFromAgreementCoversTheMoeFields) {
+  testing::TestDir dir;
+  const std::string model = dir.write("moe.json", R"({"arch": "llama", "num_layers": 2, "hidden_size": 32,
+      "num_attention_heads": 4, "seq_length": 16, "num_experts": 4, "moe_router_topk": 2})");
+  ASSERT_EQ(testing::run_tessel("export --model-config " + model + " --out " + dir.path("moe")).exit_code, 0);
+  std::ifstream config(dir.path("moe/config.json"));
+  EXPECT_EQ(nlohmann::json::parse(config)["num_experts"], 4);
+  const std::string train =
+      "train --train-iters 1 --micro-batch-size 2 --global-batch-size 2 --threads 1 --init-from " +
+      dir.path("moe") + " ";
+  const testing::CommandResult refused = testing::run_tessel(train + "--moe-router-topk 1 --num-layers 3");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("--num-layers 3 but " + dir.path("moe") + " has 2; --moe-router-topk 1 but"),
+            std::string::npos)
+      << refused.output;
+  const testing::CommandResult trained =
+      testing::run_tessel(train + "--moe-aux-loss-coeff 0.01 --num-experts 4");
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+}
+
+}  // namespace
+}  // namespace tessel
