@@ -75,7 +75,7 @@ struct Growth {
 // the bytes it takes (64-byte aligned inside a list's one allocation; a growing buffer's own, at
 // its balanced-load size). The declare-only build of a chunk reads these (the planner, --profile).
 struct DeclaredTensor {
-  std::string part;  // "layers", "MoE layers", "embedding", "head", "residual stream", "chunk"
+  std::string part;  // "layers", "MoE layers", "embedding", "head", "residual stream", ...
   std::string name;  // "attention q", "MLP hidden", ...
   Shape shape;
   DType dtype = DType::F32;
