@@ -78,8 +78,11 @@ struct Fixture {
     model.num_attention_heads = 1;
     model.ffn_hidden_size = static_cast<int>(F);
     model.num_layers = 2;
+    TensorList scratch, shared;
     layer = std::make_unique<MoeLayer>(cpu_kernels(), model, moe, 1, N, MoeGroups{.ep = ep.get()},
-                                         registry);
+                                       registry, LayerBuffers{scratch, shared});
+    scratch.allocate(cpu_kernels());
+    shared.allocate(cpu_kernels());
     registry.finalize();
     registry.init_values(kSeed);
     for (Param& p : registry.params())
@@ -410,8 +413,10 @@ TEST(MoeLayer, BadSettingsAreClearErrors) {
   MoeConfig moe = base_config();
   moe.topk = 5;
   ParamRegistry registry;
+  TensorList scratch, shared;
   try {
-    MoeLayer layer(cpu_kernels(), model, moe, 0, 8, MoeGroups{.ep = ep.get()}, registry);
+    MoeLayer layer(cpu_kernels(), model, moe, 0, 8, MoeGroups{.ep = ep.get()}, registry,
+                   LayerBuffers{scratch, shared});
     FAIL() << "top-k 5 of 4 experts was accepted";
   } catch (const Error& e) {
     EXPECT_NE(

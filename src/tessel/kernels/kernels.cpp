@@ -15,8 +15,8 @@ namespace {
 template <typename T>
 T* reserve_in(const Kernels& k, Tensor& t, int64_t rows, int64_t cols, DType dtype) {
   if (t.empty() || t.numel() < rows * cols) {
-    const int64_t grown = t.empty() ? 0 : t.numel() / cols * 3 / 2;
-    t = k.zeros({std::max<int64_t>({rows, grown, 1}), cols}, dtype);
+    const int64_t held = t.empty() ? 0 : t.numel() / cols;
+    t = k.zeros({std::max<int64_t>(reserved_rows(held, rows), 1), cols}, dtype);
   }
   return dtype == DType::F32 ? reinterpret_cast<T*>(t.data()) : reinterpret_cast<T*>(t.ints());
 }

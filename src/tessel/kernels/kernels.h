@@ -8,6 +8,7 @@
 // moves bytes to and from the host (core/device.h).
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "tessel/core/device.h"
@@ -42,6 +43,15 @@ namespace tessel {
   X(adamw_update)                                                                               \
   X(gemm) X(gemm_stats_enable) X(gemm_stats) X(gemm_stats_reset)
 
+// The rows a buffer holding `held` rows keeps after Kernels::reserve asks for `needed`: the same
+// when they suffice, else half as large again or the need, whichever is more. Integer rows for
+// the buffers themselves; the planner applies it to the fractional rows a run's routing load
+// brings (plan/tessel_chunks.cpp).
+template <typename Rows>
+Rows reserved_rows(Rows held, Rows needed) {
+  return needed <= held ? held : std::max(needed, held * 3 / 2);
+}
+
 struct Kernels {
   const char* name = nullptr;  // "cpu", "cpu-bf16", "cuda", "cuda-bf16"
   Precision precision = Precision::FP32;
@@ -54,7 +64,7 @@ struct Kernels {
   Tensor zeros(Shape shape, DType dtype = DType::F32) const {
     return Tensor::zeros(std::move(shape), dtype, memory);
   }
-  // t holds at least rows × cols elements afterwards: reallocated half as large again when short
+  // t holds at least rows × cols elements afterwards: reallocated to reserved_rows when short
   // (never shrinks), so buffers whose size depends on the data — dropless MoE routing — settle at
   // the largest size seen. The contents are not kept. Returns t's first element.
   float* reserve(Tensor& t, int64_t rows, int64_t cols) const;

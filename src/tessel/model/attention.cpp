@@ -71,28 +71,28 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
 
 void Attention::list_saved(Saved& s, SavedLists& lists, const LayerRecompute& r) const {
   const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
-  SavedBuffers& acts = lists.pick(r.full);
-  SavedBuffers& grads = lists.pick(r.weights_in_input_pass());
+  TensorList& acts = lists.pick(r.full);
+  TensorList& grads = lists.pick(r.weights_in_input_pass());
   if (fused_) {
-    acts.add(s.qkv, {N_, 3 * HD});
-    grads.add(s.d_qkv, {N_, 3 * HD});
+    acts.add(s.qkv, {N_, 3 * HD}, "attention qkv");
+    grads.add(s.d_qkv, {N_, 3 * HD}, "attention qkv gradient");
   } else {
-    acts.add(s.q, {N_, HD});
-    acts.add(s.k, {N_, GD});
-    acts.add(s.v, {N_, GD});
-    grads.add(s.d_q, {N_, HD});
-    grads.add(s.d_k, {N_, GD});
-    grads.add(s.d_v, {N_, GD});
+    acts.add(s.q, {N_, HD}, "attention q");
+    acts.add(s.k, {N_, GD}, "attention k");
+    acts.add(s.v, {N_, GD}, "attention v");
+    grads.add(s.d_q, {N_, HD}, "attention q gradient");
+    grads.add(s.d_k, {N_, GD}, "attention k gradient");
+    grads.add(s.d_v, {N_, GD}, "attention v gradient");
     if (q_norm_) {
-      acts.add(s.q_raw, {N_, HD});
-      acts.add(s.k_raw, {N_, GD});
-      q_norm_->list_saved(s.q_norm, acts, N_ * H_l_);
-      k_norm_->list_saved(s.k_norm, acts, N_ * G_l_);
+      acts.add(s.q_raw, {N_, HD}, "attention q before q-norm");
+      acts.add(s.k_raw, {N_, GD}, "attention k before k-norm");
+      q_norm_->list_saved(s.q_norm, acts, N_ * H_l_, "q-norm");
+      k_norm_->list_saved(s.k_norm, acts, N_ * G_l_, "k-norm");
     }
   }
-  acts.add(s.attn, {N_, HD});
-  lists.pick(r.full || r.core_attn).add(s.lse, {B_, H_l_, T_});
-  grads.add(s.d_out, {N_, C_});
+  acts.add(s.attn, {N_, HD}, "attention output");
+  lists.pick(r.full || r.core_attn).add(s.lse, {B_, H_l_, T_}, "attention log-sum-exp");
+  grads.add(s.d_out, {N_, C_}, "attention output-projection gradient");
 }
 
 void Attention::core_forward(Saved& s) const {

@@ -24,7 +24,8 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
                                    const ModelConfig& cfg, int layer, const TensorParallel& tp,
                                    const ContextParallel& cp, const MoeGroups& moe, int64_t B,
                                    int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
-                                   const Tensor& rope_sin, LayerRecompute recompute)
+                                   const Tensor& rope_sin, const LayerBuffers& buffers,
+                                   LayerRecompute recompute)
     : k_(k),
       tp_(tp),
       N_(B * T_l),
@@ -37,7 +38,7 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
              norm_name(cfg, layer, 2, "bias"), cfg.hidden_size, cfg.norm_epsilon),
       recompute_(recompute) {
   if (cfg.moe.is_moe_layer(layer)) {
-    moe_ = std::make_unique<MoeLayer>(k, cfg, cfg.moe, layer, N_l_, moe, registry, recompute);
+    moe_ = std::make_unique<MoeLayer>(k, cfg, cfg.moe, layer, N_l_, moe, registry, buffers, recompute);
     return;
   }
   const Mlp::Split split = [&](int dim) {
@@ -55,18 +56,18 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
 // gradients run inside backward_input.
 void TransformerBlock::list_saved(Saved& s, SavedLists& lists) const {
   const LayerRecompute& r = recompute_;
-  SavedBuffers& norm_out = lists.pick(r.full || r.layernorm);
-  norm1_.list_saved(s.norm1, norm_out, N_l_);
-  norm_out.add(s.in1, {N_, C_});
+  TensorList& norm_out = lists.pick(r.full || r.layernorm);
+  norm1_.list_saved(s.norm1, norm_out, N_l_, "norm 1");
+  norm_out.add(s.in1, {N_, C_}, "attention input (norm 1 output, gathered)");
   attention_.list_saved(s.attention, lists, r);
-  lists.pick(r.full).add(s.mid, {N_l_, C_});
-  norm2_.list_saved(s.norm2, norm_out, N_l_);
+  lists.pick(r.full).add(s.mid, {N_l_, C_}, "residual after attention");
+  norm2_.list_saved(s.norm2, norm_out, N_l_, "norm 2");
   if (moe_) {
-    norm_out.add(s.in2, {N_l_, C_});
+    norm_out.add(s.in2, {N_l_, C_}, "MoE input (norm 2 output)");
     moe_->list_saved(s.moe, lists);
   } else {
-    norm_out.add(s.in2, {N_, C_});
-    mlp_->list_saved(s.mlp, lists.pick(r.full || r.mlp), lists.pick(r.weights_in_input_pass()), N_);
+    norm_out.add(s.in2, {N_, C_}, "MLP input (norm 2 output, gathered)");
+    mlp_->list_saved(s.mlp, lists.pick(r.full || r.mlp), lists.pick(r.weights_in_input_pass()), N_, "MLP");
   }
 }
 

@@ -33,10 +33,11 @@ class TransformerBlock {
     MoeLayer::Saved moe;
   };
 
+  // An MoE layer declares its buffers in `buffers` (layer.h).
   TransformerBlock(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
                    const TensorParallel& tp, const ContextParallel& cp, const MoeGroups& moe,
                    int64_t B, int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
-                   const Tensor& rope_sin, LayerRecompute recompute = {});
+                   const Tensor& rope_sin, const LayerBuffers& buffers, LayerRecompute recompute = {});
 
   void list_saved(Saved& s, SavedLists& lists) const;
   // out (N_l, C) = the layer applied to x (N_l, C); grad_scale weighs an MoE layer's auxiliary
@@ -57,7 +58,6 @@ class TransformerBlock {
 
   MoeLayer* moe() { return moe_ ? moe_.get() : nullptr; }
   const MoeLayer* moe() const { return moe_ ? moe_.get() : nullptr; }
-  int64_t scratch_bytes() const { return moe_ ? moe_->scratch_bytes() : 0; }
   const LayerRecompute& recompute() const { return recompute_; }
 
  private:

@@ -45,8 +45,8 @@ Embedding::Embedding(const Kernels& k, ParamRegistry& registry, const ModelConfi
                         kInitStd, true);
 }
 
-void Embedding::list_saved(Saved& s, SavedBuffers& buffers) const {
-  buffers.add(s.vocab_ids, {N_}, DType::I32);
+void Embedding::list_saved(Saved& s, TensorList& buffers) const {
+  buffers.add(s.vocab_ids, {N_}, "token ids in this vocabulary shard", DType::I32);
 }
 
 void Embedding::forward(Saved& s, float* out_local, const int32_t* tokens,

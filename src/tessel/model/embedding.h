@@ -31,7 +31,7 @@ class Embedding {
                                      const TensorParallel& tp);
   static std::string word_embeddings_name(const ModelConfig& cfg);
 
-  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  void list_saved(Saved& s, TensorList& buffers) const;
   // out_local (N_l, C) = the embeddings of tokens (N) i32. Throws for a token outside the
   // vocabulary.
   // packed.position_ids, when given, are the rows' positions (else their place in the sequence).

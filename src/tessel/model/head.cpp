@@ -7,7 +7,7 @@
 namespace tessel {
 
 Head::Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
-           const TensorParallel& tp, int64_t N, int tied_embedding)
+           const TensorParallel& tp, int64_t N, int tied_embedding, TensorList& scratch)
     : k_(k),
       params_(registry),
       tp_(tp),
@@ -25,17 +25,17 @@ Head::Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
   lm_head_ = tied_embedding >= 0 ? tied_embedding
                                  : registry.add("lm_head.weight", {cfg.vocab_size, C_},
                                                 ParamInit::Normal, kInitStd, true, vocab);
-  logits_ = k.zeros({N, V_l_});
-  loss_stats_ = k.zeros({4, N});
-  lse_ = k.zeros({N});
+  scratch.add(logits_, {N, V_l_}, "logits (without gradients)");
+  scratch.add(loss_stats_, {4, N}, "cross-entropy statistics");
+  scratch.add(lse_, {N}, "cross-entropy log-sum-exp");
 }
 
-void Head::list_saved(Saved& s, SavedBuffers& buffers) const {
+void Head::list_saved(Saved& s, TensorList& buffers) const {
   const int64_t N_l = tp_.local_rows(N_);
-  norm_.list_saved(s.norm, buffers, N_l);
-  buffers.add(s.out, {N_, C_});
-  buffers.add(s.d_out, {N_l, C_});
-  buffers.add(s.d_logits, {N_, V_l_});
+  norm_.list_saved(s.norm, buffers, N_l, "final norm");
+  buffers.add(s.out, {N_, C_}, "final norm output (gathered)");
+  buffers.add(s.d_out, {N_l, C_}, "final norm output gradient");
+  buffers.add(s.d_logits, {N_, V_l_}, "logits' gradient, for the head's weight gradient");
 }
 
 double Head::forward(Saved& s, const float* x_local, const int32_t* targets, float grad_scale,

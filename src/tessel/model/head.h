@@ -30,11 +30,12 @@ class Head {
   };
 
   // Declares the final norm and, unless `tied_embedding` (GPT-2's word embedding index, -1 for
-  // llama) is given, lm_head.weight [V, C] split over TP by vocabulary rows.
+  // llama) is given, lm_head.weight [V, C] split over TP by vocabulary rows; its scratch in
+  // `scratch`.
   Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, const TensorParallel& tp,
-       int64_t N, int tied_embedding);
+       int64_t N, int tied_embedding, TensorList& scratch);
 
-  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  void list_saved(Saved& s, TensorList& buffers) const;
   // x_local (N_l, C): the last layer's output. With targets (N) i32: returns Σ of the token losses
   // and, when grad_scale > 0, fills s.d_logits and s.d_out. Without targets: logits() holds this
   // rank's (N, V_l) logits afterwards; returns 0.
@@ -52,7 +53,6 @@ class Head {
   int64_t vocab_valid() const { return V_valid_; }
   const Norm& norm() const { return norm_; }
   int lm_head() const { return lm_head_; }
-  int64_t scratch_bytes() const { return logits_.bytes() + loss_stats_.bytes() + lse_.bytes(); }
 
  private:
   const Kernels& k_;

@@ -1,10 +1,12 @@
 // What the model's layers share: their view of the parameter registry, the hook that tells data
 // parallelism a gradient is final, the list that carves one microbatch's saved activations out
-// of one allocation, and the scratch buffers a chunk's layers share.
+// of one allocation (and the declared shapes of every tensor), and the scratch buffers a chunk's
+// layers share.
 //
 // Every layer is a small class with the same shape (llm.c's forward/backward pairs, split for
 // zero-bubble schedules): its constructor declares its parameters (Hugging Face names, global
-// shapes, shard specs); list_saved() lists what its backward needs in a per-microbatch Saved;
+// shapes, shard specs) and the buffers it holds for all microbatches (LayerBuffers), allocating
+// nothing itself; list_saved() lists what its backward needs in a per-microbatch Saved;
 // forward() fills it; backward_input() computes the input gradient (and the gradients that need
 // no saved output gradient), leaving each linear's output gradient in Saved; backward_weight()
 // turns those into weight gradients. Backward kernels accumulate (+=).
@@ -13,6 +15,8 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "tessel/core/params.h"
@@ -57,28 +61,61 @@ struct PackedRows {
 // The memory a tensor holds: none for one never allocated (a default Tensor's shape is a scalar's).
 inline int64_t held_bytes(const Tensor& t) { return t.data() != nullptr ? t.bytes() : 0; }
 
-// One allocation for one (chunk, microbatch) slot's saved activations (llm.c's single allocation
-// and pointer carving): each layer adds the tensors its backward needs; allocate() makes one
-// buffer for all of them and points every added tensor into it. The list is the only record of
-// the sizes: bytes() is what was allocated.
-class SavedBuffers {
+// Which rows of an MoE layer a buffer's first dimension counts: those it routes out of this rank,
+// or those that arrive at this rank's experts. Dropless routing cannot know in advance how many a
+// step brings: the buffer is sized for a balanced load and grows through Kernels::reserve.
+enum class RoutedRows : uint8_t { Sent, Received };
+struct Growth {
+  RoutedRows rows = RoutedRows::Sent;
+  int64_t balanced = 0;  // of those rows at a balanced load
+  int64_t floor = 0;     // rows it holds whatever the load (the shared expert's, beside them)
+};
+
+// A tensor as a layer declares it: which part of the chunk holds it, what it is, its shape, and
+// the bytes it takes (64-byte aligned inside a list's one allocation; a growing buffer's own, at
+// its balanced-load size). The declare-only build of a chunk reads these (the planner, --profile).
+struct DeclaredTensor {
+  std::string part;  // "layers", "MoE layers", "embedding", "head", "residual stream", ...
+  std::string name;  // "attention q", "MLP hidden", ...
+  Shape shape;
+  DType dtype = DType::F32;
+  int64_t bytes = 0;
+  std::optional<Growth> growth;  // an MoE buffer that grows with the routing
+};
+
+// The bytes of `tensors` together (growing buffers at their balanced-load size).
+int64_t declared_bytes(const std::vector<DeclaredTensor>& tensors);
+
+// The tensors a group of layers declares, and their memory (llm.c's single allocation and
+// pointer carving): each layer adds what it needs; allocate() makes one buffer for all of them and
+// points every added tensor into it, each growing buffer apart (Kernels::reserve may replace it).
+// The real build allocates the list; the declare-only build only reads declared().
+class TensorList {
  public:
+  // The part of the chunk the tensors added next belong to (DeclaredTensor::part).
+  void set_part(std::string part) { part_ = std::move(part); }
   // `tensor` must stay where it is until allocate() or carve().
-  void add(Tensor& tensor, Shape shape, DType dtype = DType::F32);
+  void add(Tensor& tensor, Shape shape, std::string name, DType dtype = DType::F32);
+  // A buffer of its own (f32), `shape` for the balanced load, that grows with the routed rows.
+  void add_growing(Tensor& tensor, Shape shape, std::string name, Growth growth);
   void allocate(const Kernels& k);
   // Points every added tensor into `arena` (at least bytes() long) instead: memory that others
-  // share (recomputed activations, model/recompute.h).
+  // share (recomputed activations, model/recompute.h). No growing buffers.
   void carve(const Tensor& arena);
+  // The one allocation's size; the growing buffers are apart.
   int64_t bytes() const { return bytes_; }
+  const std::vector<DeclaredTensor>& declared() const { return declared_; }
 
  private:
-  struct Entry {
+  void point_into(const Tensor& arena);
+
+  struct Target {
     Tensor* tensor;
-    Shape shape;
-    DType dtype;
-    int64_t offset;
+    int64_t offset;  // into the one allocation; -1 for a growing buffer
   };
-  std::vector<Entry> entries_;
+  std::vector<Target> targets_;  // declared_'s, in the same order, until allocated
+  std::vector<DeclaredTensor> declared_;
+  std::string part_;
   int64_t bytes_ = 0;
 };
 
@@ -87,14 +124,26 @@ class SavedBuffers {
 // which holds a tensor only inside one backward_input — the forward's value is overwritten by
 // the next microbatch, and backward_input recomputes it (a gradient: computes it) before use.
 struct SavedLists {
-  SavedBuffers& kept;
-  SavedBuffers& recomputed;
-  SavedBuffers& pick(bool recompute) { return recompute ? recomputed : kept; }
+  TensorList& kept;
+  TensorList& recomputed;
+  TensorList& pick(bool recompute) { return recompute ? recomputed : kept; }
+  void set_part(const std::string& part) {
+    kept.set_part(part);
+    recomputed.set_part(part);
+  }
+};
+
+// Where a layer's constructor declares the buffers it holds for all microbatches: `scratch`, used
+// only inside one call (one call runs at a time), and `shared`, recomputed activations all
+// microbatches share. Whoever builds the layers allocates both once every layer has declared.
+struct LayerBuffers {
+  TensorList& scratch;
+  TensorList& shared;
 };
 
 // Buffers that live only inside one forward or backward call, shared by all the layers of a
 // chunk and all microbatches (one call runs at a time). N rows (B·T_l), N_l this rank's share
-// under sequence parallel (else N), C hidden; sized by the chunk.
+// under sequence parallel (else N), C hidden; declared by the chunk.
 struct ChunkScratch {
   Tensor full;        // (N, C) a row-parallel output's partial sums before the TP reduction
   Tensor local;       // (N_l, C) the same reduced (a view of `full` without sequence parallel)
@@ -104,8 +153,6 @@ struct ChunkScratch {
   Tensor rows_full;   // (N, C) gathered gradient rows (sequence parallel only)
   Tensor d_heads;     // (N, H_l·D) the attention output's gradient
   Tensor d_hidden;    // (N, F_l) an MLP activation's gradient
-
-  int64_t bytes() const;
 };
 
 }  // namespace tessel

@@ -36,15 +36,17 @@ std::vector<int> Mlp::param_indices() const {
   return ids;
 }
 
-void Mlp::list_saved(Saved& s, SavedBuffers& activations, SavedBuffers& gradients, int64_t M) const {
-  activations.add(s.hidden, {M, F_l_});
-  activations.add(s.act, {M, F_l_});
-  gradients.add(s.d_hidden, {M, F_l_});
-  if (activation_ == Activation::SwiGlu) {
-    activations.add(s.up, {M, F_l_});
-    gradients.add(s.d_up, {M, F_l_});
+void Mlp::list_saved(Saved& s, TensorList& activations, TensorList& gradients, int64_t M,
+                     const std::string& role) const {
+  const bool swiglu = activation_ == Activation::SwiGlu;
+  activations.add(s.hidden, {M, F_l_}, role + (swiglu ? " gate" : " hidden"));
+  activations.add(s.act, {M, F_l_}, role + " activation");
+  gradients.add(s.d_hidden, {M, F_l_}, role + (swiglu ? " gate gradient" : " hidden gradient"));
+  if (swiglu) {
+    activations.add(s.up, {M, F_l_}, role + " up");
+    gradients.add(s.d_up, {M, F_l_}, role + " up gradient");
   }
-  gradients.add(s.d_out, {M, C_});
+  gradients.add(s.d_out, {M, C_}, role + " output gradient");
 }
 
 void Mlp::hidden_forward(const MlpRows& r, const float* in, int64_t M) const {

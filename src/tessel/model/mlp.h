@@ -51,8 +51,10 @@ class Mlp {
       Activation activation, int64_t C, int64_t F, int64_t F_l, const Split& split, float out_std);
 
   // The hidden activations (hidden, up, act) to `activations`, the output gradients to
-  // `gradients` (the same list, or the recompute lists' choice: model/layer.h).
-  void list_saved(Saved& s, SavedBuffers& activations, SavedBuffers& gradients, int64_t M) const;
+  // `gradients` (the same list, or the recompute lists' choice: model/layer.h); `role` names them
+  // ("MLP", "shared expert").
+  void list_saved(Saved& s, TensorList& activations, TensorList& gradients, int64_t M,
+                  const std::string& role) const;
 
   // With tensor parallelism (tp: the group the neurons are split over). in (M, C) all rows;
   // out_local (M_l, C) = Σ over TP of the partial products + the down bias, this rank's rows.

@@ -9,9 +9,9 @@ Norm::Norm(const Kernels& k, ParamRegistry& registry, NormKind kind,
   if (kind == NormKind::LayerNorm) bias_ = registry.add(bias_name, {width}, ParamInit::Zeros, 0, false);
 }
 
-void Norm::list_saved(Saved& s, SavedBuffers& buffers, int64_t rows) const {
-  if (kind_ == NormKind::LayerNorm) buffers.add(s.mean, {rows});
-  buffers.add(s.rstd, {rows});
+void Norm::list_saved(Saved& s, TensorList& buffers, int64_t rows, const std::string& role) const {
+  if (kind_ == NormKind::LayerNorm) buffers.add(s.mean, {rows}, role + " mean");
+  buffers.add(s.rstd, {rows}, role + " rstd");
 }
 
 void Norm::forward(Saved& s, float* out, const float* x, int64_t rows) const {

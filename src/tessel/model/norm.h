@@ -23,7 +23,8 @@ class Norm {
   Norm(const Kernels& k, ParamRegistry& registry, NormKind kind,
        const std::string& weight_name, const std::string& bias_name, int64_t width, float eps);
 
-  void list_saved(Saved& s, SavedBuffers& buffers, int64_t rows) const;
+  // `role` names the norm's tensors ("norm 1", "q-norm", ...).
+  void list_saved(Saved& s, TensorList& buffers, int64_t rows, const std::string& role) const;
   // out (rows, width) = norm(x (rows, width)).
   void forward(Saved& s, float* out, const float* x, int64_t rows) const;
   // dx (rows, width) += d(x) from dout; the weight (and bias) gradients accumulate too.

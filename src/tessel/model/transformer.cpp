@@ -16,6 +16,15 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
                                    int64_t micro_batch, TensorParallel tp, ParamRegistry& registry,
                                    ContextParallel cp, MoeGroups moe_groups,
                                    const RecomputeOptions& recompute)
+    : TransformerChunk(k, cfg, spec, micro_batch, tp, registry, cp, moe_groups, recompute, true) {}
+
+// Every tensor is declared first and allocated (or, declare-only, not) at the end, in one
+// allocation per list: the tables the layers copy before they are built, then the scratch and
+// the shared recomputed activations once every layer has declared its own.
+TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, ChunkSpec spec,
+                                   int64_t micro_batch, TensorParallel tp, ParamRegistry& registry,
+                                   ContextParallel cp, MoeGroups moe_groups,
+                                   const RecomputeOptions& recompute, bool allocate)
     : k_(k), registry_(registry), cfg_(cfg), spec_(spec), tp_(tp), cp_(cp) {
   cfg_.validate();
   const int t = tp_.size();
@@ -39,28 +48,37 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
   moe_groups.tp = tp_;
 
   // (N) the global position of each row b·T_l + t: this CP rank's positions, every sequence.
-  const std::vector<int32_t> local = cp_.local_positions(cfg.seq_length);
-  std::vector<int32_t> rows;
-  for (int b = 0; b < B_; ++b) rows.insert(rows.end(), local.begin(), local.end());
-  positions_ = k_.zeros({N_}, DType::I32);
-  k_.memory.from_host(positions_.ints(), rows.data(), N_ * 4);
-  if (cfg_.arch == Arch::Llama) {
-    rope_cos_ = k_.zeros({cfg.max_positions(), cfg.head_dim() / 2});
-    rope_sin_ = k_.zeros({cfg.max_positions(), cfg.head_dim() / 2});
-    k_.rope_tables(rope_cos_.data(), rope_sin_.data(), cfg.max_positions(), cfg.head_dim(),
-                   cfg.rotary_base);
+  TensorList tables;
+  tables.set_part("chunk");
+  tables.add(positions_, {N_}, "row positions", DType::I32);
+  const bool llama = cfg_.arch == Arch::Llama;
+  if (llama) {
+    tables.add(rope_cos_, {cfg.max_positions(), cfg.head_dim() / 2}, "RoPE cosines");
+    tables.add(rope_sin_, {cfg.max_positions(), cfg.head_dim() / 2}, "RoPE sines");
+  }
+  if (allocate) {
+    tables.allocate(k_);
+    const std::vector<int32_t> local = cp_.local_positions(cfg.seq_length);
+    std::vector<int32_t> rows;
+    for (int b = 0; b < B_; ++b) rows.insert(rows.end(), local.begin(), local.end());
+    k_.memory.from_host(positions_.ints(), rows.data(), N_ * 4);
+    if (llama)
+      k_.rope_tables(rope_cos_.data(), rope_sin_.data(), cfg.max_positions(), cfg.head_dim(),
+                     cfg.rotary_base);
   }
   const bool sp = tp_.sequence_parallel;
+  TensorList scratch, shared;
+  scratch.set_part("chunk");
   ChunkScratch& s = scratch_;
-  s.full = k_.zeros({N_, C_});
-  s.local = sp ? k_.zeros({N_l_, C_}) : s.full;
-  s.norm_out = k_.zeros({N_l_, C_});
-  if (sp) s.rows_full = k_.zeros({N_, C_});
-  s.full_grad = k_.zeros({N_, C_});
-  s.local_grad = sp ? k_.zeros({N_l_, C_}) : s.full_grad;
-  s.d_heads = k_.zeros({N_, cfg.num_attention_heads / t * cfg.head_dim()});
-  s.d_hidden = k_.zeros({N_, cfg.ffn_size() / t});
-  d_resid_ = k_.zeros({N_l_, C_});
+  scratch.add(s.full, {N_, C_}, "row-parallel partial sums");
+  if (sp) scratch.add(s.local, {N_l_, C_}, "row-parallel output, reduced");
+  scratch.add(s.norm_out, {N_l_, C_}, "norm output before the gather");
+  if (sp) scratch.add(s.rows_full, {N_, C_}, "gathered gradient rows");
+  scratch.add(s.full_grad, {N_, C_}, "column-parallel input gradient");
+  if (sp) scratch.add(s.local_grad, {N_l_, C_}, "column-parallel input gradient, reduced");
+  scratch.add(s.d_heads, {N_, cfg.num_attention_heads / t * cfg.head_dim()}, "attention output gradient");
+  scratch.add(s.d_hidden, {N_, cfg.ffn_size() / t}, "MLP activation gradient");
+  scratch.add(d_resid_, {N_l_, C_}, "residual gradient");
 
   // Parameters in Hugging Face order. A tied head on another stage keeps its own copy of the word
   // embeddings, declared first as the embedding's, synchronised as Megatron's embedding group.
@@ -75,29 +93,50 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
     tied_copy_ = Embedding::declare_word_embeddings(registry, cfg_, tp_);
   }
   const int L = spec_.num_layers;
+  const LayerBuffers buffers{scratch, shared};
+  bool full_recompute = false;
   for (int i = 0; i < L; ++i) {
     const LayerRecompute r = layer_recompute(recompute, i, L);
     group_start_.push_back(r.full ? recompute_group_start(recompute, i) : i);
+    full_recompute |= r.full;
+    const char* part = cfg_.moe.is_moe_layer(spec_.first_layer + i) ? "MoE layers" : "layers";
+    scratch.set_part(part);
+    shared.set_part(part);
     blocks_.push_back(std::make_unique<TransformerBlock>(k_, registry, cfg_, spec_.first_layer + i,
                                                          tp_, cp_, moe_groups, B_, T_, positions_,
-                                                         rope_cos_, rope_sin_, r));
-    if (r.full && recompute_out_.data() == nullptr) recompute_out_ = k_.zeros({N_l_, C_});
+                                                         rope_cos_, rope_sin_, buffers, r));
   }
   if (spec_.has_head) {
     const int tied = !cfg_.tied_embeddings() ? -1
                      : embedding_            ? embedding_->word_embeddings()
                      : shared_tied_ >= 0     ? shared_tied_
                                              : tied_copy_;
-    head_.emplace(k_, registry, cfg_, tp_, N_, tied);
+    scratch.set_part("head");
+    head_.emplace(k_, registry, cfg_, tp_, N_, tied, scratch);
   }
   // The largest recompute group's tensors: the memory every group borrows in turn.
   ChunkActivations sizes;
-  SavedBuffers kept;
-  std::vector<SavedBuffers> groups;
+  TensorList kept;
+  std::vector<TensorList> groups;
   list_saved(sizes, kept, groups);
   int64_t largest = 0;
-  for (const SavedBuffers& g : groups) largest = std::max(largest, g.bytes());
-  if (largest > 0) recompute_arena_ = k_.zeros({largest / 4});
+  for (const TensorList& g : groups) largest = std::max(largest, g.bytes());
+  shared.set_part("chunk");
+  if (largest > 0)
+    shared.add(recompute_arena_, {largest / 4}, "recompute arena (the largest group's tensors)");
+  if (full_recompute) shared.add(recompute_out_, {N_l_, C_}, "recomputed group's output");
+  if (allocate) {
+    scratch.allocate(k_);
+    shared.allocate(k_);
+    if (!sp) {  // the reduced rows are all the rows
+      s.local = s.full;
+      s.local_grad = s.full_grad;
+    }
+  }
+  tensors_.slot = kept.declared();
+  tensors_.shared = shared.declared();
+  tensors_.scratch = tables.declared();
+  tensors_.scratch.insert(tensors_.scratch.end(), scratch.declared().begin(), scratch.declared().end());
 }
 
 void TransformerChunk::bind(const ParamRegistry& registry) const {
@@ -112,14 +151,6 @@ RouterTotals TransformerChunk::take_router_totals() {
   return totals;
 }
 
-int64_t TransformerChunk::scratch_bytes() const {
-  int64_t n = positions_.bytes() + rope_cos_.bytes() + rope_sin_.bytes() + scratch_.bytes() +
-              d_resid_.bytes();
-  if (head_) n += head_->scratch_bytes();
-  for (const auto& b : blocks_) n += b->scratch_bytes();
-  return n;
-}
-
 int64_t TransformerChunk::shared_activation_bytes() const {
   int64_t n = held_bytes(recompute_arena_) + held_bytes(recompute_out_);
   for (const auto& b : blocks_)
@@ -130,30 +161,36 @@ int64_t TransformerChunk::shared_activation_bytes() const {
 // Layer i's input resid[i] is kept unless it lies inside a full-recompute group (the group keeps
 // only its first input); the chunk's output is always kept (the next stage reads it, the head
 // too).
-void TransformerChunk::list_saved(ChunkActivations& a, SavedBuffers& kept,
-                                  std::vector<SavedBuffers>& groups) const {
+void TransformerChunk::list_saved(ChunkActivations& a, TensorList& kept,
+                                  std::vector<TensorList>& groups) const {
   const int L = spec_.num_layers;
   a.resid.resize(L + 1);
   a.layers.resize(L);
-  groups.assign(L, SavedBuffers());
-  for (int i = 0; i <= L; ++i)
-    (i < L && group_start_[i] < i ? groups[group_start_[i]] : kept).add(a.resid[i], {N_l_, C_});
+  groups.assign(L, TensorList());
+  for (int i = 0; i <= L; ++i) {
+    TensorList& list = i < L && group_start_[i] < i ? groups[group_start_[i]] : kept;
+    list.set_part("residual stream");
+    list.add(a.resid[i], {N_l_, C_}, i < L ? "layer input" : "chunk output");
+  }
+  kept.set_part("embedding");
   if (embedding_) embedding_->list_saved(a.embedding, kept);
   for (int i = 0; i < L; ++i) {
     SavedLists lists{kept, groups[group_start_[i]]};
+    lists.set_part(blocks_[i]->moe() ? "MoE layers" : "layers");
     blocks_[i]->list_saved(a.layers[i], lists);
   }
+  kept.set_part("head");
   if (head_) head_->list_saved(a.head, kept);
 }
 
 ChunkActivations TransformerChunk::make_activations() const {
   ChunkActivations a;
-  SavedBuffers kept;
-  std::vector<SavedBuffers> groups;
+  TensorList kept;
+  std::vector<TensorList> groups;
   list_saved(a, kept, groups);
   kept.allocate(k_);
   a.allocated_bytes = kept.bytes();
-  for (SavedBuffers& g : groups) g.carve(recompute_arena_);
+  for (TensorList& g : groups) g.carve(recompute_arena_);
   return a;
 }
 

@@ -18,6 +18,11 @@
 // Tensor parallelism (parallel/tensor_parallel.h) splits attention heads (and query groups), MLP
 // neurons and the (padded) vocabulary over the TP group; rows are N_l = N/TP under sequence
 // parallel, else N.
+//
+// The model answers its own shapes: TransformerChunk::declare runs the same constructors without
+// allocating or computing anything, for the parameters (names, global shapes, shard specs) and
+// every tensor the chunk would hold (ChunkTensors): what `tessel plan` counts on CPU ranks, what
+// --profile reports and the names --save-hf writes.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +48,24 @@ struct ChunkSpec {
   int num_layers = 0;
   bool has_embedding = true;  // first pipeline chunk
   bool has_head = true;       // last pipeline chunk: final norm, LM head, loss
+};
+
+// A rank's place in the groups a chunk is split over, for the declare-only build (which needs no
+// communicator): each group's size and this rank's index in it.
+struct ChunkPlace {
+  int tp = 1, tp_rank = 0;
+  bool sequence_parallel = false;
+  int cp = 1, cp_rank = 0;
+  int ep = 1, ep_rank = 0;
+  int etp = 1, etp_rank = 0;
+};
+
+// Every tensor a chunk holds besides its parameters, as its layers declare them (layer.h): one
+// microbatch slot's (make_activations; the MoE buffers that grow with the routing at their
+// balanced-load size), the memory recomputed activations share once per chunk, and the scratch
+// of one call at a time.
+struct ChunkTensors {
+  std::vector<DeclaredTensor> slot, shared, scratch;
 };
 
 // One microbatch's activations for one chunk.
@@ -76,6 +99,12 @@ class TransformerChunk {
                    MoeGroups moe_groups = {}, const RecomputeOptions& recompute = {});
   TransformerChunk(const TransformerChunk&) = delete;
   TransformerChunk& operator=(const TransformerChunk&) = delete;
+  // The declare-only build of the chunk of the rank at `place`: its parameters declared in
+  // `registry` as the constructor declares them, and its tensors, with nothing allocated or
+  // computed (no RoPE tables, no positions) and no communicator. Throws as the constructor does.
+  static ChunkTensors declare(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
+                              const ChunkPlace& place, ParamRegistry& registry,
+                              const RecomputeOptions& recompute = {});
   // After registry.finalize(): the registry the chunk declared into.
   void bind(const ParamRegistry& registry) const;
   // The router statistics of this chunk's MoE layers since the last call; starts new ones.
@@ -126,13 +155,18 @@ class TransformerChunk {
   // same rank (the first rank of a V holds the embedding and the head), else -1. Both chunks
   // report it to grad_ready; it is final once both have.
   int shared_tied_embedding() const { return shared_tied_; }
-  // Memory of the scratch shared by all microbatches (logits, backward temporaries, RoPE tables).
-  int64_t scratch_bytes() const;
+  // The tensors the chunk declared (allocated, in this build).
+  const ChunkTensors& tensors() const { return tensors_; }
   // Memory of the activations recomputed inside a backward (--recompute-*), shared by all
-  // microbatches: part of the activation memory, apart from the slots.
+  // microbatches, as held now: part of the activation memory, apart from the slots.
   int64_t shared_activation_bytes() const;
 
  private:
+  // `allocate` false: the declare-only build.
+  TransformerChunk(const Kernels& k, const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
+                   TensorParallel tp, ParamRegistry& registry, ContextParallel cp,
+                   MoeGroups moe_groups, const RecomputeOptions& recompute, bool allocate);
+
   const Kernels& k_;
   const ParamRegistry& registry_;
   ModelConfig cfg_;
@@ -147,7 +181,7 @@ class TransformerChunk {
   // The head is tied to this chunk's own embedding (one process, or a single stage).
   bool tied_here() const { return head_ && embedding_ && cfg_.tied_embeddings(); }
   // Lists a's tensors: what each microbatch keeps, and per recompute group what it recomputes.
-  void list_saved(ChunkActivations& a, SavedBuffers& kept, std::vector<SavedBuffers>& groups) const;
+  void list_saved(ChunkActivations& a, TensorList& kept, std::vector<TensorList>& groups) const;
   // Layers [first, end) of a full-recompute group, forward again from their kept input.
   void recompute_group(ChunkActivations& acts, int first, int end);
 
@@ -158,6 +192,7 @@ class TransformerChunk {
   Tensor recompute_arena_;        // the recomputed tensors of one group at a time
   Tensor recompute_out_;          // (N_l, C) a recomputed group's output, already kept
   std::optional<Head> head_;
+  ChunkTensors tensors_;
 };
 
 }  // namespace tessel

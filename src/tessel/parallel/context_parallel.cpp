@@ -256,6 +256,15 @@ void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float*
 
 }  // namespace
 
+int64_t context_parallel_workspace_bytes(CpCommType type, int cp, int64_t B, int64_t T_l, int64_t H,
+                                         int64_t G, int64_t D) {
+  const AttentionShape s{B, T_l, H, G, D, nullptr};
+  const int64_t count = s.kv_count(), positions = 2 * T_l * cp;  // positions, all_keys
+  const int64_t floats = type == CpCommType::P2P ? 5 * count + B * T_l * H * D + B * H * T_l
+                                                 : 2 * count + 3 * cp * count;
+  return (floats + positions) * 4;
+}
+
 ContextParallel::ContextParallel(Comm* comm, CpCommType comm_type, const Kernels& kernels)
     : comm(comm), comm_type(comm_type), kernels(&kernels),
       workspace(std::make_shared<CpWorkspace>()) {}

@@ -64,6 +64,13 @@ struct ContextParallel {
   std::shared_ptr<CpWorkspace> workspace;
 };
 
+// The bytes the workspace grows to over the forward and backward of attention of one shape (the
+// arguments of attention_forward) on `cp` ranks: p2p's K/V block held and the one arriving, the
+// three gradient accumulators, a block's output and statistics; all-gather's own, gathered and
+// global K/V and the global gradient; both, every rank's positions and the keys'.
+int64_t context_parallel_workspace_bytes(CpCommType type, int cp, int64_t B, int64_t T_l, int64_t H,
+                                         int64_t G, int64_t D);
+
 // The global positions CP rank `rank` of `cp` holds of a sequence of length T (its two chunks).
 std::vector<int32_t> context_parallel_positions(int64_t T, int cp, int rank);
 

@@ -50,21 +50,43 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
     }
   }
   const TransformerChunk& c = *chunks_[chunk];
-  const int k = model_chunk(chunk);
-  const int64_t rows = c.local_rows() * c.hidden_size();
   Slot s;
   s.acts = c.make_activations();
-  s.tokens = k_.zeros({tokens_}, DType::I32);
-  s.targets = k_.zeros({tokens_}, DType::I32);
-  if (packed_) {
-    s.position_ids = k_.zeros({tokens_}, DType::I32);
-    s.key_start = k_.zeros({tokens_}, DType::I32);
-  }
-  if (k > 0) s.input = k_.zeros({rows}), s.d_input = k_.zeros({rows});
-  if (k + 1 < num_model_chunks_) s.d_output = k_.zeros({rows});
+  TensorList buffers;
+  list_buffers(s, buffers, tokens_, c.local_rows(), c.hidden_size(), model_chunk(chunk), num_model_chunks_,
+               packed_);
+  buffers.allocate(k_);
   s.microbatch = microbatch;
   slots.push_back(std::move(s));
   return slots.back();
+}
+
+int64_t PipelineExecutor::list_buffers(Slot& s, TensorList& list, int64_t tokens, int64_t rows,
+                                       int64_t hidden, int model_chunk, int model_chunks, bool packed) {
+  list.set_part("executor slot");
+  list.add(s.tokens, {tokens}, "token ids", DType::I32);
+  list.add(s.targets, {tokens}, "targets", DType::I32);
+  if (packed) {
+    list.add(s.position_ids, {tokens}, "packed documents' position ids", DType::I32);
+    list.add(s.key_start, {tokens}, "packed documents' attention starts", DType::I32);
+  }
+  int64_t leaving = 0;
+  if (model_chunk > 0) {
+    list.add(s.input, {rows, hidden}, "input");
+    const int64_t before = list.bytes();
+    list.add(s.d_input, {rows, hidden}, "input gradient");
+    leaving = list.bytes() - before;
+  }
+  if (model_chunk + 1 < model_chunks) list.add(s.d_output, {rows, hidden}, "output gradient");
+  return leaving;
+}
+
+PipelineExecutor::SlotTensors PipelineExecutor::slot_tensors(int64_t tokens, int64_t rows, int64_t hidden,
+                                                             int model_chunk, int model_chunks, bool packed) {
+  Slot s;
+  TensorList list;
+  const int64_t leaving = list_buffers(s, list, tokens, rows, hidden, model_chunk, model_chunks, packed);
+  return {list.declared(), leaving};
 }
 
 void PipelineExecutor::let_gradient_leave(Slot& s) {

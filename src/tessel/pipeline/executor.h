@@ -87,6 +87,18 @@ class PipelineExecutor {
   double run_forward(const RankSchedule& actions, int microbatches, const FillFn& fill);
   const Stats& stats() const { return stats_; }
 
+  // What each slot of model chunk `model_chunk` (of `model_chunks`) holds besides its activations,
+  // as the executor allocates it: the tokens and targets of `tokens` rows (and with packed
+  // documents their position ids and attention starts), and the chunk's input and its gradient
+  // (after the first model chunk) and its output's gradient (before the last), `rows` × `hidden`
+  // each. `leaving_bytes`: the input gradient's, which may still be leaving when the slot is reused.
+  struct SlotTensors {
+    std::vector<DeclaredTensor> tensors;
+    int64_t leaving_bytes = 0;
+  };
+  static SlotTensors slot_tensors(int64_t tokens, int64_t rows, int64_t hidden, int model_chunk,
+                                  int model_chunks, bool packed);
+
  private:
   struct Slot {
     ChunkActivations acts;
@@ -105,6 +117,9 @@ class PipelineExecutor {
     Request send;
   };
   Slot& slot(int chunk, int microbatch);  // the slot of (chunk, microbatch), taken if needed
+  // Lists s's buffers besides its activations (slot_tensors); returns the input gradient's bytes.
+  static int64_t list_buffers(Slot& s, TensorList& list, int64_t tokens, int64_t rows, int64_t hidden,
+                           int model_chunk, int model_chunks, bool packed);
   // Hands the free slot's input gradient, still being sent, to leaving_ and gives the slot
   // another buffer: one whose send has completed, or a new one.
   void let_gradient_leave(Slot& s);

@@ -101,11 +101,8 @@ StageMemory stage_memory(const RunShape& x, int stage, const RankSchedule& compu
   for (size_t c = 0; c < chunks.size(); ++c) {
     for (const Term& t : chunks[c].terms)
       m.terms.push_back({fmt::format("  chunk {} per microbatch: {}", c, t.name), t.value, t.formula, t.numbers});
-    if (chunks[c].shared > 0)
-      m.terms.push_back({fmt::format("  chunk {} once: recompute arena", c), chunks[c].shared,
-                         x.run.recompute == Recompute::Full ? "the largest layer's tensors + its recomputed output (N_l, C)"
-                                                            : "one layer's attention log-sum-exp (B, H_l, T)",
-                         bytes_str(chunks[c].shared)});
+    for (const Term& t : chunks[c].shared_terms)
+      m.terms.push_back({fmt::format("  chunk {} once: {}", c, t.name), t.value, t.formula, t.numbers});
   }
   for (const Term& t : rank_buffers(x, stage)) {
     m.buffers += t.value;

@@ -135,7 +135,10 @@ std::vector<Term> rank_buffers(const RunShape& x, int stage) {
   return terms;
 }
 
+// Megatron's parameter counts (plan/model.cpp) on GPU clusters, whose models may use what tessel
+// does not build; on CPU ranks the model's declared registry.
 StageParams stage_params(const RunShape& x, int stage) {
+  if (x.tessel_cpu()) return tessel_stage_params(x, stage);
   const PlanModel& m = x.model;
   StageParams p;
   for (const ChunkSpec& c : x.stage_chunks(stage)) {

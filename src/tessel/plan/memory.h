@@ -1,9 +1,9 @@
 // The memory model (planner-internal): parameters, gradients and optimizer state per rank, and
 // the activations one microbatch leaves on one model chunk — Megatron-LM's layout as Korthikanti
 // et al. 2022 count it (§4, Table 2, generalised to grouped-query attention, SwiGLU, MoE and
-// flash attention) on GPU clusters, tessel's own saved-activation layout (model/transformer,
-// model/moe) on CPU ranks. How many microbatches are in flight comes from the generated
-// schedule itself (estimate.cpp walks it).
+// flash attention) on GPU clusters; on CPU ranks, tessel's own: what the model's declare-only
+// build of each chunk declares (plan/tessel_chunks.cpp). How many microbatches are in flight
+// comes from the generated schedule itself (estimate.cpp walks it).
 #pragma once
 
 #include <vector>
@@ -19,7 +19,8 @@ struct ChunkMemory {
   double transient = 0;  // alive only while the chunk runs (recomputed layers, logits)
   double gradient = 0;   // tessel: its input gradient, which may still be leaving when the slot is reused
   double shared = 0;     // tessel: once per chunk, whatever the microbatches (the recompute arena)
-  std::vector<Term> terms;
+  std::vector<Term> terms;         // of the bytes per microbatch
+  std::vector<Term> shared_terms;  // of `shared`
 };
 ChunkMemory chunk_activations(const RunShape& shape, const ChunkSpec& chunk);
 
@@ -35,9 +36,11 @@ StageParams stage_params(const RunShape& shape, int stage);
 // Weights, gradients and optimizer state of one rank: the three terms.
 std::vector<Term> state_terms(const RunShape& shape, const StageParams& params);
 
-// tessel's CPU layout; Megatron's is in memory.cpp.
+// tessel's CPU layout, from the model's declare-only build (tessel_chunks.cpp); Megatron's is in
+// memory.cpp.
 ChunkMemory tessel_chunk_activations(const RunShape& shape, const ChunkSpec& chunk);
 std::vector<Term> tessel_rank_buffers(const RunShape& shape, int stage);
+StageParams tessel_stage_params(const RunShape& shape, int stage);
 
 std::string bytes_str(double bytes);  // "1.23 GiB", "45.6 MiB", "789 B"
 

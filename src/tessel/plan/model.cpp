@@ -55,6 +55,9 @@ std::vector<std::string> PlanModel::violations() const {
 }
 
 // ---- parameters ----------------------------------------------------------------------------
+// Counted from the sizes, as Megatron-LM builds the layers: the models of GPU clusters may use what
+// tessel does not build (multi-latent attention, --kv-channels). tessel's own ranks (CPU
+// clusters) count the parameters their model declares instead (stage_params, tessel_chunks.cpp).
 
 ParamSplit layer_params(const PlanModel& m, int layer) {
   const ModelConfig& c = m.cfg;

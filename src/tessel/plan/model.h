@@ -63,6 +63,7 @@ struct ParamSplit {
   }
 };
 
+// Megatron-LM's counts (GPU clusters, the model's totals); CPU ranks count tessel's declared ones.
 ParamSplit layer_params(const PlanModel& m, int layer);
 // The token embedding (and GPT-2's learned positions) / the final norm and untied LM head; the
 // vocabulary padded for `tp` as Megatron pads it.

@@ -32,12 +32,12 @@ struct RunShape {
   Layout layout;
 
   std::vector<ChunkSpec> stage_chunks(int stage) const { return rank_chunks(chunks, stages, stage); }
-  // Routed rows against a balanced load (N_l·k): what the busiest rank's experts receive, and
-  // what a rank sends. Padded to a capacity, every expert takes capacity = factor × its share of
-  // the token group's rows (the group that decides the drop: TP under sequence parallel, CP), so
-  // a rank sends and receives factor × group rows; a capacity without padding bounds the rows by
-  // the factor (buffers grow to the most rows ever seen, so a long run reaches the bound); dropless
-  // rows follow the router, assumed at the run's load factor.
+  // Routed rows against a balanced load (k per row a rank routes): what the busiest rank's experts
+  // receive, and what a rank sends. Padded to a capacity, every expert takes capacity = factor ×
+  // its share of the token group's rows (the group that decides the drop: TP under sequence
+  // parallel, CP), so a rank sends and receives factor × group rows; a capacity without padding
+  // bounds the rows by the factor (buffers grow to the most rows ever seen, so a long run reaches
+  // the bound); dropless rows follow the router, assumed at the run's load factor.
   double moe_send_load() const {
     const MoeConfig& e = model.cfg.moe;
     return e.pad_to_capacity && e.capacity_factor > 0 ? e.capacity_factor * (sp ? t : 1) * cp : 1.0;

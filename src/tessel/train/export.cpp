@@ -19,11 +19,9 @@ namespace tessel {
 
 namespace {
 
-// Names and shapes of the parameters of some model chunks, declared as the chunks declare them.
+// Names and shapes of the parameters of some model chunks, as their declare-only build gives them.
 void declare_chunks(const ModelConfig& cfg, const std::vector<ChunkSpec>& specs, ParamRegistry& reg) {
-  const Kernels& k = cpu_kernels();  // nothing is computed: only the names and shapes are read
-  for (const ChunkSpec& spec : specs)
-    TransformerChunk(k, cfg, spec, 1, no_tensor_parallel(k), reg, no_context_parallel(k));
+  for (const ChunkSpec& spec : specs) TransformerChunk::declare(cfg, spec, 1, ChunkPlace{}, reg);
 }
 
 // "model.layers.3.mlp.experts.5.up_proj.weight" with the expert index moved by `offset`.

@@ -16,9 +16,9 @@ namespace {
 
 // GEMM throughput over the profiled iterations, and peak memory against what the model needs:
 // parameters, gradients and Adam's two moments (4 floats per parameter), one microbatch's saved
-// activations, and the scratch shared by all microbatches.
+// activations, and the scratch shared by all microbatches, as the chunk declares them.
 void report_profile(const Kernels& k, TrainLog& log, double seconds, const ParamRegistry& params,
-                    const TransformerChunk& model, const ChunkActivations& acts) {
+                    const TransformerChunk& model) {
   k.gemm_stats_enable(false);
   const GemmStats g = k.gemm_stats();
   if (seconds > 0 && g.seconds > 0) {
@@ -30,8 +30,9 @@ void report_profile(const Kernels& k, TrainLog& log, double seconds, const Param
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double mib = 1024.0 * 1024.0;
-  const double state = params.numel() * 4.0 * 4.0, saved = static_cast<double>(acts.bytes()),
-               scratch = static_cast<double>(model.scratch_bytes());
+  const double state = params.numel() * 4.0 * 4.0,
+               saved = static_cast<double>(declared_bytes(model.tensors().slot)),
+               scratch = static_cast<double>(declared_bytes(model.tensors().scratch));
   log.message(fmt::format("profile: peak RSS {:.1f} MiB; analytic {:.1f} MiB = parameters, "
                           "gradients, Adam m and v {:.1f} + saved activations {:.1f} + scratch {:.1f}",
                           usage.ru_maxrss / 1024.0, (state + saved + scratch) / mib, state / mib,
@@ -223,8 +224,7 @@ void RunTotals::report(TrainLog& log, const ParamRegistry& params, const Transfo
                             plan_.options.log.pipeline_timeline));
   }
   if (!plan_.options.log.profile) return;
-  ChunkActivations acts = chunk.make_activations();
-  report_profile(k_, log, profiled_seconds_, params, chunk, acts);
+  report_profile(k_, log, profiled_seconds_, params, chunk);
   report_communication(log, profiled_comm_, profiled_iterations_, profiled_seconds_);
   report_data_loader(log, profiled_data_wait_seconds_, read_seconds, profiled_iterations_,
                      profiled_seconds_);

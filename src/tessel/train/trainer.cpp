@@ -39,11 +39,9 @@ using Clock = std::chrono::steady_clock;
 struct StageModel {
   StageModel(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups,
              const TensorParallel& tp, const ContextParallel& cp) {
-    const ParallelConfig& pc = plan.layout();
     // The ranks holding other rows of the same sequences (TP under sequence parallel, CP) count
     // the MoE auxiliary losses' tokens together.
-    const bool split_rows = (pc.sequence_parallel && tp.size() > 1) || cp.size() > 1;
-    token_group = split_rows ? &groups.tp_cp() : nullptr;
+    token_group = moe_rows_split(tp, cp.size()) ? &groups.tp_cp() : nullptr;
     const MoeGroups moe{.ep = &groups.ep(), .etp = &groups.etp(), .token_group = token_group};
     for (const ChunkSpec& spec : plan.stage_chunks(groups.coords().pp))
       chunks.push_back(std::make_unique<TransformerChunk>(k, plan.model, spec,

@@ -72,8 +72,11 @@ struct Side {
   std::unique_ptr<MoeLayer> layer;
 
   Side(const MoeConfig& moe, int64_t max_tokens, const MoeGroups& groups) {
+    TensorList scratch, shared;
     layer = std::make_unique<MoeLayer>(cpu_kernels(), model_config(), moe, 1, max_tokens, groups,
-                                         registry);
+                                       registry, LayerBuffers{scratch, shared});
+    scratch.allocate(cpu_kernels());
+    shared.allocate(cpu_kernels());
     registry.finalize();
     registry.init_values(kSeed);
     for (Param& p : registry.params())

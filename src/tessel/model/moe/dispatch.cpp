@@ -8,7 +8,8 @@
 namespace tessel {
 
 TokenDispatcher::TokenDispatcher(const Kernels& k, int64_t C, int64_t E, int64_t topk,
-                                 int64_t max_tokens, bool pad_to_capacity, Comm& ep, Comm& etp)
+                                 int64_t max_tokens, bool pad_to_capacity, Comm& ep, Comm& etp,
+                                 TensorList& scratch)
     : k_(k),
       C_(C),
       E_(E),
@@ -22,13 +23,15 @@ TokenDispatcher::TokenDispatcher(const Kernels& k, int64_t C, int64_t E, int64_t
       P_(ep.size()),
       Q_(etp.size()),
       etp_rank_(etp.rank()) {
-  const int64_t N = max_tokens_;
-  k_.reserve(send_, N * topk_, C_);
-  k_.reserve(arrival_, N * topk_ * Q_, C_);
-  if (Q_ > 1) k_.reserve(own_rows_, N * topk_, C_);
-  row_cursor_ = k_.zeros({E_}, DType::I32);
+  // Balanced, N·k rows leave this rank and as many reach each ETP rank, which takes them all.
+  const int64_t rows = max_tokens_ * topk_;
+  scratch.add_growing(send_, {rows, C_}, "dispatch rows out", {RoutedRows::Sent, rows});
+  scratch.add_growing(arrival_, {rows * Q_, C_}, "dispatch rows in", {RoutedRows::Received, rows * Q_});
+  if (Q_ > 1)
+    scratch.add_growing(own_rows_, {rows, C_}, "dispatch rows summed over ETP", {RoutedRows::Received, rows});
+  scratch.add(row_cursor_, {E_}, "dispatch expert cursors", DType::I32);
   first_rows_.resize(E_);
-  count_buffer_ = k_.zeros({E_ + Q_ * P_ * E_l_});
+  scratch.add(count_buffer_, {E_ + Q_ * P_ * E_l_}, "dispatch row counts");
   host_counts_.resize(E_ + Q_ * P_ * E_l_);
   kept_.resize(E_ + 1);
   for (auto* v : {&counts_out_, &counts_in_, &offsets_out_, &offsets_in_}) v->resize(P_);
@@ -38,18 +41,14 @@ TokenDispatcher::TokenDispatcher(const Kernels& k, int64_t C, int64_t E, int64_t
 
 // Routed rows: N·k leave this rank; as many arrive at each ETP rank when the load is balanced
 // (dropless routing may bring more: the combined rows grow on first need).
-void TokenDispatcher::list_saved(Saved& s, SavedBuffers& buffers) const {
-  buffers.add(s.slot_row, {max_tokens_ * topk_}, DType::I32);
+void TokenDispatcher::list_saved(Saved& s, TensorList& buffers) const {
+  const int64_t rows = max_tokens_ * topk_;
+  buffers.add(s.slot_row, {rows}, "dispatch rows' slots", DType::I32);
   s.send_rows.resize(P_);
   for (auto* v : {&s.block_rows, &s.block_src, &s.block_dst}) v->resize(Q_ * P_ * E_l_);
   s.expert_rows.resize(E_l_);
   s.etp_rows.resize(Q_);
-  s.combined = k_.zeros({max_tokens_ * topk_, C_});
-}
-
-int64_t TokenDispatcher::scratch_bytes() const {
-  return send_.bytes() + arrival_.bytes() + own_rows_.bytes() + row_cursor_.bytes() +
-         count_buffer_.bytes();
+  buffers.add_growing(s.combined, {rows, C_}, "combined expert outputs", {RoutedRows::Sent, rows});
 }
 
 // The counts per (rank, expert) travel first, so each rank learns what will arrive from whom,

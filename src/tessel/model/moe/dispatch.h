@@ -39,11 +39,12 @@ class TokenDispatcher {
     Tensor combined;  // (S, C) the experts' outputs back here, in dispatch order (grows)
   };
 
-  // ep, etp: the groups (a group of one without expert parallelism).
+  // ep, etp: the groups (a group of one without expert parallelism). Declares its scratch in
+  // `scratch`.
   TokenDispatcher(const Kernels& k, int64_t C, int64_t E, int64_t topk, int64_t max_tokens,
-                  bool pad_to_capacity, Comm& ep, Comm& etp);
+                  bool pad_to_capacity, Comm& ep, Comm& etp, TensorList& scratch);
 
-  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  void list_saved(Saved& s, TensorList& buffers) const;
   // Where every kept assignment goes (experts (N·k) i32, keep (N·k) i32 from the router,
   // capacity the padded block size); the counts travel first over EP and ETP. Fills
   // stats.tokens_per_expert and stats.dropped, summed over EP.
@@ -62,7 +63,6 @@ class TokenDispatcher {
 
   int64_t local_experts() const { return E_l_; }
   int64_t first_expert() const { return first_expert_; }
-  int64_t scratch_bytes() const;
 
  private:
   float* to_experts(const Saved& s, const float* send);

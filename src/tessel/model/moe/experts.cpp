@@ -6,8 +6,9 @@ namespace tessel {
 
 GroupedExperts::GroupedExperts(const Kernels& k, ParamRegistry& registry, const std::string& prefix,
                                int64_t C, int64_t F, int64_t first, int64_t local, int ep_rank,
-                               int ep, int etp_rank, int etp, float out_std, bool shared_act)
-    : k_(k), C_(C), F_l_(F / etp), shared_act_(shared_act) {
+                               int ep, int etp_rank, int etp, float out_std, int64_t R,
+                               bool shared_act, TensorList& shared)
+    : k_(k), C_(C), F_l_(F / etp), R_(R), shared_act_(shared_act) {
   // An expert's gate/up split by rows (dim 0) and down by columns (dim 1) over ETP.
   const Mlp::Split split = [&](int dim) {
     return ShardSpec{.dim = etp > 1 ? dim : -1,
@@ -18,6 +19,8 @@ GroupedExperts::GroupedExperts(const Kernels& k, ParamRegistry& registry, const 
   for (int64_t e = first; e < first + local; ++e)
     experts_.emplace_back(k, registry, fmt::format("{}experts.{}.", prefix, e), Activation::SwiGlu,
                           C, F, F_l_, split, out_std);
+  if (shared_act_)
+    shared.add_growing(act_shared_, {R_, F_l_}, "experts' activation", {RoutedRows::Received, R_});
 }
 
 std::vector<int> GroupedExperts::param_indices() const {
@@ -27,12 +30,15 @@ std::vector<int> GroupedExperts::param_indices() const {
   return ids;
 }
 
-GroupedExperts::Saved GroupedExperts::make_saved(int64_t R) const {
-  Saved s;
-  for (Tensor* t : {&s.in, &s.d_out}) *t = k_.zeros({R, C_});
-  for (Tensor* t : {&s.gate, &s.up, &s.d_gate, &s.d_up}) *t = k_.zeros({R, F_l_});
-  if (!shared_act_) s.act = k_.zeros({R, F_l_});
-  return s;
+void GroupedExperts::list_saved(Saved& s, TensorList& buffers) const {
+  const Growth rows{RoutedRows::Received, R_};
+  buffers.add_growing(s.in, {R_, C_}, "experts' input rows", rows);
+  buffers.add_growing(s.gate, {R_, F_l_}, "experts' gate", rows);
+  buffers.add_growing(s.up, {R_, F_l_}, "experts' up", rows);
+  if (!shared_act_) buffers.add_growing(s.act, {R_, F_l_}, "experts' activation", rows);
+  buffers.add_growing(s.d_gate, {R_, F_l_}, "experts' gate gradient", rows);
+  buffers.add_growing(s.d_up, {R_, F_l_}, "experts' up gradient", rows);
+  buffers.add_growing(s.d_out, {R_, C_}, "experts' output gradient", rows);
 }
 
 MlpRows GroupedExperts::rows_of(Saved& s, int64_t first) {

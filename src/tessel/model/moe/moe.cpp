@@ -50,7 +50,7 @@ void RouterTotals::add(const RouterTotals& other) {
 // Hugging Face order: router, experts, shared expert, its gate.
 MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& moe, int layer,
                    int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry,
-                   LayerRecompute recompute)
+                   const LayerBuffers& buffers, LayerRecompute recompute)
     : k_(k),
       registry_(registry),
       params_(registry),
@@ -63,15 +63,17 @@ MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& 
       max_tokens_(max_tokens),
       tp_(groups.tp.comm != nullptr ? groups.tp : no_tensor_parallel(k)),
       router_(k, registry, moe, fmt::format("model.layers.{}.mlp.", layer), C_, max_tokens,
-              groups.token_group),
+              groups.token_group, buffers.scratch),
       dispatcher_(k, C_, moe.num_experts, moe.topk, max_tokens, moe.pad_to_capacity,
-                  group_or_local(groups.ep, k), group_or_local(groups.etp, k)),
+                  group_or_local(groups.ep, k), group_or_local(groups.etp, k), buffers.scratch),
+      // Balanced, N·k rows reach each ETP rank; dropless routing may bring more.
       experts_(k, registry, fmt::format("model.layers.{}.mlp.", layer), C_,
                moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : model.ffn_size(),
                dispatcher_.first_expert(), dispatcher_.local_experts(),
                group_or_local(groups.ep, k).rank(), group_or_local(groups.ep, k).size(),
                group_or_local(groups.etp, k).rank(), group_or_local(groups.etp, k).size(),
-               output_init_std(model.num_layers), recompute.moe_act && !(recompute.full || recompute.moe)),
+               output_init_std(model.num_layers), std::max<int64_t>(max_tokens, 1) * moe.topk * etp_size_,
+               recompute.moe_act && !(recompute.full || recompute.moe), buffers.shared),
       recompute_(recompute),
       whole_(recompute.full || recompute.moe) {
   const int T = tp_.size();
@@ -88,19 +90,21 @@ MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& 
     shared_gate_ = registry.add(p + "shared_expert_gate.weight", {1, C_}, ParamInit::Normal,
                                 kInitStd, true);
     if (T > 1) {
-      shared_full_ = k.zeros({N * T, C_});
-      shared_local_ = k.zeros({N, C_});
+      buffers.scratch.add(shared_full_, {N * T, C_}, "shared expert partial sums");
+      buffers.scratch.add(shared_local_, {N, C_}, "shared expert reduced rows");
     }
   }
-  k_.reserve(expert_out_, N * topk_ * Q, C_);
-  k_.reserve(d_act_, std::max(N * topk_ * Q, N * T), std::max(experts_.ffn_local(), F_sl_));
-  k_.reserve(d_probs_, N, topk_);
+  const int64_t R = N * topk_ * Q;  // the experts' rows at a balanced load
+  buffers.scratch.add_growing(expert_out_, {R, C_}, "experts' output rows", {RoutedRows::Received, R});
+  buffers.scratch.add_growing(d_act_, {std::max(R, N * T), std::max(experts_.ffn_local(), F_sl_)},
+                              "experts' activation gradient", {RoutedRows::Received, R, N * T});
+  buffers.scratch.add(d_probs_, {N, topk_}, "routing probabilities' gradient");
   if (whole_) {
-    SavedBuffers buffers;
-    SavedLists lists{buffers, buffers};
+    const int64_t before = buffers.shared.bytes();
+    SavedLists lists{buffers.shared, buffers.shared};
+    lists.set_part("MoE layers (recomputed whole)");
     list_all(shared_saved_, lists);
-    shared_saved_bytes_ = buffers.bytes();
-    buffers.allocate(k_);
+    shared_saved_bytes_ = buffers.shared.bytes() - before;
   }
 }
 
@@ -126,25 +130,24 @@ void MoeLayer::list_saved(Saved& s, SavedLists& lists) const {
 
 void MoeLayer::list_all(Saved& s, SavedLists& lists) const {
   const int64_t N = std::max<int64_t>(max_tokens_, 1), N_g = N * tp_.size();
-  SavedBuffers& kept = lists.kept;
-  SavedBuffers& grads = lists.pick(recompute_.weights_in_input_pass());
+  TensorList& kept = lists.kept;
+  TensorList& grads = lists.pick(recompute_.weights_in_input_pass());
   router_.list_saved(s.routing, kept);
   dispatcher_.list_saved(s.dispatch, kept);
-  // Balanced, N·k rows reach each ETP rank; dropless routing may bring more.
-  s.experts = experts_.make_saved(N * topk_ * etp_size_);
+  experts_.list_saved(s.experts, kept);
   if (shared_) {
-    if (tp_.size() > 1) kept.add(s.shared_in, {N_g, C_});
-    shared_->list_saved(s.shared, lists.pick(recompute_.shared_experts), grads, N_g);
-    kept.add(s.shared_out, {N, C_});
-    kept.add(s.shared_scale, {N});
-    grads.add(s.d_shared_logit, {N});
+    if (tp_.size() > 1) kept.add(s.shared_in, {N_g, C_}, "shared expert input (gathered)");
+    shared_->list_saved(s.shared, lists.pick(recompute_.shared_experts), grads, N_g, "shared expert");
+    kept.add(s.shared_out, {N, C_}, "shared expert output");
+    kept.add(s.shared_scale, {N}, "shared expert output scale");
+    grads.add(s.d_shared_logit, {N}, "shared expert output scale's gradient");
   }
   s.stats.tokens_per_expert.assign(E_, 0.0);
 }
 
 MoeLayer::Saved MoeLayer::make_saved() const {
   Saved s;
-  SavedBuffers buffers;
+  TensorList buffers;
   SavedLists lists{buffers, buffers};
   list_saved(s, lists);
   buffers.allocate(k_);
@@ -160,13 +163,6 @@ int64_t MoeLayer::Saved::growing_bytes() const {
   for (const Tensor* t : {&experts.in, &experts.gate, &experts.up, &experts.act, &experts.d_gate,
                           &experts.d_up, &experts.d_out})
     n += held_bytes(*t);
-  return n;
-}
-
-int64_t MoeLayer::scratch_bytes() const {
-  int64_t n = dispatcher_.scratch_bytes();
-  for (const Tensor* t : {&expert_out_, &d_act_, &d_probs_, &shared_full_, &shared_local_})
-    n += t->bytes();
   return n;
 }
 

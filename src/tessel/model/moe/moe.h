@@ -58,6 +58,12 @@ struct MoeGroups {
   TensorParallel tp;
 };
 
+// Whether one microbatch's rows are split over ranks that route them as one token group: TP under
+// sequence parallel, and CP (MoeGroups::token_group, then Megatron's tp_cp group).
+inline bool moe_rows_split(const TensorParallel& tp, int cp) {
+  return (tp.sequence_parallel && tp.size() > 1) || cp > 1;
+}
+
 // Router statistics summed over the forwards since they were last taken.
 struct RouterTotals {
   std::vector<double> tokens_per_expert;  // (E) per layer-forward, summed
@@ -94,14 +100,15 @@ class MoeLayer {
   // rank's slice of the shared expert) in `registry`, before registry.finalize(). Expert size:
   // moe.ffn_hidden_size, or model.ffn_size() when 0. Initialisation as Megatron: normal(0,
   // 0.02), down projections 0.02/sqrt(2·layers). max_tokens (this rank's rows) sizes the
-  // buffers. Throws tessel::Error for settings that break MoeConfig::violations, for TP > 1
-  // without sequence parallel, and for sizes that do not split over TP or ETP. `recompute`
-  // (model/recompute.h): the whole layer (full, moe) keeps its activations in one Saved of its
-  // own that all microbatches share; moe_act the experts' activation output; shared_experts the
-  // shared expert's hidden activations.
+  // buffers, declared in `buffers` (layer.h: the caller allocates them). Throws tessel::Error for
+  // settings that break MoeConfig::violations, for TP > 1 without sequence parallel, and for
+  // sizes that do not split over TP or ETP. `recompute` (model/recompute.h): the whole layer
+  // (full, moe) keeps its activations in one Saved of its own that all microbatches share (in
+  // buffers.shared); moe_act the experts' activation output; shared_experts the shared expert's
+  // hidden activations.
   MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& moe, int layer,
            int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry,
-           LayerRecompute recompute = {});
+           const LayerBuffers& buffers, LayerRecompute recompute = {});
   // After registry.finalize(): the registry the layer declared into.
   void bind(const ParamRegistry& registry) const;
 
@@ -143,9 +150,7 @@ class MoeLayer {
   int64_t first_local_expert() const { return dispatcher_.first_expert(); }
   // Registry indices of all this layer's parameters, in declaration (Hugging Face) order.
   std::vector<int> param_indices() const;
-  // Memory of the scratch shared by all microbatches.
-  int64_t scratch_bytes() const;
-  // Memory of the recomputed activations all microbatches share (recompute).
+  // Memory of the recomputed activations all microbatches share (recompute), as held now.
   int64_t shared_activation_bytes() const;
   // The router statistics of the forwards since the last call; starts new ones.
   RouterTotals take_router_totals();

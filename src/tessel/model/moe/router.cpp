@@ -12,7 +12,8 @@ int64_t moe_expert_capacity(int64_t N, int64_t E, int64_t k, double factor) {
 }
 
 TopKRouter::TopKRouter(const Kernels& k, ParamRegistry& registry, const MoeConfig& moe,
-                       const std::string& prefix, int64_t C, int64_t max_tokens, Comm* token_group)
+                       const std::string& prefix, int64_t C, int64_t max_tokens, Comm* token_group,
+                       TensorList& scratch)
     : k_(k),
       params_(registry),
       moe_(moe),
@@ -22,21 +23,30 @@ TopKRouter::TopKRouter(const Kernels& k, ParamRegistry& registry, const MoeConfi
       max_tokens_(std::max<int64_t>(max_tokens, 1)),
       token_group_(token_group) {
   weight_ = registry.add(prefix + "gate.weight", {E_, C}, ParamInit::Normal, kInitStd, true);
-  keep_ = k.zeros({max_tokens_ * topk_}, DType::I32);
-  group_counts_ = k.zeros({E_ + 1});
+  const int64_t n = max_tokens_ * topk_;
+  scratch.add(keep_, {n}, "router capacity verdicts", DType::I32);
+  scratch.add(group_counts_, {E_ + 1}, "router load-balancing counts");
+  const int G = token_group != nullptr ? token_group->size() : 1;
+  if (moe_.capacity_factor > 0 && G > 1) {
+    scratch.add(choices_, {2, n}, "router choices");
+    scratch.add(group_choices_, {2 * G, n}, "router token group's choices");
+    scratch.add(group_experts_, {G, n}, "router token group's experts", DType::I32);
+    scratch.add(group_probs_, {G, n}, "router token group's probabilities");
+    scratch.add(group_keep_, {G, n}, "router token group's verdicts", DType::I32);
+  }
 }
 
-void TopKRouter::list_saved(Saved& s, SavedBuffers& buffers) const {
+void TopKRouter::list_saved(Saved& s, TensorList& buffers) const {
   const int64_t N = max_tokens_;
-  buffers.add(s.logits, {N, E_});
-  buffers.add(s.experts, {N * topk_}, DType::I32);
-  buffers.add(s.probs, {N, topk_});
+  buffers.add(s.logits, {N, E_}, "router logits");
+  buffers.add(s.experts, {N * topk_}, "router chosen experts", DType::I32);
+  buffers.add(s.probs, {N, topk_}, "router probabilities");
   if (moe_.aux_loss_coeff > 0) {
-    buffers.add(s.aux_scores, {N, E_});
-    buffers.add(s.aux_counts, {E_});
+    buffers.add(s.aux_scores, {N, E_}, "router aux-loss scores");
+    buffers.add(s.aux_counts, {E_}, "router aux-loss counts");
   }
-  if (moe_.z_loss_coeff > 0) buffers.add(s.lse, {N});
-  buffers.add(s.d_logits, {N, E_});
+  if (moe_.z_loss_coeff > 0) buffers.add(s.lse, {N}, "router z-loss log-sum-exp");
+  buffers.add(s.d_logits, {N, E_}, "router logits' gradient");
 }
 
 int64_t TopKRouter::forward(Saved& s, const float* x, int64_t N, float grad_scale) {

@@ -39,11 +39,13 @@ class TopKRouter {
     double aux_loss = 0, z_loss = 0;  // this rank's losses (each already times its coeff)
   };
 
-  // Declares `prefix`gate.weight [E, C]. token_group: null for one process.
+  // Declares `prefix`gate.weight [E, C], and its scratch in `scratch`. token_group: null for one
+  // process.
   TopKRouter(const Kernels& k, ParamRegistry& registry, const MoeConfig& moe,
-             const std::string& prefix, int64_t C, int64_t max_tokens, Comm* token_group);
+             const std::string& prefix, int64_t C, int64_t max_tokens, Comm* token_group,
+             TensorList& scratch);
 
-  void list_saved(Saved& s, SavedBuffers& buffers) const;
+  void list_saved(Saved& s, TensorList& buffers) const;
   // Routes x (N, C): s.experts, s.probs, the losses, and keep() (the capacity's verdicts).
   // grad_scale: the main loss's scale (1 / tokens of the global batch); the auxiliary losses'
   // gradient is T · grad_scale · d(aux + z), T = the microbatch's tokens over the token group.
@@ -68,8 +70,8 @@ class TopKRouter {
   int64_t C_, E_, topk_, max_tokens_;
   Comm* token_group_;
   int weight_ = -1;
-  // Scratch of one forward: the verdicts, the counts for the load-balancing loss, and the token
-  // group's choices (G·N·k each) for the capacity drop.
+  // Scratch of one forward: the verdicts, the counts for the load-balancing loss, and (with a
+  // capacity, over a token group of G > 1 ranks) the group's choices (G·N·k each) for the drop.
   Tensor keep_, group_counts_;
   Tensor choices_, group_choices_, group_experts_, group_probs_, group_keep_;
 };
