@@ -23,23 +23,26 @@ import tempfile
 
 MARGIN = 10
 
-# Runs the real timeout and appends "START END RC<TAB>CALLER<TAB>ARGS" to $TESSEL_TIMEOUT_LOG, the
-# caller being the process that ran `timeout` (past the `sh -c` of popen). Signals sent to it
-# (sigterm.sh sends TERM to timeout's child, which is then the real timeout) reach the command.
+# Becomes the real timeout (exec: the same process, so that the tests that signal timeout's child
+# signal the same process as without it) after starting a watcher, detached from it (not its
+# child), that appends "START END<TAB>CALLER<TAB>ARGS" to $TESSEL_TIMEOUT_LOG once it has ended,
+# the caller being the process that ran `timeout` (past the `sh -c` of popen).
 SHIM = """#!/bin/bash
 start=$(date +%s.%N)
-{real} "$@"
-rc=$?
-pid=$PPID
-caller=$(tr '\\0' ' ' < /proc/$pid/cmdline)
+pid=$$
+parent=$PPID
+caller=$(tr '\\0' ' ' < /proc/$parent/cmdline)
 case $caller in
   "sh -c "*|"/bin/sh -c "*)
-    pid=$(cut -d' ' -f4 /proc/$pid/stat)
-    caller=$(tr '\\0' ' ' < /proc/$pid/cmdline) ;;
+    parent=$(cut -d' ' -f4 /proc/$parent/stat)
+    caller=$(tr '\\0' ' ' < /proc/$parent/cmdline) ;;
 esac
-end=$(date +%s.%N)
-printf '%s %s %s\\t%s\\t%s\\n' "$start" "$end" "$rc" "${{caller:0:300}}" "$*" >> "$TESSEL_TIMEOUT_LOG"
-exit $rc
+caller=${{caller//$'\\n'/ }}
+args=$*
+( (while read -r _ _ state _ < /proc/$pid/stat 2>/dev/null && [ "$state" != Z ]; do sleep 0.05; done
+   printf '%s %s\\t%s\\t%s\\n' "$start" "$(date +%s.%N)" "${{caller:0:300}}" "${{args//$'\\n'/ }}" \\
+     >> "$TESSEL_TIMEOUT_LOG") < /dev/null > /dev/null 2>&1 & )
+exec {real} "$@"
 """
 
 
@@ -122,22 +125,21 @@ def report_commands(log):
     if not os.path.exists(log):
         print(f"no {log}: run with --run to time the commands tests run under `timeout`")
         return 0
-    worst = {}  # (limit, caller, command head) -> the longest run
+    worst = {}  # (limit, test, command head) -> the longest run
     with open(log, errors="replace") as f:
         for line in f:
             times, caller, args = line.rstrip("\n").split("\t", 2)
-            start, end, rc = times.split()
+            start, end = times.split()
             limit, command = limit_and_command(args)
             key = (limit, test_of(caller), command[:100])
-            worst[key] = max(worst.get(key, (0, rc)), (float(end) - float(start), rc))
-    tight = [(k, v) for k, v in worst.items() if k[0] < MARGIN * v[0]]
-    print(f"`timeout` commands: {len(worst)} distinct (limit, caller, command); {len(tight)} under {MARGIN}x")
-    for (limit, caller, command), (took, rc) in sorted(tight, key=lambda t: t[0][0] / t[1][0]):
-        print(f"  limit {limit:g} s, took {took:.1f} s (exit {rc}): {caller}\n      {command}")
-    longest = max(worst.items(), key=lambda t: t[1][0] / t[0][0], default=None)
-    if longest:
-        (limit, caller, command), (took, _) = longest
-        print(f"  the closest: {took:.1f} s of {limit:g} s ({limit / took:.1f}x): {caller}: {command}")
+            worst[key] = max(worst.get(key, 0), float(end) - float(start))
+    tight = [(k, took) for k, took in worst.items() if k[0] < MARGIN * took]
+    print(f"`timeout` commands: {len(worst)} distinct (limit, test, command); {len(tight)} under {MARGIN}x")
+    for (limit, test, command), took in sorted(tight, key=lambda t: t[0][0] / t[1]):
+        print(f"  limit {limit:g} s, took {took:.1f} s: {test}\n      {command}")
+    if worst:
+        (limit, test, command), took = max(worst.items(), key=lambda t: t[1] / t[0][0])
+        print(f"  the closest: {took:.1f} s of {limit:g} s ({limit / took:.0f}x): {test}: {command}")
     return len(tight)
 
 

@@ -88,9 +88,10 @@ fs::path work_dir() {
   return dir;
 }
 
-// The references and the real data, shared by every test process of this build (CMakeLists.txt
-// gives the build its own TMPDIR). Besides a command line, an entry depends on the binary that
-// ran it and on the bundled corpus (the default --data-path, the real data's source).
+// The references and the real data, shared by every test process of this build
+// (tests/CMakeLists.txt gives the build its own TMPDIR). Besides a command line, an entry depends
+// on the binary that ran it and on the bundled corpus (the default --data-path, the real data's
+// source).
 const testing::RunCache& cache() {
   static const testing::RunCache shared(
       fs::temp_directory_path() / "tessel_equivalence_cache",
@@ -205,8 +206,8 @@ TrainRun single_process(const std::string& arch, const Layout& layout) {
   return dir ? read_run(*dir) : TrainRun{};
 }
 
-// The ctest fixture of the real-data cases (FIXTURES_SETUP in CMakeLists.txt): the tokenizer and
-// the datasets, built before the cases that read them.
+// The ctest fixture of the real-data cases (FIXTURES_SETUP in tests/CMakeLists.txt): the tokenizer
+// and the datasets, built before the cases that read them.
 TEST(EquivalenceData, Build) {
   const fs::path dir = real_data_dir();
   for (const char* file : {"tok/tokenizer.json", "corpus_text_document.bin", "corpus_text_document.idx",
