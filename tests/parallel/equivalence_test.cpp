@@ -2,9 +2,11 @@
 // same data as one process, and must follow the same trajectory — each iteration's loss within
 // 1e-4 relative (the first within 1e-6) and the final weights within 1e-4 — for both
 // architectures. Each case runs `tessel train` under mpirun (with a time limit: nothing may hang)
-// and compares its --log-json and --save-hf output with the single process's. Most cases train on
-// the bundled text's bytes; the real-data cases on a blend of two preprocessed datasets with a
-// trained BPE tokenizer, validation and test losses compared too, and with packed documents.
+// and compares its --log-json and --save-hf output with the single process's run of exactly its
+// model, data and seed; that run is made once per suite and binary for all the cases that share
+// its command line (tests/support/run_cache.h). Most cases train on the bundled text's bytes; the
+// real-data cases on a blend of two preprocessed datasets with a trained BPE tokenizer (built
+// once, a ctest fixture), validation and test losses compared too, and with packed documents.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,12 +17,15 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "support/run_cache.h"
 #include "support/run_command.h"
 #include "tessel/ckpt/safetensors.h"
+#include "tessel/data/gpt_dataset.h"
 
 namespace tessel {
 namespace {
@@ -75,71 +80,98 @@ struct TrainRun {
   fs::path weights;
 };
 
+const char* kCorpus = TESSEL_SOURCE_DIR "/data/kjv-genesis-esther.txt";
+
 fs::path work_dir() {
   fs::path dir = fs::temp_directory_path() / ("tessel_equivalence_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
 }
 
-void run_or_fail(const std::string& cmd) {
-  const testing::CommandResult result = testing::run_command("timeout 120 " + cmd);
-  if (result.exit_code != 0) throw std::runtime_error(cmd + "\n" + result.output);
+// The references and the real data, shared by every test process of this build
+// (tests/CMakeLists.txt gives the build its own TMPDIR). Besides a command line, an entry depends
+// on the binary that ran it and on the bundled corpus (the default --data-path, the real data's
+// source).
+const testing::RunCache& cache() {
+  static const testing::RunCache shared(
+      fs::temp_directory_path() / "tessel_equivalence_cache",
+      md5_hex(testing::read_bytes(TESSEL_BINARY) + testing::read_bytes(kCorpus)));
+  return shared;
 }
 
-// Made once per test process: a byte-level BPE tokenizer of 512 tokens trained on the bundled
-// corpus, the corpus preprocessed (paragraphs, an eod after each) and a JSONL of its first 3,000
-// lines preprocessed (one document per line), blended 0.7 / 0.3 and split 90,6,4. Validation
-// every 5 iterations, 2 batches each; the test split's 2 batches at the end.
-const std::string& real_data_flags() {
-  static const std::string flags = [] {
-    const fs::path dir = work_dir() / "data";
-    fs::create_directories(dir);
+// Made once per binary (the ctest fixture EquivalenceData.Build, or on demand by the first
+// real-data case): a byte-level BPE tokenizer of 512 tokens trained on the bundled corpus, the
+// corpus preprocessed (paragraphs, an eod after each) and a JSONL of its first 3,000 lines
+// preprocessed (one document per line). The commands run in the entry's folder, so that they
+// and the JSONL's recipe are its key.
+fs::path real_data_dir() {
+  static const fs::path dir = [] {
+    const int jsonl_lines = 3000;
     const std::string tessel = TESSEL_BINARY,
-                      corpus = TESSEL_SOURCE_DIR "/data/kjv-genesis-esther.txt";
-    run_or_fail(tessel + " tokenizer train --input " + corpus +
-                " --vocab-size 512 --model-type byte-bpe --output " + (dir / "tok").string());
-    const std::string tokenizer =
-        "--tokenizer-type HuggingFaceTokenizer --tokenizer-model " + (dir / "tok").string();
-    std::ifstream in(corpus);
-    std::ofstream jsonl(dir / "lines.jsonl");
-    std::string line;
-    for (int i = 0; i < 3000 && std::getline(in, line); ++i)
-      jsonl << nlohmann::json{{"text", line + "\n"}}.dump() << "\n";
-    jsonl.close();
-    run_or_fail(tessel + " preprocess --input " + corpus + " --output-prefix " +
-                (dir / "corpus").string() + " --append-eod " + tokenizer);
-    run_or_fail(tessel + " preprocess --input " + (dir / "lines.jsonl").string() +
-                " --json-keys text --output-prefix " + (dir / "lines").string() + " --append-eod " +
-                tokenizer);
-    return tokenizer + " --vocab-size 512 --data-path 0.7 " +
-           (dir / "corpus_text_document").string() + " 0.3 " +
-           (dir / "lines_text_document").string() +
-           " --split 90,6,4 --eval-interval 5 --eval-iters 2";
+                      tokenizer = "--tokenizer-type HuggingFaceTokenizer --tokenizer-model tok";
+    const std::vector<std::string> commands = {
+        tessel + " tokenizer train --input " + kCorpus +
+            " --vocab-size 512 --model-type byte-bpe --output tok",
+        tessel + " preprocess --input " + kCorpus + " --output-prefix corpus --append-eod " + tokenizer,
+        tessel + " preprocess --input lines.jsonl --json-keys text --output-prefix lines --append-eod " +
+            tokenizer};
+    std::string key = "lines.jsonl: the first " + std::to_string(jsonl_lines) + " lines of " + kCorpus;
+    for (const std::string& command : commands) key += "\n" + command;
+    const std::optional<fs::path> made = cache().get(key, [&](const fs::path& folder) {
+      std::ifstream in(kCorpus);
+      std::ofstream jsonl(folder / "lines.jsonl");
+      std::string line;
+      for (int i = 0; i < jsonl_lines && std::getline(in, line); ++i)
+        jsonl << nlohmann::json{{"text", line + "\n"}}.dump() << "\n";
+      jsonl.close();
+      for (const std::string& command : commands) {
+        const std::string cmd = "cd " + folder.string() + " && timeout 120 " + command;
+        const testing::CommandResult result = testing::run_command(cmd);
+        if (result.exit_code != 0) throw std::runtime_error(cmd + "\n" + result.output);
+      }
+      return true;
+    });
+    return *made;
   }();
-  return flags;
+  return dir;
 }
 
-// Runs tessel on `ranks` processes (1: no mpirun) and reads what it wrote.
-TrainRun run_tessel(const std::string& arch, const Layout& layout, const std::string& name,
-                    int ranks, const std::string& flags) {
-  const fs::path dir = work_dir() / (arch + "_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::string train =
-      std::string(TESSEL_BINARY) + " train " + model_flags(arch, layout.odd_model, layout.layers) +
-      layout.model_extra + " " + kTraining + flags +
-      (std::string(layout.model_extra).find("--global-batch-size") == std::string::npos
-           ? " --global-batch-size 8"
-           : "") +
-      (layout.real_data ? " " + real_data_flags() + " --data-cache-path " + (dir / "cache").string()
-                        : std::string()) +
-      " --log-json " + (dir / "log.jsonl").string() + " --save-hf " + (dir / "model").string();
-  const std::string cmd = ranks == 1
-                              ? "timeout 120 " + train
-                              : "timeout 240 mpirun --allow-run-as-root --oversubscribe -n " +
-                                    std::to_string(ranks) + " -x OMP_NUM_THREADS=1 " + train;
+// The real data's flags: the two datasets blended 0.7 / 0.3 and split 90,6,4; validation every 5
+// iterations, 2 batches each; the test split's 2 batches at the end.
+std::string real_data_flags() {
+  const fs::path dir = real_data_dir();
+  return "--tokenizer-type HuggingFaceTokenizer --tokenizer-model " + (dir / "tok").string() +
+         " --vocab-size 512 --data-path 0.7 " + (dir / "corpus_text_document").string() + " 0.3 " +
+         (dir / "lines_text_document").string() + " --split 90,6,4 --eval-interval 5 --eval-iters 2";
+}
+
+// Everything that defines a run of `arch` under `layout` with `flags`: the binary, the model, the
+// training, the batch and the data; where it writes is added by whoever runs it.
+std::string train_command(const std::string& arch, const Layout& layout, const std::string& flags) {
+  return std::string(TESSEL_BINARY) + " train " + model_flags(arch, layout.odd_model, layout.layers) +
+         layout.model_extra + " " + kTraining + flags +
+         (std::string(layout.model_extra).find("--global-batch-size") == std::string::npos
+              ? " --global-batch-size 8"
+              : "") +
+         (layout.real_data ? " " + real_data_flags() : std::string());
+}
+
+// Runs `train` on `ranks` processes (1: no mpirun), its log, weights and dataset caches in `dir`;
+// a failure is the test's, with the command and its output.
+bool run_into(const std::string& train, bool real_data, int ranks, const fs::path& dir) {
+  const std::string outputs = (real_data ? " --data-cache-path " + (dir / "cache").string() : std::string()) +
+                              " --log-json " + (dir / "log.jsonl").string() + " --save-hf " +
+                              (dir / "model").string();
+  const std::string cmd = ranks == 1 ? "timeout 120 " + train + outputs
+                                     : "timeout 240 mpirun --allow-run-as-root --oversubscribe -n " +
+                                           std::to_string(ranks) + " -x OMP_NUM_THREADS=1 " + train + outputs;
   const testing::CommandResult result = testing::run_command(cmd);
   EXPECT_EQ(result.exit_code, 0) << cmd << "\n" << result.output;
+  return result.exit_code == 0;
+}
+
+// What a run wrote into `dir`: its losses (training and evaluation) and where its weights are.
+TrainRun read_run(const fs::path& dir) {
   TrainRun r;
   std::ifstream log(dir / "log.jsonl");
   for (std::string line; std::getline(log, line);) {
@@ -156,9 +188,31 @@ TrainRun run_tessel(const std::string& arch, const Layout& layout, const std::st
   return r;
 }
 
-// The reference, run afresh for each case so that cases can run side by side.
+// The layout's run, afresh in this process's folder.
+TrainRun run_layout(const std::string& arch, const Layout& layout, const std::string& flags) {
+  const fs::path dir = work_dir() / (arch + "_" + layout.name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  run_into(train_command(arch, layout, flags), layout.real_data, layout.ranks, dir);
+  return read_run(dir);
+}
+
+// The reference, one process: run once per command line (and binary) for the whole suite, as
+// many cases share one (every layout of a model on the same data and seed). Empty when it fails.
 TrainRun single_process(const std::string& arch, const Layout& layout) {
-  return run_tessel(arch, layout, std::string(layout.name) + "_single", 1, "--micro-batch-size 2");
+  const std::string train = train_command(arch, layout, "--micro-batch-size 2");
+  const std::optional<fs::path> dir = cache().get(
+      train, [&](const fs::path& folder) { return run_into(train, layout.real_data, 1, folder); });
+  return dir ? read_run(*dir) : TrainRun{};
+}
+
+// The ctest fixture of the real-data cases (FIXTURES_SETUP in tests/CMakeLists.txt): the tokenizer
+// and the datasets, built before the cases that read them.
+TEST(EquivalenceData, Build) {
+  const fs::path dir = real_data_dir();
+  for (const char* file : {"tok/tokenizer.json", "corpus_text_document.bin", "corpus_text_document.idx",
+                           "lines_text_document.bin", "lines_text_document.idx"})
+    EXPECT_TRUE(fs::exists(dir / file)) << (dir / file);
 }
 
 class Equivalence : public ::testing::TestWithParam<std::tuple<std::string, Layout>> {};
@@ -169,7 +223,7 @@ TEST_P(Equivalence, FollowsTheSingleProcess) {
   ASSERT_EQ(want.losses.size(), 10u);
   std::string flags = layout.flags;
   if (flags.find("--micro-batch-size") == std::string::npos) flags += " --micro-batch-size 2";
-  const TrainRun got = run_tessel(arch, layout, layout.name, layout.ranks, flags);
+  const TrainRun got = run_layout(arch, layout, flags);
   ASSERT_EQ(got.losses.size(), want.losses.size());
   for (size_t i = 0; i < want.losses.size(); ++i) {
     const double rel = std::abs(got.losses[i] - want.losses[i]) / want.losses[i];
@@ -336,10 +390,8 @@ INSTANTIATE_TEST_SUITE_P(Bf16, Equivalence,
 TEST(Bf16Equivalence, StaysWithinBf16OfFp32) {
   for (const char* arch : {"gpt2", "llama"}) {
     SCOPED_TRACE(arch);
-    const char* flags = "--micro-batch-size 2";
-    const TrainRun fp32 = run_tessel(arch, Layout{"fp32", 1, ""}, "fp32_reference", 1, flags);
-    const TrainRun bf16 =
-        run_tessel(arch, Layout{"bf16", 1, "", false, 2, "--bf16"}, "bf16_single", 1, flags);
+    const TrainRun fp32 = single_process(arch, Layout{"fp32", 1, ""});
+    const TrainRun bf16 = single_process(arch, Layout{"bf16", 1, "", false, 2, "--bf16"});
     ASSERT_EQ(fp32.losses.size(), 10u);
     ASSERT_EQ(bf16.losses.size(), fp32.losses.size());
     double furthest = 0;

@@ -33,7 +33,11 @@ kill -KILL "$stopped" 2>/dev/null
 [ "$rc" -ne 124 ] || fail "the job was still running after 60 s"
 [ "$elapsed" -le 13 ] || fail "the job ended $elapsed s after the SIGSTOP, not within 3 + 10 s"
 expect_text "$work/run.out" "distributed timeout: rank 0 waited 3 s in"
-expect_text "$work/run.out" "over group tp (world ranks 0, 1)"
+# Most stops land in a forward's all-reduce over TP; one that lands where all ranks agree (the
+# numerics check, the exit signals, reading an evaluation batch) waits over the world, the same
+# two ranks: more often on a loaded machine.
+grep -qE "over group (tp|world) \(world ranks 0, 1\)" "$work/run.out" ||
+  fail "the output lacks \"over group tp (world ranks 0, 1)\" or the same over group world"
 used=$(( (after - before) * 100 / hz ))  # centiseconds of CPU in 150 of waiting
 echo "the waiting rank used $used cs of CPU in 150 cs"
 [ "$used" -le 30 ] || fail "the waiting rank burnt its core ($used cs of CPU in 150 cs)"
