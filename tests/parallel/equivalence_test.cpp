@@ -407,7 +407,7 @@ TEST(Bf16Equivalence, StaysWithinBf16OfFp32) {
 
 // Llama's attention options (Qwen's q/k/v biases and QK-norm) under tensor parallelism: the biases
 // split with their weights' output rows, the QK-norm weights replicated with gradients summed over
-// TP — by the model without sequence parallel, by the trainer with it.
+// TP by GradSync as each finishes (parallel/grad_sync.h), with and without sequence parallel.
 const char* kAttentionOptions = "--add-qkv-bias --qk-layernorm";
 const Layout kAttentionOptionLayouts[] = {
     {"qkv_bias_qk_layernorm_tp2", 2, "--tp 2", false, 2, kAttentionOptions},

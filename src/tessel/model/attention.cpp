@@ -61,7 +61,7 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
   proj_w_ = weight(p + "o_proj.weight", {C, HD}, out_std, split(1));
   if (cfg.qk_layernorm) {
     // One weight per head dimension, shared by all heads: replicated over TP, each rank's gradient
-    // from its own heads only, summed over TP by the trainer (Param::grad_partial_over_tp).
+    // from its own heads only, summed over TP by GradSync (Param::grad_partial_over_tp).
     q_norm_.emplace(k, registry, NormKind::RMSNorm, p + "q_norm.weight", "", D_, cfg.norm_epsilon);
     k_norm_.emplace(k, registry, NormKind::RMSNorm, p + "k_norm.weight", "", D_, cfg.norm_epsilon);
     registry.params()[q_norm_->weight()].grad_partial_over_tp = true;

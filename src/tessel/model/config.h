@@ -16,7 +16,7 @@ enum class Arch : uint8_t { GPT2, Llama };
 std::string arch_name(Arch arch);
 Arch parse_arch(const std::string& name);  // "gpt2" | "llama"; throws on anything else
 
-// Mixture of Experts settings (model/moe.h has the layer), named after Megatron's flags.
+// Mixture of Experts settings (model/moe/ has the layer), named after Megatron's flags.
 struct MoeConfig {
   int num_experts = 0;             // --num-experts (0: dense model)
   int topk = 2;                    // --moe-router-topk

@@ -20,7 +20,7 @@
 //
 // With tensor parallelism (always with sequence parallel, as Megatron asserts) each TP rank
 // routes its own N/TP rows; the router and shared_expert_gate are replicated over TP (their
-// gradients, from this rank's rows, are summed over TP by the trainer), and the shared expert is
+// gradients, from this rank's rows, are summed over TP by parallel/grad_sync), and the shared expert is
 // Megatron's SharedExpertMLP: its rows gathered over TP, gate/up column-parallel and down
 // row-parallel, the output reduce-scattered back to this rank's rows. Expert tensor parallelism
 // (--expert-tensor-parallel-size, ETP) splits every routed expert as the dense MLP over the ETP
