@@ -192,3 +192,65 @@ def convert(tensors, cfg, grouped, packed, mtp_packed, vl_prefix):
         out = {(VL_PREFIX + n[len("model."):] if n.startswith("model.") else n): v
                for n, v in out.items()}
     return out
+
+
+def text_config(hf):
+    """The decoder's settings of any of the three model_types."""
+    return hf["text_config"] if hf.get("model_type") == "qwen3_5_moe" else hf
+
+
+def config_as(hf, family):
+    """config.json rewritten as `family` (qwen3_next, qwen3_5_moe or qwen3_5_moe_text): the
+    model_type, the MTP key and the text_config wrapper."""
+    text = dict(text_config(hf))
+    mtp = text.pop("mtp_num_hidden_layers", text.pop("num_nextn_predict_layers", 0))
+    for key in ("architectures", "mtp_use_dedicated_embeddings"):
+        text.pop(key, None)
+    if family == "qwen3_next":
+        return {**text, "model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"],
+                "num_nextn_predict_layers": mtp}
+    text.update(model_type="qwen3_5_moe_text", mtp_num_hidden_layers=mtp,
+                mtp_use_dedicated_embeddings=False)
+    text.pop("norm_topk_prob", None)
+    if family == "qwen3_5_moe_text":
+        return {**text, "architectures": ["Qwen3_5MoeForCausalLM"]}
+    return {"model_type": "qwen3_5_moe", "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+            "tie_word_embeddings": text.get("tie_word_embeddings", False), "text_config": text}
+
+
+def main():
+    """Rewrites a model folder in another family's layout, optionally redrawing the routers."""
+    import argparse
+    import json
+    import os
+    from safetensors_io import read_safetensors, write_safetensors
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--family", required=True, choices=("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"))
+    p.add_argument("--packed-experts", action="store_true")
+    p.add_argument("--packed-mtp-experts", action="store_true")
+    p.add_argument("--router-std", type=float,
+                   help="redraw every router (mlp.gate.weight) from N(0, std): cross-checks want "
+                        "routers far from top-k ties (HF's N(0, 0.02) is not)")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    with open(os.path.join(args.src, "config.json")) as f:
+        hf = json.load(f)
+    cfg = config_from_hf(hf, os.path.join(args.src, "config.json"))
+    tensors = read_safetensors(os.path.join(args.src, "model.safetensors"))
+    if args.router_std is not None:
+        rng = np.random.default_rng(args.seed)
+        for name in sorted(tensors):
+            if name.endswith("mlp.gate.weight"):
+                tensors[name] = (rng.standard_normal(tensors[name].shape) * args.router_std).astype(np.float32)
+    out = convert(tensors, cfg, args.family == "qwen3_next", args.packed_experts,
+                  args.packed_mtp_experts, args.family == "qwen3_5_moe")
+    os.makedirs(args.dst, exist_ok=True)
+    write_safetensors(os.path.join(args.dst, "model.safetensors"), out)
+    with open(os.path.join(args.dst, "config.json"), "w") as f:
+        json.dump(config_as(hf, args.family), f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

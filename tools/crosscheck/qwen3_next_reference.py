@@ -149,11 +149,25 @@ class GatedDeltaNet(nn.Module):
         b, a = self.in_proj_ba(x).view(B, T, Hk, 2 * r).split([r, r], dim=-1)
         return tuple(t.reshape(B, T, -1) for t in (q, k, v, z, b, a))
 
-    def forward(self, x):  # (B, T, C)
+    def forward(self, x, docs=None):  # (B, T, C)
         B, T, _ = x.shape
         q, k, v, z, b, a = self.projections(x)
-        mixed = torch.cat((q, k, v), dim=-1).transpose(1, 2)  # (B, conv_dim, T)
-        mixed = F.silu(self.conv1d(mixed)[:, :, :T]).transpose(1, 2)  # causal: zero history
+        mixed = torch.cat((q, k, v), dim=-1)  # (B, T, conv_dim)
+        if docs is None or docs.key_start is None:
+            o = self.mix(mixed, b, a)
+        else:  # each document on its own: zero conv history and zero state at its start
+            rows = []
+            for i in range(B):
+                starts = sorted(set(docs.key_start[i].tolist())) + [T]
+                rows.append(torch.cat([self.mix(mixed[i:i + 1, s:e], b[i:i + 1, s:e], a[i:i + 1, s:e])
+                                       for s, e in zip(starts[:-1], starts[1:])], dim=1))
+            o = torch.cat(rows, dim=0)
+        o = self.norm(o, z.reshape(B, T, self.Hv, self.dv))
+        return self.out_proj(o.reshape(B, T, -1))
+
+    def mix(self, mixed, b, a):  # (B, T, conv_dim), (B, T, Hv) x 2 -> (B, T, Hv, dv)
+        B, T, _ = mixed.shape
+        mixed = F.silu(self.conv1d(mixed.transpose(1, 2))[:, :, :T]).transpose(1, 2)  # causal
         q, k, v = mixed.split([self.Hk * self.dk, self.Hk * self.dk, self.Hv * self.dv], dim=-1)
         q = l2norm(q.reshape(B, T, self.Hk, self.dk))
         k = l2norm(k.reshape(B, T, self.Hk, self.dk))
@@ -164,16 +178,15 @@ class GatedDeltaNet(nn.Module):
         q, k = q.repeat_interleave(r, dim=2), k.repeat_interleave(r, dim=2)
         rule = recurrent_gated_delta_rule if self.recurrent else chunk_gated_delta_rule
         o, _ = rule(*(t.transpose(1, 2) for t in (q, k, v, g, beta)))  # (B, Hv, T, dv)
-        o = self.norm(o.transpose(1, 2), z.reshape(B, T, self.Hv, self.dv))
-        return self.out_proj(o.reshape(B, T, -1))
+        return o.transpose(1, 2)
 
 
-def partial_rope(x, theta, rot):
-    """Rotate-half RoPE on the first `rot` dims of x (B, H, T, D), inv_freq = θ^(−2i/rot)."""
-    T = x.shape[2]
+def partial_rope(x, theta, rot, positions):
+    """Rotate-half RoPE on the first `rot` dims of x (B, H, T, D), inv_freq = θ^(−2i/rot), at
+    positions (B, T)."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, rot, 2, dtype=x.dtype) / rot))
-    angles = torch.outer(torch.arange(T, dtype=x.dtype), inv_freq)
-    angles = torch.cat((angles, angles), dim=-1)  # (T, rot)
+    angles = positions.to(x.dtype)[..., None] * inv_freq  # (B, T, rot/2)
+    angles = torch.cat((angles, angles), dim=-1)[:, None]  # (B, 1, T, rot)
     head, rest = x[..., :rot], x[..., rot:]
     return torch.cat((head * angles.cos() + base.rotate_half(head) * angles.sin(), rest), dim=-1)
 
@@ -193,16 +206,23 @@ class GatedAttention(nn.Module):
         self.q_norm = ZeroCentredRMSNorm(D, cfg["norm_eps"])
         self.k_norm = ZeroCentredRMSNorm(D, cfg["norm_eps"])
 
-    def forward(self, x):  # (B, T, C)
+    def forward(self, x, docs=None):  # (B, T, C)
         B, T, _ = x.shape
         H, G, D = self.H, self.G, self.D
+        positions = torch.arange(T).expand(B, T) if docs is None else docs.positions
         query, gate = self.q_proj(x).view(B, T, H, 2 * D).chunk(2, dim=-1)
         q = self.q_norm(query).transpose(1, 2)  # (B, H, T, D), normed before RoPE
         k = self.k_norm(self.k_proj(x).view(B, T, G, D)).transpose(1, 2)
         v = self.v_proj(x).view(B, T, G, D).transpose(1, 2)
-        q, k = partial_rope(q, self.theta, self.rot), partial_rope(k, self.theta, self.rot)
+        q, k = (partial_rope(t, self.theta, self.rot, positions) for t in (q, k))
         k, v = k.repeat_interleave(H // G, dim=1), v.repeat_interleave(H // G, dim=1)
-        y = base.causal_attention(q, k, v).transpose(1, 2).reshape(B, T, H * D)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(D)  # (B, H, T, T)
+        key = torch.arange(T)
+        hidden = key[None, :] > key[:, None]  # the future
+        if docs is not None and docs.key_start is not None:  # and earlier documents
+            hidden = hidden | (key[None, None, :] < docs.key_start[:, :, None])
+        scores = scores.masked_fill(hidden if hidden.ndim == 2 else hidden[:, None], float("-inf"))
+        y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, H * D)
         return self.o_proj(y * torch.sigmoid(gate.reshape(B, T, H * D)))
 
 
@@ -283,9 +303,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = ZeroCentredRMSNorm(C, eps)
         self.mlp = SparseMoe(cfg, packed)
 
-    def forward(self, x):  # (B, T, C) -> (B, T, C), aux loss
+    def forward(self, x, docs=None):  # (B, T, C) -> (B, T, C), aux loss
         mixer = self.linear_attn if hasattr(self, "linear_attn") else self.self_attn
-        x = x + mixer(self.input_layernorm(x))
+        x = x + mixer(self.input_layernorm(x), docs)
         y, aux = self.mlp(self.post_attention_layernorm(x))
         return x + y, aux
 
@@ -315,10 +335,10 @@ class MultiTokenPrediction(nn.Module):
         self.layers = nn.ModuleList([DecoderLayer(cfg, False, cfg["grouped"], cfg["mtp_packed"])])
         self.norm = ZeroCentredRMSNorm(C, eps)
 
-    def forward(self, next_embedding, hidden):
+    def forward(self, next_embedding, hidden, docs=None):
         m = self.fc(torch.cat((self.pre_fc_norm_embedding(next_embedding),
                                self.pre_fc_norm_hidden(hidden)), dim=-1))
-        m, aux = self.layers[0](m)
+        m, aux = self.layers[0](m, docs)
         return self.norm(m), aux
 
 
@@ -336,20 +356,21 @@ class Qwen3NextForCausalLM(nn.Module):
         weight = self.model.embed_tokens.weight if self.cfg["tied"] else self.lm_head.weight
         return h @ weight.t()
 
-    def forward(self, tokens):
+    def forward(self, tokens, docs=None):
         """tokens (B, T) -> logits (B, T, V), the MTP logits (B, T, V) or None (position t
-        predicts token t + 2; the last position has no label), the layers' summed aux loss."""
+        predicts token t + 2; the last position has no label), the layers' summed aux loss.
+        docs (Documents) packs documents into the rows."""
         x = self.model.embed_tokens(tokens)
         aux = x.new_zeros(())
         for layer in self.model.layers:
-            x, layer_aux = layer(x)
+            x, layer_aux = layer(x, docs)
             aux = aux + layer_aux
         h = self.model.norm(x)
         mtp_logits = None
         if self.cfg["mtp_layers"]:
             # Megatron's roll_tensor: ids shifted left by one, the last position 0.
             next_ids = torch.cat((tokens[:, 1:], torch.zeros_like(tokens[:, :1])), dim=1)
-            m, mtp_aux = self.mtp(self.model.embed_tokens(next_ids), h)
+            m, mtp_aux = self.mtp(self.model.embed_tokens(next_ids), h, docs)
             aux = aux + mtp_aux
             mtp_logits = self.head(m)
         return self.head(h), mtp_logits, aux
@@ -360,16 +381,47 @@ class Qwen3NextForCausalLM(nn.Module):
                 module.aux_coeff = coeff
 
 
-def microbatch_objective(mtp_scale):
+class Documents:
+    """Packed documents in a microbatch's rows (B, T), as Megatron's
+    get_ltor_masks_and_position_ids makes them: an eod token ends its document; key_start[b, t]
+    is the first position of t's document (--reset-attention-mask: attention, the conv history
+    and the delta-rule state start there; None otherwise); positions restart at each document
+    with --reset-position-ids."""
+
+    def __init__(self, inputs, args):
+        B, T = inputs.shape
+        index = torch.arange(T).expand(B, T)
+        starts = torch.cat((torch.ones(B, 1, dtype=torch.bool), inputs[:, :-1] == args.eod_token), 1)
+        first = torch.cummax(torch.where(starts, index, torch.zeros_like(index)), dim=1).values
+        self.key_start = first if args.reset_attention_mask else None
+        self.positions = index - first if args.reset_position_ids else index
+
+
+def packs_documents(args):
+    return args.reset_attention_mask or args.reset_position_ids
+
+
+def counted_targets(args):
+    """The tokens the loss counts in a global batch: all, or (--eod-mask-loss) those whose input
+    is not an eod."""
+    return lambda inputs: int((inputs != args.eod_token).sum()) if args.eod_mask_loss else inputs.numel()
+
+
+def microbatch_objective(mtp_scale, args=None):
     """tessel's (and Megatron's) per-microbatch objective: its share of the mean CE over the
-    global batch's G·S tokens; the routers' aux loss weighted by the microbatch's share of the
-    tokens; mtp_scale / mtp_layers times the mean MTP CE over its G·(S − 1) labelled positions.
-    Logs the LM loss ('loss'), the mean MTP CE ('mtp_loss') and the aux loss per layer-forward."""
+    global batch's counted tokens; the routers' aux loss weighted by the microbatch's share of
+    the tokens; mtp_scale / mtp_layers times the mean MTP CE over its G·(S − 1) labelled
+    positions. Logs the LM loss ('loss'), the mean MTP CE ('mtp_loss') and the aux loss per
+    layer-forward. `args` carries the packing flags (none: plain rows)."""
     def objective(model, inputs, targets, total_tokens):
-        logits, mtp_logits, aux = model(inputs)
+        docs = Documents(inputs, args) if args is not None and packs_documents(args) else None
+        if args is not None and args.eod_mask_loss:
+            targets = targets.masked_fill(inputs == args.eod_token, -100)
+        logits, mtp_logits, aux = model(inputs, docs)
         mb, S = inputs.shape
         V = logits.shape[-1]
-        lm = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="sum") / total_tokens
+        lm = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="sum",
+                             ignore_index=-100) / total_tokens
         share = mb * S / total_tokens
         forwards = len(model.model.layers) + (1 if mtp_logits is not None else 0)
         loss = lm + share * aux
@@ -403,13 +455,23 @@ def main(argv=None):
     parser.add_argument("--moe-aux-loss-coeff", type=float, default=0.0,
                         help="Megatron's switch load-balancing loss coefficient")
     parser.add_argument("--mtp-loss-scaling-factor", type=float, default=0.1)
+    parser.add_argument("--eod-token", type=int, default=-1, help="the end-of-document id")
+    parser.add_argument("--reset-position-ids", action="store_true")
+    parser.add_argument("--reset-attention-mask", action="store_true")
+    parser.add_argument("--eod-mask-loss", action="store_true")
     args = base.parse_args(argv, parser)
+    if (packs_documents(args) or args.eod_mask_loss) and args.eod_token < 0:
+        parser.error("packed documents and --eod-mask-loss need --eod-token")
     try:
         cfg, model = load_model_folder(args.model)
     except ValueError as e:
         sys.exit(str(e))
+    if cfg["mtp_layers"] and args.eod_mask_loss:
+        sys.exit("--eod-mask-loss with MTP is not defined here (which positions the MTP loss "
+                 "counts under the mask is tessel's to say)")
     model.set_aux_loss_coeff(args.moe_aux_loss_coeff)
-    base.train(args, cfg, model, microbatch_objective(args.mtp_loss_scaling_factor))
+    base.train(args, cfg, model, microbatch_objective(args.mtp_loss_scaling_factor, args),
+               counted_targets(args))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
 3. a model converted between the layouts (grouped/flat GDN, per-expert/packed experts, the VL
    prefix) gives the same objective (to 1e-12), and converting back gives the same bytes;
 4. causality: changing token t leaves the logits and MTP logits of the positions before it
-   unchanged.
+   unchanged; two documents packed in a row give each the logits it has alone.
 
 Usage: /usr/bin/python3 tools/crosscheck/qwen3_next_selfcheck.py [--write DIR --family F]
 (--write saves a random model folder of family qwen3_next or qwen3_5_moe for other tests.)
@@ -186,6 +186,27 @@ def causality_check():
     check("causality: logits before a changed token", diff, 0.0)
 
 
+def packing_check():
+    """Two documents packed in a row (--reset-attention-mask --reset-position-ids) give each the
+    logits it has alone: attention, the conv history and the delta-rule state restart."""
+    hf = tiny_hf_config()
+    model = build(hf, random_tensors(ref.Qwen3NextForCausalLM(
+        {**config_from_hf(hf, "c"), "grouped": True, "packed_layers": [False] * 4,
+         "mtp_packed": False}), seed=8))
+    eod = 31
+    gen = torch.Generator().manual_seed(9)
+    first = torch.cat((torch.randint(0, 31, (1, 29), generator=gen), torch.tensor([[eod]])), dim=1)
+    second = torch.randint(0, 31, (1, 40), generator=gen)
+    row = torch.cat((first, second), dim=1)
+    args = argparse.Namespace(eod_token=eod, reset_attention_mask=True, reset_position_ids=True)
+    packed, packed_mtp, _ = model(row, ref.Documents(row, args))
+    (a, a_mtp, _), (b, b_mtp, _) = model(first), model(second)
+    diff = max((packed[:, :30] - a).abs().max().item(), (packed[:, 30:] - b).abs().max().item(),
+               (packed_mtp[:, :29] - a_mtp[:, :29]).abs().max().item(),
+               (packed_mtp[:, 30:] - b_mtp).abs().max().item())
+    check("packed documents: each document's logits as alone", diff, 1e-12)
+
+
 def write_folder(folder, family, seed):
     hf = tiny_hf_config(family)
     cfg = config_from_hf(hf, "c")
@@ -214,6 +235,7 @@ def main():
     piece_checks()
     layout_checks()
     causality_check()
+    packing_check()
     if FAILURES:
         sys.exit(f"{len(FAILURES)} self-checks failed: {', '.join(FAILURES)}")
     print("all self-checks pass")

@@ -344,16 +344,19 @@ def lm_loss(model, inputs, targets, total_tokens):
     return loss, {"loss": loss.item()}
 
 
-def train_step(model, optimizer, inputs, targets, micro_batch, clip_grad, microbatch_loss=lm_loss):
+def train_step(model, optimizer, inputs, targets, micro_batch, clip_grad, microbatch_loss=lm_loss,
+               counted_tokens=None):
     """One iteration over a global batch (G, S); returns ({logged value: sum over the
-    microbatches}, grad norm before clipping)."""
+    microbatches}, grad norm before clipping). The loss is a mean over counted_tokens(inputs)
+    tokens (all G·S unless a packing rule leaves some out)."""
     G, S = inputs.shape
+    total = counted_tokens(inputs) if counted_tokens else G * S
     optimizer.zero_grad(set_to_none=True)
     totals = {}
     for start in range(0, G, micro_batch):
         # Each microbatch is back-propagated on its own.
         objective, logged = microbatch_loss(model, inputs[start:start + micro_batch],
-                                            targets[start:start + micro_batch], G * S)
+                                            targets[start:start + micro_batch], total)
         objective.backward()
         for key, value in logged.items():
             totals[key] = totals.get(key, 0.0) + value
@@ -419,7 +422,7 @@ def check_samples(args, cfg):
     return samples
 
 
-def train(args, cfg, model, microbatch_loss=lm_loss):
+def train(args, cfg, model, microbatch_loss=lm_loss, counted_tokens=None):
     """tessel's training loop: Megatron's schedule, AdamW, one log line per iteration."""
     torch.set_num_threads(args.threads)
     samples = check_samples(args, cfg)
@@ -431,7 +434,7 @@ def train(args, cfg, model, microbatch_loss=lm_loss):
             group["lr"] = lr
         inputs, targets = batch(samples, i, args.global_batch_size)
         totals, grad_norm = train_step(model, optimizer, inputs, targets, args.micro_batch_size,
-                                       args.clip_grad, microbatch_loss)
+                                       args.clip_grad, microbatch_loss, counted_tokens)
         record = {"iteration": i + 1, **totals, "grad_norm": grad_norm, "lr": lr}
         extra = "".join(f" | {k} {v:.6f}" for k, v in totals.items() if k != "loss")
         print(f"iteration {i + 1:5d} | loss {totals['loss']:.6f}{extra} | "
