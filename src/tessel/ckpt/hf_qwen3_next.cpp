@@ -198,7 +198,7 @@ void load_hf_qwen_weights(ParamRegistry& registry, const SafetensorsReader& read
                file, wanted[missing - seen.begin()].name,
                std::count(seen.begin(), seen.end(), false), wanted.size());
 
-  std::vector<float> data, full, local;
+  std::vector<float> data, full;  // the file's tensor, a parameter's whole tensor
   for (const HfFileTensor& w : wanted) {
     data.resize(shape_numel(w.shape));
     reader.read(w.name, data.data());
@@ -211,13 +211,7 @@ void load_hf_qwen_weights(ParamRegistry& registry, const SafetensorsReader& read
         std::memcpy(full.data() + copy.param_row * w.row_len, data.data() + copy.file_row * w.row_len,
                     copy.rows * w.row_len * sizeof(float));
       }
-      if (p.local_shape == p.global_shape) {
-        registry.from_host(p, full.data());
-        continue;
-      }
-      local.resize(p.numel());
-      take_local_slice(p, full.data(), local.data());
-      registry.from_host(p, local.data());
+      set_from_global(registry, p, full.data());
     }
   }
 }
