@@ -8,13 +8,12 @@ Megatron's learning-rate schedule, logging one JSON line per iteration. Nothing 
 with tessel's C++ code, so agreement between the two is evidence that both are right.
 
 Usage: see tools/crosscheck/README.md. Needs torch and numpy only (no transformers, no
-safetensors module: the file format is read and written below).
+safetensors module: safetensors_io.py reads and writes the format).
 """
 import argparse
 import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
@@ -22,65 +21,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# ---------------------------------------------------------------------------------------------
-# safetensors: 8-byte little-endian header length, a JSON header
-# {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then the data
-# (offsets relative to the end of the header).
-
-SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.uint16,
-                      "I64": np.int64, "I32": np.int32, "U8": np.uint8}
-
-
-def read_safetensors(path):
-    """Returns {name: float32 numpy array} for every tensor in the file."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    if len(blob) < 8:
-        raise ValueError(f"{path}: too short for a safetensors header")
-    (header_len,) = struct.unpack("<Q", blob[:8])
-    if 8 + header_len > len(blob):
-        raise ValueError(f"{path}: header length {header_len} runs past the end of the file")
-    header = json.loads(blob[8:8 + header_len].decode("utf-8"))
-    data = memoryview(blob)[8 + header_len:]
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = SAFETENSORS_DTYPES.get(entry["dtype"])
-        if dtype is None:
-            raise ValueError(f"{path}: tensor {name} has unsupported dtype {entry['dtype']}")
-        begin, end = entry["data_offsets"]
-        shape = tuple(entry["shape"])
-        count = math.prod(shape)
-        if end - begin != count * np.dtype(dtype).itemsize or end > len(data):
-            raise ValueError(f"{path}: tensor {name} data_offsets {begin}..{end} do not fit "
-                             f"shape {list(shape)} of {entry['dtype']}")
-        array = np.frombuffer(data[begin:end], dtype=dtype).reshape(shape)
-        if entry["dtype"] == "BF16":  # bf16 is the upper half of an fp32
-            array = (array.astype(np.uint32) << 16).view(np.float32)
-        tensors[name] = array.astype(np.float32)
-    return tensors
-
-
-def write_safetensors(path, tensors):
-    """Writes {name: numpy array} (float32 or float64) as a safetensors file, names sorted."""
-    header, offset, chunks = {}, 0, []
-    for name in sorted(tensors):
-        array = np.ascontiguousarray(tensors[name])
-        dtype = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64"}[array.dtype]
-        raw = array.tobytes()
-        header[name] = {"dtype": dtype, "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        offset += len(raw)
-        chunks.append(raw)
-    header_bytes = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    header_bytes += b" " * (-len(header_bytes) % 8)  # the format allows space padding; align to 8
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(header_bytes)))
-        f.write(header_bytes)
-        for raw in chunks:
-            f.write(raw)
-
+from safetensors_io import read_safetensors, write_safetensors  # noqa: F401 (re-exported)
 
 # ---------------------------------------------------------------------------------------------
 # Configuration: the Hugging Face config.json keys, reduced to what the two models use.
@@ -394,19 +335,31 @@ def make_adamw(model, args):
                              eps=args.adam_eps)
 
 
-def train_step(model, optimizer, inputs, targets, micro_batch, clip_grad):
-    """One iteration over a global batch (G, S); returns (mean token loss, grad norm pre-clip)."""
+def lm_loss(model, inputs, targets, total_tokens):
+    """A microbatch's share of the mean cross-entropy over the global batch's `total_tokens`:
+    the objective to back-propagate and what it adds to the logged values."""
+    logits = model(inputs)  # (mb, S, V)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                           reduction="sum") / total_tokens
+    return loss, {"loss": loss.item()}
+
+
+def train_step(model, optimizer, inputs, targets, micro_batch, clip_grad, microbatch_loss=lm_loss,
+               counted_tokens=None):
+    """One iteration over a global batch (G, S); returns ({logged value: sum over the
+    microbatches}, grad norm before clipping). The loss is a mean over counted_tokens(inputs)
+    tokens (all G·S unless a packing rule leaves some out)."""
     G, S = inputs.shape
+    total = counted_tokens(inputs) if counted_tokens else G * S
     optimizer.zero_grad(set_to_none=True)
-    loss_total = 0.0
+    totals = {}
     for start in range(0, G, micro_batch):
-        logits = model(inputs[start:start + micro_batch])  # (mb, S, V)
-        V = logits.shape[-1]
-        # Each microbatch's share of the mean over all G·S tokens.
-        loss = F.cross_entropy(logits.view(-1, V), targets[start:start + micro_batch].reshape(-1),
-                               reduction="sum") / (G * S)
-        loss.backward()
-        loss_total += loss.item()
+        # Each microbatch is back-propagated on its own.
+        objective, logged = microbatch_loss(model, inputs[start:start + micro_batch],
+                                            targets[start:start + micro_batch], total)
+        objective.backward()
+        for key, value in logged.items():
+            totals[key] = totals.get(key, 0.0) + value
     params = [p for p in model.parameters() if p.grad is not None]
     if clip_grad > 0:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, clip_grad).item()
@@ -414,11 +367,12 @@ def train_step(model, optimizer, inputs, targets, micro_batch, clip_grad):
         grad_norm = torch.linalg.vector_norm(
             torch.stack([torch.linalg.vector_norm(p.grad) for p in params])).item()
     optimizer.step()
-    return loss_total, grad_norm
+    return totals, grad_norm
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def make_parser(description):
+    """The command line: the model folder, the samples and tessel's training flags."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--model", required=True, help="folder with config.json and model.safetensors")
     p.add_argument("--samples", required=True,
                    help="the train split's samples (N, S + 1) as an .npy file: "
@@ -438,6 +392,11 @@ def parse_args(argv=None):
     p.add_argument("--clip-grad", type=float, default=1.0, help="0 turns clipping off")
     p.add_argument("--log-json", help="write one JSON object per iteration to this file")
     p.add_argument("--threads", type=int, default=1)
+    return p
+
+
+def parse_args(argv=None, parser=None):
+    p = parser or make_parser(__doc__.split("\n")[0])
     args = p.parse_args(argv)
     if args.global_batch_size % args.micro_batch_size != 0:
         p.error(f"--global-batch-size {args.global_batch_size} is not a multiple of "
@@ -447,10 +406,8 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    cfg, model = load_model_folder(args.model)
+def check_samples(args, cfg):
+    """The samples as a (N, S + 1) int64 tensor; exits naming the file when they do not fit."""
     samples = torch.from_numpy(np.load(args.samples).astype(np.int64))
     if samples.ndim != 2 or samples.shape[1] != args.seq_length + 1:
         sys.exit(f"{args.samples}: shape {tuple(samples.shape)} is not (N, --seq-length + 1)")
@@ -462,6 +419,13 @@ def main(argv=None):
     if args.seq_length > cfg["max_positions"]:
         sys.exit(f"{args.model}: --seq-length {args.seq_length} exceeds the "
                  f"{cfg['max_positions']} positions of the model")
+    return samples
+
+
+def train(args, cfg, model, microbatch_loss=lm_loss, counted_tokens=None):
+    """tessel's training loop: Megatron's schedule, AdamW, one log line per iteration."""
+    torch.set_num_threads(args.threads)
+    samples = check_samples(args, cfg)
     optimizer = make_adamw(model, args)
     log = open(args.log_json, "w") if args.log_json else None
     for i in range(args.train_iters):
@@ -469,15 +433,23 @@ def main(argv=None):
         for group in optimizer.param_groups:
             group["lr"] = lr
         inputs, targets = batch(samples, i, args.global_batch_size)
-        loss, grad_norm = train_step(model, optimizer, inputs, targets, args.micro_batch_size,
-                                     args.clip_grad)
-        record = {"iteration": i + 1, "loss": loss, "grad_norm": grad_norm, "lr": lr}
-        print(f"iteration {i + 1:5d} | loss {loss:.6f} | grad norm {grad_norm:.6f} | lr {lr:.3e}")
+        totals, grad_norm = train_step(model, optimizer, inputs, targets, args.micro_batch_size,
+                                       args.clip_grad, microbatch_loss, counted_tokens)
+        record = {"iteration": i + 1, **totals, "grad_norm": grad_norm, "lr": lr}
+        extra = "".join(f" | {k} {v:.6f}" for k, v in totals.items() if k != "loss")
+        print(f"iteration {i + 1:5d} | loss {totals['loss']:.6f}{extra} | "
+              f"grad norm {grad_norm:.6f} | lr {lr:.3e}")
         if log:
             log.write(json.dumps(record) + "\n")
             log.flush()
     if log:
         log.close()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg, model = load_model_folder(args.model)
+    train(args, cfg, model)
 
 
 if __name__ == "__main__":

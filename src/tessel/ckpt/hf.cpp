@@ -432,7 +432,7 @@ void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std:
          first_missing->name, registry.params().size() - matches.size(), registry.params().size());
   }
 
-  std::vector<float> full, local;  // the global tensor; this rank's slice of it, on the host
+  std::vector<float> full;  // the global tensor, on the host
   for (const Match& m : matches) {
     Param& p = *m.param;
     TESSEL_CHECK(p.value != nullptr,
@@ -441,13 +441,7 @@ void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std:
                  file, p.name);
     full.resize(m.tensor->numel());
     reader.read(m.tensor->name, full.data());
-    if (p.local_shape == p.global_shape) {
-      registry.from_host(p, full.data());
-      continue;
-    }
-    local.resize(p.numel());
-    take_local_slice(p, full.data(), local.data());
-    registry.from_host(p, local.data());
+    set_from_global(registry, p, full.data());
   }
 }
 

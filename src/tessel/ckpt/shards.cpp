@@ -27,4 +27,11 @@ void take_local_slice(const Param& p, const float* global, float* local) {
   }
 }
 
+void set_from_global(ParamRegistry& registry, Param& p, const float* global) {
+  if (p.local_shape == p.global_shape) return registry.from_host(p, global);
+  std::vector<float> local(p.numel());
+  take_local_slice(p, global, local.data());
+  registry.from_host(p, local.data());
+}
+
 }  // namespace tessel

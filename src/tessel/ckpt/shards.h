@@ -16,4 +16,7 @@ std::vector<float> gather_global(const ParamRegistry& params, const Param& param
 // (the global shape's elements); padding (a split vocabulary's extra rows) comes out 0.
 void take_local_slice(const Param& p, const float* global, float* local);
 
+// Sets parameter p (of `registry`) to its slice of the whole global tensor.
+void set_from_global(ParamRegistry& registry, Param& p, const float* global);
+
 }  // namespace tessel
