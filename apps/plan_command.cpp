@@ -76,6 +76,12 @@ PlanCommand::PlanCommand(CLI::App& app) {
       ->capture_default_str();
   c.add_option("--cluster", cluster_, "a100-80gb | h100 | h200 | b200 | cpu | a cluster JSON file")->capture_default_str();
   num_gpus_opt_ = c.add_option("--num-gpus", num_gpus_, "GPUs (CPU: ranks) to plan for (default: one node)");
+  runtime_memory_opt_ = c.add_option("--runtime-memory-gib", runtime_memory_gib_,
+                                     "memory per rank outside the model (CUDA context, workspaces, NCCL buffers; "
+                                     "default: the cluster's, 1 GiB on the GPU presets)");
+  c.add_option("--memory-margin", memory_margin_,
+               "search: list the layouts over the memory limit by at most this fraction of it as near misses")
+      ->capture_default_str();
 
   c.add_flag("--json", json_, "print JSON instead of tables");
   c.add_flag("--explain", explain_, "print every figure with the formula that gave it");
@@ -150,6 +156,17 @@ PlanRun PlanCommand::resolve_run(const PlanModel& model, const Cluster& cluster)
   return r;
 }
 
+Cluster PlanCommand::resolve_cluster() const {
+  Cluster c = load_cluster(cluster_);
+  if (runtime_memory_opt_->count() > 0) {
+    if (!(runtime_memory_gib_ >= 0)) throw ConfigError(fmt::format("--runtime-memory-gib must not be negative (got {})", runtime_memory_gib_));
+    c.runtime_memory_gib = runtime_memory_gib_;
+  }
+  if (!(memory_margin_ >= 0 && memory_margin_ < 1))
+    throw ConfigError(fmt::format("--memory-margin is a fraction of the limit in [0, 1) (got {})", memory_margin_));
+  return c;
+}
+
 void PlanCommand::write_svgs(const Estimate& est, const std::string& title) const {
   if (!svg_memory_.empty()) write_file(svg_memory_, memory_svg(est, title));
   if (!svg_time_.empty()) write_file(svg_time_, time_svg(est, title));
@@ -164,14 +181,26 @@ void PlanCommand::evaluate(const PlanModel& model, const Cluster& cluster, const
   }
   const Estimate est = estimate(model, run, cluster);
   write_svgs(est, model.name + " | " + run.describe());
-  if (json_) fmt::print("{}\n", single_json(model, cluster, est).dump(2));
-  else if (explain_) print_explain(model, cluster, est);
+  // A layout that does not fit is still predicted, with what would make it fit.
+  const std::vector<MemoryFix> fixes = est.fits() ? std::vector<MemoryFix>{}
+                                                  : memory_fixes(model, run, cluster, planned_run_violations, !json_);
+  if (json_) {
+    nlohmann::json j = single_json(model, cluster, est);
+    nlohmann::json list = nlohmann::json::array();
+    for (const MemoryFix& f : fixes) list.push_back({{"change", f.change}, {"peak_gib", f.peak_gib}});
+    j["layouts"][0]["fixes"] = list;
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  if (explain_) print_explain(model, cluster, est);
   else print_estimate(model, cluster, est);
+  if (!est.fits()) print_memory_fixes(est, fixes);
 }
 
 void PlanCommand::search_layouts(const PlanModel& model, const Cluster& cluster, const PlanRun& base) const {
   SearchSpace space;
   space.top = top_;
+  space.memory_margin = memory_margin_;
   if (mb_opt_->count() > 0) space.micro_batch = batch_.micro_batch_size;
   if (recompute_opt_->count() > 0) space.recompute = parse_recompute(recompute_.granularity);
   if (dist_opt_->count() > 0) space.distributed_optimizer = true;
@@ -207,7 +236,7 @@ void PlanCommand::run(MpiRuntime& runtime) {
       if (json_) fmt::print("{}\n", cluster_to_json(c).dump(2));
       return;
     }
-    const Cluster cluster = load_cluster(cluster_);
+    const Cluster cluster = resolve_cluster();
     const PlanModel model = resolve_model();
     const PlanRun run = resolve_run(model, cluster);
     if (layout_given()) evaluate(model, cluster, run);

@@ -27,6 +27,7 @@ class PlanCommand {
   PlanModel resolve_model() const;
   PlanRun resolve_run(const PlanModel& model, const Cluster& cluster) const;
   bool layout_given() const;
+  Cluster resolve_cluster() const;
   void evaluate(const PlanModel& model, const Cluster& cluster, const PlanRun& run) const;
   void search_layouts(const PlanModel& model, const Cluster& cluster, const PlanRun& base) const;
   void write_svgs(const Estimate& est, const std::string& title) const;
@@ -46,6 +47,9 @@ class PlanCommand {
   std::string attention_;
   int threads_ = 1;
   double moe_load_factor_ = 1.0;
+  double memory_margin_ = 0.05;
+  CLI::Option* runtime_memory_opt_ = nullptr;  // --runtime-memory-gib: overrides the cluster's allowance
+  double runtime_memory_gib_ = 0;
   bool bf16_ = false, fp16_ = false, overlap_grad_reduce_ = false, post_validation_ = false, no_async_tp_ = false;
   std::vector<CLI::Option*> layout_opts_;  // --tp --pp --cp --ep: any of them given, one layout is evaluated
   CLI::Option* etp_opt_ = nullptr;        // --etp and --vpp alone fix that size in the search

@@ -32,6 +32,28 @@ TEST(PlanCli, BadInputIsRefusedClearly) {
   expect_error("--model-config /nonexistent.json", "/nonexistent.json: cannot open");
   expect_error("--tp 1 --recompute-granularity full --recompute-method block", "models full recompute as --recompute-method uniform");
   expect_error("--tp 1 --recompute-method uniform", "need --recompute-granularity full");
+  expect_error("--model llama3-8b --cluster h100 --memory-margin 1.5", "--memory-margin is a fraction of the limit in [0, 1)");
+  expect_error("--model llama3-8b --cluster h100 --tp 1 --runtime-memory-gib -1", "--runtime-memory-gib must not be negative");
+}
+
+// The layout Llama 3 405B ran on 16384 H100s (TP 8, PP 16, VPP 4 of one-layer-short ends): the
+// planner predicts it as given, says by how much it is over and what makes it fit; the runtime
+// allowance is stated and settable.
+TEST(PlanCli, ALayoutOverTheLimitShowsItsMarginAndTheFix) {
+  std::string layout = "Et*1";
+  for (int i = 1; i < 63; ++i) layout += "|t*2";
+  layout += "|t*1L";
+  const std::string args = "plan --model llama3-405b --cluster h100 --num-gpus 16384 --tp 8 --pp 16 --vpp 4 "
+                           "--pipeline-model-parallel-layout \"" + layout + "\" --micro-batch-size 1 --global-batch-size 2048 "
+                           "--use-distributed-optimizer --sequence-parallel";
+  const testing::CommandResult r = run_tessel(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* text : {"does NOT fit: over by", "% of 80.0 GiB)", "a runtime allowance of 1.00 GiB",
+                           "fits with --recompute-granularity full", "step time"})
+    EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+  const testing::CommandResult less = run_tessel(args + " --runtime-memory-gib 0.25");
+  ASSERT_EQ(less.exit_code, 0) << less.output;
+  EXPECT_NE(less.output.find("a runtime allowance of 0.25 GiB"), std::string::npos) << less.output;
 }
 
 TEST(PlanCli, JsonCarriesTheFigures) {

@@ -73,5 +73,56 @@ TEST(PlanSearch, SeedQwenOn64H100) {
     if (e.run.parallel.vpp == 1) EXPECT_EQ(e.run.pipeline_layout, "Et*6|t*8|t*8|t*8|t*8|t*8|t*8|t*6L");
 }
 
+
+// A layout just over the limit is not silently dropped: it is listed as a near miss with its
+// margin and the change that makes it fit; with no margin it is only a rejection.
+TEST(PlanSearch, NearMissesCarryTheirMarginAndTheChangeThatFits) {
+  Cluster h100 = cluster_preset("h100");
+  const PlanModel m = model_preset("llama3-8b");
+  PlanRun one = base(8, 64);
+  one.micro_batch = 1;
+  const double peak = memory_verdict(estimate_memory(m, one, h100), 80).peak_gib;  // TP1 PP1 DP8, no recompute
+  h100.memory_gib = peak / 1.03;  // that layout is now 3 % over
+  SearchSpace space;
+  space.tp = 1, space.pp = 1, space.cp = 1;
+  space.micro_batch = 1;
+  space.recompute = Recompute::None;
+  space.distributed_optimizer = false;
+  space.top = 3;
+  const SearchResult r = search(m, base(8, 64), space, h100, planned_run_violations);
+  EXPECT_TRUE(r.ranked.empty());
+  ASSERT_EQ(r.near_misses.size(), 1u);
+  const NearMiss& n = r.near_misses.front();
+  EXPECT_NEAR(n.estimate.verdict().over_fraction(), 0.03, 0.001);
+  EXPECT_NEAR(-n.estimate.verdict().spare_gib(), peak - h100.memory_gib, 1e-9);
+  EXPECT_GT(n.estimate.time.step, 0);
+  ASSERT_FALSE(n.fixes.empty());
+  bool distributed = false;
+  for (const MemoryFix& f : n.fixes) {
+    EXPECT_LE(f.peak_gib, h100.memory_gib) << f.change;
+    distributed |= f.change == "--use-distributed-optimizer";
+  }
+  EXPECT_TRUE(distributed);
+  space.memory_margin = 0.02;
+  EXPECT_TRUE(search(m, base(8, 64), space, h100, planned_run_violations).near_misses.empty());
+}
+
+TEST(PlanSearch, VerdictSaysHowFarFromTheLimit) {
+  StageMemory s;
+  s.weights = 70 * 1024.0 * 1024 * 1024;
+  s.runtime = 1 * 1024.0 * 1024 * 1024;
+  const MemoryVerdict under = memory_verdict({s}, 80);
+  EXPECT_TRUE(under.fits());
+  EXPECT_EQ(under.text(), "fits, 9.00 GiB spare");
+  EXPECT_DOUBLE_EQ(under.runtime_gib, 1);
+  s.activations = 12.6 * 1024.0 * 1024 * 1024;
+  const MemoryVerdict over = memory_verdict({s}, 80);
+  EXPECT_FALSE(over.fits());
+  EXPECT_EQ(over.text(), "over by 3.60 GiB (4.5 % of 80.0 GiB)");
+  // The allowance under which it would fit: the limit less the 82.6 GiB without it.
+  EXPECT_LT(runtime_allowance_to_fit({s}, 80), 0);
+  EXPECT_NEAR(runtime_allowance_to_fit({s}, 83), 0.4, 1e-9);
+}
+
 }  // namespace
 }  // namespace tessel

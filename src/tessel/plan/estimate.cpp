@@ -168,6 +168,19 @@ double Estimate::peak_memory_gib() const {
   return peak / kGiB;
 }
 
+MemoryVerdict memory_verdict(const std::vector<StageMemory>& stages, double limit_gib) {
+  MemoryVerdict v;
+  v.limit_gib = limit_gib;
+  for (const StageMemory& s : stages)
+    if (s.total() / kGiB > v.peak_gib) v.peak_gib = s.total() / kGiB, v.stage = s.stage, v.runtime_gib = s.runtime / kGiB;
+  return v;
+}
+
+std::string MemoryVerdict::text() const {
+  if (fits()) return fmt::format("fits, {:.2f} GiB spare", spare_gib());
+  return fmt::format("over by {:.2f} GiB ({:.1f} % of {:.1f} GiB)", -spare_gib(), 100 * over_fraction(), limit_gib);
+}
+
 double memory_limit_gib(const PlanRun& run, const Cluster& cluster) {
   if (!cluster.cpu()) return cluster.memory_gib;
   const int world = std::max(1, run.parallel.world);

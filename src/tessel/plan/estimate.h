@@ -106,6 +106,19 @@ struct StepTime {
   std::vector<Term> terms;
 };
 
+// A layout's memory against the limit, for the fullest stage: how much is spare, or by how much
+// (and what fraction of the limit) it is over. The runtime allowance (the cluster's
+// runtime_memory_gib per rank, --runtime-memory-gib) is part of the peak and stated beside it.
+struct MemoryVerdict {
+  int stage = 0;            // the fullest stage
+  double peak_gib = 0, limit_gib = 0, runtime_gib = 0;
+  double spare_gib() const { return limit_gib - peak_gib; }  // negative: over
+  double over_fraction() const { return peak_gib / limit_gib - 1; }
+  bool fits() const { return peak_gib <= limit_gib; }
+  std::string text() const;  // "fits, 3.8 GiB spare" | "over by 2.78 GiB (3.5 % of 80.0 GiB)"
+};
+MemoryVerdict memory_verdict(const std::vector<StageMemory>& stages, double limit_gib);
+
 struct Estimate {
   PlanRun run;
   std::vector<StageMemory> stages;  // one per pipeline rank
@@ -115,6 +128,7 @@ struct Estimate {
   double memory_limit_gib = 0;      // what one rank may use
   double peak_memory_gib() const;
   bool fits() const { return peak_memory_gib() <= memory_limit_gib; }
+  MemoryVerdict verdict() const { return memory_verdict(stages, memory_limit_gib); }
 };
 
 // The estimate for a valid run (run_violations empty).

@@ -35,15 +35,24 @@ void print_header(const PlanModel& model, const Cluster& c) {
              c.memory_efficiency, c.network_efficiency);
 }
 
+// Each stage against the limit: "3.8 spare" or "over 2.78 (3.5 %)".
+std::string against_limit(double total_gib, double limit_gib) {
+  if (total_gib <= limit_gib) return fmt::format("{:.2f} spare", limit_gib - total_gib);
+  return fmt::format("over {:.2f} ({:.1f} %)", total_gib - limit_gib, 100 * (total_gib / limit_gib - 1));
+}
+
 void print_memory_table(const Estimate& est) {
-  fmt::print("memory per rank (GiB)\n  {:>5} {:>9} {:>8} {:>8} {:>9} {:>11} {:>8} {:>8} {:>8} {:>9}\n", "stage",
-             "params", "weights", "grads", "optimizer", "activations", "buffers", "runtime", "total", "in flight");
+  fmt::print("memory per rank (GiB)\n  {:>5} {:>9} {:>8} {:>8} {:>9} {:>11} {:>8} {:>8} {:>8} {:>9}  {}\n", "stage",
+             "params", "weights", "grads", "optimizer", "activations", "buffers", "runtime", "total", "in flight",
+             "against the limit");
   for (const StageMemory& s : est.stages)
-    fmt::print("  {:>5} {:>9} {:>8.2f} {:>8.2f} {:>9.2f} {:>11.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>9}\n", s.stage,
+    fmt::print("  {:>5} {:>9} {:>8.2f} {:>8.2f} {:>9.2f} {:>11.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>9}  {}\n", s.stage,
                billions(static_cast<double>(s.params)), gib(s.weights), gib(s.grads), gib(s.optimizer), gib(s.activations),
-               gib(s.buffers), gib(s.runtime), gib(s.total()), s.peak_in_flight);
-  fmt::print("  limit {:.1f} GiB per rank: {}\n", est.memory_limit_gib,
-             est.fits() ? "fits" : fmt::format("does NOT fit (peak {:.2f} GiB)", est.peak_memory_gib()));
+               gib(s.buffers), gib(s.runtime), gib(s.total()), s.peak_in_flight, against_limit(gib(s.total()), est.memory_limit_gib));
+  const MemoryVerdict v = est.verdict();
+  fmt::print("  limit {:.1f} GiB per rank, a runtime allowance of {:.2f} GiB included (CUDA context, workspaces, NCCL "
+             "buffers; --runtime-memory-gib): fullest stage {} {}\n",
+             est.memory_limit_gib, v.runtime_gib, v.stage, v.fits() ? v.text() : "does NOT fit: " + v.text());
 }
 
 void print_time(const Estimate& est) {
@@ -88,7 +97,35 @@ std::string rule_key(const std::string& reason) {
   return key;
 }
 
+void print_fixes(const std::vector<MemoryFix>& fixes, double step) {
+  if (fixes.empty()) fmt::print("        no single change (recompute, distributed optimizer, micro batch) makes it fit\n");
+  for (const MemoryFix& f : fixes)
+    fmt::print("        fits with {}{}\n", f.change,
+               f.step > 0 ? fmt::format(": peak {:.2f} GiB, step {:.4g} s ({:+.1f} %)", f.peak_gib, f.step, 100 * (f.step / step - 1))
+                          : "");
+}
+
+// The layouts over the limit by at most the margin: their step time, by how much they miss, and
+// what makes them fit.
+void print_near_misses(const SearchResult& r) {
+  fmt::print("\nnear misses (over the memory limit by at most {:.1f} %, --memory-margin):{}\n", 100 * r.memory_margin,
+             r.near_misses.empty() ? " none" : "");
+  const double best = r.ranked.empty() ? 0 : r.ranked.front().time.step;
+  for (size_t i = 0; i < r.near_misses.size(); ++i) {
+    const Estimate& e = r.near_misses[i].estimate;
+    fmt::print("  {:>2}  {:<52} {:>9.4g} s{}  {}\n", i + 1, layout_label(e), e.time.step,
+               best > 0 ? fmt::format(" ({:+.1f} % against #1)", 100 * (e.time.step / best - 1)) : "",
+               e.verdict().text());
+    print_fixes(r.near_misses[i].fixes, e.time.step);
+  }
+}
+
 }  // namespace
+
+void print_memory_fixes(const Estimate& est, const std::vector<MemoryFix>& fixes) {
+  fmt::print("what makes it fit, one change at a time:\n");
+  print_fixes(fixes, est.time.step);
+}
 
 RankKinds rank_kinds(const Estimate& est) {
   RankKinds k;
@@ -145,6 +182,7 @@ void print_search(const PlanModel& model, const Cluster& cluster, const SearchRe
                  k.middle, k.last);
     }
   }
+  print_near_misses(r);
   if (r.rejected.empty()) return;
   fmt::print("\nrejected layouts, by the rule they break{}:\n", all_rejected ? "" : " (one example each; --all-rejected lists every one)");
   if (all_rejected) {
@@ -187,6 +225,10 @@ nlohmann::json estimate_json(const Estimate& est) {
           {"memory_gib", {{"first", k.first}, {"middle", k.middle}, {"last", k.last}, {"per_stage", stages}}},
           {"memory_limit_gib", est.memory_limit_gib},
           {"fits", est.fits()},
+          {"memory_verdict",
+           {{"fullest_stage", est.verdict().stage}, {"peak_gib", est.verdict().peak_gib},
+            {"spare_gib", est.verdict().spare_gib()}, {"over_fraction", est.verdict().over_fraction()},
+            {"runtime_allowance_gib", est.verdict().runtime_gib}}},
           {"step_time_s", t.step},
           {"time_breakdown_s",
            {{"pipeline", t.makespan}, {"busiest_stage", t.stage}, {"compute", t.compute}, {"tp_comm", t.tp_comm}, {"cp_comm", t.cp_comm},
@@ -207,6 +249,14 @@ nlohmann::json search_json(const PlanModel& model, const Cluster& cluster, const
   nlohmann::json layouts = nlohmann::json::array(), rejected = nlohmann::json::array();
   for (const Estimate& e : r.ranked) layouts.push_back(estimate_json(e));
   for (const Rejection& j : r.rejected) rejected.push_back({{"layout", j.run.describe()}, {"reasons", j.reasons}});
+  nlohmann::json near = nlohmann::json::array();
+  for (const NearMiss& n : r.near_misses) {
+    nlohmann::json fixes = nlohmann::json::array();
+    for (const MemoryFix& f : n.fixes) fixes.push_back({{"change", f.change}, {"peak_gib", f.peak_gib}, {"step_time_s", f.step}});
+    nlohmann::json layout = estimate_json(n.estimate);
+    layout["fixes"] = fixes;
+    near.push_back(layout);
+  }
   return {{"model", plan_model_to_json(model)},
           {"cluster", cluster_to_json(cluster)},
           {"flop_convention", kFlopConvention},
@@ -214,6 +264,8 @@ nlohmann::json search_json(const PlanModel& model, const Cluster& cluster, const
           {"valid", r.valid},
           {"simulated", r.simulated},
           {"layouts", layouts},
+          {"memory_margin", r.memory_margin},
+          {"near_misses", near},
           {"rejected", rejected}};
 }
 

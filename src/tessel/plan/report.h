@@ -16,6 +16,8 @@ extern const char* const kFlopConvention;
 
 void print_estimate(const PlanModel& model, const Cluster& cluster, const Estimate& est);
 void print_explain(const PlanModel& model, const Cluster& cluster, const Estimate& est);
+// A layout that does not fit: the changes that make it fit (memory_fixes), with their cost.
+void print_memory_fixes(const Estimate& est, const std::vector<MemoryFix>& fixes);
 void print_search(const PlanModel& model, const Cluster& cluster, const SearchResult& result, bool all_rejected);
 
 nlohmann::json estimate_json(const Estimate& est);

@@ -48,21 +48,6 @@ std::vector<T> fixed_or(const std::optional<T>& fixed, std::vector<T> values) {
   return fixed ? std::vector<T>{*fixed} : values;
 }
 
-// The busiest stage's work: no schedule runs faster than its busiest rank.
-double lower_bound_seconds(const PlanModel& model, const PlanRun& run, const Cluster& cluster) {
-  const RunShape x(model, run, cluster);
-  double busiest = 0;
-  for (int r = 0; r < x.pp; ++r) {
-    double busy = 0;
-    for (const ChunkSpec& c : x.stage_chunks(r)) {
-      const ChunkCost k = chunk_cost(x, c);
-      busy += x.microbatches * (k.forward.total() + k.backward.total());
-    }
-    busiest = std::max(busiest, busy);
-  }
-  return busiest;
-}
-
 // PP, VPP and the layers per model chunk: an even split, or when the layers do not divide, every
 // way of taking the missing layers from the first and last chunks.
 struct Split {
@@ -101,7 +86,84 @@ struct Candidate {
   double bound = 0;
 };
 
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+// The fastest `top` of `candidates` (sorted by bound), simulated in order until no remaining
+// bound can beat the slowest kept.
+std::vector<Estimate> fastest(const std::vector<Candidate>& candidates, int top, const PlanModel& model,
+                              const Cluster& cluster, int& simulated) {
+  std::vector<Estimate> kept;
+  for (const Candidate& c : candidates) {
+    if (static_cast<int>(kept.size()) >= top && c.bound >= kept.back().time.step) break;
+    kept.push_back(estimate(model, c.run, cluster));
+    simulated++;
+    std::sort(kept.begin(), kept.end(), [](const Estimate& a, const Estimate& b) { return a.time.step < b.time.step; });
+    if (static_cast<int>(kept.size()) > top) kept.pop_back();
+  }
+  return kept;
+}
+
 }  // namespace
+
+// The busiest stage's work: no schedule runs faster than its busiest rank.
+double step_lower_bound(const PlanModel& model, const PlanRun& run, const Cluster& cluster) {
+  const RunShape x(model, run, cluster);
+  double busiest = 0;
+  for (int r = 0; r < x.pp; ++r) {
+    double busy = 0;
+    for (const ChunkSpec& c : x.stage_chunks(r)) {
+      const ChunkCost k = chunk_cost(x, c);
+      busy += x.microbatches * (k.forward.total() + k.backward.total());
+    }
+    busiest = std::max(busiest, busy);
+  }
+  return busiest;
+}
+
+double runtime_allowance_to_fit(const std::vector<StageMemory>& stages, double limit_gib) {
+  double allowance = 1e30;
+  for (const StageMemory& s : stages) allowance = std::min(allowance, limit_gib - (s.total() - s.runtime) / kGiB);
+  return allowance;
+}
+
+std::vector<MemoryFix> memory_fixes(const PlanModel& model, const PlanRun& run, const Cluster& cluster,
+                                    const TrainRules& rules, bool with_time) {
+  std::vector<std::pair<std::string, PlanRun>> tries;
+  for (Recompute heavier : {Recompute::Selective, Recompute::Full}) {
+    if (heavier <= run.recompute) continue;
+    PlanRun r = run;
+    r.recompute = heavier;
+    tries.push_back({"--recompute-granularity " + recompute_name(r.recompute), r});
+  }
+  if (!run.parallel.distributed_optimizer) {
+    PlanRun r = run;
+    r.parallel.distributed_optimizer = true;
+    tries.push_back({"--use-distributed-optimizer", r});
+  }
+  if (run.micro_batch > 1) {
+    PlanRun r = run;
+    r.micro_batch = run.micro_batch / 2;
+    tries.push_back({fmt::format("--micro-batch-size {}", r.micro_batch), r});
+  }
+  const double limit = memory_limit_gib(run, cluster);
+  std::vector<MemoryFix> fixes;
+  for (auto& [change, r] : tries) {
+    if (!run_violations(model, r, cluster, rules).empty()) continue;
+    const MemoryVerdict v = memory_verdict(estimate_memory(model, r, cluster), limit);
+    if (!v.fits()) continue;
+    // Full recompute only when selective does not do it.
+    if (r.recompute == Recompute::Full && run.recompute == Recompute::None && !fixes.empty() &&
+        fixes.front().run.recompute == Recompute::Selective)
+      continue;
+    fixes.push_back({change, r, v.peak_gib, with_time ? estimate(model, r, cluster).time.step : 0});
+  }
+  const double allowance = runtime_allowance_to_fit(estimate_memory(model, run, cluster), limit);
+  if (allowance >= 0 && allowance < cluster.runtime_memory_gib)
+    fixes.push_back({fmt::format("--runtime-memory-gib {:.2f} (the runtime allowance it would need, now {:.2f})", allowance,
+                                 cluster.runtime_memory_gib),
+                     run, limit, 0});
+  return fixes;
+}
 
 SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpace& space, const Cluster& cluster,
                     const TrainRules& rules) {
@@ -109,27 +171,24 @@ SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpa
   const int world = base.parallel.world, L = model.cfg.num_layers;
   const int E = model.cfg.moe.num_experts;
   const double limit = memory_limit_gib(base, cluster);
-  std::vector<Candidate> fitting;
+  std::vector<Candidate> fitting, near;
+  result.memory_margin = space.memory_margin;
   auto consider = [&](PlanRun run) {
     result.considered++;
     std::vector<std::string> v = run_violations(model, run, cluster, rules);
     if (v.empty()) {
-      Estimate memory_only;
-      memory_only.stages = estimate_memory(model, run, cluster);
-      memory_only.memory_limit_gib = limit;
-      if (!memory_only.fits()) {
-        for (const StageMemory& s : memory_only.stages)
-          if (s.total() / (1024.0 * 1024 * 1024) > limit) {
-            v.push_back(fmt::format("memory: stage {} needs {} > {:.1f} GiB", s.stage, bytes_str(s.total()), limit));
-            break;
-          }
+      const MemoryVerdict verdict = memory_verdict(estimate_memory(model, run, cluster), limit);
+      if (!verdict.fits()) {
+        v.push_back(fmt::format("memory: stage {} needs {:.2f} GiB > {:.1f} GiB, {}", verdict.stage, verdict.peak_gib,
+                                limit, verdict.text()));
+        if (verdict.over_fraction() <= space.memory_margin) near.push_back({run, step_lower_bound(model, run, cluster)});
       }
     }
     if (!v.empty()) {
       result.rejected.push_back({run, std::move(v)});
       return false;
     }
-    fitting.push_back({run, lower_bound_seconds(model, run, cluster)});
+    fitting.push_back({run, step_lower_bound(model, run, cluster)});
     return true;
   };
 
@@ -174,15 +233,13 @@ SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpa
       }
 
   result.valid = static_cast<int>(fitting.size());
-  std::sort(fitting.begin(), fitting.end(), [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
-  for (const Candidate& c : fitting) {
-    if (static_cast<int>(result.ranked.size()) >= space.top && c.bound >= result.ranked.back().time.step) break;
-    Estimate est = estimate(model, c.run, cluster);
-    result.simulated++;
-    result.ranked.push_back(std::move(est));
-    std::sort(result.ranked.begin(), result.ranked.end(),
-              [](const Estimate& a, const Estimate& b) { return a.time.step < b.time.step; });
-    if (static_cast<int>(result.ranked.size()) > space.top) result.ranked.pop_back();
+  const auto by_bound = [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; };
+  std::sort(fitting.begin(), fitting.end(), by_bound);
+  std::sort(near.begin(), near.end(), by_bound);
+  result.ranked = fastest(fitting, space.top, model, cluster, result.simulated);
+  for (Estimate& e : fastest(near, space.top, model, cluster, result.simulated)) {
+    std::vector<MemoryFix> fixes = memory_fixes(model, e.run, cluster, rules, true);
+    result.near_misses.push_back({std::move(e), std::move(fixes)});
   }
   return result;
 }
