@@ -100,7 +100,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 }
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
-                     int64_t C, float eps) {
+                     int64_t C, float eps, float gain_offset) {
 #pragma omp parallel for schedule(static) if (worth_parallel(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
@@ -109,14 +109,16 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
     for (int64_t c = 0; c < C; ++c) sum_sq += x[c] * x[c];
     const float s = 1.0f / std::sqrt(sum_sq / C + eps);
     float* o = out + n * C;  // (C)
-    // Hugging Face's LlamaRMSNorm order: weight · (x · rstd).
-    for (int64_t c = 0; c < C; ++c) o[c] = weight[c] * (x[c] * s);
+    // Hugging Face's order: LlamaRMSNorm's weight · (x · rstd), Qwen3NextRMSNorm's
+    // (x · rstd) · (1 + weight); a gain offset of 0 adds nothing, so Llama's bits are kept.
+    for (int64_t c = 0; c < C; ++c) o[c] = (gain_offset + weight[c]) * (x[c] * s);
     rstd[n] = s;
   }
 }
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int64_t N, int64_t C) {
+                      const float* weight, const float* rstd, int64_t N, int64_t C,
+                      float gain_offset) {
   float* partials = zeroed_thread_partials(C);  // per thread: dweight (C)
 #pragma omp parallel if (worth_parallel(N * C))
   {
@@ -127,13 +129,14 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
       const float* g = dout + n * C;  // (C)
       const float s = rstd[n];
       if (dinp != nullptr) {
-        // d(rstd)/dx = -rstd³ · x / C, so dx = s · (g·weight - x · s² · mean(g·weight·x)).
+        // With gain = offset + weight, d(rstd)/dx = -rstd³ · x / C, so
+        // dx = s · (g·gain - x · s² · mean(g·gain·x)).
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t c = 0; c < C; ++c) dot += g[c] * weight[c] * x[c];
+        for (int64_t c = 0; c < C; ++c) dot += g[c] * (gain_offset + weight[c]) * x[c];
         const float k = s * s * dot / C;
         float* dx = dinp + n * C;  // (C)
-        for (int64_t c = 0; c < C; ++c) dx[c] += (g[c] * weight[c] - x[c] * k) * s;
+        for (int64_t c = 0; c < C; ++c) dx[c] += (g[c] * (gain_offset + weight[c]) - x[c] * k) * s;
       }
       for (int64_t c = 0; c < C; ++c) dweight_t[c] += g[c] * x[c] * s;
     }

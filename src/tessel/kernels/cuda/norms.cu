@@ -54,7 +54,8 @@ __global__ void layernorm_dinp_kernel(float* dinp, const float* dout, const floa
 }
 
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp,
-                                       const float* weight, int64_t N, int64_t C, float eps) {
+                                       const float* weight, int64_t N, int64_t C, float eps,
+                                       float gain_offset) {
   const int64_t n = warp_row();
   if (n >= N) return;
   const float* x = inp + n * C;  // (C)
@@ -62,24 +63,27 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
   for (int64_t c = lane_id(); c < C; c += kWarp) sum_sq += x[c] * x[c];
   const float s = 1.0f / sqrtf(warp_sum(sum_sq) / C + eps);
   float* o = out + n * C;  // (C)
-  // Hugging Face's LlamaRMSNorm order: weight · (x · rstd).
-  for (int64_t c = lane_id(); c < C; c += kWarp) o[c] = weight[c] * (x[c] * s);
+  // Hugging Face's order: (gain_offset + weight) · (x · rstd), as the CPU reference.
+  for (int64_t c = lane_id(); c < C; c += kWarp) o[c] = (gain_offset + weight[c]) * (x[c] * s);
   if (lane_id() == 0) rstd[n] = s;
 }
 
-// d(rstd)/dx = -rstd³ · x / C, so dx += s · (g·weight - x · s² · mean(g·weight·x)).
+// With gain = offset + weight, d(rstd)/dx = -rstd³ · x / C, so
+// dx += s · (g·gain - x · s² · mean(g·gain·x)).
 __global__ void rmsnorm_dinp_kernel(float* dinp, const float* dout, const float* inp,
-                                    const float* weight, const float* rstd, int64_t N, int64_t C) {
+                                    const float* weight, const float* rstd, int64_t N, int64_t C,
+                                    float gain_offset) {
   const int64_t n = warp_row();
   if (n >= N) return;
   const float* x = inp + n * C;   // (C)
   const float* g = dout + n * C;  // (C)
   const float s = rstd[n];
   float dot = 0.0f;
-  for (int64_t c = lane_id(); c < C; c += kWarp) dot += g[c] * weight[c] * x[c];
+  for (int64_t c = lane_id(); c < C; c += kWarp) dot += g[c] * (gain_offset + weight[c]) * x[c];
   const float k = s * s * warp_sum(dot) / C;
   float* dx = dinp + n * C;  // (C)
-  for (int64_t c = lane_id(); c < C; c += kWarp) dx[c] += (g[c] * weight[c] - x[c] * k) * s;
+  for (int64_t c = lane_id(); c < C; c += kWarp)
+    dx[c] += (g[c] * (gain_offset + weight[c]) - x[c] * k) * s;
 }
 
 // The terms the weight and bias gradients sum over rows.
@@ -116,14 +120,17 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 }
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
-                     int64_t C, float eps) {
-  launch_rows("rmsnorm_forward", rmsnorm_forward_kernel, N, out, rstd, inp, weight, N, C, eps);
+                     int64_t C, float eps, float gain_offset) {
+  launch_rows("rmsnorm_forward", rmsnorm_forward_kernel, N, out, rstd, inp, weight, N, C, eps,
+              gain_offset);
 }
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int64_t N, int64_t C) {
+                      const float* weight, const float* rstd, int64_t N, int64_t C,
+                      float gain_offset) {
   if (dinp != nullptr)
-    launch_rows("rmsnorm_backward", rmsnorm_dinp_kernel, N, dinp, dout, inp, weight, rstd, N, C);
+    launch_rows("rmsnorm_backward", rmsnorm_dinp_kernel, N, dinp, dout, inp, weight, rstd, N, C,
+                gain_offset);
   column_sums(dweight, NormWeightTerm{dout, inp, nullptr, rstd, C}, N, C, column_scratch);
 }
 
