@@ -175,11 +175,9 @@ void gdn_gate_backward(float* db, float* da, float* dA_log, float* ddt_bias, con
 //
 // The chunked form: rows in chunks of kDeltaChunk (T padded with β = 0, g = 0 rows), the
 // in-chunk UT transform solved per chunk and the state carried from chunk to chunk. Saved for
-// backward: Ainv (B, Hv, delta_rule_chunks(T), kDeltaChunk, kDeltaChunk), each chunk's
+// backward: Ainv (B, Hv, delta_rule_chunks(T), kDeltaChunk, kDeltaChunk) (types.h), each chunk's
 // (I + strict_lower(diag(β)(K Kᵀ ⊙ decay)))⁻¹. The chunk-start states are not saved: the
 // backward recomputes them (as FLA does).
-constexpr int64_t kDeltaChunk = 64;
-inline int64_t delta_rule_chunks(int64_t T) { return (T + kDeltaChunk - 1) / kDeltaChunk; }
 void gated_delta_rule_forward(float* out, float* final_state, float* Ainv, const float* q,
                               const float* k, const float* v, const float* beta, const float* g,
                               const float* initial_state, const int32_t* key_start, int64_t B,
