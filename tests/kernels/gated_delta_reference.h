@@ -141,4 +141,88 @@ inline Vec delta_rule(const DeltaShape& d, const Vec& qkv, const Vec& beta, cons
   return out;
 }
 
+// The same rule in its chunked form (§3.1 of QWEN3_NEXT.md), in double and plain loops: chunks
+// of C rows padded with β = 0, g = 0; within a chunk D[r, s] = e^{c_r − c_s} (s ≤ r, one
+// document), A = strict_lower(diag(β)(K Kᵀ ⊙ D)), U = (I + A)⁻¹ (β ⊙ V − (β e^{c} ⊙ K) S),
+// O = (e^{c} ⊙ Q) S + (Q Kᵀ ⊙ D) U, S ← e^{c_L} S + (e^{c_L − c} ⊙ K)ᵀ U, where a document
+// that begins inside the chunk cuts the start state off the rows from it on. Equal to
+// delta_rule up to rounding: the algebra the kernels implement, checked on its own.
+inline Vec chunked_delta_rule(const DeltaShape& d, const Vec& qkv, const Vec& beta, const Vec& g,
+                              const Vec& initial, const std::vector<int32_t>& key_start,
+                              int64_t C) {
+  const int64_t r_heads = d.Hv / d.Hk, Dk = d.Dk, Dv = d.Dv;
+  Vec out(d.B * d.T * d.Hv * Dv + d.B * d.Hv * Dk * Dv);
+  double* final_state = out.data() + d.B * d.T * d.Hv * Dv;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(Dk));
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t j = 0; j < d.Hv; ++j) {
+      const int64_t h = j / r_heads;
+      Vec S(Dk * Dv);
+      for (int64_t i = 0; i < Dk * Dv; ++i)
+        S[i] = initial.empty() ? 0.0 : initial[(b * d.Hv + j) * Dk * Dv + i];
+      for (int64_t t0 = 0; t0 < d.T; t0 += C) {
+        Vec Q(C * Dk), K(C * Dk), V(C * Dv), bt(C), c(C);
+        std::vector<int64_t> first(C);
+        double cum = 0;
+        int64_t doc = -1;
+        for (int64_t r = 0; r < C; ++r) {
+          const int64_t t = t0 + r;
+          const bool real = t < d.T;
+          if (real && starts_document(key_start, b, d.T, t)) doc = r;
+          first[r] = doc;
+          const double* row = qkv.data() + (b * d.T + (real ? t : 0)) * d.ld;
+          for (int64_t i = 0; i < Dk; ++i) {
+            Q[r * Dk + i] = real ? row[d.q_at + h * Dk + i] * scale : 0.0;
+            K[r * Dk + i] = real ? row[d.k_at + h * Dk + i] : 0.0;
+          }
+          for (int64_t e = 0; e < Dv; ++e) V[r * Dv + e] = real ? row[d.v_at + j * Dv + e] : 0.0;
+          bt[r] = real ? beta[(b * d.T + t) * d.Hv + j] : 0.0;
+          cum += real ? g[(b * d.T + t) * d.Hv + j] : 0.0;
+          c[r] = cum;
+        }
+        const auto Dm = [&](int64_t r, int64_t s) {
+          return s <= r && first[s] == first[r] ? std::exp(c[r] - c[s]) : 0.0;
+        };
+        const auto ec = [&](int64_t r) { return first[r] < 0 ? std::exp(c[r]) : 0.0; };
+        const auto dot_k = [&](const Vec& X, int64_t r, int64_t s) {
+          double sum = 0;
+          for (int64_t i = 0; i < Dk; ++i) sum += X[r * Dk + i] * K[s * Dk + i];
+          return sum;
+        };
+        // U row by row: (I + A) U = β ⊙ V − (β e^{c} ⊙ K) S, forward substitution.
+        Vec U(C * Dv);
+        for (int64_t r = 0; r < C; ++r) {
+          for (int64_t e = 0; e < Dv; ++e) {
+            double x = V[r * Dv + e];
+            for (int64_t i = 0; i < Dk; ++i) x -= ec(r) * K[r * Dk + i] * S[i * Dv + e];
+            x *= bt[r];
+            for (int64_t s = 0; s < r; ++s) x -= bt[r] * dot_k(K, r, s) * Dm(r, s) * U[s * Dv + e];
+            U[r * Dv + e] = x;
+          }
+        }
+        for (int64_t r = 0; r < C && t0 + r < d.T; ++r) {
+          for (int64_t e = 0; e < Dv; ++e) {
+            double o = 0;
+            for (int64_t i = 0; i < Dk; ++i) o += ec(r) * Q[r * Dk + i] * S[i * Dv + e];
+            for (int64_t s = 0; s <= r; ++s) o += dot_k(Q, r, s) * Dm(r, s) * U[s * Dv + e];
+            out[((b * d.T + t0 + r) * d.Hv + j) * Dv + e] = o;
+          }
+        }
+        const int64_t L = C - 1;
+        const double gamma = first[L] < 0 ? std::exp(c[L]) : 0.0;
+        for (int64_t i = 0; i < Dk; ++i) {
+          for (int64_t e = 0; e < Dv; ++e) {
+            double x = gamma * S[i * Dv + e];
+            for (int64_t s = 0; s < C; ++s)
+              if (first[s] == first[L]) x += std::exp(c[L] - c[s]) * K[s * Dk + i] * U[s * Dv + e];
+            S[i * Dv + e] = x;
+          }
+        }
+      }
+      for (int64_t i = 0; i < Dk * Dv; ++i) final_state[(b * d.Hv + j) * Dk * Dv + i] = S[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace tessel::testing::gdn_ref

@@ -57,9 +57,12 @@ void load_chunk(DeltaChunk& ch, const DeltaHead& h, int64_t t0) {
   for (int64_t r = 0; r < C; ++r) {
     ch.ec[r] = first[r] < 0 ? std::exp(c[r]) : 0.0f;
     ch.kd[r] = first[r] == first[L] ? std::exp(c[L] - c[r]) : 0.0f;
-    for (int64_t s = 0; s < C; ++s) {
-      ch.D[r * C + s] = s <= r && first[s] == first[r] ? std::exp(c[r] - c[s]) : 0.0f;
-    }
+    // Masked to -inf before the exponential (e^{+big} would overflow above the diagonal);
+    // exp_approx vectorises and gives exactly 0 there.
+    float* D = ch.D.data() + r * C;
+#pragma omp simd
+    for (int64_t s = 0; s < C; ++s)
+      D[s] = exp_approx(s <= r && first[s] == first[r] ? c[r] - c[s] : -INFINITY);
     for (int64_t i = 0; i < Dk; ++i) {
       ch.Qc[r * Dk + i] = ch.ec[r] * ch.Q[r * Dk + i];
       ch.Kd[r * Dk + i] = ch.kd[r] * ch.K[r * Dk + i];
@@ -70,12 +73,12 @@ void load_chunk(DeltaChunk& ch, const DeltaHead& h, int64_t t0) {
   // P = lower(Q Kᵀ ⊙ D), KKD = strict_lower(K Kᵀ ⊙ D).
   gemm(false, true, C, C, Dk, 1.0f, ch.Q.data(), Dk, ch.K.data(), Dk, 0.0f, ch.P.data(), C);
   gemm(false, true, C, C, Dk, 1.0f, ch.K.data(), Dk, ch.K.data(), Dk, 0.0f, ch.KKD.data(), C);
-  for (int64_t r = 0; r < C; ++r) {
-    for (int64_t s = 0; s < C; ++s) {
-      ch.P[r * C + s] *= ch.D[r * C + s];
-      ch.KKD[r * C + s] = s < r ? ch.KKD[r * C + s] * ch.D[r * C + s] : 0.0f;
-    }
+#pragma omp simd
+  for (int64_t i = 0; i < C * C; ++i) {
+    ch.P[i] *= ch.D[i];
+    ch.KKD[i] *= ch.D[i];
   }
+  for (int64_t r = 0; r < C; ++r) ch.KKD[r * C + r] = 0.0f;  // strictly lower
 }
 
 void invert_chunk(float* Ainv, const DeltaChunk& ch) {

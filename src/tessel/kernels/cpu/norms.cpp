@@ -101,15 +101,32 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   }
 }
 
+// 1/sqrt(mean(x²) + eps) over a row of C.
+static float rms_rstd(const float* x, int64_t C, float eps) {
+  float sum_sq = 0.0f;
+#pragma omp simd reduction(+ : sum_sq)
+  for (int64_t c = 0; c < C; ++c) sum_sq += x[c] * x[c];
+  return 1.0f / std::sqrt(sum_sq / C + eps);
+}
+
+// An RMSNorm row's input gradient for the gain gain(c) (offset + weight, or weight · silu(z)):
+// d(rstd)/dx = -rstd³ · x / C, so dx += s · (g·gain - x · s² · mean(g·gain·x)).
+template <typename Gain>
+static void add_rmsnorm_dx(float* dx, const float* g, const float* x, float s, int64_t C,
+                           Gain gain) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t c = 0; c < C; ++c) dot += g[c] * gain(c) * x[c];
+  const float k = s * s * dot / C;
+  for (int64_t c = 0; c < C; ++c) dx[c] += (g[c] * gain(c) - x[c] * k) * s;
+}
+
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
                      int64_t C, float eps, float gain_offset) {
 #pragma omp parallel for schedule(static) if (worth_parallel(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
-    float sum_sq = 0.0f;
-#pragma omp simd reduction(+ : sum_sq)
-    for (int64_t c = 0; c < C; ++c) sum_sq += x[c] * x[c];
-    const float s = 1.0f / std::sqrt(sum_sq / C + eps);
+    const float s = rms_rstd(x, C, eps);
     float* o = out + n * C;  // (C)
     // Hugging Face's order: LlamaRMSNorm's weight · (x · rstd), Qwen3NextRMSNorm's
     // (x · rstd) · (1 + weight); a gain offset of 0 adds nothing, so Llama's bits are kept.
@@ -130,16 +147,9 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
       const float* x = inp + n * C;   // (C)
       const float* g = dout + n * C;  // (C)
       const float s = rstd[n];
-      if (dinp != nullptr) {
-        // With gain = offset + weight, d(rstd)/dx = -rstd³ · x / C, so
-        // dx = s · (g·gain - x · s² · mean(g·gain·x)).
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t c = 0; c < C; ++c) dot += g[c] * (gain_offset + weight[c]) * x[c];
-        const float k = s * s * dot / C;
-        float* dx = dinp + n * C;  // (C)
-        for (int64_t c = 0; c < C; ++c) dx[c] += (g[c] * (gain_offset + weight[c]) - x[c] * k) * s;
-      }
+      if (dinp != nullptr)
+        add_rmsnorm_dx(dinp + n * C, g, x, s, C,
+                       [&](int64_t c) { return gain_offset + weight[c]; });
       for (int64_t c = 0; c < C; ++c) dweight_t[c] += g[c] * x[c] * s;
     }
     if (dweight != nullptr) add_thread_partials(dweight, partials, C, C);
@@ -152,10 +162,7 @@ void gated_rmsnorm_forward(float* out, float* rstd, const float* inp, const floa
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;   // (C)
     const float* z = gate + n * C;  // (C)
-    float sum_sq = 0.0f;
-#pragma omp simd reduction(+ : sum_sq)
-    for (int64_t c = 0; c < C; ++c) sum_sq += x[c] * x[c];
-    const float s = 1.0f / std::sqrt(sum_sq / C + eps);
+    const float s = rms_rstd(x, C, eps);
     float* o = out + n * C;  // (C)
     // Qwen3NextRMSNormGated's order: (weight · (x · rstd)) · silu(z).
     for (int64_t c = 0; c < C; ++c) o[c] = weight[c] * (x[c] * s) * (z[c] * sigmoid(z[c]));
@@ -177,14 +184,8 @@ void gated_rmsnorm_backward(float* dinp, float* dgate, float* dweight, const flo
       const float* g = dout + n * C;  // (C)
       const float s = rstd[n];
       if (dinp != nullptr) {
-        // The plain RMSNorm's dx with the gain weight · silu(z).
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t c = 0; c < C; ++c) dot += g[c] * weight[c] * z[c] * sigmoid(z[c]) * x[c];
-        const float k = s * s * dot / C;
-        float* dx = dinp + n * C;  // (C)
-        for (int64_t c = 0; c < C; ++c)
-          dx[c] += (g[c] * weight[c] * z[c] * sigmoid(z[c]) - x[c] * k) * s;
+        add_rmsnorm_dx(dinp + n * C, g, x, s, C,
+                       [&](int64_t c) { return weight[c] * (z[c] * sigmoid(z[c])); });
       }
       if (dgate != nullptr) {
         float* dz = dgate + n * C;  // (C)
