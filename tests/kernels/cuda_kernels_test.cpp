@@ -89,9 +89,9 @@ TEST_F(CudaKernels, Norms) {
                          rstd.on(k), N, C);
     k.layernorm_backward(nullptr, dw_only.on(k), nullptr, dout.on(k), inp.on(k), w.on(k),
                          mean.on(k), rstd.on(k), N, C);
-    k.rmsnorm_forward(rms_out.on(k), rms_rstd.on(k), inp.on(k), w.on(k), N, C, 1e-6f);
+    k.rmsnorm_forward(rms_out.on(k), rms_rstd.on(k), inp.on(k), w.on(k), N, C, 1e-6f, 0.0f);
     k.rmsnorm_backward(rms_dinp.on(k), rms_dw.on(k), dout.on(k), inp.on(k), w.on(k), rms_rstd.on(k),
-                       N, C);
+                       N, C, 0.0f);
   });
   expect_close(out, "layernorm out");
   expect_close(mean, "layernorm mean");
@@ -203,8 +203,8 @@ TEST_F(CudaKernels, Rope) {
   Ints positions = random_ints(rng, N, 0, P);
   run_both([&](const Kernels& k) {
     k.rope_tables(cos.on(k), sin.on(k), P, D, 10000.0f);
-    k.rope_forward(x.on(k) + D, positions.on(k), cos.on(k), sin.on(k), N, heads, D, ld);
-    k.rope_backward(dx.on(k), positions.on(k), cos.on(k), sin.on(k), N, heads, D, ld);
+    k.rope_forward(x.on(k) + D, positions.on(k), cos.on(k), sin.on(k), N, heads, D, D, ld);
+    k.rope_backward(dx.on(k), positions.on(k), cos.on(k), sin.on(k), N, heads, D, D, ld);
   });
   expect_close(cos, "rope cos");
   expect_close(sin, "rope sin");

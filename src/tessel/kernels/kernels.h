@@ -27,10 +27,14 @@ namespace tessel {
   X(embedding_forward) X(embedding_backward) X(embedding_shard_ids)                             \
   X(residual_forward)                                                                           \
   X(layernorm_forward) X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward)             \
+  X(gated_rmsnorm_forward) X(gated_rmsnorm_backward) X(l2norm_forward) X(l2norm_backward)       \
   X(gelu_forward) X(gelu_backward) X(sigmoid_gate_forward) X(sigmoid_gate_backward)             \
-  X(swiglu_forward) X(swiglu_backward)                                                          \
+  X(output_gate_forward) X(output_gate_backward) X(swiglu_forward) X(swiglu_backward)           \
   X(linear_forward) X(linear_backward) X(bias_forward) X(bias_backward)                         \
   X(rope_tables) X(rope_forward) X(rope_backward)                                               \
+  X(causal_conv1d_silu_forward) X(causal_conv1d_silu_backward) X(gdn_gate_forward)              \
+  X(gdn_gate_backward) X(gated_delta_rule_forward) X(gated_delta_rule_backward)                 \
+  X(gated_delta_rule_step)                                                                      \
   X(attention_forward) X(attention_backward) X(attention_block_forward)                         \
   X(attention_block_backward) X(attention_merge)                                                \
   X(cross_entropy_partial_forward) X(cross_entropy_rescale) X(cross_entropy_finish)             \

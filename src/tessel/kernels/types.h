@@ -16,6 +16,11 @@ enum class Precision : uint8_t { FP32, BF16 };
 // How a Mixture-of-Experts router scores the experts (Megatron's --moe-router-score-function).
 enum class RouterScore : uint8_t { Softmax, Sigmoid };
 
+// The gated delta rule's chunk (cpu/kernels.h, gated_delta_rule_forward): its rows, and the chunks
+// of a sequence of T rows (the last one padded), which size the saved Ainv.
+constexpr int64_t kDeltaChunk = 64;
+inline int64_t delta_rule_chunks(int64_t T) { return (T + kDeltaChunk - 1) / kDeltaChunk; }
+
 // Every gemm call's floating-point operations and the seconds spent, summed over calling threads,
 // since accounting was switched on (tessel train --profile).
 struct GemmStats {

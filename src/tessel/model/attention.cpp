@@ -127,8 +127,8 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
       k_norm_->forward(s.k_norm, s.k.data(), k, N_ * G_l_);
     }
     const int32_t* pos = rope_positions(s);
-    k_.rope_forward(s.q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
-    k_.rope_forward(s.k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
+    k_.rope_forward(s.q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, D_, HD);
+    k_.rope_forward(s.k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, D_, GD);
   }
   core_forward(s);
   float* product = tp_.size() > 1 ? partial : out_local;
@@ -162,8 +162,8 @@ void Attention::backward_input(Saved& s, float* d_in, const float* d_out_local, 
                          s.v.data(), s.attn.data(), s.lse.data(), B_, T_, H_l_, G_l_, D_, HD, GD,
                          GD, s.packed.key_start);
   const int32_t* pos = rope_positions(s);
-  k_.rope_backward(s.d_q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, HD);
-  k_.rope_backward(s.d_k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, GD);
+  k_.rope_backward(s.d_q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, D_, HD);
+  k_.rope_backward(s.d_k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, D_, GD);
   if (q_norm_) qk_norm_backward(s, d_heads);  // d_heads is free again
   k_.linear_backward(d_in, nullptr, nullptr, s.d_q.data(), in, params_.value(q_w_), N_, C_, HD,
                      layout_);

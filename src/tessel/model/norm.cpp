@@ -19,7 +19,7 @@ void Norm::forward(Saved& s, float* out, const float* x, int64_t rows) const {
     k_.layernorm_forward(out, s.mean.data(), s.rstd.data(), x, params_.value(weight_),
                          params_.value(bias_), rows, width_, eps_);
   } else {
-    k_.rmsnorm_forward(out, s.rstd.data(), x, params_.value(weight_), rows, width_, eps_);
+    k_.rmsnorm_forward(out, s.rstd.data(), x, params_.value(weight_), rows, width_, eps_, 0.0f);
   }
 }
 
@@ -30,7 +30,7 @@ void Norm::backward(const Saved& s, float* dx, const float* dout, const float* x
                           params_.value(weight_), s.mean.data(), s.rstd.data(), rows, width_);
   } else {
     k_.rmsnorm_backward(dx, params_.grad(weight_), dout, x, params_.value(weight_), s.rstd.data(),
-                        rows, width_);
+                        rows, width_, 0.0f);
   }
 }
 

@@ -1,4 +1,5 @@
-// Element-wise activations: GELU (tanh form, Hugging Face "gelu_new") and SwiGLU (Llama's MLP).
+// Element-wise activations: GELU (tanh form, Hugging Face "gelu_new"), SwiGLU (Llama's MLP) and
+// the sigmoid gates (the shared expert's, gated attention's output gate).
 #include <cmath>
 
 #include "tessel/kernels/cpu/kernels.h"
@@ -73,6 +74,36 @@ void sigmoid_gate_backward(float* dy, float* dlogit, const float* dout, const fl
       dot += g[c] * y_n[c];
     }
     dlogit[n] = dot * gate[n] * (1.0f - gate[n]);
+  }
+}
+
+// Gated attention's gate: torch.sigmoid in float, as Hugging Face's Qwen3NextAttention.
+void output_gate_forward(float* out, const float* attn, const float* gate, int64_t N, int64_t H,
+                         int64_t D, int64_t gate_ld, int64_t gate_head_stride) {
+#pragma omp parallel for schedule(static) if (worth_parallel(N * H * D))
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t h = 0; h < H; ++h) {
+      const float* a = attn + (n * H + h) * D;                      // (D)
+      const float* z = gate + n * gate_ld + h * gate_head_stride;  // (D)
+      float* o = out + (n * H + h) * D;                             // (D)
+      for (int64_t i = 0; i < D; ++i) o[i] = a[i] * (1.0f / (1.0f + std::exp(-z[i])));
+    }
+  }
+}
+
+void output_gate_backward(float* dattn, float* dgate, const float* dout, const float* attn,
+                          const float* gate, int64_t N, int64_t H, int64_t D, int64_t gate_ld,
+                          int64_t gate_head_stride) {
+#pragma omp parallel for schedule(static) if (worth_parallel(N * H * D))
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t row = (n * H + h) * D, gate_at = n * gate_ld + h * gate_head_stride;
+      for (int64_t i = 0; i < D; ++i) {
+        const float sg = 1.0f / (1.0f + std::exp(-gate[gate_at + i]));
+        if (dattn != nullptr) dattn[row + i] += dout[row + i] * sg;
+        if (dgate != nullptr) dgate[gate_at + i] += dout[row + i] * attn[row + i] * sg * (1.0f - sg);
+      }
+    }
   }
 }
 

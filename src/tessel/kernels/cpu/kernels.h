@@ -53,23 +53,55 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int64_t N, int64_t C);
-// out (N, C) = inp · rstd · weight, rstd = 1/sqrt(mean(inp²) + eps); saves rstd (N).
+// out (N, C) = inp · rstd · (gain_offset + weight), rstd = 1/sqrt(mean(inp²) + eps); saves
+// rstd (N). gain_offset 0: Llama's RMSNorm; 1: the zero-centred norm of Qwen3-Next
+// (--apply-layernorm-1p, weight initialised 0), whose dweight is the same Σ dout · x · rstd.
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
-                     int64_t C, float eps);
+                     int64_t C, float eps, float gain_offset);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int64_t N, int64_t C);
+                      const float* weight, const float* rstd, int64_t N, int64_t C,
+                      float gain_offset);
+// Gated DeltaNet's output norm per head (Qwen3NextRMSNormGated: norm first, then the gate):
+// out (N, C) = inp · rstd · weight · silu(gate), rstd = 1/sqrt(mean(inp²) + eps); N = tokens ·
+// heads rows of C = head_dim; gate (N, C) is z; weight (C) a plain gain; saves rstd (N).
+void gated_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* gate,
+                           const float* weight, int64_t N, int64_t C, float eps);
+void gated_rmsnorm_backward(float* dinp, float* dgate, float* dweight, const float* dout,
+                            const float* inp, const float* gate, const float* weight,
+                            const float* rstd, int64_t N, int64_t C);
+// L2 normalisation per head (FLA's l2norm, eps inside the root): out = inp · rstd,
+// rstd = 1/sqrt(Σ inp² + 1e-6) over each head's D values. N rows, each holding `heads` vectors of
+// D at inp + n·ld + h·D; out has the same layout (out may equal inp: in place); saves rstd
+// (N, heads).
+void l2norm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t heads, int64_t D,
+                    int64_t ld);
+// dinp += rstd · (dout − out · (out·dout)), from the forward's out and rstd (not its input);
+// dinp, dout and out share the layout. dinp must not alias dout.
+void l2norm_backward(float* dinp, const float* dout, const float* out, const float* rstd,
+                     int64_t N, int64_t heads, int64_t D, int64_t ld);
 
 // ---- activations ---------------------------------------------------------------------------
 // GELU, tanh form: 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))). n elements.
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
-// The shared expert's gate (Qwen-MoE): gate (N) holds logits on entry and sigmoid(logits) on
+// The shared expert's gate (Qwen-MoE, Qwen3-Next's shared_expert_gate): gate (N) holds logits on entry and sigmoid(logits) on
 // exit (in place); out (N, C) += gate[n] · y[n].
 void sigmoid_gate_forward(float* out, float* gate, const float* y, int64_t N, int64_t C);
 // dy (N, C) = gate[n] · dout[n]; dlogit (N) = (dout[n] · y[n]) · gate[n] · (1 − gate[n]).
 // Both overwrite.
 void sigmoid_gate_backward(float* dy, float* dlogit, const float* dout, const float* y,
                            const float* gate, int64_t N, int64_t C);
+// Gated attention's output gate (Qwen3-Next): out (N, H, D) = attn (N, H, D) ⊙ sigmoid(gate),
+// elementwise; gate element (n, h, d) at gate + n·gate_ld + h·gate_head_stride + d, so the gate
+// may be read where q_proj leaves it, interleaved per head [q_h | g_h] (gate = q + D, gate_ld =
+// 2·H·D, gate_head_stride = 2·D), or from a contiguous (N, H·D) (gate_ld = H·D, stride D).
+// Overwrites out (out may equal attn; the backward then needs attn kept elsewhere).
+void output_gate_forward(float* out, const float* attn, const float* gate, int64_t N, int64_t H,
+                         int64_t D, int64_t gate_ld, int64_t gate_head_stride);
+// dattn += dout ⊙ sigmoid(gate); dgate (gate's layout) += dout ⊙ attn ⊙ σ(gate)(1 − σ(gate)).
+void output_gate_backward(float* dattn, float* dgate, const float* dout, const float* attn,
+                          const float* gate, int64_t N, int64_t H, int64_t D, int64_t gate_ld,
+                          int64_t gate_head_stride);
 // SwiGLU: out = silu(gate) · up, silu(x) = x·sigmoid(x). n elements each.
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
@@ -91,15 +123,81 @@ void bias_forward(float* out, const float* bias, int64_t N, int64_t OC);
 void bias_backward(float* dbias, const float* dout, int64_t N, int64_t OC);
 
 // ---- rotary position embedding (Hugging Face Llama, rotate-half) ---------------------------
-// cos/sin tables (max_pos, head_dim/2): angle[p][i] = p · base^(-2i/head_dim).
-void rope_tables(float* cos, float* sin, int64_t max_pos, int64_t head_dim, float base);
+// Partial RoPE (Qwen3-Next, --rotary-percent): only the first rot_dim of each head's head_dim
+// values rotate, the rest pass through; rot_dim = head_dim is the full RoPE.
+// cos/sin tables (max_pos, rot_dim/2): angle[p][i] = p · base^(-2i/rot_dim).
+void rope_tables(float* cos, float* sin, int64_t max_pos, int64_t rot_dim, float base);
 // In place on x: N rows, each row holds `heads` vectors of head_dim at x + n·ld + h·head_dim.
-// x' = x·cos + rotate_half(x)·sin, rotate_half([a, b]) = [-b, a]; angle from positions[n].
+// x'[:rot] = x[:rot]·cos + rotate_half(x[:rot])·sin, rotate_half([a, b]) = [-b, a], the halves
+// of the first rot_dim values; x'[rot:] = x[rot:]. Angle from positions[n].
 void rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin,
-                  int64_t N, int64_t heads, int64_t head_dim, int64_t ld);
+                  int64_t N, int64_t heads, int64_t head_dim, int64_t rot_dim, int64_t ld);
 // In place on dx: the inverse rotation (the transpose), turning d(x') into d(x).
 void rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin,
-                   int64_t N, int64_t heads, int64_t head_dim, int64_t ld);
+                   int64_t N, int64_t heads, int64_t head_dim, int64_t rot_dim, int64_t ld);
+
+// ---- Gated DeltaNet (Qwen3-Next linear attention; gated_delta.cpp, delta_rule*.cpp) -----------
+// Packed documents: key_start (B, T) as PackedRows gives it (each row's document's first
+// position), or nullptr for one document per sequence. Row t > 0 of a sequence begins a new
+// document when key_start[b·T + t] != key_start[b·T + t − 1]; nothing crosses that boundary (the
+// conv's history and the delta rule's state restart there).
+//
+// Causal depthwise conv1d (no bias) then SiLU, over C channels (Qwen3-Next's conv of [q | k | v]):
+// out[b, t, c] = silu(Σ_{j<K} weight[c, j] · inp[b, t − K + 1 + j, c]), tap K−1 the current row;
+// rows before the sequence's or the document's start count as zero. inp rows (b·T + t)·ld (ld ≥
+// C, a view of a wider projection); out (B, T, C) contiguous, overwritten; weight (C, K) (Hugging
+// Face's [C, 1, K]). The backward recomputes the pre-activation (K multiply-adds per value).
+void causal_conv1d_silu_forward(float* out, const float* inp, const float* weight,
+                                const int32_t* key_start, int64_t B, int64_t T, int64_t C,
+                                int64_t K, int64_t ld);
+// dinp (rows of stride ld) += d/d(inp); dweight (C, K) += d/d(weight); dout (B, T, C).
+void causal_conv1d_silu_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const int32_t* key_start, int64_t B,
+                                 int64_t T, int64_t C, int64_t K, int64_t ld);
+// The gates, in fp32, per row n of N tokens and head h of H value heads (all (N, H)):
+// beta = sigmoid(b); g = −exp(A_log[h]) · softplus(a + dt_bias[h]) (the log decay, ≤ 0;
+// softplus(x) = log(1 + e^x), x for x > 20 as torch). Overwrites beta and g.
+void gdn_gate_forward(float* beta, float* g, const float* b, const float* a, const float* A_log,
+                      const float* dt_bias, int64_t N, int64_t H);
+// db, da (N, H) and dA_log, ddt_bias (H) += the gradients from dbeta, dg (N, H).
+void gdn_gate_backward(float* db, float* da, float* dA_log, float* ddt_bias, const float* dbeta,
+                       const float* dg, const float* b, const float* a, const float* A_log,
+                       const float* dt_bias, int64_t N, int64_t H);
+
+// The gated delta rule (§3.1 of QWEN3_NEXT.md), per batch item b and value head j of Hv, with
+// state S (Dk, Dv), r = Hv / Hk, value head j reading key head j / r (repeat_interleave):
+//   S ← e^{g_t} S;  u_t = β_t (v_t − Sᵀ k_t);  S ← S + k_t u_tᵀ;  o_t = Sᵀ (q_t / sqrt(Dk)).
+// q, k: element (b, t, h, i) at q + (b·T + t)·qk_ld + h·Dk + i (Hk heads; already l2-normed);
+// v: (b, t, j, e) at v + (b·T + t)·v_ld + j·Dv + e; beta, g (B, T, Hv) contiguous; out
+// (B, T, Hv, Dv) contiguous, overwritten. initial_state (B, Hv, Dk, Dv), nullptr for zeros; it
+// is the state before row 0 (kept across row 0 even with packed documents). final_state
+// (B, Hv, Dk, Dv), nullptr when not wanted: the state after row T − 1 (of the last document).
+//
+// The chunked form: rows in chunks of kDeltaChunk (T padded with β = 0, g = 0 rows), the
+// in-chunk UT transform solved per chunk and the state carried from chunk to chunk. Saved for
+// backward: Ainv (B, Hv, delta_rule_chunks(T), kDeltaChunk, kDeltaChunk) (types.h), each chunk's
+// (I + strict_lower(diag(β)(K Kᵀ ⊙ decay)))⁻¹. The chunk-start states are not saved: the
+// backward recomputes them (as FLA does).
+void gated_delta_rule_forward(float* out, float* final_state, float* Ainv, const float* q,
+                              const float* k, const float* v, const float* beta, const float* g,
+                              const float* initial_state, const int32_t* key_start, int64_t B,
+                              int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
+                              int64_t qk_ld, int64_t v_ld);
+// dq, dk (q's and k's layout; summed over the r value heads of each key head), dv (v's layout),
+// dbeta, dg (B, T, Hv), dinitial_state (B, Hv, Dk, Dv) += the gradients from dout (B, T, Hv, Dv)
+// and dfinal_state (B, Hv, Dk, Dv; nullptr: zero). Ainv as the forward saved it.
+void gated_delta_rule_backward(float* dq, float* dk, float* dv, float* dbeta, float* dg,
+                               float* dinitial_state, const float* dout, const float* dfinal_state,
+                               const float* Ainv, const float* q, const float* k, const float* v,
+                               const float* beta, const float* g, const float* initial_state,
+                               const int32_t* key_start, int64_t B, int64_t T, int64_t Hk,
+                               int64_t Hv, int64_t Dk, int64_t Dv, int64_t qk_ld, int64_t v_ld);
+// One token of the same rule, for decoding: per batch row b (q, k rows b·qk_ld, v rows b·v_ld,
+// beta, g (B, Hv)), state (B, Hv, Dk, Dv) updated in place; out (B, Hv, Dv) overwritten.
+void gated_delta_rule_step(float* out, float* state, const float* q, const float* k,
+                           const float* v, const float* beta, const float* g, int64_t B,
+                           int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, int64_t qk_ld,
+                           int64_t v_ld);
 
 // ---- attention ------------------------------------------------------------------------------
 // Scaled dot-product attention with grouped-query heads: H query heads share G key/value heads

@@ -1,4 +1,6 @@
-// LayerNorm (GPT-2) and RMSNorm (Llama). One row per token; rows run in parallel.
+// LayerNorm (GPT-2), RMSNorm (Llama; zero-centred with a gain offset of 1, Qwen3-Next), Gated
+// DeltaNet's gated RMSNorm and its l2norm of q and k. One row per token (or head); rows run in
+// parallel.
 //
 // Backward sums dweight/dbias over rows. Each thread sums its own (static, contiguous) block of
 // rows into a private buffer, then the buffers are added in thread order, so for a given thread
@@ -99,24 +101,43 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   }
 }
 
+// 1/sqrt(mean(x²) + eps) over a row of C.
+static float rms_rstd(const float* x, int64_t C, float eps) {
+  float sum_sq = 0.0f;
+#pragma omp simd reduction(+ : sum_sq)
+  for (int64_t c = 0; c < C; ++c) sum_sq += x[c] * x[c];
+  return 1.0f / std::sqrt(sum_sq / C + eps);
+}
+
+// An RMSNorm row's input gradient for the gain gain(c) (offset + weight, or weight · silu(z)):
+// d(rstd)/dx = -rstd³ · x / C, so dx += s · (g·gain - x · s² · mean(g·gain·x)).
+template <typename Gain>
+static void add_rmsnorm_dx(float* dx, const float* g, const float* x, float s, int64_t C,
+                           Gain gain) {
+  float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t c = 0; c < C; ++c) dot += g[c] * gain(c) * x[c];
+  const float k = s * s * dot / C;
+  for (int64_t c = 0; c < C; ++c) dx[c] += (g[c] * gain(c) - x[c] * k) * s;
+}
+
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
-                     int64_t C, float eps) {
+                     int64_t C, float eps, float gain_offset) {
 #pragma omp parallel for schedule(static) if (worth_parallel(N * C))
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
-    float sum_sq = 0.0f;
-#pragma omp simd reduction(+ : sum_sq)
-    for (int64_t c = 0; c < C; ++c) sum_sq += x[c] * x[c];
-    const float s = 1.0f / std::sqrt(sum_sq / C + eps);
+    const float s = rms_rstd(x, C, eps);
     float* o = out + n * C;  // (C)
-    // Hugging Face's LlamaRMSNorm order: weight · (x · rstd).
-    for (int64_t c = 0; c < C; ++c) o[c] = weight[c] * (x[c] * s);
+    // Hugging Face's order: LlamaRMSNorm's weight · (x · rstd), Qwen3NextRMSNorm's
+    // (x · rstd) · (1 + weight); a gain offset of 0 adds nothing, so Llama's bits are kept.
+    for (int64_t c = 0; c < C; ++c) o[c] = (gain_offset + weight[c]) * (x[c] * s);
     rstd[n] = s;
   }
 }
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int64_t N, int64_t C) {
+                      const float* weight, const float* rstd, int64_t N, int64_t C,
+                      float gain_offset) {
   float* partials = zeroed_thread_partials(C);  // per thread: dweight (C)
 #pragma omp parallel if (worth_parallel(N * C))
   {
@@ -126,18 +147,95 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
       const float* x = inp + n * C;   // (C)
       const float* g = dout + n * C;  // (C)
       const float s = rstd[n];
-      if (dinp != nullptr) {
-        // d(rstd)/dx = -rstd³ · x / C, so dx = s · (g·weight - x · s² · mean(g·weight·x)).
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t c = 0; c < C; ++c) dot += g[c] * weight[c] * x[c];
-        const float k = s * s * dot / C;
-        float* dx = dinp + n * C;  // (C)
-        for (int64_t c = 0; c < C; ++c) dx[c] += (g[c] * weight[c] - x[c] * k) * s;
-      }
+      if (dinp != nullptr)
+        add_rmsnorm_dx(dinp + n * C, g, x, s, C,
+                       [&](int64_t c) { return gain_offset + weight[c]; });
       for (int64_t c = 0; c < C; ++c) dweight_t[c] += g[c] * x[c] * s;
     }
     if (dweight != nullptr) add_thread_partials(dweight, partials, C, C);
+  }
+}
+
+void gated_rmsnorm_forward(float* out, float* rstd, const float* inp, const float* gate,
+                           const float* weight, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (worth_parallel(N * C))
+  for (int64_t n = 0; n < N; ++n) {
+    const float* x = inp + n * C;   // (C)
+    const float* z = gate + n * C;  // (C)
+    const float s = rms_rstd(x, C, eps);
+    float* o = out + n * C;  // (C)
+    // Qwen3NextRMSNormGated's order: (weight · (x · rstd)) · silu(z).
+    for (int64_t c = 0; c < C; ++c) o[c] = weight[c] * (x[c] * s) * (z[c] * sigmoid(z[c]));
+    rstd[n] = s;
+  }
+}
+
+void gated_rmsnorm_backward(float* dinp, float* dgate, float* dweight, const float* dout,
+                            const float* inp, const float* gate, const float* weight,
+                            const float* rstd, int64_t N, int64_t C) {
+  float* partials = zeroed_thread_partials(C);  // per thread: dweight (C)
+#pragma omp parallel if (worth_parallel(N * C))
+  {
+    float* dweight_t = partials + omp_get_thread_num() * C;
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* x = inp + n * C;   // (C)
+      const float* z = gate + n * C;  // (C)
+      const float* g = dout + n * C;  // (C)
+      const float s = rstd[n];
+      if (dinp != nullptr) {
+        add_rmsnorm_dx(dinp + n * C, g, x, s, C,
+                       [&](int64_t c) { return weight[c] * (z[c] * sigmoid(z[c])); });
+      }
+      if (dgate != nullptr) {
+        float* dz = dgate + n * C;  // (C)
+        // silu'(z) = σ(z) · (1 + z · (1 − σ(z)))
+        for (int64_t c = 0; c < C; ++c) {
+          const float sg = sigmoid(z[c]);
+          dz[c] += g[c] * weight[c] * (x[c] * s) * sg * (1.0f + z[c] * (1.0f - sg));
+        }
+      }
+      for (int64_t c = 0; c < C; ++c) dweight_t[c] += g[c] * (x[c] * s) * (z[c] * sigmoid(z[c]));
+    }
+    if (dweight != nullptr) add_thread_partials(dweight, partials, C, C);
+  }
+}
+
+// FLA's l2norm_fwd: the epsilon inside the root, over the sum (not the mean) of squares.
+constexpr float kL2NormEps = 1e-6f;
+
+void l2norm_forward(float* out, float* rstd, const float* inp, int64_t N, int64_t heads, int64_t D,
+                    int64_t ld) {
+#pragma omp parallel for schedule(static) if (worth_parallel(N * heads * D))
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* x = inp + n * ld + h * D;  // (D)
+      float sum_sq = 0.0f;
+#pragma omp simd reduction(+ : sum_sq)
+      for (int64_t i = 0; i < D; ++i) sum_sq += x[i] * x[i];
+      const float s = 1.0f / std::sqrt(sum_sq + kL2NormEps);
+      float* o = out + n * ld + h * D;  // (D), may be x
+      for (int64_t i = 0; i < D; ++i) o[i] = x[i] * s;
+      rstd[n * heads + h] = s;
+    }
+  }
+}
+
+void l2norm_backward(float* dinp, const float* dout, const float* out, const float* rstd,
+                     int64_t N, int64_t heads, int64_t D, int64_t ld) {
+  if (dinp == nullptr) return;
+#pragma omp parallel for schedule(static) if (worth_parallel(N * heads * D))
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* y = out + n * ld + h * D;   // (D)
+      const float* g = dout + n * ld + h * D;  // (D)
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int64_t i = 0; i < D; ++i) dot += y[i] * g[i];
+      const float s = rstd[n * heads + h];
+      float* dx = dinp + n * ld + h * D;  // (D)
+      for (int64_t i = 0; i < D; ++i) dx[i] += s * (g[i] - y[i] * dot);
+    }
   }
 }
 

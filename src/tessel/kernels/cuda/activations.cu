@@ -1,5 +1,5 @@
 // Element-wise activations: GELU (tanh form, Hugging Face "gelu_new"), SwiGLU (Llama's MLP) and
-// the shared expert's sigmoid gate.
+// the sigmoid gates (the shared expert's, gated attention's output gate).
 #include "tessel/kernels/cuda/device.cuh"
 #include "tessel/kernels/cuda/kernels.h"
 
@@ -68,6 +68,29 @@ __global__ void sigmoid_gate_backward_kernel(float* dy, float* dlogit, const flo
   if (lane_id() == 0) dlogit[n] = dot * gate[n] * (1.0f - gate[n]);
 }
 
+// Gated attention's output gate: one thread per element of attn (N, H, D).
+__global__ void output_gate_forward_kernel(float* out, const float* attn, const float* gate,
+                                           int64_t N, int64_t H, int64_t D, int64_t gate_ld,
+                                           int64_t gate_head_stride) {
+  TESSEL_GRID_LOOP(i, N * H * D) {
+    const int64_t d = i % D, h = i / D % H, n = i / (D * H);
+    out[i] = attn[i] * sigmoidf(gate[n * gate_ld + h * gate_head_stride + d]);
+  }
+}
+
+__global__ void output_gate_backward_kernel(float* dattn, float* dgate, const float* dout,
+                                            const float* attn, const float* gate, int64_t N,
+                                            int64_t H, int64_t D, int64_t gate_ld,
+                                            int64_t gate_head_stride) {
+  TESSEL_GRID_LOOP(i, N * H * D) {
+    const int64_t d = i % D, h = i / D % H, n = i / (D * H);
+    const int64_t at = n * gate_ld + h * gate_head_stride + d;
+    const float sg = sigmoidf(gate[at]);
+    if (dattn != nullptr) dattn[i] += dout[i] * sg;
+    if (dgate != nullptr) dgate[at] += dout[i] * attn[i] * sg * (1.0f - sg);
+  }
+}
+
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, int64_t n) {
@@ -99,6 +122,20 @@ void sigmoid_gate_backward(float* dy, float* dlogit, const float* dout, const fl
                            const float* gate, int64_t N, int64_t C) {
   launch_rows("sigmoid_gate_backward", sigmoid_gate_backward_kernel, N, dy, dlogit, dout, y, gate,
               N, C);
+}
+
+void output_gate_forward(float* out, const float* attn, const float* gate, int64_t N, int64_t H,
+                         int64_t D, int64_t gate_ld, int64_t gate_head_stride) {
+  launch_n("output_gate_forward", output_gate_forward_kernel, N * H * D, out, attn, gate, N, H, D,
+           gate_ld, gate_head_stride);
+}
+
+void output_gate_backward(float* dattn, float* dgate, const float* dout, const float* attn,
+                          const float* gate, int64_t N, int64_t H, int64_t D, int64_t gate_ld,
+                          int64_t gate_head_stride) {
+  if (dattn != nullptr || dgate != nullptr)
+    launch_n("output_gate_backward", output_gate_backward_kernel, N * H * D, dattn, dgate, dout,
+             attn, gate, N, H, D, gate_ld, gate_head_stride);
 }
 
 }  // namespace tessel::cuda

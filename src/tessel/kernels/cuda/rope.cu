@@ -1,5 +1,5 @@
 // Rotary position embedding, Hugging Face Llama's rotate-half layout: the pair rotated by angle i
-// is (x[i], x[i + D/2]).
+// is (x[i], x[i + rot/2]); partial RoPE rotates the first rot_dim values of a head only.
 #include "tessel/kernels/cuda/device.cuh"
 #include "tessel/kernels/cuda/kernels.h"
 
@@ -8,13 +8,13 @@ namespace tessel::cuda {
 namespace {
 
 // In float and in this order, as Hugging Face computes inv_freq and the angles.
-__global__ void rope_tables_kernel(float* cos, float* sin, int64_t max_pos, int64_t head_dim,
+__global__ void rope_tables_kernel(float* cos, float* sin, int64_t max_pos, int64_t rot_dim,
                                    float base) {
-  const int64_t half = head_dim / 2;
+  const int64_t half = rot_dim / 2;
   TESSEL_GRID_LOOP(j, max_pos * half) {
     const int64_t p = j / half, i = j % half;
     const float inv_freq =
-        1.0f / powf(base, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+        1.0f / powf(base, static_cast<float>(2 * i) / static_cast<float>(rot_dim));
     const float angle = static_cast<float>(p) * inv_freq;
     cos[j] = cosf(angle);
     sin[j] = sinf(angle);
@@ -24,8 +24,8 @@ __global__ void rope_tables_kernel(float* cos, float* sin, int64_t max_pos, int6
 // Rotates every head of every row by +angle (sign = 1) or -angle (sign = -1): one thread per pair.
 __global__ void rotate_kernel(float* x, const int32_t* positions, const float* cos,
                               const float* sin, int64_t N, int64_t heads, int64_t head_dim,
-                              int64_t ld, float sign) {
-  const int64_t half = head_dim / 2;
+                              int64_t rot_dim, int64_t ld, float sign) {
+  const int64_t half = rot_dim / 2;
   TESSEL_GRID_LOOP(j, N * heads * half) {
     const int64_t i = j % half, h = j / half % heads, n = j / (half * heads);
     const float c = cos[positions[n] * half + i];
@@ -40,22 +40,22 @@ __global__ void rotate_kernel(float* x, const int32_t* positions, const float* c
 
 }  // namespace
 
-void rope_tables(float* cos, float* sin, int64_t max_pos, int64_t head_dim, float base) {
-  launch_n("rope_tables", rope_tables_kernel, max_pos * (head_dim / 2), cos, sin, max_pos, head_dim,
+void rope_tables(float* cos, float* sin, int64_t max_pos, int64_t rot_dim, float base) {
+  launch_n("rope_tables", rope_tables_kernel, max_pos * (rot_dim / 2), cos, sin, max_pos, rot_dim,
            base);
 }
 
 void rope_forward(float* x, const int32_t* positions, const float* cos, const float* sin, int64_t N,
-                  int64_t heads, int64_t head_dim, int64_t ld) {
-  launch_n("rope_forward", rotate_kernel, N * heads * (head_dim / 2), x, positions, cos, sin, N,
-           heads, head_dim, ld, 1.0f);
+                  int64_t heads, int64_t head_dim, int64_t rot_dim, int64_t ld) {
+  launch_n("rope_forward", rotate_kernel, N * heads * (rot_dim / 2), x, positions, cos, sin, N,
+           heads, head_dim, rot_dim, ld, 1.0f);
 }
 
 // A rotation's transpose is the rotation by the opposite angle.
 void rope_backward(float* dx, const int32_t* positions, const float* cos, const float* sin,
-                   int64_t N, int64_t heads, int64_t head_dim, int64_t ld) {
-  launch_n("rope_backward", rotate_kernel, N * heads * (head_dim / 2), dx, positions, cos, sin, N,
-           heads, head_dim, ld, -1.0f);
+                   int64_t N, int64_t heads, int64_t head_dim, int64_t rot_dim, int64_t ld) {
+  launch_n("rope_backward", rotate_kernel, N * heads * (rot_dim / 2), dx, positions, cos, sin, N,
+           heads, head_dim, rot_dim, ld, -1.0f);
 }
 
 }  // namespace tessel::cuda
