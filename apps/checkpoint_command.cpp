@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "tessel/ckpt/checkpoint.h"
+#include "tessel/core/error.h"
 #include "tessel/core/tensor.h"
 
 namespace tessel {
@@ -11,7 +12,7 @@ CheckpointCommand::CheckpointCommand(CLI::App& app) {
   cmd_ = app.add_subcommand("checkpoint", "inspect or verify a --save folder");
   cmd_->require_subcommand(1);
   inspect_ = cmd_->add_subcommand("inspect", "what a save holds: iteration, configuration, tensors");
-  verify_ = cmd_->add_subcommand("verify", "check every file of a save against its CRC-32");
+  verify_ = cmd_->add_subcommand("verify", "check a save as --load does: CRC-32s, shapes, coverage, finite values");
   for (CLI::App* sub : {inspect_, verify_}) {
     sub->add_option("dir", dir_, "the --save folder")->required();
     sub->add_option("--iteration", iteration_, "which save (default: the tracker's newest)");
@@ -26,6 +27,15 @@ void CheckpointCommand::run() const {
     return;
   }
   const nlohmann::json meta = read_checkpoint_metadata(dir_, iteration_);
+  try {
+    inspect(meta);
+  } catch (const nlohmann::json::exception& e) {  // a field below those read_checkpoint_metadata checks
+    const int64_t it = iteration_ >= 0 ? iteration_ : latest_checkpointed_iteration(dir_);
+    fail("{}/metadata.json: a malformed entry ({})", checkpoint_iteration_dir(dir_, it), e.what());
+  }
+}
+
+void CheckpointCommand::inspect(const nlohmann::json& meta) const {
   fmt::print("iteration {} | step count {} | data position {} | seed {} | world {}\n",
              meta.at("iteration").get<int64_t>(), meta.at("step_count").get<int64_t>(),
              meta.at("data_position").get<int64_t>(), meta.at("seed").get<uint64_t>(),

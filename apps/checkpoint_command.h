@@ -1,10 +1,12 @@
 // `tessel checkpoint inspect DIR` (what a save holds: iteration, configuration, tensors, files)
-// and `tessel checkpoint verify DIR` (every file's CRC-32 against metadata.json).
+// and `tessel checkpoint verify DIR` (what --load checks: every file's CRC-32 against
+// metadata.json, the tensors' shapes and coverage, finite values and moments, the step count).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 namespace tessel {
@@ -18,6 +20,8 @@ class CheckpointCommand {
   void run() const;
 
  private:
+  void inspect(const nlohmann::json& meta) const;
+
   CLI::App* cmd_;
   CLI::App* inspect_;
   CLI::App* verify_;

@@ -1,14 +1,16 @@
 #include "plan_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "parallel_flags.h"
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 #include "tessel/model/config.h"
 #include "tessel/plan/calibrate.h"
+#include "tessel/plan/model.h"
 #include "tessel/plan/published.h"
 #include "tessel/plan/report.h"
 #include "tessel/train/planned_run.h"
@@ -17,11 +19,19 @@ namespace tessel {
 
 namespace {
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  TESSEL_CHECK(out.good(), "{}: cannot create", path);
-  out << text;
-  TESSEL_CHECK(out.good(), "{}: write failed", path);
+// Every layout holds the weights at least once over all its devices: a model whose weights alone
+// exceed the devices' memory fits none, and is refused before a search that would declare every
+// stage of every layout (minutes for a million layers).
+void require_room_for_the_weights(const PlanModel& model, const PlanRun& run, const Cluster& cluster) {
+  const double bytes = run.precision == PlannedPrecision::FP32 ? 4 : 2;
+  const double weights_gib = static_cast<double>(total_params(model)) * bytes / (1 << 30);
+  const double devices_gib = run.parallel.world * cluster.memory_gib;
+  if (run.parallel.world >= 1 && weights_gib > devices_gib)  // a bad count is the rules' to name
+    throw ConfigError(fmt::format(
+        "no layout of {} fits on {} × {}: its {:.3g} parameters take {:.0f} GiB for their {} "
+        "weights alone, more than all {} devices hold ({:.0f} GiB each)",
+        model.name, run.parallel.world, cluster.name, static_cast<double>(total_params(model)),
+        weights_gib, precision_name(run.precision), run.parallel.world, cluster.memory_gib));
 }
 
 }  // namespace
@@ -168,8 +178,8 @@ Cluster PlanCommand::resolve_cluster() const {
 }
 
 void PlanCommand::write_svgs(const Estimate& est, const std::string& title) const {
-  if (!svg_memory_.empty()) write_file(svg_memory_, memory_svg(est, title));
-  if (!svg_time_.empty()) write_file(svg_time_, time_svg(est, title));
+  if (!svg_memory_.empty()) write_file_atomically(svg_memory_, memory_svg(est, title));
+  if (!svg_time_.empty()) write_file_atomically(svg_time_, time_svg(est, title));
 }
 
 void PlanCommand::evaluate(const PlanModel& model, const Cluster& cluster, const PlanRun& run) const {
@@ -198,6 +208,13 @@ void PlanCommand::evaluate(const PlanModel& model, const Cluster& cluster, const
 }
 
 void PlanCommand::search_layouts(const PlanModel& model, const Cluster& cluster, const PlanRun& base) const {
+  // The sizes a search keeps fixed are checked here: the search divides by them.
+  std::vector<std::string> fixed;
+  if (vpp_opt_->count() > 0 && parallel_.vpp < 1)
+    fixed.push_back(fmt::format("--num-virtual-stages-per-pipeline-rank must be at least 1 (got {})", parallel_.vpp));
+  if (mb_opt_->count() > 0 && batch_.micro_batch_size < 1)
+    fixed.push_back(fmt::format("--micro-batch-size must be at least 1 (got {})", batch_.micro_batch_size));
+  if (!fixed.empty()) throw ConfigError(fmt::format("invalid search: {}", fmt::join(fixed, "; ")));
   SearchSpace space;
   space.top = top_;
   space.memory_margin = memory_margin_;
@@ -239,6 +256,7 @@ void PlanCommand::run(MpiRuntime& runtime) {
     const Cluster cluster = resolve_cluster();
     const PlanModel model = resolve_model();
     const PlanRun run = resolve_run(model, cluster);
+    require_room_for_the_weights(model, run, cluster);
     if (layout_given()) evaluate(model, cluster, run);
     else search_layouts(model, cluster, run);
   } catch (const ConfigError&) {

@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "parallel_flags.h"
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 #include "tessel/pipeline/simulate.h"
 
 namespace tessel {
@@ -329,10 +329,11 @@ void ScheduleCommand::run() const {
   print_bubble(sim, config, costs);
 
   if (!svg_path_.empty()) {
-    std::ofstream out(svg_path_);
-    TESSEL_CHECK(out.good(), "cannot write --svg {}", svg_path_);
-    out << schedule_svg(sim, config, title);
-    TESSEL_CHECK(out.good(), "cannot write --svg {}", svg_path_);
+    try {
+      write_file_atomically(svg_path_, schedule_svg(sim, config, title));
+    } catch (const Error& e) {
+      fail("--svg {}: {}", svg_path_, e.what());
+    }
     fmt::print("wrote {}\n", svg_path_);
   }
 }

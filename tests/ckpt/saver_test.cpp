@@ -10,8 +10,10 @@
 #include <thread>
 
 #include "support/fixtures.h"
+#include "support/tiny_model.h"
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/kernels/kernels.h"
+#include "tessel/model/transformer.h"
 #include "tessel/parallel/groups.h"
 
 namespace tessel {
@@ -23,12 +25,11 @@ struct SaverFixture {
   testing::TestDir dir;
   ParamRegistry params;
   ProcessGroups groups = ProcessGroups::single();
-  ModelConfig cfg;
+  ModelConfig cfg = testing::tiny_config(Arch::GPT2);
   std::unique_ptr<AdamW> optimizer;
 
-  SaverFixture() {
-    params.add("a.weight", {4, 3}, ParamInit::Normal, 0.5f, true);
-    params.add("b.bias", {5}, ParamInit::Normal, 0.5f, false);
+  SaverFixture() {  // the parameters of the model `cfg` (verify_checkpoint checks a save against it)
+    TransformerChunk::declare(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, ChunkPlace{}, params);
     params.finalize();
     params.init_values(3);
     optimizer = std::make_unique<AdamW>(cpu_kernels(), params, OptimizerConfig{});

@@ -212,6 +212,14 @@ TEST(DatasetBuilder, BadBlendsAndSplits) {
   EXPECT_DOUBLE_EQ(m[2]->second, 0.949 + 0.05 + 0.001);
   EXPECT_FALSE(parse_split("100,0,0")[1].has_value());
   EXPECT_FALSE(parse_split("98,2")[2].has_value());
+  // Strictly numbers (issue 26): nothing skipped, exponents read whole, '/' as Megatron allows.
+  for (const char* bad : {"nan,1,1", "inf,1,1", "1,x,1", "20abc,1,1", "1,,1", "1;1"})
+    EXPECT_NE(error_of([&] { parse_split(bad); }).find("is not a finite number"), std::string::npos) << bad;
+  EXPECT_EQ(parse_split("9e1,5,5"), parse_split("90,5,5"));
+  EXPECT_EQ(parse_split("98/2"), parse_split("98,2"));
+  EXPECT_DOUBLE_EQ(parse_split("98,1,1e-3")[2]->second, 1.0);
+  EXPECT_NE(error_of([] { parse_split("1e308,1e308"); }).find("sum past the largest number"), std::string::npos);
+  EXPECT_NE(blend_error({"1e308", "a", "1e308", "b"}).find("sum past the largest number"), std::string::npos);
 }
 
 TEST(DatasetBuilder, BadDataIsNamed) {

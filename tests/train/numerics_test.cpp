@@ -11,6 +11,7 @@
 #include "support/fixtures.h"
 #include "tessel/parallel/groups.h"
 #include "tessel/train/numerics.h"
+#include "tessel/ckpt/finite_weights.h"
 
 namespace tessel {
 namespace {

@@ -1,5 +1,5 @@
 #include "tessel/ckpt/checkpoint.h"
-#include "tessel/ckpt/shards.h"
+#include "tessel/ckpt/checkpoint_format.h"
 
 #include <fcntl.h>
 #include <cerrno>
@@ -32,13 +32,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* const kExpAvg = "optim.exp_avg/";
-const char* const kExpAvgSq = "optim.exp_avg_sq/";
-const char* const kSlicesKey = "tessel.slices";
+using namespace checkpoint_format;
 
 // Writes `text` to `path` through a temporary file that is flushed to disk and renamed over it.
 void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());  // this run's own
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   TESSEL_CHECK(fd >= 0, "{}: cannot create ({})", tmp, std::strerror(errno));
   size_t done = 0;
@@ -70,8 +68,6 @@ std::string tracker_state(const std::string& dir) {
     return fmt::format("no save in {} is complete", dir);
   }
 }
-
-std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.safetensors", rank); }
 
 // The first holder of each parameter writes it: DP×CP rank 0 (expert-DP rank 0 for experts:
 // every ETP rank its slice), and TP rank 0 for those replicated over TP.
@@ -127,83 +123,6 @@ void gather_moments(const ParamRegistry& params, std::vector<float>& buffer, Pro
       std::copy(experts.begin() + p.offset, experts.begin() + p.offset + p.numel(), buffer.begin() + p.offset);
 }
 
-// The files of one save, opened once each after their CRC-32 is checked against metadata.json.
-class ShardFiles {
- public:
-  ShardFiles(std::string iter_dir, const json& meta) : dir_(std::move(iter_dir)) {
-    for (const json& f : meta.at("files"))
-      crc_[f.at("name").get<std::string>()] =
-          json_integer<uint32_t>(f.at("crc32"), dir_ + "/metadata.json", "crc32");
-  }
-  const SafetensorsReader& get(const std::string& name) {
-    auto it = readers_.find(name);
-    if (it != readers_.end()) return *it->second;
-    const std::string path = dir_ + "/" + name;
-    TESSEL_CHECK(fs::exists(path), "{}: missing checkpoint file", path);
-    auto crc = crc_.find(name);
-    TESSEL_CHECK(crc != crc_.end(), "{}/metadata.json: file {} is not listed", dir_, name);
-    const uint32_t actual = file_crc32(path);
-    TESSEL_CHECK(actual == crc->second,
-                 "{}: checksum mismatch (CRC-32 {:08x}, metadata.json says {:08x}): the file is "
-                 "truncated or altered", path, actual, crc->second);
-    return *readers_.emplace(name, std::make_unique<SafetensorsReader>(path)).first->second;
-  }
-
- private:
-  std::string dir_;
-  std::map<std::string, uint32_t> crc_;
-  std::map<std::string, std::unique_ptr<SafetensorsReader>> readers_;
-};
-
-// This rank's slice of tensor `prefix + name`, rebuilt from every saved slice of it.
-void assemble(const json& entry, const std::string& name, const std::string& prefix,
-              const Param& p, float* out, ShardFiles& files, const std::string& iter_dir) {
-  const int64_t global_numel = shape_numel(p.global_shape);
-  std::vector<float> full(global_numel, 0.0f), local;
-  std::vector<char> covered(global_numel, 0);
-  for (const json& s : entry.at("shards")) {
-    const std::string file = s.at("file").get<std::string>();
-    const SafetensorsReader& reader = files.get(file);
-    const std::string key = prefix + name;
-    TESSEL_CHECK(reader.has(key), "{}/{}: tensor '{}' is missing", iter_dir, file, key);
-    Param saved;
-    saved.global_shape = p.global_shape;
-    saved.local_shape = reader.tensor(key).shape;
-    const std::string meta = iter_dir + "/metadata.json";
-    saved.shard.dim = json_integer<int>(s.at("dim"), meta, "dim");
-    saved.shard.index = json_integer<int>(s.at("index"), meta, "index");
-    saved.shard.count = json_integer<int>(s.at("count"), meta, "count");
-    saved.shard.fused_parts = json_integer<int>(s.at("fused_parts"), meta, "fused_parts");
-    saved.shard.padded_size = json_integer<int64_t>(s.at("padded_size"), meta, "padded_size");
-    TESSEL_CHECK(saved.local_shape.size() == p.global_shape.size(),
-                 "{}/{}: tensor '{}' has shape {} for a global shape {}", iter_dir, file, key,
-                 shape_str(saved.local_shape), shape_str(p.global_shape));
-    if (saved.local_shape == p.global_shape) {  // a whole tensor: its slice is the identity
-      reader.read(key, full.data());
-      std::fill(covered.begin(), covered.end(), 1);
-      continue;
-    }
-    local.resize(saved.numel());
-    reader.read(key, local.data());
-    for (int64_t i = 0; i < saved.numel(); ++i) {
-      const int64_t g = saved.global_index(i);
-      TESSEL_CHECK(g < global_numel, "{}/{}: tensor '{}' does not fit its global shape {}",
-                   iter_dir, file, key, shape_str(p.global_shape));
-      if (g < 0) continue;
-      full[g] = local[i];
-      covered[g] = 1;
-    }
-  }
-  for (int64_t g = 0; g < global_numel; ++g)
-    TESSEL_CHECK(covered[g], "{}/metadata.json: the saved slices of '{}' do not cover it (element {})",
-                 iter_dir, prefix + name, g);
-  if (p.local_shape == p.global_shape) {
-    std::copy(full.begin(), full.end(), out);
-    return;
-  }
-  take_local_slice(p, full.data(), out);
-}
-
 }  // namespace
 
 uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
@@ -224,16 +143,6 @@ uint32_t file_crc32(const std::string& path) {
 
 std::string checkpoint_iteration_dir(const std::string& dir, int64_t iteration) {
   return fmt::format("{}/iter_{:07d}", dir, iteration);
-}
-
-int64_t latest_checkpointed_iteration(const std::string& dir) {
-  const std::string tracker = dir + "/latest_checkpointed_iteration.txt";
-  std::ifstream in(tracker);
-  TESSEL_CHECK(in.good(), "{}: no checkpoint tracker (is {} a --save folder?)", tracker, dir);
-  int64_t iteration = -1;
-  in >> iteration;
-  TESSEL_CHECK(!in.fail() && iteration >= 0, "{}: not an iteration number", tracker);
-  return iteration;
 }
 
 // One rank's part of a save between its snapshot and its commit: the values and whole moments
@@ -405,78 +314,6 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegis
   CheckpointSaver saver(false);
   saver.save(dir, iteration, params, optimizer, cfg, distributed_optimizer, seed, run_config, groups);
   saver.finish(groups);
-}
-
-json read_checkpoint_metadata(const std::string& dir, int64_t iteration) {
-  if (iteration < 0) iteration = latest_checkpointed_iteration(dir);
-  const std::string path = checkpoint_iteration_dir(dir, iteration) + "/metadata.json";
-  std::ifstream in(path);
-  TESSEL_CHECK(in.good(), "{}: missing (no complete save of iteration {})", path, iteration);
-  json meta;
-  try {
-    meta = json::parse(in);
-  } catch (const json::exception&) {
-    fail("{}: not valid JSON", path);
-  }
-  TESSEL_CHECK(meta.value("format", "") == "tessel-checkpoint", "{}: not a tessel checkpoint", path);
-  return meta;
-}
-
-int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& optimizer,
-                        const ModelConfig& cfg, int64_t iteration) {
-  if (iteration < 0) iteration = latest_checkpointed_iteration(dir);
-  const json meta = read_checkpoint_metadata(dir, iteration);
-  const std::string iter_dir = checkpoint_iteration_dir(dir, iteration);
-  const json model = hf_config_json(cfg);
-  for (const auto& [key, value] : model.items())
-    TESSEL_CHECK(meta.at("model").contains(key) && meta.at("model").at(key) == value,
-                 "{}/metadata.json: saved from another model ({} is {}, this model has {})",
-                 iter_dir, key, meta.at("model").value(key, json()).dump(), value.dump());
-  const json& tensors = meta.at("tensors");
-  for (const Param& p : params.params()) {
-    const std::string name = p.name;
-    TESSEL_CHECK(tensors.contains(name), "{}/metadata.json: no tensor '{}' (saved from another model?)",
-                 iter_dir, name);
-    const Shape saved = tensors.at(name).at("shape").get<Shape>();
-    TESSEL_CHECK(saved == p.global_shape, "{}/metadata.json: tensor '{}' has shape {}, the model {}",
-                 iter_dir, name, shape_str(saved), shape_str(p.global_shape));
-  }
-
-  ShardFiles files(iter_dir, meta);
-  std::vector<float> m(params.numel()), v(params.numel()), values;
-  for (Param& p : params.params()) {
-    const std::string name = p.name;
-    const json& entry = tensors.at(name);
-    values.resize(p.numel());
-    assemble(entry, name, "", p, values.data(), files, iter_dir);
-    params.from_host(p, values.data());
-    assemble(entry, name, kExpAvg, p, m.data() + p.offset, files, iter_dir);
-    assemble(entry, name, kExpAvgSq, p, v.data() + p.offset, files, iter_dir);
-  }
-  std::vector<FlatRange> owned = optimizer.owned();
-  if (owned.empty()) owned.push_back({0, params.numel()});
-  int64_t state = 0;
-  const DeviceMemory& memory = optimizer.memory();
-  for (const FlatRange& r : owned) {
-    const int64_t bytes = (r.end - r.begin) * 4;
-    memory.from_host(optimizer.exp_avg() + state, m.data() + r.begin, bytes);
-    memory.from_host(optimizer.exp_avg_sq() + state, v.data() + r.begin, bytes);
-    state += r.end - r.begin;
-  }
-  optimizer.set_step_count(json_integer<int64_t>(meta.at("step_count"), iter_dir + "/metadata.json", "step_count"));
-  return iteration;
-}
-
-int verify_checkpoint(const std::string& dir, int64_t iteration) {
-  if (iteration < 0) iteration = latest_checkpointed_iteration(dir);
-  const json meta = read_checkpoint_metadata(dir, iteration);
-  ShardFiles files(checkpoint_iteration_dir(dir, iteration), meta);
-  int checked = 0;
-  for (const json& f : meta.at("files")) {
-    files.get(f.at("name").get<std::string>());
-    ++checked;
-  }
-  return checked;
 }
 
 }  // namespace tessel

@@ -84,15 +84,21 @@ class CheckpointSaver {
 
 // Fills this rank's parameters and its owned Adam moments from a save under any layout, sets the
 // step count and returns the saved iteration (training resumes at the next one). `iteration` < 0
-// reads the tracker. Throws Error naming the file for a missing, truncated or altered file and
-// for a save of another model.
+// reads the tracker. Throws Error naming the file for a missing, truncated or altered file, for a
+// save of another model, and for moments or a step count Adam cannot resume from (non-finite,
+// a negative second moment or step count).
 int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& optimizer,
                         const ModelConfig& cfg, int64_t iteration = -1);
 
-// metadata.json of a save (iteration < 0: the tracker's).
+// metadata.json of a save (iteration < 0: the tracker's), with the fields the readers index
+// there with their types; throws Error naming the file and the field otherwise.
 nlohmann::json read_checkpoint_metadata(const std::string& dir, int64_t iteration = -1);
-// Recomputes every file's CRC-32 against metadata.json; throws Error naming the first bad file.
-// Returns the number of files checked.
+// The tokenizer the tracker's save was trained with (its run_config's "tokenizer").
+nlohmann::json saved_tokenizer(const std::string& dir);
+// Checks a save as --load does: every file's CRC-32 against metadata.json, then, against the model
+// metadata.json describes, every parameter's tensor with its shape, covered by its slices, finite,
+// with finite Adam moments (the second ≥ 0) and a step count ≥ 0. Throws Error naming the file and
+// the first problem. Returns the number of files checked.
 int verify_checkpoint(const std::string& dir, int64_t iteration = -1);
 
 }  // namespace tessel

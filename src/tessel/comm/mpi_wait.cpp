@@ -66,7 +66,7 @@ void MpiComm::wait(MPI_Request& request, const char* what, int peer) const {
                    : fmt::format("{} {} group {}'s rank {} (world rank {})", what,
                                  what[0] == 's' ? "to" : "from", name_, peer, members[peer]);
       abort_job(fmt::format("distributed timeout: rank {} waited {:.0f} s in {} without progress "
-                            "(--distributed-timeout-minutes): a rank has stopped or hangs",
+                            "(the limit of --distributed-timeout-minutes or -seconds): a rank has stopped or hangs",
                             members[rank_], waited, call));
     }
     if (waited < kSpinSeconds) continue;

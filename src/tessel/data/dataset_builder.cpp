@@ -1,11 +1,14 @@
 #include "tessel/data/dataset_builder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+
+#include <fmt/ranges.h>
 
 #include "tessel/core/error.h"
 #include "tessel/data/text_documents.h"
@@ -189,6 +192,11 @@ DataBlend parse_data_blend(const std::vector<std::string>& words, const std::str
     blend.weights.push_back(w);
     blend.prefixes.push_back(words[i + 1]);
   }
+  double sum = 0;
+  for (double w : blend.weights) sum += w;
+  if (problems.empty() && !std::isfinite(sum))
+    problems.push_back("the weights sum past the largest number (they are proportions: "
+                       "give smaller ones)");
   if (!problems.empty()) {
     std::string message = flag + ": " + problems[0];
     for (size_t i = 1; i < problems.size(); ++i) message += "; " + problems[i];
@@ -198,22 +206,24 @@ DataBlend parse_data_blend(const std::vector<std::string>& words, const std::str
 }
 
 SplitMatrix parse_split(const std::string& split) {
+  // Megatron's form: proportions separated by ',' or '/' ("969,30,1", "98/2"), each a whole
+  // finite number ≥ 0; anything else is refused rather than skipped.
   std::vector<double> vector;
-  for (size_t i = 0; i < split.size();) {
-    if (split[i] == '-')
-      throw ConfigError(fmt::format("--split \"{}\": proportions must not be negative", split));
-    if (!(std::isdigit(static_cast<unsigned char>(split[i])) || split[i] == '.')) {
-      ++i;
-      continue;
-    }
-    const size_t j = split.find_first_not_of("0123456789.", i);
-    const std::string word = split.substr(i, j == std::string::npos ? std::string::npos : j - i);
-    double v;
-    if (!parse_number(word, v))
-      throw ConfigError(fmt::format("--split \"{}\": '{}' is not a number", split, word));
+  std::vector<std::string> problems;
+  for (size_t i = 0; i <= split.size();) {
+    const size_t j = std::min(split.find_first_of(",/", i), split.size());
+    std::string word = split.substr(i, j - i);
+    word.erase(0, word.find_first_not_of(" \t"));
+    word.erase(word.find_last_not_of(" \t") + 1);
+    double v = 0;
+    if (!parse_number(word, v)) problems.push_back(fmt::format("'{}' is not a finite number", word));
+    else if (v < 0) problems.push_back(fmt::format("{} must not be negative", word));
     vector.push_back(v);
-    i = j == std::string::npos ? split.size() : j;
+    i = j + 1;
   }
+  if (!problems.empty())
+    throw ConfigError(fmt::format("--split \"{}\": {} (give proportions such as 969,30,1)", split,
+                                  fmt::join(problems, "; ")));
   if (vector.size() > kNumSplits)
     throw ConfigError(fmt::format("--split \"{}\": at most {} proportions (train, valid, test)",
                                   split, kNumSplits));
@@ -221,6 +231,8 @@ SplitMatrix parse_split(const std::string& split) {
   double sum = 0;
   for (double v : vector) sum += v;
   if (!(sum > 0)) throw ConfigError(fmt::format("--split \"{}\": the proportions sum to 0", split));
+  if (!std::isfinite(sum))
+    throw ConfigError(fmt::format("--split \"{}\": the proportions sum past the largest number", split));
   const std::vector<double> normal = normalize_weights(vector);
   SplitMatrix matrix;
   double begin = 0;

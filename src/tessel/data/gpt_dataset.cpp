@@ -1,6 +1,7 @@
 #include "tessel/data/gpt_dataset.h"
 
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -103,7 +104,14 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memor
   else if (!in_memory)
     cache_dir_ = data_->prefix() + "/cache/GPTDataset_indices";
 
-  if (!cache_dir_.empty() && load_cache()) {
+  bool cached = false;
+  try {
+    cached = !cache_dir_.empty() && load_cache();
+  } catch (const Error& e) {
+    fail("{}; a damaged cache, or one built from other data than {}.bin/.idx now hold: delete "
+         "{}/{}-* to rebuild it", e.what(), data_->prefix(), cache_dir_, hash_);
+  }
+  if (cached) {
     loaded_from_cache_ = true;
     num_epochs_ = static_cast<int64_t>(document_index_.size()) / std::max<int64_t>(end_ - begin_, 1);
     return;
@@ -131,6 +139,21 @@ void GptDataset::build() {
     return;
   }
   const GptEpochPlan plan = plan_gpt_epochs(tokens, num_samples_, config_.seq_length);
+  // An absurd request (--train-iters 2000000000) would build for hours into more memory than the
+  // machine has: refused up front. The document index holds int32 ids, the sample index two
+  // int64 and the shuffle index one per sample.
+  const double samples_built = static_cast<double>(plan.num_epochs) * static_cast<double>(tokens) /
+                         static_cast<double>(config_.seq_length);
+  const double bytes = 4.0 * static_cast<double>(plan.num_epochs) * static_cast<double>(end_ - begin_) +
+                       24.0 * samples_built;
+  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  TESSEL_CHECK(memory <= 0 || bytes <= memory,
+               "{}: the {} split's indices for {} samples ({} epochs of its {} tokens) would take "
+               "{:.1f} GiB, more than this machine's {:.1f} GiB of memory: ask for fewer samples "
+               "(--train-iters, --global-batch-size, --eval-iters)",
+               data_->prefix(), split_name(split_), num_samples_.value_or(0), plan.num_epochs,
+               tokens, bytes / (1 << 30), memory / (1 << 30));
   num_epochs_ = plan.num_epochs;
   NumpyRandomState rng(config_.seed);
   document_index_ =
@@ -168,8 +191,28 @@ bool GptDataset::load_cache() {
                       (position == sample_index_[2 * r - 2] && offset > sample_index_[2 * r - 1])),
                  "{}: row {} ({}, {}) is not a valid sample boundary", samples, r, position, offset);
   }
-  for (int64_t s : shuffle_index_)
+  // Each sample spans seq_length + 1 tokens from its row to the next (the last token shared):
+  // a cache built from other data than the files now hold is named here, not at a read.
+  std::vector<int64_t> starts(doc.size() + 1, 0);  // tokens before each document position
+  for (size_t p = 0; p < doc.size(); ++p) starts[p + 1] = starts[p] + data_->sequence_length(doc[p]);
+  for (int64_t r = 1; r < rows; ++r) {
+    const int64_t spanned = starts[sample_index_[2 * r]] + sample_index_[2 * r + 1] -
+                            starts[sample_index_[2 * r - 2]] - sample_index_[2 * r - 1];
+    TESSEL_CHECK(spanned == config_.seq_length,
+                 "{}: sample {} spans {} tokens of {}, not {}", samples, r - 1, spanned + 1,
+                 data_->prefix(), config_.seq_length + 1);
+  }
+  // Megatron's shuffle index is a permutation of the samples (of each of its two ranges when
+  // the last epoch is shuffled apart): one that repeats a sample (a zero-filled file) is damaged.
+  std::vector<char> seen(static_cast<size_t>(rows - 1), 0);
+  for (size_t i = 0; i < shuffle_index_.size(); ++i) {
+    const int64_t s = shuffle_index_[i];
     TESSEL_CHECK(s >= 0 && s < rows - 1, "{}: sample {} out of range", shuffle, s);
+    TESSEL_CHECK(!seen[static_cast<size_t>(s)],
+                 "{}: sample {} appears twice (at {} and before): not a permutation of the {} "
+                 "samples", shuffle, s, i, rows - 1);
+    seen[static_cast<size_t>(s)] = 1;
+  }
   return true;
 }
 

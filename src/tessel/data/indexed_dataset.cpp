@@ -202,8 +202,11 @@ void IndexedDataset::read(int64_t sequence, int64_t offset, std::span<int32_t> o
   const int64_t item = token_dtype_size(dtype_);
   const int64_t first = sequence_pointer(sequence) / item + offset;
   const int64_t limit = vocab_size_ > 0 ? vocab_size_ : std::numeric_limits<int32_t>::max();
+  thread_local std::vector<uint8_t> bytes;  // a copy first: the .bin may have shrunk (FileBytes::copy)
+  bytes.resize(static_cast<size_t>(count * item));
+  bin_.copy(first * item, count * item, bytes.data());
   for (int64_t k = 0; k < count; ++k) {
-    const int64_t v = token_at(bin_.data(), dtype_, first + k);
+    const int64_t v = token_at(bytes.data(), dtype_, k);
     if (v < 0 || v >= limit)
       fail("{}: token {} at byte offset {} (sequence {}) is outside the vocabulary [0, {})",
            bin_.path(), v, (first + k) * item, sequence, limit);

@@ -1,5 +1,7 @@
 // A file's bytes for the dataset readers: mapped read-only from disk, or owned in memory (datasets
-// built from text at start-up, fuzzers, tests). Readers see a (pointer, size) either way.
+// built from text at start-up, fuzzers, tests). Readers see a (pointer, size) either way. A mapped
+// file must not shrink while it is read: a truncated data file is an error naming it, never a
+// silent bus error.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,10 @@ class FileBytes {
   FileBytes& operator=(const FileBytes&) = delete;
 
   const std::string& path() const { return path_; }
+  // Copies bytes [offset, offset + n) into `out`. The bytes of a mapped file that shrank under the
+  // run are gone, and reading them raises SIGBUS: here it becomes a tessel::Error naming the file.
+  // (Elsewhere, e.g. an index read, the signal's handler names the file and the process exits 1.)
+  void copy(int64_t offset, int64_t n, void* out) const;
   const uint8_t* data() const { return data_; }
   int64_t size() const { return size_; }
 

@@ -73,20 +73,6 @@ void write_npy(const std::string& path, const std::string& descr, const std::vec
   write_file_atomically(path, file);
 }
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  char host[256] = {0};
-  ::gethostname(host, sizeof host - 1);
-  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, host, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    TESSEL_CHECK(out.good(), "{}: cannot create ({})", tmp, std::strerror(errno));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    TESSEL_CHECK(out.good(), "{}: write failed ({})", tmp, std::strerror(errno));
-  }
-  std::filesystem::rename(tmp, path);
-}
-
 NpyArray read_npy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TESSEL_CHECK(in.good(), "{}: cannot open ({})", path, std::strerror(errno));

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "tessel/core/writable.h"  // write_file_atomically
 #include <vector>
 
 namespace tessel {
@@ -20,11 +22,6 @@ struct NpyArray {
 // The descr of an integer element type (int16, int32, uint32, int64).
 template <typename T>
 const char* npy_descr();
-
-// Writes `bytes` to `path` under a temporary name unique to this process and host, then renames
-// it: a reader never sees half a file, and ranks of several nodes that write the same cache file
-// on a shared file system never write into each other's.
-void write_file_atomically(const std::string& path, const std::string& bytes);
 
 void write_npy(const std::string& path, const std::string& descr, const std::vector<int64_t>& shape,
                const void* data, size_t bytes);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 #include "tessel/data/text_documents.h"
 
 namespace tessel {
@@ -216,6 +217,10 @@ PreprocessResult preprocess(const PreprocessOptions& options, const Tokenizer& t
     throw ConfigError(message);
   }
   TESSEL_CHECK(std::filesystem::is_regular_file(options.input), "{}: no such file", options.input);
+
+  // The output's folder is created, as Megatron's preprocess_data.py does not but a user expects.
+  const std::filesystem::path out_dir = std::filesystem::path(options.output_prefix).parent_path();
+  if (!out_dir.empty()) require_writable_dir("--output-prefix", out_dir.string());
 
   PreprocessResult result;
   result.dtype = optimal_token_dtype(tokenizer.vocab_size());

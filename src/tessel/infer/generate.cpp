@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "tessel/ckpt/finite_weights.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
@@ -77,7 +78,9 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
                          params, no_context_parallel(k));
   params.finalize(k.memory);
   model.bind(params);
-  load_hf_weights(params, cfg, hf_weights_file(model_dir));
+  const std::string weights = hf_weights_file(model_dir);
+  load_hf_weights(params, cfg, weights);
+  require_finite_weights(k, params, weights);
   ChunkActivations acts = model.make_activations();
 
   std::vector<int32_t> context = tokenizer->encode(o.prompt.empty() ? "\n" : o.prompt);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -328,7 +329,8 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
 
 nlohmann::json read_model_file(const std::string& path) {
   std::ifstream in(path);
-  TESSEL_CHECK(in.good(), "{}: cannot open model file", path);
+  TESSEL_CHECK(in.good() && !std::filesystem::is_directory(path), "{}: cannot open model file{}", path,
+               std::filesystem::is_directory(path) ? " (a folder)" : "");
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {

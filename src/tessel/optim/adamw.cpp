@@ -18,10 +18,10 @@ std::vector<std::string> optimizer_violations(const OptimizerConfig& config) {
     problems.push_back(fmt::format("--adam-beta2 {} is not in [0, 1)", config.beta2));
   if (!(config.eps > 0.0f))
     problems.push_back(fmt::format("--adam-eps {} is not positive", config.eps));
-  if (!(config.weight_decay >= 0.0f))
-    problems.push_back(fmt::format("--weight-decay {} is negative", config.weight_decay));
-  if (!(config.clip_grad >= 0.0f))
-    problems.push_back(fmt::format("--clip-grad {} is negative", config.clip_grad));
+  if (!(std::isfinite(config.weight_decay) && config.weight_decay >= 0.0f))
+    problems.push_back(fmt::format("--weight-decay {} must be a finite number ≥ 0", config.weight_decay));
+  if (!(std::isfinite(config.clip_grad) && config.clip_grad >= 0.0f))
+    problems.push_back(fmt::format("--clip-grad {} must be a finite number ≥ 0", config.clip_grad));
   return problems;
 }
 

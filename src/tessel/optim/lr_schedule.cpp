@@ -29,7 +29,8 @@ std::string lr_decay_style_name(LrDecayStyle style) {
 
 std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) {
   std::vector<std::string> problems;
-  if (!(config.lr >= 0.0f)) problems.push_back(fmt::format("--lr {} is negative", config.lr));
+  if (!(std::isfinite(config.lr) && config.lr >= 0.0f))
+    problems.push_back(fmt::format("--lr {} must be a finite number ≥ 0", config.lr));
   if (!(config.min_lr >= 0.0f && config.min_lr <= config.lr))
     problems.push_back(fmt::format("--min-lr {} is not within [0, --lr {}]", config.min_lr,
                                    config.lr));

@@ -56,7 +56,7 @@ std::string PlanRun::describe() const {
   if (p.cp > 1) s += fmt::format(" CP{}", p.cp);
   if (p.ep > 1) s += fmt::format(" EP{}", p.ep);
   if (p.ep > 1 && p.expert_tp() != p.tp) s += fmt::format(" ETP{}", p.expert_tp());
-  s += fmt::format(" DP{} mb{}", p.dp(), micro_batch);
+  s += fmt::format(" DP{} mb{}", p.tp * p.cp * p.pp > 0 ? p.dp() : 0, micro_batch);  // also for bad sizes
   if (recompute != Recompute::None) s += " " + recompute_name(recompute);
   if (p.distributed_optimizer) s += " dist-opt";
   return s;

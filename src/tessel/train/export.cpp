@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tessel/ckpt/checkpoint.h"
+#include "tessel/ckpt/finite_weights.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/ckpt/shards.h"
 #include "tessel/core/error.h"
@@ -131,7 +132,7 @@ int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tok
   declare_chunks(cfg, {ChunkSpec{0, cfg.num_layers, true, true}}, params);
   params.finalize(k.memory);
   if (!source.load.empty()) {
-    const nlohmann::json saved = read_checkpoint_metadata(source.load).at("run_config").at("tokenizer");
+    const nlohmann::json saved = saved_tokenizer(source.load);
     if (tokenizer_options) {
       const std::string why = tokenizer_mismatch(saved, tokenizer_identity(*tokenizer));
       TESSEL_CHECK(why.empty(), "--load {}: {}", source.load, why);

@@ -1,11 +1,13 @@
 #include "tessel/train/log.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -26,19 +28,62 @@ std::string records_until(const std::string& path, int64_t iteration) {
   return kept;
 }
 
+// Replaces `path` with `text` through a temporary file, so that a failed write (a full disk)
+// leaves the old file whole; throws Error naming the file and the error.
+void replace_file(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  TESSEL_CHECK(f != nullptr, "--log-json {}: cannot create {} ({})", path, tmp, std::strerror(errno));
+  bool ok = std::fputs(text.c_str(), f) >= 0 && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int error = errno;
+  ok = std::fclose(f) == 0 && ok;
+  if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return;
+  const int rename_error = errno;
+  std::remove(tmp.c_str());
+  fail("--log-json {}: cannot rewrite the {} bytes of records it keeps ({}); the file is left as "
+       "it was", path, text.size(), std::strerror(ok ? rename_error : error));
+}
+
 }  // namespace
 
 TrainLog::TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path,
                    bool progress, bool quiet, int64_t resumed_after)
     : train_iters_(train_iters), log_interval_(log_interval > 0 ? log_interval : 1),
       progress_(progress && !quiet), quiet_(quiet) {
-  if (!json_path.empty()) {
+  if (json_path.empty()) return;
+  json_path_ = json_path;
+  // A resumed run keeps the records up to its save: rewritten whole or not at all, then appended to.
+  const bool keeps = resumed_after > 0 && std::filesystem::exists(json_path);
+  if (keeps) {
     const std::string kept = records_until(json_path, resumed_after);
-    json_ = std::fopen(json_path.c_str(), "w");
-    TESSEL_CHECK(json_ != nullptr, "--log-json {}: cannot open for writing ({})", json_path,
-                 std::strerror(errno));
-    std::fputs(kept.c_str(), json_);
+    replace_file(json_path, kept);
+    json_bytes_ = static_cast<int64_t>(kept.size());
+    json_records_ = std::count(kept.begin(), kept.end(), '\n');
   }
+  json_ = std::fopen(json_path.c_str(), keeps ? "a" : "w");
+  TESSEL_CHECK(json_ != nullptr, "--log-json {}: cannot open for writing ({})", json_path,
+               std::strerror(errno));
+}
+
+void TrainLog::write_json(const nlohmann::json& record) {
+  if (json_ == nullptr) return;
+  const std::string line = record.dump() + "\n";
+  if (std::fputs(line.c_str(), json_) >= 0 && std::fflush(json_) == 0) {
+    json_bytes_ += static_cast<int64_t>(line.size());
+    ++json_records_;
+    return;
+  }
+  write_error_ = fmt::format("--log-json {}: write failed ({}); it keeps the {} records before it",
+                             json_path_, std::strerror(errno), json_records_);
+  // Whatever part of the line reached the disk goes: the file ends with its last whole record.
+  std::fclose(json_);
+  json_ = nullptr;
+  if (::truncate(json_path_.c_str(), json_bytes_) != 0)
+    *write_error_ += fmt::format(" (and its last line may be cut: {})", std::strerror(errno));
+}
+
+void TrainLog::check() const {
+  if (write_error_) throw Error(*write_error_);
 }
 
 TrainLog::~TrainLog() {
@@ -78,8 +123,7 @@ void TrainLog::iteration(const IterationStats& s) {
       }
       for (const IterationStats::Comm& c : s.comm)
         j["comm"][c.group][c.op] = {{"calls", c.calls}, {"bytes", c.bytes}, {"ms", 1e3 * c.seconds}};
-      std::fputs((j.dump() + "\n").c_str(), json_);
-      std::fflush(json_);
+      write_json(j);
     }
   }
   if (progress_) draw_progress(s);
@@ -91,8 +135,7 @@ void TrainLog::evaluation(int64_t it, const std::string& split, double loss) {
                       split == "valid" ? "validation" : split, it, loss, ppl));
   if (json_ == nullptr || quiet_) return;
   const nlohmann::json j = {{"iteration", it}, {"split", split}, {"loss", loss}, {"ppl", ppl}};
-  std::fputs((j.dump() + "\n").c_str(), json_);
-  std::fflush(json_);
+  write_json(j);
 }
 
 void TrainLog::message(const std::string& line) {

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,7 +42,8 @@ class TrainLog {
   // json_path may be empty; progress draws a live line between logged iterations; a quiet log
   // (every rank but the first) prints nothing. A run resumed after iteration `resumed_after`
   // keeps the records of json_path up to that iteration, so that it ends up holding the whole
-  // run however often it was restarted.
+  // run however often it was restarted: the file is rewritten through a temporary one, so that a
+  // rewrite that fails (throwing Error) loses nothing.
   TrainLog(int64_t train_iters, int64_t log_interval, const std::string& json_path, bool progress,
            bool quiet = false, int64_t resumed_after = 0);
   ~TrainLog();
@@ -52,14 +55,22 @@ class TrainLog {
   // An evaluation's loss on `split` after iteration `it`: a line with its perplexity and, in
   // --log-json, {"iteration", "split", "loss", "ppl"}.
   void evaluation(int64_t it, const std::string& split, double loss);
+  // Throws tessel::Error naming --log-json's file and the error when a record could not be
+  // written (a full disk); the writes stop at the first failure. The trainer calls it on every
+  // rank together, so that the run stops at the iteration whose record was lost.
+  void check() const;
 
  private:
   void draw_progress(const IterationStats& s);
+  void write_json(const nlohmann::json& record);
 
   int64_t train_iters_, log_interval_;
   bool progress_;
   bool quiet_;
+  std::string json_path_;
   std::FILE* json_ = nullptr;
+  int64_t json_bytes_ = 0, json_records_ = 0;  // the whole records in the file
+  std::optional<std::string> write_error_;
   double elapsed_s_ = 0;
   bool progress_drawn_ = false;
 };

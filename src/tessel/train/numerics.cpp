@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "tessel/ckpt/finite_weights.h"
 #include "tessel/core/error.h"
 
 namespace tessel {
@@ -19,17 +20,6 @@ constexpr double kSpikeFactor = 10.0;
 constexpr double kInjectedSpike = 1000.0;
 
 bool finite(const NumericsGuard::Result& r) { return std::isfinite(r.loss) && std::isfinite(r.grad_norm); }
-
-// The first non-finite element of n floats of device memory, or -1. Σx² over floats is finite
-// exactly when every x is (in double precision no square of a float overflows), so one pass of
-// the kernel table's sum_squares tells; the element is looked for only then.
-int64_t first_non_finite(const Kernels& k, const float* x, int64_t n) {
-  if (std::isfinite(k.sum_squares(x, n, 0.0))) return -1;
-  std::vector<float> host(n);
-  k.memory.to_host(host.data(), x, n * 4);
-  return std::find_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); }) -
-         host.begin();
-}
 
 int64_t parse_count(const std::string& text, const std::string& whole) {
   size_t used = 0;
@@ -86,17 +76,6 @@ std::vector<std::string> fault_violations(const FaultOptions& o) {
     v.push_back(fmt::format("--distributed-timeout-minutes {} must be a finite number > 0",
                             o.distributed_timeout_minutes));
   return v;
-}
-
-void require_finite_weights(const Kernels& k, const ParamRegistry& params, const std::string& source) {
-  for (const Param& p : params.params()) {
-    const int64_t bad = first_non_finite(k, p.value, p.numel());
-    if (bad < 0) continue;
-    std::vector<float> value(1);
-    k.memory.to_host(value.data(), p.value + bad, 4);
-    fail("{}: {} holds a non-finite value ({} at element {} of the {} this rank holds): refusing it",
-         source, p.name, value[0], bad, p.numel());
-  }
 }
 
 NumericsGuard::NumericsGuard(const Kernels& k, const FaultOptions& options, ParamRegistry& params,

@@ -45,10 +45,6 @@ FaultInjection parse_fault_injection(const std::string& text);
 // non-negative limits.
 std::vector<std::string> fault_violations(const FaultOptions& options);
 
-// Throws tessel::Error naming `source` (a file, a save), the first parameter holding a NaN or an
-// infinity and the element. Reads every value once (through the kernel table).
-void require_finite_weights(const Kernels& k, const ParamRegistry& params, const std::string& source);
-
 class NumericsGuard {
  public:
   // What an iteration computed, the same on every rank.

@@ -6,13 +6,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
 
 #include "tessel/comm/comm.h"
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 
 namespace tessel {
 
@@ -97,10 +97,12 @@ void write_pipeline_timeline(const std::string& path, const PipelineExecutor::St
   world.all_reduce(&most_chunks, 1, ReduceOp::Max);
   check_together(world, [&] {
     if (world.rank() != 0) return;
-    std::ofstream out(path);
-    TESSEL_CHECK(out, "--pipeline-timeline {}: cannot open for writing ({})", path, std::strerror(errno));
-    out << trace_events(all, counts, offsets, static_cast<int>(most_chunks), iteration).dump() << "\n";
-    TESSEL_CHECK(out.good(), "--pipeline-timeline {}: write failed", path);
+    try {
+      write_file_atomically(
+          path, trace_events(all, counts, offsets, static_cast<int>(most_chunks), iteration).dump() + "\n");
+    } catch (const Error& e) {
+      fail("--pipeline-timeline {}: {}", path, e.what());
+    }
   });
 }
 

@@ -9,7 +9,9 @@
 #include <optional>
 
 #include "tessel/ckpt/checkpoint.h"
+#include "tessel/ckpt/finite_weights.h"
 #include "tessel/ckpt/hf.h"
+#include "tessel/ckpt/save_lock.h"
 #include "tessel/comm/comm.h"
 #include "tessel/core/error.h"
 #include "tessel/data/tokenizer_files.h"
@@ -98,8 +100,7 @@ nlohmann::json checkpoint_run_config(const TrainPlan& plan) {
 
 // A run resumes with the tokenizer its save was trained with.
 void check_saved_tokenizer(const std::string& dir, const nlohmann::json& current) {
-  const nlohmann::json meta = read_checkpoint_metadata(dir);
-  const nlohmann::json& saved = meta.at("run_config").at("tokenizer");
+  const nlohmann::json saved = saved_tokenizer(dir);
   const std::string why = tokenizer_mismatch(saved, current);
   if (!why.empty())
     throw Error(fmt::format("--load {}: {}; give the tokenizer flags it was trained with", dir, why));
@@ -146,7 +147,11 @@ struct RunSetup {
         optimizer(k, stage.params, plan.options.optim.adamw, sync.owned_ranges()) {
     const CheckpointOptions& ckpt = plan.options.checkpoint;
     if (!ckpt.init_from.empty()) require_finite_weights(k, stage.params, ckpt.init_from);
-    if (!ckpt.save.empty()) require_writable_dir("--save", ckpt.save, groups.world_rank());
+    if (!ckpt.save.empty()) {
+      require_writable_dir("--save", ckpt.save, groups.world_rank());
+      // One writer per folder: the rank that writes its metadata and tracker holds the lock.
+      if (groups.world_rank() == 0) save_lock = std::make_unique<SaveLock>(ckpt.save);
+    }
     if (!ckpt.save_hf.empty()) require_writable_dir("--save-hf", ckpt.save_hf, groups.world_rank());
     // The data order and the learning rate depend on (seed, iteration) only: resuming needs no
     // more than the weights, the moments and the step count. As Megatron, a --load folder without
@@ -170,6 +175,7 @@ struct RunSetup {
   StageModel stage;
   GradSync sync;
   AdamW optimizer;
+  std::unique_ptr<SaveLock> save_lock;  // on world rank 0, with --save
   bool has_save = false;
   int64_t resumed = 0;
   std::unique_ptr<TrainLog> log;
@@ -197,6 +203,11 @@ void report_start(const TrainPlan& plan, ProcessGroups& groups, const GptDataSpl
   report_run(log, plan, groups, setup.stage.params, data);
   if (o.eval.iters > 0 && data.get(Split::Valid) == nullptr)
     log.message("no validation: the valid split has no samples (see --split or --valid-data-path)");
+  if (setup.save_lock && !setup.save_lock->stale_holder().empty())
+    log.message(fmt::format("--save {}: took over the lock of a run that ended without releasing it "
+                            "({}); removed {} unfinished files of its saves",
+                            o.checkpoint.save, setup.save_lock->stale_holder(),
+                            setup.save_lock->removed_leftovers()));
   const std::string& load = o.checkpoint.load;
   if (setup.has_save) log.message(fmt::format("resumed from {} after iteration {}", load, setup.resumed));
   else if (!load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", load));
@@ -329,6 +340,8 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     add_timing(s, start, plan.batch_tokens(), groups);
     totals.add(s, pipeline.stats());
     step.record(s);
+    // A --log-json record that could not be written (a full disk) stops the run at its iteration.
+    if (!o.log.json.empty()) check_together(groups.world(), [&] { log.check(); });
 
     saver.poll(groups);
     stop = exit_request.poll(groups.world());
@@ -355,6 +368,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
                     : fmt::format("{}: stopped after iteration {}, saved {}", *stop, it,
                                   checkpoint_iteration_dir(ckpt.save, it)));
   else end_of_run(plan, groups, *setup, evaluator, numerics, totals);
+  if (!o.log.json.empty()) check_together(groups.world(), [&] { log.check(); });
   return history;
 }
 

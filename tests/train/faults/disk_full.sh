@@ -32,13 +32,7 @@ full_disk_run() {  # NAME [FLAGS...]
     cp -r "$0/ckpt" "$0.kept" 2>/dev/null
     exit $rc' "$disk" "$disk" "${mpirun[@]}" -n 2 "$tessel" train "${flags[@]}" --save "$disk/ckpt" \
     --save-interval 3 --log-json "$work/$name.jsonl" "$@" > "$work/$name.out" 2>&1
-  local rc=$?
-  cat "$work/$name.out"
-  [ "$rc" -ne 99 ] || fail "$name: cannot mount a tmpfs (the test needs root, as CI runs it)"
-  [ "$rc" -ne 0 ] || fail "$name: the run on a full disk exited 0"
-  expect_one_report "$work/$name.out"
-  expect_text "$work/$name.out" "No space left on device"
-  expect_text "$work/$name.out" "safetensors"
+  expect_full_disk $? "$work/$name.out" "safetensors"
   good=$(latest "$disk.kept") || fail "$name: no save survived"
   expect_text "$work/$name.out" "the checkpoint save of iteration $((good + 3)) failed"
   expect_text "$work/$name.out" "latest_checkpointed_iteration.txt still names iteration $good"

@@ -97,3 +97,46 @@ expect_one_report() {  # FILE
   if grep -q "\[rank [0-9]*\] tessel: error" "$1"; then cat "$1"; fail "reported by a rank other than 0"; fi
   if grep -q "MPI_ABORT" "$1"; then cat "$1"; fail "an MPI_ABORT banner"; fi
 }
+
+# Runs CMD under `timeout SECONDS`; it must fail cleanly: a non-zero exit that is neither a
+# signal nor the time limit, and one "tessel: error:" line, containing TEXT.
+expect_refused() {  # SECONDS TEXT CMD...
+  local limit=$1 text=$2
+  shift 2
+  timeout "$limit" "$@" > "$work/refused.out" 2>&1
+  local rc=$?
+  [ "$rc" -ne 0 ] || { cat "$work/refused.out"; fail "exit 0: $*"; }
+  [ "$rc" -lt 124 ] || { cat "$work/refused.out"; fail "exit $rc (a signal or the time limit): $*"; }
+  local reports
+  reports=$(grep -c "tessel: error:" "$work/refused.out")
+  [ "$reports" -eq 1 ] || { cat "$work/refused.out"; fail "$reports error lines, not 1: $*"; }
+  grep "tessel: error:" "$work/refused.out" | grep -qF -- "$text" ||
+    { cat "$work/refused.out"; fail "the error lacks \"$text\": $*"; }
+  echo "ok: $(grep "tessel: error:" "$work/refused.out" | cut -c1-240)"
+}
+
+# Runs CMD... with a tmpfs of SIZE KiB mounted on DIR (in a private mount namespace, which needs
+# root, as CI runs), then copies what DIR holds to DIR.kept; returns CMD's status (99: no tmpfs).
+# CMD runs in the namespace: a `bash -c` puts files on the small disk before a job.
+on_small_disk() {  # SIZE_KIB DIR CMD...
+  local size=$1 dir=$2
+  shift 2
+  mkdir -p "$dir"
+  timeout 120 unshare --mount --propagation private bash -c '
+    mount -t tmpfs -o size='"$size"'k tmpfs "$0" || exit 99
+    "$@"
+    rc=$?
+    cp -a "$0" "$0.kept"
+    exit $rc' "$dir" "$@"
+}
+
+# Fails unless a run (exit status RC, output in FILE) was stopped by a full disk, reported once
+# with TEXT.
+expect_full_disk() {  # RC FILE TEXT
+  cat "$2"
+  [ "$1" -ne 99 ] || fail "cannot mount a tmpfs (the test needs root, as CI runs it)"
+  [ "$1" -ne 0 ] || fail "the run on a full disk exited 0"
+  expect_one_report "$2"
+  expect_text "$2" "No space left on device"
+  expect_text "$2" "$3"
+}

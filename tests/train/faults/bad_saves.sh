@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Hostile saves, one process each (issue 26): copies of a save damaged one way each — Adam moments
+# that are not finite or negative, a negative or huge step count, a wrong shape, slices that do
+# not cover a tensor, NaN weights under a matching CRC, metadata.json lacking a field or being a
+# folder, a tracker with trailing garbage — are refused by --load and `checkpoint verify` alike,
+# in one line naming the file and the field, with a non-zero exit and no signal.
+. "$(dirname "$0")/lib.sh"
+edit=$src/tests/train/faults/edit_save.py
+one=("${model[@]}" --train-iters 2)
+
+# A save, then copies of it damaged one way each: --load and `checkpoint verify` refuse them alike.
+timeout 60 "$tessel" train "${one[@]}" --save "$work/save" > "$work/save.out" 2>&1 ||
+  { cat "$work/save.out"; fail "the save run failed"; }
+"$tessel" checkpoint verify "$work/save" || fail "the pristine save does not verify"
+damaged() {  # NAME TEXT EDIT...: a copy of the save edited by edit_save.py EDIT (paths relative to it)
+  local name=$1 text=$2
+  shift 2
+  local copy=$work/$name
+  rm -rf "$copy"
+  cp -r "$work/save" "$copy"
+  local it=$copy/iter_0000002
+  (cd "$it" && python3 "$edit" "$@") || fail "$name: cannot damage the save"
+  expect_refused 60 "$text" "$tessel" checkpoint verify "$copy"
+  expect_refused 60 "$text" "$tessel" train "${model[@]}" --train-iters 4 --load "$copy"
+}
+wte=transformer.wte.weight
+damaged negative_moment "Adam's second moment" value rank_00000.safetensors "optim.exp_avg_sq/$wte" 7 -1 metadata.json
+damaged nan_moment "Adam's first moment" value rank_00000.safetensors "optim.exp_avg/$wte" 7 nan metadata.json
+damaged nan_weight "nan at element 7" value rank_00000.safetensors "$wte" 7 nan metadata.json
+damaged negative_steps "step_count -1" key metadata.json step_count -1
+damaged huge_steps "step_count 1.1805916207174113e+21 is not a whole number" key metadata.json step_count 1180591620717411303424
+damaged wrong_shape "has shape [2048, 32]" key metadata.json "tensors.$wte.shape" "[2048, 32]"
+damaged uncovered "do not cover" key metadata.json "tensors.$wte.shards" "[]"
+for key in files tensors run_config; do
+  damaged "no_$key" "no \"$key\"" key metadata.json "$key" --delete
+done
+# A folder where metadata.json or a model file belongs.
+rm -rf "$work/folder_meta" && cp -r "$work/save" "$work/folder_meta"
+rm "$work/folder_meta/iter_0000002/metadata.json" && mkdir "$work/folder_meta/iter_0000002/metadata.json"
+expect_refused 60 "metadata.json: not a file" "$tessel" checkpoint verify "$work/folder_meta"
+expect_refused 60 "metadata.json: not a file" "$tessel" train "${one[@]}" --load "$work/folder_meta"
+expect_refused 60 "(a folder)" "$tessel" train "${one[@]}" --model-config "$work"
+# A tracker with trailing garbage names no iteration.
+rm -rf "$work/tracker" && cp -r "$work/save" "$work/tracker" && echo 2abc > "$work/tracker/latest_checkpointed_iteration.txt"
+expect_refused 60 "not an iteration number ('2abc')" "$tessel" checkpoint verify "$work/tracker"
+echo "ok: every damaged save is refused by --load and checkpoint verify alike"

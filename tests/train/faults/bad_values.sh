@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Hostile values, one process each (issue 26): --split and --data-path weights that are no
+# proportions, NaN weights given to `generate`, layouts with a size 0 and models too large for any
+# machine given to `tessel plan`. Each is refused in one line naming the flag or the file, with a
+# non-zero exit and no signal, or behaves correctly (bad_saves.sh: saves).
+. "$(dirname "$0")/lib.sh"
+edit=$src/tests/train/faults/edit_save.py
+one=("${model[@]}" --train-iters 2)
+
+# --split: words that are no finite proportion are refused, not skipped; exponents are numbers.
+for split in nan,1,1 inf,1,1 1,x,1 "1,,1" 20abc,1,1; do
+  expect_refused 60 "--split \"$split\": '" "$tessel" train "${one[@]}" --split "$split"
+done
+data_line() {  # SPLIT: the data line of a 1-iteration run on SPLIT
+  timeout 60 "$tessel" train "${model[@]}" --train-iters 1 --split "$1" > "$work/split.out" 2>&1 ||
+    { cat "$work/split.out"; fail "--split $1 failed"; }
+  grep "^data:" "$work/split.out"
+}
+[ "$(data_line 9e1,5,5)" = "$(data_line 90,5,5)" ] || fail "--split 9e1,5,5 is not 90,5,5"
+[ "$(data_line 98,1,1e-3)" = "$(data_line 98000,1000,1)" ] || fail "--split 98,1,1e-3 is not 98000,1000,1"
+echo "ok: --split 9e1,5,5 and 98,1,1e-3 split as 90,5,5 and 98000,1000,1"
+# Weights whose sum overflows are named as such (not "weight 0").
+corpus=$src/data/kjv-genesis-esther.txt
+expect_refused 60 "sum past the largest number" "$tessel" train "${sizes[@]}" --train-iters 2 \
+  --data-path 1e308 "$corpus" 1e308 "$corpus"
+
+# generate: NaN weights are refused before a token is sampled.
+"$tessel" export "${sizes[@]}" --out "$work/hf" > /dev/null || fail "export failed"
+python3 "$edit" value "$work/hf/model.safetensors" transformer.wte.weight 5 nan
+expect_refused 60 "non-finite" "$tessel" generate --model "$work/hf" --max-new-tokens 4
+
+# tessel plan: a size 0 is a rule broken, not a division by zero.
+for flag in --tp --pp --cp --vpp; do
+  expect_refused 60 "must be at least 1 (got 0)" "$tessel" plan "$flag" 0 --num-gpus 8
+done
+# tessel plan: a model whose weights alone exceed every device's memory, refused before a search
+# that would declare every stage of every layout (10^8 layers searched for 40 minutes).
+for layers in 1000000 100000000; do
+  expect_refused 60 "weights alone, more than all" "$tessel" plan --num-layers "$layers"
+done
+echo "ok: every hostile value is refused in one line"
