@@ -48,7 +48,6 @@ PlanCommand::PlanCommand(CLI::App& app) {
   auto set_int = [&](const char* name, auto member, const char* help) {
     c.add_option_function<int>(name, [this, member](const int& v) { overrides_.push_back([v, member](PlanModel& m) { member(m) = v; }); }, help);
   };
-  set_int("--kv-channels", [](PlanModel& m) -> int& { return m.kv_channels; }, "head dimension (0: hidden / heads)");
   set_int("--q-lora-rank", [](PlanModel& m) -> int& { return m.mla.q_lora_rank; }, "MLA query latent");
   set_int("--kv-lora-rank", [](PlanModel& m) -> int& { return m.mla.kv_lora_rank; }, "MLA key/value latent");
   set_int("--qk-head-dim", [](PlanModel& m) -> int& { return m.mla.qk_head_dim; }, "MLA query/key head dimension");
@@ -119,6 +118,12 @@ PlanModel PlanCommand::resolve_model() const {
   if (!preset_.empty()) m = model_preset(preset_);
   if (!model_.model_file().empty()) m = load_plan_model(model_.model_file());
   model_.apply(m.cfg);
+  // --kv-channels is a model field (train builds it); the planner models it as its own
+  // PlanModel::kv_channels, as it does for a config.json's head_dim.
+  if (m.cfg.kv_channels > 0) {
+    m.kv_channels = m.cfg.kv_channels;
+    m.cfg.kv_channels = 0;
+  }
   for (const auto& apply : overrides_) apply(m);
   std::vector<std::string> v = m.violations();
   if (!v.empty()) {

@@ -21,6 +21,7 @@ ModelConfig moe_config() {
   c.moe.topk = 2;
   c.moe.ffn_hidden_size = 8;
   c.moe.shared_expert_size = 12;
+  c.moe.shared_expert_gate = true;
   c.moe.aux_loss_coeff = 0.01f;
   c.moe.layer_pattern = {0, 1, 1};
   return c;

@@ -47,18 +47,33 @@ struct TinyModel {
 };
 
 // Both architectures, and llama with each attention option (--add-qkv-bias, --qk-layernorm) and
-// with both.
+// with both; and Qwen3-Next's attention options.
 struct Variant {
   const char* name;
   Arch arch;
   bool qkv_bias = false;
   bool qk_layernorm = false;
+  void (*qwen3_next)(ModelConfig&) = nullptr;
 };
+
+// Qwen3-Next's attention: the output gate, zero-centred norms (the QK-norm's too), a head
+// dimension of its own (--kv-channels 8, not hidden / heads = 4) and RoPE on half of it. (Its
+// Gated DeltaNet layers: the fp32 loss's central differences are too coarse for the l2norms and
+// decays of a 6-token model, so the mixer is checked against its double reference in
+// gated_delta_net_test.cpp and the model with it below, SplitBackwardWithGdnLayers.)
+void qwen3_next_attention(ModelConfig& c) {
+  c.attention_output_gate = true;
+  c.layernorm_1p = true;
+  c.kv_channels = 8;
+  c.rotary_percent = 0.5f;
+}
+
 const Variant kVariants[] = {{"gpt2", Arch::GPT2},
                              {"llama", Arch::Llama},
                              {"llama_qkv_bias", Arch::Llama, true, false},
                              {"llama_qk_layernorm", Arch::Llama, false, true},
-                             {"llama_qkv_bias_qk_layernorm", Arch::Llama, true, true}};
+                             {"llama_qkv_bias_qk_layernorm", Arch::Llama, true, true},
+                             {"qwen3_next_attention", Arch::Llama, false, true, qwen3_next_attention}};
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
@@ -66,6 +81,7 @@ ModelConfig variant_config(const Variant& v) {
   ModelConfig c = tiny_config(v.arch);
   c.add_qkv_bias = v.qkv_bias;
   c.qk_layernorm = v.qk_layernorm;
+  if (v.qwen3_next != nullptr) v.qwen3_next(c);
   return c;
 }
 
@@ -202,6 +218,22 @@ TEST_P(ModelGradient, SplitBackwardMatchesCombinedWholeModel) {
 
 TEST_P(ModelGradient, SplitBackwardMatchesCombinedMiddleChunk) {
   check_split_backward(variant_config(GetParam()), ChunkSpec{0, 2, false, false});
+}
+
+// Qwen3-Next's layers: a Gated DeltaNet layer (2 key heads, 4 value heads) then gated attention.
+TEST(Qwen3NextModel, SplitBackwardWithGdnLayersAndUntrainedLoss) {
+  ModelConfig c = tiny_config(Arch::Llama);
+  c.qk_layernorm = true;
+  qwen3_next_attention(c);
+  c.linear = {.layer_pattern = {1, 0}, .conv_kernel_dim = 3, .key_head_dim = 4, .value_head_dim = 4,
+              .num_key_heads = 2, .num_value_heads = 4};
+  check_split_backward(c, ChunkSpec{0, 2, true, true});
+  check_split_backward(c, ChunkSpec{0, 2, false, false});
+  c.vocab_size = 256;
+  c.hidden_size = 64;
+  c.seq_length = 80;  // two delta-rule chunks
+  TinyModel m(c, 2);
+  EXPECT_NEAR(m.loss(), std::log(256.0), 0.05);
 }
 
 INSTANTIATE_TEST_SUITE_P(Arches, ModelGradient, ::testing::ValuesIn(kVariants),

@@ -32,7 +32,6 @@ namespace {
 using ref::Vec;
 using Floats = std::vector<float>;
 
-
 constexpr uint64_t kSeed = 77001;
 constexpr double kForwardTolerance = 1e-5;
 constexpr double kGradientTolerance = 1e-4;
@@ -107,8 +106,9 @@ struct Fixture {
         n.push_back(fmt::format("experts.{}.{}.weight", e, w));
     if (moe.shared_expert_size > 0)
       for (const char* w : {"shared_expert.gate_proj.weight", "shared_expert.up_proj.weight",
-                            "shared_expert.down_proj.weight", "shared_expert_gate.weight"})
+                            "shared_expert.down_proj.weight"})
         n.push_back(w);
+    if (moe.shared_expert_gate) n.push_back("shared_expert_gate.weight");
     return n;
   }
 };
@@ -159,7 +159,8 @@ Vec ref_layer(const MoeConfig& moe, int64_t N, int64_t C, int64_t F, double grad
       const Vec y = ref::linear(ref::swiglu(ref::linear(row, in[s], {}, 1, C, Fs, false),
                                             ref::linear(row, in[s + 1], {}, 1, C, Fs, false)),
                                 in[s + 2], {}, 1, Fs, C, false);
-      const double gate = ref::sigmoid(ref::linear(row, in[s + 3], {}, 1, C, 1, false)[0]);
+      const double gate =
+          moe.shared_expert_gate ? ref::sigmoid(ref::linear(row, in[s + 3], {}, 1, C, 1, false)[0]) : 1.0;
       for (int64_t c = 0; c < C; ++c) out[n * C + c] += gate * y[c];
     }
   }
@@ -234,6 +235,7 @@ MoeConfig base_config() {
 TEST(MoeLayer, ParametersHaveHuggingFaceNames) {
   MoeConfig moe = base_config();
   moe.shared_expert_size = 3;
+  moe.shared_expert_gate = true;
   Fixture f(moe, 6, 5, 4);
   std::vector<std::string> names;
   for (const Param& p : f.registry.params()) names.push_back(p.name);
@@ -257,6 +259,7 @@ TEST(MoeLayer, SoftmaxTop2WithAuxZLossAndSharedExpertMatchesReference) {
   moe.aux_loss_coeff = 0.1f;
   moe.z_loss_coeff = 0.01f;
   moe.shared_expert_size = 3;
+  moe.shared_expert_gate = true;
   check_layer(moe, 7);
 }
 
@@ -281,7 +284,7 @@ TEST(MoeLayer, CapacityWithPaddingMatchesReference) {
   MoeConfig moe = base_config();
   moe.capacity_factor = 0.8;
   moe.pad_to_capacity = true;
-  moe.shared_expert_size = 2;
+  moe.shared_expert_size = 2;  // ungated: Megatron's default shared expert, its output added as it is
   check_layer(moe, 11);
 }
 

@@ -425,7 +425,7 @@ INSTANTIATE_TEST_SUITE_P(AttentionOptions, Equivalence,
 #define TESSEL_MOE_FLAGS \
   "--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
 const char* kMoe = TESSEL_MOE_FLAGS;
-const char* kMoeShared = TESSEL_MOE_FLAGS " --moe-shared-expert-intermediate-size 64";
+const char* kMoeShared = TESSEL_MOE_FLAGS " --moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate";
 const char* kMoeCapacity =
     "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff "
     "0.01";
@@ -443,7 +443,7 @@ const Layout kMoeLayouts[] = {
     {"moe_mixed_ep2", 2, "--ep 2", false, 4,
      "--num-experts 8 --moe-router-topk 2 --moe-layer-freq [1,0,1,0] --moe-aux-loss-coeff 0.01"},
     {"moe_shared_ep2", 2, "--ep 2", false, 2,
-     "--num-experts 8 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 "
+     "--num-experts 8 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate "
      "--moe-aux-loss-coeff 0.01"},
     {"moe_capacity_ep2", 2, "--ep 2", false, 2, kMoeCapacity},
     // The rows split over TP (sequence parallel) or CP: the drop still sees the whole microbatch.

@@ -1,6 +1,7 @@
 #include "tessel/core/params.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
@@ -81,6 +82,12 @@ void ParamRegistry::init_values(uint64_t seed) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t g = p.global_index(i);
         values[i] = g < 0 ? 0.0f : p.init_std * random_normal(seed, stream, g);
+      }
+    } else if (p.init == ParamInit::LogUniform) {
+      const uint64_t stream = fnv1a64(p.name);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t g = p.global_index(i);
+        host[i] = g < 0 ? 0.0f : std::log(p.init_std * random_uniform(seed, stream, g));
       }
     } else {
       std::fill(host.begin(), host.end(), p.init == ParamInit::Ones ? 1.0f : 0.0f);

@@ -46,7 +46,8 @@ struct FlatRange {
   int64_t begin = 0, end = 0;
 };
 
-enum class ParamInit : uint8_t { Normal, Ones, Zeros };
+// Normal: normal(0, init_std); LogUniform: log U(0, init_std] (Gated DeltaNet's A_log).
+enum class ParamInit : uint8_t { Normal, Ones, Zeros, LogUniform };
 
 struct Param {
   std::string name;   // global Hugging Face name
@@ -54,7 +55,7 @@ struct Param {
   ShardSpec shard;
   Shape local_shape;
   ParamInit init = ParamInit::Normal;
-  float init_std = 0.0f;     // for ParamInit::Normal
+  float init_std = 0.0f;     // for ParamInit::Normal (the upper bound for LogUniform)
   bool weight_decay = true;  // false for biases and norm weights
   int64_t offset = 0;        // into the registry's flat buffers
   float* value = nullptr;

@@ -18,12 +18,14 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
       tp_(tp),
       cp_(cp),
       fused_(cfg.arch == Arch::GPT2),
+      gated_(cfg.attention_output_gate),
       layout_(fused_ ? WeightLayout::InOut : WeightLayout::OutIn),
       B_(B),
       T_(T_l),
       N_(B * T_l),
       C_(cfg.hidden_size),
       D_(cfg.head_dim()),
+      rot_(cfg.rotary_dim()),
       H_l_(cfg.num_attention_heads / tp.size()),
       G_l_(cfg.query_groups() / tp.size()),
       positions_(std::move(positions)),
@@ -52,7 +54,8 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
     return;
   }
   const std::string p = fmt::format("model.layers.{}.self_attn.", layer);
-  q_w_ = weight(p + "q_proj.weight", {HD, C}, kInitStd, split(0));
+  // With the gate, each head's 2·D rows [q_h | g_h] stay together on its TP rank.
+  q_w_ = weight(p + "q_proj.weight", {gated_ ? 2 * HD : HD, C}, kInitStd, split(0));
   if (cfg.add_qkv_bias) q_b_ = bias(p + "q_proj.bias", HD, split(0));
   k_w_ = weight(p + "k_proj.weight", {GD, C}, kInitStd, split(0));
   if (cfg.add_qkv_bias) k_b_ = bias(p + "k_proj.bias", GD, split(0));
@@ -62,8 +65,10 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
   if (cfg.qk_layernorm) {
     // One weight per head dimension, shared by all heads: replicated over TP, each rank's gradient
     // from its own heads only, summed over TP by GradSync (Param::grad_partial_over_tp).
-    q_norm_.emplace(k, registry, NormKind::RMSNorm, p + "q_norm.weight", "", D_, cfg.norm_epsilon);
-    k_norm_.emplace(k, registry, NormKind::RMSNorm, p + "k_norm.weight", "", D_, cfg.norm_epsilon);
+    q_norm_.emplace(k, registry, NormKind::RMSNorm, p + "q_norm.weight", "", D_, cfg.norm_epsilon,
+                    cfg.layernorm_1p);
+    k_norm_.emplace(k, registry, NormKind::RMSNorm, p + "k_norm.weight", "", D_, cfg.norm_epsilon,
+                    cfg.layernorm_1p);
     registry.params()[q_norm_->weight()].grad_partial_over_tp = true;
     registry.params()[k_norm_->weight()].grad_partial_over_tp = true;
   }
@@ -91,6 +96,11 @@ void Attention::list_saved(Saved& s, SavedLists& lists, const LayerRecompute& r)
     }
   }
   acts.add(s.attn, {N_, HD}, "attention output");
+  if (gated_) {
+    acts.add(s.gate, {N_, HD}, "attention output gate");
+    acts.add(s.gated, {N_, HD}, "attention output, gated");
+    grads.add(s.d_gate, {N_, HD}, "attention output gate gradient");
+  }
   lists.pick(r.full || r.core_attn).add(s.lse, {B_, H_l_, T_}, "attention log-sum-exp");
   grads.add(s.d_out, {N_, C_}, "attention output-projection gradient");
 }
@@ -118,7 +128,8 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
     // With --qk-layernorm the projections go to q_raw, k_raw and their per-head norms to q, k.
     float* q = q_norm_ ? s.q_raw.data() : s.q.data();
     float* k = q_norm_ ? s.k_raw.data() : s.k.data();
-    k_.linear_forward(q, in, params_.value(q_w_), params_.value(q_b_), N_, C_, HD, layout_);
+    if (gated_) gated_q_forward(q, s.gate.data(), in);
+    else k_.linear_forward(q, in, params_.value(q_w_), params_.value(q_b_), N_, C_, HD, layout_);
     k_.linear_forward(k, in, params_.value(k_w_), params_.value(k_b_), N_, C_, GD, layout_);
     k_.linear_forward(s.v.data(), in, params_.value(v_w_), params_.value(v_b_), N_, C_, GD,
                       layout_);
@@ -127,23 +138,31 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
       k_norm_->forward(s.k_norm, s.k.data(), k, N_ * G_l_);
     }
     const int32_t* pos = rope_positions(s);
-    k_.rope_forward(s.q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, D_, HD);
-    k_.rope_forward(s.k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, D_, GD);
+    k_.rope_forward(s.q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, rot_, HD);
+    k_.rope_forward(s.k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, rot_, GD);
   }
   core_forward(s);
+  if (gated_) k_.output_gate_forward(s.gated.data(), s.attn.data(), s.gate.data(), N_, H_l_, D_, HD, D_);
   float* product = tp_.size() > 1 ? partial : out_local;
-  k_.linear_forward(product, s.attn.data(), params_.value(proj_w_), nullptr, N_, HD, C_, layout_);
+  k_.linear_forward(product, proj_input(s), params_.value(proj_w_), nullptr, N_, HD, C_, layout_);
   tp_.reduce_rows(product, out_local, N_, C_);
   if (proj_b_ >= 0) k_.bias_forward(out_local, params_.value(proj_b_), tp_.local_rows(N_), C_);
 }
 
 void Attention::backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,
-                               float* d_heads) const {
+                               float* d_heads, float* d_attn) const {
   const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
   tp_.gather_rows(d_out_local, s.d_out.data(), N_, C_);  // a copy without sequence parallel
   k_.zero(d_heads, N_ * HD);
-  k_.linear_backward(d_heads, nullptr, nullptr, s.d_out.data(), s.attn.data(),
+  k_.linear_backward(d_heads, nullptr, nullptr, s.d_out.data(), proj_input(s),
                      params_.value(proj_w_), N_, HD, C_, layout_);
+  if (gated_) {  // d_heads holds the gated output's gradient; the core attention's goes to d_attn
+    k_.zero(d_attn, N_ * HD);
+    s.d_gate.zero();
+    k_.output_gate_backward(d_attn, s.d_gate.data(), d_heads, s.attn.data(), s.gate.data(), N_, H_l_, D_,
+                            HD, D_);
+  }
+  const float* d_core = gated_ ? d_attn : d_heads;
   if (fused_) {
     float* dqkv = s.d_qkv.data();
     const float* qkv = s.qkv.data();
@@ -158,15 +177,17 @@ void Attention::backward_input(Saved& s, float* d_in, const float* d_out_local, 
   s.d_q.zero();
   s.d_k.zero();
   s.d_v.zero();
-  cp_.attention_backward(s.d_q.data(), s.d_k.data(), s.d_v.data(), d_heads, s.q.data(), s.k.data(),
+  cp_.attention_backward(s.d_q.data(), s.d_k.data(), s.d_v.data(), d_core, s.q.data(), s.k.data(),
                          s.v.data(), s.attn.data(), s.lse.data(), B_, T_, H_l_, G_l_, D_, HD, GD,
                          GD, s.packed.key_start);
   const int32_t* pos = rope_positions(s);
-  k_.rope_backward(s.d_q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, D_, HD);
-  k_.rope_backward(s.d_k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, D_, GD);
+  k_.rope_backward(s.d_q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, rot_, HD);
+  k_.rope_backward(s.d_k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, rot_, GD);
   if (q_norm_) qk_norm_backward(s, d_heads);  // d_heads is free again
-  k_.linear_backward(d_in, nullptr, nullptr, s.d_q.data(), in, params_.value(q_w_), N_, C_, HD,
-                     layout_);
+  if (gated_)
+    gated_q_backward_input(d_in, s.d_q.data(), s.d_gate.data());
+  else
+    k_.linear_backward(d_in, nullptr, nullptr, s.d_q.data(), in, params_.value(q_w_), N_, C_, HD, layout_);
   k_.linear_backward(d_in, nullptr, nullptr, s.d_k.data(), in, params_.value(k_w_), N_, C_, GD,
                      layout_);
   k_.linear_backward(d_in, nullptr, nullptr, s.d_v.data(), in, params_.value(v_w_), N_, C_, GD,
@@ -191,19 +212,53 @@ void Attention::backward_weight(Saved& s, const float* in) const {
   if (proj_b_ >= 0)
     k_.bias_backward(params_.grad(proj_b_), s.d_out.data() + tp_.first_row(N_) * C_,
                      tp_.local_rows(N_), C_);
-  k_.linear_backward(nullptr, params_.grad(proj_w_), nullptr, s.d_out.data(), s.attn.data(),
+  k_.linear_backward(nullptr, params_.grad(proj_w_), nullptr, s.d_out.data(), proj_input(s),
                      params_.value(proj_w_), N_, HD, C_, layout_);
   if (fused_) {
     k_.linear_backward(nullptr, params_.grad(qkv_w_), params_.grad(qkv_b_), s.d_qkv.data(), in,
                        params_.value(qkv_w_), N_, C_, 3 * HD, layout_);
     return;
   }
-  k_.linear_backward(nullptr, params_.grad(q_w_), params_.grad(q_b_), s.d_q.data(), in,
-                     params_.value(q_w_), N_, C_, HD, layout_);
+  if (gated_)
+    gated_q_backward_weight(s.d_q.data(), s.d_gate.data(), in);
+  else
+    k_.linear_backward(nullptr, params_.grad(q_w_), params_.grad(q_b_), s.d_q.data(), in,
+                       params_.value(q_w_), N_, C_, HD, layout_);
   k_.linear_backward(nullptr, params_.grad(k_w_), params_.grad(k_b_), s.d_k.data(), in,
                      params_.value(k_w_), N_, C_, GD, layout_);
   k_.linear_backward(nullptr, params_.grad(v_w_), params_.grad(v_b_), s.d_v.data(), in,
                      params_.value(v_w_), N_, C_, GD, layout_);
+}
+
+// q (N, H_l·D) = in (N, C) · W_qᵀ and gate likewise, head h's rows of q_proj.weight being
+// [q_h (D rows) | g_h (D rows)] from row 2·h·D.
+void Attention::gated_q_forward(float* q, float* gate, const float* in) const {
+  const int64_t HD = H_l_ * D_;
+  const float* w = params_.value(q_w_);
+  for (int64_t h = 0; h < H_l_; ++h) {
+    k_.gemm(false, true, N_, D_, C_, 1.0f, in, C_, w + 2 * h * D_ * C_, C_, 0.0f, q + h * D_, HD);
+    k_.gemm(false, true, N_, D_, C_, 1.0f, in, C_, w + (2 * h + 1) * D_ * C_, C_, 0.0f, gate + h * D_, HD);
+  }
+}
+
+// d_in (N, C) += d_q · W_q + d_gate · W_g.
+void Attention::gated_q_backward_input(float* d_in, const float* d_q, const float* d_gate) const {
+  const int64_t HD = H_l_ * D_;
+  const float* w = params_.value(q_w_);
+  for (int64_t h = 0; h < H_l_; ++h) {
+    k_.gemm(false, false, N_, C_, D_, 1.0f, d_q + h * D_, HD, w + 2 * h * D_ * C_, C_, 1.0f, d_in, C_);
+    k_.gemm(false, false, N_, C_, D_, 1.0f, d_gate + h * D_, HD, w + (2 * h + 1) * D_ * C_, C_, 1.0f, d_in, C_);
+  }
+}
+
+// dW_q += d_qᵀ · in, dW_g += d_gateᵀ · in, into each head's two row blocks.
+void Attention::gated_q_backward_weight(const float* d_q, const float* d_gate, const float* in) const {
+  const int64_t HD = H_l_ * D_;
+  float* dw = params_.grad(q_w_);
+  for (int64_t h = 0; h < H_l_; ++h) {
+    k_.gemm(true, false, D_, C_, N_, 1.0f, d_q + h * D_, HD, in, C_, 1.0f, dw + 2 * h * D_ * C_, C_);
+    k_.gemm(true, false, D_, C_, N_, 1.0f, d_gate + h * D_, HD, in, C_, 1.0f, dw + (2 * h + 1) * D_ * C_, C_);
+  }
 }
 
 std::vector<int> Attention::input_half_params() const {

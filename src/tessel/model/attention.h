@@ -1,6 +1,8 @@
 // Self-attention: GPT-2's fused c_attn (q|k|v with biases, [in, out]) or Llama's q/k/v
 // projections (grouped-query: G key/value heads; Qwen2's q/k/v biases with --add-qkv-bias;
-// Qwen3's per-head RMSNorm of q and k with --qk-layernorm; RoPE), the core attention through
+// Qwen3's per-head RMSNorm of q and k with --qk-layernorm; RoPE, on the first --rotary-percent of
+// each head's dims; Qwen3-Next's output gate with --attention-output-gate: q_proj's rows per head
+// [q_h | g_h], the core attention's output times sigmoid(g) before o_proj), the core attention through
 // context parallelism (parallel/context_parallel.h: causal by global position, a ring of K/V
 // blocks under CP), and the output projection. Heads (and query groups) are split over TP: q,
 // k, v column-parallel, the output projection row-parallel (its partial sums reduced over TP,
@@ -30,6 +32,8 @@ class Attention {
     Tensor q_raw, k_raw;    // (N, H_l·D), (N, G_l·D) --qk-layernorm: before it
     Norm::Saved q_norm, k_norm;  // (N·H_l), (N·G_l) --qk-layernorm
     Tensor attn, lse;       // (N, H_l·D), (B, H_l, T_l)
+    Tensor gate, gated;     // (N, H_l·D) each, --attention-output-gate: g, and attn · sigmoid(g)
+    Tensor d_gate;          // (N, H_l·D) g's gradient, left by backward_input
     Tensor d_qkv;           // (N, 3·H_l·D) gpt2: left by backward_input
     Tensor d_q, d_k, d_v;   // llama: the projections' output gradients
     Tensor d_out;           // (N, C) the output projection's, gathered to all rows
@@ -56,8 +60,9 @@ class Attention {
   void core_forward(Saved& s) const;
   // d_in (N, C) += this rank's part of d(in) (reduced over TP by the caller) from d_out_local
   // (N_l, C). d_heads (N, H_l·D) is scratch. The QK-norm weights' gradients are finished here.
+  // d_attn (N, H_l·D) is scratch too, with --attention-output-gate.
   void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,
-                      float* d_heads) const;
+                      float* d_heads, float* d_attn) const;
   void backward_weight(Saved& s, const float* in) const;
 
   // The weights backward_input finishes (QK-norm), and those backward_weight does.
@@ -66,6 +71,13 @@ class Attention {
 
  private:
   void qk_norm_backward(Saved& s, float* d_normed) const;
+  // With the output gate, q_proj's rows interleave per head [q_h | g_h]: q and g are its two
+  // halves of D rows per head, one GEMM each (kernel table's gemm with leading dimensions).
+  void gated_q_forward(float* q, float* gate, const float* in) const;
+  void gated_q_backward_input(float* d_in, const float* d_q, const float* d_gate) const;
+  void gated_q_backward_weight(const float* d_q, const float* d_gate, const float* in) const;
+  // The o_proj input: the gated output, or the core attention's.
+  const float* proj_input(const Saved& s) const { return gated_ ? s.gated.data() : s.attn.data(); }
   // The positions RoPE rotates by: each row's in its document, or in the sequence.
   const int32_t* rope_positions(const Saved& s) const {
     return s.packed.position_ids != nullptr ? s.packed.position_ids : positions_.ints();
@@ -76,8 +88,9 @@ class Attention {
   TensorParallel tp_;
   ContextParallel cp_;
   bool fused_;  // gpt2
+  bool gated_;  // --attention-output-gate
   WeightLayout layout_;
-  int64_t B_, T_, N_, C_, D_, H_l_, G_l_;
+  int64_t B_, T_, N_, C_, D_, rot_, H_l_, G_l_;  // rot_: the dims RoPE rotates of D
   Tensor positions_, rope_cos_, rope_sin_;
   int qkv_w_ = -1, qkv_b_ = -1;  // gpt2 c_attn
   int q_w_ = -1, k_w_ = -1, v_w_ = -1, q_b_ = -1, k_b_ = -1, v_b_ = -1;  // llama

@@ -32,10 +32,16 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
       N_l_(tp.local_rows(B * T_l)),
       C_(cfg.hidden_size),
       norm1_(k, registry, norm_kind(cfg), norm_name(cfg, layer, 1, "weight"),
-             norm_name(cfg, layer, 1, "bias"), cfg.hidden_size, cfg.norm_epsilon),
-      attention_(k, registry, cfg, layer, tp, cp, B, T_l, positions, rope_cos, rope_sin),
+             norm_name(cfg, layer, 1, "bias"), cfg.hidden_size, cfg.norm_epsilon, cfg.layernorm_1p),
+      attention_(cfg.linear.is_linear_layer(layer)
+                     ? std::nullopt
+                     : std::optional<Attention>(std::in_place, k, registry, cfg, layer, tp, cp, B, T_l,
+                                                positions, rope_cos, rope_sin)),
+      gdn_(cfg.linear.is_linear_layer(layer)
+               ? std::optional<GatedDeltaNet>(std::in_place, k, registry, cfg, layer, tp, B, T_l, buffers)
+               : std::nullopt),
       norm2_(k, registry, norm_kind(cfg), norm_name(cfg, layer, 2, "weight"),
-             norm_name(cfg, layer, 2, "bias"), cfg.hidden_size, cfg.norm_epsilon),
+             norm_name(cfg, layer, 2, "bias"), cfg.hidden_size, cfg.norm_epsilon, cfg.layernorm_1p),
       recompute_(recompute) {
   if (cfg.moe.is_moe_layer(layer)) {
     moe_ = std::make_unique<MoeLayer>(k, cfg, cfg.moe, layer, N_l_, moe, registry, buffers, recompute);
@@ -59,7 +65,8 @@ void TransformerBlock::list_saved(Saved& s, SavedLists& lists) const {
   TensorList& norm_out = lists.pick(r.full || r.layernorm);
   norm1_.list_saved(s.norm1, norm_out, N_l_, "norm 1");
   norm_out.add(s.in1, {N_, C_}, "attention input (norm 1 output, gathered)");
-  attention_.list_saved(s.attention, lists, r);
+  if (attention_) attention_->list_saved(s.attention, lists, r);
+  else gdn_->list_saved(s.gdn, lists, r);
   lists.pick(r.full).add(s.mid, {N_l_, C_}, "residual after attention");
   norm2_.list_saved(s.norm2, norm_out, N_l_, "norm 2");
   if (moe_) {
@@ -80,7 +87,8 @@ void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_
   float* in1 = sp ? scratch.norm_out.data() : s.in1.data();
   norm1_.forward(s.norm1, in1, x, N_l_);
   tp_.gather_rows(in1, s.in1.data(), N_, C_);
-  attention_.forward(s.attention, branch, s.in1.data(), scratch.full.data(), packed);
+  if (attention_) attention_->forward(s.attention, branch, s.in1.data(), scratch.full.data(), packed);
+  else gdn_->forward(s.gdn, branch, s.in1.data(), scratch.full.data(), packed);
   k_.residual_forward(s.mid.data(), x, branch, n);
   if (moe_) {  // on this rank's rows
     norm2_.forward(s.norm2, s.in2.data(), s.mid.data(), N_l_);
@@ -111,7 +119,7 @@ void TransformerBlock::recompute_modules(Saved& s, const float* x, ChunkScratch&
     norm2_.forward(s.norm2, in2, s.mid.data(), N_l_);
     if (!moe_) tp_.gather_rows(in2, s.in2.data(), N_, C_);
   }
-  if (r.core_attn) attention_.core_forward(s.attention);
+  if (r.core_attn && attention_) attention_->core_forward(s.attention);
   if (moe_) moe_->recompute(s.moe, scratch.local.data(), s.in2.data());
   else if (r.mlp) mlp_->hidden_forward(s.mlp.rows(), s.in2.data(), N_);
 }
@@ -132,11 +140,15 @@ void TransformerBlock::backward_input(Saved& s, float* dres, const float* x,
   norm2_.backward(s.norm2, dres, d_local, s.mid.data(), N_l_);
 
   k_.zero(d_full, N_ * C_);
-  attention_.backward_input(s.attention, d_full, dres, s.in1.data(), scratch.d_heads.data());
+  if (attention_)
+    attention_->backward_input(s.attention, d_full, dres, s.in1.data(), scratch.d_heads.data(),
+                               scratch.d_attn.data());
+  else
+    gdn_->backward_input(s.gdn, d_full, dres, s.in1.data());
   tp_.reduce_rows(d_full, d_local, N_, C_);
   norm1_.backward(s.norm1, dres, d_local, x, N_l_);
   report_ready(ready, {norm1_.weight(), norm1_.bias(), norm2_.weight(), norm2_.bias()});
-  for (int p : attention_.input_half_params()) report_ready(ready, {p});
+  for (int p : attention_ ? attention_->input_half_params() : gdn_->input_half_params()) report_ready(ready, {p});
   if (recompute_.weights_in_input_pass()) weight_gradients(s, ready);
 }
 
@@ -152,8 +164,10 @@ void TransformerBlock::weight_gradients(Saved& s, const GradReady& ready) {
   } else {
     mlp_->backward_weight(s.mlp, s.in2.data(), N_, tp_);
   }
-  attention_.backward_weight(s.attention, s.in1.data());
-  for (int p : attention_.weight_half_params()) report_ready(ready, {p});
+  if (attention_) attention_->backward_weight(s.attention, s.in1.data());
+  else gdn_->backward_weight(s.gdn, s.in1.data());
+  for (int p : attention_ ? attention_->weight_half_params() : gdn_->weight_half_params())
+    report_ready(ready, {p});
   if (mlp_)
     for (int p : mlp_->param_indices()) report_ready(ready, {p});
 }

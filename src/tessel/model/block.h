@@ -1,5 +1,6 @@
-// One Transformer layer, pre-norm: x → x + Attention(Norm(x)) → · + MLP(Norm(·)), the MLP an
-// MoE layer on the layers --moe-layer-freq picks. Under tensor parallelism the residual stream
+// One Transformer layer, pre-norm: x → x + Mixer(Norm(x)) → · + MLP(Norm(·)), the mixer
+// attention or, on the layers --linear-attention-freq picks, Gated DeltaNet (by the global layer
+// index), the MLP an MoE layer on the layers --moe-layer-freq picks. Under tensor parallelism the residual stream
 // and the norms hold this rank's rows (all of them without sequence parallel); each norm's
 // output is gathered to all rows on entering a column-parallel region and its input gradient
 // reduced (reduce-scattered under sequence parallel) on leaving it. An MoE layer routes this
@@ -12,6 +13,7 @@
 
 #include "tessel/model/attention.h"
 #include "tessel/model/config.h"
+#include "tessel/model/gated_delta_net.h"
 #include "tessel/model/layer.h"
 #include "tessel/model/mlp.h"
 #include "tessel/model/moe/moe.h"
@@ -25,8 +27,9 @@ class TransformerBlock {
   // N rows (B·T_l), N_l this rank's; C hidden.
   struct Saved {
     Norm::Saved norm1, norm2;  // (N_l) statistics
-    Tensor in1;                // (N, C) attention input: norm1's output gathered to all rows
+    Tensor in1;                // (N, C) mixer input: norm1's output gathered to all rows
     Attention::Saved attention;
+    GatedDeltaNet::Saved gdn;
     Tensor mid;                // (N_l, C) the residual stream after attention
     Tensor in2;                // (N, C) MLP input, gathered; an MoE layer's (N_l, C) own rows
     Mlp::Saved mlp;
@@ -69,7 +72,8 @@ class TransformerBlock {
   TensorParallel tp_;
   int64_t N_, N_l_, C_;
   Norm norm1_;
-  Attention attention_;
+  std::optional<Attention> attention_;  // one of the two mixers
+  std::optional<GatedDeltaNet> gdn_;
   Norm norm2_;
   std::optional<Mlp> mlp_;
   std::unique_ptr<MoeLayer> moe_;

@@ -16,87 +16,6 @@
 
 namespace tessel {
 
-namespace {
-
-// Megatron's moe_layer_freq string: a Python list expression of 0/1 built from list literals,
-// '+' (concatenation), '* integer' (repetition) and parentheses, e.g. "([1]*3+[0]*1)*2".
-class PatternParser {
- public:
-  explicit PatternParser(const std::string& text) : text_(text) {}
-
-  std::vector<int> parse() {
-    std::vector<int> v = expr();
-    skip_space();
-    if (pos_ != text_.size()) error("unexpected '{}'", text_[pos_]);
-    return v;
-  }
-
- private:
-  std::vector<int> expr() {
-    std::vector<int> v = term();
-    while (accept('+')) {
-      std::vector<int> more = term();
-      v.insert(v.end(), more.begin(), more.end());
-    }
-    return v;
-  }
-  std::vector<int> term() {
-    std::vector<int> v = atom();
-    while (accept('*')) {
-      const int64_t times = integer();
-      std::vector<int> repeated;
-      for (int64_t i = 0; i < times; ++i) repeated.insert(repeated.end(), v.begin(), v.end());
-      v = std::move(repeated);
-    }
-    return v;
-  }
-  std::vector<int> atom() {
-    if (accept('(')) {
-      std::vector<int> v = expr();
-      expect(')');
-      return v;
-    }
-    expect('[');
-    std::vector<int> v;
-    if (accept(']')) return v;
-    do {
-      v.push_back(static_cast<int>(integer()));
-    } while (accept(','));
-    expect(']');
-    return v;
-  }
-  int64_t integer() {
-    skip_space();
-    const size_t start = pos_;
-    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
-    if (start == pos_ || pos_ - start > 6) error("expected a small integer at position {}", start);
-    return std::stoll(text_.substr(start, pos_ - start));
-  }
-  bool accept(char c) {
-    skip_space();
-    if (pos_ < text_.size() && text_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c) {
-    if (!accept(c)) error("expected '{}' at position {}", c, pos_);
-  }
-  void skip_space() {
-    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
-  }
-  template <typename... Args>
-  [[noreturn]] void error(fmt::format_string<Args...> format, Args&&... args) {
-    fail("--moe-layer-freq \"{}\": {}", text_, fmt::format(format, std::forward<Args>(args)...));
-  }
-
-  const std::string& text_;
-  size_t pos_ = 0;
-};
-
-}  // namespace
-
 std::string arch_name(Arch arch) { return arch == Arch::GPT2 ? "gpt2" : "llama"; }
 
 Arch parse_arch(const std::string& name) {
@@ -122,7 +41,8 @@ std::vector<std::string> ModelConfig::violations() const {
   positive("--num-attention-heads", num_attention_heads);
   positive("--seq-length", seq_length);
   positive("--vocab-size", vocab_size);
-  if (num_attention_heads > 0 && hidden_size % num_attention_heads != 0)
+  if (kv_channels < 0) v.push_back(fmt::format("--kv-channels {} must not be negative", kv_channels));
+  if (num_attention_heads > 0 && kv_channels == 0 && hidden_size % num_attention_heads != 0)
     v.push_back(fmt::format("--hidden-size {} is not divisible by --num-attention-heads {}",
                             hidden_size, num_attention_heads));
   if (num_query_groups < 0) v.push_back("--num-query-groups must not be negative");
@@ -137,20 +57,75 @@ std::vector<std::string> ModelConfig::violations() const {
   if (max_position_embeddings > 0 && max_position_embeddings < seq_length)
     v.push_back(fmt::format("--max-position-embeddings {} is smaller than --seq-length {}",
                             max_position_embeddings, seq_length));
-  if (arch == Arch::Llama && num_attention_heads > 0 && hidden_size % num_attention_heads == 0 &&
-      head_dim() % 2 != 0)
-    v.push_back(fmt::format("RoPE needs an even head dimension (hidden/heads = {})", head_dim()));
+  const bool head_dim_known = num_attention_heads > 0 && kv_channels >= 0 &&
+                              (kv_channels > 0 || hidden_size % num_attention_heads == 0);
+  if (!(rotary_percent > 0 && rotary_percent <= 1))
+    v.push_back(fmt::format("--rotary-percent {} must be in (0, 1]", rotary_percent));
+  else if (arch == Arch::Llama && head_dim_known && rotary_dim() % 2 != 0)
+    v.push_back(rotary_percent == 1.0f
+                    ? fmt::format("RoPE needs an even head dimension (got {})", head_dim())
+                    : fmt::format("RoPE needs an even rotary dimension: int(head dim {} × --rotary-percent "
+                                  "{}) = {}", head_dim(), rotary_percent, rotary_dim()));
+  else if (arch == Arch::Llama && head_dim_known && rotary_dim() == 0)
+    v.push_back(fmt::format("--rotary-percent {} rotates no dimension of head dim {}", rotary_percent,
+                            head_dim()));
   if (arch == Arch::GPT2 && add_qkv_bias)
     v.push_back("--add-qkv-bias needs --arch llama (gpt2's fused c_attn always has a bias)");
   if (arch == Arch::GPT2 && qk_layernorm) v.push_back("--qk-layernorm needs --arch llama");
+  // Qwen3-Next's settings are the llama architecture's.
+  auto llama_only = [&](bool set, const char* what) {
+    if (arch == Arch::GPT2 && set) v.push_back(fmt::format("{} needs --arch llama", what));
+  };
+  llama_only(linear.enabled(), "--experimental-attention-variant gdn");
+  llama_only(attention_output_gate, "--attention-output-gate");
+  llama_only(layernorm_1p, "--apply-layernorm-1p");
+  llama_only(rotary_percent != 1.0f, "--rotary-percent below 1");
+  llama_only(mtp_num_layers > 0, "--mtp-num-layers");
+  if (attention_output_gate && add_qkv_bias)
+    v.push_back("--attention-output-gate takes no --add-qkv-bias (Qwen3-Next's q_proj has no bias)");
+  if (arch == Arch::GPT2 && kv_channels > 0 && num_attention_heads > 0 &&
+      kv_channels * num_attention_heads != hidden_size)
+    v.push_back(fmt::format("--kv-channels {} needs --arch llama (gpt2's heads are hidden / heads = {})",
+                            kv_channels, num_attention_heads > 0 ? hidden_size / num_attention_heads : 0));
+  if (linear.enabled()) {
+    for (std::string& m : linear.violations(num_layers)) v.push_back(std::move(m));
+  }
+  if (mtp_num_layers < 0) v.push_back(fmt::format("--mtp-num-layers {} must not be negative", mtp_num_layers));
+  if (!(mtp_loss_scaling_factor >= 0))
+    v.push_back(fmt::format("--mtp-loss-scaling-factor {} must not be negative", mtp_loss_scaling_factor));
+  if (moe.shared_expert_gate && (moe.num_experts == 0 || moe.shared_expert_size == 0))
+    v.push_back("--moe-shared-expert-gate needs a shared expert (--num-experts and "
+                "--moe-shared-expert-intermediate-size)");
   if (!(norm_epsilon > 0)) v.push_back("--norm-epsilon must be positive");
   if (!(rotary_base > 0)) v.push_back("--rotary-base must be positive");
   if (make_vocab_size_divisible_by <= 0) v.push_back("--make-vocab-size-divisible-by must be positive");
   return v;
 }
 
+std::vector<std::string> LinearAttentionConfig::violations(int num_layers) const {
+  std::vector<std::string> v;
+  auto positive = [&](const char* flag, int value) {
+    if (value <= 0) v.push_back(fmt::format("{} {} must be positive", flag, value));
+  };
+  positive("--linear-conv-kernel-dim", conv_kernel_dim);
+  positive("--linear-key-head-dim", key_head_dim);
+  positive("--linear-value-head-dim", value_head_dim);
+  positive("--linear-num-key-heads", num_key_heads);
+  positive("--linear-num-value-heads", num_value_heads);
+  if (num_key_heads > 0 && num_value_heads > 0 && num_value_heads % num_key_heads != 0)
+    v.push_back(fmt::format("--linear-num-value-heads {} is not a multiple of --linear-num-key-heads {}",
+                            num_value_heads, num_key_heads));
+  if (static_cast<int>(layer_pattern.size()) != num_layers)
+    v.push_back(fmt::format("--linear-attention-freq has {} entries for {} layers (--num-layers)",
+                            layer_pattern.size(), num_layers));
+  if (std::any_of(layer_pattern.begin(), layer_pattern.end(), [](int p) { return p != 0 && p != 1; }))
+    v.push_back("--linear-attention-freq entries must be 0 or 1");
+  return v;
+}
+
 ModelConfig ModelConfig::explicit_sizes() const {
   ModelConfig c = *this;
+  if (num_attention_heads > 0) c.kv_channels = head_dim();
   c.num_query_groups = query_groups();
   c.ffn_hidden_size = ffn_size();
   c.max_position_embeddings = max_positions();
@@ -173,18 +148,25 @@ int64_t ModelConfig::num_parameters() const {
     int64_t layer = 2 * 2 * C + C * 3 * C + 3 * C + C * C + C + C * F + F + F * C + C;
     return V * C + static_cast<int64_t>(max_positions()) * C + L * layer + 2 * C;
   }
-  const int64_t attention = 2 * C + C * C + 2 * C * kv + C * C  // norms, q, k, v, o
-                            + (add_qkv_bias ? C + 2 * kv : 0) + (qk_layernorm ? 2 * head_dim() : 0);
-  int64_t total = 2 * V * C + C;
-  for (int l = 0; l < num_layers; ++l) {
-    if (!moe.is_moe_layer(l)) {
-      total += attention + 3 * C * F;
-      continue;
-    }
+  const int64_t HD = static_cast<int64_t>(num_attention_heads) * head_dim();
+  const int64_t attention = C * HD * (attention_output_gate ? 2 : 1) + 2 * C * kv + HD * C  // q, k, v, o
+                            + (add_qkv_bias ? HD + 2 * kv : 0) + (qk_layernorm ? 2 * head_dim() : 0);
+  const LinearAttentionConfig& la = linear;
+  const int64_t gdn = la.conv_dim() * C + la.value_dim() * C + 2 * la.num_value_heads * C  // qkv, z, b, a
+                      + la.conv_dim() * la.conv_kernel_dim + 2 * la.num_value_heads  // conv, dt_bias, A_log
+                      + la.value_head_dim + C * la.value_dim();                       // norm, out_proj
+  // The MLP of a layer (its MoE block's when the pattern says so), norms included.
+  auto mlp = [&](int layer) -> int64_t {
+    if (!moe.is_moe_layer(layer)) return 2 * C + 3 * C * F;
     const int64_t E = moe.num_experts, Fe = moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : F;
     const int64_t S = moe.shared_expert_size;
-    total += attention + E * C + E * 3 * C * Fe + (S > 0 ? 3 * C * S + C : 0);
-  }
+    return 2 * C + E * C + E * 3 * C * Fe + (S > 0 ? 3 * C * S : 0) + (moe.shared_expert_gate ? C : 0);
+  };
+  int64_t total = 2 * V * C + C;
+  for (int l = 0; l < num_layers; ++l) total += (linear.is_linear_layer(l) ? gdn : attention) + mlp(l);
+  // Each MTP layer: two input norms, fc [C, 2C], a full-attention layer with the last layer's MLP,
+  // its final norm.
+  total += mtp_num_layers * (2 * C + 2 * C * C + attention + mlp(num_layers - 1) + C);
   return total;
 }
 
@@ -219,12 +201,35 @@ const ModelField kModelFields[] = {
     {"--add-qkv-bias", &ModelConfig::add_qkv_bias, "biases on q, k and v (llama; Qwen2)"},
     {"--qk-layernorm", &ModelConfig::qk_layernorm,
      "RMSNorm over each head's q and k before RoPE (llama; Qwen3)"},
+    {"--kv-channels", &ModelConfig::kv_channels, "attention head dimension (0: hidden / heads)"},
+    {"--rotary-percent", &ModelConfig::rotary_percent, "RoPE on this fraction of each head's dimensions"},
+    {"--attention-output-gate", &ModelConfig::attention_output_gate,
+     "attention output times sigmoid of a gate from q_proj (llama; Qwen3-Next)"},
+    {"--apply-layernorm-1p", &ModelConfig::layernorm_1p,
+     "zero-centred norms: (1 + weight), weights initialised 0 (llama)"},
+    {"--untie-embeddings-and-output-weights", &ModelConfig::untie_embeddings,
+     "an LM head of its own (gpt2; llama's is always its own)"},
+    {"--experimental-attention-variant", AttentionVariant{},
+     "none | gdn: Gated DeltaNet layers (llama; Qwen3-Next)"},
+    {"--linear-attention-freq", &LinearAttentionConfig::layer_pattern,
+     "GDN: full attention every N layers, the others GDN, or a 1 (GDN) / 0 list such as ([1]*3+[0])*2"},
+    {"--linear-conv-kernel-dim", &LinearAttentionConfig::conv_kernel_dim, "GDN: causal convolution width"},
+    {"--linear-key-head-dim", &LinearAttentionConfig::key_head_dim, "GDN: query/key head dimension"},
+    {"--linear-value-head-dim", &LinearAttentionConfig::value_head_dim, "GDN: value head dimension"},
+    {"--linear-num-key-heads", &LinearAttentionConfig::num_key_heads, "GDN: query/key heads"},
+    {"--linear-num-value-heads", &LinearAttentionConfig::num_value_heads,
+     "GDN: value heads (a multiple of the key heads)"},
+    {"--mtp-num-layers", &ModelConfig::mtp_num_layers, "multi-token prediction layers (llama)"},
+    {"--mtp-loss-scaling-factor", &ModelConfig::mtp_loss_scaling_factor,
+     "the MTP loss's weight, divided by --mtp-num-layers", kRunSetting},
     {"--num-experts", &MoeConfig::num_experts, "Mixture of Experts: experts per MoE layer (0: dense)"},
     {"--moe-router-topk", &MoeConfig::topk, "experts per token"},
     {"--moe-ffn-hidden-size", &MoeConfig::ffn_hidden_size, "an expert's MLP size (0: --ffn-hidden-size)"},
     {"--moe-layer-freq", &MoeConfig::layer_pattern, "MoE every N layers, or a 0/1 list such as [1,0,1,0]"},
     {"--moe-shared-expert-intermediate-size", &MoeConfig::shared_expert_size,
      "shared expert MLP size (0: none)"},
+    {"--moe-shared-expert-gate", &MoeConfig::shared_expert_gate,
+     "the shared expert's output times sigmoid(x · w), w [1, hidden]"},
     {"--moe-router-score-function", NamedSwitch{&MoeConfig::score_sigmoid, "softmax", "sigmoid"},
      "softmax | sigmoid"},
     {"--moe-router-pre-softmax", &MoeConfig::pre_softmax, "softmax over all experts before the top-k"},
@@ -252,17 +257,45 @@ std::string ModelField::key() const {
 
 bool ModelField::moe() const {
   return std::visit(
-      [](const auto& m) { return !std::is_invocable_v<std::decay_t<decltype(m)>, ModelConfig&>; }, member);
+      [](const auto& m) {
+        using Member = std::decay_t<decltype(m)>;
+        return std::is_same_v<Member, NamedSwitch> || std::is_invocable_v<Member, MoeConfig&>;
+      },
+      member);
+}
+
+bool ModelField::linear() const {
+  return std::visit(
+      [](const auto& m) {
+        using Member = std::decay_t<decltype(m)>;
+        return std::is_same_v<Member, AttentionVariant> || std::is_invocable_v<Member, LinearAttentionConfig&>;
+      },
+      member);
 }
 
 std::span<const ModelField> model_fields() { return kModelFields; }
+
+namespace {
+
+// A linear-attention pattern as the interval that makes it, when one does (at least one attention
+// layer: the smallest interval of an all-GDN pattern is ambiguous), else as the list.
+nlohmann::json linear_pattern_json(const std::vector<int>& pattern) {
+  const int layers = static_cast<int>(pattern.size());
+  for (int interval = 1; interval <= layers; ++interval)
+    if (parse_linear_attention_freq(std::to_string(interval), layers) == pattern) return interval;
+  return pattern;
+}
+
+}  // namespace
 
 nlohmann::json model_field_json(const ModelField& field, const ModelConfig& cfg) {
   return visit_model_field(
       field, cfg,
       Overloaded{[&](const NamedSwitch& s) -> nlohmann::json { return cfg.moe.*s.member ? s.on : s.off; },
+                 [&](const AttentionVariant&) -> nlohmann::json { return cfg.linear.enabled() ? "gdn" : "none"; },
                  [](const Arch& arch) -> nlohmann::json { return arch_name(arch); },
-                 [](const std::vector<int>& pattern) -> nlohmann::json {
+                 [&](const std::vector<int>& pattern) -> nlohmann::json {
+                   if (field.linear()) return pattern.empty() ? nlohmann::json("") : linear_pattern_json(pattern);
                    const bool every_layer =
                        std::all_of(pattern.begin(), pattern.end(), [](int p) { return p == 1; });
                    return every_layer ? nlohmann::json(1) : nlohmann::json(pattern);
@@ -294,9 +327,26 @@ void set_model_field(const ModelField& field, ModelConfig& cfg, const nlohmann::
                                  [&](bool& v) { v = value.get<bool>(); },
                                  [&](Arch& arch) { arch = parse_arch(value.get<std::string>()); },
                                  [&](std::vector<int>& pattern) {
-                                   pattern = parse_moe_layer_freq(
-                                       value.is_string() ? value.get<std::string>() : value.dump(),
-                                       cfg.num_layers);
+                                   const std::string text =
+                                       value.is_string() ? value.get<std::string>() : value.dump();
+                                   if (!field.linear()) {
+                                     pattern = parse_moe_layer_freq(text, cfg.num_layers);
+                                     return;
+                                   }
+                                   TESSEL_CHECK(cfg.linear.enabled(),
+                                                "{}: --linear-attention-freq {} needs "
+                                                "--experimental-attention-variant gdn",
+                                                source, text);
+                                   pattern = parse_linear_attention_freq(text, cfg.num_layers);
+                                 },
+                                 [&](const AttentionVariant&) {
+                                   // gated_delta_net: Megatron's older name for gdn.
+                                   const std::string word = value.get<std::string>();
+                                   TESSEL_CHECK(word == "none" || word == "gdn" || word == "gated_delta_net",
+                                                "{}: --experimental-attention-variant must be none or gdn "
+                                                "(got {})", source, word);
+                                   if (word == "none") cfg.linear.layer_pattern.clear();
+                                   else if (!cfg.linear.enabled()) cfg.linear.layer_pattern.assign(cfg.num_layers, 1);
                                  },
                                  [&](const NamedSwitch& s) {
                                    const std::string word = value.get<std::string>();
@@ -323,7 +373,8 @@ nlohmann::json model_config_to_json(const ModelConfig& cfg) {
   const ModelConfig sizes = cfg.explicit_sizes();
   nlohmann::json j = nlohmann::json::object();
   for (const ModelField& field : kModelFields)
-    if (!field.moe() || cfg.moe.num_experts > 0) j[field.key()] = model_field_json(field, sizes);
+    if ((!field.moe() || cfg.moe.num_experts > 0) && (!field.linear() || cfg.linear.enabled()))
+      j[field.key()] = model_field_json(field, sizes);
   return j;
 }
 
@@ -376,29 +427,6 @@ std::vector<std::string> MoeConfig::violations(int ep_size, int num_layers) cons
                             num_layers));
   }
   return v;
-}
-
-std::vector<int> parse_moe_layer_freq(const std::string& text, int num_layers) {
-  const bool interval = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-    return std::isdigit(static_cast<unsigned char>(c));
-  });
-  std::vector<int> pattern;
-  if (interval) {
-    TESSEL_CHECK(text.size() <= 6 && std::stoi(text) >= 1,
-                 "--moe-layer-freq {}: the interval must be at least 1", text);
-    const int every = std::stoi(text);
-    for (int i = 0; i < num_layers; ++i) pattern.push_back(i % every == 0 ? 1 : 0);
-    return pattern;
-  }
-  pattern = PatternParser(text).parse();
-  TESSEL_CHECK(static_cast<int>(pattern.size()) == num_layers,
-               "--moe-layer-freq \"{}\" has {} entries for {} layers", text, pattern.size(),
-               num_layers);
-  for (int p : pattern) {
-    TESSEL_CHECK(p == 0 || p == 1, "--moe-layer-freq \"{}\": entries must be 0 or 1, not {}", text,
-                 p);
-  }
-  return pattern;
 }
 
 }  // namespace tessel

@@ -13,7 +13,7 @@ Head::Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
       tp_(tp),
       norm_(k, registry, cfg.arch == Arch::GPT2 ? NormKind::LayerNorm : NormKind::RMSNorm,
             cfg.arch == Arch::GPT2 ? "transformer.ln_f.weight" : "model.norm.weight",
-            "transformer.ln_f.bias", cfg.hidden_size, cfg.norm_epsilon),
+            "transformer.ln_f.bias", cfg.hidden_size, cfg.norm_epsilon, cfg.layernorm_1p),
       N_(N),
       C_(cfg.hidden_size),
       vocab_size_(cfg.vocab_size) {

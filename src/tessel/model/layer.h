@@ -152,6 +152,7 @@ struct ChunkScratch {
   Tensor local_grad;  // (N_l, C) the same reduced (a view of `full_grad` without sequence parallel)
   Tensor rows_full;   // (N, C) gathered gradient rows (sequence parallel only)
   Tensor d_heads;     // (N, H_l·D) the attention output's gradient
+  Tensor d_attn;      // (N, H_l·D) the core attention output's, under the output gate
   Tensor d_hidden;    // (N, F_l) an MLP activation's gradient
 };
 

@@ -1,6 +1,7 @@
 // LayerNorm (GPT-2: weight and bias) or RMSNorm (Llama: weight only) over rows of `width`
 // values: the block and final norms on this rank's rows of the residual stream, and Qwen3's
-// QK-norm on each head's D values.
+// QK-norm on each head's D values. Zero-centred (--apply-layernorm-1p, Qwen3-Next's norms), an
+// RMSNorm scales by (1 + weight), its weight initialised 0 and stored so (as Hugging Face does).
 #pragma once
 
 #include <cstdint>
@@ -18,10 +19,10 @@ class Norm {
     Tensor mean, rstd;  // (rows) each; mean for LayerNorm only
   };
 
-  // Declares `weight_name` (ones, no weight decay) and, for LayerNorm, `bias_name` (zeros),
-  // replicated on every rank.
-  Norm(const Kernels& k, ParamRegistry& registry, NormKind kind,
-       const std::string& weight_name, const std::string& bias_name, int64_t width, float eps);
+  // Declares `weight_name` (ones, or zeros when zero-centred; no weight decay) and, for
+  // LayerNorm, `bias_name` (zeros), replicated on every rank.
+  Norm(const Kernels& k, ParamRegistry& registry, NormKind kind, const std::string& weight_name,
+       const std::string& bias_name, int64_t width, float eps, bool zero_centred);
 
   // `role` names the norm's tensors ("norm 1", "q-norm", ...).
   void list_saved(Saved& s, TensorList& buffers, int64_t rows, const std::string& role) const;
@@ -40,6 +41,7 @@ class Norm {
   int weight_ = -1, bias_ = -1;
   int64_t width_;
   float eps_;
+  float gain_offset_;  // 1 when zero-centred
 };
 
 }  // namespace tessel

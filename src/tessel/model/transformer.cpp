@@ -53,8 +53,8 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
   tables.add(positions_, {N_}, "row positions", DType::I32);
   const bool llama = cfg_.arch == Arch::Llama;
   if (llama) {
-    tables.add(rope_cos_, {cfg.max_positions(), cfg.head_dim() / 2}, "RoPE cosines");
-    tables.add(rope_sin_, {cfg.max_positions(), cfg.head_dim() / 2}, "RoPE sines");
+    tables.add(rope_cos_, {cfg.max_positions(), cfg.rotary_dim() / 2}, "RoPE cosines");
+    tables.add(rope_sin_, {cfg.max_positions(), cfg.rotary_dim() / 2}, "RoPE sines");
   }
   if (allocate) {
     tables.allocate(k_);
@@ -63,7 +63,7 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
     for (int b = 0; b < B_; ++b) rows.insert(rows.end(), local.begin(), local.end());
     k_.memory.from_host(positions_.ints(), rows.data(), N_ * 4);
     if (llama)
-      k_.rope_tables(rope_cos_.data(), rope_sin_.data(), cfg.max_positions(), cfg.head_dim(),
+      k_.rope_tables(rope_cos_.data(), rope_sin_.data(), cfg.max_positions(), cfg.rotary_dim(),
                      cfg.rotary_base);
   }
   const bool sp = tp_.sequence_parallel;
@@ -77,6 +77,8 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
   scratch.add(s.full_grad, {N_, C_}, "column-parallel input gradient");
   if (sp) scratch.add(s.local_grad, {N_l_, C_}, "column-parallel input gradient, reduced");
   scratch.add(s.d_heads, {N_, cfg.num_attention_heads / t * cfg.head_dim()}, "attention output gradient");
+  if (cfg.attention_output_gate)
+    scratch.add(s.d_attn, {N_, cfg.num_attention_heads / t * cfg.head_dim()}, "core attention output gradient");
   scratch.add(s.d_hidden, {N_, cfg.ffn_size() / t}, "MLP activation gradient");
   scratch.add(d_resid_, {N_l_, C_}, "residual gradient");
 

@@ -38,6 +38,8 @@ std::vector<std::string> non_finite_violations(const ModelConfig& model, const T
   finite("--moe-aux-loss-coeff", model.moe.aux_loss_coeff);
   finite("--moe-z-loss-coeff", model.moe.z_loss_coeff);
   finite("--moe-expert-capacity-factor", model.moe.capacity_factor);
+  finite("--rotary-percent", model.rotary_percent);
+  finite("--mtp-loss-scaling-factor", model.mtp_loss_scaling_factor);
   return v;
 }
 
@@ -128,6 +130,25 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
       split_by_tp("--num-query-groups", model.num_query_groups);
     split_by_tp("--ffn-hidden-size", model.ffn_size());
   }
+
+  // Megatron's GDN split (ssm/gated_delta_net): each TP·CP rank owns whole key heads and the value
+  // heads that read them.
+  if (model.linear.enabled() && c.tp >= 1 && c.cp >= 1) {
+    const LinearAttentionConfig& la = model.linear;
+    const int ranks = c.tp * c.cp;
+    if ((la.num_key_heads > 0 && la.num_key_heads % ranks != 0) ||
+        (la.num_value_heads > 0 && la.num_value_heads % ranks != 0))
+      v.push_back(fmt::format("the GDN heads (--linear-num-key-heads {}, --linear-num-value-heads {}) are "
+                              "not divisible by --tensor-model-parallel-size {} × --context-parallel-size {} = {}",
+                              la.num_key_heads, la.num_value_heads, c.tp, c.cp, ranks));
+    // What the GDN layers are not built for yet (issue 23's Build 4): refused, not approximated.
+    if (c.tp > 1 || c.cp > 1)
+      v.push_back(fmt::format("Gated DeltaNet layers run on one TP and CP rank for now (--tensor-model-parallel-size "
+                              "{}, --context-parallel-size {})", c.tp, c.cp));
+  }
+  if (model.mtp_num_layers > 0)
+    v.push_back(fmt::format("--mtp-num-layers {}: the multi-token prediction module is not built yet",
+                            model.mtp_num_layers));
 
   // Megatron's load-balanced causal split cuts each sequence into 2·CP chunks.
   if (c.cp > 1 && model.seq_length > 0 && model.seq_length % (2 * c.cp) != 0)

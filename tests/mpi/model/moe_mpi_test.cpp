@@ -61,6 +61,7 @@ MoeConfig moe_config() {
   m.num_experts = 8;
   m.topk = 2;
   m.shared_expert_size = 4;
+  m.shared_expert_gate = true;
   m.aux_loss_coeff = 0.1f;
   m.z_loss_coeff = 0.01f;
   return m;

@@ -87,8 +87,9 @@ MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& 
     };
     shared_.emplace(k, registry, p + "shared_expert.", Activation::SwiGlu, C_, F_s_, F_sl_, split,
                     output_init_std(model.num_layers));
-    shared_gate_ = registry.add(p + "shared_expert_gate.weight", {1, C_}, ParamInit::Normal,
-                                kInitStd, true);
+    if (moe.shared_expert_gate)
+      shared_gate_ = registry.add(p + "shared_expert_gate.weight", {1, C_}, ParamInit::Normal,
+                                  kInitStd, true);
     if (T > 1) {
       buffers.scratch.add(shared_full_, {N * T, C_}, "shared expert partial sums");
       buffers.scratch.add(shared_local_, {N, C_}, "shared expert reduced rows");
@@ -118,7 +119,7 @@ std::vector<int> MoeLayer::param_indices() const {
   for (int p : experts_.param_indices()) ids.push_back(p);
   if (shared_) {
     for (int p : shared_->param_indices()) ids.push_back(p);
-    ids.push_back(shared_gate_);
+    if (shared_gate_ >= 0) ids.push_back(shared_gate_);
   }
   return ids;
 }
@@ -139,8 +140,10 @@ void MoeLayer::list_all(Saved& s, SavedLists& lists) const {
     if (tp_.size() > 1) kept.add(s.shared_in, {N_g, C_}, "shared expert input (gathered)");
     shared_->list_saved(s.shared, lists.pick(recompute_.shared_experts), grads, N_g, "shared expert");
     kept.add(s.shared_out, {N, C_}, "shared expert output");
-    kept.add(s.shared_scale, {N}, "shared expert output scale");
-    grads.add(s.d_shared_logit, {N}, "shared expert output scale's gradient");
+    if (shared_gate_ >= 0) {
+      kept.add(s.shared_scale, {N}, "shared expert output scale");
+      grads.add(s.d_shared_logit, {N}, "shared expert output scale's gradient");
+    }
   }
   s.stats.tokens_per_expert.assign(E_, 0.0);
 }
@@ -213,15 +216,20 @@ double MoeLayer::run_forward(Saved& s, float* out, const float* x, int64_t N, fl
   return static_cast<double>(tokens) * (s.stats.aux_loss + s.stats.z_loss);
 }
 
-// Megatron's SharedExpertMLP under sequence parallel: out += sigmoid(x · gateᵀ) · MLP(x), the
-// MLP over all TP ranks' rows with this rank's F_s/TP neurons, its partial sums reduce-scattered
-// back to this rank's rows; the gate on this rank's rows. Without TP the same with one rank.
+// Megatron's SharedExpertMLP under sequence parallel: out += sigmoid(x · gateᵀ) · MLP(x) (out +=
+// MLP(x) without --moe-shared-expert-gate), the MLP over all TP ranks' rows with this rank's F_s/TP
+// neurons, its partial sums reduce-scattered back to this rank's rows; the gate on this rank's
+// rows. Without TP the same with one rank.
 void MoeLayer::shared_forward(Saved& s, float* out, const float* x) {
   const int64_t N = s.N, N_g = N * tp_.size();
   if (N == 0) return;
   if (tp_.size() > 1) tp_.gather_rows(x, s.shared_in.data(), N_g, C_);
   shared_->forward(s.shared, s.shared_out.data(), shared_input(s, x), N_g, tp_,
                    shared_full_.data());
+  if (shared_gate_ < 0) {
+    k_.residual_forward(out, out, s.shared_out.data(), N * C_);
+    return;
+  }
   float* scale = s.shared_scale.data();
   k_.linear_forward(scale, x, params_.value(shared_gate_), nullptr, N, C_, 1, WeightLayout::OutIn);
   k_.sigmoid_gate_forward(out, scale, s.shared_out.data(), N, C_);
@@ -256,8 +264,11 @@ void MoeLayer::shared_backward_input(Saved& s, float* dx, const float* dout, con
   if (N == 0) return;
   const bool split = tp_.size() > 1;
   float* d_out = split ? shared_local_.data() : s.shared.d_out.data();  // (N, C)
-  float* d_logit = s.d_shared_logit.data();
-  k_.sigmoid_gate_backward(d_out, d_logit, dout, s.shared_out.data(), s.shared_scale.data(), N, C_);
+  if (shared_gate_ >= 0)
+    k_.sigmoid_gate_backward(d_out, s.d_shared_logit.data(), dout, s.shared_out.data(),
+                             s.shared_scale.data(), N, C_);
+  else
+    k_.copy(d_out, dout, N * C_);
   float* d_in = split ? shared_full_.data() : dx;  // (N_g, C): partial sums over TP
   if (split) k_.zero(d_in, N_g * C_);
   shared_->backward_input(s.shared, d_in, d_out, shared_input(s, x), N_g, tp_, d_act_.data());
@@ -265,8 +276,9 @@ void MoeLayer::shared_backward_input(Saved& s, float* dx, const float* dout, con
     tp_.reduce_rows(d_in, shared_local_.data(), N_g, C_);
     k_.residual_forward(dx, dx, shared_local_.data(), N * C_);
   }
-  k_.linear_backward(dx, nullptr, nullptr, d_logit, x, params_.value(shared_gate_), N, C_, 1,
-                     WeightLayout::OutIn);
+  if (shared_gate_ >= 0)
+    k_.linear_backward(dx, nullptr, nullptr, s.d_shared_logit.data(), x, params_.value(shared_gate_), N, C_,
+                       1, WeightLayout::OutIn);
 }
 
 void MoeLayer::backward_weight(Saved& slot, const float* x, const GradReady& ready) {
@@ -276,8 +288,9 @@ void MoeLayer::backward_weight(Saved& slot, const float* x, const GradReady& rea
   experts_.backward_weight(s.experts, s.dispatch.expert_rows);
   if (shared_ && N > 0) {
     shared_->backward_weight_rows(s.shared.rows(), shared_input(s, x), N * tp_.size());
-    k_.linear_backward(nullptr, params_.grad(shared_gate_), nullptr, s.d_shared_logit.data(), x,
-                       params_.value(shared_gate_), N, C_, 1, WeightLayout::OutIn);
+    if (shared_gate_ >= 0)
+      k_.linear_backward(nullptr, params_.grad(shared_gate_), nullptr, s.d_shared_logit.data(), x,
+                         params_.value(shared_gate_), N, C_, 1, WeightLayout::OutIn);
   }
   if (ready) {
     const std::vector<int> ids = param_indices();

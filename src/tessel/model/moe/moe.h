@@ -1,14 +1,15 @@
 // Mixture of Experts, split as Megatron-Core's transformer/moe/: the MLP of chosen layers
 // replaced by E expert MLPs (SwiGLU, as Qwen-MoE) and a router that sends each token to its top-k
 // experts (router.h), the token dispatch over expert parallelism (dispatch.h), the grouped
-// experts (experts.h), and optionally a shared expert every token goes through (model/mlp.h,
-// scaled by a sigmoid gate). This layer composes them and keeps the router statistics.
+// experts (experts.h), and optionally a shared expert every token goes through (model/mlp.h;
+// with --moe-shared-expert-gate scaled by a sigmoid gate, as Qwen2-MoE and Qwen3-Next). This layer composes them and keeps the router statistics.
 //
 // Hugging Face names (Qwen2-MoE / Qwen3-MoE), N the layer:
 //   model.layers.N.mlp.gate.weight [E, C]                         the router
 //   model.layers.N.mlp.experts.e.{gate_proj,up_proj}.weight [F_e, C], .down_proj.weight [C, F_e]
 //   model.layers.N.mlp.shared_expert.{gate_proj,up_proj}.weight [F_s, C], .down_proj [C, F_s]
 //   model.layers.N.mlp.shared_expert_gate.weight [1, C]           shared output · sigmoid(x·gateᵀ)
+//                                                                 (--moe-shared-expert-gate)
 // Hugging Face's Qwen2-MoE (norm_topk_prob false) routes as --moe-router-pre-softmax; Qwen3-MoE
 // (norm_topk_prob true) as the default, top-k then softmax (the same weights).
 //
@@ -175,7 +176,7 @@ class MoeLayer {
   TokenDispatcher dispatcher_;
   GroupedExperts experts_;
   std::optional<Mlp> shared_;
-  int shared_gate_ = -1;  // mlp.shared_expert_gate.weight
+  int shared_gate_ = -1;  // mlp.shared_expert_gate.weight (-1: an ungated shared expert)
   RouterTotals totals_;
   LayerRecompute recompute_;
   bool whole_ = false;         // the whole layer recomputed: shared_saved_ holds its activations

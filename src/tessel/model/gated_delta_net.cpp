@@ -1,0 +1,163 @@
+#include "tessel/model/gated_delta_net.h"
+
+#include <fmt/format.h>
+
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+// Hugging Face's order and names (Qwen3.5's flat projections). One process: every parameter
+// whole (see the header).
+GatedDeltaNet::GatedDeltaNet(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
+                             const TensorParallel& tp, int64_t B, int64_t T, const LayerBuffers& buffers)
+    : k_(k),
+      params_(registry),
+      tp_(tp),
+      B_(B),
+      T_(T),
+      N_(B * T),
+      C_(cfg.hidden_size),
+      Hk_(cfg.linear.num_key_heads),
+      Hv_(cfg.linear.num_value_heads),
+      dk_(cfg.linear.key_head_dim),
+      dv_(cfg.linear.value_head_dim),
+      K_(cfg.linear.conv_kernel_dim),
+      key_dim_(cfg.linear.key_dim()),
+      value_dim_(cfg.linear.value_dim()),
+      conv_dim_(cfg.linear.conv_dim()),
+      eps_(cfg.norm_epsilon) {
+  TESSEL_CHECK(tp.size() == 1, "Gated DeltaNet layer {}: tensor parallelism is not supported yet", layer);
+  const std::string p = fmt::format("model.layers.{}.linear_attn.", layer);
+  auto weight = [&](const std::string& name, Shape shape) {
+    return registry.add(p + name, std::move(shape), ParamInit::Normal, kInitStd, true);
+  };
+  qkv_w_ = weight("in_proj_qkv.weight", {conv_dim_, C_});
+  z_w_ = weight("in_proj_z.weight", {value_dim_, C_});
+  b_w_ = weight("in_proj_b.weight", {Hv_, C_});
+  a_w_ = weight("in_proj_a.weight", {Hv_, C_});
+  conv_w_ = weight("conv1d.weight", {conv_dim_, 1, K_});
+  // Megatron decays neither (1-D); HF: dt_bias 1, A = U(0, 16), A_log = log A.
+  dt_bias_ = registry.add(p + "dt_bias", {Hv_}, ParamInit::Ones, 0, false);
+  A_log_ = registry.add(p + "A_log", {Hv_}, ParamInit::LogUniform, 16.0f, false);
+  norm_w_ = registry.add(p + "norm.weight", {dv_}, ParamInit::Ones, 0, false);  // a plain gain
+  out_w_ = weight("out_proj.weight", {C_, value_dim_});
+
+  TensorList& scratch = buffers.scratch;
+  scratch.add(d_qk_, {N_, conv_dim_}, "GDN q, k gradients (the delta rule's layout)");
+  scratch.add(d_conv_, {N_, conv_dim_}, "GDN convolution output gradient");
+  scratch.add(d_core_, {N_, value_dim_}, "GDN delta-rule output gradient");
+  scratch.add(d_normed_, {N_, value_dim_}, "GDN gated-norm output gradient");
+  scratch.add(d_beta_, {N_, Hv_}, "GDN beta gradient");
+  scratch.add(d_g_, {N_, Hv_}, "GDN decay gradient");
+}
+
+void GatedDeltaNet::list_saved(Saved& s, SavedLists& lists, const LayerRecompute& r) const {
+  TensorList& acts = lists.pick(r.full);
+  TensorList& grads = lists.pick(r.weights_in_input_pass());
+  acts.add(s.qkv_raw, {N_, conv_dim_}, "GDN qkv projection");
+  acts.add(s.qkv, {N_, conv_dim_}, "GDN q, k, v (convolved, q and k l2-normed)");
+  acts.add(s.q_rstd, {N_, Hk_}, "GDN q l2norm rstd");
+  acts.add(s.k_rstd, {N_, Hk_}, "GDN k l2norm rstd");
+  acts.add(s.z, {N_, value_dim_}, "GDN output gate input z");
+  acts.add(s.b, {N_, Hv_}, "GDN beta input b");
+  acts.add(s.a, {N_, Hv_}, "GDN decay input a");
+  acts.add(s.beta, {N_, Hv_}, "GDN beta");
+  acts.add(s.g, {N_, Hv_}, "GDN log decay");
+  acts.add(s.Ainv, {B_, Hv_, delta_rule_chunks(T_), kDeltaChunk, kDeltaChunk}, "GDN chunk inverses");
+  acts.add(s.core, {N_, value_dim_}, "GDN delta-rule output");
+  acts.add(s.norm_rstd, {N_ * Hv_}, "GDN gated norm rstd");
+  acts.add(s.normed, {N_, value_dim_}, "GDN gated norm output");
+  grads.add(s.d_qkv_raw, {N_, conv_dim_}, "GDN qkv projection gradient");
+  grads.add(s.d_z, {N_, value_dim_}, "GDN z projection gradient");
+  grads.add(s.d_b, {N_, Hv_}, "GDN b projection gradient");
+  grads.add(s.d_a, {N_, Hv_}, "GDN a projection gradient");
+  grads.add(s.d_out, {N_, C_}, "GDN output-projection gradient");
+}
+
+void GatedDeltaNet::forward(Saved& s, float* out_local, const float* in, float* partial,
+                            const PackedRows& packed) const {
+  s.packed = packed;
+  const WeightLayout L = WeightLayout::OutIn;
+  k_.linear_forward(s.qkv_raw.data(), in, params_.value(qkv_w_), nullptr, N_, C_, conv_dim_, L);
+  k_.linear_forward(s.z.data(), in, params_.value(z_w_), nullptr, N_, C_, value_dim_, L);
+  k_.linear_forward(s.b.data(), in, params_.value(b_w_), nullptr, N_, C_, Hv_, L);
+  k_.linear_forward(s.a.data(), in, params_.value(a_w_), nullptr, N_, C_, Hv_, L);
+  float* qkv = s.qkv.data();  // (N, conv_dim): q | k | v of every row
+  k_.causal_conv1d_silu_forward(qkv, s.qkv_raw.data(), params_.value(conv_w_), packed.key_start, B_, T_,
+                                conv_dim_, K_, conv_dim_);
+  k_.l2norm_forward(qkv, s.q_rstd.data(), qkv, N_, Hk_, dk_, conv_dim_);
+  k_.l2norm_forward(qkv + key_dim_, s.k_rstd.data(), qkv + key_dim_, N_, Hk_, dk_, conv_dim_);
+  k_.gdn_gate_forward(s.beta.data(), s.g.data(), s.b.data(), s.a.data(), params_.value(A_log_),
+                      params_.value(dt_bias_), N_, Hv_);
+  k_.gated_delta_rule_forward(s.core.data(), nullptr, s.Ainv.data(), qkv, qkv + key_dim_, qkv + 2 * key_dim_,
+                              s.beta.data(), s.g.data(), nullptr, packed.key_start, B_, T_, Hk_, Hv_, dk_,
+                              dv_, conv_dim_, conv_dim_);
+  k_.gated_rmsnorm_forward(s.normed.data(), s.norm_rstd.data(), s.core.data(), s.z.data(),
+                           params_.value(norm_w_), N_ * Hv_, dv_, eps_);
+  float* product = tp_.size() > 1 ? partial : out_local;
+  k_.linear_forward(product, s.normed.data(), params_.value(out_w_), nullptr, N_, value_dim_, C_, L);
+  tp_.reduce_rows(product, out_local, N_, C_);
+}
+
+// The forward's list reversed. The delta rule's dq, dk go to d_qk_ (rows of conv_dim, the
+// layout it read q and k in) and its dv straight into the conv output's gradient d_conv_, whose
+// q and k parts the l2norms' backward then fill.
+void GatedDeltaNet::backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in) {
+  const WeightLayout L = WeightLayout::OutIn;
+  tp_.gather_rows(d_out_local, s.d_out.data(), N_, C_);  // a copy without sequence parallel
+  d_normed_.zero();
+  k_.linear_backward(d_normed_.data(), nullptr, nullptr, s.d_out.data(), s.normed.data(),
+                     params_.value(out_w_), N_, value_dim_, C_, L);
+  d_core_.zero();
+  s.d_z.zero();
+  k_.gated_rmsnorm_backward(d_core_.data(), s.d_z.data(), params_.grad(norm_w_), d_normed_.data(),
+                            s.core.data(), s.z.data(), params_.value(norm_w_), s.norm_rstd.data(), N_ * Hv_,
+                            dv_);
+  const float* qkv = s.qkv.data();
+  float* d_qk = d_qk_.data();
+  float* d_conv = d_conv_.data();
+  d_qk_.zero();
+  d_conv_.zero();
+  d_beta_.zero();
+  d_g_.zero();
+  k_.gated_delta_rule_backward(d_qk, d_qk + key_dim_, d_conv + 2 * key_dim_, d_beta_.data(), d_g_.data(),
+                               nullptr, d_core_.data(), nullptr, s.Ainv.data(), qkv, qkv + key_dim_,
+                               qkv + 2 * key_dim_, s.beta.data(), s.g.data(), nullptr, s.packed.key_start,
+                               B_, T_, Hk_, Hv_, dk_, dv_, conv_dim_, conv_dim_);
+  s.d_b.zero();
+  s.d_a.zero();
+  k_.gdn_gate_backward(s.d_b.data(), s.d_a.data(), params_.grad(A_log_), params_.grad(dt_bias_),
+                       d_beta_.data(), d_g_.data(), s.b.data(), s.a.data(), params_.value(A_log_),
+                       params_.value(dt_bias_), N_, Hv_);
+  k_.l2norm_backward(d_conv, d_qk, qkv, s.q_rstd.data(), N_, Hk_, dk_, conv_dim_);
+  k_.l2norm_backward(d_conv + key_dim_, d_qk + key_dim_, qkv + key_dim_, s.k_rstd.data(), N_, Hk_, dk_,
+                     conv_dim_);
+  s.d_qkv_raw.zero();
+  k_.causal_conv1d_silu_backward(s.d_qkv_raw.data(), params_.grad(conv_w_), d_conv, s.qkv_raw.data(),
+                                 params_.value(conv_w_), s.packed.key_start, B_, T_, conv_dim_, K_, conv_dim_);
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_qkv_raw.data(), in, params_.value(qkv_w_), N_, C_,
+                     conv_dim_, L);
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_z.data(), in, params_.value(z_w_), N_, C_, value_dim_, L);
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_b.data(), in, params_.value(b_w_), N_, C_, Hv_, L);
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_a.data(), in, params_.value(a_w_), N_, C_, Hv_, L);
+}
+
+void GatedDeltaNet::backward_weight(Saved& s, const float* in) const {
+  const WeightLayout L = WeightLayout::OutIn;
+  k_.linear_backward(nullptr, params_.grad(out_w_), nullptr, s.d_out.data(), s.normed.data(),
+                     params_.value(out_w_), N_, value_dim_, C_, L);
+  k_.linear_backward(nullptr, params_.grad(qkv_w_), nullptr, s.d_qkv_raw.data(), in, params_.value(qkv_w_),
+                     N_, C_, conv_dim_, L);
+  k_.linear_backward(nullptr, params_.grad(z_w_), nullptr, s.d_z.data(), in, params_.value(z_w_), N_, C_,
+                     value_dim_, L);
+  k_.linear_backward(nullptr, params_.grad(b_w_), nullptr, s.d_b.data(), in, params_.value(b_w_), N_, C_,
+                     Hv_, L);
+  k_.linear_backward(nullptr, params_.grad(a_w_), nullptr, s.d_a.data(), in, params_.value(a_w_), N_, C_,
+                     Hv_, L);
+}
+
+std::vector<int> GatedDeltaNet::input_half_params() const { return {conv_w_, dt_bias_, A_log_, norm_w_}; }
+
+std::vector<int> GatedDeltaNet::weight_half_params() const { return {qkv_w_, z_w_, b_w_, a_w_, out_w_}; }
+
+}  // namespace tessel

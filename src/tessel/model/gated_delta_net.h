@@ -1,0 +1,81 @@
+// Gated DeltaNet, the linear-attention mixer of Qwen3-Next / Qwen3.5 (Hugging Face's
+// Qwen3_5GatedDeltaNet, Megatron's GatedDeltaNet), on layers --linear-attention-freq marks:
+//   qkv = in_proj_qkv(x), z = in_proj_z(x), b = in_proj_b(x), a = in_proj_a(x)
+//   [q | k | v] = silu(causal depthwise conv1d(qkv))      (z, b, a are not convolved)
+//   q, k = l2norm per head;  β = sigmoid(b);  g = −exp(A_log)·softplus(a + dt_bias)
+//   o = the gated delta rule over (q, k, v, β, g), value head j reading key head j / (Hv/Hk)
+//   out = out_proj(rmsnorm(o) · norm.weight · silu(z))   per value head of dv
+// Parameters, with Hugging Face's (Qwen3.5's flat) names and shapes:
+//   model.layers.N.linear_attn.in_proj_qkv.weight [2·Hk·dk + Hv·dv, C] rows [Q all | K all | V all]
+//   in_proj_z.weight [Hv·dv, C]; in_proj_b.weight, in_proj_a.weight [Hv, C]
+//   conv1d.weight [2·Hk·dk + Hv·dv, 1, K]; dt_bias [Hv]; A_log [Hv]; norm.weight [dv]
+//   out_proj.weight [C, Hv·dv]
+// The caller gathers the input rows under sequence parallel and reduces the input gradient, as
+// for attention; out_proj's partial sums are reduced here. One process for now: the TP split of
+// the flat in_proj_qkv is section-wise (train/plan refuses GDN layers under TP > 1 until then).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessel/model/config.h"
+#include "tessel/model/layer.h"
+#include "tessel/model/recompute.h"
+#include "tessel/parallel/tensor_parallel.h"
+
+namespace tessel {
+
+class GatedDeltaNet {
+ public:
+  // N rows (B·T), Hk/Hv key/value heads, dk/dv their dims, conv_dim = 2·Hk·dk + Hv·dv.
+  struct Saved {
+    Tensor qkv_raw;        // (N, conv_dim) in_proj_qkv's output, the convolution's input
+    Tensor qkv;            // (N, conv_dim) silu(conv(qkv_raw)), its q and k l2-normed in place
+    Tensor q_rstd, k_rstd; // (N, Hk) each, the l2norms' statistics
+    Tensor z;              // (N, Hv·dv) the output gate's input
+    Tensor b, a;           // (N, Hv) each, the gates' inputs
+    Tensor beta, g;        // (N, Hv) each, sigmoid(b) and the log decay
+    Tensor Ainv;           // (B, Hv, chunks, 64, 64) the delta rule's per-chunk inverses
+    Tensor core;           // (N, Hv·dv) the delta rule's output
+    Tensor norm_rstd;      // (N·Hv) the gated norm's statistics
+    Tensor normed;         // (N, Hv·dv) the gated norm's output, out_proj's input
+    Tensor d_qkv_raw, d_z, d_b, d_a;  // the input projections' output gradients
+    Tensor d_out;          // (N, C) out_proj's output gradient, gathered to all rows
+    PackedRows packed;     // the microbatch's documents, as forward was given them
+  };
+
+  // Declares layer `layer`'s GDN weights (Hugging Face's initialisation: normal(0, 0.02), dt_bias
+  // 1, A_log log U(0, 16), the gated norm's gain 1) and its scratch in `buffers.scratch`.
+  GatedDeltaNet(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
+                const TensorParallel& tp, int64_t B, int64_t T, const LayerBuffers& buffers);
+
+  // Everything in `r.full`'s list, the output gradients in the weight pass's.
+  void list_saved(Saved& s, SavedLists& lists, const LayerRecompute& r) const;
+  // out_local (N_l, C) = the mixer's output for in (N, C) (all rows). partial (N, C) is scratch.
+  // packed: the rows' documents (the conv and the delta rule restart at each).
+  void forward(Saved& s, float* out_local, const float* in, float* partial, const PackedRows& packed) const;
+  // d_in (N, C) += this rank's part of d(in) from d_out_local (N_l, C). The convolution's, the
+  // gates' and the gated norm's weight gradients are finished here.
+  void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in);
+  void backward_weight(Saved& s, const float* in) const;
+
+  std::vector<int> input_half_params() const;   // conv1d, dt_bias, A_log, norm
+  std::vector<int> weight_half_params() const;  // the projections
+
+ private:
+  const Kernels& k_;
+  ParamView params_;
+  TensorParallel tp_;
+  int64_t B_, T_, N_, C_;
+  int64_t Hk_, Hv_, dk_, dv_, K_;
+  int64_t key_dim_, value_dim_, conv_dim_;
+  float eps_;
+  int qkv_w_ = -1, z_w_ = -1, b_w_ = -1, a_w_ = -1, conv_w_ = -1, dt_bias_ = -1, A_log_ = -1,
+      norm_w_ = -1, out_w_ = -1;
+  // Scratch of one backward call: the gradients of the delta rule's q, k (rows of conv_dim, as
+  // the rule reads them) and of the conv output; of the gated norm's input and output; of β, g.
+  Tensor d_qk_, d_conv_, d_core_, d_normed_, d_beta_, d_g_;
+};
+
+}  // namespace tessel
