@@ -10,6 +10,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/data/tokenizers/loaders.h"
+#include "tessel/data/tokenizers/unicode_classes.h"
 #include "tessel/data/utf8.h"
 #include "tokenizer_flags.h"
 
@@ -85,6 +86,8 @@ TokenizerCommand::TokenizerCommand(CLI::App& app) {
   }
   for (CLI::App* sub : {encode_, decode_}) sub->add_option("--input", input_, "read this file instead of standard input");
   encode_->add_flag("--json", json_, "print a JSON array");
+  encode_->add_flag("--no-special-tokens", no_special_tokens_,
+                    "leave out the special tokens the post-processor puts around the text (add_special_tokens=False)");
   inspect_->add_flag("--json", json_, "print one JSON object");
   inspect_->add_option("--token", tokens_, "also show the id of this token (as the vocabulary spells it)");
   inspect_->add_option("--id", ids_, "also show the token of this id");
@@ -123,7 +126,7 @@ void TokenizerCommand::encode() const {
   const std::unique_ptr<Tokenizer> t = tokenizer();
   const std::string text = read_input();
   check_utf8(text, input_name());
-  const std::vector<int32_t> ids = t->encode(text);
+  const std::vector<int32_t> ids = no_special_tokens_ ? t->encode_bare(text) : t->encode(text);
   fmt::memory_buffer out;
   if (json_) out.push_back('[');
   for (size_t i = 0; i < ids.size(); ++i) fmt::format_to(std::back_inserter(out), "{}{}", i ? (json_ ? "," : " ") : "", ids[i]);
@@ -142,7 +145,7 @@ void TokenizerCommand::inspect() const {
   const SpecialIds s = t->special_ids();
   const auto specials = t->special_tokens();
   if (json_) {
-    nlohmann::json j = {{"type", t->type()}, {"vocab_size", t->vocab_size()},
+    nlohmann::json j = {{"type", t->type()}, {"vocab_size", t->vocab_size()}, {"unicode", unicode_version()},
                         {"special_ids", {{"eod", s.eod}, {"bos", s.bos}, {"eos", s.eos}, {"pad", s.pad}}}};
     j["special_tokens"] = nlohmann::json::array();
     for (const auto& [content, id] : specials) j["special_tokens"].push_back({{"content", content}, {"id", id}});
@@ -160,7 +163,7 @@ void TokenizerCommand::inspect() const {
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
-  fmt::print("type: {}\nvocab size: {}\n", t->type(), t->vocab_size());
+  fmt::print("type: {}\nvocab size: {}\nunicode: {} (pre-tokenizer classes)\n", t->type(), t->vocab_size(), unicode_version());
   fmt::print("eod: {} | bos: {} | eos: {} | pad: {}\n", id_text(s.eod, *t), id_text(s.bos, *t), id_text(s.eos, *t),
              id_text(s.pad, *t));
   constexpr size_t kShown = 16;

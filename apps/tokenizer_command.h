@@ -39,6 +39,7 @@ class TokenizerCommand {
   TokenizerTrainOptions train_options_;
   std::string input_;
   bool json_ = false;
+  bool no_special_tokens_ = false;
   std::vector<std::string> tokens_;  // inspect --token
   std::vector<int32_t> ids_;         // inspect --id
   std::string text_;                 // inspect --text

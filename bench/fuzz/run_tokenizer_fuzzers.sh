@@ -80,6 +80,30 @@ tok["model"]["merges"] = [f"{bl(a)} {bl(b)}" for a, b in merges]
 tok["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": True}
 tok["normalizer"] = None
 open(f"{out}/corpus_tokenizer_json/seed_strings", "w").write(json.dumps(tok))
+# SentencePiece-style (Llama 2, Gemma): byte fallback, the text normalizers, Metaspace, its decoders.
+space = "\u2581"
+sp_vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+for b in range(256):
+    sp_vocab[f"<0x{b:02X}>"] = 3 + b
+for piece in [space, "a", "b", space + "a", "ab", space + "ab"]:
+    sp_vocab[piece] = len(sp_vocab)
+sp = {"added_tokens": [{"id": 0, "content": "<unk>", "special": True}, {"id": 1, "content": "<s>", "special": True, "normalized": False},
+                       {"id": 2, "content": "</s>", "special": True, "rstrip": True}],
+      "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}, {"type": "Strip", "strip_left": True, "strip_right": False},
+                                                       {"type": "Replace", "pattern": {"Regex": "\\s{2,}"}, "content": " "}]},
+      "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Metaspace", "replacement": space, "prepend_scheme": "first", "split": True},
+                                                            {"type": "Punctuation", "behavior": "Isolated"}, {"type": "WhitespaceSplit"}]},
+      "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+                         "special_tokens": {"<s>": {"id": "<s>", "ids": [1]}}},
+      "decoder": {"type": "Sequence", "decoders": [{"type": "Metaspace", "replacement": space, "prepend_scheme": "first"}, {"type": "ByteFallback"},
+                                                 {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 1}]},
+      "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True, "vocab": sp_vocab,
+                "merges": [f"{space} a", "a b", f"{space}a b"]}}
+open(f"{out}/corpus_tokenizer_json/seed_sentencepiece", "w").write(json.dumps(sp))
+sp["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": space}, {"type": "Replace", "pattern": {"String": " "}, "content": space}]}
+sp["pre_tokenizer"] = None
+sp["decoder"] = {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": space}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}]}
+open(f"{out}/corpus_tokenizer_json/seed_llama2", "w").write(json.dumps(sp))
 merges_txt = "#version: 0.2\n" + "".join(f"{bl(a)} {bl(b)}\n" for a, b in merges)
 open(f"{out}/corpus_tokenizer_gpt2/seed", "w").write(json.dumps(vocab) + "\0" + merges_txt)
 ranks = [bytes([b]) for b in range(256)] + [(a + b).encode() for a, b in merges]

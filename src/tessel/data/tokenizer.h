@@ -31,6 +31,9 @@ class Tokenizer {
   virtual std::string type() const = 0;
   virtual int32_t vocab_size() const = 0;
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // The ids without the special tokens the post-processor puts around them (Hugging Face's
+  // encode(text, add_special_tokens=False)); by default encode(text).
+  virtual std::vector<int32_t> encode_bare(std::string_view text) const { return encode(text); }
   // Throws tessel::Error on a token outside [0, vocab_size()).
   virtual std::string decode(std::span<const int32_t> tokens) const = 0;
   virtual SpecialIds special_ids() const { return {}; }

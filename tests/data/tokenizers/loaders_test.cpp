@@ -112,13 +112,23 @@ TEST(HuggingFaceTokenizer, UnsupportedOrBrokenFilesAreNamed) {
   EXPECT_CONTAINS(load(j), "t.json (model.merges[6]): merge \"Ġ\" \"zz\" names \"zz\"");
   j = testing::tiny_tokenizer_json(false);
   j["model"]["type"] = "WordPiece";
-  EXPECT_CONTAINS(load(j), "t.json: model type WordPiece is not supported");
+  EXPECT_CONTAINS(load(j), "t.json: model WordPiece is not supported (supported: BPE, byte-level or with byte_fallback)");
+  EXPECT_EQ(load(j).find('\n'), std::string::npos);  // one line
   j = testing::tiny_tokenizer_json(false);
-  j["pre_tokenizer"] = {{"type", "Metaspace"}};
-  EXPECT_CONTAINS(load(j), "t.json: pre_tokenizer Metaspace is not supported");
+  j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+  EXPECT_CONTAINS(load(j), "t.json: pre_tokenizer BertPreTokenizer is not supported");
   j = testing::tiny_tokenizer_json(false);
-  j["model"]["byte_fallback"] = true;
-  EXPECT_CONTAINS(load(j), "t.json: byte_fallback BPE");
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "BertNormalizer"}}}}};
+  EXPECT_CONTAINS(load(j), "t.json: normalizer BertNormalizer is not supported");
+  j = testing::tiny_tokenizer_json(false);
+  j["decoder"] = {{"type", "WordPiece"}};
+  EXPECT_CONTAINS(load(j), "t.json: decoder WordPiece is not supported");
+  j = testing::tiny_tokenizer_json(false);
+  j["post_processor"] = {{"type", "BertProcessing"}};
+  EXPECT_CONTAINS(load(j), "t.json: post_processor BertProcessing is not supported");
+  j = testing::tiny_tokenizer_json(false);
+  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}}, {{"type", "Metaspace"}}}}};
+  EXPECT_CONTAINS(load(j), "t.json: pre_tokenizer Metaspace after another pre-tokenizer is not supported");
   j = testing::tiny_tokenizer_json(false);
   j["model"]["vocab"] = nlohmann::json::array();
   EXPECT_CONTAINS(load(j), "t.json (model.vocab): the vocabulary must be a JSON object");

@@ -18,6 +18,7 @@ struct AddedToken {
   bool lstrip = false;       // also swallows the white space before it
   bool rstrip = false;       // ... and after it
   bool single_word = false;  // only where no letter, digit or '_' touches it
+  bool normalized = false;   // matched on the normalized text (tokenizer.json's "normalized")
 };
 
 class AddedTokenSplitter {

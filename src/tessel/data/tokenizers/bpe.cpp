@@ -74,30 +74,36 @@ std::optional<int32_t> TokenIndex::find(std::string_view bytes) const {
 }
 
 BpeModel::BpeModel(BpeVocab vocab, const std::vector<BpeMerge>& merges, bool ignore_merges,
-                   std::string where)
-    : vocab_(std::move(vocab)), ignore_merges_(ignore_merges), where_(std::move(where)) {
+                   std::string where, BpeSymbols symbols)
+    : vocab_(std::move(vocab)), ignore_merges_(ignore_merges), symbols_(symbols), where_(std::move(where)) {
   index_.build(vocab_);
   for (int b = 0; b < 256; ++b) {
     const char c = static_cast<char>(b);
-    byte_tokens_[b] = index_.find(std::string_view(&c, 1)).value_or(-1);
+    byte_tokens_[b] = symbols_.by_character ? index_.find(fmt::format("<0x{:02X}>", b)).value_or(-1)
+                                            : index_.find(std::string_view(&c, 1)).value_or(-1);
   }
+  // Byte fallback holds only where every byte has its token (Hugging Face falls back to unk).
+  if (symbols_.byte_fallback) symbols_.byte_fallback = std::all_of(byte_tokens_, byte_tokens_ + 256, [](int32_t id) { return id >= 0; });
   build_pairs(merges);
   if (!ignore_merges_) {
     // A pre-token that is a token is emitted whole only where the merges would rebuild it anyway.
     whole_.assign(vocab_.size(), false);
-    std::vector<int32_t> ids;
+    std::vector<int32_t> ids, symbols;
     for (int32_t id = 0; id < vocab_.size(); ++id) {
       if (!vocab_.present[id] || vocab_.bytes[id].empty()) continue;
       const std::string& b = vocab_.bytes[id];
-      if (b.size() == 1) {
+      if (b.size() == 1 && !symbols_.by_character) {
         whole_[id] = true;
         continue;
       }
-      if (!std::all_of(b.begin(), b.end(), [&](char c) { return byte_tokens_[static_cast<unsigned char>(c)] >= 0; }))
+      if (!symbols_.by_character &&
+          !std::all_of(b.begin(), b.end(), [&](char c) { return byte_tokens_[static_cast<unsigned char>(c)] >= 0; }))
         continue;
+      symbols.clear();
       ids.clear();
-      if (b.size() > kHeapThreshold) merge_by_heap(b, ids);
-      else merge_by_scan(b, ids);
+      first_symbols(b, symbols);
+      if (symbols.size() > kHeapThreshold) merge_by_heap(symbols, ids);
+      else merge_by_scan(symbols, ids);
       whole_[id] = ids.size() == 1 && ids[0] == id;
     }
   }
@@ -154,7 +160,7 @@ int32_t BpeModel::byte_token(unsigned char b) const {
 
 void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
-  if (piece.size() == 1) {
+  if (piece.size() == 1 && !symbols_.by_character) {
     out.push_back(byte_token(static_cast<unsigned char>(piece[0])));
     return;
   }
@@ -162,24 +168,56 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) c
     out.push_back(*id);
     return;
   }
-  if (piece.size() > kHeapThreshold) merge_by_heap(piece, out);
-  else merge_by_scan(piece, out);
+  thread_local std::vector<int32_t> symbols;
+  symbols.clear();
+  first_symbols(piece, symbols);
+  if (symbols.size() > kHeapThreshold) merge_by_heap(symbols, out);
+  else merge_by_scan(symbols, out);
 }
 
-void BpeModel::merge_by_scan(std::string_view piece, std::vector<int32_t>& out) const {
+void BpeModel::first_symbols(std::string_view piece, std::vector<int32_t>& ids) const {
+  if (!symbols_.by_character) {
+    for (char c : piece) ids.push_back(byte_token(static_cast<unsigned char>(c)));
+    return;
+  }
+  bool unk_pending = false;  // the last symbol is an unknown token that a next one may fuse with
+  for (size_t i = 0; i < piece.size();) {
+    size_t n = 1;  // the character's length (valid UTF-8)
+    const auto lead = static_cast<unsigned char>(piece[i]);
+    if (lead >= 0xF0) n = 4;
+    else if (lead >= 0xE0) n = 3;
+    else if (lead >= 0xC0) n = 2;
+    n = std::min(n, piece.size() - i);
+    const std::string_view ch = piece.substr(i, n);
+    i += n;
+    if (const std::optional<int32_t> id = index_.find(ch)) {
+      ids.push_back(*id);
+      unk_pending = false;
+    } else if (symbols_.byte_fallback) {
+      for (char c : ch) ids.push_back(byte_tokens_[static_cast<unsigned char>(c)]);
+      unk_pending = false;
+    } else if (symbols_.unk >= 0) {
+      if (!(unk_pending && symbols_.fuse_unk)) ids.push_back(symbols_.unk);
+      unk_pending = true;
+    }
+  }
+}
+
+void BpeModel::merge_by_scan(std::span<const int32_t> symbols, std::vector<int32_t>& out) const {
   struct Part {
     int32_t id;
     int32_t rank;    // of merging with the next part; INT_MAX: no merge
     int32_t merged;
   };
   Part parts[kHeapThreshold];
-  size_t n = piece.size();
+  size_t n = symbols.size();
+  if (n == 0) return;
   auto rank_with_next = [&](size_t i) {
     const PairSlot* s = find_pair(parts[i].id, parts[i + 1].id);
     parts[i].rank = s ? s->rank : INT_MAX;
     parts[i].merged = s ? s->merged : -1;
   };
-  for (size_t i = 0; i < n; ++i) parts[i] = {byte_token(static_cast<unsigned char>(piece[i])), INT_MAX, -1};
+  for (size_t i = 0; i < n; ++i) parts[i] = {symbols[i], INT_MAX, -1};
   for (size_t i = 0; i + 1 < n; ++i) rank_with_next(i);
   while (n > 1) {
     size_t best = 0;
@@ -197,11 +235,12 @@ void BpeModel::merge_by_scan(std::string_view piece, std::vector<int32_t>& out) 
   for (size_t i = 0; i < n; ++i) out.push_back(parts[i].id);
 }
 
-void BpeModel::merge_by_heap(std::string_view piece, std::vector<int32_t>& out) const {
-  const int32_t n = static_cast<int32_t>(piece.size());
+void BpeModel::merge_by_heap(std::span<const int32_t> symbols, std::vector<int32_t>& out) const {
+  const int32_t n = static_cast<int32_t>(symbols.size());
+  if (n == 0) return;
   std::vector<int32_t> id(n), prev(n), next(n);
   for (int32_t i = 0; i < n; ++i) {
-    id[i] = byte_token(static_cast<unsigned char>(piece[i]));
+    id[i] = symbols[i];
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }

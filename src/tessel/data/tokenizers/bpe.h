@@ -1,12 +1,15 @@
 // Byte-pair encoding of one pre-token, the core that GPT-2's vocab.json + merges.txt, a
 // tokenizer.json's BPE model and tiktoken's rank files share. Tokens are byte strings; a merge
 // joins two adjacent tokens into a third and has a rank. Encoding starts from one token per byte
-// and repeatedly applies the lowest-ranked merge available, the leftmost on a tie — GPT-2's
-// bpe(), Hugging Face's BPE and tiktoken's byte_pair_merge all reduce to this.
+// (byte-level BPE) or per character (SentencePiece-style BPE: Llama 2, Gemma, Mistral, where a
+// character without a token becomes its bytes' <0xNN> tokens, or the unknown token) and
+// repeatedly applies the lowest-ranked merge available, the leftmost on a tie — GPT-2's bpe(),
+// Hugging Face's BPE and tiktoken's byte_pair_merge all reduce to this.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,12 +48,21 @@ class TokenIndex {
   uint64_t mask_ = 0;
 };
 
+// How a pre-token's first symbols are made (tokenizer.json's BPE model fields).
+struct BpeSymbols {
+  bool by_character = false;  // one symbol per UTF-8 character, else per byte (byte-level)
+  bool byte_fallback = false; // a character without a token becomes its bytes' "<0xNN>" tokens ...
+  int32_t unk = -1;           // ... else the unknown token (-1: none, the character is dropped)
+  bool fuse_unk = false;      // consecutive unknown characters make one unknown token
+};
+
 class BpeModel {
  public:
   // `where` names the file for errors. Throws tessel::Error when a merge names an id without a
   // token. ignore_merges: a pre-token that is itself a token is emitted whole (tiktoken, and
   // tokenizer.json's "ignore_merges": Llama-3), without running the merges.
-  BpeModel(BpeVocab vocab, const std::vector<BpeMerge>& merges, bool ignore_merges, std::string where);
+  BpeModel(BpeVocab vocab, const std::vector<BpeMerge>& merges, bool ignore_merges, std::string where,
+           BpeSymbols symbols = {});
   BpeModel(BpeModel&&) = default;
   BpeModel(const BpeModel&) = delete;  // the index would point into the original
 
@@ -68,9 +80,11 @@ class BpeModel {
   // Pieces longer than this merge through a heap (O(n log n)) instead of a scan per merge.
   static constexpr size_t kHeapThreshold = 96;
 
-  // The two merge loops, exposed so that a test can check they agree.
-  void merge_by_scan(std::string_view piece, std::vector<int32_t>& out) const;
-  void merge_by_heap(std::string_view piece, std::vector<int32_t>& out) const;
+  // The piece's first symbols, before any merge.
+  void first_symbols(std::string_view piece, std::vector<int32_t>& ids) const;
+  // The two merge loops over first symbols, exposed so that a test can check they agree.
+  void merge_by_scan(std::span<const int32_t> symbols, std::vector<int32_t>& out) const;
+  void merge_by_heap(std::span<const int32_t> symbols, std::vector<int32_t>& out) const;
 
  private:
   struct PairSlot {
@@ -87,8 +101,9 @@ class BpeModel {
   TokenIndex index_;
   std::vector<PairSlot> pairs_;
   uint64_t pair_mask_ = 0;
-  int32_t byte_tokens_[256];
+  int32_t byte_tokens_[256];    // the byte's token (byte-level), or its "<0xNN>" token (byte fallback)
   bool ignore_merges_;
+  BpeSymbols symbols_;
   std::vector<bool> whole_;  // whole_[id]: merging the token's bytes gives the token itself
   std::string where_;
 };

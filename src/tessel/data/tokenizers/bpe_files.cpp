@@ -44,7 +44,7 @@ nlohmann::json parse_json_text(std::string_view text, std::string_view name) {
   }
 }
 
-BpeVocab parse_byte_level_vocab(const nlohmann::json& vocab, std::string_view name) {
+BpeVocab parse_byte_level_vocab(const nlohmann::json& vocab, std::string_view name, bool byte_level) {
   TESSEL_CHECK(vocab.is_object(), "{}: the vocabulary must be a JSON object of token: id", name);
   BpeVocab out;
   for (const auto& [token, value] : vocab.items()) {
@@ -52,9 +52,10 @@ BpeVocab parse_byte_level_vocab(const nlohmann::json& vocab, std::string_view na
     TESSEL_CHECK(value.is_number_integer() && value.get<int64_t>() >= 0 && value.get<int64_t>() < limit,
                  "{}: token {:?} has id {}, not an integer in [0, {}) (tokens + 2^20)", name, token, value.dump(), limit);
     const auto id = static_cast<int32_t>(value.get<int64_t>());
-    std::optional<std::string> bytes = byte_level_decode(token);
+    std::optional<std::string> bytes = byte_level ? byte_level_decode(token) : std::nullopt;
     if (id < out.size() && out.present[id])
-      fail("{}: id {} is given to two tokens, {:?} and {:?}", name, id, byte_level_encode(out.bytes[id]), token);
+      fail("{}: id {} is given to two tokens, {:?} and {:?}", name, id,
+           byte_level ? byte_level_encode(out.bytes[id]) : out.bytes[id], token);
     out.set(id, bytes ? std::move(*bytes) : token);
   }
   TESSEL_CHECK(out.size() > 0, "{}: the vocabulary is empty", name);
@@ -62,9 +63,9 @@ BpeVocab parse_byte_level_vocab(const nlohmann::json& vocab, std::string_view na
 }
 
 BpeMerge resolve_merge(std::string_view a, std::string_view b, int32_t rank, const TokenIndex& index,
-                       std::string_view where) {
+                       std::string_view where, bool byte_level) {
   auto id_of = [&](std::string_view text) -> std::optional<int32_t> {
-    const std::optional<std::string> bytes = byte_level_decode(text);
+    const std::optional<std::string> bytes = byte_level ? byte_level_decode(text) : std::nullopt;
     return index.find(bytes ? std::string_view(*bytes) : text);
   };
   const std::optional<int32_t> left = id_of(a), right = id_of(b);

@@ -1,7 +1,5 @@
 #include "tessel/data/tokenizers/bpe_tokenizer.h"
 
-#include <utf8proc.h>
-
 #include <algorithm>
 #include <cstdlib>
 
@@ -11,32 +9,21 @@
 
 namespace tessel {
 
-namespace {
-
-// NFC leaves text alone when every character is below U+0300: the combining marks, Hangul jamo
-// and the singletons that NFC changes all lie above (lead bytes 0xCC and up).
-bool may_change_under_nfc(std::string_view text) {
-  for (unsigned char c : text)
-    if (c >= 0xCC) return true;
-  return false;
-}
-
-std::string nfc(std::string_view text) {
-  utf8proc_uint8_t* out = nullptr;
-  const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                          static_cast<utf8proc_ssize_t>(text.size()), &out,
-                                          static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  TESSEL_CHECK(n >= 0, "NFC normalization failed: {}", utf8proc_errmsg(n));
-  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
-  std::free(out);
-  return result;
-}
-
-}  // namespace
-
 BpeTokenizer::BpeTokenizer(BpeModel model, BpeTokenizerParts parts)
     : model_(std::move(model)), parts_(std::move(parts)) {
-  if (parts_.split_specials) splitter_ = AddedTokenSplitter(parts_.specials);
+  if (parts_.split_specials) {
+    std::vector<AddedToken> raw, normalized;
+    for (const AddedToken& t : parts_.specials) {
+      if (!t.normalized || parts_.normalizer.empty()) {
+        raw.push_back(t);
+      } else {  // matched as the normalizer writes it
+        normalized.push_back(t);
+        normalized.back().content = parts_.normalizer.apply(t.content);
+      }
+    }
+    splitter_ = AddedTokenSplitter(raw);
+    normalized_splitter_ = AddedTokenSplitter(normalized);
+  }
   int32_t size = model_.vocab().size();
   for (const AddedToken& t : parts_.specials) size = std::max(size, t.id + 1);
   vocab_size_ = parts_.vocab_size > 0 ? parts_.vocab_size : size;
@@ -53,27 +40,43 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + parts_.prefix.size() + parts_.suffix.size());
   out.insert(out.end(), parts_.prefix.begin(), parts_.prefix.end());
-  if (parts_.split_specials) {
-    splitter_.split(text, [&](std::string_view segment) { encode_segment(segment, out); },
-                    [&](int32_t id) { out.push_back(id); });
-  } else {
-    encode_segment(text, out);
-  }
+  encode_text(text, out);
   out.insert(out.end(), parts_.suffix.begin(), parts_.suffix.end());
   return out;
 }
 
-void BpeTokenizer::encode_segment(std::string_view text, std::vector<int32_t>& out) const {
-  std::string normalized;
-  if (parts_.nfc && may_change_under_nfc(text)) {
-    normalized = nfc(text);
-    text = normalized;
+std::vector<int32_t> BpeTokenizer::encode_bare(std::string_view text) const {
+  check_utf8(text, "text to encode");
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3);
+  encode_text(text, out);
+  return out;
+}
+
+void BpeTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+  auto token = [&](int32_t id) { out.push_back(id); };
+  auto segment = [&](std::string_view raw) {
+    const bool starts_input = raw.data() == text.data();
+    if (parts_.normalizer.empty()) return encode_segment(raw, starts_input, out);
+    const std::string normalized = parts_.normalizer.apply(raw);
+    if (normalized_splitter_.empty()) return encode_segment(normalized, starts_input, out);
+    normalized_splitter_.split(normalized, [&](std::string_view s) {
+      encode_segment(s, starts_input && s.data() == normalized.data(), out);
+    }, token);
+  };
+  if (parts_.split_specials) splitter_.split(text, segment, token);
+  else segment(text);
+}
+
+void BpeTokenizer::encode_segment(std::string_view text, bool starts_input, std::vector<int32_t>& out) const {
+  std::string changed;
+  if (parts_.metaspace) {
+    changed = apply_metaspace(*parts_.metaspace, text, starts_input);
+    text = changed;
   }
-  std::string prefixed;
   if (parts_.add_prefix_space && !text.empty() && text[0] != ' ') {
-    prefixed = " ";
-    prefixed += text;
-    text = prefixed;
+    changed = " " + std::string(text);
+    text = changed;
   }
   parts_.pre.for_each_piece(text, [&](std::string_view piece) { model_.encode_piece(piece, out); });
 }
@@ -84,19 +87,23 @@ const AddedToken* BpeTokenizer::special(int32_t id) const {
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> tokens) const {
-  std::string text;
   const BpeVocab& vocab = model_.vocab();
-  for (size_t i = 0; i < tokens.size(); ++i) {
+  auto token_text = [&](size_t i) -> const std::string& {
     const int32_t id = tokens[i];
-    if (const AddedToken* t = special(id)) {
-      text += t->content;
-      continue;
-    }
+    if (const AddedToken* t = special(id)) return t->content;
     TESSEL_CHECK(id >= 0 && id < vocab.size() && vocab.present[id],
                  "{}: token {} at position {} is not in the vocabulary (size {})", parts_.type, id, i, vocab_size_);
-    text += vocab.bytes[id];
+    return vocab.bytes[id];
+  };
+  if (!parts_.decoder) {
+    std::string text;
+    for (size_t i = 0; i < tokens.size(); ++i) text += token_text(i);
+    return text;
   }
-  return text;
+  std::vector<std::string> texts;
+  texts.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) texts.push_back(token_text(i));
+  return parts_.decoder->decode(std::move(texts));
 }
 
 std::string BpeTokenizer::id_to_token(int32_t id) const {

@@ -31,12 +31,13 @@ void for_each_line(std::string_view text, const std::function<void(size_t, std::
 nlohmann::json parse_json_text(std::string_view text, std::string_view name);
 // A byte-level vocabulary (vocab.json, encoder.json, a tokenizer.json's model.vocab): token text
 // in GPT-2's alphabet -> id; text outside it stands for its own UTF-8 bytes, as Hugging Face's
-// ByteLevel decoder reads it. Throws on a non-integer or negative id, or one id given twice.
-BpeVocab parse_byte_level_vocab(const nlohmann::json& vocab, std::string_view name);
+// ByteLevel decoder reads it. byte_level false: the token text is the token (SentencePiece-style).
+// Throws on a non-integer or negative id, or one id given twice.
+BpeVocab parse_byte_level_vocab(const nlohmann::json& vocab, std::string_view name, bool byte_level = true);
 // The merge of tokens a and b (vocabulary spellings) with rank `rank`; `where` says where the
 // merge was written ("merges.txt line 7"). Throws when a, b or a+b is not in the vocabulary.
 BpeMerge resolve_merge(std::string_view a, std::string_view b, int32_t rank, const TokenIndex& index,
-                       std::string_view where);
+                       std::string_view where, bool byte_level = true);
 
 // ---- GPT2BPETokenizer: vocab.json (or encoder.json) + merges.txt (or vocab.bpe) ----
 std::unique_ptr<Tokenizer> parse_gpt2_bpe(std::string_view vocab_json, std::string_view vocab_name,

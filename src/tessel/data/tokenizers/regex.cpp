@@ -3,9 +3,13 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cctype>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "tessel/core/error.h"
+#include "tessel/data/tokenizers/unicode_classes.h"
 
 namespace tessel {
 
@@ -48,25 +52,142 @@ ThreadMatchState& thread_state() {
 
 }  // namespace
 
-std::string white_space_pattern(std::string_view pattern) {
+namespace {
+
+void append_ranges(std::string& out, const std::vector<CodePointRange>& ranges) {
+  auto item = [&](char32_t a, char32_t b) {
+    out += fmt::format("\\x{{{:x}}}", static_cast<uint32_t>(a));
+    if (b != a) out += fmt::format("-\\x{{{:x}}}", static_cast<uint32_t>(b));
+  };
+  for (const CodePointRange& r : ranges) {  // UTF-8 has no surrogates, and PCRE2 refuses them in a class
+    if (r.first < 0xD800 && r.last > 0xDFFF) {
+      item(r.first, 0xD7FF);
+      item(0xE000, r.last);
+    } else if (r.last < 0xD800 || r.first > 0xDFFF) {
+      item(r.first, r.last);
+    } else if (r.first < 0xD800) {
+      item(r.first, 0xD7FF);
+    } else if (r.last > 0xDFFF) {
+      item(0xE000, r.last);
+    }
+  }
+}
+
+// A property escape (after the backslash: "s", "p{L}", "PL", "p{^L}", ...): its property and
+// whether it is negated, with the escape's length; nullopt for escapes left to PCRE2.
+struct PropertyEscape {
+  uint32_t mask;
+  bool negated;
+};
+std::optional<PropertyEscape> parse_property_escape(std::string_view rest, size_t& length) {
+  const char c = rest[0];
+  length = 1;
+  const bool upper = std::isupper(static_cast<unsigned char>(c)) != 0;
+  switch (std::tolower(static_cast<unsigned char>(c))) {
+    case 's': return PropertyEscape{kWhiteSpaceMask, upper};
+    case 'd': return PropertyEscape{*unicode_property_mask("Nd"), upper};
+    case 'p': break;
+    default: return std::nullopt;
+  }
+  if (rest.size() < 2) return std::nullopt;
+  std::string_view name;
+  if (rest[1] == '{') {
+    const size_t close = rest.find('}');
+    if (close == std::string_view::npos) return std::nullopt;
+    name = rest.substr(2, close - 2);
+    length = close + 1;
+  } else {
+    name = rest.substr(1, 1);
+    length = 2;
+  }
+  bool negated = upper;
+  if (!name.empty() && name[0] == '^') {
+    negated = !negated;
+    name.remove_prefix(1);
+  }
+  const std::optional<uint32_t> mask = unicode_property_mask(name);
+  if (!mask) return std::nullopt;
+  return PropertyEscape{*mask, negated};
+}
+
+// The Unicode version of the PCRE2 linked in.
+const std::string& pcre2_unicode_version() {
+  static const std::string version = [] {
+    PCRE2_UCHAR buf[64] = {};
+    pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, buf);
+    return std::string(reinterpret_cast<const char*>(buf));
+  }();
+  return version;
+}
+
+// The class items (what goes between [ and ]) of a property at kUnicodeVersion. Where PCRE2's
+// own tables are that version, or the base version with the set only grown since, its \p{..}
+// items plus the code points added since (a few ranges: its two-stage table lookup stays fast);
+// otherwise every range.
+std::string class_items(uint32_t mask) {
   std::string out;
-  out.reserve(pattern.size() + 32);
+  std::optional<std::vector<CodePointRange>> added;
+  if (mask != kWhiteSpaceMask) {
+    if (pcre2_unicode_version() == unicode_version()) added.emplace();
+    else if (pcre2_unicode_version() == base_unicode_version()) added = added_since_base(mask);
+  }
+  if (!added) {
+    append_ranges(out, property_ranges(mask));
+    return out;
+  }
+  for (const std::string& name : category_names(mask)) out += "\\p{" + name + "}";
+  append_ranges(out, *added);
+  return out;
+}
+
+}  // namespace
+
+std::string unicode_pattern(std::string_view pattern) {
+  std::string out;
+  out.reserve(pattern.size() * 4);
+  bool in_class = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '\\' && i + 1 < pattern.size()) {
-      const char next = pattern[i + 1];
-      if (next == 's') out += "\\p{White_Space}";
-      else if (next == 'S') out += "\\P{White_Space}";
-      else out.append(pattern.substr(i, 2));
-      ++i;  // an escaped character is never the start of another escape
-    } else {
-      out += pattern[i];
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      if (pattern[i + 1] == 'Q') {  // \Q...\E: literal text
+        const size_t e = pattern.find("\\E", i + 2);
+        const size_t stop = e == std::string_view::npos ? pattern.size() : e + 2;
+        out.append(pattern.substr(i, stop - i));
+        i = stop - 1;
+        continue;
+      }
+      size_t length = 0;
+      if (const std::optional<PropertyEscape> e = parse_property_escape(pattern.substr(i + 1), length)) {
+        if (!in_class) out += e->negated ? "[^" + class_items(e->mask) + "]" : "[" + class_items(e->mask) + "]";
+        else if (!e->negated) out += class_items(e->mask);
+        else append_ranges(out, complement(property_ranges(e->mask)));  // a complement inside a class
+      } else {
+        out.append(pattern.substr(i, 1 + length));
+      }
+      i += length;
+      continue;
+    }
+    out += c;
+    if (!in_class && c == '[') {
+      in_class = true;
+      // "[]" and "[^]" open with a literal ']'.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+    } else if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {
+      const size_t e = pattern.find(":]", i + 2);  // a POSIX class [:alpha:]
+      if (e != std::string_view::npos) {
+        out.append(pattern.substr(i + 1, e + 2 - (i + 1)));
+        i = e + 1;
+      }
+    } else if (in_class && c == ']') {
+      in_class = false;
     }
   }
   return out;
 }
 
 Regex::Regex(std::string_view pattern, std::string_view where) : pattern_(pattern) {
-  const std::string translated = white_space_pattern(pattern);
+  const std::string translated = unicode_pattern(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),

@@ -1,8 +1,9 @@
 // The regular expressions of pre-tokenizers (GPT-2's, cl100k's, a tokenizer.json's Split), run
 // by PCRE2 with its JIT: Unicode properties (\p{L}), lookahead and possessive quantifiers, which
-// std::regex lacks. Patterns are written for Rust's regex, Oniguruma or Python's regex module,
-// where \s is Unicode's White_Space; PCRE2's \s differs on a few code points (U+0085, U+180E
-// under some versions), so \s and \S are rewritten to the White_Space property.
+// std::regex lacks. Patterns are written for Oniguruma (Hugging Face's tokenizers), Rust's regex
+// or Python's regex module at Unicode 16, where \s is White_Space; the system's PCRE2 knows an
+// older Unicode (Debian 12's: 14) and its own \s, so the property escapes (\p{..}, \P{..},
+// \s, \d and their negations) are rewritten to explicit ranges from unicode_classes.h.
 #pragma once
 
 #include <cstddef>
@@ -37,7 +38,11 @@ class Regex {
   bool jit_ = false;
 };
 
-// The pattern with \s and \S replaced by \p{White_Space} and \P{White_Space}.
-std::string white_space_pattern(std::string_view pattern);
+// The pattern with \p{X}, \P{X}, \pX, \s, \S, \d and \D (X a General_Category or White_Space)
+// replaced by the code points unicode_classes.h gives them, inside a character class or as one:
+// PCRE2's own \p{X} with the code points added since its Unicode version where that is the
+// table's base version (or the table's own), else every range. Other escapes (scripts, \w) are
+// PCRE2's.
+std::string unicode_pattern(std::string_view pattern);
 
 }  // namespace tessel
