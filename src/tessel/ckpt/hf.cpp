@@ -279,6 +279,8 @@ void moe_from_hf(const nlohmann::json& j, ModelConfig& cfg, const std::string& s
   m.topk = required<int>(j, "num_experts_per_tok", source);
   m.ffn_hidden_size = required<int>(j, "moe_intermediate_size", source);
   m.shared_expert_size = optional_value(j, "shared_expert_intermediate_size", source, 0);
+  // Qwen2-MoE's shared expert always has its sigmoid gate (shared_expert_gate.weight).
+  m.shared_expert_gate = m.shared_expert_size > 0;
   // transformers' Qwen2MoeConfig and Qwen3MoeConfig default norm_topk_prob to false.
   m.pre_softmax = !optional_value(j, "norm_topk_prob", source, false);
   m.aux_loss_coeff = optional_value(j, "router_aux_loss_coef", source, 0.0f);
@@ -330,6 +332,8 @@ std::vector<std::string> hf_export_violations(const ModelConfig& cfg) {
   if (cfg.qk_layernorm && cfg.moe.num_experts > 0 && cfg.moe.shared_expert_size > 0)
     v.push_back("a --qk-layernorm MoE model exports as qwen3_moe, which has no shared expert "
                 "(--moe-shared-expert-intermediate-size)");
+  if (cfg.moe.num_experts > 0 && cfg.moe.shared_expert_size > 0 && !cfg.moe.shared_expert_gate)
+    v.push_back("a shared expert exports as qwen2_moe's, which is gated: add --moe-shared-expert-gate");
   return v;
 }
 
