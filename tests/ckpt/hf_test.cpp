@@ -166,6 +166,7 @@ TEST_P(HfFamily, ExportImportGivesTheSameLoss) {
     cfg.moe.ffn_hidden_size = 8;
     cfg.moe.layer_pattern = {1, 0};
     cfg.moe.shared_expert_size = fc.qk_layernorm ? 0 : 12;  // qwen3_moe has no shared expert
+    cfg.moe.shared_expert_gate = cfg.moe.shared_expert_size > 0;  // qwen2_moe's is gated
   }
   const ChunkSpec whole{0, cfg.num_layers, true, true};
   ParamRegistry saved;

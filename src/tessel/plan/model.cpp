@@ -95,7 +95,7 @@ ParamSplit layer_params(const PlanModel& m, int layer) {
   p.experts = static_cast<int64_t>(e.num_experts) * 3 * h * m.expert_ffn();
   if (e.shared_expert_size > 0) {
     p.tp += 3 * h * e.shared_expert_size;
-    p.replicated += h;  // the shared expert's gate
+    if (e.shared_expert_gate) p.replicated += h;  // the shared expert's gate
   }
   return p;
 }

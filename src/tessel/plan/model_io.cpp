@@ -98,6 +98,8 @@ PlanModel model_from_hf(const json& j, const std::string& source) {
   e.ffn_hidden_size = get_or(j, "moe_intermediate_size", c.ffn_hidden_size);
   e.shared_expert_size = get_or(j, "shared_expert_intermediate_size",
                                 get_or(j, "n_shared_experts", 0) * e.ffn_hidden_size);
+  // Qwen2-MoE's shared expert (shared_expert_intermediate_size) is gated; DeepSeek's are not.
+  e.shared_expert_gate = j.contains("shared_expert_intermediate_size") && e.shared_expert_size > 0;
   e.score_sigmoid = get_or<std::string>(j, "scoring_func", "softmax") == "sigmoid";
   e.layer_pattern.assign(c.num_layers, 1);
   for (int l = 0; l < std::min(get_or(j, "first_k_dense_replace", 0), c.num_layers); ++l) e.layer_pattern[l] = 0;

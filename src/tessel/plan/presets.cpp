@@ -46,6 +46,7 @@ PlanModel with_experts(PlanModel m, int experts, int topk, int expert_ffn, int s
   m.cfg.moe.topk = topk;
   m.cfg.moe.ffn_hidden_size = expert_ffn;
   m.cfg.moe.shared_expert_size = shared;
+  m.cfg.moe.shared_expert_gate = shared > 0;  // the Qwen-MoE presets' shared experts are gated
   return m;
 }
 
@@ -100,6 +101,7 @@ const std::map<std::string, std::function<PlanModel()>>& presets() {
          m.multi_latent_attention = true;
          m.mla = {1536, 512, 128, 64, 128};
          m = with_experts(m, 256, 8, 2048, 2048);
+         m.cfg.moe.shared_expert_gate = false;  // DeepSeek's shared expert has no gate
          m.cfg.moe.score_sigmoid = true;
          m.cfg.moe.layer_pattern.assign(61, 1);
          for (int l = 0; l < 3; ++l) m.cfg.moe.layer_pattern[l] = 0;
