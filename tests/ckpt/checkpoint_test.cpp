@@ -222,7 +222,7 @@ TEST(Checkpoint, ExportOfATp2SaveMatchesSaveHf) {
 // Experts split over ETP (= TP 2) and EP 2, a shared expert split over TP: saved as slices,
 // resumed with whole experts (ETP 1) and by one process, exported whole.
 TEST(Checkpoint, MoeEp2Tp2Etp2SaveResumesUnderEtp1AndOneProcess) {
-  const std::string model = std::string(kMoeModel) + "--moe-shared-expert-intermediate-size 64 ";
+  const std::string model = std::string(kMoeModel) + "--moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate ";
   const std::string saved = "--ep 2 --tp 2 --sequence-parallel --etp 2";
   const fs::path dir = fresh_dir("etp2_many"), ckpt = dir / "ckpt";
   const std::vector<double> straight = train(dir, 4, saved, model.c_str());

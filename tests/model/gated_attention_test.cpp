@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "support/gradient_check.h"
+#include "support/layer_gradient_check.h"
 #include "tessel/core/philox.h"
 #include "tessel/model/attention.h"
 
@@ -18,8 +19,6 @@ namespace tessel {
 namespace {
 
 using testing::Floats;
-using testing::numerical_gradient;
-using testing::relative_error;
 using testing::Vec;
 
 constexpr uint64_t kSeed = 23002;
@@ -142,21 +141,7 @@ TEST(GatedAttention, MatchesTheReference) {
                                "q_norm.weight", "k_norm.weight"};
   EXPECT_EQ(registry.get(p + "q_proj.weight").global_shape, (Shape{2 * H * D, C}));
   EXPECT_EQ(registry.get(p + "o_proj.weight").global_shape, (Shape{C, H * D}));
-  std::vector<Vec> inputs = {Vec(x.begin(), x.end())};
-  for (const char* name : names) {
-    const Param& param = registry.get(p + name);
-    inputs.emplace_back(param.value, param.value + param.numel());
-  }
-  EXPECT_LT(relative_error(out, reference(inputs)), 1e-5);
-  const Vec weights(w.begin(), w.end());
-  EXPECT_LT(relative_error(dx, numerical_gradient(reference, inputs, 0, weights)), 1e-4) << "d x";
-  for (size_t i = 0; i < std::size(names); ++i) {
-    const Param& param = registry.get(p + names[i]);
-    EXPECT_LT(relative_error(Floats(param.grad, param.grad + param.numel()),
-                             numerical_gradient(reference, inputs, i + 1, weights)),
-              1e-4)
-        << names[i];
-  }
+  testing::expect_layer_matches_reference(registry, p, names, reference, x, out, dx, w);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "support/gradient_check.h"
+#include "support/layer_gradient_check.h"
 #include "tessel/core/philox.h"
 #include "tessel/model/gated_delta_net.h"
 
@@ -17,8 +18,6 @@ namespace tessel {
 namespace {
 
 using testing::Floats;
-using testing::numerical_gradient;
-using testing::relative_error;
 using testing::Vec;
 
 constexpr uint64_t kSeed = 23001;
@@ -153,22 +152,8 @@ void check_mixer(const Sizes& z, const std::vector<int32_t>& doc_start, bool pac
   mixer.backward_weight(s, x.data());
 
   const std::string p = "model.layers.0.linear_attn.";
-  std::vector<Vec> inputs = {Vec(x.begin(), x.end())};
-  for (const char* name : kNames) {
-    const Param& param = registry.get(p + name);
-    inputs.emplace_back(param.value, param.value + param.numel());
-  }
   auto f = [&](const std::vector<Vec>& in) { return reference(z, doc_start, in); };
-  EXPECT_LT(relative_error(out, f(inputs)), 1e-5);
-  const Vec weights(w.begin(), w.end());
-  EXPECT_LT(relative_error(dx, numerical_gradient(f, inputs, 0, weights)), 1e-4) << "d x";
-  for (size_t i = 0; i < std::size(kNames); ++i) {
-    const Param& param = registry.get(p + kNames[i]);
-    EXPECT_LT(relative_error(Floats(param.grad, param.grad + param.numel()),
-                             numerical_gradient(f, inputs, i + 1, weights)),
-              1e-4)
-        << kNames[i];
-  }
+  testing::expect_layer_matches_reference(registry, p, kNames, f, x, out, dx, w);
 }
 
 std::vector<int32_t> one_document(const Sizes& z) {

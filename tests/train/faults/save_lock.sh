@@ -5,7 +5,8 @@
 # while the second tries, then killed holding the lock: the next launch takes the stale lock over,
 # removes what unfinished saves left, and resumes to the uninterrupted run's losses bitwise.
 . "$(dirname "$0")/lib.sh"
-flags=("${model[@]}" --train-iters 30 --save-interval 5)
+# long enough that the first run is still training when it is frozen, on a quiet machine too
+flags=("${model[@]}" --train-iters 300 --save-interval 5)
 ckpt=$work/ckpt
 
 timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${flags[@]}" --log-json "$work/straight.jsonl" \
