@@ -7,6 +7,7 @@
 
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
+#include "tessel/ckpt/hf_qwen3_next_config.h"
 #include "tessel/data/tokenizer_files.h"
 #include "tokenizer_flags.h"
 
@@ -21,6 +22,10 @@ ExportCommand::ExportCommand(CLI::App& app) {
   c.add_option("--init-from", source_.init_from, "weights to convert instead of a fresh initialisation");
   c.add_option("--load", source_.load, "consolidate the newest save of this --save folder (any layout)")
       ->excludes("--init-from");
+  c.add_option("--hf-model-type", hf_model_type_,
+               "a Gated DeltaNet model's config.json model_type and checkpoint layout (default: "
+               "--init-from's, else qwen3_5_moe_text)")
+      ->check(CLI::IsMember({"qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}));
   add_tokenizer_flags(c, tokenizer_);
 }
 
@@ -36,7 +41,12 @@ void ExportCommand::run() const {
     tokenizer = tokenizer_;
   else if (!source_.init_from.empty())
     tokenizer = tokenizer_in_folder(source_.init_from);
-  const int64_t parameters = export_model(cfg, tokenizer, source_, out_dir_);
+  // A Qwen3-Next folder stays in its family's layout unless asked otherwise.
+  std::string model_type = hf_model_type_;
+  if (model_type.empty() && cfg.linear.enabled() && !source_.init_from.empty() &&
+      is_qwen3_next_model_type(hf_model_type_beside(source_.init_from)))
+    model_type = hf_model_type_beside(source_.init_from);
+  const int64_t parameters = export_model(cfg, tokenizer, source_, out_dir_, model_type);
   fmt::print("wrote {}/model.safetensors and config.json{} ({:.2f}M parameters)\n", out_dir_,
              tokenizer ? " and the tokenizer" : "", parameters / 1e6);
 }

@@ -24,6 +24,7 @@ class ExportCommand {
   CLI::App* cmd_;
   ModelFlags model_{tokenizer_sized_defaults()};
   std::string out_dir_;
+  std::string hf_model_type_;
   ExportSource source_;
   TokenizerOptions tokenizer_;
 };

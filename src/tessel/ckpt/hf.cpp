@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "tessel/ckpt/hf_json.h"
+#include "tessel/ckpt/hf_qwen3_next.h"
+#include "tessel/ckpt/hf_qwen3_next_config.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/core/error.h"
 #include "tessel/core/json_values.h"
@@ -20,38 +23,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// fp32 values written as their shortest decimal form (1e-05, not 9.999999747378752e-06): readable,
-// and parsing it back yields the same float.
-double json_float(float v) { return std::stod(fmt::format("{}", v)); }
-
-// Numbers are range-checked (core/json_values.h): 4294967298 layers is an error, not 2.
-template <typename T>
-T value_as(const nlohmann::json& value, const char* key, const std::string& source) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (value.is_number()) return json_integer<T>(value, source, key);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    if (value.is_number()) return json_number<T>(value, source, key);
-  }
-  try {
-    return value.get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail("{}: key '{}' has a value of the wrong type ({})", source, key, value.dump());
-  }
-}
-
-template <typename T>
-T required(const nlohmann::json& j, const char* key, const std::string& source) {
-  auto it = j.find(key);
-  TESSEL_CHECK(it != j.end() && !it->is_null(), "{}: missing key '{}'", source, key);
-  return value_as<T>(*it, key, source);
-}
-
-// The value of `key`, or `fallback` when it is absent or null (transformers' default).
-template <typename T>
-T optional_value(const nlohmann::json& j, const char* key, const std::string& source, T fallback) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? fallback : value_as<T>(*it, key, source);
-}
+using hf_json::json_float;
+using hf_json::optional_value;
+using hf_json::required;
 
 // The Hugging Face model types of tessel's llama architecture, one row each. transformers' Qwen2
 // attention always has q/k/v biases and Qwen3's always has q_norm/k_norm; where a type reads
@@ -201,6 +175,7 @@ void write_text_file(const std::string& path, const std::string& text) {
 }  // namespace
 
 nlohmann::json hf_config_json(const ModelConfig& cfg) {
+  if (cfg.linear.enabled()) return qwen3_next_config_json(cfg, kDefaultQwenModelType);
   if (cfg.arch == Arch::GPT2) {
     const bool default_ffn = cfg.ffn_size() == 4 * cfg.hidden_size;
     return {{"architectures", nlohmann::json::array({"GPT2LMHeadModel"})},
@@ -249,30 +224,31 @@ nlohmann::json hf_config_json(const ModelConfig& cfg) {
   if (type.reads_attention_bias) j["attention_bias"] = cfg.add_qkv_bias;
   if (!is_exact(type, cfg))
     j["tessel_attention"] = {{"add_qkv_bias", cfg.add_qkv_bias}, {"qk_layernorm", cfg.qk_layernorm}};
-  if (type.moe) {
-    // Qwen-MoE's names and keys for the experts (a shared expert only in Qwen2-MoE).
-    const MoeConfig& m = cfg.moe;
-    j["num_experts"] = m.num_experts;
-    j["num_experts_per_tok"] = m.topk;
-    j["moe_intermediate_size"] = m.ffn_hidden_size > 0 ? m.ffn_hidden_size : cfg.ffn_size();
-    j["shared_expert_intermediate_size"] = m.shared_expert_size;
-    j["norm_topk_prob"] = !m.pre_softmax;
-    j["router_aux_loss_coef"] = m.aux_loss_coeff;
-    j["decoder_sparse_step"] = 1;
-    nlohmann::json dense = nlohmann::json::array();
-    for (int l = 0; l < cfg.num_layers; ++l)
-      if (!m.is_moe_layer(l)) dense.push_back(l);
-    j["mlp_only_layers"] = dense;
-    j["tessel_moe"] = {{"score_function", m.score_sigmoid ? "sigmoid" : "softmax"},
-                       {"pre_softmax", m.pre_softmax},
-                       {"z_loss_coeff", m.z_loss_coeff},
-                       {"capacity_factor", m.capacity_factor},
-                       {"pad_to_capacity", m.pad_to_capacity}};
-  }
+  if (type.moe) moe_to_hf(cfg, j);
   return j;
 }
 
-// The MoE settings of a Qwen2-MoE config.json (and tessel's own extra keys, when it wrote it).
+void moe_to_hf(const ModelConfig& cfg, nlohmann::json& j) {
+  // Qwen-MoE's names and keys for the experts.
+  const MoeConfig& m = cfg.moe;
+  j["num_experts"] = m.num_experts;
+  j["num_experts_per_tok"] = m.topk;
+  j["moe_intermediate_size"] = m.ffn_hidden_size > 0 ? m.ffn_hidden_size : cfg.ffn_size();
+  j["shared_expert_intermediate_size"] = m.shared_expert_size;
+  j["norm_topk_prob"] = !m.pre_softmax;
+  j["router_aux_loss_coef"] = m.aux_loss_coeff;
+  j["decoder_sparse_step"] = 1;
+  nlohmann::json dense = nlohmann::json::array();
+  for (int l = 0; l < cfg.num_layers; ++l)
+    if (!m.is_moe_layer(l)) dense.push_back(l);
+  j["mlp_only_layers"] = dense;
+  j["tessel_moe"] = {{"score_function", m.score_sigmoid ? "sigmoid" : "softmax"},
+                     {"pre_softmax", m.pre_softmax},
+                     {"z_loss_coeff", m.z_loss_coeff},
+                     {"capacity_factor", m.capacity_factor},
+                     {"pad_to_capacity", m.pad_to_capacity}};
+}
+
 void moe_from_hf(const nlohmann::json& j, ModelConfig& cfg, const std::string& source) {
   MoeConfig& m = cfg.moe;
   m.num_experts = required<int>(j, "num_experts", source);
@@ -313,9 +289,11 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& sou
     } catch (const nlohmann::json::exception& e) {
       fail("{}: {}", source, e.what());
     }
+  } else if (is_qwen3_next_model_type(model_type)) {
+    cfg = qwen3_next_config_from_hf(j, source);
   } else {
-    fail("{}: model_type '{}' is not supported (tessel reads gpt2, llama, qwen2, qwen3, qwen2_moe "
-         "and qwen3_moe)",
+    fail("{}: model_type '{}' is not supported (tessel reads gpt2, llama, qwen2, qwen3, qwen2_moe, "
+         "qwen3_moe, qwen3_next, qwen3_5_moe and qwen3_5_moe_text)",
          source, model_type);
   }
   cfg.seq_length = cfg.max_position_embeddings;
@@ -329,6 +307,8 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& sou
 
 std::vector<std::string> hf_export_violations(const ModelConfig& cfg) {
   std::vector<std::string> v;
+  // A Gated DeltaNet model's config.json records the options its family fixes (tessel_options).
+  if (cfg.linear.enabled()) return v;
   if (cfg.qk_layernorm && cfg.moe.num_experts > 0 && cfg.moe.shared_expert_size > 0)
     v.push_back("a --qk-layernorm MoE model exports as qwen3_moe, which has no shared expert "
                 "(--moe-shared-expert-intermediate-size)");
@@ -337,12 +317,23 @@ std::vector<std::string> hf_export_violations(const ModelConfig& cfg) {
   return v;
 }
 
-void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std::string& dir) {
+void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std::string& dir,
+               const std::string& model_type) {
   const std::vector<std::string> refused = hf_export_violations(cfg);
   TESSEL_CHECK(refused.empty(), "export to {}: {}", dir, refused.front());
+  TESSEL_CHECK(model_type.empty() || cfg.linear.enabled(),
+               "export to {}: model_type {} is for models with Gated DeltaNet layers", dir, model_type);
   std::error_code ec;
   fs::create_directories(dir, ec);
   TESSEL_CHECK(!ec, "{}: cannot create folder ({})", dir, ec.message());
+  const std::string config = (fs::path(dir) / "config.json").string();
+  if (cfg.linear.enabled()) {
+    const std::string type = model_type.empty() ? kDefaultQwenModelType : model_type;
+    const HfQwenLayout layout = hf_qwen_layout_for(type);
+    write_hf_qwen_weights(registry, layout, gdn_heads(cfg), (fs::path(dir) / "model.safetensors").string());
+    write_text_file(config, qwen3_next_config_json(cfg, type).dump(2) + "\n");
+    return;
+  }
   std::vector<SafetensorsEntry> entries;
   std::vector<std::vector<float>> values;  // on the host
   values.reserve(registry.params().size());
@@ -360,7 +351,7 @@ void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std:
   }
   // transformers refuses safetensors files whose metadata lacks format "pt".
   write_safetensors((fs::path(dir) / "model.safetensors").string(), entries, {{"format", "pt"}});
-  write_text_file((fs::path(dir) / "config.json").string(), hf_config_json(cfg).dump(2) + "\n");
+  write_text_file(config, hf_config_json(cfg).dump(2) + "\n");
 }
 
 std::string hf_weights_file(const std::string& path) {
@@ -374,10 +365,19 @@ std::string hf_weights_file(const std::string& path) {
   fail("{}: no model.safetensors in this folder", path);
 }
 
-std::optional<ModelConfig> hf_config_beside(const std::string& path) {
+namespace {
+
+// config.json in the folder `path` names (or the folder holding the file `path` names).
+std::string config_file_beside(const std::string& path) {
   fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  const std::string config = (dir / "config.json").string();
+  return (dir / "config.json").string();
+}
+
+}  // namespace
+
+std::optional<nlohmann::json> hf_config_json_beside(const std::string& path) {
+  const std::string config = config_file_beside(path);
   if (!fs::exists(config)) return std::nullopt;
   std::ifstream in(config);
   TESSEL_CHECK(in.good(), "{}: cannot open", config);
@@ -389,12 +389,28 @@ std::optional<ModelConfig> hf_config_beside(const std::string& path) {
     std::replace(what.begin(), what.end(), '\n', ' ');
     fail("{}: not valid JSON ({})", config, what);
   }
-  return model_config_from_hf(j, config);
+  return j;
+}
+
+std::optional<ModelConfig> hf_config_beside(const std::string& path) {
+  const std::optional<nlohmann::json> j = hf_config_json_beside(path);
+  if (!j) return std::nullopt;
+  return model_config_from_hf(*j, config_file_beside(path));
+}
+
+std::string hf_model_type_beside(const std::string& path) {
+  const std::optional<nlohmann::json> j = hf_config_json_beside(path);
+  if (!j || !j->is_object() || !j->contains("model_type") || !(*j)["model_type"].is_string()) return "";
+  return (*j)["model_type"].get<std::string>();
 }
 
 void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path) {
   const std::string file = hf_weights_file(path);
   const SafetensorsReader reader(file);
+  if (cfg.linear.enabled()) {
+    load_hf_qwen_weights(registry, reader, gdn_heads(cfg), hf_model_type_beside(path));
+    return;
+  }
 
   // Match every tensor of the file to its parameter and check it before touching any value, so
   // a bad file leaves the registry as it was.

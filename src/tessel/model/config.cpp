@@ -52,7 +52,7 @@ std::vector<std::string> ModelConfig::violations() const {
   if (arch == Arch::GPT2 && num_query_groups > 0 && num_query_groups != num_attention_heads)
     v.push_back("--num-query-groups (grouped-query attention) needs --arch llama");
   if (ffn_hidden_size < 0) v.push_back("--ffn-hidden-size must not be negative");
-  else if (hidden_size > 0 && ffn_size() <= 0)
+  else if (hidden_size > 0 && ffn_size() <= 0 && uses_dense_ffn_size())
     v.push_back("--ffn-hidden-size is needed: the default (2/3 of 4·hidden, a multiple of 64) is 0");
   if (max_position_embeddings > 0 && max_position_embeddings < seq_length)
     v.push_back(fmt::format("--max-position-embeddings {} is smaller than --seq-length {}",

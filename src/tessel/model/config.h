@@ -108,6 +108,13 @@ struct ModelConfig {
   int rotary_dim() const { return static_cast<int>(head_dim() * rotary_percent); }
   int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
   int ffn_size() const;
+  // Whether ffn_size() sizes anything: a dense MLP layer, or experts without --moe-ffn-hidden-size
+  // (a model of MoE layers only, such as Qwen3.5, needs no dense size).
+  bool uses_dense_ffn_size() const {
+    for (int l = 0; l < num_layers; ++l)
+      if (!moe.is_moe_layer(l)) return true;
+    return num_layers == 0 || moe.ffn_hidden_size <= 0;
+  }
   int max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
   bool tied_embeddings() const { return arch == Arch::GPT2 && !untie_embeddings; }
   bool has_bias() const { return arch == Arch::GPT2; }

@@ -119,7 +119,8 @@ void export_gathered(const ParamRegistry& params, const TrainPlan& plan, Process
 }
 
 int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tokenizer_options,
-                     const ExportSource& source, const std::string& out_dir) {
+                     const ExportSource& source, const std::string& out_dir,
+                     const std::string& hf_model_type) {
   const std::unique_ptr<Tokenizer> tokenizer =
       tokenizer_options ? make_tokenizer(*tokenizer_options) : std::make_unique<ByteTokenizer>();
   if (cfg.vocab_size == 0) cfg.vocab_size = tokenizer->vocab_size();
@@ -148,7 +149,7 @@ int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tok
                          !source.load.empty()        ? source.load
                          : !source.init_from.empty() ? source.init_from
                                                      : std::string("the initial weights"));
-  export_hf(params, cfg, out_dir);
+  export_hf(params, cfg, out_dir, hf_model_type);
   if (tokenizer_options) save_tokenizer_files(*tokenizer_options, *tokenizer, out_dir);
   return params.numel();
 }

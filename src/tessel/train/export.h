@@ -27,9 +27,11 @@ struct ExportSource {
 // `tessel export`: `cfg`'s model with the source's weights, written to `out_dir` as
 // model.safetensors and config.json, with the tokenizer's files when `tokenizer` names one (it
 // must be the one a --load save was trained with). --vocab-size 0 takes the tokenizer's size (the
-// byte tokenizer's without one). Returns the parameter count; throws naming the bad input.
+// byte tokenizer's without one). A model with Gated DeltaNet layers is written as `hf_model_type`
+// (ckpt/hf.h's export_hf). Returns the parameter count; throws naming the bad input.
 int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tokenizer,
-                     const ExportSource& source, const std::string& out_dir);
+                     const ExportSource& source, const std::string& out_dir,
+                     const std::string& hf_model_type = "");
 
 // Collective over the world. TP shards are gathered over TP and experts' ETP slices over ETP,
 // the first expert-DP replica's EP ranks send their experts to EP rank 0, then the pipeline

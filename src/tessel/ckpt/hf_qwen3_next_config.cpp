@@ -1,0 +1,245 @@
+#include "tessel/ckpt/hf_qwen3_next_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "tessel/ckpt/hf_json.h"
+#include "tessel/core/error.h"
+
+namespace tessel {
+
+using hf_json::json_float;
+using hf_json::optional_value;
+using hf_json::required;
+
+namespace {
+
+// The options every model of these families has; a tessel model that differs records its own.
+struct FamilyOptions {
+  bool qk_layernorm, layernorm_1p, add_qkv_bias, attention_output_gate, shared_expert_gate;
+  bool operator==(const FamilyOptions&) const = default;
+};
+
+FamilyOptions options_of(const ModelConfig& cfg) {
+  return {cfg.qk_layernorm, cfg.layernorm_1p, cfg.add_qkv_bias, cfg.attention_output_gate,
+          cfg.moe.shared_expert_gate};
+}
+
+FamilyOptions family_options(const ModelConfig& cfg) {
+  return {true, true, false, true, cfg.moe.num_experts > 0 && cfg.moe.shared_expert_size > 0};
+}
+
+void set_options(ModelConfig& cfg, const FamilyOptions& o) {
+  cfg.qk_layernorm = o.qk_layernorm;
+  cfg.layernorm_1p = o.layernorm_1p;
+  cfg.add_qkv_bias = o.add_qkv_bias;
+  cfg.attention_output_gate = o.attention_output_gate;
+  cfg.moe.shared_expert_gate = o.shared_expert_gate;
+}
+
+// layer_types, or full_attention_interval's pattern (layer i is full attention iff (i+1) % N == 0).
+std::vector<int> linear_layers_from_hf(const nlohmann::json& text, int num_layers,
+                                       const std::string& source) {
+  std::vector<int> pattern;
+  auto types = text.find("layer_types");
+  if (types == text.end() || types->is_null()) {
+    const int interval = optional_value(text, "full_attention_interval", source, 4);
+    TESSEL_CHECK(interval >= 1, "{}: full_attention_interval {} is not positive", source, interval);
+    for (int i = 0; i < num_layers; ++i) pattern.push_back((i + 1) % interval == 0 ? 0 : 1);
+    return pattern;
+  }
+  TESSEL_CHECK(types->is_array() && static_cast<int>(types->size()) == num_layers,
+               "{}: layer_types is not a list of {} entries (num_hidden_layers)", source, num_layers);
+  for (const nlohmann::json& t : *types) {
+    const std::string s = t.is_string() ? t.get<std::string>() : t.dump();
+    TESSEL_CHECK(s == "linear_attention" || s == "full_attention",
+                 "{}: layer_types holds '{}' (each is linear_attention or full_attention)", source, s);
+    pattern.push_back(s == "linear_attention" ? 1 : 0);
+  }
+  return pattern;
+}
+
+void refuse_unsupported(const nlohmann::json& top, const nlohmann::json& text,
+                        const std::string& source) {
+  const std::string act = optional_value<std::string>(text, "hidden_act", source, "silu");
+  TESSEL_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (only silu)", source, act);
+  TESSEL_CHECK(!optional_value(text, "attention_bias", source, false),
+               "{}: attention_bias true is not supported (tessel's attention has no o_proj bias)",
+               source);
+  TESSEL_CHECK(!optional_value(top, "tie_word_embeddings", source,
+                               optional_value(text, "tie_word_embeddings", source, false)),
+               "{}: tied embeddings (tie_word_embeddings true) are not supported", source);
+  TESSEL_CHECK(!optional_value(text, "mtp_use_dedicated_embeddings", source, false),
+               "{}: mtp_use_dedicated_embeddings true is not supported (the MTP layer shares the "
+               "embedding)",
+               source);
+  TESSEL_CHECK(optional_value(text, "decoder_sparse_step", source, 1) == 1,
+               "{}: decoder_sparse_step {} is not supported (MoE layers are chosen by "
+               "mlp_only_layers)",
+               source, text["decoder_sparse_step"].dump());
+  TESSEL_CHECK(!text.contains("rope_scaling") || text["rope_scaling"].is_null(),
+               "{}: rope_scaling is not supported (tessel applies plain RoPE)", source);
+}
+
+}  // namespace
+
+bool is_qwen3_next_model_type(const std::string& t) {
+  return t == "qwen3_next" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text";
+}
+
+ModelConfig qwen3_next_config_from_hf(const nlohmann::json& j, const std::string& file) {
+  const std::string model_type = j.at("model_type").get<std::string>();
+  const nlohmann::json* text = &j;
+  std::string source = file;
+  if (model_type == "qwen3_5_moe") {
+    auto it = j.find("text_config");
+    TESSEL_CHECK(it != j.end() && it->is_object(), "{}: missing key 'text_config'", file);
+    text = &*it;
+    source = file + ": text_config";
+  }
+  const nlohmann::json& t = *text;
+  refuse_unsupported(j, t, source);
+  ModelConfig cfg;
+  cfg.arch = Arch::Llama;
+  cfg.hidden_size = required<int>(t, "hidden_size", source);
+  cfg.num_layers = required<int>(t, "num_hidden_layers", source);
+  cfg.num_attention_heads = required<int>(t, "num_attention_heads", source);
+  cfg.num_query_groups = required<int>(t, "num_key_value_heads", source);
+  const int head_dim = required<int>(t, "head_dim", source);
+  // --kv-channels only when the head dimension is not hidden / heads (0 means that).
+  cfg.kv_channels = head_dim * cfg.num_attention_heads == cfg.hidden_size ? 0 : head_dim;
+  cfg.vocab_size = required<int>(t, "vocab_size", source);
+  cfg.max_position_embeddings = optional_value(t, "max_position_embeddings", source, 32768);
+  cfg.ffn_hidden_size = optional_value(t, "intermediate_size", source, 0);
+  cfg.norm_epsilon = optional_value(t, "rms_norm_eps", source, 1e-6f);
+  // transformers v5 keeps RoPE's settings in rope_parameters, v4 at the top level.
+  const nlohmann::json rope = t.contains("rope_parameters") && t["rope_parameters"].is_object()
+                                  ? t["rope_parameters"]
+                                  : nlohmann::json::object();
+  const std::string rope_type = optional_value<std::string>(rope, "rope_type", source, "default");
+  TESSEL_CHECK(rope_type == "default", "{}: rope_type '{}' is not supported (tessel applies plain RoPE)",
+               source, rope_type);
+  cfg.rotary_base =
+      optional_value(rope, "rope_theta", source, optional_value(t, "rope_theta", source, 10000.0f));
+  cfg.rotary_percent = optional_value(
+      rope, "partial_rotary_factor", source, optional_value(t, "partial_rotary_factor", source, 0.25f));
+
+  LinearAttentionConfig& g = cfg.linear;
+  g.conv_kernel_dim = required<int>(t, "linear_conv_kernel_dim", source);
+  g.key_head_dim = required<int>(t, "linear_key_head_dim", source);
+  g.value_head_dim = required<int>(t, "linear_value_head_dim", source);
+  g.num_key_heads = required<int>(t, "linear_num_key_heads", source);
+  g.num_value_heads = required<int>(t, "linear_num_value_heads", source);
+  if (cfg.num_layers > 0) g.layer_pattern = linear_layers_from_hf(t, cfg.num_layers, source);
+
+  // num_experts 0 makes every layer a dense MLP of intermediate_size, as the modelling code does.
+  if (required<int>(t, "num_experts", source) > 0) {
+    try {
+      moe_from_hf(t, cfg, source);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: {}", source, e.what());
+    }
+  }
+  // Qwen3-Next's router renormalises its top-k by default; Qwen3.5's always does (the key is gone).
+  cfg.moe.pre_softmax =
+      model_type == "qwen3_next"
+          ? !optional_value(t, "norm_topk_prob", source, true)
+          : t.contains("tessel_moe") && optional_value(t["tessel_moe"], "pre_softmax", source, false);
+
+  FamilyOptions o = family_options(cfg);
+  if (model_type != "qwen3_next") o.attention_output_gate = optional_value(t, "attn_output_gate", source, true);
+  if (auto own = t.find("tessel_options"); own != t.end()) {
+    o.qk_layernorm = required<bool>(*own, "qk_layernorm", source);
+    o.layernorm_1p = required<bool>(*own, "layernorm_1p", source);
+    o.add_qkv_bias = required<bool>(*own, "add_qkv_bias", source);
+    o.attention_output_gate = required<bool>(*own, "attention_output_gate", source);
+    o.shared_expert_gate = required<bool>(*own, "shared_expert_gate", source);
+  }
+  set_options(cfg, o);
+  return cfg;
+}
+
+nlohmann::json qwen3_next_config_json(const ModelConfig& cfg, const std::string& model_type) {
+  TESSEL_CHECK(is_qwen3_next_model_type(model_type),
+               "model_type '{}' is not qwen3_next, qwen3_5_moe or qwen3_5_moe_text", model_type);
+  TESSEL_CHECK(cfg.linear.enabled(), "a {} config.json needs Gated DeltaNet layers", model_type);
+  nlohmann::json layer_types = nlohmann::json::array();
+  for (int l = 0; l < cfg.num_layers; ++l)
+    layer_types.push_back(cfg.linear.is_linear_layer(l) ? "linear_attention" : "full_attention");
+  const LinearAttentionConfig& g = cfg.linear;
+  nlohmann::json t = {{"vocab_size", cfg.vocab_size},
+                      {"hidden_size", cfg.hidden_size},
+                      {"num_hidden_layers", cfg.num_layers},
+                      {"num_attention_heads", cfg.num_attention_heads},
+                      {"num_key_value_heads", cfg.query_groups()},
+                      {"head_dim", cfg.head_dim()},
+                      {"linear_conv_kernel_dim", g.conv_kernel_dim},
+                      {"linear_key_head_dim", g.key_head_dim},
+                      {"linear_value_head_dim", g.value_head_dim},
+                      {"linear_num_key_heads", g.num_key_heads},
+                      {"linear_num_value_heads", g.num_value_heads},
+                      {"layer_types", layer_types},
+                      {"max_position_embeddings", cfg.max_positions()},
+                      {"rms_norm_eps", json_float(cfg.norm_epsilon)},
+                      {"rope_parameters",
+                       {{"rope_type", "default"},
+                        {"rope_theta", json_float(cfg.rotary_base)},
+                        {"partial_rotary_factor", json_float(cfg.rotary_percent)}}},
+                      {"hidden_act", "silu"},
+                      {"attention_bias", false},
+                      {"attention_dropout", 0.0},
+                      {"initializer_range", 0.02},
+                      {"tie_word_embeddings", false},
+                      {"bos_token_id", 0},
+                      {"eos_token_id", 0},
+                      {"torch_dtype", "float32"}};
+  // Dense (mlp_only) layers' size, when set: Qwen3.5 deleted the key, Qwen3-Next ships 5120.
+  if (cfg.ffn_hidden_size > 0) t["intermediate_size"] = cfg.ffn_hidden_size;
+  if (cfg.moe.num_experts > 0) {
+    moe_to_hf(cfg, t);
+  } else {
+    t["num_experts"] = 0;
+  }
+  if (options_of(cfg) != family_options(cfg))
+    t["tessel_options"] = {{"qk_layernorm", cfg.qk_layernorm},
+                           {"layernorm_1p", cfg.layernorm_1p},
+                           {"add_qkv_bias", cfg.add_qkv_bias},
+                           {"attention_output_gate", cfg.attention_output_gate},
+                           {"shared_expert_gate", cfg.moe.shared_expert_gate}};
+  if (model_type == "qwen3_next") {
+    // transformers v4's Qwen3NextConfig reads RoPE's settings at the top level.
+    t["rope_theta"] = json_float(cfg.rotary_base);
+    t["partial_rotary_factor"] = json_float(cfg.rotary_percent);
+    t["num_nextn_predict_layers"] = cfg.mtp_num_layers;
+    t["model_type"] = "qwen3_next";
+    t["architectures"] = nlohmann::json::array({"Qwen3NextForCausalLM"});
+    return t;
+  }
+  t.erase("norm_topk_prob");  // Qwen3.5 always renormalises; tessel_moe's pre_softmax says if not
+  t["attn_output_gate"] = cfg.attention_output_gate;
+  t["mtp_num_hidden_layers"] = cfg.mtp_num_layers;
+  t["mtp_use_dedicated_embeddings"] = false;
+  t["model_type"] = "qwen3_5_moe_text";
+  if (model_type == "qwen3_5_moe_text") {
+    t["architectures"] = nlohmann::json::array({"Qwen3_5MoeForCausalLM"});
+    return t;
+  }
+  return {{"model_type", "qwen3_5_moe"},
+          {"architectures", nlohmann::json::array({"Qwen3_5MoeForConditionalGeneration"})},
+          {"tie_word_embeddings", false},
+          {"torch_dtype", "float32"},
+          {"text_config", t}};
+}
+
+HfQwenLayout hf_qwen_layout_for(const std::string& model_type) {
+  TESSEL_CHECK(is_qwen3_next_model_type(model_type),
+               "model_type '{}' is not qwen3_next, qwen3_5_moe or qwen3_5_moe_text", model_type);
+  if (model_type == "qwen3_next") return {.grouped_gdn = true};
+  return {.packed_experts = true, .vl_prefix = model_type == "qwen3_5_moe"};
+}
+
+GdnHeads gdn_heads(const ModelConfig& cfg) {
+  return {cfg.linear.num_key_heads, cfg.linear.num_value_heads, cfg.linear.key_head_dim,
+          cfg.linear.value_head_dim};
+}
+
+}  // namespace tessel
