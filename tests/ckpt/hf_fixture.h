@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -132,6 +133,12 @@ inline void expect_same_values(const ParamRegistry& a, const ParamRegistry& b) {
     ASSERT_EQ(p.numel(), q.numel()) << p.name;
     EXPECT_EQ(std::memcmp(p.value, q.value, p.numel() * sizeof(float)), 0) << p.name;
   }
+}
+
+// A whole file's bytes, for comparing written files.
+inline std::string bytes_of(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
 }
 
 inline nlohmann::json read_json(const std::string& file) {

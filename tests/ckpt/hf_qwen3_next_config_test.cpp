@@ -66,11 +66,6 @@ ParamRegistry model_registry(const ModelConfig& cfg, uint64_t seed) {
   return r;
 }
 
-std::string bytes_of(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 void write_json(const std::string& file, const nlohmann::json& j) { std::ofstream(file) << j.dump(2); }
 
 TEST(HfQwen3NextConfig, EveryModelTypeReadsBackWhatItWrote) {

@@ -68,11 +68,6 @@ ParamRegistry qwen_registry(uint64_t seed, bool mtp = true) {
   return r;
 }
 
-std::string bytes_of(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 std::vector<float> read_tensor(const SafetensorsReader& reader, const std::string& name) {
   std::vector<float> v(reader.tensor(name).numel());
   reader.read(name, v.data());
