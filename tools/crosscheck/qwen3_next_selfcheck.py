@@ -207,8 +207,8 @@ def packing_check():
     check("packed documents: each document's logits as alone", diff, 1e-12)
 
 
-def write_folder(folder, family, seed, vocab=32, mtp=1):
-    hf = tiny_hf_config(family, mtp)
+def write_folder(folder, family, seed, vocab=32):
+    hf = tiny_hf_config(family)
     (hf["text_config"] if "text_config" in hf else hf)["vocab_size"] = vocab
     cfg = config_from_hf(hf, "c")
     model = ref.Qwen3NextForCausalLM({**cfg, "grouped": True, "packed_layers": [False] * 4,
