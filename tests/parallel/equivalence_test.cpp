@@ -22,26 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "parallel/equivalence.h"
 #include "support/run_cache.h"
 #include "support/run_command.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/data/gpt_dataset.h"
 
-namespace tessel {
-namespace {
-
-namespace fs = std::filesystem;
-
-struct Layout {
-  const char* name;
-  int ranks;
-  const char* flags;
-  bool odd_model = false;  // a parameter count that no DP size divides evenly
-  int layers = 2;
-  const char* model_extra = "";  // flags for the reference too (the MoE settings, the batch)
-  bool real_data = false;  // the blend of preprocessed datasets (real_data_flags), with evaluation
-  double weight_tolerance = 1e-4;  // the final weights' largest difference
-};
+namespace tessel::equivalence {
 
 // What a case runs, for test listings and failure messages.
 void PrintTo(const Layout& layout, std::ostream* os) {
@@ -50,6 +37,10 @@ void PrintTo(const Layout& layout, std::ostream* os) {
   if (*layout.model_extra != '\0') *os << ", model \"" << layout.model_extra << "\"";
   if (layout.real_data) *os << ", preprocessed blend";
 }
+
+namespace {
+
+namespace fs = std::filesystem;
 
 // Small enough for CI's two cores, large enough that every split is real: 8 heads (4 query
 // groups for llama) split over TP up to 4, 2 layers, a byte vocabulary.
@@ -215,8 +206,6 @@ TEST(EquivalenceData, Build) {
     EXPECT_TRUE(fs::exists(dir / file)) << (dir / file);
 }
 
-class Equivalence : public ::testing::TestWithParam<std::tuple<std::string, Layout>> {};
-
 TEST_P(Equivalence, FollowsTheSingleProcess) {
   const auto& [arch, layout] = GetParam();
   const TrainRun want = single_process(arch, layout);
@@ -232,9 +221,10 @@ TEST_P(Equivalence, FollowsTheSingleProcess) {
   }
   // Forward only, through the same layout: the same losses.
   EXPECT_EQ(got.evaluations, want.evaluations);
-  if (layout.real_data)  // as Megatron: at each interval, again after training, then the test split
+  if (layout.real_data) {  // as Megatron: at each interval, again after training, then the test split
     EXPECT_EQ(want.evaluations,
               (std::vector<std::string>{"valid@5", "valid@10", "valid@10", "test@10"}));
+  }
   for (size_t i = 0; i < std::min(want.evaluations.size(), got.evaluations.size()); ++i) {
     const double rel =
         std::abs(got.evaluation_losses[i] - want.evaluation_losses[i]) / want.evaluation_losses[i];
@@ -419,58 +409,5 @@ INSTANTIATE_TEST_SUITE_P(AttentionOptions, Equivalence,
                                             ::testing::ValuesIn(kAttentionOptionLayouts)),
                          [](const auto& info) { return std::string(std::get<1>(info.param).name); });
 
-// Mixture of Experts (Llama-style experts): 8 experts, top-2, load-balancing and z losses, split
-// over EP — with DP, with PP, every other layer dense, a shared expert, a capacity that drops,
-// with TP (sequence parallel) and whole experts (ETP 1) or experts split over TP (ETP 2).
-#define TESSEL_MOE_FLAGS \
-  "--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
-const char* kMoe = TESSEL_MOE_FLAGS;
-const char* kMoeShared = TESSEL_MOE_FLAGS " --moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate";
-const char* kMoeCapacity =
-    "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff "
-    "0.01";
-const char* kMoeCapacityPadded =
-    "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff "
-    "0.01 "
-    "--moe-pad-expert-input-to-capacity";
-
-const Layout kMoeLayouts[] = {
-    {"moe_ep2", 2, "--ep 2", false, 2, kMoe},
-    {"moe_ep4", 4, "--ep 4", false, 2, kMoe},
-    {"moe_ep2_dp2", 4, "--ep 2", false, 2, kMoe},
-    {"moe_ep2_pp2", 4, "--ep 2 --pp 2", false, 2, kMoe},
-    {"moe_ep2_distopt", 2, "--ep 2 --use-distributed-optimizer", false, 2, kMoe},
-    {"moe_mixed_ep2", 2, "--ep 2", false, 4,
-     "--num-experts 8 --moe-router-topk 2 --moe-layer-freq [1,0,1,0] --moe-aux-loss-coeff 0.01"},
-    {"moe_shared_ep2", 2, "--ep 2", false, 2,
-     "--num-experts 8 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate "
-     "--moe-aux-loss-coeff 0.01"},
-    {"moe_capacity_ep2", 2, "--ep 2", false, 2, kMoeCapacity},
-    // The rows split over TP (sequence parallel) or CP: the drop still sees the whole microbatch.
-    {"moe_capacity_padded_ep2_tp2", 4, "--ep 2 --tp 2 --sequence-parallel", false, 2,
-     kMoeCapacityPadded},
-    {"moe_capacity_cp2", 2, "--cp 2", false, 2, kMoeCapacity},
-    {"moe_ep2_tp2_etp1", 4, "--ep 2 --tp 2 --sequence-parallel --etp 1", false, 2, kMoe},
-    {"moe_shared_ep2_tp2_etp2", 4, "--ep 2 --tp 2 --sequence-parallel --etp 2", false, 2, kMoeShared},
-    {"moe_ep2_tp2_etp2_distopt", 4,
-     "--ep 2 --tp 2 --sequence-parallel --etp 2 --use-distributed-optimizer", false, 2, kMoe},
-    // Every axis at once: 8 ranks = TP2 × PP2 × DP2, EP2 carved out of DP, experts split over ETP.
-    {"moe_shared_pp2_ep2_tp2", 8, "--pp 2 --ep 2 --tp 2 --sequence-parallel", false, 2, kMoeShared},
-    // Under ZB-V (EP2 × PP2, the V's four model chunks a layer each), and recomputed: the whole
-    // layer under full recompute; its experts' activations, the shared expert and the norms
-    // selectively.
-    {"moe_ep2_pp2_zbv", 4, "--ep 2 --pp 2 --schedule zb-v", false, 4, kMoe},
-    {"moe_ep2_pp2_zbv_recompute_uniform", 4, "--ep 2 --pp 2 --schedule zb-v --recompute-granularity full "
-     "--recompute-method uniform --recompute-num-layers 1", false, 4, kMoeShared},
-    {"moe_shared_ep2_recompute_selective", 2, "--ep 2 --recompute-granularity selective --recompute-modules "
-     "moe_act shared_experts layernorm core_attn", false, 2, kMoeShared},
-    {"moe_ep2_recompute_moe", 2, "--ep 2 --recompute-granularity selective --recompute-modules moe", false, 2,
-     kMoe},
-};
-
-INSTANTIATE_TEST_SUITE_P(Moe, Equivalence,
-                         ::testing::Combine(::testing::Values("llama"), ::testing::ValuesIn(kMoeLayouts)),
-                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
-
 }  // namespace
-}  // namespace tessel
+}  // namespace tessel::equivalence

@@ -1,0 +1,114 @@
+// The equivalence suite's Mixture-of-Experts and Qwen3-Next layouts (the test itself:
+// equivalence_test.cpp).
+#include "parallel/equivalence.h"
+
+namespace tessel::equivalence {
+namespace {
+
+// Mixture of Experts (Llama-style experts): 8 experts, top-2, load-balancing and z losses, split
+// over EP — with DP, with PP, every other layer dense, a shared expert, a capacity that drops,
+// with TP (sequence parallel) and whole experts (ETP 1) or experts split over TP (ETP 2).
+#define TESSEL_MOE_FLAGS \
+  "--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
+const char* kMoe = TESSEL_MOE_FLAGS;
+const char* kMoeShared = TESSEL_MOE_FLAGS " --moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate";
+const char* kMoeCapacity =
+    "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff "
+    "0.01";
+const char* kMoeCapacityPadded =
+    "--num-experts 8 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-aux-loss-coeff "
+    "0.01 "
+    "--moe-pad-expert-input-to-capacity";
+
+const Layout kMoeLayouts[] = {
+    {"moe_ep2", 2, "--ep 2", false, 2, kMoe},
+    {"moe_ep4", 4, "--ep 4", false, 2, kMoe},
+    {"moe_ep2_dp2", 4, "--ep 2", false, 2, kMoe},
+    {"moe_ep2_pp2", 4, "--ep 2 --pp 2", false, 2, kMoe},
+    {"moe_ep2_distopt", 2, "--ep 2 --use-distributed-optimizer", false, 2, kMoe},
+    {"moe_mixed_ep2", 2, "--ep 2", false, 4,
+     "--num-experts 8 --moe-router-topk 2 --moe-layer-freq [1,0,1,0] --moe-aux-loss-coeff 0.01"},
+    {"moe_shared_ep2", 2, "--ep 2", false, 2,
+     "--num-experts 8 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate "
+     "--moe-aux-loss-coeff 0.01"},
+    {"moe_capacity_ep2", 2, "--ep 2", false, 2, kMoeCapacity},
+    // The rows split over TP (sequence parallel) or CP: the drop still sees the whole microbatch.
+    {"moe_capacity_padded_ep2_tp2", 4, "--ep 2 --tp 2 --sequence-parallel", false, 2,
+     kMoeCapacityPadded},
+    {"moe_capacity_cp2", 2, "--cp 2", false, 2, kMoeCapacity},
+    {"moe_ep2_tp2_etp1", 4, "--ep 2 --tp 2 --sequence-parallel --etp 1", false, 2, kMoe},
+    {"moe_shared_ep2_tp2_etp2", 4, "--ep 2 --tp 2 --sequence-parallel --etp 2", false, 2, kMoeShared},
+    {"moe_ep2_tp2_etp2_distopt", 4,
+     "--ep 2 --tp 2 --sequence-parallel --etp 2 --use-distributed-optimizer", false, 2, kMoe},
+    // Every axis at once: 8 ranks = TP2 × PP2 × DP2, EP2 carved out of DP, experts split over ETP.
+    {"moe_shared_pp2_ep2_tp2", 8, "--pp 2 --ep 2 --tp 2 --sequence-parallel", false, 2, kMoeShared},
+    // Under ZB-V (EP2 × PP2, the V's four model chunks a layer each), and recomputed: the whole
+    // layer under full recompute; its experts' activations, the shared expert and the norms
+    // selectively.
+    {"moe_ep2_pp2_zbv", 4, "--ep 2 --pp 2 --schedule zb-v", false, 4, kMoe},
+    {"moe_ep2_pp2_zbv_recompute_uniform", 4, "--ep 2 --pp 2 --schedule zb-v --recompute-granularity full "
+     "--recompute-method uniform --recompute-num-layers 1", false, 4, kMoeShared},
+    {"moe_shared_ep2_recompute_selective", 2, "--ep 2 --recompute-granularity selective --recompute-modules "
+     "moe_act shared_experts layernorm core_attn", false, 2, kMoeShared},
+    {"moe_ep2_recompute_moe", 2, "--ep 2 --recompute-granularity selective --recompute-modules moe", false, 2,
+     kMoe},
+};
+
+INSTANTIATE_TEST_SUITE_P(Moe, Equivalence,
+                         ::testing::Combine(::testing::Values("llama"), ::testing::ValuesIn(kMoeLayouts)),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+
+// Qwen3-Next's hybrid (llama's 8 heads, 4 query groups, hidden 64): three Gated DeltaNet layers
+// then one gated attention layer (--linear-attention-freq 4; the layer type follows the global
+// layer index, so each pipeline split puts different kinds of layers on each stage), QK-norm,
+// zero-centred norms, partial RoPE, 8 experts top-2 in every layer with the sigmoid-gated shared
+// expert and the aux loss. Under DP (the distributed optimizer), PP (1F1B, interleaved, uneven,
+// ZB-H1, ZB-V, DualPipeV), EP (with DP and PP), full and selective recompute, and packed
+// documents (the conv history and the delta-rule state restart at each eod) over PP × DP and EP.
+#define TESSEL_GDN_FLAGS                                                                          \
+  "--experimental-attention-variant gdn --linear-attention-freq 4 --linear-num-key-heads 2 "      \
+  "--linear-num-value-heads 4 --linear-key-head-dim 16 --linear-value-head-dim 16 "              \
+  "--attention-output-gate --qk-layernorm --apply-layernorm-1p --rotary-percent 0.5 "            \
+  "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 "                                \
+  "--moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate "
+const char* kGdn = TESSEL_GDN_FLAGS "--moe-aux-loss-coeff 0.01";
+// Megatron's aux loss balances each microbatch's tokens, so a layout of another microbatch size
+// trains another objective: the case of microbatch 1 (the reference's is 2) runs without it.
+const char* kGdnNoAux = TESSEL_GDN_FLAGS;
+const char* kGdnPacked =
+    TESSEL_GDN_FLAGS "--moe-aux-loss-coeff 0.01 --reset-position-ids --reset-attention-mask --eod-mask-loss";
+
+const Layout kGdnLayouts[] = {
+    {"gdn_dp2", 2, "", false, 4, kGdn},
+    {"gdn_dp2_distopt", 2, "--use-distributed-optimizer", false, 4, kGdn},
+    {"gdn_pp2", 2, "--pp 2", false, 4, kGdn},
+    {"gdn_pp4", 4, "--pp 4", false, 4, kGdn},
+    {"gdn_pp2_vpp2", 2, "--pp 2 --vpp 2", false, 8, kGdn},
+    {"gdn_pp2_uneven_7", 2, "--pp 2 --decoder-first-pipeline-num-layers 3", false, 7, kGdn},
+    {"gdn_pp2_zbh1", 2, "--pp 2 --schedule zb-h1", false, 4, kGdn},
+    {"gdn_pp2_zbv", 2, "--pp 2 --schedule zb-v", false, 4, kGdn},
+    {"gdn_pp2_dualpipev", 2, "--pp 2 --schedule dualpipev --micro-batch-size 1", false, 4, kGdnNoAux},
+    {"gdn_ep2", 2, "--ep 2", false, 4, kGdn},
+    {"gdn_ep2_dp2_distopt", 4, "--ep 2 --use-distributed-optimizer", false, 4, kGdn},
+    {"gdn_ep2_pp2", 4, "--ep 2 --pp 2", false, 4, kGdn},
+    {"gdn_pp2_recompute_full", 2,
+     "--pp 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1", false, 4, kGdn},
+    {"gdn_recompute_selective", 2,
+     "--recompute-granularity selective --recompute-modules core_attn layernorm moe_act shared_experts", false, 4,
+     kGdn},
+};
+// On the preprocessed blend (its ctest fixture builds it first: RealData*/ in tests/CMakeLists.txt).
+const Layout kGdnRealDataLayouts[] = {
+    {"gdn_packed_pp2_dp2", 4, "--pp 2", false, 4, kGdnPacked, true},
+    {"gdn_packed_ep2", 2, "--ep 2", false, 4, kGdnPacked, true},
+};
+
+INSTANTIATE_TEST_SUITE_P(Gdn, Equivalence,
+                         ::testing::Combine(::testing::Values("llama"), ::testing::ValuesIn(kGdnLayouts)),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+INSTANTIATE_TEST_SUITE_P(RealDataGdn, Equivalence,
+                         ::testing::Combine(::testing::Values("llama"), ::testing::ValuesIn(kGdnRealDataLayouts)),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+
+}  // namespace
+}  // namespace tessel::equivalence
