@@ -290,7 +290,7 @@ TEST_F(HfTest, LoadsHuggingFaceGpt2Names) {
 }
 
 // Tensor-parallel shards take their slice of the full tensor: c_attn splits each of q, k and v
-// (fused_parts 3) along the columns, c_proj splits rows.
+// (three sections) along the columns, c_proj splits rows.
 TEST_F(HfTest, LoadsShardSlices) {
   const ModelConfig cfg = small_gpt2();
   const ParamRegistry full = make_registry(cfg, 7);
@@ -303,8 +303,8 @@ TEST_F(HfTest, LoadsShardSlices) {
   for (int rank = 0; rank < 2; ++rank) {
     ParamRegistry shard;
     add_gpt2(shard, cfg,
-             {{"transformer.h.1.attn.c_attn.weight", {1, ShardGroup::TP, rank, 2, 3}},
-              {"transformer.h.1.attn.c_proj.weight", {0, ShardGroup::TP, rank, 2, 1}}});
+             {{"transformer.h.1.attn.c_attn.weight", {1, ShardGroup::TP, rank, 2, {C, C, C}}},
+              {"transformer.h.1.attn.c_proj.weight", {0, ShardGroup::TP, rank, 2}}});
     shard.finalize();
     load_hf_weights(shard, cfg, path("full.safetensors"));
 

@@ -366,7 +366,7 @@ TEST(ParamRegistry, ShardInitialisesItsSliceOfTheGlobalTensor) {
   ParamRegistry whole, shard;
   whole.add("w", {6, 8}, ParamInit::Normal, 1.0f, true);
   shard.add("w", {6, 8}, ParamInit::Normal, 1.0f, true,
-            ShardSpec{.dim = 1, .group = ShardGroup::TP, .index = 1, .count = 2, .fused_parts = 2});
+            ShardSpec{.dim = 1, .group = ShardGroup::TP, .index = 1, .count = 2, .sections = {4, 4}});
   whole.finalize();
   shard.finalize();
   whole.init_values(42);

@@ -63,18 +63,23 @@ INSTANTIATE_TEST_SUITE_P(Moe, Equivalence,
 // layer index, so each pipeline split puts different kinds of layers on each stage), QK-norm,
 // zero-centred norms, partial RoPE, 8 experts top-2 in every layer with the sigmoid-gated shared
 // expert and the aux loss. Under DP (the distributed optimizer), PP (1F1B, interleaved, uneven,
-// ZB-H1, ZB-V, DualPipeV), EP (with DP and PP), full and selective recompute, and packed
-// documents (the conv history and the delta-rule state restart at each eod) over PP × DP and EP.
-#define TESSEL_GDN_FLAGS                                                                          \
+// ZB-H1, ZB-V, DualPipeV), EP (with DP and PP), TP with SP (with DP, PP, EP, ZB-V), full and
+// selective recompute, and packed documents (the conv history and the delta-rule state restart
+// at each eod) over PP × DP, EP and TP.
+#define TESSEL_GDN_MIXERS                                                                         \
   "--experimental-attention-variant gdn --linear-attention-freq 4 --linear-num-key-heads 2 "      \
   "--linear-num-value-heads 4 --linear-key-head-dim 16 --linear-value-head-dim 16 "              \
-  "--attention-output-gate --qk-layernorm --apply-layernorm-1p --rotary-percent 0.5 "            \
-  "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 "                                \
+  "--attention-output-gate --qk-layernorm --apply-layernorm-1p --rotary-percent 0.5 "
+#define TESSEL_GDN_FLAGS                                                                          \
+  TESSEL_GDN_MIXERS "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 "               \
   "--moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate "
 const char* kGdn = TESSEL_GDN_FLAGS "--moe-aux-loss-coeff 0.01";
 // Megatron's aux loss balances each microbatch's tokens, so a layout of another microbatch size
 // trains another objective: the case of microbatch 1 (the reference's is 2) runs without it.
 const char* kGdnNoAux = TESSEL_GDN_FLAGS;
+// Dense FFNs: TP without sequence parallel (which MoE layers need), where the gated norm's
+// replicated gain is summed over TP because each rank normalises only its own value heads.
+const char* kGdnDense = TESSEL_GDN_MIXERS;
 const char* kGdnPacked =
     TESSEL_GDN_FLAGS "--moe-aux-loss-coeff 0.01 --reset-position-ids --reset-attention-mask --eod-mask-loss";
 
@@ -91,6 +96,13 @@ const Layout kGdnLayouts[] = {
     {"gdn_ep2", 2, "--ep 2", false, 4, kGdn},
     {"gdn_ep2_dp2_distopt", 4, "--ep 2 --use-distributed-optimizer", false, 4, kGdn},
     {"gdn_ep2_pp2", 4, "--ep 2 --pp 2", false, 4, kGdn},
+    // TP over heads (2 key heads, 4 value heads: one and two a rank), with SP as MoE needs.
+    {"gdn_dense_tp2", 2, "--tp 2", false, 4, kGdnDense},
+    {"gdn_tp2_sp", 2, "--tp 2 --sequence-parallel", false, 4, kGdn},
+    {"gdn_tp2_sp_dp2_distopt", 4, "--tp 2 --sequence-parallel --use-distributed-optimizer", false, 4, kGdn},
+    {"gdn_tp2_sp_pp2", 4, "--tp 2 --sequence-parallel --pp 2", false, 4, kGdn},
+    {"gdn_tp2_sp_ep2", 4, "--tp 2 --sequence-parallel --ep 2", false, 4, kGdn},
+    {"gdn_tp2_sp_pp2_zbv", 4, "--tp 2 --sequence-parallel --pp 2 --schedule zb-v", false, 4, kGdn},
     {"gdn_pp2_recompute_full", 2,
      "--pp 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1", false, 4, kGdn},
     {"gdn_recompute_selective", 2,
@@ -101,6 +113,7 @@ const Layout kGdnLayouts[] = {
 const Layout kGdnRealDataLayouts[] = {
     {"gdn_packed_pp2_dp2", 4, "--pp 2", false, 4, kGdnPacked, true},
     {"gdn_packed_ep2", 2, "--ep 2", false, 4, kGdnPacked, true},
+    {"gdn_packed_tp2_sp", 2, "--tp 2 --sequence-parallel", false, 4, kGdnPacked, true},
 };
 
 INSTANTIATE_TEST_SUITE_P(Gdn, Equivalence,

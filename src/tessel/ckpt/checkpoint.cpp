@@ -86,7 +86,7 @@ json slice_json(const Param& p) {
           {"dim", split ? p.shard.dim : -1},
           {"index", split ? p.shard.index : 0},
           {"count", split ? p.shard.count : 1},
-          {"fused_parts", split ? p.shard.fused_parts : 1},
+          {"sections", split ? p.shard.sections : std::vector<int64_t>{}},
           {"padded_size", split ? p.shard.padded_size : 0}};
 }
 

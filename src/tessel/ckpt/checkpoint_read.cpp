@@ -102,7 +102,26 @@ void assemble(const json& entry, const std::string& name, const std::string& pre
     saved.shard.dim = static_cast<int>(number("dim", -1, rank - 1));
     saved.shard.count = static_cast<int>(number("count", 1, std::numeric_limits<int32_t>::max()));
     saved.shard.index = static_cast<int>(number("index", 0, saved.shard.count - 1));
-    saved.shard.fused_parts = static_cast<int>(number("fused_parts", 1, std::numeric_limits<int32_t>::max()));
+    if (saved.shard.dim >= 0) {
+      // Sections of the split dimension, each split alike (params.h); saves before them said
+      // "fused_parts": that many equal ones.
+      const int64_t size = p.global_shape[saved.shard.dim];
+      if (s.contains("fused_parts")) {
+        const int64_t parts = number("fused_parts", 1, size);
+        if (parts > 1) saved.shard.sections.assign(parts, size / parts);
+      } else {
+        for (const json& section : field(s, "sections", &json::is_array, "an array", where))
+          saved.shard.sections.push_back(json_whole_number(section, where, "sections", 1, size));
+      }
+      int64_t total = 0;
+      for (const int64_t section : saved.shard.sections) {
+        TESSEL_CHECK(section % saved.shard.count == 0, "{}: a section of {} does not split into {} parts", where,
+                     section, saved.shard.count);
+        total += section;
+      }
+      TESSEL_CHECK(saved.shard.sections.empty() || total == size, "{}: sections of {} in all for dimension {} "
+                   "of size {}", where, total, saved.shard.dim, size);
+    }
     saved.shard.padded_size = number("padded_size", 0, std::numeric_limits<int64_t>::max());
     TESSEL_CHECK(saved.local_shape.size() == p.global_shape.size(),
                  "{}/{}: tensor '{}' has shape {} for a global shape {}", iter_dir, file, key,

@@ -18,11 +18,18 @@ int64_t Param::global_index(int64_t local) const {
     coord[d] = rest % local_shape[d];
     rest /= local_shape[d];
   }
-  int64_t local_part = local_shape[shard.dim] / shard.fused_parts;
-  int64_t global_part =
-      (shard.padded_size > 0 ? shard.padded_size : global_shape[shard.dim]) / shard.fused_parts;
+  // The block (section) the local coordinate lies in, then its place in the global block.
   int64_t c = coord[shard.dim];
-  coord[shard.dim] = (c / local_part) * global_part + shard.index * local_part + c % local_part;
+  int64_t global_start = 0;
+  int64_t global_part = shard.padded_size > 0 ? shard.padded_size : global_shape[shard.dim];
+  for (const int64_t section : shard.sections) {
+    global_part = section;
+    if (c < section / shard.count) break;
+    c -= section / shard.count;
+    global_start += section;
+  }
+  const int64_t local_part = global_part / shard.count;
+  coord[shard.dim] = global_start + shard.index * local_part + c;
   if (coord[shard.dim] >= global_shape[shard.dim]) return -1;  // padding
   for (size_t d = 0; d < global_shape.size(); ++d) global = global * global_shape[d] + coord[d];
   return global;
@@ -43,9 +50,16 @@ int ParamRegistry::add(std::string name, Shape global_shape, ParamInit init, flo
                    shard.padded_size, d);
       d = shard.padded_size;
     }
-    TESSEL_CHECK(d % (static_cast<int64_t>(shard.count) * shard.fused_parts) == 0,
-                 "parameter {}: dimension {} of size {} does not split into {} parts", p.name,
-                 shard.dim, d, shard.count * shard.fused_parts);
+    int64_t sections = 0;
+    for (const int64_t section : shard.sections) {
+      TESSEL_CHECK(section % shard.count == 0, "parameter {}: a section of {} along dimension {} does not split "
+                   "into {} parts", p.name, section, shard.dim, shard.count);
+      sections += section;
+    }
+    TESSEL_CHECK(shard.sections.empty() || sections == d, "parameter {}: sections of {} in all along dimension "
+                 "{} of size {}", p.name, sections, shard.dim, d);
+    TESSEL_CHECK(d % shard.count == 0, "parameter {}: dimension {} of size {} does not split into {} parts",
+                 p.name, shard.dim, d, shard.count);
     d /= shard.count;
   }
   p.shard = shard;

@@ -20,8 +20,9 @@ namespace tessel {
 // routed expert's matrices, --expert-tensor-parallel-size).
 enum class ShardGroup : uint8_t { None, TP, ETP };
 
-// Which slice of the global tensor this rank holds. `fused_parts` > 1 means dimension `dim`
-// concatenates that many equal blocks (GPT-2's fused q,k,v) and each block is split alike.
+// Which slice of the global tensor this rank holds. `sections` (global sizes along `dim`, summing
+// to it) says that dimension concatenates blocks each split alike: GPT-2's fused q,k,v (three
+// equal), Gated DeltaNet's [Q | K | V] rows (Qwen3.5's in_proj_qkv and conv1d). Empty: one block.
 // `padded_size` > 0 pads dimension `dim` to that size before splitting (the vocabulary, as
 // Megatron's --make-vocab-size-divisible-by): local elements past the global size are padding.
 //
@@ -33,7 +34,7 @@ struct ShardSpec {
   ShardGroup group = ShardGroup::None;
   int index = 0;
   int count = 1;
-  int fused_parts = 1;
+  std::vector<int64_t> sections;
   int64_t padded_size = 0;
   int expert_rank = -1;
   int expert_ranks = 1;

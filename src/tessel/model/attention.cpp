@@ -35,9 +35,9 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
   const int64_t C = C_;
   const int64_t HD = static_cast<int64_t>(cfg.num_attention_heads) * D_;
   const int64_t GD = static_cast<int64_t>(cfg.query_groups()) * D_;
-  auto split = [&](int dim, int fused = 1) {
+  auto split = [&](int dim, std::vector<int64_t> sections = {}) {
     return ShardSpec{.dim = dim, .group = ShardGroup::TP, .index = tp.rank(), .count = tp.size(),
-                     .fused_parts = fused};
+                     .sections = std::move(sections)};
   };
   auto weight = [&](const std::string& name, Shape shape, float std, ShardSpec shard) {
     return registry.add(name, std::move(shape), ParamInit::Normal, std, true, shard);
@@ -47,8 +47,8 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
   };
   if (fused_) {
     const std::string p = fmt::format("transformer.h.{}.attn.", layer);
-    qkv_w_ = weight(p + "c_attn.weight", {C, 3 * C}, kInitStd, split(1, 3));
-    qkv_b_ = bias(p + "c_attn.bias", 3 * C, split(0, 3));
+    qkv_w_ = weight(p + "c_attn.weight", {C, 3 * C}, kInitStd, split(1, {C, C, C}));
+    qkv_b_ = bias(p + "c_attn.bias", 3 * C, split(0, {C, C, C}));
     proj_w_ = weight(p + "c_proj.weight", {C, C}, out_std, split(0));
     proj_b_ = bias(p + "c_proj.bias", C, ShardSpec{});
     return;

@@ -6,8 +6,9 @@
 
 namespace tessel {
 
-// Hugging Face's order and names (Qwen3.5's flat projections). One process: every parameter
-// whole (see the header).
+// Hugging Face's order and names (Qwen3.5's flat projections), split over TP by heads as
+// Megatron splits GDN: each rank owns Hk/TP whole key heads and the Hv/TP value heads that read
+// them (contiguous ranges: value head j reads key head j / (Hv/Hk)).
 GatedDeltaNet::GatedDeltaNet(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
                              const TensorParallel& tp, int64_t B, int64_t T, const LayerBuffers& buffers)
     : k_(k),
@@ -17,30 +18,43 @@ GatedDeltaNet::GatedDeltaNet(const Kernels& k, ParamRegistry& registry, const Mo
       T_(T),
       N_(B * T),
       C_(cfg.hidden_size),
-      Hk_(cfg.linear.num_key_heads),
-      Hv_(cfg.linear.num_value_heads),
+      Hk_(cfg.linear.num_key_heads / tp.size()),
+      Hv_(cfg.linear.num_value_heads / tp.size()),
       dk_(cfg.linear.key_head_dim),
       dv_(cfg.linear.value_head_dim),
       K_(cfg.linear.conv_kernel_dim),
-      key_dim_(cfg.linear.key_dim()),
-      value_dim_(cfg.linear.value_dim()),
-      conv_dim_(cfg.linear.conv_dim()),
+      key_dim_(Hk_ * dk_),
+      value_dim_(Hv_ * dv_),
+      conv_dim_(2 * key_dim_ + value_dim_),
       eps_(cfg.norm_epsilon) {
-  TESSEL_CHECK(tp.size() == 1, "Gated DeltaNet layer {}: tensor parallelism is not supported yet", layer);
+  TESSEL_CHECK(cfg.linear.num_key_heads % tp.size() == 0 && cfg.linear.num_value_heads % tp.size() == 0,
+               "Gated DeltaNet layer {}: {} key and {} value heads do not split over TP {}", layer,
+               cfg.linear.num_key_heads, cfg.linear.num_value_heads, tp.size());
   const std::string p = fmt::format("model.layers.{}.linear_attn.", layer);
-  auto weight = [&](const std::string& name, Shape shape) {
-    return registry.add(p + name, std::move(shape), ParamInit::Normal, kInitStd, true);
+  const int64_t key_dim = cfg.linear.key_dim(), value_dim = cfg.linear.value_dim(),
+                Hv = cfg.linear.num_value_heads;
+  // Rows (dim 0) or, for out_proj, columns (dim 1) split over TP; in_proj_qkv's and conv1d's rows
+  // [Q | K | V] section by section.
+  auto split = [&](int dim, std::vector<int64_t> sections = {}) {
+    return ShardSpec{.dim = dim, .group = ShardGroup::TP, .index = tp.rank(), .count = tp.size(),
+                     .sections = std::move(sections)};
   };
-  qkv_w_ = weight("in_proj_qkv.weight", {conv_dim_, C_});
-  z_w_ = weight("in_proj_z.weight", {value_dim_, C_});
-  b_w_ = weight("in_proj_b.weight", {Hv_, C_});
-  a_w_ = weight("in_proj_a.weight", {Hv_, C_});
-  conv_w_ = weight("conv1d.weight", {conv_dim_, 1, K_});
+  const std::vector<int64_t> qkv_sections = {key_dim, key_dim, value_dim};
+  auto weight = [&](const std::string& name, Shape shape, ShardSpec shard) {
+    return registry.add(p + name, std::move(shape), ParamInit::Normal, kInitStd, true, std::move(shard));
+  };
+  qkv_w_ = weight("in_proj_qkv.weight", {cfg.linear.conv_dim(), C_}, split(0, qkv_sections));
+  z_w_ = weight("in_proj_z.weight", {value_dim, C_}, split(0));
+  b_w_ = weight("in_proj_b.weight", {Hv, C_}, split(0));
+  a_w_ = weight("in_proj_a.weight", {Hv, C_}, split(0));
+  conv_w_ = weight("conv1d.weight", {cfg.linear.conv_dim(), 1, K_}, split(0, qkv_sections));
   // Megatron decays neither (1-D); HF: dt_bias 1, A = U(0, 16), A_log = log A.
-  dt_bias_ = registry.add(p + "dt_bias", {Hv_}, ParamInit::Ones, 0, false);
-  A_log_ = registry.add(p + "A_log", {Hv_}, ParamInit::LogUniform, 16.0f, false);
-  norm_w_ = registry.add(p + "norm.weight", {dv_}, ParamInit::Ones, 0, false);  // a plain gain
-  out_w_ = weight("out_proj.weight", {C_, value_dim_});
+  dt_bias_ = registry.add(p + "dt_bias", {Hv}, ParamInit::Ones, 0, false, split(0));
+  A_log_ = registry.add(p + "A_log", {Hv}, ParamInit::LogUniform, 16.0f, false, split(0));
+  // A plain gain over dv, shared by every value head: each TP rank's gradient is its heads' part.
+  norm_w_ = registry.add(p + "norm.weight", {dv_}, ParamInit::Ones, 0, false);
+  registry.params()[norm_w_].grad_partial_over_tp = true;
+  out_w_ = weight("out_proj.weight", {C_, value_dim}, split(1));
 
   TensorList& scratch = buffers.scratch;
   scratch.add(d_qk_, {N_, conv_dim_}, "GDN q, k gradients (the delta rule's layout)");

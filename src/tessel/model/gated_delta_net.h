@@ -11,8 +11,10 @@
 //   conv1d.weight [2·Hk·dk + Hv·dv, 1, K]; dt_bias [Hv]; A_log [Hv]; norm.weight [dv]
 //   out_proj.weight [C, Hv·dv]
 // The caller gathers the input rows under sequence parallel and reduces the input gradient, as
-// for attention; out_proj's partial sums are reduced here. One process for now: the TP split of
-// the flat in_proj_qkv is section-wise (train/plan refuses GDN layers under TP > 1 until then).
+// for attention; out_proj's partial sums are reduced here. Under TP each rank holds Hk/TP key
+// heads and Hv/TP value heads: in_proj_qkv's and conv1d's rows split section by section
+// (ShardSpec::sections), z, b, a, dt_bias, A_log by value head, out_proj by column; the norm's
+// gain is replicated. Not under CP yet (train/plan refuses it).
 #pragma once
 
 #include <cstdint>
