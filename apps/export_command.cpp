@@ -7,7 +7,6 @@
 
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/hf.h"
-#include "tessel/ckpt/hf_qwen3_next_config.h"
 #include "tessel/data/tokenizer_files.h"
 #include "tokenizer_flags.h"
 
@@ -42,11 +41,8 @@ void ExportCommand::run() const {
   else if (!source_.init_from.empty())
     tokenizer = tokenizer_in_folder(source_.init_from);
   // A Qwen3-Next folder stays in its family's layout unless asked otherwise.
-  std::string model_type = hf_model_type_;
-  if (model_type.empty() && cfg.linear.enabled() && !source_.init_from.empty() &&
-      is_qwen3_next_model_type(hf_model_type_beside(source_.init_from)))
-    model_type = hf_model_type_beside(source_.init_from);
-  const int64_t parameters = export_model(cfg, tokenizer, source_, out_dir_, model_type);
+  const int64_t parameters = export_model(cfg, tokenizer, source_, out_dir_,
+                                          gdn_hf_model_type(cfg, hf_model_type_, source_.init_from));
   fmt::print("wrote {}/model.safetensors and config.json{} ({:.2f}M parameters)\n", out_dir_,
              tokenizer ? " and the tokenizer" : "", parameters / 1e6);
 }

@@ -54,6 +54,10 @@ TrainCommand::TrainCommand(CLI::App& app) {
       ->capture_default_str();
   c.add_option("--init-from", t.checkpoint.init_from, "start from a Hugging Face safetensors file or folder");
   c.add_option("--save-hf", t.checkpoint.save_hf, "write model.safetensors + config.json here at the end");
+  c.add_option("--save-hf-model-type", t.checkpoint.save_hf_model_type,
+               "a Gated DeltaNet model's config.json model_type and checkpoint layout for --save-hf "
+               "(default: --init-from's, else qwen3_5_moe_text)")
+      ->check(CLI::IsMember({"qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}));
   c.add_option("--save", t.checkpoint.save,
                "checkpoint folder (a save every --save-interval and at the end)");
   c.add_option("--save-interval", t.checkpoint.save_interval,

@@ -75,5 +75,35 @@ TEST(Qwen3NextCli, BadConfigurationsListEveryRule) {
                {"--mtp-num-layers 1: the multi-token prediction module is not built yet"});
 }
 
+// --save-hf writes a GDN model in the family it came from (--init-from's config.json), or in the
+// one --save-hf-model-type names; the rule for the flag without a GDN model is one line.
+TEST(Qwen3NextCli, SaveHfKeepsTheFamilyOrTakesTheOneAskedFor) {
+  testing::TestDir dir;
+  const std::string init = dir.path("init");
+  // The model's flags without the two of training (export has neither).
+  std::string model = kQwen3Next;
+  for (const std::string run_flag : {"--moe-aux-loss-coeff 0.001 ", "--threads 1 "})
+    model.erase(model.find(run_flag), run_flag.size());
+  const testing::CommandResult exported = run_tessel("export " + model + "--hf-model-type qwen3_next --out " + init);
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  auto model_type = [&](const std::string& folder) {
+    std::ifstream f(folder + "/config.json");
+    return nlohmann::json::parse(f).value("model_type", "");
+  };
+  const std::string train =
+      "train " + kQwen3Next + "--micro-batch-size 2 --global-batch-size 2 --train-iters 1 --init-from " + init;
+  for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
+           {"", "qwen3_next"}, {"--save-hf-model-type qwen3_5_moe", "qwen3_5_moe"}}) {
+    const std::string out = dir.path("out_" + want);
+    const testing::CommandResult r = run_tessel(train + " --save-hf " + out + " " + flag);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(model_type(out), want) << flag;
+  }
+  expect_rules("train --arch llama --num-layers 2 --hidden-size 32 --num-attention-heads 4 --ffn-hidden-size 64 "
+               "--seq-length 32 --micro-batch-size 2 --global-batch-size 2 --train-iters 1 --save-hf " +
+                   dir.path("x") + " --save-hf-model-type qwen3_next",
+               {"--save-hf-model-type qwen3_next needs --save-hf and a model with Gated DeltaNet layers"});
+}
+
 }  // namespace
 }  // namespace tessel

@@ -33,6 +33,11 @@ int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tok
                      const ExportSource& source, const std::string& out_dir,
                      const std::string& hf_model_type = "");
 
+// The model_type a Gated DeltaNet model is written as: `requested` when given, else the family
+// of the folder it was read from (`init_from`, when that is a Qwen3-Next / Qwen3.5 folder), else
+// "" (export_hf's default, qwen3_5_moe_text). "" for other models.
+std::string gdn_hf_model_type(const ModelConfig& cfg, const std::string& requested, const std::string& init_from);
+
 // Collective over the world. TP shards are gathered over TP and experts' ETP slices over ETP,
 // the first expert-DP replica's EP ranks send their experts to EP rank 0, then the pipeline
 // stages of the first DP replica send theirs to stage 0 (each stage's tensors in the order its

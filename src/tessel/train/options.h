@@ -86,6 +86,7 @@ struct CheckpointOptions {
   int64_t exit_interval = 0;   // --exit-interval: stop (after a save) at a multiple of this
   std::string init_from;       // --init-from: Hugging Face safetensors file or folder to start from
   std::string save_hf;         // --save-hf: folder for model.safetensors + config.json at the end
+  std::string save_hf_model_type;  // --save-hf-model-type: a GDN model's family (train/export.h)
 };
 
 struct LogOptions {

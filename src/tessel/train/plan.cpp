@@ -69,6 +69,9 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
   if (o.parallel.ddp.bucket_size <= 0) v.push_back("--ddp-bucket-size must be positive");
   if (!o.checkpoint.save_hf.empty())
     for (const std::string& m : hf_export_violations(model)) v.push_back("--save-hf: " + m);
+  if (!o.checkpoint.save_hf_model_type.empty() && (o.checkpoint.save_hf.empty() || !model.linear.enabled()))
+    v.push_back(fmt::format("--save-hf-model-type {} needs --save-hf and a model with Gated DeltaNet layers",
+                            o.checkpoint.save_hf_model_type));
   append(v, optimizer_violations(o.optim.adamw));
   append(v, lr_schedule_violations(o.optim.lr));
   return v;
