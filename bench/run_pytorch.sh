@@ -5,6 +5,7 @@
 # The core type is BENCH_OPENBLAS_CORETYPE when set (a value bench/openblas_coretype.sh printed,
 # so that a script alternating many runs measures once), else measured now.
 # Usage: bench/run_pytorch.sh --threads 1 [pytorch_train.py flags...]
+# BENCH_PYTORCH_SCRIPT runs another trainer in the same setting (tools/crosscheck/qwen3_next_reference.py).
 set -eu
 threads=1
 prev=
@@ -26,4 +27,4 @@ if [ "$coretype" != unset ]; then export OPENBLAS_CORETYPE="$coretype"; fi
 export LD_PRELOAD=$tcmalloc
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 if [ "$threads" -gt 1 ]; then export OMP_WAIT_POLICY=PASSIVE; fi
-exec /usr/bin/python3 "$(dirname "$0")/pytorch_train.py" "$@"
+exec /usr/bin/python3 "${BENCH_PYTORCH_SCRIPT:-$(dirname "$0")/pytorch_train.py}" "$@"

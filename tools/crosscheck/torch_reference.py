@@ -15,6 +15,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -433,9 +434,11 @@ def train(args, cfg, model, microbatch_loss=lm_loss, counted_tokens=None):
         for group in optimizer.param_groups:
             group["lr"] = lr
         inputs, targets = batch(samples, i, args.global_batch_size)
+        start = time.perf_counter()
         totals, grad_norm = train_step(model, optimizer, inputs, targets, args.micro_batch_size,
                                        args.clip_grad, microbatch_loss, counted_tokens)
-        record = {"iteration": i + 1, **totals, "grad_norm": grad_norm, "lr": lr}
+        step_ms = (time.perf_counter() - start) * 1e3  # the optimizer step included, as tessel's
+        record = {"iteration": i + 1, **totals, "grad_norm": grad_norm, "lr": lr, "step_ms": step_ms}
         extra = "".join(f" | {k} {v:.6f}" for k, v in totals.items() if k != "loss")
         print(f"iteration {i + 1:5d} | loss {totals['loss']:.6f}{extra} | "
               f"grad norm {grad_norm:.6f} | lr {lr:.3e}")
