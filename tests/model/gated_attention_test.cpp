@@ -112,8 +112,9 @@ TEST(GatedAttention, MatchesTheReference) {
   for (int64_t n = 0; n < B * T; ++n) positions.ints()[n] = static_cast<int32_t>(n % T);
   k.rope_tables(cos.data(), sin.data(), T, kRot, cfg.rotary_base);
   ParamRegistry registry;
+  TensorList scratch, shared;
   Attention attention(k, registry, cfg, 0, no_tensor_parallel(k), no_context_parallel(k), B, T, positions, cos,
-                      sin);
+                      sin, LayerBuffers{scratch, shared});
   registry.finalize();
   registry.init_values(kSeed);
   for (Param& p : registry.params())

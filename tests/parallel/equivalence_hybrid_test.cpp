@@ -66,13 +66,15 @@ INSTANTIATE_TEST_SUITE_P(Moe, Equivalence,
 // ZB-H1, ZB-V, DualPipeV), EP (with DP and PP), TP with SP (with DP, PP, EP, ZB-V), full and
 // selective recompute, and packed documents (the conv history and the delta-rule state restart
 // at each eod) over PP × DP, EP and TP.
-#define TESSEL_GDN_MIXERS                                                                         \
-  "--experimental-attention-variant gdn --linear-attention-freq 4 --linear-num-key-heads 2 "      \
-  "--linear-num-value-heads 4 --linear-key-head-dim 16 --linear-value-head-dim 16 "              \
-  "--attention-output-gate --qk-layernorm --apply-layernorm-1p --rotary-percent 0.5 "
-#define TESSEL_GDN_FLAGS                                                                          \
-  TESSEL_GDN_MIXERS "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 "               \
+#define TESSEL_GDN_VARIANT                                                                        \
+  "--experimental-attention-variant gdn --linear-attention-freq 4 --linear-key-head-dim 16 "      \
+  "--linear-value-head-dim 16 --attention-output-gate --qk-layernorm --apply-layernorm-1p "       \
+  "--rotary-percent 0.5 "
+#define TESSEL_GDN_MIXERS TESSEL_GDN_VARIANT "--linear-num-key-heads 2 --linear-num-value-heads 4 "
+#define TESSEL_GDN_MOE                                                                            \
+  "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 "                                 \
   "--moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate "
+#define TESSEL_GDN_FLAGS TESSEL_GDN_MIXERS TESSEL_GDN_MOE
 const char* kGdn = TESSEL_GDN_FLAGS "--moe-aux-loss-coeff 0.01";
 // Megatron's aux loss balances each microbatch's tokens, so a layout of another microbatch size
 // trains another objective: the case of microbatch 1 (the reference's is 2) runs without it.
@@ -80,6 +82,10 @@ const char* kGdnNoAux = TESSEL_GDN_FLAGS;
 // Dense FFNs: TP without sequence parallel (which MoE layers need), where the gated norm's
 // replicated gain is summed over TP because each rank normalises only its own value heads.
 const char* kGdnDense = TESSEL_GDN_MIXERS;
+// The seed's situation in small: GDN heads that split over TP 8 (8 key, 8 value) while the
+// attention layer's 4 query groups are replicated on two ranks each.
+const char* kGdnWide = TESSEL_GDN_VARIANT "--linear-num-key-heads 8 --linear-num-value-heads 8 " TESSEL_GDN_MOE
+                       "--moe-aux-loss-coeff 0.01";
 const char* kGdnPacked =
     TESSEL_GDN_FLAGS "--moe-aux-loss-coeff 0.01 --reset-position-ids --reset-attention-mask --eod-mask-loss";
 
@@ -103,6 +109,7 @@ const Layout kGdnLayouts[] = {
     {"gdn_tp2_sp_pp2", 4, "--tp 2 --sequence-parallel --pp 2", false, 4, kGdn},
     {"gdn_tp2_sp_ep2", 4, "--tp 2 --sequence-parallel --ep 2", false, 4, kGdn},
     {"gdn_tp2_sp_pp2_zbv", 4, "--tp 2 --sequence-parallel --pp 2 --schedule zb-v", false, 4, kGdn},
+    {"gdn_kv_replicated_tp8_sp", 8, "--tp 8 --sequence-parallel", false, 4, kGdnWide},
     {"gdn_pp2_recompute_full", 2,
      "--pp 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1", false, 4, kGdn},
     {"gdn_recompute_selective", 2,

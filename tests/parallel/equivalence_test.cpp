@@ -399,9 +399,13 @@ TEST(Bf16Equivalence, StaysWithinBf16OfFp32) {
 // split with their weights' output rows, the QK-norm weights replicated with gradients summed over
 // TP by GradSync as each finishes (parallel/grad_sync.h), with and without sequence parallel.
 const char* kAttentionOptions = "--add-qkv-bias --qk-layernorm";
+// And TP 8 over 4 query groups: each group's k and v on two ranks (Qwen3.5-397B's 2 KV heads
+// under TP 4), k_proj and v_proj gathered over TP and their gradients reduce-scattered.
 const Layout kAttentionOptionLayouts[] = {
     {"qkv_bias_qk_layernorm_tp2", 2, "--tp 2", false, 2, kAttentionOptions},
     {"qkv_bias_qk_layernorm_tp2_sp", 2, "--tp 2 --sequence-parallel", false, 2, kAttentionOptions},
+    {"kv_replicated_tp8", 8, "--tp 8"},
+    {"kv_replicated_qkv_bias_qk_layernorm_tp8_sp", 8, "--tp 8 --sequence-parallel", false, 2, kAttentionOptions},
 };
 
 INSTANTIATE_TEST_SUITE_P(AttentionOptions, Equivalence,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace tessel {
@@ -12,7 +13,7 @@ namespace tessel {
 // 0, QK-norm weights 1.
 Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
                      const TensorParallel& tp, const ContextParallel& cp, int64_t B, int64_t T_l,
-                     Tensor positions, Tensor rope_cos, Tensor rope_sin)
+                     Tensor positions, Tensor rope_cos, Tensor rope_sin, const LayerBuffers& buffers)
     : k_(k),
       params_(registry),
       tp_(tp),
@@ -27,7 +28,9 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
       D_(cfg.head_dim()),
       rot_(cfg.rotary_dim()),
       H_l_(cfg.num_attention_heads / tp.size()),
-      G_l_(cfg.query_groups() / tp.size()),
+      G_l_(std::max(1, cfg.query_groups() / tp.size())),
+      G_(cfg.query_groups()),
+      kv_replicas_(tp.size() > cfg.query_groups() ? tp.size() / cfg.query_groups() : 1),
       positions_(std::move(positions)),
       rope_cos_(std::move(rope_cos)),
       rope_sin_(std::move(rope_sin)) {
@@ -62,6 +65,17 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
   v_w_ = weight(p + "v_proj.weight", {GD, C}, kInitStd, split(0));
   if (cfg.add_qkv_bias) v_b_ = bias(p + "v_proj.bias", GD, split(0));
   proj_w_ = weight(p + "o_proj.weight", {C, HD}, out_std, split(1));
+  if (kv_replicas_ > 1) {
+    TensorList& scratch = buffers.scratch;
+    scratch.add(kv_w_full_, {2, GD, C}, "attention k, v weights gathered over TP (replicated groups)");
+    scratch.add(d_kv_w_full_, {2, GD, C}, "attention k, v weight gradients before their reduce-scatter");
+    scratch.add(d_kv_w_local_, {GD / tp.size(), C}, "attention k or v weight gradient, this rank's slice");
+    if (cfg.add_qkv_bias) {
+      scratch.add(kv_b_full_, {2, GD}, "attention k, v biases gathered over TP");
+      scratch.add(d_kv_b_full_, {2, GD}, "attention k, v bias gradients before their reduce-scatter");
+      scratch.add(d_kv_b_local_, {GD / tp.size()}, "attention k or v bias gradient, this rank's slice");
+    }
+  }
   if (cfg.qk_layernorm) {
     // One weight per head dimension, shared by all heads: replicated over TP, each rank's gradient
     // from its own heads only, summed over TP by GradSync (Param::grad_partial_over_tp).
@@ -130,9 +144,9 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
     float* k = q_norm_ ? s.k_raw.data() : s.k.data();
     if (gated_) gated_q_forward(q, s.gate.data(), in);
     else k_.linear_forward(q, in, params_.value(q_w_), params_.value(q_b_), N_, C_, HD, layout_);
-    k_.linear_forward(k, in, params_.value(k_w_), params_.value(k_b_), N_, C_, GD, layout_);
-    k_.linear_forward(s.v.data(), in, params_.value(v_w_), params_.value(v_b_), N_, C_, GD,
-                      layout_);
+    const KvWeights wk = kv_weights(k_w_, k_b_, 0), wv = kv_weights(v_w_, v_b_, 1);
+    k_.linear_forward(k, in, wk.weight, wk.bias, N_, C_, GD, layout_);
+    k_.linear_forward(s.v.data(), in, wv.weight, wv.bias, N_, C_, GD, layout_);
     if (q_norm_) {  // as Qwen3: RMSNorm over each head's D values, rows = N·heads
       q_norm_->forward(s.q_norm, s.q.data(), q, N_ * H_l_);
       k_norm_->forward(s.k_norm, s.k.data(), k, N_ * G_l_);
@@ -188,10 +202,47 @@ void Attention::backward_input(Saved& s, float* d_in, const float* d_out_local, 
     gated_q_backward_input(d_in, s.d_q.data(), s.d_gate.data());
   else
     k_.linear_backward(d_in, nullptr, nullptr, s.d_q.data(), in, params_.value(q_w_), N_, C_, HD, layout_);
-  k_.linear_backward(d_in, nullptr, nullptr, s.d_k.data(), in, params_.value(k_w_), N_, C_, GD,
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_k.data(), in, kv_weights(k_w_, k_b_, 0).weight, N_, C_, GD,
                      layout_);
-  k_.linear_backward(d_in, nullptr, nullptr, s.d_v.data(), in, params_.value(v_w_), N_, C_, GD,
+  k_.linear_backward(d_in, nullptr, nullptr, s.d_v.data(), in, kv_weights(v_w_, v_b_, 1).weight, N_, C_, GD,
                      layout_);
+}
+
+Attention::KvWeights Attention::kv_weights(int weight, int bias, int which) const {
+  if (kv_replicas_ == 1) return {params_.value(weight), bias >= 0 ? params_.value(bias) : nullptr};
+  // The slices lie in row order over the TP ranks: gathered, they are the whole weight.
+  const int64_t GD = G_ * D_, group = tp_.rank() / kv_replicas_;
+  float* w = kv_w_full_.data() + which * GD * C_;
+  tp_.comm->all_gather(params_.value(weight), w, GD / tp_.size() * C_);
+  float* b = nullptr;
+  if (bias >= 0) {
+    b = kv_b_full_.data() + which * GD;
+    tp_.comm->all_gather(params_.value(bias), b, GD / tp_.size());
+  }
+  return {w + group * D_ * C_, b != nullptr ? b + group * D_ : nullptr};
+}
+
+void Attention::kv_backward_weight(int weight, int bias, int which, const float* d_out, const float* in) const {
+  const int64_t GD_l = G_l_ * D_;
+  if (kv_replicas_ == 1) {
+    k_.linear_backward(nullptr, params_.grad(weight), bias >= 0 ? params_.grad(bias) : nullptr, d_out, in,
+                       params_.value(weight), N_, C_, GD_l, layout_);
+    return;
+  }
+  const int64_t GD = G_ * D_, group = tp_.rank() / kv_replicas_, slice = GD / tp_.size();
+  float* dw = d_kv_w_full_.data() + which * GD * C_;
+  float* db = bias >= 0 ? d_kv_b_full_.data() + which * GD : nullptr;
+  k_.zero(dw, GD * C_);
+  if (db != nullptr) k_.zero(db, GD);
+  // Only the group's rows get this rank's share; the reduce-scatter sums the group's replicas.
+  k_.linear_backward(nullptr, dw + group * D_ * C_, db != nullptr ? db + group * D_ : nullptr, d_out, in,
+                     nullptr, N_, C_, D_, layout_);
+  tp_.comm->reduce_scatter(dw, d_kv_w_local_.data(), slice * C_);
+  k_.residual_forward(params_.grad(weight), params_.grad(weight), d_kv_w_local_.data(), slice * C_);
+  if (db != nullptr) {
+    tp_.comm->reduce_scatter(db, d_kv_b_local_.data(), slice);
+    k_.residual_forward(params_.grad(bias), params_.grad(bias), d_kv_b_local_.data(), slice);
+  }
 }
 
 // d_q and d_k hold the gradients of the normalised q and k on entry and of the raw projections'
@@ -224,10 +275,8 @@ void Attention::backward_weight(Saved& s, const float* in) const {
   else
     k_.linear_backward(nullptr, params_.grad(q_w_), params_.grad(q_b_), s.d_q.data(), in,
                        params_.value(q_w_), N_, C_, HD, layout_);
-  k_.linear_backward(nullptr, params_.grad(k_w_), params_.grad(k_b_), s.d_k.data(), in,
-                     params_.value(k_w_), N_, C_, GD, layout_);
-  k_.linear_backward(nullptr, params_.grad(v_w_), params_.grad(v_b_), s.d_v.data(), in,
-                     params_.value(v_w_), N_, C_, GD, layout_);
+  kv_backward_weight(k_w_, k_b_, 0, s.d_k.data(), in);
+  kv_backward_weight(v_w_, v_b_, 1, s.d_v.data(), in);
 }
 
 // q (N, H_l·D) = in (N, C) · W_qᵀ and gate likewise, head h's rows of q_proj.weight being

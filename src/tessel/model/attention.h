@@ -6,8 +6,12 @@
 // context parallelism (parallel/context_parallel.h: causal by global position, a ring of K/V
 // blocks under CP), and the output projection. Heads (and query groups) are split over TP: q,
 // k, v column-parallel, the output projection row-parallel (its partial sums reduced over TP,
-// its bias added once). The caller gathers the input rows under sequence parallel and reduces
-// the input gradient, as for the MLP.
+// its bias added once). With fewer query groups G than TP ranks (Qwen3.5-397B: 2 under TP 4) each
+// group is replicated on TP/G ranks (the ranks of its query heads): k_proj and v_proj are still
+// split evenly over TP, each rank all-gathers them and computes its group's k and v, and the
+// weights' gradients from every rank are reduce-scattered back (each replica's share summed).
+// The caller gathers the input rows under sequence parallel and reduces the input gradient, as
+// for the MLP.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +48,8 @@ class Attention {
   // row's global position; for llama the RoPE tables (max positions, D/2). Shared with the chunk.
   Attention(const Kernels& k, ParamRegistry& registry,
             const ModelConfig& cfg, int layer, const TensorParallel& tp, const ContextParallel& cp,
-            int64_t B, int64_t T_l, Tensor positions, Tensor rope_cos, Tensor rope_sin);
+            int64_t B, int64_t T_l, Tensor positions, Tensor rope_cos, Tensor rope_sin,
+            const LayerBuffers& buffers);
 
   // The projections' outputs and the core attention's in `r`'s choice of lists (model/recompute.h):
   // all recomputed under full recompute, the statistics under core_attn, the output gradients
@@ -76,6 +81,16 @@ class Attention {
   void gated_q_forward(float* q, float* gate, const float* in) const;
   void gated_q_backward_input(float* d_in, const float* d_q, const float* d_gate) const;
   void gated_q_backward_weight(const float* d_q, const float* d_gate, const float* in) const;
+  // k_proj's or v_proj's weight (and bias: nullptr without) for this rank's query groups: its own
+  // slice, or with replicated groups the rows of its group in the TP-gathered weights.
+  struct KvWeights {
+    const float* weight;
+    const float* bias;
+  };
+  KvWeights kv_weights(int weight, int bias, int which) const;
+  // With replicated groups: dW (and db) += d_outᵀ · in for the group's rows, summed over TP into
+  // this rank's slice. Else the plain linear_backward of the weight.
+  void kv_backward_weight(int weight, int bias, int which, const float* d_out, const float* in) const;
   // The o_proj input: the gated output, or the core attention's.
   const float* proj_input(const Saved& s) const { return gated_ ? s.gated.data() : s.attn.data(); }
   // The positions RoPE rotates by: each row's in its document, or in the sequence.
@@ -91,6 +106,12 @@ class Attention {
   bool gated_;  // --attention-output-gate
   WeightLayout layout_;
   int64_t B_, T_, N_, C_, D_, rot_, H_l_, G_l_;  // rot_: the dims RoPE rotates of D
+  int64_t G_;           // all query groups
+  int64_t kv_replicas_;  // TP ranks per query group (1: the groups split over TP)
+  // With replicated groups: k and v's gathered weights and biases (2, G·D, C), (2, G·D), and the
+  // full-size gradients reduce-scattered from (and the slice they land in). Scratch of one call,
+  // written by the const forward and backward passes.
+  mutable Tensor kv_w_full_, kv_b_full_, d_kv_w_full_, d_kv_b_full_, d_kv_w_local_, d_kv_b_local_;
   Tensor positions_, rope_cos_, rope_sin_;
   int qkv_w_ = -1, qkv_b_ = -1;  // gpt2 c_attn
   int q_w_ = -1, k_w_ = -1, v_w_ = -1, q_b_ = -1, k_b_ = -1, v_b_ = -1;  // llama

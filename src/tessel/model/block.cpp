@@ -36,7 +36,7 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
       attention_(cfg.linear.is_linear_layer(layer)
                      ? std::nullopt
                      : std::optional<Attention>(std::in_place, k, registry, cfg, layer, tp, cp, B, T_l,
-                                                positions, rope_cos, rope_sin)),
+                                                positions, rope_cos, rope_sin, buffers)),
       gdn_(cfg.linear.is_linear_layer(layer)
                ? std::optional<GatedDeltaNet>(std::in_place, k, registry, cfg, layer, tp, B, T_l, buffers)
                : std::nullopt),

@@ -28,9 +28,10 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
     : k_(k), registry_(registry), cfg_(cfg), spec_(spec), tp_(tp), cp_(cp) {
   cfg_.validate();
   const int t = tp_.size();
-  TESSEL_CHECK(cfg.num_attention_heads % t == 0 && cfg.query_groups() % t == 0 &&
+  const int kv_groups = cfg.query_groups();  // fewer than TP ranks: replicated (model/attention.h)
+  TESSEL_CHECK(cfg.num_attention_heads % t == 0 && (kv_groups >= t ? kv_groups % t == 0 : t % kv_groups == 0) &&
                    cfg.ffn_size() % t == 0,
-               "heads ({}), query groups ({}) and ffn ({}) must divide by the TP size {}",
+               "heads ({}), query groups ({}) and ffn ({}) must divide by the TP size {} (or it by the groups)",
                cfg.num_attention_heads, cfg.query_groups(), cfg.ffn_size(), t);
   TESSEL_CHECK(cfg.seq_length % (2 * cp_.size()) == 0 || cp_.size() == 1,
                "context parallel needs --seq-length {} divisible by 2 × CP = {}", cfg.seq_length,

@@ -129,8 +129,17 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
         v.push_back(fmt::format("{} {} is not divisible by --tensor-model-parallel-size {}", flag, count, c.tp));
     };
     split_by_tp("--num-attention-heads", model.num_attention_heads);
-    if (model.num_query_groups > 0 && model.num_query_groups != model.num_attention_heads)
-      split_by_tp("--num-query-groups", model.num_query_groups);
+    const int groups = model.num_query_groups;
+    if (groups > 0 && groups != model.num_attention_heads) {
+      // Fewer groups than TP ranks: each group replicated on TP / G ranks (model/attention.h),
+      // k_proj and v_proj still split evenly over TP.
+      if (groups >= c.tp)
+        split_by_tp("--num-query-groups", groups);
+      else if (c.tp % groups != 0 || (int64_t{groups} * model.head_dim()) % c.tp != 0)
+        v.push_back(fmt::format("--num-query-groups {} below --tensor-model-parallel-size {} replicates each group "
+                                "on TP / groups ranks: {} must divide {}, and groups × head dim {} = {} too",
+                                groups, c.tp, groups, c.tp, model.head_dim(), int64_t{groups} * model.head_dim()));
+    }
     split_by_tp("--ffn-hidden-size", model.ffn_size());
   }
 
