@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 
 namespace tessel {
@@ -28,7 +27,7 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
       D_(cfg.head_dim()),
       rot_(cfg.rotary_dim()),
       H_l_(cfg.num_attention_heads / tp.size()),
-      G_l_(std::max(1, cfg.query_groups() / tp.size())),
+      G_l_(cfg.query_groups_per_rank(tp.size())),
       G_(cfg.query_groups()),
       kv_replicas_(tp.size() > cfg.query_groups() ? tp.size() / cfg.query_groups() : 1),
       positions_(std::move(positions)),

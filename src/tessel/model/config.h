@@ -107,6 +107,8 @@ struct ModelConfig {
   // The dimensions RoPE rotates of each head's D: Megatron's int(D · --rotary-percent).
   int rotary_dim() const { return static_cast<int>(head_dim() * rotary_percent); }
   int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  // The query groups a TP rank computes: its share, or one (replicated) when TP exceeds them.
+  int query_groups_per_rank(int tp) const { return query_groups() >= tp ? query_groups() / tp : 1; }
   int ffn_size() const;
   // Whether ffn_size() sizes anything: a dense MLP layer, or experts without --moe-ffn-hidden-size
   // (a model of MoE layers only, such as Qwen3.5, needs no dense size).

@@ -132,7 +132,7 @@ std::vector<Term> tessel_rank_buffers(const RunShape& x, int stage) {
     const ModelConfig& c = x.model.cfg;
     const double bytes = static_cast<double>(
         context_parallel_workspace_bytes(CpCommType::P2P, x.cp, x.b, x.s / x.cp, c.num_attention_heads / x.t,
-                                         c.query_groups() / x.t, c.head_dim()));
+                                         c.query_groups_per_rank(x.t), c.head_dim()));
     terms.push_back({"context-parallel ring workspace", bytes,
                      "context_parallel_workspace_bytes (parallel/context_parallel.h)",
                      fmt::format("{:.0f} B", bytes)});
