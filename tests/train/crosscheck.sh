@@ -5,16 +5,7 @@
 # `tessel data index --dump-samples` writes for the reference) with the same optimizer settings;
 # every iteration's loss must agree to 1e-4 relative.
 # Needs Debian's python3-torch (scripts/install-test-deps.sh, which scripts/test.sh runs).
-set -euo pipefail
-tessel=$1
-src=$2
-python=/usr/bin/python3
-if ! "$python" -c "import torch" 2>/dev/null; then
-  echo "PyTorch not found for $python: install it with scripts/install-test-deps.sh"
-  exit 1
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/crosscheck_prelude.sh" "$@"
 "$tessel" data index --data-path "$src/data/kjv-genesis-esther.txt" --split 100,0,0 \
   --seq-length 64 --train-samples 80 --dump-samples "$work/samples" > /dev/null
 train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3

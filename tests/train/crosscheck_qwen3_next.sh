@@ -9,16 +9,7 @@
 # state restart at each eod). Every iteration's loss agrees to 1e-4 relative, the grad norm to
 # 1e-3; the two layouts' tessel runs agree to 1e-6 (the same model in two files).
 # Needs Debian's python3-torch (scripts/install-test-deps.sh).
-set -euo pipefail
-tessel=$1
-src=$2
-python=/usr/bin/python3
-if ! "$python" -c "import torch" 2>/dev/null; then
-  echo "PyTorch not found for $python: install it with scripts/install-test-deps.sh"
-  exit 1
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "$0")/crosscheck_prelude.sh" "$@"
 cd "$work"
 corpus="$src/data/kjv-genesis-esther.txt"
 tokenizer="--tokenizer-type HuggingFaceTokenizer --tokenizer-model tok"
