@@ -88,10 +88,10 @@ INSTANTIATE_TEST_SUITE_P(Archs, Recompute, ::testing::Values(Arch::GPT2, Arch::L
 
 // Every contradiction in one list, as Megatron-Core's TransformerConfig checks them.
 TEST(RecomputeFlags, EveryViolatedRuleIsListed) {
-  EXPECT_TRUE(recompute_violations({}, 4, false, false).empty());
-  EXPECT_TRUE(recompute_violations(full("block", 4), 4, false, false).empty());
+  EXPECT_TRUE(recompute_violations({}, 4, false, false, false).empty());
+  EXPECT_TRUE(recompute_violations(full("block", 4), 4, false, false, false).empty());
   const RecomputeOptions bad{.granularity = "full", .num_layers = 5, .modules = {"moe_act", "bogus"}};
-  const std::vector<std::string> v = recompute_violations(bad, 4, false, false);
+  const std::vector<std::string> v = recompute_violations(bad, 4, false, false, false);
   ASSERT_EQ(v.size(), 5u);
   EXPECT_NE(v[0].find("--recompute-method"), std::string::npos) << v[0];
   EXPECT_NE(v[1].find("between 1 and the layers of a model chunk, 4 (got 5)"), std::string::npos) << v[1];
@@ -99,10 +99,15 @@ TEST(RecomputeFlags, EveryViolatedRuleIsListed) {
   EXPECT_NE(v[3].find("moe_act needs --num-experts"), std::string::npos) << v[3];
   EXPECT_NE(v[4].find("unknown module 'bogus'"), std::string::npos) << v[4];
   const RecomputeOptions selective{.granularity = "selective", .method = "uniform", .num_layers = 2};
-  EXPECT_EQ(recompute_violations(selective, 4, false, false).size(), 2u);
+  EXPECT_EQ(recompute_violations(selective, 4, false, false, false).size(), 2u);
   const RecomputeOptions contradicts{.granularity = "full", .method = "block", .num_layers = 1,
                                      .activations = true};
-  EXPECT_GE(recompute_violations(contradicts, 4, false, false).size(), 1u);
+  EXPECT_GE(recompute_violations(contradicts, 4, false, false, false).size(), 1u);
+  const RecomputeOptions gdn{.granularity = "selective", .modules = {"gdn_norm_out"}};
+  EXPECT_TRUE(recompute_violations(gdn, 4, false, false, true).empty());
+  const std::vector<std::string> no_gdn = recompute_violations(gdn, 4, false, false, false);
+  ASSERT_EQ(no_gdn.size(), 1u);
+  EXPECT_NE(no_gdn[0].find("gdn_norm_out needs Gated DeltaNet layers"), std::string::npos) << no_gdn[0];
 }
 
 }  // namespace

@@ -112,6 +112,12 @@ const Layout kGdnLayouts[] = {
     {"gdn_kv_replicated_tp8_sp", 8, "--tp 8 --sequence-parallel", false, 4, kGdnWide},
     {"gdn_pp2_recompute_full", 2,
      "--pp 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1", false, 4, kGdn},
+    // The gated norm's output recomputed, its out_proj gradient inside I (also under ZB-V).
+    {"gdn_recompute_gdn_norm_out", 2, "--recompute-granularity selective --recompute-modules gdn_norm_out", false,
+     4, kGdn},
+    {"gdn_pp2_zbv_recompute_gdn_norm_out", 2,
+     "--pp 2 --schedule zb-v --recompute-granularity selective --recompute-modules gdn_norm_out layernorm", false,
+     4, kGdn},
     {"gdn_recompute_selective", 2,
      "--recompute-granularity selective --recompute-modules core_attn layernorm moe_act shared_experts", false, 4,
      kGdn},

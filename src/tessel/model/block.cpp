@@ -120,6 +120,7 @@ void TransformerBlock::recompute_modules(Saved& s, const float* x, ChunkScratch&
     if (!moe_) tp_.gather_rows(in2, s.in2.data(), N_, C_);
   }
   if (r.core_attn && attention_) attention_->core_forward(s.attention);
+  if (r.gdn_norm_out && gdn_) gdn_->norm_out_forward(s.gdn);
   if (moe_) moe_->recompute(s.moe, scratch.local.data(), s.in2.data());
   else if (r.mlp) mlp_->hidden_forward(s.mlp.rows(), s.in2.data(), N_);
 }

@@ -80,7 +80,7 @@ void GatedDeltaNet::list_saved(Saved& s, SavedLists& lists, const LayerRecompute
   acts.add(s.Ainv, {B_, Hv_, delta_rule_chunks(T_), kDeltaChunk, kDeltaChunk}, "GDN chunk inverses");
   acts.add(s.core, {N_, value_dim_}, "GDN delta-rule output");
   acts.add(s.norm_rstd, {N_ * Hv_}, "GDN gated norm rstd");
-  acts.add(s.normed, {N_, value_dim_}, "GDN gated norm output");
+  lists.pick(r.full || r.gdn_norm_out).add(s.normed, {N_, value_dim_}, "GDN gated norm output");
   grads.add(s.d_qkv_raw, {N_, conv_dim_}, "GDN qkv projection gradient");
   grads.add(s.d_z, {N_, value_dim_}, "GDN z projection gradient");
   grads.add(s.d_b, {N_, Hv_}, "GDN b projection gradient");
@@ -106,8 +106,7 @@ void GatedDeltaNet::forward(Saved& s, float* out_local, const float* in, float* 
   k_.gated_delta_rule_forward(s.core.data(), nullptr, s.Ainv.data(), qkv, qkv + key_dim_, qkv + 2 * key_dim_,
                               s.beta.data(), s.g.data(), nullptr, packed.key_start, B_, T_, Hk_, Hv_, dk_,
                               dv_, conv_dim_, conv_dim_);
-  k_.gated_rmsnorm_forward(s.normed.data(), s.norm_rstd.data(), s.core.data(), s.z.data(),
-                           params_.value(norm_w_), N_ * Hv_, dv_, eps_);
+  norm_out_forward(s);
   float* product = tp_.size() > 1 ? partial : out_local;
   k_.linear_forward(product, s.normed.data(), params_.value(out_w_), nullptr, N_, value_dim_, C_, L);
   tp_.reduce_rows(product, out_local, N_, C_);
@@ -168,6 +167,11 @@ void GatedDeltaNet::backward_weight(Saved& s, const float* in) const {
                      Hv_, L);
   k_.linear_backward(nullptr, params_.grad(a_w_), nullptr, s.d_a.data(), in, params_.value(a_w_), N_, C_,
                      Hv_, L);
+}
+
+void GatedDeltaNet::norm_out_forward(Saved& s) const {
+  k_.gated_rmsnorm_forward(s.normed.data(), s.norm_rstd.data(), s.core.data(), s.z.data(), params_.value(norm_w_),
+                           N_ * Hv_, dv_, eps_);
 }
 
 std::vector<int> GatedDeltaNet::input_half_params() const { return {conv_w_, dt_bias_, A_log_, norm_w_}; }

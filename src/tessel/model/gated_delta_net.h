@@ -61,6 +61,9 @@ class GatedDeltaNet {
   // gates' and the gated norm's weight gradients are finished here.
   void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in);
   void backward_weight(Saved& s, const float* in) const;
+  // The gated norm's output (out_proj's input) from the delta rule's output and z: the forward's
+  // step, run again for --recompute-modules gdn_norm_out.
+  void norm_out_forward(Saved& s) const;
 
   std::vector<int> input_half_params() const;   // conv1d, dt_bias, A_log, norm
   std::vector<int> weight_half_params() const;  // the projections

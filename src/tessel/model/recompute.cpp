@@ -8,8 +8,8 @@ namespace tessel {
 
 namespace {
 
-const std::vector<std::string> kModules = {"core_attn", "layernorm", "mlp",         "moe",
-                                           "moe_act",   "shared_experts", "mla_up_proj"};
+const std::vector<std::string> kModules = {"core_attn",      "layernorm",   "mlp",         "moe", "moe_act",
+                                           "shared_experts", "mla_up_proj", "gdn_norm_out"};
 
 bool has(const std::vector<std::string>& list, const char* name) {
   return std::find(list.begin(), list.end(), name) != list.end();
@@ -18,7 +18,7 @@ bool has(const std::vector<std::string>& list, const char* name) {
 }  // namespace
 
 std::vector<std::string> recompute_violations(const RecomputeOptions& o, int chunk_layers, bool moe,
-                                              bool shared_expert) {
+                                              bool shared_expert, bool gdn) {
   std::vector<std::string> v;
   const std::string g = o.effective_granularity();
   if (o.activations && !o.granularity.empty() && o.granularity != "selective")
@@ -45,13 +45,15 @@ std::vector<std::string> recompute_violations(const RecomputeOptions& o, int chu
   for (const std::string& m : o.modules) {
     if (std::find(kModules.begin(), kModules.end(), m) == kModules.end())
       v.push_back(fmt::format("--recompute-modules: unknown module '{}' (core_attn, layernorm, mlp, moe, "
-                              "moe_act, shared_experts)", m));
+                              "moe_act, shared_experts, gdn_norm_out)", m));
     else if (m == "mla_up_proj")
       v.push_back("--recompute-modules mla_up_proj needs multi-latent attention, which tessel does not have");
     else if ((m == "moe" || m == "moe_act") && !moe)
       v.push_back(fmt::format("--recompute-modules {} needs --num-experts (a Mixture-of-Experts model)", m));
     else if (m == "shared_experts" && !shared_expert)
       v.push_back("--recompute-modules shared_experts needs --moe-shared-expert-intermediate-size");
+    else if (m == "gdn_norm_out" && !gdn)
+      v.push_back("--recompute-modules gdn_norm_out needs Gated DeltaNet layers (--experimental-attention-variant gdn)");
   }
   return v;
 }
@@ -69,6 +71,7 @@ LayerRecompute layer_recompute(const RecomputeOptions& o, int layer, int chunk_l
     r.moe = has(modules, "moe");
     r.moe_act = has(modules, "moe_act");
     r.shared_experts = has(modules, "shared_experts");
+    r.gdn_norm_out = has(modules, "gdn_norm_out");
   }
   return r;
 }

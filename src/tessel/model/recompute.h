@@ -13,7 +13,9 @@
 //       mlp             the dense MLP's hidden activations (its input kept);
 //       moe             the whole MoE layer (its input kept);
 //       moe_act         the routed experts' activation output;
-//       shared_experts  the shared expert's hidden activations.
+//       shared_experts  the shared expert's hidden activations;
+//       gdn_norm_out    the Gated DeltaNet's gated-norm output (out_proj's input), from the delta
+//                       rule's output, z and the norm's statistics, which it keeps.
 // The recomputed forward runs inside the backward's input half (I), before the input gradient,
 // under every schedule. A recomputed tensor lives only there, in memory the chunk's microbatches
 // share; the weight gradients that read one (every recomputed module's but core_attn's) run in
@@ -39,20 +41,23 @@ struct RecomputeOptions {
 struct LayerRecompute {
   bool full = false;  // everything but the input of its group (full granularity)
   bool core_attn = false, layernorm = false, mlp = false, moe = false, moe_act = false,
-       shared_experts = false;
+       shared_experts = false, gdn_norm_out = false;
 
-  bool any() const { return full || core_attn || layernorm || mlp || moe || moe_act || shared_experts; }
+  bool any() const { return core_attn || weights_in_input_pass(); }
   // Whether the layer's weight gradients read a recomputed tensor, and so run inside I.
-  bool weights_in_input_pass() const { return full || layernorm || mlp || moe || moe_act || shared_experts; }
+  bool weights_in_input_pass() const {
+    return full || layernorm || mlp || moe || moe_act || shared_experts || gdn_norm_out;
+  }
 };
 
 // Every rule the flags break, as Megatron-Core's TransformerConfig checks them, one message each:
 // granularity full or selective; full needs a method and 1 ≤ --recompute-num-layers ≤
 // `chunk_layers` (the most layers a model chunk holds); selective takes neither; modules from
 // Megatron-Core's list, mla_up_proj refused (no multi-latent attention here), the MoE ones only
-// with --num-experts, the shared expert's only with one; --recompute-modules needs selective.
+// with --num-experts, the shared expert's only with one, gdn_norm_out only with Gated DeltaNet
+// layers; --recompute-modules needs selective.
 std::vector<std::string> recompute_violations(const RecomputeOptions& options, int chunk_layers,
-                                              bool moe, bool shared_expert);
+                                              bool moe, bool shared_expert, bool gdn);
 
 // Layer `layer` (0-based inside a chunk of `chunk_layers`) under valid options, and the first
 // layer of its recompute group (itself unless uniform groups several).

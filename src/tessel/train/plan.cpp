@@ -270,7 +270,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& o) {
       chunk_layers = std::max(chunk_layers, chunk.num_layers);
   }
   append(v, recompute_violations(o.recompute, chunk_layers, model.moe.num_experts > 0,
-                                 model.moe.shared_expert_size > 0));
+                                 model.moe.shared_expert_size > 0, model.linear.enabled()));
   return {std::move(plan), std::move(v)};
 }
 
