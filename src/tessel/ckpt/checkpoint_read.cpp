@@ -113,14 +113,8 @@ void assemble(const json& entry, const std::string& name, const std::string& pre
         for (const json& section : field(s, "sections", &json::is_array, "an array", where))
           saved.shard.sections.push_back(json_whole_number(section, where, "sections", 1, size));
       }
-      int64_t total = 0;
-      for (const int64_t section : saved.shard.sections) {
-        TESSEL_CHECK(section % saved.shard.count == 0, "{}: a section of {} does not split into {} parts", where,
-                     section, saved.shard.count);
-        total += section;
-      }
-      TESSEL_CHECK(saved.shard.sections.empty() || total == size, "{}: sections of {} in all for dimension {} "
-                   "of size {}", where, total, saved.shard.dim, size);
+      const std::string sections = saved.shard.sections_problem(size);
+      TESSEL_CHECK(sections.empty(), "{}: {}", where, sections);
     }
     saved.shard.padded_size = number("padded_size", 0, std::numeric_limits<int64_t>::max());
     TESSEL_CHECK(saved.local_shape.size() == p.global_shape.size(),

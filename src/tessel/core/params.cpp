@@ -1,5 +1,7 @@
 #include "tessel/core/params.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -35,6 +37,17 @@ int64_t Param::global_index(int64_t local) const {
   return global;
 }
 
+std::string ShardSpec::sections_problem(int64_t size) const {
+  int64_t total = 0;
+  for (const int64_t section : sections) {
+    if (section % count != 0) return fmt::format("a section of {} does not split into {} parts", section, count);
+    total += section;
+  }
+  if (!sections.empty() && total != size)
+    return fmt::format("sections of {} in all for dimension {} of size {}", total, dim, size);
+  return "";
+}
+
 int ParamRegistry::add(std::string name, Shape global_shape, ParamInit init, float init_std,
                        bool weight_decay, ShardSpec shard) {
   TESSEL_CHECK(!has(name), "parameter {} declared twice", name);
@@ -50,14 +63,8 @@ int ParamRegistry::add(std::string name, Shape global_shape, ParamInit init, flo
                    shard.padded_size, d);
       d = shard.padded_size;
     }
-    int64_t sections = 0;
-    for (const int64_t section : shard.sections) {
-      TESSEL_CHECK(section % shard.count == 0, "parameter {}: a section of {} along dimension {} does not split "
-                   "into {} parts", p.name, section, shard.dim, shard.count);
-      sections += section;
-    }
-    TESSEL_CHECK(shard.sections.empty() || sections == d, "parameter {}: sections of {} in all along dimension "
-                 "{} of size {}", p.name, sections, shard.dim, d);
+    const std::string sections = shard.sections_problem(d);
+    TESSEL_CHECK(sections.empty(), "parameter {}: {}", p.name, sections);
     TESSEL_CHECK(d % shard.count == 0, "parameter {}: dimension {} of size {} does not split into {} parts",
                  p.name, shard.dim, d, shard.count);
     d /= shard.count;

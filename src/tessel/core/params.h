@@ -40,6 +40,9 @@ struct ShardSpec {
   int expert_ranks = 1;
 
   bool expert() const { return expert_rank >= 0; }
+  // "" when `sections` fit a split dimension of `size` (none, or summing to it, each divisible by
+  // `count`); else what does not, for the caller's message.
+  std::string sections_problem(int64_t size) const;
 };
 
 // A range [begin, end) of the parameter registry's flat buffers.

@@ -67,11 +67,11 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
   if (kv_replicas_ > 1) {
     TensorList& scratch = buffers.scratch;
     scratch.add(kv_w_full_, {2, GD, C}, "attention k, v weights gathered over TP (replicated groups)");
-    scratch.add(d_kv_w_full_, {2, GD, C}, "attention k, v weight gradients before their reduce-scatter");
+    scratch.add(d_kv_w_full_, {GD, C}, "attention k or v weight gradient before its reduce-scatter");
     scratch.add(d_kv_w_local_, {GD / tp.size(), C}, "attention k or v weight gradient, this rank's slice");
     if (cfg.add_qkv_bias) {
       scratch.add(kv_b_full_, {2, GD}, "attention k, v biases gathered over TP");
-      scratch.add(d_kv_b_full_, {2, GD}, "attention k, v bias gradients before their reduce-scatter");
+      scratch.add(d_kv_b_full_, {GD}, "attention k or v bias gradient before its reduce-scatter");
       scratch.add(d_kv_b_local_, {GD / tp.size()}, "attention k or v bias gradient, this rank's slice");
     }
   }
@@ -221,7 +221,7 @@ Attention::KvWeights Attention::kv_weights(int weight, int bias, int which) cons
   return {w + group * D_ * C_, b != nullptr ? b + group * D_ : nullptr};
 }
 
-void Attention::kv_backward_weight(int weight, int bias, int which, const float* d_out, const float* in) const {
+void Attention::kv_backward_weight(int weight, int bias, const float* d_out, const float* in) const {
   const int64_t GD_l = G_l_ * D_;
   if (kv_replicas_ == 1) {
     k_.linear_backward(nullptr, params_.grad(weight), bias >= 0 ? params_.grad(bias) : nullptr, d_out, in,
@@ -229,8 +229,8 @@ void Attention::kv_backward_weight(int weight, int bias, int which, const float*
     return;
   }
   const int64_t GD = G_ * D_, group = tp_.rank() / kv_replicas_, slice = GD / tp_.size();
-  float* dw = d_kv_w_full_.data() + which * GD * C_;
-  float* db = bias >= 0 ? d_kv_b_full_.data() + which * GD : nullptr;
+  float* dw = d_kv_w_full_.data();
+  float* db = bias >= 0 ? d_kv_b_full_.data() : nullptr;
   k_.zero(dw, GD * C_);
   if (db != nullptr) k_.zero(db, GD);
   // Only the group's rows get this rank's share; the reduce-scatter sums the group's replicas.
@@ -274,8 +274,8 @@ void Attention::backward_weight(Saved& s, const float* in) const {
   else
     k_.linear_backward(nullptr, params_.grad(q_w_), params_.grad(q_b_), s.d_q.data(), in,
                        params_.value(q_w_), N_, C_, HD, layout_);
-  kv_backward_weight(k_w_, k_b_, 0, s.d_k.data(), in);
-  kv_backward_weight(v_w_, v_b_, 1, s.d_v.data(), in);
+  kv_backward_weight(k_w_, k_b_, s.d_k.data(), in);
+  kv_backward_weight(v_w_, v_b_, s.d_v.data(), in);
 }
 
 // q (N, H_l·D) = in (N, C) · W_qᵀ and gate likewise, head h's rows of q_proj.weight being

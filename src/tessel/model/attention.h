@@ -90,7 +90,7 @@ class Attention {
   KvWeights kv_weights(int weight, int bias, int which) const;
   // With replicated groups: dW (and db) += d_outᵀ · in for the group's rows, summed over TP into
   // this rank's slice. Else the plain linear_backward of the weight.
-  void kv_backward_weight(int weight, int bias, int which, const float* d_out, const float* in) const;
+  void kv_backward_weight(int weight, int bias, const float* d_out, const float* in) const;
   // The o_proj input: the gated output, or the core attention's.
   const float* proj_input(const Saved& s) const { return gated_ ? s.gated.data() : s.attn.data(); }
   // The positions RoPE rotates by: each row's in its document, or in the sequence.
@@ -108,8 +108,9 @@ class Attention {
   int64_t B_, T_, N_, C_, D_, rot_, H_l_, G_l_;  // rot_: the dims RoPE rotates of D
   int64_t G_;           // all query groups
   int64_t kv_replicas_;  // TP ranks per query group (1: the groups split over TP)
-  // With replicated groups: k and v's gathered weights and biases (2, G·D, C), (2, G·D), and the
-  // full-size gradients reduce-scattered from (and the slice they land in). Scratch of one call,
+  // With replicated groups: k and v's gathered weights and biases (2, G·D, C), (2, G·D) (forward
+  // uses both at once), and one full-size gradient (G·D, C), (G·D) reduce-scattered at a time
+  // (and the slice it lands in). Scratch of one call,
   // written by the const forward and backward passes.
   mutable Tensor kv_w_full_, kv_b_full_, d_kv_w_full_, d_kv_b_full_, d_kv_w_local_, d_kv_b_local_;
   Tensor positions_, rope_cos_, rope_sin_;
