@@ -66,6 +66,7 @@ const char* kTraining =
 
 struct TrainRun {
   std::vector<double> losses;
+  std::vector<double> aux_losses;  // MoE models: the auxiliary losses, as the model's mean
   std::vector<std::string> evaluations;  // "split@iteration" of each evaluation, in order
   std::vector<double> evaluation_losses;
   fs::path weights;
@@ -173,6 +174,7 @@ TrainRun read_run(const fs::path& dir) {
       r.evaluation_losses.push_back(j["loss"].get<double>());
     } else {
       r.losses.push_back(j["loss"].get<double>());
+      if (j.contains("aux_loss")) r.aux_losses.push_back(j["aux_loss"].get<double>());
     }
   }
   r.weights = dir / "model" / "model.safetensors";
@@ -218,6 +220,13 @@ TEST_P(Equivalence, FollowsTheSingleProcess) {
     const double rel = std::abs(got.losses[i] - want.losses[i]) / want.losses[i];
     EXPECT_LT(rel, i == 0 ? 1e-6 : 1e-4)
         << "iteration " << i + 1 << ": " << got.losses[i] << " vs " << want.losses[i];
+  }
+  // The MoE auxiliary losses logged are the model's, whatever the layout.
+  ASSERT_EQ(got.aux_losses.size(), want.aux_losses.size());
+  for (size_t i = 0; i < want.aux_losses.size(); ++i) {
+    EXPECT_LE(std::abs(got.aux_losses[i] - want.aux_losses[i]), 1e-4 * want.aux_losses[i])
+        << "aux loss, iteration " << i + 1 << ": " << got.aux_losses[i] << " vs "
+                         << want.aux_losses[i];
   }
   // Forward only, through the same layout: the same losses.
   EXPECT_EQ(got.evaluations, want.evaluations);
