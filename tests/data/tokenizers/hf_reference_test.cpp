@@ -200,9 +200,9 @@ TEST(TokenizerReference, NormalizersEqualTheLibraryOnEveryCodePoint) {
   if (!library_installed()) GTEST_SKIP() << "@anush008/tokenizers is not installed in " << kRefs;
   std::vector<std::string> probes;
   for (char32_t cp = 1; cp < 0x110000; ++cp) {
-    const UnicodeCategory c = unicode_category(cp);
-    if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == '\n' || (cp > 0xFFFF && c == UnicodeCategory::Co) ||
-        (cp >= 0x40000 && c == UnicodeCategory::Cn))
+    const UnicodeCategory category = unicode_category(cp);
+    if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == '\n' || (cp > 0xFFFF && category == UnicodeCategory::Co) ||
+        (cp >= 0x40000 && category == UnicodeCategory::Cn))
       continue;
     std::string c;
     testing::append_utf8(c, cp);
