@@ -66,6 +66,7 @@ const char* kTraining =
 
 struct TrainRun {
   std::vector<double> losses;
+  std::vector<std::vector<double>> mtp_losses;  // each iteration's, with --mtp-num-layers
   std::vector<std::string> evaluations;  // "split@iteration" of each evaluation, in order
   std::vector<double> evaluation_losses;
   fs::path weights;
@@ -173,6 +174,7 @@ TrainRun read_run(const fs::path& dir) {
       r.evaluation_losses.push_back(j["loss"].get<double>());
     } else {
       r.losses.push_back(j["loss"].get<double>());
+      if (j.contains("mtp_losses")) r.mtp_losses.push_back(j["mtp_losses"].get<std::vector<double>>());
     }
   }
   r.weights = dir / "model" / "model.safetensors";
@@ -219,6 +221,11 @@ TEST_P(Equivalence, FollowsTheSingleProcess) {
     EXPECT_LT(rel, i == 0 ? 1e-6 : 1e-4)
         << "iteration " << i + 1 << ": " << got.losses[i] << " vs " << want.losses[i];
   }
+  ASSERT_EQ(got.mtp_losses.size(), want.mtp_losses.size());
+  for (size_t i = 0; i < want.mtp_losses.size(); ++i)
+    for (size_t d = 0; d < want.mtp_losses[i].size(); ++d)
+      EXPECT_LT(std::abs(got.mtp_losses[i].at(d) - want.mtp_losses[i][d]) / want.mtp_losses[i][d], i == 0 ? 1e-6 : 1e-4)
+          << "iteration " << i + 1 << ", mtp_" << d + 1 << " loss";
   // Forward only, through the same layout: the same losses.
   EXPECT_EQ(got.evaluations, want.evaluations);
   if (layout.real_data) {  // as Megatron: at each interval, again after training, then the test split
