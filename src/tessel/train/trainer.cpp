@@ -121,7 +121,11 @@ double counted_tokens(const TrainPlan& plan, const MicrobatchLoader& loader, Pro
 }
 
 // Multi-token prediction: the tokens of the global batch each depth's loss counts (model/mtp.h),
-// as counted_tokens counts the LM loss's.
+// as counted_tokens counts the LM loss's. Megatron (without --calculate-per-token-loss) divides
+// each microbatch's masked sum by its rolled mask's count, then averages the microbatches and DP
+// ranks: the same mean whenever every microbatch counts equally (always without
+// --eod-mask-loss, the PyTorch cross-check's case); counting over the global batch keeps every
+// layout's objective the same under --eod-mask-loss too.
 std::vector<double> counted_mtp_tokens(const TrainPlan& plan, const MicrobatchLoader& loader,
                                        ProcessGroups& groups) {
   const int D = plan.model.mtp_num_layers;
