@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "support/param_gradient_check.h"
 #include "support/tiny_model.h"
 #include "tessel/core/philox.h"
 #include "tessel/model/transformer.h"
@@ -106,22 +107,10 @@ TEST(Mtp, GradientMatchesFiniteDifferences) {
   int mtp_params = 0;
   for (const Param& p : m.params.params()) {
     mtp_params += p.name.starts_with("mtp.");
-    double diff = 0, norm = 0;
-    const int64_t stride = std::max<int64_t>(1, p.numel() / 48);
-    for (int64_t i = 0; i < p.numel(); i += stride) {
-      const float saved = p.value[i];
-      p.value[i] = saved + h;
-      const double up = m.objective();
-      p.value[i] = saved - h;
-      const double down = m.objective();
-      p.value[i] = saved;
-      const double fd = (up - down) / (2 * h);
-      diff += (fd - p.grad[i]) * (fd - p.grad[i]);
-      norm += fd * fd;
-    }
+    const auto [error, norm] = testing::check_param_gradient(p, [&] { return m.objective(); }, h);
     EXPECT_GT(norm, 0.0) << p.name << " has no gradient";
     // The floor: the fp32 objective (≈ 5, rounding 3e-7) over 2h, for ~48 elements ≈ 1e-4.
-    EXPECT_LT(std::sqrt(diff), 2e-3 * std::sqrt(norm) + 1e-4) << p.name;
+    EXPECT_LT(error, 2e-3 * norm + 1e-4) << p.name;
   }
   EXPECT_GT(mtp_params, 10);
 }
