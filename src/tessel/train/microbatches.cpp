@@ -34,8 +34,9 @@ void MicrobatchLoader::fill(int microbatch, const MicrobatchRows& rows) {
   copy_rows(batch_->key_start, microbatch, rows.key_start);
   // Multi-token prediction: each depth's rows shifted over whole sequences, then this CP rank's.
   const int64_t n = B_ * T_, local = local_tokens();
+  const int depths = rows.mtp_depths;
   std::vector<int32_t> shifted(n);
-  for (int d = 0; d < rows.mtp_depths; ++d) {
+  for (int d = 0; d < depths; ++d) {
     const int64_t at = microbatch * n;
     mtp_shift_rows(batch_->inputs.data() + at, shifted.data(), B_, T_, d + 1, 0);
     copy_rows(shifted, 0, rows.mtp_tokens + d * local);
