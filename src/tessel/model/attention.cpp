@@ -55,7 +55,7 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
     proj_b_ = bias(p + "c_proj.bias", C, ShardSpec{});
     return;
   }
-  const std::string p = fmt::format("model.layers.{}.self_attn.", layer);
+  const std::string p = cfg.layer_prefix(layer) + "self_attn.";
   // With the gate, each head's 2·D rows [q_h | g_h] stay together on its TP rank.
   q_w_ = weight(p + "q_proj.weight", {gated_ ? 2 * HD : HD, C}, kInitStd, split(0));
   if (cfg.add_qkv_bias) q_b_ = bias(p + "q_proj.bias", HD, split(0));

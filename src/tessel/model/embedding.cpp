@@ -28,7 +28,7 @@ int Embedding::declare_word_embeddings(ParamRegistry& registry, const ModelConfi
 }
 
 Embedding::Embedding(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
-                     const TensorParallel& tp, int64_t N, Tensor positions)
+                     const TensorParallel& tp, int64_t N, Tensor positions, int word_embeddings)
     : k_(k),
       params_(registry),
       tp_(tp),
@@ -39,6 +39,10 @@ Embedding::Embedding(const Kernels& k, ParamRegistry& registry, const ModelConfi
   const int64_t V_l = cfg.padded_vocab(tp.size()) / tp.size();
   vocab_start_ = tp.rank() * V_l;
   V_valid_ = std::clamp<int64_t>(cfg.vocab_size - vocab_start_, 0, V_l);
+  if (word_embeddings >= 0) {
+    wte_ = word_embeddings;
+    return;
+  }
   wte_ = declare_word_embeddings(registry, cfg, tp);
   if (cfg.arch == Arch::GPT2)
     wpe_ = registry.add("transformer.wpe.weight", {cfg.max_positions(), C_}, ParamInit::Normal,

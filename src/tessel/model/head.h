@@ -31,9 +31,10 @@ class Head {
 
   // Declares the final norm and, unless `tied_embedding` (GPT-2's word embedding index, -1 for
   // llama) is given, lm_head.weight [V, C] split over TP by vocabulary rows; its scratch in
-  // `scratch`.
+  // `scratch`. `mtp_norm`: a multi-token prediction depth's head (model/mtp.h), its norm of that
+  // name and the LM head `tied_embedding`, used only with gradients (no logits kept).
   Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, const TensorParallel& tp,
-       int64_t N, int tied_embedding, TensorList& scratch);
+       int64_t N, int tied_embedding, TensorList& scratch, const std::string& mtp_norm = {});
 
   void list_saved(Saved& s, TensorList& buffers) const;
   // x_local (N_l, C): the last layer's output. With targets (N) i32: returns Σ of the token losses
