@@ -104,6 +104,27 @@ void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_
   k_.residual_forward(out, s.mid.data(), branch, n);
 }
 
+void TransformerBlock::list_decode_state(DecodeState& d, TensorList& list) const {
+  if (attention_) attention_->list_kv_cache(d.attention, list);
+  else gdn_->list_recurrent_state(d.gdn, list);
+}
+
+// The forward's list on n rows of one process (no rows to gather), the mixer's decode step in
+// place of its forward.
+void TransformerBlock::decode(Saved& s, DecodeState& d, float* out, const float* x, int64_t start,
+                              int64_t n, ChunkScratch& scratch) {
+  const int64_t rows = n * C_;
+  float* branch = scratch.local.data();  // (n, C) an attention or MLP output
+  norm1_.forward(s.norm1, s.in1.data(), x, n);
+  if (attention_) attention_->decode(s.attention, d.attention, branch, s.in1.data(), start, n);
+  else gdn_->decode(s.gdn, d.gdn, branch, s.in1.data(), n);
+  k_.residual_forward(s.mid.data(), x, branch, rows);
+  norm2_.forward(s.norm2, s.in2.data(), s.mid.data(), n);
+  if (moe_) moe_->forward(s.moe, branch, s.in2.data(), n, 0.0f);
+  else mlp_->forward(s.mlp, branch, s.in2.data(), n, tp_, scratch.full.data());
+  k_.residual_forward(out, s.mid.data(), branch, rows);
+}
+
 // The norms again from the kept input and residual, re-gathered under sequence parallel; the
 // core attention from the kept q, k, v; the MLP's hidden activations from its kept input; the
 // MoE layer's recomputed parts. Each writes what the forward wrote, so the backward reads the

@@ -69,6 +69,15 @@ void Embedding::forward(Saved& s, float* out_local, const int32_t* tokens,
   k_.residual_forward(out_local, out_local, wpe_rows, rows * C_);
 }
 
+void Embedding::decode(Saved& s, float* out, const int32_t* tokens, int64_t start, int64_t n) const {
+  TESSEL_CHECK(tp_.size() == 1 && start + n <= N_, "embedding decode: one process, {} + {} positions within {}",
+               start, n, N_);
+  check_token_ids(k_, tokens, n, static_cast<int32_t>(vocab_size_), "token", 0);
+  k_.embedding_shard_ids(s.vocab_ids.ints(), tokens, n, vocab_start_, V_valid_);
+  k_.embedding_forward(out, s.vocab_ids.ints(), wpe_ >= 0 ? positions_.ints() + start : nullptr,
+                       params_.value(wte_), params_.value(wpe_), n, C_);
+}
+
 // The word embeddings' gradient is a scatter-add of the output gradient itself (gathered to all
 // rows under sequence parallel).
 void Embedding::backward(const Saved& s, const float* d_out_local, ChunkScratch& scratch) const {

@@ -38,6 +38,9 @@ class Embedding {
   // packed.position_ids, when given, are the rows' positions (else their place in the sequence).
   void forward(Saved& s, float* out_local, const int32_t* tokens, const PackedRows& packed,
                ChunkScratch& scratch) const;
+  // Incremental decoding (one sequence, one process): out (n, C) = the embeddings of tokens (n)
+  // i32 at positions start … start+n−1.
+  void decode(Saved& s, float* out, const int32_t* tokens, int64_t start, int64_t n) const;
   // The embeddings' gradients from d_out_local (N_l, C), accumulated.
   void backward(const Saved& s, const float* d_out_local, ChunkScratch& scratch) const;
 

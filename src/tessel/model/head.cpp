@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tessel/core/error.h"
 #include "tessel/model/embedding.h"
 
 namespace tessel {
@@ -68,6 +69,13 @@ double Head::forward(Saved& s, const float* x_local, const int32_t* targets, flo
     k_.copy(s.d_out.data(), scratch.local_grad.data(), N_l * C_);
   }
   return loss_sum;
+}
+
+void Head::decode(Saved& s, const float* x, int64_t n) {
+  TESSEL_CHECK(tp_.size() == 1 && n <= N_, "head decode: one process, {} rows within {}", n, N_);
+  norm_.forward(s.norm, s.out.data(), x, n);
+  k_.linear_forward(logits_.data(), s.out.data(), params_.value(lm_head_), nullptr, n, C_, V_l_,
+                    WeightLayout::OutIn);
 }
 
 void Head::backward_weight(const Saved& s) const {

@@ -42,6 +42,9 @@ class Head {
   // rank's (N, V_l) logits afterwards; returns 0.
   double forward(Saved& s, const float* x_local, const int32_t* targets, float grad_scale,
                  ChunkScratch& scratch);
+  // Incremental decoding (one process): logits() holds the (n, V_l) logits of x (n, C), the last
+  // layer's output for n rows.
+  void decode(Saved& s, const float* x, int64_t n);
   // dx (N_l, C) += d(x) through the final norm (its weight gradients too).
   void backward_input(const Saved& s, float* dx, const float* x_local) const;
   // The LM head's weight gradient (the tied embedding's, for GPT-2) from s.d_logits and s.out,

@@ -251,6 +251,30 @@ double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, 
   return acts.loss_sum;
 }
 
+ChunkDecodeState TransformerChunk::make_decode_state() const {
+  TESSEL_CHECK(embedding_ && head_ && B_ == 1 && tp_.size() == 1 && cp_.size() == 1,
+               "decoding needs the whole model in one process, built for one sequence");
+  ChunkDecodeState state;
+  state.layers.resize(blocks_.size());
+  TensorList list;
+  list.set_part("decode state");
+  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->list_decode_state(state.layers[i], list);
+  list.allocate(k_);
+  return state;
+}
+
+void TransformerChunk::decode(ChunkActivations& acts, ChunkDecodeState& state, const int32_t* tokens,
+                              int64_t n) {
+  TESSEL_CHECK(n > 0 && state.length + n <= T_, "decode: {} tokens after {} do not fit the context of {}", n,
+               state.length, T_);
+  embedding_->decode(acts.embedding, acts.resid[0].data(), tokens, state.length, n);
+  for (int i = 0; i < spec_.num_layers; ++i)
+    blocks_[i]->decode(acts.layers[i], state.layers[i], acts.resid[i + 1].data(), acts.resid[i].data(),
+                       state.length, n, scratch_);
+  head_->decode(acts.head, acts.resid.back().data(), n);
+  state.length += n;
+}
+
 // The group's output was kept: the recomputed one goes to scratch, leaving the kept one (which a
 // send may still be reading) alone.
 void TransformerChunk::recompute_group(ChunkActivations& acts, int first, int end) {

@@ -85,6 +85,14 @@ struct ChunkActivations {
   int64_t bytes() const;
 };
 
+// Incremental decoding of one sequence (infer/decoder.h): what every layer carries from one
+// position to the next (model/block.h), in one allocation, zeros at the start (no conv history,
+// a zero delta-rule state), and how many positions it has read.
+struct ChunkDecodeState {
+  std::vector<TransformerBlock::DecodeState> layers;
+  int64_t length = 0;  // positions read: 0 … length−1
+};
+
 class TransformerChunk {
  public:
   // Declares this chunk's parameters — this TP rank's shards — in `registry` (before
@@ -154,6 +162,15 @@ class TransformerChunk {
   // microbatches' halves may run in between); reports every linear's weight and bias to
   // grad_ready. No communication. Call once after each backward_input.
   void backward_weight(ChunkActivations& acts, const GradReady& grad_ready = {});
+
+  // Incremental decoding, on a whole model (embedding and head) of one process built for one
+  // sequence (micro batch 1): its context is seq_length positions. The state starts empty.
+  ChunkDecodeState make_decode_state() const;
+  // Reads n tokens (n) i32 at positions state.length … state.length+n−1 (at most seq_length in
+  // all) with every layer's decode step, acts serving as scratch; logits() then holds their
+  // (n, V_l) logits, equal to those the forward of the whole sequence gives at these positions.
+  // A prefill reads the prompt at once, each decoding step one token.
+  void decode(ChunkActivations& acts, ChunkDecodeState& state, const int32_t* tokens, int64_t n);
 
   const float* logits() const { return head_->logits(); }
   int64_t vocab_shard_start() const { return head_->vocab_start(); }
