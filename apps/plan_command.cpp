@@ -118,12 +118,6 @@ PlanModel PlanCommand::resolve_model() const {
   if (!preset_.empty()) m = model_preset(preset_);
   if (!model_.model_file().empty()) m = load_plan_model(model_.model_file());
   model_.apply(m.cfg);
-  // --kv-channels is a model field (train builds it); the planner models it as its own
-  // PlanModel::kv_channels, as it does for a config.json's head_dim.
-  if (m.cfg.kv_channels > 0) {
-    m.kv_channels = m.cfg.kv_channels;
-    m.cfg.kv_channels = 0;
-  }
   for (const auto& apply : overrides_) apply(m);
   std::vector<std::string> v = m.violations();
   if (!v.empty()) {

@@ -5,7 +5,7 @@ each, every rank's peak RSS (GNU time) and the median step time against the plan
 the same flags. Rounds alternate the order of the layouts; each round calibrates afresh, so load
 from other processes hits calibration and runs alike. Prints a markdown table for bench/RESULTS.md.
 
-  bench/plan_cpu.py [--rounds 2] [--iters 6] [--tessel build/tessel]
+  bench/plan_cpu.py [--rounds 2] [--iters 6] [--tessel build/tessel] [--layouts REGEX]
 """
 import argparse
 import json
@@ -22,6 +22,16 @@ MOE = ("--arch llama --num-layers 4 --hidden-size 256 --num-attention-heads 4 --
        # a capacity bounds the routed rows: an untrained router is far from balanced, and dropless
        # buffers follow whatever it does (the planner assumes a balanced load, --moe-load-factor 1)
        "--moe-expert-capacity-factor 1.5")
+# A small Qwen3-Next-style hybrid: Gated DeltaNet layers (3 of every 4) and gated attention with its
+# own head dimension, QK-norm, partial RoPE, zero-centred norms; MoE in every layer with a gated
+# shared expert. Its routed buffers are padded to a capacity, so what they hold does not depend on
+# how six iterations of an untrained router happen to balance.
+QWEN_NEXT = ("--arch llama --num-layers 8 --hidden-size 256 --num-attention-heads 4 --num-query-groups 2 "
+             "--kv-channels 64 --seq-length 256 --experimental-attention-variant gdn --linear-attention-freq 4 "
+             "--linear-num-key-heads 2 --linear-num-value-heads 4 --linear-key-head-dim 64 --linear-value-head-dim 64 "
+             "--attention-output-gate --qk-layernorm --apply-layernorm-1p --rotary-percent 0.25 "
+             "--num-experts 16 --moe-router-topk 4 --moe-ffn-hidden-size 256 --moe-shared-expert-intermediate-size 256 "
+             "--moe-shared-expert-gate --moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity")
 LAYOUTS = [  # name, ranks, flags (model, layout and batch)[, flags for tessel train only]
     ("DP2", 2, f"{GPT} --tp 1 --micro-batch-size 4 --global-batch-size 8"),
     ("DP2 distributed optimizer", 2, f"{GPT} --tp 1 --micro-batch-size 4 --global-batch-size 8 --use-distributed-optimizer"),
@@ -51,6 +61,15 @@ LAYOUTS = [  # name, ranks, flags (model, layout and batch)[, flags for tessel t
                                    "--decoder-last-pipeline-num-layers 1 --micro-batch-size 2 --global-batch-size 8"),
     ("EP2 x TP2 + SP (MoE)", 4, f"{MOE} --tp 2 --ep 2 --sequence-parallel --micro-batch-size 4 --global-batch-size 8"),
     ("TP2 x PP2 x DP2", 8, f"{GPT} --tp 2 --pp 2 --micro-batch-size 2 --global-batch-size 8"),
+    ("Qwen3-Next-style: 1 process", 1, f"{QWEN_NEXT} --tp 1 --micro-batch-size 4 --global-batch-size 8"),
+    ("Qwen3-Next-style: DP2", 2, f"{QWEN_NEXT} --tp 1 --micro-batch-size 4 --global-batch-size 8"),
+    ("Qwen3-Next-style: PP2", 2, f"{QWEN_NEXT} --pp 2 --micro-batch-size 2 --global-batch-size 8"),
+    ("Qwen3-Next-style: TP2 + SP", 2, f"{QWEN_NEXT} --tp 2 --sequence-parallel --micro-batch-size 4 --global-batch-size 8"),
+    ("Qwen3-Next-style: EP2", 2, f"{QWEN_NEXT} --ep 2 --micro-batch-size 4 --global-batch-size 8"),
+    ("Qwen3-Next-style: PP2 x EP2 (DP2)", 4, f"{QWEN_NEXT} --pp 2 --ep 2 --micro-batch-size 2 --global-batch-size 8"),
+    ("Qwen3-Next-style: TP2 + SP full recompute", 2, f"{QWEN_NEXT} --tp 2 --sequence-parallel --recompute-granularity full "
+                                                  "--recompute-method uniform --recompute-num-layers 1 "
+                                                  "--micro-batch-size 4 --global-batch-size 8"),
 ]
 MPIRUN = "mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -n {} "
 
@@ -94,15 +113,17 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--iters", type=int, default=6)
     ap.add_argument("--tessel", default="build/tessel")
+    ap.add_argument("--layouts", default="", help="only the layouts whose name matches this regular expression")
     args = ap.parse_args()
+    layouts = [layout for layout in LAYOUTS if re.search(args.layouts, layout[0])]
     work = tempfile.mkdtemp()
     cpu = sh("lscpu | grep 'Model name' | sed 's/.*: *//'").strip()
-    results = {layout[0]: [] for layout in LAYOUTS}
+    results = {layout[0]: [] for layout in layouts}
     for round_ in range(args.rounds):
         cluster = os.path.join(work, f"cpu-{round_}.json")
         calibration = sh(f"{args.tessel} plan --calibrate --out {cluster}")
         print(f"round {round_ + 1}: load {load():.1f}\n{calibration}", flush=True)
-        order = LAYOUTS if round_ % 2 == 0 else list(reversed(LAYOUTS))
+        order = layouts if round_ % 2 == 0 else list(reversed(layouts))
         for name, ranks, flags, *train_only in order:
             before = load()
             rss, step = measure(args.tessel, ranks, " ".join([flags, *train_only]), args.iters)
@@ -117,7 +138,7 @@ def main():
           "planned | error | load |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     rss_errors, step_errors = [], []
-    for name, ranks, *_ in LAYOUTS:
+    for name, ranks, *_ in layouts:
         runs = results[name]
         peak = statistics.median(max(r["rss"].values()) for r in runs)
         planned = statistics.median(max(r["planned"].values()) for r in runs)

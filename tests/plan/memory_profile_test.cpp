@@ -119,6 +119,36 @@ TEST(PlanMemoryCli, MoeExpertParallelPipelineAndContextParallel) {
   }
 }
 
+// The Qwen3-Next hybrid (Gated DeltaNet and gated attention layers, a gated shared expert) under
+// TP 2 with SP, and PP 2: its GDN layers' tensors as the planner reads them from the model.
+TEST(PlanMemoryCli, QwenNextHybrid) {
+  const std::string hybrid = "--arch llama --num-layers 4 --hidden-size 64 --num-attention-heads 4 --num-query-groups 2 "
+                             "--kv-channels 32 --seq-length 64 --experimental-attention-variant gdn --linear-attention-freq 2 "
+                             "--linear-num-key-heads 2 --linear-num-value-heads 4 --linear-key-head-dim 16 "
+                             "--linear-value-head-dim 16 --attention-output-gate --qk-layernorm --apply-layernorm-1p "
+                             "--rotary-percent 0.5 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 96 "
+                             "--moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate "
+                             "--moe-expert-capacity-factor 1 --moe-pad-expert-input-to-capacity ";
+  ModelConfig c = llama(4, 64, 4, 2);
+  c.kv_channels = 32, c.attention_output_gate = c.qk_layernorm = c.layernorm_1p = true, c.rotary_percent = 0.5f;
+  c.linear.layer_pattern = parse_linear_attention_freq("2", 4);
+  c.linear.num_key_heads = 2, c.linear.num_value_heads = 4, c.linear.key_head_dim = c.linear.value_head_dim = 16;
+  c.moe.num_experts = 4, c.moe.topk = 2, c.moe.ffn_hidden_size = 96, c.moe.shared_expert_size = 32;
+  c.moe.shared_expert_gate = true, c.moe.capacity_factor = 1, c.moe.pad_to_capacity = true;
+  {
+    const Profile got = run_profile(2, hybrid + "--tp 2 --sequence-parallel --micro-batch-size 2 --global-batch-size 4");
+    ParallelConfig p;
+    p.world = 2, p.tp = 2, p.sequence_parallel = true;
+    expect_planned(c, p, 2, 4, got);
+  }
+  {
+    const Profile got = run_profile(2, hybrid + "--pp 2 --micro-batch-size 1 --global-batch-size 4");
+    ParallelConfig p;
+    p.world = 2, p.pp = 2;
+    expect_planned(c, p, 1, 4, got);
+  }
+}
+
 // Recompute: the executor's peak activations of one microbatch in flight (its kept tensors, the
 // chunk's recompute arena and, under full recompute, the MoE layers' own buffers) as the planner
 // counts them, for none, selective (core attention) and full (uniform, one layer) recompute.

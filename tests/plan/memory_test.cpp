@@ -7,7 +7,9 @@
 
 #include "tessel/pipeline/simulate.h"
 #include "tessel/plan/estimate.h"
+#include "tessel/plan/memory.h"
 #include "tessel/plan/search.h"
+#include "tessel/plan/shape.h"
 #include "tessel/train/planned_run.h"
 
 namespace tessel {
@@ -144,6 +146,82 @@ TEST(PlanMemory, SixtyLayersOverEightStages) {
   EXPECT_NEAR(static_cast<double>(s[1].expert_params), 8 * per_layer_experts, 1);
   EXPECT_NEAR(static_cast<double>(s[0].expert_params), 6 * per_layer_experts, 1);
   EXPECT_GT(s[1].total(), s[0].total() - 2 * kGiB);  // the embedding does not outweigh two layers
+}
+
+// The seed's real run: Qwen3.5-397B-A17B at TP 4 × PP 8 × EP 8 (DP 2) on 64 H100s. Layer kinds
+// follow the global index, so the lighter end stages (6 layers) and the middle ones (8) hold
+// their own GDN and attention layers; MTP and its embedding copy sit on the last stage; a GDN
+// layer's saved tensors per token are the ones FLA keeps, worked by hand (e = 2, t = 4).
+TEST(PlanMemory, QwenNextStagesCountTheirOwnLayers) {
+  const Cluster h100 = cluster_preset("h100");
+  const PlanModel m = model_preset("qwen3.5-397b-a17b");
+  PlanRun r;
+  r.parallel.world = 64, r.parallel.tp = 4, r.parallel.pp = 8, r.parallel.ep = 8, r.parallel.etp = 1;
+  r.parallel.sequence_parallel = true, r.parallel.distributed_optimizer = true;
+  r.pipeline_layout = lighter_ends_layout(60, 8);
+  r.global_batch = 512, r.micro_batch = 1, r.recompute = Recompute::Selective;
+  ASSERT_TRUE(run_violations(m, r, h100, planned_run_violations).empty()) << run_violations(m, r, h100, planned_run_violations).front();
+  const std::vector<StageMemory> s = estimate_memory(m, r, h100);
+  ASSERT_EQ(s.size(), 8u);
+  const double experts_per_layer = 64.0 * (2048 * 4096 + 4096 * 1024);
+  for (int stage = 0; stage < 8; ++stage)
+    EXPECT_NEAR(static_cast<double>(s[stage].expert_params), (stage == 0 || stage == 7 ? 6 : 8) * experts_per_layer +
+                                                                  (stage == 7 ? experts_per_layer : 0), 1) << stage;
+  // Dense parameters on one rank: layers 6..13 (stage 1) against layers 14..21 (stage 2) hold
+  // six GDN and two attention layers each; stage 0's layers 0..5 five and one.
+  auto dense = [&](int first, int count) {
+    double n = 0;
+    for (int l = first; l < first + count; ++l) n += layer_params(m, l).tp / 4.0 + layer_params(m, l).replicated;
+    return n;
+  };
+  const double V = static_cast<double>(m.cfg.padded_vocab(4)) * 4096 / 4;
+  EXPECT_NEAR(static_cast<double>(s[0].params - s[0].expert_params), dense(0, 6) + V, 1);
+  EXPECT_NEAR(static_cast<double>(s[1].params - s[1].expert_params), dense(6, 8), 1);
+  const ParamSplit mtp = mtp_params(m);
+  EXPECT_NEAR(static_cast<double>(s[7].params - s[7].expert_params),
+              dense(54, 6) + V /* head */ + 4096 /* final norm */ + mtp.tp / 4.0 + mtp.replicated + V /* MTP's embedding */, 1);
+  const RunShape x(m, r, h100);
+  double gdn = 0;
+  for (const MemoryItem& i : gdn_mixer_items(x)) gdn += i.per_token;
+  EXPECT_DOUBLE_EQ(gdn, 6144 + 4160 + 6144 + 160 + 2048 + 4160 + 4096);
+  // The last chunk keeps the MTP layer's tensors (one attention MoE layer, as layer 59 keeps) and
+  // a second head's logits; the first keeps neither.
+  const ChunkMemory last = chunk_activations(x, x.stage_chunks(7).back()), first = chunk_activations(x, x.stage_chunks(0).front());
+  double mtp_layer = 0, layer_59 = 0;
+  for (const Term& t : last.terms) {
+    if (t.name.rfind("MTP layer: ", 0) == 0) mtp_layer += t.value;
+    if (t.name.rfind("MoE layers: ", 0) == 0) layer_59 += t.value / 2;  // layers 55 and 59
+  }
+  EXPECT_GT(mtp_layer, 0);
+  EXPECT_NEAR(mtp_layer, layer_59, 1);
+  EXPECT_EQ(first.transient, 0);
+  EXPECT_GT(last.transient, 0);
+}
+
+// What tessel trains, the CPU planner takes: --kv-channels (GDN models' attention) is planned;
+// MTP is refused there with the trainer's own message until tessel builds it, and planned on GPU
+// clusters, where Megatron-LM builds it.
+TEST(PlanMemory, CpuRanksTakeWhatTesselTrains) {
+  PlanModel m;
+  m.cfg.arch = Arch::Llama;
+  m.cfg.num_layers = 4, m.cfg.hidden_size = 64, m.cfg.num_attention_heads = 4, m.cfg.num_query_groups = 2;
+  m.cfg.kv_channels = 32, m.cfg.attention_output_gate = m.cfg.qk_layernorm = true;
+  m.cfg.linear.layer_pattern = parse_linear_attention_freq("4", 4);
+  m.cfg.linear.num_key_heads = 2, m.cfg.linear.num_value_heads = 4, m.cfg.linear.key_head_dim = m.cfg.linear.value_head_dim = 16;
+  PlanRun r;
+  r.parallel.world = 2, r.parallel.tp = 2, r.parallel.sequence_parallel = true;
+  r.global_batch = 2, r.micro_batch = 2;
+  r.precision = PlannedPrecision::FP32, r.attention = AttentionBackend::Tessel;
+  const Cluster cpu = cluster_preset("cpu");
+  const std::vector<std::string> ok = run_violations(m, r, cpu, planned_run_violations);
+  EXPECT_TRUE(ok.empty()) << ok.front();
+  m.cfg.mtp_num_layers = 1;
+  const std::vector<std::string> mtp = run_violations(m, r, cpu, planned_run_violations);
+  ASSERT_EQ(mtp.size(), 1u);
+  EXPECT_NE(mtp[0].find("--mtp-num-layers"), std::string::npos) << mtp[0];
+  PlanRun gpu = r;
+  gpu.precision = PlannedPrecision::BF16, gpu.attention = AttentionBackend::Flash;
+  EXPECT_TRUE(run_violations(m, gpu, cluster_preset("h100"), planned_run_violations).empty());
 }
 
 }  // namespace

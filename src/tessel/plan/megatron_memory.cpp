@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
+#include "tessel/plan/memory.h"
 #include "tessel/plan/published.h"
 #include "tessel/plan/search.h"
 #include "tessel/plan/shape.h"
@@ -189,18 +190,31 @@ double layer_bytes(const RunShape& x, int layer, Recompute mode, bool sp_branch,
     } else {
       const MoeConfig& e = m.cfg.moe;
       const double load = x.moe_load(), k = e.topk;
+      const bool gated_shared = e.shared_expert_size > 0 && e.shared_expert_gate;
       d.push_back({"MoE layers: router, routed rows and experts instead of the formula's dense MLP",
                    sb * (-(sp_branch ? 4 * F : 16 * h) / t +
-                         rows * (4.0 * e.num_experts + (x.etp + 1) * k * 2 * h * load + 3 * k * 2 * m.expert_ffn() * load) +
+                         rows * (4.0 * e.num_experts + (x.etp + 1) * k * 2 * h * load + 3 * k * 2 * m.expert_ffn() * load +
+                                 (gated_shared ? 2 * (h + 1) : 0)) +
                          6.0 * e.shared_expert_size / t)});
     }
-    d.push_back({"attention widths (grouped KV heads, head dimension, MLA): Q, K, V and the output at their own widths",
-                 sb * 2 / t * ((q - h) + 2 * (kv - h) + (v - h))});
+    auto per_token = [](const std::vector<MemoryItem>& items) {
+      double bytes = 0;
+      for (const MemoryItem& i : items) bytes += i.per_token;
+      return bytes;
+    };
+    if (m.is_linear_layer(layer)) {
+      d.push_back({"Gated DeltaNet layers: the mixer's tensors (FLA's saved set) instead of the formula's Q, K, V and output",
+                   sb * (per_token(gdn_mixer_items(x)) - 8 * h / t)});
+    } else {
+      d.push_back({"attention widths (grouped KV heads, head dimension, MLA): Q, K, V and the output at their own widths",
+                   sb * 2 / t * ((q - h) + 2 * (kv - h) + (v - h))});
+      d.push_back({"the output gate and QK-norm's inputs, not in the formula", sb * per_token(attention_extra_items(x))});
+      if (x.run.attention != AttentionBackend::Unfused) d.push_back({"flash attention's log-sum-exp (fp32)", sb * 4 * a / t});
+      if (mode == Recompute::None && x.run.attention == AttentionBackend::Unfused)
+        d.push_back({"no recompute keeps the attention scores (softmax, and dropout mask and output; the formula drops them)",
+                     sb * (2 * a * s + (m.attention_dropout > 0 ? 3 * a * s : 0)) / t});
+    }
     if (m.hidden_dropout == 0) d.push_back({"no dropout: none of the formula's two 1-byte masks a layer", -sb * 2 * h * rows});
-    if (x.run.attention != AttentionBackend::Unfused) d.push_back({"flash attention's log-sum-exp (fp32)", sb * 4 * a / t});
-    if (mode == Recompute::None && x.run.attention == AttentionBackend::Unfused)
-      d.push_back({"no recompute keeps the attention scores (softmax, and dropout mask and output; the formula drops them)",
-                   sb * (2 * a * s + (m.attention_dropout > 0 ? 3 * a * s : 0)) / t});
   }
   double bytes = formula;
   for (const Correction& c : d) {

@@ -6,6 +6,7 @@
 // comes from the generated schedule itself (estimate.cpp walks it).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "tessel/plan/shape.h"
@@ -23,6 +24,17 @@ struct ChunkMemory {
   std::vector<Term> shared_terms;  // of `shared`
 };
 ChunkMemory chunk_activations(const RunShape& shape, const ChunkSpec& chunk);
+
+// Megatron's saved tensors of one token (bytes on one TP rank) that Korthikanti et al.'s count
+// does not have: a Gated DeltaNet mixer's (in place of attention's), gated attention's and
+// QK-norm's (megatron_memory.cpp names them as differences from the formula).
+struct MemoryItem {
+  std::string name;
+  double per_token;
+  std::string formula;
+};
+std::vector<MemoryItem> gdn_mixer_items(const RunShape& shape);
+std::vector<MemoryItem> attention_extra_items(const RunShape& shape);
 
 // Buffers a rank keeps for all microbatches (tessel: each chunk's scratch, MoE and CP workspaces).
 std::vector<Term> rank_buffers(const RunShape& shape, int stage);

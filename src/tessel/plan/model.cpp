@@ -27,15 +27,15 @@ int64_t PlanModel::v_width() const {
 }
 
 std::vector<std::string> PlanModel::violations() const {
-  // A head dimension of its own (--kv-channels, MLA) frees hidden from being heads × head dim:
-  // the sizes are checked as if hidden were that product (the other rules do not change).
+  // Multi-latent attention's head dimensions are its own: the sizes are checked as if hidden
+  // were heads × 2 (the other rules do not change).
   ModelConfig sizes = cfg;
-  if ((kv_channels > 0 || multi_latent_attention) && cfg.hidden_size > 0 && cfg.num_attention_heads > 0) {
+  if (multi_latent_attention && cfg.hidden_size > 0 && cfg.num_attention_heads > 0) {
     sizes.ffn_hidden_size = cfg.ffn_size();
-    sizes.hidden_size = cfg.num_attention_heads * (multi_latent_attention ? 2 : kv_channels);
+    sizes.hidden_size = cfg.num_attention_heads * 2;
+    sizes.kv_channels = 0;
   }
   std::vector<std::string> v = sizes.violations();
-  if (kv_channels < 0) v.push_back(fmt::format("--kv-channels must not be negative (got {})", kv_channels));
   if (hidden_dropout < 0 || hidden_dropout >= 1 || attention_dropout < 0 || attention_dropout >= 1)
     v.push_back("--hidden-dropout and --attention-dropout must be in [0, 1)");
   if (multi_latent_attention) {
@@ -59,7 +59,10 @@ std::vector<std::string> PlanModel::violations() const {
 // tessel does not build (multi-latent attention, --kv-channels). tessel's own ranks (CPU
 // clusters) count the parameters their model declares instead (stage_params, tessel_chunks.cpp).
 
-ParamSplit layer_params(const PlanModel& m, int layer) {
+namespace {
+
+// A layer's parameters, its mixer Gated DeltaNet (`linear`) or attention.
+ParamSplit layer_params_of(const PlanModel& m, int layer, bool linear) {
   const ModelConfig& c = m.cfg;
   const int64_t h = c.hidden_size, q = m.q_width(), kv = m.kv_width(), vw = m.v_width();
   ParamSplit p;
@@ -70,7 +73,14 @@ ParamSplit layer_params(const PlanModel& m, int layer) {
     return p;
   }
   p.replicated = 2 * h;  // input and post-attention RMSNorm
-  if (m.multi_latent_attention) {
+  if (linear) {
+    const LinearAttentionConfig& g = c.linear;
+    const int64_t Hv = g.num_value_heads;
+    // in_proj: q, k, v (conv_dim rows), z, β, α; conv1d; A_log, dt_bias; out_proj — all by head
+    p.tp += h * (g.conv_dim() + g.value_dim() + 2 * Hv) + g.conv_dim() * g.conv_kernel_dim + 2 * Hv +
+            g.value_dim() * h;
+    p.replicated += g.value_head_dim;  // the gated norm's gain, shared by the heads
+  } else if (m.multi_latent_attention) {
     const MlaConfig& a = m.mla;
     const int64_t heads = c.num_attention_heads, rope = a.qk_pos_emb_head_dim;
     if (a.q_lora_rank > 0) {
@@ -83,6 +93,7 @@ ParamSplit layer_params(const PlanModel& m, int layer) {
     p.tp += a.kv_lora_rank * heads * (a.qk_head_dim + a.v_head_dim) + vw * h;
   } else {
     p.tp += h * (q + 2 * kv) + vw * h;
+    if (c.attention_output_gate) p.tp += h * q;  // the gate's rows of q_proj
     if (c.add_qkv_bias) p.tp += q + 2 * kv;
     if (c.qk_layernorm) p.replicated += 2 * m.head_dim();
   }
@@ -95,9 +106,23 @@ ParamSplit layer_params(const PlanModel& m, int layer) {
   p.experts = static_cast<int64_t>(e.num_experts) * 3 * h * m.expert_ffn();
   if (e.shared_expert_size > 0) {
     p.tp += 3 * h * e.shared_expert_size;
-    if (e.shared_expert_gate) p.replicated += h;  // the shared expert's gate
+    if (e.shared_expert_gate) p.replicated += h;  // the shared expert's gate, [1, C]
   }
   return p;
+}
+
+}  // namespace
+
+ParamSplit layer_params(const PlanModel& m, int layer) { return layer_params_of(m, layer, m.is_linear_layer(layer)); }
+
+ParamSplit mtp_params(const PlanModel& m) {
+  ParamSplit one = layer_params_of(m, m.cfg.num_layers - 1, false);
+  const int64_t h = m.cfg.hidden_size;
+  one.replicated += 3 * h;  // the embedding's and the hidden state's norms, the final norm
+  one.tp += 2 * h * h;      // fc [C, 2C]
+  ParamSplit all;
+  for (int i = 0; i < m.mtp_layers(); ++i) all += one;
+  return all;
 }
 
 ParamSplit embedding_params(const PlanModel& m, int tp) {
@@ -123,7 +148,7 @@ int64_t unpadded_vocab_params(const PlanModel& m) {
 int64_t total_params(const PlanModel& m) {
   int64_t n = unpadded_vocab_params(m) + embedding_params(m, 1).replicated + head_params(m, 1).replicated;
   for (int l = 0; l < m.cfg.num_layers; ++l) n += layer_params(m, l).total();
-  return n;
+  return n + mtp_params(m).total();
 }
 
 int64_t active_params(const PlanModel& m) {
@@ -138,30 +163,59 @@ int64_t active_params(const PlanModel& m) {
 
 // ---- FLOPs ---------------------------------------------------------------------------------
 
-LayerFlops layer_flops(const PlanModel& m, int layer, int64_t context) {
+double gdn_delta_rule_flops(const PlanModel& m) {
+  const double C = kGdnChunk, dk = m.cfg.linear.key_head_dim, dv = m.cfg.linear.value_head_dim;
+  return 6 * C * dk + 4 * C * dv + 6 * dk * dv + 2 * C * C / 3;
+}
+
+double gdn_delta_rule_recompute_flops(const PlanModel& m) {
+  const double C = kGdnChunk, dk = m.cfg.linear.key_head_dim, dv = m.cfg.linear.value_head_dim;
+  return 2 * C * (dk + dv) + 4 * dk * dv;
+}
+
+namespace {
+
+LayerFlops layer_flops_of(const PlanModel& m, int layer, int64_t context, bool linear) {
   const ModelConfig& c = m.cfg;
   const double h = c.hidden_size, q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width()),
                vw = static_cast<double>(m.v_width());
   LayerFlops f;
-  if (m.multi_latent_attention) {
+  if (linear) {
+    const LinearAttentionConfig& g = c.linear;
+    const double Hv = g.num_value_heads;
+    f.dense = 2 * h * (g.conv_dim() + g.value_dim() + 2 * Hv) + 2 * g.value_dim() * h;  // in_proj, out_proj
+    f.delta_rule = Hv * gdn_delta_rule_flops(m);
+  } else if (m.multi_latent_attention) {
     const MlaConfig& a = m.mla;
     const double heads = c.num_attention_heads, rope = a.qk_pos_emb_head_dim;
     f.replicated = 2 * (a.q_lora_rank > 0 ? h * a.q_lora_rank : 0) + 2 * h * (a.kv_lora_rank + rope);
     f.dense = 2 * ((a.q_lora_rank > 0 ? a.q_lora_rank * q : h * q) +
                    a.kv_lora_rank * heads * (a.qk_head_dim + a.v_head_dim) + vw * h);
   } else {
-    f.dense = 2 * (h * (q + 2 * kv) + vw * h);
+    f.dense = 2 * (h * (q * (c.attention_output_gate ? 2 : 1) + 2 * kv) + vw * h);
   }
-  f.attention = 2.0 * context * (q + vw);
+  if (!linear) f.attention = 2.0 * context * (q + vw);
   const double mlp_matrices = m.swiglu() ? 3 : 2;
   if (!m.is_moe_layer(layer)) {
     f.dense += 2 * mlp_matrices * h * m.ffn();
     return f;
   }
   const MoeConfig& e = c.moe;
-  f.replicated += 2 * h * e.num_experts;
+  f.replicated += 2 * h * e.num_experts + (e.shared_expert_gate ? 2 * h : 0);
   f.experts = 2.0 * e.topk * mlp_matrices * h * m.expert_ffn();
   f.dense += 2 * mlp_matrices * h * e.shared_expert_size;
+  return f;
+}
+
+}  // namespace
+
+LayerFlops layer_flops(const PlanModel& m, int layer, int64_t context) {
+  return layer_flops_of(m, layer, context, m.is_linear_layer(layer));
+}
+
+LayerFlops mtp_flops(const PlanModel& m, int64_t context) {
+  LayerFlops f = layer_flops_of(m, m.cfg.num_layers - 1, context, false);
+  f.dense += 2.0 * 2 * m.cfg.hidden_size * m.cfg.hidden_size;  // fc
   return f;
 }
 
@@ -173,6 +227,7 @@ double model_flops_per_iteration(const PlanModel& m, int64_t global_batch) {
   const int64_t s = m.cfg.seq_length;
   double per_token = head_flops_per_token(m);
   for (int l = 0; l < m.cfg.num_layers; ++l) per_token += layer_flops(m, l, s).total();
+  per_token += m.mtp_layers() * (mtp_flops(m, s).total() + head_flops_per_token(m));
   return 3.0 * per_token * static_cast<double>(global_batch) * s;
 }
 

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessel/ckpt/hf_qwen3_next_config.h"
 #include "tessel/core/error.h"
 #include "tessel/model/config.h"
 #include "tessel/plan/model.h"
@@ -19,7 +20,6 @@ using nlohmann::json;
 bool planner_key(PlanModel& m, const std::string& key, const json& value) {
   if (key == "name")
     m.name = value.get<std::string>();
-  else if (key == "kv_channels") m.kv_channels = value.get<int>();
   else if (key == "hidden_dropout") m.hidden_dropout = value.get<double>();
   else if (key == "attention_dropout") m.attention_dropout = value.get<double>();
   else if (key == "multi_latent_attention") m.multi_latent_attention = value.get<bool>();
@@ -66,12 +66,24 @@ PlanModel model_from_hf(const json& j, const std::string& source) {
     m.attention_dropout = get_or(j, "attn_pdrop", 0.0);
     return m;
   }
+  if (is_qwen3_next_model_type(type)) {
+    // The importer's reader (it refuses what tessel cannot build, such as RoPE scaling); MTP
+    // layers as the published checkpoints carry them: Qwen3.5's mtp_num_hidden_layers, Qwen3-Next's
+    // num_nextn_predict_layers (absent from its config.json: vLLM's default, 1).
+    c = qwen3_next_config_from_hf(j, source);
+    c.seq_length = c.max_position_embeddings;
+    const json& text = type == "qwen3_5_moe" ? j.at("text_config") : j;
+    c.mtp_num_layers = type == "qwen3_next" ? get_or(text, "num_nextn_predict_layers", 1)
+                                            : get_or(text, "mtp_num_hidden_layers", 0);
+    return m;
+  }
   static const char* const kLlamaFamily[] = {"llama",      "qwen2",   "qwen3", "qwen2_moe",
                                              "qwen3_moe",  "mixtral", "mistral", "deepseek_v3"};
   bool known = false;
   for (const char* t : kLlamaFamily) known = known || type == t;
   TESSEL_CHECK(known, "{}: model_type '{}' is not known to the planner (gpt2, llama, qwen2, qwen3, "
-               "qwen2_moe, qwen3_moe, mistral, mixtral, deepseek_v3)", source, type);
+               "qwen2_moe, qwen3_moe, mistral, mixtral, deepseek_v3, qwen3_next, qwen3_5_moe, "
+               "qwen3_5_moe_text)", source, type);
   c.arch = Arch::Llama;
   c.hidden_size = need<int>(j, "hidden_size", source);
   c.num_layers = need<int>(j, "num_hidden_layers", source);
@@ -84,7 +96,7 @@ PlanModel model_from_hf(const json& j, const std::string& source) {
   c.add_qkv_bias = type.rfind("qwen2", 0) == 0 || get_or(j, "attention_bias", false);
   c.qk_layernorm = type.rfind("qwen3", 0) == 0;
   const int head_dim = get_or(j, "head_dim", 0);
-  if (head_dim > 0 && head_dim * c.num_attention_heads != c.hidden_size) m.kv_channels = head_dim;
+  if (head_dim > 0 && head_dim * c.num_attention_heads != c.hidden_size) c.kv_channels = head_dim;
   if (type == "deepseek_v3") {
     m.multi_latent_attention = true;
     m.mla = {get_or(j, "q_lora_rank", 0), need<int>(j, "kv_lora_rank", source),
@@ -138,7 +150,6 @@ PlanModel load_plan_model(const std::string& path) {
 json plan_model_to_json(const PlanModel& m) {
   json j = model_config_to_json(m.cfg);
   j["name"] = m.name;
-  if (m.kv_channels > 0) j["kv_channels"] = m.kv_channels;
   if (m.hidden_dropout > 0) j["hidden_dropout"] = m.hidden_dropout;
   if (m.attention_dropout > 0) j["attention_dropout"] = m.attention_dropout;
   if (m.multi_latent_attention) {

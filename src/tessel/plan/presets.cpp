@@ -50,6 +50,27 @@ PlanModel with_experts(PlanModel m, int experts, int topk, int expert_ffn, int s
   return m;
 }
 
+// The Qwen3-Next architecture (QWEN3_NEXT.md §1, the Hugging Face configs): three Gated DeltaNet
+// layers then one gated full-attention layer (--linear-attention-freq 4), GDN key and value heads
+// of 128, conv kernel 4; attention with 2 KV heads of 256 (--kv-channels), QK-norm, partial RoPE
+// (0.25 of 256) at base 10^7, the sigmoid output gate, zero-centred norms; 512 experts, top-10,
+// with one sigmoid-gated shared expert of the routed experts' size, MoE in every layer; one MTP
+// layer; untied head. The sequence (4096) is the planner's choice, not a published figure.
+PlanModel qwen3_next(const std::string& name, int layers, int hidden, int heads, int value_heads, int expert_ffn,
+                     int vocab) {
+  PlanModel m = llama(name, layers, hidden, heads, 2, 0, vocab, 4096);
+  ModelConfig& c = m.cfg;
+  c.kv_channels = 256;
+  c.qk_layernorm = c.attention_output_gate = c.layernorm_1p = true;
+  c.rotary_base = 1e7f, c.rotary_percent = 0.25f;
+  c.norm_epsilon = 1e-6f;
+  c.linear.layer_pattern = parse_linear_attention_freq("4", layers);
+  c.linear.num_key_heads = 16, c.linear.num_value_heads = value_heads;
+  c.linear.key_head_dim = c.linear.value_head_dim = 128, c.linear.conv_kernel_dim = 4;
+  c.mtp_num_layers = 1;
+  return with_experts(m, 512, 10, expert_ffn, expert_ffn);  // the shared expert gated
+}
+
 const std::map<std::string, std::function<PlanModel()>>& presets() {
   static const std::map<std::string, std::function<PlanModel()>> table = {
       // Narayanan et al. 2021 (arXiv 2104.04473), Table 1; GPT-3 175B (Brown et al. 2020) as in
@@ -79,18 +100,31 @@ const std::map<std::string, std::function<PlanModel()>>& presets() {
          m.cfg.rotary_base = 1e6f;
          return with_experts(m, 8, 2, 14336);
        }},
-      // The seed's Qwen run: 60 layers, 64 query heads (16 per rank at TP 4), 512 experts (64 per
-      // rank at EP 8). The rest is assumed, in Qwen3-MoE's style and at a size 64 GPUs can hold:
+      // A Qwen3-MoE-style guess at the seed's run from its numbers alone (60 layers, 64 query
+      // heads, 512 experts), made before its real model was known (qwen3.5-397b-a17b below):
       // hidden 2048, head dimension 128 with QK-norm, 4 KV groups, routed experts of FFN 768,
       // top-10, no shared expert, vocabulary 151,936, sequence 4096: 148B parameters, 5.6B active.
       {"qwen3-moe-60l",
        [] {
          PlanModel m = llama("qwen3-moe-60l", 60, 2048, 64, 4, 6144, 151936, 4096);
-         m.kv_channels = 128;
+         m.cfg.kv_channels = 128;
          m.cfg.qk_layernorm = true;
          m.cfg.rotary_base = 1e6f;
          return with_experts(m, 512, 10, 768);
        }},
+      // Qwen3-Next-80B-A3B (hidden 2048, 48 layers, 16 heads, 32 GDN value heads, experts of 512,
+      // vocabulary 151,936; the dense intermediate 5120 is unused: every layer is MoE): 79.67B
+      // parameters and 1.65B of MTP, 3.87B active. Qwen3.5-397B-A17B, the seed's run (TP 4, PP 8,
+      // EP 8, 60 layers, 512 experts) — its text decoder (hidden 4096, 60 layers, 32 heads, 64 GDN
+      // value heads, experts of 1024, vocabulary 248,320): 396.35B parameters and 6.6B of MTP,
+      // 17.35B active. QWEN3_NEXT.md §1 has the sources.
+      {"qwen3-next-80b-a3b",
+       [] {
+         PlanModel m = qwen3_next("qwen3-next-80b-a3b", 48, 2048, 16, 32, 512, 151936);
+         m.cfg.ffn_hidden_size = 5120;
+         return m;
+       }},
+      {"qwen3.5-397b-a17b", [] { return qwen3_next("qwen3.5-397b-a17b", 60, 4096, 32, 64, 1024, 248320); }},
       // DeepSeek-V3 (arXiv 2412.19437, §4.2): 61 layers, hidden 7168, 128 heads with MLA (query
       // latent 1536, KV latent 512, head dims 128 + 64 RoPE, values 128), the first 3 layers
       // dense (FFN 18432), then 256 routed experts of 2048, top-8, one shared expert, sigmoid

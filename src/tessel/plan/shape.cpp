@@ -81,15 +81,15 @@ std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& r
   for (std::string& m : gpu_count_violations(world, cluster)) add(std::move(m));
   if (cluster.cpu()) {
     if (run.precision != PlannedPrecision::FP32) add("tessel plan models CPU ranks in fp32 (tessel train --bf16 on a CPU only rounds the GEMM operands, to compare with a GPU run; no --fp16)");
-    if (model.kv_channels > 0 || model.multi_latent_attention)
-      add("tessel does not train --kv-channels or --multi-latent-attention yet (plan them on a GPU cluster)");
+    if (model.multi_latent_attention) add("tessel does not train --multi-latent-attention yet (plan it on a GPU cluster)");
     if (run.threads < 1) add("--threads must be positive");
   }
   if (world < 1 || !v.empty()) return v;
   ModelConfig sizes = model.cfg;
-  if (model.kv_channels > 0 || model.multi_latent_attention) {  // checked as in PlanModel::violations
+  if (model.multi_latent_attention) {  // checked as in PlanModel::violations
     sizes.ffn_hidden_size = model.cfg.ffn_size();
-    sizes.hidden_size = model.cfg.num_attention_heads * std::max(2, model.kv_channels);
+    sizes.hidden_size = model.cfg.num_attention_heads * 2;
+    sizes.kv_channels = 0;
   }
   for (std::string& m : rules(sizes, run)) add(std::move(m));
   return v;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 
 #include "tessel/plan/memory.h"
 
@@ -55,20 +56,28 @@ double all_to_all(const RunShape& x, double bytes, const RunShape::Placement& g)
 // Bytes the memory-bound kernels of one layer's forward move, per row of `norm_rows` (the rows
 // of the norms and residual adds, outside TP regions) and per token of N: norms (read + write),
 // residual adds with dropout (two reads, a write, a 1-byte mask), the activation, RoPE, softmax
-// and dropout over the attention scores (unfused), the MoE router and permutation on this rank's
-// rows.
-double layer_traffic(const RunShape& x, int layer, double norm_rows) {
+// and dropout over the attention scores (unfused), the output gate and QK-norm, a Gated DeltaNet
+// mixer's convolution, l2norms, gates and gated norm, the MoE router and permutation on this
+// rank's rows.
+double layer_traffic(const RunShape& x, int layer, bool linear, double norm_rows) {
   const PlanModel& m = x.model;
   const double e = x.e, h = m.cfg.hidden_size, t = x.t, N = static_cast<double>(x.N);
   const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width()),
                vw = static_cast<double>(m.v_width()), a = m.cfg.num_attention_heads, s = static_cast<double>(x.s);
   double per_row = 2 * 2 * e * h + 2 * (3 * e * h + (m.hidden_dropout > 0 ? h : 0));
   double per_token = 0;
-  if (m.swiglu() && !m.multi_latent_attention) per_token += 2 * e * (q + kv) / t;  // RoPE
-  if (x.run.attention == AttentionBackend::Unfused)
-    per_token += a * s / t * (4 * e + (m.attention_dropout > 0 ? 2 * e + 1 : 0));
-  else
-    per_token += e * (q + 2 * kv + vw) / t;
+  if (linear) {  // conv read + write, q and k l2-normed in place, gated norm reads o and z and writes
+    const LinearAttentionConfig& g = m.cfg.linear;
+    per_token += (e * (2 * g.conv_dim() + 4 * g.key_dim() + 3 * g.value_dim()) + 4.0 * 4 * g.num_value_heads) / t;
+  } else {
+    if (m.swiglu() && !m.multi_latent_attention) per_token += 2 * e * (q + kv) / t;  // RoPE
+    if (x.run.attention == AttentionBackend::Unfused)
+      per_token += a * s / t * (4 * e + (m.attention_dropout > 0 ? 2 * e + 1 : 0));
+    else
+      per_token += e * (q + 2 * kv + vw) / t;
+    if (m.cfg.attention_output_gate) per_token += 3 * e * vw / t;
+    if (m.cfg.qk_layernorm) per_token += 2 * e * (q + kv) / t;
+  }
   if (!m.is_moe_layer(layer)) {
     per_token += (m.swiglu() ? 3 : 2) * e * m.ffn() / t;
   } else {
@@ -88,13 +97,14 @@ struct LayerCost {
   double weight_gradients = 0;  // of the backward's GEMMs
 };
 
-LayerCost layer_cost(const RunShape& x, int layer) {
+// One layer of FLOPs `f` (layer_flops, or mtp_flops for an MTP layer), its MLP the one of
+// `layer`, its mixer Gated DeltaNet (`linear`) or attention.
+LayerCost layer_cost(const RunShape& x, const LayerFlops& f, int layer, bool linear) {
   const PlanModel& m = x.model;
   const bool megatron = !x.tessel_cpu();
   const double N = static_cast<double>(x.N), rows = static_cast<double>(x.rows), t = x.t, e = x.e,
                h = m.cfg.hidden_size;
   const double flops_rate = gemm_rate(x), bytes_rate = memory_rate(x);
-  const LayerFlops f = layer_flops(m, layer, x.s);
   const bool moe = m.is_moe_layer(layer);
   const double router = moe ? 2.0 * h * m.cfg.moe.num_experts : 0;
   // Projections over TP; the router on this rank's rows; MLA's down projections on all N rows;
@@ -103,9 +113,13 @@ LayerCost layer_cost(const RunShape& x, int layer) {
   const double matmul = N * f.dense / t + rows * router + N * (f.replicated - router) + rows * f.experts * x.moe_compute_load();
   const bool causal_kernel = x.run.attention != AttentionBackend::Unfused;
   const double attention = N * f.attention / t * (causal_kernel ? 0.5 : 1);
+  // The delta rule on this rank's heads (under CP: the whole sequence of 1/(t·cp) of them, as
+  // many FLOPs as N tokens of 1/t); its backward recomputes the chunk states (FLA).
+  const double rule = N * f.delta_rule / t;
+  const double rule_recompute = linear ? N * m.cfg.linear.num_value_heads * gdn_delta_rule_recompute_flops(m) / t : 0;
   LayerCost c;
-  c.forward.gemm = (matmul + attention) / flops_rate;
-  c.forward.memory = layer_traffic(x, layer, rows) / bytes_rate;
+  c.forward.gemm = (matmul + attention + rule) / flops_rate;
+  c.forward.memory = layer_traffic(x, layer, linear, rows) / bytes_rate;
   // Tensor parallel: an all-reduce (or all-gather + reduce-scatter) of N·h after attention and
   // after the MLP or shared expert; an MoE layer without a shared expert has the first only.
   const RunShape::Placement tp_group = x.placement(GroupKind::TP);
@@ -117,24 +131,32 @@ LayerCost layer_cost(const RunShape& x, int layer) {
     c.forward.ep = 2 * all_to_all(x, m.cfg.moe.topk * rows * h * e, x.placement(GroupKind::EP));
   const double attention_forward = attention / flops_rate;
   double ring = 0;
-  if (x.cp > 1) {  // K/V blocks around the ring, overlapped with the attention of the block held
+  if (x.cp > 1 && linear) {
+    // Megatron's GDN under CP: in_proj's output (q, k, v, z, β, α of this rank's heads) all-to-all'ed
+    // from sequence to head shards before the convolution, the gated norm's output back after it,
+    // and their gradients likewise in the backward; nothing overlaps them.
+    const LinearAttentionConfig& g = m.cfg.linear;
+    const RunShape::Placement cp_group = x.placement(GroupKind::CP);
+    c.forward.cp = all_to_all(x, N * (g.conv_dim() + g.value_dim() + 2 * g.num_value_heads) / t * e, cp_group) +
+                   all_to_all(x, N * g.value_dim() / t * e, cp_group);
+  } else if (x.cp > 1) {  // K/V blocks around the ring, overlapped with the attention of the block held
     const Link cp_link = link(x, x.placement(GroupKind::CP).nodes > 1);
     ring = (x.cp - 1) * (2 * N * m.kv_width() / t * e / cp_link.bandwidth + cp_link.latency);
     c.forward.cp = std::max(0.0, ring - attention_forward);
   }
   const double backward_attention = causal_kernel ? 2.5 : 2;  // flash kernels recompute P
-  c.backward.gemm = (2 * matmul + backward_attention * attention) / flops_rate;
-  c.backward.memory = 2 * layer_traffic(x, layer, N) / bytes_rate;  // SP saves no backward traffic
+  c.backward.gemm = (2 * matmul + backward_attention * attention + 2 * rule + rule_recompute) / flops_rate;
+  c.backward.memory = 2 * layer_traffic(x, layer, linear, N) / bytes_rate;  // SP saves no backward traffic
   // Megatron overlaps the backward's TP collectives with the weight-gradient GEMMs; tessel's
   // CPU ranks wait for them.
   const double weight_gradients = matmul / flops_rate;
   c.weight_gradients = megatron || x.run.recompute != Recompute::Full ? weight_gradients : 0;
   c.backward.tp = megatron && x.run.async_tp_allreduce ? std::max(0.0, c.forward.tp - weight_gradients) : c.forward.tp;
   c.backward.ep = c.forward.ep;
-  if (x.cp > 1) c.backward.cp = std::max(0.0, 2 * ring - backward_attention * attention_forward);
+  if (x.cp > 1) c.backward.cp = linear ? c.forward.cp : std::max(0.0, 2 * ring - backward_attention * attention_forward);
   if (x.run.recompute == Recompute::Full) {
     c.backward += c.forward;
-  } else if (x.run.recompute == Recompute::Selective) {  // core attention again: scores, softmax, ·V
+  } else if (x.run.recompute == Recompute::Selective && !linear) {  // core attention again: scores, softmax, ·V
     c.backward.gemm += attention_forward;
     if (!causal_kernel) c.backward.memory += N * m.cfg.num_attention_heads * x.s / t * 4 * e / bytes_rate;
   }
@@ -159,24 +181,21 @@ double memory_rate(const RunShape& x) {
 ChunkCost chunk_cost(const RunShape& x, const ChunkSpec& chunk) {
   const PlanModel& m = x.model;
   ChunkCost c;
-  // Dense and MoE layers each cost the same as any other of their kind.
-  int moe_layers = 0;
-  int moe_example = -1, dense_example = -1;
-  for (int l = chunk.first_layer; l < chunk.first_layer + chunk.num_layers; ++l) {
-    if (m.is_moe_layer(l)) moe_layers++, moe_example = l;
-    else dense_example = l;
-  }
-  auto add = [&](int example, double count) {
-    if (example < 0 || count == 0) return;
-    const LayerCost one = layer_cost(x, example);
+  auto add = [&](const LayerCost& one, double count) {
     for (auto [into, from] : {std::pair{&c.forward, &one.forward}, {&c.backward, &one.backward}}) {
       into->gemm += count * from->gemm, into->memory += count * from->memory, into->tp += count * from->tp;
       into->cp += count * from->cp, into->ep += count * from->ep;
     }
     c.weight_gradients += count * one.weight_gradients;
   };
-  add(moe_example, moe_layers);
-  add(dense_example, chunk.num_layers - moe_layers);
+  // Layers of one kind (dense or MoE, attention or Gated DeltaNet) each cost the same.
+  std::map<std::pair<bool, bool>, std::pair<int, int>> kinds;  // kind → (an example, count)
+  for (int l = chunk.first_layer; l < chunk.first_layer + chunk.num_layers; ++l) {
+    auto [it, added] = kinds.try_emplace({m.is_moe_layer(l), m.is_linear_layer(l)}, l, 0);
+    it->second.second++;
+  }
+  for (const auto& [kind, example] : kinds)
+    add(layer_cost(x, layer_flops(m, example.first, x.s), example.first, kind.second), example.second);
   const double N = static_cast<double>(x.N), rows = static_cast<double>(x.rows), h = m.cfg.hidden_size, e = x.e;
   const double bytes_rate = memory_rate(x), flops_rate = gemm_rate(x);
   if (chunk.has_embedding) {  // a row gathered per token, scattered back into the gradient
@@ -184,13 +203,21 @@ ChunkCost chunk_cost(const RunShape& x, const ChunkSpec& chunk) {
     c.backward.memory += N * 3 * e * h / bytes_rate;
   }
   if (chunk.has_head) {
-    const double V_l = static_cast<double>(x.V_l);
+    // MTP on the last stage: its layers (fc and a full-attention layer built as the last one),
+    // its embedding of the next tokens, and the head once more for each.
+    const int mtp = m.mtp_layers();
+    if (mtp > 0) {
+      add(layer_cost(x, mtp_flops(m, x.s), m.cfg.num_layers - 1, false), mtp);
+      c.forward.memory += mtp * rows * 2 * e * h / bytes_rate;
+      c.backward.memory += mtp * N * 3 * e * h / bytes_rate;
+    }
+    const double V_l = static_cast<double>(x.V_l), heads = 1 + mtp;
     Seconds forward, backward;
-    forward.gemm = 2 * N * h * V_l / flops_rate;
-    forward.memory = (rows * 2 * e * h + N * V_l * 4 * 3) / bytes_rate;  // final norm; fp32 logits, max, exp-sum
-    backward.gemm = 4 * N * h * V_l / flops_rate;
-    backward.memory = N * V_l * 4 * 2 / bytes_rate;
-    if (x.sp) forward.tp = backward.tp = gather_or_scatter(x, N * h * e, x.placement(GroupKind::TP));
+    forward.gemm = heads * 2 * N * h * V_l / flops_rate;
+    forward.memory = heads * (rows * 2 * e * h + N * V_l * 4 * 3) / bytes_rate;  // final norm; fp32 logits, max, exp-sum
+    backward.gemm = heads * 4 * N * h * V_l / flops_rate;
+    backward.memory = heads * N * V_l * 4 * 2 / bytes_rate;
+    if (x.sp) forward.tp = backward.tp = heads * gather_or_scatter(x, N * h * e, x.placement(GroupKind::TP));
     c.forward += forward;
     // tessel's last chunk computes the head's gradient with its loss, in the forward.
     (x.tessel_cpu() ? c.forward : c.backward) += backward;
@@ -229,11 +256,12 @@ IterationTail iteration_tail(const RunShape& x, int64_t dense_params, int64_t ex
                                     : "ring all-reduce 2·(d−1)/d · params·grad bytes / bandwidth",
                         fmt::format("{:.0f} dense params over {} ranks, {:.0f} expert params over {}{}", dense, dp_cp,
                                     experts, x.edp, x.run.overlap_grad_reduce ? ", overlapped with the last backward" : "")});
-  if (x.model.cfg.tied_embeddings() && x.pp > 1) {
+  // The embedding's copy on the last stage (a tied head's, or MTP's) is all-reduced with the first's.
+  if ((x.model.cfg.tied_embeddings() || x.model.mtp_layers() > 0) && x.pp > 1) {
     const double bytes = static_cast<double>(x.model.cfg.padded_vocab(x.t)) / x.t * x.model.cfg.hidden_size * x.g_bytes;
     const bool across = x.pp_link_spans_nodes(0, x.pp - 1);
     tail.embedding = all_reduce(x, bytes, {2, across ? 2 : 1, across ? 1 : 2});
-    tail.terms.push_back({"tied embedding all-reduce (first and last stage)", tail.embedding,
+    tail.terms.push_back({"embedding all-reduce (first and last stage: a tied head's or MTP's copy)", tail.embedding,
                           "all-reduce of V/t·h gradients over 2 ranks", bytes_str(bytes)});
   }
   // Adam: read the gradient, read and write the master weight (tessel: the weight), m and v; mixed

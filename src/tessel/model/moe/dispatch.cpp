@@ -8,7 +8,7 @@
 namespace tessel {
 
 TokenDispatcher::TokenDispatcher(const Kernels& k, int64_t C, int64_t E, int64_t topk,
-                                 int64_t max_tokens, bool pad_to_capacity, Comm& ep, Comm& etp,
+                                 int64_t max_tokens, int64_t routed_rows, bool pad_to_capacity, Comm& ep, Comm& etp,
                                  TensorList& scratch)
     : k_(k),
       C_(C),
@@ -17,18 +17,20 @@ TokenDispatcher::TokenDispatcher(const Kernels& k, int64_t C, int64_t E, int64_t
       E_l_(E / ep.size()),
       first_expert_(ep.rank() * (E / ep.size())),
       max_tokens_(std::max<int64_t>(max_tokens, 1)),
+      routed_rows_(routed_rows),
       pad_(pad_to_capacity),
       ep_(ep),
       etp_(etp),
       P_(ep.size()),
       Q_(etp.size()),
       etp_rank_(etp.rank()) {
-  // Balanced, N·k rows leave this rank and as many reach each ETP rank, which takes them all.
-  const int64_t rows = max_tokens_ * topk_;
-  scratch.add_growing(send_, {rows, C_}, "dispatch rows out", {RoutedRows::Sent, rows});
-  scratch.add_growing(arrival_, {rows * Q_, C_}, "dispatch rows in", {RoutedRows::Received, rows * Q_});
+  // routed_rows leave this rank and as many reach each ETP rank, which takes them all; N·k of
+  // them at a balanced load (the growth's measure).
+  const int64_t rows = routed_rows_, balanced = max_tokens_ * topk_;
+  scratch.add_growing(send_, {rows, C_}, "dispatch rows out", {RoutedRows::Sent, balanced});
+  scratch.add_growing(arrival_, {rows * Q_, C_}, "dispatch rows in", {RoutedRows::Received, balanced * Q_});
   if (Q_ > 1)
-    scratch.add_growing(own_rows_, {rows, C_}, "dispatch rows summed over ETP", {RoutedRows::Received, rows});
+    scratch.add_growing(own_rows_, {rows, C_}, "dispatch rows summed over ETP", {RoutedRows::Received, balanced});
   scratch.add(row_cursor_, {E_}, "dispatch expert cursors", DType::I32);
   first_rows_.resize(E_);
   scratch.add(count_buffer_, {E_ + Q_ * P_ * E_l_}, "dispatch row counts");
@@ -39,8 +41,8 @@ TokenDispatcher::TokenDispatcher(const Kernels& k, int64_t C, int64_t E, int64_t
   etp_offsets_.resize(Q_);
 }
 
-// Routed rows: N·k leave this rank; as many arrive at each ETP rank when the load is balanced
-// (dropless routing may bring more: the combined rows grow on first need).
+// Routed rows: routed_rows leave this rank (dropless routing may bring more than N·k: the
+// combined rows grow on first need); each of the N·k assignments has a slot.
 void TokenDispatcher::list_saved(Saved& s, TensorList& buffers) const {
   const int64_t rows = max_tokens_ * topk_;
   buffers.add(s.slot_row, {rows}, "dispatch rows' slots", DType::I32);
@@ -48,7 +50,7 @@ void TokenDispatcher::list_saved(Saved& s, TensorList& buffers) const {
   for (auto* v : {&s.block_rows, &s.block_src, &s.block_dst}) v->resize(Q_ * P_ * E_l_);
   s.expert_rows.resize(E_l_);
   s.etp_rows.resize(Q_);
-  buffers.add_growing(s.combined, {rows, C_}, "combined expert outputs", {RoutedRows::Sent, rows});
+  buffers.add_growing(s.combined, {routed_rows_, C_}, "combined expert outputs", {RoutedRows::Sent, rows});
 }
 
 // The counts per (rank, expert) travel first, so each rank learns what will arrive from whom,

@@ -39,10 +39,11 @@ class TokenDispatcher {
     Tensor combined;  // (S, C) the experts' outputs back here, in dispatch order (grows)
   };
 
-  // ep, etp: the groups (a group of one without expert parallelism). Declares its scratch in
+  // ep, etp: the groups (a group of one without expert parallelism). routed_rows: the rows a
+  // rank sends as the buffers are first sized (moe_first_routed_rows). Declares its scratch in
   // `scratch`.
   TokenDispatcher(const Kernels& k, int64_t C, int64_t E, int64_t topk, int64_t max_tokens,
-                  bool pad_to_capacity, Comm& ep, Comm& etp, TensorList& scratch);
+                  int64_t routed_rows, bool pad_to_capacity, Comm& ep, Comm& etp, TensorList& scratch);
 
   void list_saved(Saved& s, TensorList& buffers) const;
   // Where every kept assignment goes (experts (N·k) i32, keep (N·k) i32 from the router,
@@ -73,7 +74,7 @@ class TokenDispatcher {
   float* send_buffer(const Saved& s);
 
   const Kernels& k_;
-  int64_t C_, E_, topk_, E_l_, first_expert_, max_tokens_;
+  int64_t C_, E_, topk_, E_l_, first_expert_, max_tokens_, routed_rows_;
   bool pad_;
   Comm& ep_;
   Comm& etp_;

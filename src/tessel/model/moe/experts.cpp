@@ -7,8 +7,8 @@ namespace tessel {
 GroupedExperts::GroupedExperts(const Kernels& k, ParamRegistry& registry, const std::string& prefix,
                                int64_t C, int64_t F, int64_t first, int64_t local, int ep_rank,
                                int ep, int etp_rank, int etp, float out_std, int64_t R,
-                               bool shared_act, TensorList& shared)
-    : k_(k), C_(C), F_l_(F / etp), R_(R), shared_act_(shared_act) {
+                               int64_t balanced, bool shared_act, TensorList& shared)
+    : k_(k), C_(C), F_l_(F / etp), R_(R), balanced_(balanced), shared_act_(shared_act) {
   // An expert's gate/up split by rows (dim 0) and down by columns (dim 1) over ETP.
   const Mlp::Split split = [&](int dim) {
     return ShardSpec{.dim = etp > 1 ? dim : -1,
@@ -20,7 +20,7 @@ GroupedExperts::GroupedExperts(const Kernels& k, ParamRegistry& registry, const 
     experts_.emplace_back(k, registry, fmt::format("{}experts.{}.", prefix, e), Activation::SwiGlu,
                           C, F, F_l_, split, out_std);
   if (shared_act_)
-    shared.add_growing(act_shared_, {R_, F_l_}, "experts' activation", {RoutedRows::Received, R_});
+    shared.add_growing(act_shared_, {R_, F_l_}, "experts' activation", {RoutedRows::Received, balanced_});
 }
 
 std::vector<int> GroupedExperts::param_indices() const {
@@ -31,7 +31,7 @@ std::vector<int> GroupedExperts::param_indices() const {
 }
 
 void GroupedExperts::list_saved(Saved& s, TensorList& buffers) const {
-  const Growth rows{RoutedRows::Received, R_};
+  const Growth rows{RoutedRows::Received, balanced_};
   buffers.add_growing(s.in, {R_, C_}, "experts' input rows", rows);
   buffers.add_growing(s.gate, {R_, F_l_}, "experts' gate", rows);
   buffers.add_growing(s.up, {R_, F_l_}, "experts' up", rows);

@@ -28,13 +28,14 @@ class GroupedExperts {
   // Experts [first, first + local) of layer prefix `prefix` (…mlp.), F neurons each of which
   // this ETP rank (etp_rank of etp) holds F / etp; held by EP rank ep_rank of ep. With
   // `shared_act` (--recompute-modules moe_act) the activation output lives in one buffer all
-  // microbatches share (declared in `shared` for R rows, a balanced load), recomputed by
-  // recompute_act before each backward.
+  // microbatches share (declared in `shared`), recomputed by recompute_act before each backward.
+  // The buffers are first sized for R rows (the padded rows, or a balanced load's), `balanced`
+  // of them at a balanced load.
   GroupedExperts(const Kernels& k, ParamRegistry& registry, const std::string& prefix, int64_t C,
                  int64_t F, int64_t first, int64_t local, int ep_rank, int ep, int etp_rank,
-                 int etp, float out_std, int64_t R, bool shared_act, TensorList& shared);
+                 int etp, float out_std, int64_t R, int64_t balanced, bool shared_act, TensorList& shared);
 
-  // Sized for the R rows of a balanced load; Saved grows past that on first need.
+  // Sized for R rows; Saved grows past that on first need.
   void list_saved(Saved& s, TensorList& buffers) const;
   // y (R, C) = each expert's MLP over its rows of s.in; rows[e] rows per local expert.
   void forward(Saved& s, float* y, const std::vector<int64_t>& rows, int64_t R);
@@ -56,7 +57,7 @@ class GroupedExperts {
   Tensor& act(Saved& s) { return shared_act_ ? act_shared_ : s.act; }
 
   const Kernels& k_;
-  int64_t C_, F_l_, R_;
+  int64_t C_, F_l_, R_, balanced_;
   std::vector<Mlp> experts_;
   bool shared_act_;
   Tensor act_shared_;  // (R, F_l), grows like Saved's

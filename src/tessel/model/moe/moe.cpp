@@ -35,6 +35,12 @@ int64_t checked_hidden_size(const ModelConfig& model, const MoeConfig& moe, int 
                moe.shared_expert_size, tp);
   return model.hidden_size;
 }
+
+// The rows this rank routes out as the buffers are first sized (moe_first_routed_rows).
+int64_t routed_rows(int64_t max_tokens, const MoeConfig& moe, const MoeGroups& groups) {
+  return moe_first_routed_rows(std::max<int64_t>(max_tokens, 1), moe,
+                               groups.token_group != nullptr ? groups.token_group->size() : 1);
+}
 }  // namespace
 
 void RouterTotals::add(const RouterTotals& other) {
@@ -64,16 +70,16 @@ MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& 
       tp_(groups.tp.comm != nullptr ? groups.tp : no_tensor_parallel(k)),
       router_(k, registry, moe, model.layer_prefix(layer) + "mlp.", C_, max_tokens,
               groups.token_group, buffers.scratch),
-      dispatcher_(k, C_, moe.num_experts, moe.topk, max_tokens, moe.pad_to_capacity,
+      dispatcher_(k, C_, moe.num_experts, moe.topk, max_tokens, routed_rows(max_tokens, moe, groups), moe.pad_to_capacity,
                   group_or_local(groups.ep, k), group_or_local(groups.etp, k), buffers.scratch),
-      // Balanced, N·k rows reach each ETP rank; dropless routing may bring more.
+      // Every ETP rank's routed rows reach each ETP rank (N·k of them at a balanced load).
       experts_(k, registry, model.layer_prefix(layer) + "mlp.", C_,
                moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : model.ffn_size(),
                dispatcher_.first_expert(), dispatcher_.local_experts(),
                group_or_local(groups.ep, k).rank(), group_or_local(groups.ep, k).size(),
                group_or_local(groups.etp, k).rank(), group_or_local(groups.etp, k).size(),
-               output_init_std(model.num_layers), std::max<int64_t>(max_tokens, 1) * moe.topk * etp_size_,
-               recompute.moe_act && !(recompute.full || recompute.moe), buffers.shared),
+               output_init_std(model.num_layers), routed_rows(max_tokens, moe, groups) * etp_size_,
+               std::max<int64_t>(max_tokens, 1) * moe.topk * etp_size_, recompute.moe_act && !(recompute.full || recompute.moe), buffers.shared),
       recompute_(recompute),
       whole_(recompute.full || recompute.moe) {
   const int T = tp_.size();
@@ -95,10 +101,10 @@ MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& 
       buffers.scratch.add(shared_local_, {N, C_}, "shared expert reduced rows");
     }
   }
-  const int64_t R = N * topk_ * Q;  // the experts' rows at a balanced load
-  buffers.scratch.add_growing(expert_out_, {R, C_}, "experts' output rows", {RoutedRows::Received, R});
+  const int64_t R = routed_rows(N, moe, groups) * Q, balanced = N * topk_ * Q;  // the experts' rows
+  buffers.scratch.add_growing(expert_out_, {R, C_}, "experts' output rows", {RoutedRows::Received, balanced});
   buffers.scratch.add_growing(d_act_, {std::max(R, N * T), std::max(experts_.ffn_local(), F_sl_)},
-                              "experts' activation gradient", {RoutedRows::Received, R, N * T});
+                              "experts' activation gradient", {RoutedRows::Received, balanced, N * T});
   buffers.scratch.add(d_probs_, {N, topk_}, "routing probabilities' gradient");
   if (whole_) {
     const int64_t before = buffers.shared.bytes();

@@ -11,6 +11,12 @@ int64_t moe_expert_capacity(int64_t N, int64_t E, int64_t k, double factor) {
   return std::min<int64_t>(static_cast<int64_t>(capacity), N);
 }
 
+int64_t moe_first_routed_rows(int64_t N, const MoeConfig& moe, int G) {
+  if (moe.pad_to_capacity && moe.capacity_factor > 0)
+    return moe.num_experts * moe_expert_capacity(N * G, moe.num_experts, moe.topk, moe.capacity_factor);
+  return N * moe.topk;
+}
+
 TopKRouter::TopKRouter(const Kernels& k, ParamRegistry& registry, const MoeConfig& moe,
                        const std::string& prefix, int64_t C, int64_t max_tokens, Comm* token_group,
                        TensorList& scratch)

@@ -22,6 +22,13 @@ namespace tessel {
 // can take each token once).
 int64_t moe_expert_capacity(int64_t N, int64_t E, int64_t k, double factor);
 
+// The routed rows a rank of N tokens sends, as its MoE buffers are first sized: padded to a
+// capacity, exactly E blocks of the capacity of the G ranks' token group that decides the drop,
+// so the buffers never grow; else N·k, a balanced load's (the routing may bring more, and the
+// buffers grow through Kernels::reserve). A buffer sized short and grown leaves its first
+// allocation behind as a hole in the heap, which stays in the process's resident memory.
+int64_t moe_first_routed_rows(int64_t N, const MoeConfig& moe, int G);
+
 class TopKRouter {
  public:
   // One microbatch's routing of N rows (at most the layer's max_tokens).
