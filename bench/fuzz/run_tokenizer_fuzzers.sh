@@ -5,6 +5,7 @@
 #   fuzz_tokenizer_tiktoken  `base64 rank` files and Megatron's TikTokenizer JSON (parse_tiktoken)
 #   fuzz_tokenizer_gpt2      vocab.json + merges.txt (parse_gpt2_bpe)
 #   fuzz_tokenizer_encode    any text through a fixed tokenizer.json: UTF-8 round-trips, the rest is refused
+#   fuzz_tokenizer_unigram   a Unigram model's pieces and a text: the tokens spell the text
 # Installs Debian's clang-14 and libclang-rt-14-dev when missing (not a CI dependency: run by
 # hand). Seeds are written here from small fixtures, and from tiktoken's r50k ranks when
 # build/test-references holds them (scripts/install-test-references.sh).
@@ -38,7 +39,7 @@ for src in src/tessel/data/tokenizer.cpp src/tessel/data/utf8.cpp src/tessel/dat
 done
 printf '%s\n' src/tessel/data/tokenizer.cpp src/tessel/data/utf8.cpp src/tessel/data/tokenizers/*.cpp |
   xargs -P "$(nproc)" -I{} sh -c 'clang++-14 "$@" -fsanitize=fuzzer-no-link -c {} -o "'"$out"'/obj/$(basename {} .cpp).o"' _ "${flags[@]}"
-names=(json tiktoken gpt2 encode)
+names=(json tiktoken gpt2 encode unigram)
 for name in "${names[@]}"; do
   clang++-14 "${flags[@]}" -fsanitize=fuzzer "bench/fuzz/fuzz_tokenizer_$name.cpp" "${objects[@]}" "${libs[@]}" \
     -o "$out/fuzz_tokenizer_$name"
@@ -104,6 +105,24 @@ sp["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Prepend", "pre
 sp["pre_tokenizer"] = None
 sp["decoder"] = {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": space}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}]}
 open(f"{out}/corpus_tokenizer_json/seed_llama2", "w").write(json.dumps(sp))
+# Unigram (T5-style: NFKC, Metaspace; and with byte fallback and Llama 2's decoders).
+unigram = {"added_tokens": [{"id": 0, "content": "<unk>", "special": True}, {"id": 2, "content": "</s>", "special": True}],
+           "normalizer": {"type": "NFKC"},
+           "pre_tokenizer": {"type": "Metaspace", "replacement": space, "prepend_scheme": "always", "split": True},
+           "post_processor": {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A"}}, {"SpecialToken": {"id": "</s>"}}],
+                              "special_tokens": {"</s>": {"id": "</s>", "ids": [2]}}},
+           "decoder": {"type": "Metaspace", "replacement": space, "prepend_scheme": "always", "split": True},
+           "model": {"type": "Unigram", "unk_id": 0, "byte_fallback": False,
+                     "vocab": [["<unk>", 0.0], ["<s>", 0.0], ["</s>", 0.0], [space, -2.0], ["a", -3.0], ["b", -3.5], [space + "a", -2.5],
+                               ["ab", -4.0], [space + "ab", -3.0], ["\u00e9", -5.0]]}}
+open(f"{out}/corpus_tokenizer_json/seed_unigram", "w").write(json.dumps(unigram))
+unigram["model"]["byte_fallback"] = True
+unigram["model"]["vocab"] += [[f"<0x{b:02X}>", -10.0] for b in range(256)]
+unigram["decoder"] = sp["decoder"]
+open(f"{out}/corpus_tokenizer_json/seed_unigram_bytes", "w").write(json.dumps(unigram))
+open(f"{out}/corpus_tokenizer_unigram/seed", "wb").write(
+    "\n".join(chr(65 + i) + p for i, p in enumerate(["a", "b", "ab", "abc", "\u00e9", "\u4e2d\u6587", space + "the", "the"])).encode()
+    + b"\0" + "abcab \u00e9x \u4e2d\u6587 the\u2581the \U0001F44D".encode())
 merges_txt = "#version: 0.2\n" + "".join(f"{bl(a)} {bl(b)}\n" for a, b in merges)
 open(f"{out}/corpus_tokenizer_gpt2/seed", "w").write(json.dumps(vocab) + "\0" + merges_txt)
 ranks = [bytes([b]) for b in range(256)] + [(a + b).encode() for a, b in merges]

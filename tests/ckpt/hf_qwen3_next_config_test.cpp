@@ -152,9 +152,10 @@ TEST(HfQwen3NextConfig, PublishedConfigsReadToTheirSizes) {
   EXPECT_EQ(q35.linear.num_value_heads, 64);
   EXPECT_EQ(q35.moe.ffn_hidden_size, 1024);
   EXPECT_FALSE(q35.moe.pre_softmax);
-  EXPECT_EQ(q35.mtp_num_layers, 0);  // not built yet; mtp.* weights are skipped
-  // "397B" holds the vision encoder too (about 0.4B); the decoder is the rest, less MTP.
-  EXPECT_NEAR(q35.num_parameters() / 1e9, 390.0, 8.0) << q35.num_parameters();
+  EXPECT_EQ(q35.mtp_num_layers, 1);  // mtp_num_hidden_layers
+  // "397B" holds the vision encoder too (about 0.4B) but not the MTP layer (about 6.6B), which the
+  // decoder here has.
+  EXPECT_NEAR(q35.num_parameters() / 1e9, 403.0, 8.0) << q35.num_parameters();
 }
 
 TEST(HfQwen3NextConfig, AMissingSizeIsOneLineNamingTheKey) {

@@ -61,7 +61,8 @@ TEST(TokenizerCommand, Inspect) {
   TinyFlags t;
   testing::CommandResult r = run_tessel("tokenizer inspect --token \xC4\xA0the --id 259 --text ' the' " + t.flags);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* line : {"type: HuggingFaceTokenizer\n", "vocab size: 264\n", "unicode: 16.0.0 (pre-tokenizer classes)\n",
+  for (const char* line : {"type: HuggingFaceTokenizer\n", "vocab size: 264\n",
+                           "unicode: 16.0.0 (pre-tokenizer classes), 9.0.0 (NFC/NFD/NFKC/NFKD, as the library), 17.0.0 (Lowercase)\n",
                            "eod: 263 \"<|endoftext|>\"",
                            "token \"\xC4\xA0the\": 258\n", "id 259: \"aa\"\n", "ids: 258\n"})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
@@ -70,6 +71,8 @@ TEST(TokenizerCommand, Inspect) {
   const nlohmann::json j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["vocab_size"], 264);
   EXPECT_EQ(j["unicode"], "16.0.0");
+  EXPECT_EQ(j["unicode_normalization"], "9.0.0");
+  EXPECT_EQ(j["unicode_case"], "17.0.0");
   EXPECT_EQ(j["special_ids"]["eos"], 263);
   EXPECT_EQ(j["special_tokens"][0]["content"], "<|endoftext|>");
   r = run_tessel("tokenizer inspect");

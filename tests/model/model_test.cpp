@@ -15,6 +15,7 @@
 #include "tessel/core/philox.h"
 #include "tessel/infer/generate.h"
 #include "tessel/model/transformer.h"
+#include "support/param_gradient_check.h"
 #include "support/printers.h"
 #include "support/tiny_model.h"
 #include "tessel/train/trainer.h"
@@ -103,23 +104,9 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
   m.chunk.forward(m.acts, m.tokens.data(), nullptr, m.targets.data(), scale);
   m.chunk.backward(m.acts, nullptr, nullptr);
 
-  // h balances fp32 rounding (grows as h shrinks) against truncation error (grows as h²).
-  const float h = 3e-3f;
   for (const Param& p : m.params.params()) {
-    double diff = 0, norm = 0;
-    const int64_t stride = std::max<int64_t>(1, p.numel() / 48);  // up to ~48 elements each
-    for (int64_t i = 0; i < p.numel(); i += stride) {
-      const float saved = p.value[i];
-      p.value[i] = saved + h;
-      const double up = m.loss();
-      p.value[i] = saved - h;
-      const double down = m.loss();
-      p.value[i] = saved;
-      const double fd = (up - down) / (2 * h);
-      diff += (fd - p.grad[i]) * (fd - p.grad[i]);
-      norm += fd * fd;
-    }
-    EXPECT_LT(std::sqrt(diff), 2e-3 * std::sqrt(norm) + 1e-5) << p.name;
+    const auto [error, norm] = testing::check_param_gradient(p, [&] { return m.loss(); }, 3e-3f);
+    EXPECT_LT(error, 2e-3 * norm + 1e-5) << p.name;
   }
 }
 

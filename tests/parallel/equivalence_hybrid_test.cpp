@@ -122,6 +122,41 @@ const Layout kGdnLayouts[] = {
      "--recompute-granularity selective --recompute-modules core_attn layernorm moe_act shared_experts", false, 4,
      kGdn},
 };
+// Multi-token prediction (one depth, Megatron's --mtp-num-layers 1, weight 0.3) on the hybrid: its
+// layer is gated attention with the MoE block (the last of 4 layers is attention), on the last
+// stage, which keeps a copy of the word embeddings summed over the embedding group (PP, VPP,
+// uneven stages, ZB-H1), or shares the first stage's (ZB-V: both on rank 0); its fc and norms
+// replicated over TP (summed under sequence parallel); its experts over EP; recomputed whole. A
+// dense llama model under CP: the shifted ids cross the zigzag chunks of each rank.
+const char* kGdnMtp = TESSEL_GDN_FLAGS "--moe-aux-loss-coeff 0.01 --mtp-num-layers 1 --mtp-loss-scaling-factor 0.3";
+const char* kGdnMtpNoAux = TESSEL_GDN_FLAGS "--mtp-num-layers 1 --mtp-loss-scaling-factor 0.3";
+const char* kDenseMtp = "--mtp-num-layers 2 --mtp-loss-scaling-factor 0.3 --qk-layernorm";
+
+const Layout kMtpLayouts[] = {
+    {"mtp_gdn_dp2", 2, "", false, 4, kGdnMtp},
+    {"mtp_gdn_dp2_distopt", 2, "--use-distributed-optimizer", false, 4, kGdnMtp},
+    {"mtp_gdn_pp2", 2, "--pp 2", false, 4, kGdnMtp},
+    {"mtp_gdn_pp2_vpp2", 2, "--pp 2 --vpp 2", false, 8, kGdnMtp},
+    {"mtp_gdn_pp2_uneven", 2, "--pp 2 --decoder-first-pipeline-num-layers 3", false, 4, kGdnMtp},
+    {"mtp_gdn_pp2_zbh1", 2, "--pp 2 --schedule zb-h1", false, 4, kGdnMtp},
+    {"mtp_gdn_pp2_zbv", 2, "--pp 2 --schedule zb-v", false, 4, kGdnMtp},
+    {"mtp_gdn_pp2_dualpipev", 2, "--pp 2 --schedule dualpipev --micro-batch-size 1", false, 4, kGdnMtpNoAux},
+    {"mtp_gdn_tp2_sp", 2, "--tp 2 --sequence-parallel", false, 4, kGdnMtp},
+    {"mtp_gdn_ep2", 2, "--ep 2", false, 4, kGdnMtp},
+    {"mtp_gdn_tp2_sp_pp2_ep2", 8, "--tp 2 --sequence-parallel --pp 2 --ep 2", false, 4, kGdnMtp},
+    {"mtp_gdn_pp2_recompute_full", 2,
+     "--pp 2 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1", false, 4, kGdnMtp},
+    {"mtp_gdn_recompute_selective", 2,
+     "--recompute-granularity selective --recompute-modules core_attn layernorm moe_act shared_experts", false, 4,
+     kGdnMtp},
+    {"mtp_dense_cp2", 2, "--cp 2", false, 2, kDenseMtp},
+    {"mtp_dense_cp2_pp2", 4, "--cp 2 --pp 2", false, 2, kDenseMtp},
+};
+
+INSTANTIATE_TEST_SUITE_P(Mtp, Equivalence,
+                         ::testing::Combine(::testing::Values("llama"), ::testing::ValuesIn(kMtpLayouts)),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+
 // On the preprocessed blend (its ctest fixture builds it first: RealData*/ in tests/CMakeLists.txt).
 const Layout kGdnRealDataLayouts[] = {
     {"gdn_packed_pp2_dp2", 4, "--pp 2", false, 4, kGdnPacked, true},

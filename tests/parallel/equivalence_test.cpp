@@ -66,6 +66,8 @@ const char* kTraining =
 
 struct TrainRun {
   std::vector<double> losses;
+  std::vector<double> aux_losses;  // MoE models: the auxiliary losses, as the model's mean
+  std::vector<std::vector<double>> mtp_losses;  // each iteration's, with --mtp-num-layers
   std::vector<std::string> evaluations;  // "split@iteration" of each evaluation, in order
   std::vector<double> evaluation_losses;
   fs::path weights;
@@ -173,6 +175,8 @@ TrainRun read_run(const fs::path& dir) {
       r.evaluation_losses.push_back(j["loss"].get<double>());
     } else {
       r.losses.push_back(j["loss"].get<double>());
+      if (j.contains("aux_loss")) r.aux_losses.push_back(j["aux_loss"].get<double>());
+      if (j.contains("mtp_losses")) r.mtp_losses.push_back(j["mtp_losses"].get<std::vector<double>>());
     }
   }
   r.weights = dir / "model" / "model.safetensors";
@@ -219,6 +223,18 @@ TEST_P(Equivalence, FollowsTheSingleProcess) {
     EXPECT_LT(rel, i == 0 ? 1e-6 : 1e-4)
         << "iteration " << i + 1 << ": " << got.losses[i] << " vs " << want.losses[i];
   }
+  // The MoE auxiliary losses logged are the model's, whatever the layout.
+  ASSERT_EQ(got.aux_losses.size(), want.aux_losses.size());
+  for (size_t i = 0; i < want.aux_losses.size(); ++i) {
+    EXPECT_LE(std::abs(got.aux_losses[i] - want.aux_losses[i]), 1e-4 * want.aux_losses[i])
+        << "aux loss, iteration " << i + 1 << ": " << got.aux_losses[i] << " vs " << want.aux_losses[i];
+  }
+  ASSERT_EQ(got.mtp_losses.size(), want.mtp_losses.size());
+  for (size_t i = 0; i < want.mtp_losses.size(); ++i)
+    for (size_t d = 0; d < want.mtp_losses[i].size(); ++d)
+      EXPECT_LT(std::abs(got.mtp_losses[i].at(d) - want.mtp_losses[i][d]) / want.mtp_losses[i][d],
+                i == 0 ? 1e-6 : 1e-4)
+          << "iteration " << i + 1 << ", mtp_" << d + 1 << " loss";
   // Forward only, through the same layout: the same losses.
   EXPECT_EQ(got.evaluations, want.evaluations);
   if (layout.real_data) {  // as Megatron: at each interval, again after training, then the test split

@@ -7,7 +7,10 @@
 # samples (`tessel data index --dump-samples`), with the aux loss off and on, and once on packed
 # documents (a preprocessed dataset of one document per line: the conv history and the delta-rule
 # state restart at each eod). Every iteration's loss agrees to 1e-4 relative, the grad norm to
-# 1e-3; the two layouts' tessel runs agree to 1e-6 (the same model in two files).
+# 1e-3; the two layouts' tessel runs agree to 1e-6 (the same model in two files). With
+# multi-token prediction (--mtp-num-layers 1: the reference's MTP, written from Megatron's and
+# vLLM's qwen3_next_mtp semantics), both families, aux loss off and on: the LM and the MTP loss
+# each iteration to 1e-4.
 # Needs Debian's python3-torch (scripts/install-test-deps.sh).
 source "$(dirname "$0")/crosscheck_prelude.sh" "$@"
 cd "$work"
@@ -59,6 +62,20 @@ for family in qwen3_next qwen3_5_moe; do
       echo "== $case: tessel against PyTorch"
       compare "$case.tessel.jsonl" "$case.torch.jsonl" --rtol 1e-4 --grad-norm-rtol 1e-3
     done
+  done
+done
+for family in qwen3_next qwen3_5_moe; do
+  "$tessel" export --out "$family.mtp" $model --mtp-num-layers 1 $tokenizer --seq-length 64 --seed 7 \
+    --hf-model-type "$family" > /dev/null
+  for aux in 0 0.01; do
+    case=$family.mtp.aux$aux
+    "$tessel" train --init-from "$family.mtp" $train --moe-aux-loss-coeff $aux --mtp-loss-scaling-factor 0.3 \
+      $data --log-interval 1 --log-json "$case.tessel.jsonl" > /dev/null
+    "$python" "$src/tools/crosscheck/qwen3_next_reference.py" --model "$family.mtp" $train \
+      --moe-aux-loss-coeff $aux --mtp-loss-scaling-factor 0.3 --samples samples/train_samples.npy \
+      --log-json "$case.torch.jsonl" > /dev/null
+    echo "== $case: tessel against PyTorch, with MTP"
+    compare "$case.tessel.jsonl" "$case.torch.jsonl" --rtol 1e-4 --grad-norm-rtol 1e-3 --mtp
   done
 done
 for case in aux0.plain aux0.01.plain aux0.01.packed; do

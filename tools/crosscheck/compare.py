@@ -3,7 +3,9 @@
 
 Each file holds one JSON object a line: {"iteration": i, "loss": x, "grad_norm": g, "lr": r}.
 Exits 1 when any iteration's loss differs by more than --rtol (relative), when the two files do
-not cover the same iterations, or, with --grad-norm-rtol, when a gradient norm differs by more.
+not cover the same iterations, or, with --grad-norm-rtol, when a gradient norm differs by more;
+with --mtp, the multi-token prediction loss too (tessel's "mtp_losses"[0], the reference's
+"mtp_loss"), to --rtol.
 Standard library only.
 """
 import argparse
@@ -40,6 +42,8 @@ def main():
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance on the loss")
     p.add_argument("--grad-norm-rtol", type=float,
                    help="also check the gradient norm with this relative tolerance")
+    p.add_argument("--mtp", action="store_true",
+                   help="also check the MTP loss (both files must have it) with --rtol")
     args = p.parse_args()
     first, second = read_log(args.first), read_log(args.second)
 
@@ -58,6 +62,15 @@ def main():
             flags.append("LOSS")
         if args.grad_norm_rtol is not None and norm_diff > args.grad_norm_rtol:
             flags.append("GRAD_NORM")
+        if args.mtp:
+            mtp = [r.get("mtp_loss", (r.get("mtp_losses") or [None])[0]) for r in (a, b)]
+            if None in mtp:
+                flags.append("MTP_MISSING")
+            else:
+                mtp_diff = relative_difference(*mtp)
+                print(f"      mtp loss {mtp[0]:12.6f} {mtp[1]:12.6f} {mtp_diff:9.2e}")
+                if mtp_diff > args.rtol:
+                    flags.append("MTP_LOSS")
         print(f"{it:5d} {a['loss']:12.6f} {b['loss']:12.6f} {loss_diff:9.2e}  "
               f"{a.get('grad_norm', float('nan')):10.5f} {b.get('grad_norm', float('nan')):10.5f} "
               f"{norm_diff:9.2e}  {a.get('lr', float('nan')):10.3e} {b.get('lr', float('nan')):10.3e}"

@@ -427,6 +427,11 @@ def microbatch_objective(mtp_scale, args=None):
         loss = lm + share * aux
         logged = {"loss": lm.item(), "aux_loss": share * aux.item() / forwards}
         if mtp_logits is not None:
+            # Megatron's normalisation (multi_token_prediction.py, without
+            # --calculate-per-token-loss): each microbatch's MTP CE summed over its rolled loss
+            # mask, divided by that mask's count, mb·(S − 1); the schedule then averages the
+            # microbatches (and DP the ranks). Every microbatch counts mb·(S − 1) here, so that is
+            # the mean over the global batch's G·(S − 1) labelled positions, which tessel takes.
             mtp_tokens = total_tokens // S * (S - 1)
             mtp = F.cross_entropy(mtp_logits[:, :-1].reshape(-1, V), targets[:, 1:].reshape(-1),
                                   reduction="sum") / mtp_tokens

@@ -307,8 +307,15 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& sou
 
 std::vector<std::string> hf_export_violations(const ModelConfig& cfg) {
   std::vector<std::string> v;
-  // A Gated DeltaNet model's config.json records the options its family fixes (tessel_options).
-  if (cfg.linear.enabled()) return v;
+  // A Gated DeltaNet model's config.json records the options its family fixes (tessel_options);
+  // its mtp.* the one depth Hugging Face's Qwen3-Next layout has (a dense model's mtp.* tensors
+  // go under tessel's names, which config.json does not describe).
+  if (cfg.linear.enabled()) {
+    if (cfg.mtp_num_layers > 1)
+      v.push_back(fmt::format("--mtp-num-layers {}: the Qwen3-Next / Qwen3.5 layout holds one multi-token "
+                              "prediction depth (one set of mtp.fc and norms)", cfg.mtp_num_layers));
+    return v;
+  }
   if (cfg.qk_layernorm && cfg.moe.num_experts > 0 && cfg.moe.shared_expert_size > 0)
     v.push_back("a --qk-layernorm MoE model exports as qwen3_moe, which has no shared expert "
                 "(--moe-shared-expert-intermediate-size)");

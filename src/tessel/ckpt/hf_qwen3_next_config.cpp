@@ -130,6 +130,15 @@ ModelConfig qwen3_next_config_from_hf(const nlohmann::json& j, const std::string
   g.num_key_heads = required<int>(t, "linear_num_key_heads", source);
   g.num_value_heads = required<int>(t, "linear_num_value_heads", source);
   if (cfg.num_layers > 0) g.layer_pattern = linear_layers_from_hf(t, cfg.num_layers, source);
+  // Multi-token prediction: Qwen3.5's mtp_num_hidden_layers, vLLM's num_nextn_predict_layers for
+  // Qwen3-Next; absent: none (transformers' causal LM skips mtp.* weights). Hugging Face's layout
+  // holds one set of fc and norms, Megatron's D depths one each: one depth only.
+  cfg.mtp_num_layers = optional_value(t, "mtp_num_hidden_layers", source,
+                                      optional_value(t, "num_nextn_predict_layers", source, 0));
+  TESSEL_CHECK(cfg.mtp_num_layers <= 1,
+               "{}: {} multi-token prediction layers are not supported (the Hugging Face layout has one "
+               "set of mtp.fc and norms, Megatron's depths one each: at most 1)",
+               source, cfg.mtp_num_layers);
 
   // num_experts 0 makes every layer a dense MLP of intermediate_size, as the modelling code does.
   if (required<int>(t, "num_experts", source) > 0) {

@@ -23,8 +23,9 @@ bool is_qwen3_next_model_type(const std::string& model_type);
 // The sizes of a config.json whose model_type is one of the three. Settings tessel cannot
 // reproduce (RoPE scaling, another activation, attention biases, tied or dedicated MTP
 // embeddings, decoder_sparse_step other than 1) and missing sizes are errors naming `source`
-// (and "text_config" inside a qwen3_5_moe file). MTP layers are read as none, as transformers'
-// causal LM does (it skips mtp.* weights): tessel does not build MTP yet.
+// (and "text_config" inside a qwen3_5_moe file). MTP layers from mtp_num_hidden_layers
+// (Qwen3.5) or num_nextn_predict_layers (Qwen3-Next, as vLLM reads it), none when absent; more
+// than one is refused (Hugging Face's layout has one set of mtp.fc and norms).
 ModelConfig qwen3_next_config_from_hf(const nlohmann::json& j, const std::string& source);
 
 // config.json of a Gated DeltaNet model as `model_type`. Options the family fixes but tessel

@@ -14,6 +14,7 @@
 #include "tessel/data/tokenizer.h"
 #include "tessel/data/tokenizer_files.h"
 #include "tessel/data/utf8.h"
+#include "tessel/infer/decoder.h"
 #include "tessel/model/transformer.h"
 
 namespace tessel {
@@ -50,6 +51,26 @@ int32_t sample_token(const float* logits, int64_t V, float temperature, int64_t 
   return scratch[k - 1].second;
 }
 
+void sample_continuation(const Kernels& k, TransformerChunk& model, const std::vector<int32_t>& prompt, int64_t vocab,
+                         const GenerateOptions& o, int32_t stop,
+                         const std::function<void(int32_t)>& on_token) {
+  Decoder decoder(k, model);
+  std::vector<std::pair<float, int32_t>> scratch;
+  scratch.reserve(vocab);
+  const uint64_t stream = fnv1a64("generate");
+  int32_t token = -1;
+  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
+    // The prompt first, then each drawn token alone.
+    const std::vector<float>& logits =
+        step == 0 ? decoder.read(prompt) : decoder.read(std::span<const int32_t>(&token, 1));
+    // The padded vocabulary rows past the tokenizer's are never drawn.
+    token = sample_token(logits.data(), vocab, o.temperature, o.top_k, random_uniform(o.seed, stream, step),
+                         scratch);
+    if (token == stop) return;
+    on_token(token);
+  }
+}
+
 std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_dir,
                                            const std::optional<TokenizerOptions>& given) {
   if (given) return make_tokenizer(*given);
@@ -70,8 +91,11 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
                "{}: the model's vocabulary {} is smaller than the {}'s {}", model_dir,
                cfg.vocab_size, tokenizer->type(), tokenizer->vocab_size());
 
-  // One sequence of the model's full context; the context is right-padded, and causal attention
-  // makes the logits at position t independent of everything after t.
+  // One sequence of the model's context, decoded incrementally (infer/decoder.h). A capacity drop
+  // is a training step's (which tokens lose their place depends on the batch): generation routes
+  // every token to its top-k experts.
+  cfg.moe.capacity_factor = 0;
+  cfg.moe.pad_to_capacity = false;
   const Kernels& k = cpu_kernels();
   ParamRegistry params;
   TransformerChunk model(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, no_tensor_parallel(k),
@@ -81,37 +105,17 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
   const std::string weights = hf_weights_file(model_dir);
   load_hf_weights(params, cfg, weights);
   require_finite_weights(k, params, weights);
-  ChunkActivations acts = model.make_activations();
 
-  std::vector<int32_t> context = tokenizer->encode(o.prompt.empty() ? "\n" : o.prompt);
-  TESSEL_CHECK(!context.empty(), "the prompt encodes to no tokens");
+  std::vector<int32_t> prompt = tokenizer->encode(o.prompt.empty() ? "\n" : o.prompt);
+  TESSEL_CHECK(!prompt.empty(), "the prompt encodes to no tokens");
   const SpecialIds ids = tokenizer->special_ids();
   const int32_t stop = o.ignore_eos ? -1 : ids.eos >= 0 ? ids.eos : ids.eod;
-  const int64_t T = cfg.seq_length;
-  std::vector<int32_t> window(T, 0);
-  Tensor window_tokens = k.zeros({T}, DType::I32);
-  std::vector<float> logits(model.vocab_shard_size());
-  std::vector<std::pair<float, int32_t>> scratch;
-  scratch.reserve(tokenizer->vocab_size());
-  const uint64_t stream = fnv1a64("generate");
   // The new tokens are decoded together, so that a character split over tokens (byte-level BPE,
   // byte fallback) comes out whole; only text no later token can change is emitted, and bytes
   // that are no text as U+FFFD.
   std::vector<int32_t> generated;
   size_t shown = 0;
-  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    const int64_t len = std::min<int64_t>(static_cast<int64_t>(context.size()), T);
-    std::fill(window.begin(), window.end(), 0);
-    std::copy(context.end() - len, context.end(), window.begin());
-    k.memory.from_host(window_tokens.ints(), window.data(), T * 4);
-    model.forward(acts, window_tokens.ints(), nullptr, nullptr, 0.0f);
-    const int64_t V = model.vocab_shard_size();
-    k.memory.to_host(logits.data(), model.logits() + (len - 1) * V, V * 4);
-    // The padded vocabulary rows past the tokenizer's are never drawn.
-    const int32_t token = sample_token(logits.data(), tokenizer->vocab_size(), o.temperature,
-                                       o.top_k, random_uniform(o.seed, stream, step), scratch);
-    if (token == stop) break;
-    context.push_back(token);
+  sample_continuation(k, model, prompt, tokenizer->vocab_size(), o, stop, [&](int32_t token) {
     generated.push_back(token);
     const std::string text = tokenizer->decode(generated);
     const size_t complete = complete_utf8_prefix(text);
@@ -119,7 +123,7 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
       emit(replace_invalid_utf8(std::string_view(text).substr(shown, complete - shown)));
       shown = complete;
     }
-  }
+  });
   const std::string text = tokenizer->decode(generated);
   if (text.size() > shown) emit(replace_invalid_utf8(std::string_view(text).substr(shown)));
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessel/data/tokenizer.h"
+#include "tessel/model/transformer.h"
 
 namespace tessel {
 
@@ -38,6 +39,14 @@ std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_dir,
 // over tokens comes out once its last token is drawn).
 void generate(const std::string& model_dir, const GenerateOptions& options,
               const std::function<void(const std::string&)>& emit);
+
+// Draws up to --max-new-tokens tokens after `prompt` from `model` (a whole model of one process
+// built for micro batch 1 with `k`, its weights loaded), decoding incrementally
+// (infer/decoder.h), each from the first `vocab` logits; passes each to on_token as it is drawn.
+// Stops before `stop` (-1: never).
+void sample_continuation(const Kernels& k, TransformerChunk& model, const std::vector<int32_t>& prompt, int64_t vocab,
+                         const GenerateOptions& options, int32_t stop,
+                         const std::function<void(int32_t)>& on_token);
 
 // Draws a token from logits (V) with temperature and top-k; `u` is uniform in (0, 1]: the token
 // whose cumulative probability first reaches u. `scratch` is reused between calls.

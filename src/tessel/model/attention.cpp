@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "tessel/core/error.h"
+
 namespace tessel {
 
 // Parameters in Hugging Face order with Hugging Face names and global shapes (GPT-2's Conv1D
@@ -55,7 +57,7 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
     proj_b_ = bias(p + "c_proj.bias", C, ShardSpec{});
     return;
   }
-  const std::string p = fmt::format("model.layers.{}.self_attn.", layer);
+  const std::string p = cfg.layer_prefix(layer) + "self_attn.";
   // With the gate, each head's 2·D rows [q_h | g_h] stay together on its TP rank.
   q_w_ = weight(p + "q_proj.weight", {gated_ ? 2 * HD : HD, C}, kInitStd, split(0));
   if (cfg.add_qkv_bias) q_b_ = bias(p + "q_proj.bias", HD, split(0));
@@ -141,7 +143,7 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
     // With --qk-layernorm the projections go to q_raw, k_raw and their per-head norms to q, k.
     float* q = q_norm_ ? s.q_raw.data() : s.q.data();
     float* k = q_norm_ ? s.k_raw.data() : s.k.data();
-    if (gated_) gated_q_forward(q, s.gate.data(), in);
+    if (gated_) gated_q_forward(q, s.gate.data(), in, N_);
     else k_.linear_forward(q, in, params_.value(q_w_), params_.value(q_b_), N_, C_, HD, layout_);
     const KvWeights wk = kv_weights(k_w_, k_b_, 0), wv = kv_weights(v_w_, v_b_, 1);
     k_.linear_forward(k, in, wk.weight, wk.bias, N_, C_, GD, layout_);
@@ -160,6 +162,58 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
   k_.linear_forward(product, proj_input(s), params_.value(proj_w_), nullptr, N_, HD, C_, layout_);
   tp_.reduce_rows(product, out_local, N_, C_);
   if (proj_b_ >= 0) k_.bias_forward(out_local, params_.value(proj_b_), tp_.local_rows(N_), C_);
+}
+
+void Attention::list_kv_cache(KvCache& c, TensorList& list) const {
+  if (fused_) list.add(c.qkv, {T_, 3 * H_l_ * D_}, "attention q, k, v of the positions read");
+  else {
+    list.add(c.k, {T_, G_l_ * D_}, "attention keys of the positions read");
+    list.add(c.v, {T_, G_l_ * D_}, "attention values of the positions read");
+  }
+}
+
+// The forward's steps on n rows: the new keys and values go straight into the cache's rows
+// start…, and the new queries attend to all start + n cached keys by position (the kernel of a
+// block of keys, as context parallelism uses it).
+void Attention::decode(Saved& s, KvCache& c, float* out, const float* in, int64_t start,
+                       int64_t n) const {
+  TESSEL_CHECK(B_ == 1 && tp_.size() == 1 && cp_.size() == 1 && start + n <= T_,
+               "attention decode: one sequence, one process, {} + {} positions within {}", start, n, T_);
+  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  const int32_t* pos = positions_.ints();  // (T_l) 0, 1, …: one sequence
+  const float *q, *k, *v;
+  int64_t q_ld = HD, kv_ld = GD;
+  if (fused_) {
+    float* qkv = c.qkv.data() + start * 3 * HD;  // (n, 3·H·D)
+    k_.linear_forward(qkv, in, params_.value(qkv_w_), params_.value(qkv_b_), n, C_, 3 * HD, layout_);
+    q = qkv;
+    k = c.qkv.data() + HD;
+    v = c.qkv.data() + 2 * HD;
+    q_ld = kv_ld = 3 * HD;
+  } else {
+    float* k_new = c.k.data() + start * GD;  // (n, G·D)
+    float* q_raw = q_norm_ ? s.q_raw.data() : s.q.data();
+    float* k_raw = q_norm_ ? s.k_raw.data() : k_new;
+    if (gated_) gated_q_forward(q_raw, s.gate.data(), in, n);
+    else k_.linear_forward(q_raw, in, params_.value(q_w_), params_.value(q_b_), n, C_, HD, layout_);
+    const KvWeights wk = kv_weights(k_w_, k_b_, 0), wv = kv_weights(v_w_, v_b_, 1);
+    k_.linear_forward(k_raw, in, wk.weight, wk.bias, n, C_, GD, layout_);
+    k_.linear_forward(c.v.data() + start * GD, in, wv.weight, wv.bias, n, C_, GD, layout_);
+    if (q_norm_) {
+      q_norm_->forward(s.q_norm, s.q.data(), q_raw, n * H_l_);
+      k_norm_->forward(s.k_norm, k_new, k_raw, n * G_l_);
+    }
+    k_.rope_forward(s.q.data(), pos + start, rope_cos_.data(), rope_sin_.data(), n, H_l_, D_, rot_, HD);
+    k_.rope_forward(k_new, pos + start, rope_cos_.data(), rope_sin_.data(), n, G_l_, D_, rot_, GD);
+    q = s.q.data();
+    k = c.k.data();
+    v = c.v.data();
+  }
+  k_.attention_block_forward(s.attn.data(), s.lse.data(), q, k, v, 1, n, start + n, H_l_, G_l_, D_, q_ld,
+                             kv_ld, kv_ld, pos + start, pos, nullptr);
+  if (gated_) k_.output_gate_forward(s.gated.data(), s.attn.data(), s.gate.data(), n, H_l_, D_, HD, D_);
+  k_.linear_forward(out, proj_input(s), params_.value(proj_w_), nullptr, n, HD, C_, layout_);
+  if (proj_b_ >= 0) k_.bias_forward(out, params_.value(proj_b_), n, C_);
 }
 
 void Attention::backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,
@@ -278,14 +332,14 @@ void Attention::backward_weight(Saved& s, const float* in) const {
   kv_backward_weight(v_w_, v_b_, s.d_v.data(), in);
 }
 
-// q (N, H_l·D) = in (N, C) · W_qᵀ and gate likewise, head h's rows of q_proj.weight being
+// q (rows, H_l·D) = in (rows, C) · W_qᵀ and gate likewise, head h's rows of q_proj.weight being
 // [q_h (D rows) | g_h (D rows)] from row 2·h·D.
-void Attention::gated_q_forward(float* q, float* gate, const float* in) const {
+void Attention::gated_q_forward(float* q, float* gate, const float* in, int64_t rows) const {
   const int64_t HD = H_l_ * D_;
   const float* w = params_.value(q_w_);
   for (int64_t h = 0; h < H_l_; ++h) {
-    k_.gemm(false, true, N_, D_, C_, 1.0f, in, C_, w + 2 * h * D_ * C_, C_, 0.0f, q + h * D_, HD);
-    k_.gemm(false, true, N_, D_, C_, 1.0f, in, C_, w + (2 * h + 1) * D_ * C_, C_, 0.0f, gate + h * D_, HD);
+    k_.gemm(false, true, rows, D_, C_, 1.0f, in, C_, w + 2 * h * D_ * C_, C_, 0.0f, q + h * D_, HD);
+    k_.gemm(false, true, rows, D_, C_, 1.0f, in, C_, w + (2 * h + 1) * D_ * C_, C_, 0.0f, gate + h * D_, HD);
   }
 }
 

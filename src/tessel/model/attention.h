@@ -70,6 +70,19 @@ class Attention {
                       float* d_heads, float* d_attn) const;
   void backward_weight(Saved& s, const float* in) const;
 
+  // Incremental decoding of one sequence (infer/decoder.h): the keys — after QK-norm and RoPE —
+  // and values of the positions read so far, up to T_l (the context). GPT-2's are its fused
+  // q | k | v rows, whose k and v parts the core attention reads in place.
+  struct KvCache {
+    Tensor qkv;   // (T_l, 3·H·D) gpt2
+    Tensor k, v;  // (T_l, G·D) each, llama
+  };
+  void list_kv_cache(KvCache& c, TensorList& list) const;
+  // out (n, C) = the attention block's output for the n rows in (n, C) at positions
+  // start … start+n−1 of the sequence whose first `start` keys and values c holds; c takes theirs.
+  // s (sized for T_l rows) is scratch. B = 1, one process (no TP, no CP).
+  void decode(Saved& s, KvCache& c, float* out, const float* in, int64_t start, int64_t n) const;
+
   // The weights backward_input finishes (QK-norm), and those backward_weight does.
   std::vector<int> input_half_params() const;
   std::vector<int> weight_half_params() const;
@@ -78,7 +91,7 @@ class Attention {
   void qk_norm_backward(Saved& s, float* d_normed) const;
   // With the output gate, q_proj's rows interleave per head [q_h | g_h]: q and g are its two
   // halves of D rows per head, one GEMM each (kernel table's gemm with leading dimensions).
-  void gated_q_forward(float* q, float* gate, const float* in) const;
+  void gated_q_forward(float* q, float* gate, const float* in, int64_t rows) const;
   void gated_q_backward_input(float* d_in, const float* d_q, const float* d_gate) const;
   void gated_q_backward_weight(const float* d_q, const float* d_gate, const float* in) const;
   // k_proj's or v_proj's weight (and bias: nullptr without) for this rank's query groups: its own

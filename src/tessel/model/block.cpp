@@ -14,7 +14,7 @@ NormKind norm_kind(const ModelConfig& cfg) {
 
 std::string norm_name(const ModelConfig& cfg, int layer, int which, const char* part) {
   if (cfg.arch == Arch::GPT2) return fmt::format("transformer.h.{}.ln_{}.{}", layer, which, part);
-  return fmt::format("model.layers.{}.{}.{}", layer,
+  return fmt::format("{}{}.{}", cfg.layer_prefix(layer),
                      which == 1 ? "input_layernorm" : "post_attention_layernorm", part);
 }
 }  // namespace
@@ -33,17 +33,17 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
       C_(cfg.hidden_size),
       norm1_(k, registry, norm_kind(cfg), norm_name(cfg, layer, 1, "weight"),
              norm_name(cfg, layer, 1, "bias"), cfg.hidden_size, cfg.norm_epsilon, cfg.layernorm_1p),
-      attention_(cfg.linear.is_linear_layer(layer)
+      attention_(cfg.is_linear_layer(layer)
                      ? std::nullopt
                      : std::optional<Attention>(std::in_place, k, registry, cfg, layer, tp, cp, B, T_l,
                                                 positions, rope_cos, rope_sin, buffers)),
-      gdn_(cfg.linear.is_linear_layer(layer)
+      gdn_(cfg.is_linear_layer(layer)
                ? std::optional<GatedDeltaNet>(std::in_place, k, registry, cfg, layer, tp, cp, B, T_l, buffers)
                : std::nullopt),
       norm2_(k, registry, norm_kind(cfg), norm_name(cfg, layer, 2, "weight"),
              norm_name(cfg, layer, 2, "bias"), cfg.hidden_size, cfg.norm_epsilon, cfg.layernorm_1p),
       recompute_(recompute) {
-  if (cfg.moe.is_moe_layer(layer)) {
+  if (cfg.is_moe_layer(layer)) {
     moe_ = std::make_unique<MoeLayer>(k, cfg, cfg.moe, layer, N_l_, moe, registry, buffers, recompute);
     return;
   }
@@ -52,7 +52,7 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
   };
   const bool gpt2 = cfg.arch == Arch::GPT2;
   mlp_.emplace(k, registry,
-               gpt2 ? fmt::format("transformer.h.{}.mlp.", layer) : fmt::format("model.layers.{}.mlp.", layer),
+               gpt2 ? fmt::format("transformer.h.{}.mlp.", layer) : cfg.layer_prefix(layer) + "mlp.",
                gpt2 ? Activation::Gelu : Activation::SwiGlu, cfg.hidden_size, cfg.ffn_size(),
                cfg.ffn_size() / tp.size(), split, output_init_std(cfg.num_layers));
 }
@@ -102,6 +102,27 @@ void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_
   tp_.gather_rows(in2, s.in2.data(), N_, C_);
   mlp_->forward(s.mlp, branch, s.in2.data(), N_, tp_, scratch.full.data());
   k_.residual_forward(out, s.mid.data(), branch, n);
+}
+
+void TransformerBlock::list_decode_state(DecodeState& d, TensorList& list) const {
+  if (attention_) attention_->list_kv_cache(d.attention, list);
+  else gdn_->list_recurrent_state(d.gdn, list);
+}
+
+// The forward's list on n rows of one process (no rows to gather), the mixer's decode step in
+// place of its forward.
+void TransformerBlock::decode(Saved& s, DecodeState& d, float* out, const float* x, int64_t start,
+                              int64_t n, ChunkScratch& scratch) {
+  const int64_t rows = n * C_;
+  float* branch = scratch.local.data();  // (n, C) an attention or MLP output
+  norm1_.forward(s.norm1, s.in1.data(), x, n);
+  if (attention_) attention_->decode(s.attention, d.attention, branch, s.in1.data(), start, n);
+  else gdn_->decode(s.gdn, d.gdn, branch, s.in1.data(), n);
+  k_.residual_forward(s.mid.data(), x, branch, rows);
+  norm2_.forward(s.norm2, s.in2.data(), s.mid.data(), n);
+  if (moe_) moe_->forward(s.moe, branch, s.in2.data(), n, 0.0f);
+  else mlp_->forward(s.mlp, branch, s.in2.data(), n, tp_, scratch.full.data());
+  k_.residual_forward(out, s.mid.data(), branch, rows);
 }
 
 // The norms again from the kept input and residual, re-gathered under sequence parallel; the

@@ -59,6 +59,20 @@ class TransformerBlock {
   // a layer that did them in backward_input.
   void backward_weight(Saved& s, const GradReady& ready);
 
+  // Incremental decoding of one sequence (infer/decoder.h): what the layer's mixer carries from
+  // position to position — attention's keys and values, or Gated DeltaNet's conv history and
+  // delta-rule state. The MLP or MoE layer carries nothing: each token is routed alone, as in
+  // training.
+  struct DecodeState {
+    Attention::KvCache attention;
+    GatedDeltaNet::RecurrentState gdn;
+  };
+  void list_decode_state(DecodeState& d, TensorList& list) const;
+  // out (n, C) = the layer applied to x (n, C), the rows at positions start … start+n−1 that
+  // follow those d has read; d takes them in. s is scratch. One sequence, one process.
+  void decode(Saved& s, DecodeState& d, float* out, const float* x, int64_t start, int64_t n,
+              ChunkScratch& scratch);
+
   MoeLayer* moe() { return moe_ ? moe_.get() : nullptr; }
   const MoeLayer* moe() const { return moe_ ? moe_.get() : nullptr; }
   const LayerRecompute& recompute() const { return recompute_; }

@@ -91,8 +91,17 @@ std::vector<std::string> ModelConfig::violations() const {
     for (std::string& m : linear.violations(num_layers)) v.push_back(std::move(m));
   }
   if (mtp_num_layers < 0) v.push_back(fmt::format("--mtp-num-layers {} must not be negative", mtp_num_layers));
-  if (!(mtp_loss_scaling_factor >= 0))
+  if (mtp_num_layers > 0 && !(mtp_loss_scaling_factor > 0))
+    v.push_back(fmt::format("--mtp-loss-scaling-factor {} must be positive with --mtp-num-layers (a weight of 0 "
+                            "trains the MTP layers nothing)", mtp_loss_scaling_factor));
+  else if (!(mtp_loss_scaling_factor >= 0))
     v.push_back(fmt::format("--mtp-loss-scaling-factor {} must not be negative", mtp_loss_scaling_factor));
+  // Megatron builds the MTP layer from the last decoder layer's spec; Qwen3-Next's is attention.
+  if (mtp_num_layers > 0 && linear.enabled() && num_layers > 0 &&
+      static_cast<int>(linear.layer_pattern.size()) == num_layers && linear.is_linear_layer(num_layers - 1))
+    v.push_back(fmt::format("--mtp-num-layers builds its layers as the last decoder layer, which "
+                            "--linear-attention-freq makes Gated DeltaNet (layer {}): the MTP layers are "
+                            "full attention (Qwen3-Next's)", num_layers - 1));
   if (moe.shared_expert_gate && (moe.num_experts == 0 || moe.shared_expert_size == 0))
     v.push_back("--moe-shared-expert-gate needs a shared expert (--num-experts and "
                 "--moe-shared-expert-intermediate-size)");
@@ -168,6 +177,11 @@ int64_t ModelConfig::num_parameters() const {
   // its final norm.
   total += mtp_num_layers * (2 * C + 2 * C * C + attention + mlp(num_layers - 1) + C);
   return total;
+}
+
+std::string ModelConfig::layer_prefix(int layer) const {
+  return layer < num_layers ? fmt::format("model.layers.{}.", layer)
+                            : fmt::format("mtp.layers.{}.", layer - num_layers);
 }
 
 namespace {

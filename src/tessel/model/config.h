@@ -119,6 +119,16 @@ struct ModelConfig {
   }
   int max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
   bool tied_embeddings() const { return arch == Arch::GPT2 && !untie_embeddings; }
+  // Whether the chunk with the head reads the word embeddings too (a last pipeline stage then
+  // keeps a copy, summed over the embedding group): a tied LM head, or multi-token prediction.
+  bool head_reads_embeddings() const { return tied_embeddings() || mtp_num_layers > 0; }
+  // Layers by index: the decoder's 0 .. num_layers − 1, then the multi-token prediction layers
+  // (model/mtp.h), built as the last decoder layer: full attention (a last layer of Gated DeltaNet
+  // is refused) and its MLP or MoE block. Their names' prefix, "model.layers.3." or
+  // "mtp.layers.0." (llama).
+  std::string layer_prefix(int layer) const;
+  bool is_linear_layer(int layer) const { return layer < num_layers && linear.is_linear_layer(layer); }
+  bool is_moe_layer(int layer) const { return moe.is_moe_layer(layer < num_layers ? layer : num_layers - 1); }
   bool has_bias() const { return arch == Arch::GPT2; }
   // Megatron's padded vocabulary for a TP size; the padding never counts in the loss.
   int64_t padded_vocab(int tp) const {

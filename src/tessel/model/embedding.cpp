@@ -28,7 +28,7 @@ int Embedding::declare_word_embeddings(ParamRegistry& registry, const ModelConfi
 }
 
 Embedding::Embedding(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
-                     const TensorParallel& tp, int64_t N, Tensor positions)
+                     const TensorParallel& tp, int64_t N, Tensor positions, int word_embeddings)
     : k_(k),
       params_(registry),
       tp_(tp),
@@ -39,6 +39,10 @@ Embedding::Embedding(const Kernels& k, ParamRegistry& registry, const ModelConfi
   const int64_t V_l = cfg.padded_vocab(tp.size()) / tp.size();
   vocab_start_ = tp.rank() * V_l;
   V_valid_ = std::clamp<int64_t>(cfg.vocab_size - vocab_start_, 0, V_l);
+  if (word_embeddings >= 0) {
+    wte_ = word_embeddings;
+    return;
+  }
   wte_ = declare_word_embeddings(registry, cfg, tp);
   if (cfg.arch == Arch::GPT2)
     wpe_ = registry.add("transformer.wpe.weight", {cfg.max_positions(), C_}, ParamInit::Normal,
@@ -63,6 +67,15 @@ void Embedding::forward(Saved& s, float* out_local, const int32_t* tokens,
   float* wpe_rows = scratch.norm_out.data();  // (N_l, C)
   k_.embedding_forward(wpe_rows, pos, nullptr, params_.value(wpe_), nullptr, rows, C_);
   k_.residual_forward(out_local, out_local, wpe_rows, rows * C_);
+}
+
+void Embedding::decode(Saved& s, float* out, const int32_t* tokens, int64_t start, int64_t n) const {
+  TESSEL_CHECK(tp_.size() == 1 && start + n <= N_, "embedding decode: one process, {} + {} positions within {}",
+               start, n, N_);
+  check_token_ids(k_, tokens, n, static_cast<int32_t>(vocab_size_), "token", 0);
+  k_.embedding_shard_ids(s.vocab_ids.ints(), tokens, n, vocab_start_, V_valid_);
+  k_.embedding_forward(out, s.vocab_ids.ints(), wpe_ >= 0 ? positions_.ints() + start : nullptr,
+                       params_.value(wte_), params_.value(wpe_), n, C_);
 }
 
 // The word embeddings' gradient is a scatter-add of the output gradient itself (gathered to all

@@ -21,9 +21,10 @@ class Embedding {
   };
 
   // Declares the word embeddings and, for gpt2, transformer.wpe.weight [max positions, C]. N rows
-  // (B·T_l); positions (N) i32: each row's global position.
+  // (B·T_l); positions (N) i32: each row's global position. `word_embeddings` ≥ 0: a lookup of
+  // those already declared (multi-token prediction's, llama), declaring nothing.
   Embedding(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
-            const TensorParallel& tp, int64_t N, Tensor positions);
+            const TensorParallel& tp, int64_t N, Tensor positions, int word_embeddings = -1);
   // The word embeddings alone (gpt2 transformer.wte.weight / llama model.embed_tokens.weight
   // [V, C], split over TP by rows, padded as Megatron's --make-vocab-size-divisible-by): also a
   // last pipeline stage's copy of GPT-2's tied LM head. Returns the registry index.
@@ -37,6 +38,9 @@ class Embedding {
   // packed.position_ids, when given, are the rows' positions (else their place in the sequence).
   void forward(Saved& s, float* out_local, const int32_t* tokens, const PackedRows& packed,
                ChunkScratch& scratch) const;
+  // Incremental decoding (one sequence, one process): out (n, C) = the embeddings of tokens (n)
+  // i32 at positions start … start+n−1.
+  void decode(Saved& s, float* out, const int32_t* tokens, int64_t start, int64_t n) const;
   // The embeddings' gradients from d_out_local (N_l, C), accumulated.
   void backward(const Saved& s, const float* d_out_local, ChunkScratch& scratch) const;
 

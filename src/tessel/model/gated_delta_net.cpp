@@ -180,6 +180,50 @@ void GatedDeltaNet::forward(Saved& s, float* out_local, const float* in, float* 
   tp_.reduce_rows(product, out_local, N_, C_);
 }
 
+void GatedDeltaNet::list_recurrent_state(RecurrentState& r, TensorList& list) const {
+  list.add(r.history, {K_ - 1, conv_dim_}, "GDN conv history (its last K-1 inputs)");
+  list.add(r.state, {Hv_, dk_, dv_}, "GDN delta-rule state");
+  list.add(r.window, {K_ - 1 + T_, conv_dim_}, "GDN decode conv input (history, then the new rows)");
+  list.add(r.conv_out, {K_ - 1 + T_, conv_dim_}, "GDN decode conv output");
+  list.add(r.state_in, {Hv_, dk_, dv_}, "GDN decode delta-rule state before a prefill");
+}
+
+// The forward's steps on n rows. The conv runs over the window [history | new rows]: its first
+// K−1 outputs (history seen with zeros before it) are not used, each later one sees exactly the
+// K−1 inputs before its row, as in the whole sequence.
+void GatedDeltaNet::decode(Saved& s, RecurrentState& r, float* out, const float* in, int64_t n) const {
+  TESSEL_CHECK(B_ == 1 && tp_.size() == 1 && P_ == 1 && n <= T_, "GDN decode: one sequence, one process, {} rows within {}",
+               n, T_);
+  const WeightLayout L = WeightLayout::OutIn;
+  const int64_t h = K_ - 1;
+  float* window = r.window.data();  // (h + n, conv_dim)
+  k_.copy(window, r.history.data(), h * conv_dim_);
+  k_.linear_forward(window + h * conv_dim_, in, params_.value(qkv_w_), nullptr, n, C_, conv_dim_, L);
+  k_.linear_forward(s.z.data(), in, params_.value(z_w_), nullptr, n, C_, value_dim_, L);
+  k_.linear_forward(s.b.data(), in, params_.value(b_w_), nullptr, n, C_, Hv_, L);
+  k_.linear_forward(s.a.data(), in, params_.value(a_w_), nullptr, n, C_, Hv_, L);
+  k_.causal_conv1d_silu_forward(r.conv_out.data(), window, params_.value(conv_w_), nullptr, 1, h + n,
+                                conv_dim_, K_, conv_dim_);
+  k_.copy(r.history.data(), window + n * conv_dim_, h * conv_dim_);
+  float* qkv = r.conv_out.data() + h * conv_dim_;  // (n, conv_dim): q | k | v of the new rows
+  k_.l2norm_forward(qkv, s.q_rstd.data(), qkv, n, Hk_, dk_, conv_dim_);
+  k_.l2norm_forward(qkv + key_dim_, s.k_rstd.data(), qkv + key_dim_, n, Hk_, dk_, conv_dim_);
+  k_.gdn_gate_forward(s.beta.data(), s.g.data(), s.b.data(), s.a.data(), params_.value(A_log_),
+                      params_.value(dt_bias_), n, Hv_);
+  if (n == 1) {
+    k_.gated_delta_rule_step(s.core.data(), r.state.data(), qkv, qkv + key_dim_, qkv + 2 * key_dim_,
+                             s.beta.data(), s.g.data(), 1, Hk_, Hv_, dk_, dv_, conv_dim_, conv_dim_);
+  } else {
+    k_.copy(r.state_in.data(), r.state.data(), Hv_ * dk_ * dv_);
+    k_.gated_delta_rule_forward(s.core.data(), r.state.data(), s.Ainv.data(), qkv, qkv + key_dim_,
+                                qkv + 2 * key_dim_, s.beta.data(), s.g.data(), r.state_in.data(), nullptr, 1,
+                                n, Hk_, Hv_, dk_, dv_, conv_dim_, conv_dim_);
+  }
+  k_.gated_rmsnorm_forward(s.normed.data(), s.norm_rstd.data(), s.core.data(), s.z.data(),
+                           params_.value(norm_w_), n * Hv_, dv_, eps_);
+  k_.linear_forward(out, s.normed.data(), params_.value(out_w_), nullptr, n, value_dim_, C_, L);
+}
+
 // The forward's list reversed. The delta rule's dq, dk go to d_qk_ (rows of conv_dim, the
 // layout it read q and k in) and its dv straight into the conv output's gradient d_conv_, whose
 // q and k parts the l2norms' backward then fill. Under CP, out_proj's input gradient (this rank's

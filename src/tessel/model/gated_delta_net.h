@@ -90,6 +90,22 @@ class GatedDeltaNet {
   // step, run again for --recompute-modules gdn_norm_out.
   void norm_out_forward(Saved& s) const;
 
+  // Incremental decoding of one sequence (infer/decoder.h): what the mixer carries from one
+  // position to the next, zeros before the first. Besides, scratch of one decode call.
+  struct RecurrentState {
+    Tensor history;   // (K−1, conv_dim) the conv's last K−1 inputs (in_proj_qkv's rows)
+    Tensor state;     // (Hv, dk, dv) the delta rule's S, fp32
+    Tensor window;    // (K−1+T, conv_dim) scratch: the history, then the new rows, the conv's input
+    Tensor conv_out;  // (K−1+T, conv_dim) scratch: its output, of which the last rows are new
+    Tensor state_in;  // (Hv, dk, dv) scratch: S before a prefill
+  };
+  void list_recurrent_state(RecurrentState& r, TensorList& list) const;
+  // out (n, C) = the mixer's output for the n rows in (n, C) that follow the positions r has
+  // read; r moves on past them. One row (a decoding step): the recurrent step of the delta rule;
+  // more (a prefill): the chunked rule from r's state, which it leaves the final one. s (sized
+  // for T rows) is scratch. B = 1, one process (no TP).
+  void decode(Saved& s, RecurrentState& r, float* out, const float* in, int64_t n) const;
+
   std::vector<int> input_half_params() const;   // conv1d, dt_bias, A_log, norm
   std::vector<int> weight_half_params() const;  // the projections
 

@@ -2,17 +2,21 @@
 
 #include <algorithm>
 
+#include "tessel/core/error.h"
 #include "tessel/model/embedding.h"
 
 namespace tessel {
 
 Head::Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
-           const TensorParallel& tp, int64_t N, int tied_embedding, TensorList& scratch)
+           const TensorParallel& tp, int64_t N, int tied_embedding, TensorList& scratch,
+           const std::string& mtp_norm)
     : k_(k),
       params_(registry),
       tp_(tp),
       norm_(k, registry, cfg.arch == Arch::GPT2 ? NormKind::LayerNorm : NormKind::RMSNorm,
-            cfg.arch == Arch::GPT2 ? "transformer.ln_f.weight" : "model.norm.weight",
+            !mtp_norm.empty()        ? mtp_norm
+            : cfg.arch == Arch::GPT2 ? "transformer.ln_f.weight"
+                                     : "model.norm.weight",
             "transformer.ln_f.bias", cfg.hidden_size, cfg.norm_epsilon, cfg.layernorm_1p),
       N_(N),
       C_(cfg.hidden_size),
@@ -25,7 +29,7 @@ Head::Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
   lm_head_ = tied_embedding >= 0 ? tied_embedding
                                  : registry.add("lm_head.weight", {cfg.vocab_size, C_},
                                                 ParamInit::Normal, kInitStd, true, vocab);
-  scratch.add(logits_, {N, V_l_}, "logits (without gradients)");
+  if (mtp_norm.empty()) scratch.add(logits_, {N, V_l_}, "logits (without gradients)");
   scratch.add(loss_stats_, {4, N}, "cross-entropy statistics");
   scratch.add(lse_, {N}, "cross-entropy log-sum-exp");
 }
@@ -65,6 +69,13 @@ double Head::forward(Saved& s, const float* x_local, const int32_t* targets, flo
     k_.copy(s.d_out.data(), scratch.local_grad.data(), N_l * C_);
   }
   return loss_sum;
+}
+
+void Head::decode(Saved& s, const float* x, int64_t n) {
+  TESSEL_CHECK(tp_.size() == 1 && n <= N_, "head decode: one process, {} rows within {}", n, N_);
+  norm_.forward(s.norm, s.out.data(), x, n);
+  k_.linear_forward(logits_.data(), s.out.data(), params_.value(lm_head_), nullptr, n, C_, V_l_,
+                    WeightLayout::OutIn);
 }
 
 void Head::backward_weight(const Saved& s) const {

@@ -31,9 +31,10 @@ class Head {
 
   // Declares the final norm and, unless `tied_embedding` (GPT-2's word embedding index, -1 for
   // llama) is given, lm_head.weight [V, C] split over TP by vocabulary rows; its scratch in
-  // `scratch`.
+  // `scratch`. `mtp_norm`: a multi-token prediction depth's head (model/mtp.h), its norm of that
+  // name and the LM head `tied_embedding`, used only with gradients (no logits kept).
   Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, const TensorParallel& tp,
-       int64_t N, int tied_embedding, TensorList& scratch);
+       int64_t N, int tied_embedding, TensorList& scratch, const std::string& mtp_norm = {});
 
   void list_saved(Saved& s, TensorList& buffers) const;
   // x_local (N_l, C): the last layer's output. With targets (N) i32: returns Σ of the token losses
@@ -41,6 +42,9 @@ class Head {
   // rank's (N, V_l) logits afterwards; returns 0.
   double forward(Saved& s, const float* x_local, const int32_t* targets, float grad_scale,
                  ChunkScratch& scratch);
+  // Incremental decoding (one process): logits() holds the (n, V_l) logits of x (n, C), the last
+  // layer's output for n rows.
+  void decode(Saved& s, const float* x, int64_t n);
   // dx (N_l, C) += d(x) through the final norm (its weight gradients too).
   void backward_input(const Saved& s, float* dx, const float* x_local) const;
   // The LM head's weight gradient (the tied embedding's, for GPT-2) from s.d_logits and s.out,

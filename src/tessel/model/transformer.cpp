@@ -9,6 +9,7 @@ namespace tessel {
 int64_t ChunkActivations::bytes() const {
   int64_t n = allocated_bytes;
   for (const TransformerBlock::Saved& l : layers) n += l.moe.growing_bytes();
+  for (const MultiTokenPrediction::Depth& d : mtp.depths) n += d.layer.moe.growing_bytes();
   return n;
 }
 
@@ -90,9 +91,9 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
   const std::string word_embeddings = Embedding::word_embeddings_name(cfg_);
   if (spec_.has_embedding) {
     embedding_.emplace(k_, registry, cfg_, tp_, N_, positions_);
-  } else if (spec_.has_head && cfg_.tied_embeddings() && registry.has(word_embeddings)) {
+  } else if (spec_.has_head && cfg_.head_reads_embeddings() && registry.has(word_embeddings)) {
     shared_tied_ = registry.index(word_embeddings);
-  } else if (spec_.has_head && cfg_.tied_embeddings()) {
+  } else if (spec_.has_head && cfg_.head_reads_embeddings()) {
     tied_copy_ = Embedding::declare_word_embeddings(registry, cfg_, tp_);
   }
   const int L = spec_.num_layers;
@@ -110,12 +111,19 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
                                                          rope_cos_, rope_sin_, buffers, r));
   }
   if (spec_.has_head) {
-    const int tied = !cfg_.tied_embeddings() ? -1
-                     : embedding_            ? embedding_->word_embeddings()
-                     : shared_tied_ >= 0     ? shared_tied_
-                                             : tied_copy_;
+    const int words = embedding_ ? embedding_->word_embeddings() : shared_tied_ >= 0 ? shared_tied_ : tied_copy_;
     scratch.set_part("head");
-    head_.emplace(k_, registry, cfg_, tp_, N_, tied, scratch);
+    head_.emplace(k_, registry, cfg_, tp_, N_, cfg_.tied_embeddings() ? words : -1, scratch);
+    if (cfg_.mtp_num_layers > 0) {
+      // One more layer, recomputed as a chunk of one layer would be.
+      const LayerRecompute r = layer_recompute(recompute, 0, 1);
+      full_recompute |= r.full;
+      scratch.set_part("MTP");
+      shared.set_part("MTP");
+      mtp_.emplace(k_, registry, cfg_, tp_, cp_, moe_groups, B_, T_, positions_, rope_cos_, rope_sin_, words,
+                   head_->lm_head(), buffers, r);
+      mtp_loss_sums_.assign(cfg_.mtp_num_layers, 0.0);
+    }
   }
   // The largest recompute group's tensors: the memory every group borrows in turn.
   ChunkActivations sizes;
@@ -151,13 +159,29 @@ RouterTotals TransformerChunk::take_router_totals() {
   RouterTotals totals;
   for (auto& b : blocks_)
     if (MoeLayer* moe = b->moe()) totals.add(moe->take_router_totals());
+  for (int d = 0; d < mtp_depths(); ++d)
+    if (MoeLayer* moe = mtp_->layer(d).moe()) totals.add(moe->take_router_totals());
   return totals;
+}
+
+void TransformerChunk::set_mtp_loss_scales(std::vector<float> scales) {
+  TESSEL_CHECK(static_cast<int>(scales.size()) == mtp_depths(), "model chunk: {} MTP loss scales for {} depths",
+               scales.size(), mtp_depths());
+  mtp_loss_scales_ = std::move(scales);
+}
+
+std::vector<double> TransformerChunk::take_mtp_loss_sums() {
+  std::vector<double> sums = mtp_loss_sums_;
+  std::fill(mtp_loss_sums_.begin(), mtp_loss_sums_.end(), 0.0);
+  return sums;
 }
 
 int64_t TransformerChunk::shared_activation_bytes() const {
   int64_t n = held_bytes(recompute_arena_) + held_bytes(recompute_out_);
   for (const auto& b : blocks_)
     if (const MoeLayer* moe = b->moe()) n += moe->shared_activation_bytes();
+  for (int d = 0; d < mtp_depths(); ++d)
+    if (const MoeLayer* moe = mtp_->layer(d).moe()) n += moe->shared_activation_bytes();
   return n;
 }
 
@@ -169,7 +193,7 @@ void TransformerChunk::list_saved(ChunkActivations& a, TensorList& kept,
   const int L = spec_.num_layers;
   a.resid.resize(L + 1);
   a.layers.resize(L);
-  groups.assign(L, TensorList());
+  groups.assign(L + (mtp_ ? 1 : 0), TensorList());  // the MTP layers' recomputed tensors last
   for (int i = 0; i <= L; ++i) {
     TensorList& list = i < L && group_start_[i] < i ? groups[group_start_[i]] : kept;
     list.set_part("residual stream");
@@ -184,6 +208,11 @@ void TransformerChunk::list_saved(ChunkActivations& a, TensorList& kept,
   }
   kept.set_part("head");
   if (head_) head_->list_saved(a.head, kept);
+  if (mtp_) {
+    SavedLists lists{kept, groups[L]};
+    lists.set_part("MTP");
+    mtp_->list_saved(a.mtp, lists);
+  }
 }
 
 ChunkActivations TransformerChunk::make_activations() const {
@@ -199,7 +228,7 @@ ChunkActivations TransformerChunk::make_activations() const {
 
 double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
                                  const int32_t* targets, float grad_scale,
-                                 const PackedRows& packed) {
+                                 const PackedRows& packed, const MtpRows& mtp) {
   if (embedding_) {
     embedding_->forward(acts.embedding, acts.resid[0].data(), tokens, packed, scratch_);
   } else {
@@ -213,7 +242,37 @@ double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, 
   acts.loss_sum =
       head_ ? head_->forward(acts.head, acts.resid.back().data(), targets, grad_scale, scratch_)
             : 0.0;
+  if (mtp_ && targets != nullptr && grad_scale > 0) {
+    TESSEL_CHECK(mtp.tokens != nullptr && mtp.targets != nullptr && !mtp_loss_scales_.empty(),
+                 "model chunk: multi-token prediction needs the microbatch's shifted rows and its loss scales");
+    mtp_->forward(acts.mtp, acts.head, mtp, grad_scale, mtp_loss_scales_.data(), packed, scratch_);
+    for (int d = 0; d < mtp_depths(); ++d) mtp_loss_sums_[d] += acts.mtp.loss_sums[d];
+  }
   return acts.loss_sum;
+}
+
+ChunkDecodeState TransformerChunk::make_decode_state() const {
+  TESSEL_CHECK(embedding_ && head_ && B_ == 1 && tp_.size() == 1 && cp_.size() == 1,
+               "decoding needs the whole model in one process, built for one sequence");
+  ChunkDecodeState state;
+  state.layers.resize(blocks_.size());
+  TensorList list;
+  list.set_part("decode state");
+  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->list_decode_state(state.layers[i], list);
+  list.allocate(k_);
+  return state;
+}
+
+void TransformerChunk::decode(ChunkActivations& acts, ChunkDecodeState& state, const int32_t* tokens,
+                              int64_t n) {
+  TESSEL_CHECK(n > 0 && state.length + n <= T_, "decode: {} tokens after {} do not fit the context of {}", n,
+               state.length, T_);
+  embedding_->decode(acts.embedding, acts.resid[0].data(), tokens, state.length, n);
+  for (int i = 0; i < spec_.num_layers; ++i)
+    blocks_[i]->decode(acts.layers[i], state.layers[i], acts.resid[i + 1].data(), acts.resid[i].data(),
+                       state.length, n, scratch_);
+  head_->decode(acts.head, acts.resid.back().data(), n);
+  state.length += n;
 }
 
 // The group's output was kept: the recomputed one goes to scratch, leaving the kept one (which a
@@ -243,6 +302,11 @@ void TransformerChunk::backward_input(ChunkActivations& acts, const float* d_out
   if (head_) {
     if (tied_here()) head_->backward_weight(acts.head);
     k_.zero(dres, N_l_ * C_);
+    if (mtp_) {  // adds to the head's output gradient first
+      mtp_->backward_input(acts.mtp, acts.head, acts.grad_scale, acts.packed, recompute_out_.data(), scratch_,
+                           grad_ready);
+      if (shared_tied_ >= 0) report_ready(grad_ready, {shared_tied_});
+    }
     head_->backward_input(acts.head, dres, acts.resid.back().data());
     report_ready(grad_ready, {head_->norm().weight(), head_->norm().bias()});
   } else {
@@ -270,8 +334,10 @@ void TransformerChunk::backward_input(ChunkActivations& acts, const float* d_out
 void TransformerChunk::backward_weight(ChunkActivations& acts, const GradReady& grad_ready) {
   if (head_ && !tied_here()) {
     head_->backward_weight(acts.head);
+    if (mtp_) mtp_->lm_head_backward_weight(acts.mtp);
     report_ready(grad_ready, {!cfg_.tied_embeddings() ? head_->lm_head() : shared_tied_});
   }
+  if (mtp_) mtp_->backward_weight(acts.mtp, grad_ready);
   for (int i = spec_.num_layers - 1; i >= 0; --i)
     blocks_[i]->backward_weight(acts.layers[i], grad_ready);
 }

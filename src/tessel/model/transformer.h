@@ -37,6 +37,7 @@
 #include "tessel/model/head.h"
 #include "tessel/model/layer.h"
 #include "tessel/model/moe/moe.h"
+#include "tessel/model/mtp.h"
 #include "tessel/model/recompute.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
@@ -74,6 +75,7 @@ struct ChunkActivations {
   Embedding::Saved embedding;                   // first chunk
   std::vector<TransformerBlock::Saved> layers;
   Head::Saved head;                             // last chunk
+  MultiTokenPrediction::Saved mtp;              // last chunk with --mtp-num-layers
   double loss_sum = 0;                          // Σ of this microbatch's token losses
   float grad_scale = 0;                         // the forward's, for a recompute
   PackedRows packed;                            // the forward's documents, for a recompute
@@ -81,6 +83,14 @@ struct ChunkActivations {
 
   // Everything a slot holds: the allocation and the MoE buffers that grow with routing.
   int64_t bytes() const;
+};
+
+// Incremental decoding of one sequence (infer/decoder.h): what every layer carries from one
+// position to the next (model/block.h), in one allocation, zeros at the start (no conv history,
+// a zero delta-rule state), and how many positions it has read.
+struct ChunkDecodeState {
+  std::vector<TransformerBlock::DecodeState> layers;
+  int64_t length = 0;  // positions read: 0 … length−1
 };
 
 class TransformerChunk {
@@ -109,6 +119,14 @@ class TransformerChunk {
   void bind(const ParamRegistry& registry) const;
   // The router statistics of this chunk's MoE layers since the last call; starts new ones.
   RouterTotals take_router_totals();
+  // Multi-token prediction on this chunk (the last, with --mtp-num-layers): its depths (0: none);
+  // each depth's loss gradient scale for the next forwards (s / D / the tokens its loss counts in
+  // the global batch); Σ of each depth's token losses since the last call (starts new sums).
+  int mtp_depths() const { return mtp_ ? mtp_->depths() : 0; }
+  void set_mtp_loss_scales(std::vector<float> scales);
+  std::vector<double> take_mtp_loss_sums();
+  // Whether the forward reads the microbatch's tokens: the first chunk, and a last one with MTP.
+  bool reads_tokens() const { return embedding_.has_value() || mtp_.has_value(); }
 
   // Sized once per microbatch slot and reused every iteration.
   ChunkActivations make_activations() const;
@@ -117,9 +135,13 @@ class TransformerChunk {
   // Last chunk with targets: computes the loss and, when grad_scale > 0, the head's gradient at
   // once (so the (N, V_l) logits are never kept per microbatch); returns Σ token losses.
   // Without targets, logits() holds this rank's (N, V_l) logits afterwards.
-  // packed: the microbatch's documents (layer.h), kept until its backward.
+  // packed: the microbatch's documents (layer.h), kept until its backward. mtp: the shifted rows
+  // of the multi-token prediction depths (model/mtp.h), which a last chunk with them needs when it
+  // computes gradients (their losses are taken by take_mtp_loss_sums; without gradients, as in
+  // evaluation, the MTP layers do not run: the LM loss is the model's).
   double forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
-                 const int32_t* targets, float grad_scale, const PackedRows& packed = {});
+                 const int32_t* targets, float grad_scale, const PackedRows& packed = {},
+                 const MtpRows& mtp = {});
   // d_output (N_l, C): gradient of this chunk's output (ignored on the last chunk).
   // d_input (N_l, C): where the gradient of the chunk's input goes (not on the first chunk).
   // grad_ready(index), when given, is called once for every parameter (registry index) as soon
@@ -141,6 +163,15 @@ class TransformerChunk {
   // grad_ready. No communication. Call once after each backward_input.
   void backward_weight(ChunkActivations& acts, const GradReady& grad_ready = {});
 
+  // Incremental decoding, on a whole model (embedding and head) of one process built for one
+  // sequence (micro batch 1): its context is seq_length positions. The state starts empty.
+  ChunkDecodeState make_decode_state() const;
+  // Reads n tokens (n) i32 at positions state.length … state.length+n−1 (at most seq_length in
+  // all) with every layer's decode step, acts serving as scratch; logits() then holds their
+  // (n, V_l) logits, equal to those the forward of the whole sequence gives at these positions.
+  // A prefill reads the prompt at once, each decoding step one token.
+  void decode(ChunkActivations& acts, ChunkDecodeState& state, const int32_t* tokens, int64_t n);
+
   const float* logits() const { return head_->logits(); }
   int64_t vocab_shard_start() const { return head_->vocab_start(); }
   int64_t vocab_shard_size() const { return head_->vocab_size_local(); }
@@ -148,8 +179,9 @@ class TransformerChunk {
   const float* output(const ChunkActivations& acts) const { return acts.resid.back().data(); }
   int64_t local_rows() const { return N_l_; }
   int64_t hidden_size() const { return C_; }
-  // The registry index of this chunk's copy of a tied embedding that it does not own (a last
-  // pipeline stage without the embedding), else -1: kept equal over the embedding group.
+  // The registry index of this chunk's copy of the word embeddings that it does not own (a last
+  // pipeline stage without the embedding whose tied head or MTP reads them), else -1: kept equal
+  // over the embedding group.
   int tied_embedding_copy() const { return tied_copy_; }
   // The registry index of a tied embedding this chunk's head shares with an earlier chunk of the
   // same rank (the first rank of a V holds the embedding and the head), else -1. Both chunks
@@ -192,6 +224,9 @@ class TransformerChunk {
   Tensor recompute_arena_;        // the recomputed tensors of one group at a time
   Tensor recompute_out_;          // (N_l, C) a recomputed group's output, already kept
   std::optional<Head> head_;
+  std::optional<MultiTokenPrediction> mtp_;
+  std::vector<float> mtp_loss_scales_;
+  std::vector<double> mtp_loss_sums_;
   ChunkTensors tensors_;
 };
 

@@ -56,7 +56,7 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   s.acts = c.make_activations();
   TensorList buffers;
   list_buffers(s, buffers, tokens_, c.local_rows(), c.hidden_size(), model_chunk(chunk), num_model_chunks_,
-               packed_, sequence_tokens_);
+               packed_, c.mtp_depths(), sequence_tokens_);
   buffers.allocate(k_);
   s.microbatch = microbatch;
   slots.push_back(std::move(s));
@@ -65,7 +65,7 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
 
 int64_t PipelineExecutor::list_buffers(Slot& s, TensorList& list, int64_t tokens, int64_t rows,
                                        int64_t hidden, int model_chunk, int model_chunks, bool packed,
-                                       int64_t sequence_tokens) {
+                                       int mtp_depths, int64_t sequence_tokens) {
   list.set_part("executor slot");
   list.add(s.tokens, {tokens}, "token ids", DType::I32);
   list.add(s.targets, {tokens}, "targets", DType::I32);
@@ -74,6 +74,10 @@ int64_t PipelineExecutor::list_buffers(Slot& s, TensorList& list, int64_t tokens
     list.add(s.key_start, {tokens}, "packed documents' attention starts", DType::I32);
     if (sequence_tokens > 0)
       list.add(s.sequence_key_start, {sequence_tokens}, "packed documents' starts, whole sequences", DType::I32);
+  }
+  if (mtp_depths > 0) {
+    list.add(s.mtp_tokens, {mtp_depths, tokens}, "MTP shifted token ids", DType::I32);
+    list.add(s.mtp_targets, {mtp_depths, tokens}, "MTP shifted targets", DType::I32);
   }
   int64_t leaving = 0;
   if (model_chunk > 0) {
@@ -87,10 +91,12 @@ int64_t PipelineExecutor::list_buffers(Slot& s, TensorList& list, int64_t tokens
 }
 
 PipelineExecutor::SlotTensors PipelineExecutor::slot_tensors(int64_t tokens, int64_t rows, int64_t hidden,
-                                                             int model_chunk, int model_chunks, bool packed) {
+                                                             int model_chunk, int model_chunks, bool packed,
+                                                             int mtp_depths) {
   Slot s;
   TensorList list;
-  const int64_t leaving = list_buffers(s, list, tokens, rows, hidden, model_chunk, model_chunks, packed, 0);
+  const int64_t leaving =
+      list_buffers(s, list, tokens, rows, hidden, model_chunk, model_chunks, packed, mtp_depths, 0);
   return {list.declared(), leaving};
 }
 
@@ -117,14 +123,20 @@ double PipelineExecutor::forward(Slot& s, int chunk, int microbatch, const FillF
                                  float grad_scale) {
   const int k = model_chunk(chunk);
   const bool first = k == 0, last = k + 1 == num_model_chunks_;
+  // Multi-token prediction's rows only where they are used: a forward with gradients.
+  const int mtp = grad_scale > 0 ? chunks_[chunk]->mtp_depths() : 0;
   const MicrobatchRows rows{.tokens = first ? s.tokens.ints() : nullptr,
                             .targets = last ? s.targets.ints() : nullptr,
                             .position_ids = packed_ ? s.position_ids.ints() : nullptr,
                             .key_start = packed_ ? s.key_start.ints() : nullptr,
-                            .sequence_key_start = sequence_tokens_ > 0 ? s.sequence_key_start.ints() : nullptr};
+                            .sequence_key_start = sequence_tokens_ > 0 ? s.sequence_key_start.ints() : nullptr,
+                            .mtp_tokens = mtp > 0 ? s.mtp_tokens.ints() : nullptr,
+                            .mtp_targets = mtp > 0 ? s.mtp_targets.ints() : nullptr,
+                            .mtp_depths = mtp};
   if (first || last || packed_) fill(microbatch, rows);
   return chunks_[chunk]->forward(s.acts, rows.tokens, first ? nullptr : s.input.data(),
-                                 rows.targets, grad_scale, {rows.position_ids, rows.key_start, rows.sequence_key_start});
+                                 rows.targets, grad_scale, {rows.position_ids, rows.key_start, rows.sequence_key_start},
+                                 {rows.mtp_tokens, rows.mtp_targets});
 }
 
 double PipelineExecutor::run(const RankSchedule& actions, int microbatches, const FillFn& fill,

@@ -31,13 +31,18 @@ namespace tessel {
 
 // Where a microbatch's rows go, in the chunks' memory, tokens_per_microbatch each: null where the
 // chunk reads none (tokens on the first model chunk, targets on the last, the packed documents'
-// position ids and attention starts on every chunk when the run packs documents).
+// position ids and attention starts on every chunk when the run packs documents, and on a last
+// chunk with multi-token prediction its D depths' shifted tokens and targets, D rows each:
+// model/mtp.h).
 struct MicrobatchRows {
   int32_t* tokens = nullptr;
   int32_t* targets = nullptr;
   int32_t* position_ids = nullptr;
   int32_t* key_start = nullptr;
   int32_t* sequence_key_start = nullptr;  // (B, T) whole sequences' (packed documents under CP)
+  int32_t* mtp_tokens = nullptr;
+  int32_t* mtp_targets = nullptr;
+  int mtp_depths = 0;
 };
 
 class PipelineExecutor {
@@ -98,8 +103,9 @@ class PipelineExecutor {
     std::vector<DeclaredTensor> tensors;
     int64_t leaving_bytes = 0;
   };
+  // `mtp_depths`: the chunk's multi-token prediction depths, whose shifted rows it holds too.
   static SlotTensors slot_tensors(int64_t tokens, int64_t rows, int64_t hidden, int model_chunk,
-                                  int model_chunks, bool packed);
+                                  int model_chunks, bool packed, int mtp_depths = 0);
 
  private:
   struct Slot {
@@ -107,6 +113,7 @@ class PipelineExecutor {
     Tensor tokens, targets;  // (tokens_per_microbatch) i32 each, first and last chunk's input
     Tensor position_ids, key_start;  // (tokens_per_microbatch) i32 each with packed documents
     Tensor sequence_key_start;       // (sequence_tokens) i32 with packed documents under CP
+    Tensor mtp_tokens, mtp_targets;  // (D, tokens_per_microbatch) i32 each with MTP
     Tensor input, d_output, d_input;  // (N_l, C) each, where the chunk has a neighbour
     Request recv, send_forward, send_backward;
     int microbatch = -1;  // -1: free
@@ -122,7 +129,8 @@ class PipelineExecutor {
   Slot& slot(int chunk, int microbatch);  // the slot of (chunk, microbatch), taken if needed
   // Lists s's buffers besides its activations (slot_tensors); returns the input gradient's bytes.
   static int64_t list_buffers(Slot& s, TensorList& list, int64_t tokens, int64_t rows, int64_t hidden,
-                           int model_chunk, int model_chunks, bool packed, int64_t sequence_tokens);
+                              int model_chunk, int model_chunks, bool packed, int mtp_depths,
+                              int64_t sequence_tokens);
   // Hands the free slot's input gradient, still being sent, to leaving_ and gives the slot
   // another buffer: one whose send has completed, or a new one.
   void let_gradient_leave(Slot& s);

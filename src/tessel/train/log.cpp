@@ -101,10 +101,12 @@ void TrainLog::iteration(const IterationStats& s) {
       moe = fmt::format(" | experts {:.0f}/{:.1f}/{:.0f} tok | dropped {:.1f} | aux {:.4f}",
                         s.expert_tokens_min, s.expert_tokens_mean, s.expert_tokens_max,
                         s.dropped_tokens, s.aux_loss);
-    message(fmt::format("iter {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | "
+    std::string mtp;
+    for (size_t d = 0; d < s.mtp_losses.size(); ++d) mtp += fmt::format(" | mtp_{} loss {:.4f}", d + 1, s.mtp_losses[d]);
+    message(fmt::format("iter {:>{}}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f} | "
                         "{:.0f} tok/s | {:.1f} ms{}{}",
                         s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,
-                        s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms, moe,
+                        s.loss, mtp, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms, moe,
                         s.skipped ? " | skipped: not finite, no optimizer step" : ""));
     if (json_ != nullptr) {
       nlohmann::json j = {{"iteration", s.iteration},
@@ -115,6 +117,7 @@ void TrainLog::iteration(const IterationStats& s) {
                           {"iteration_time_ms", s.iteration_time_ms},
                           {"data_wait_ms", s.data_wait_ms}};
       if (s.skipped) j["skipped"] = true;
+      if (!s.mtp_losses.empty()) j["mtp_losses"] = s.mtp_losses;
       if (s.moe) {
         j["expert_tokens"] = {{"min", s.expert_tokens_min}, {"mean", s.expert_tokens_mean},
                               {"max", s.expert_tokens_max}};

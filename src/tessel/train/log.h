@@ -27,6 +27,8 @@ struct IterationStats {
   bool moe = false;
   double expert_tokens_min = 0, expert_tokens_mean = 0, expert_tokens_max = 0;
   double dropped_tokens = 0, aux_loss = 0;
+  // Multi-token prediction: each depth's loss (Megatron's "mtp_1 loss", …), apart from `loss`.
+  std::vector<double> mtp_losses;
   // This rank's communication in the iteration (comm.h's counters), one entry per group kind and
   // kind of call that had any calls.
   struct Comm {

@@ -1,6 +1,7 @@
 #include "tessel/train/microbatches.h"
 
 #include "tessel/core/error.h"
+#include "tessel/model/mtp.h"
 
 namespace tessel {
 
@@ -33,6 +34,21 @@ void MicrobatchLoader::fill(int microbatch, const MicrobatchRows& rows) {
   copy_rows(batch_->key_start, microbatch, rows.key_start);
   if (rows.sequence_key_start != nullptr)  // whole sequences, as they are on the host
     k_.memory.from_host(rows.sequence_key_start, batch_->key_start.data() + microbatch * B_ * T_, B_ * T_ * 4);
+  // Multi-token prediction: each depth's rows shifted over whole sequences, then this CP rank's.
+  const int64_t n = B_ * T_, local = local_tokens();
+  const int depths = rows.mtp_depths;
+  std::vector<int32_t> shifted(n);
+  for (int d = 0; d < depths; ++d) {
+    const int64_t at = microbatch * n;
+    mtp_shift_rows(batch_->inputs.data() + at, shifted.data(), B_, T_, d + 1, 0);
+    copy_rows(shifted, 0, rows.mtp_tokens + d * local);
+    mtp_shift_rows(batch_->targets.data() + at, shifted.data(), B_, T_, d + 1, -1);
+    copy_rows(shifted, 0, rows.mtp_targets + d * local);
+  }
+}
+
+int64_t MicrobatchLoader::counted_mtp_targets(int depth) const {
+  return mtp_counted_targets(batch_->targets.data(), static_cast<int64_t>(batch_->targets.size()) / T_, T_, depth);
 }
 
 }  // namespace tessel

@@ -31,6 +31,9 @@ class MicrobatchLoader {
   void fill(int microbatch, const MicrobatchRows& rows);
   // This rank's targets of the current batch that count in the loss.
   int64_t counted_targets() const { return batch_->counted_targets; }
+  // Of those, the ones multi-token prediction depth `depth` (1-based) counts: this rank's
+  // samples' targets at positions depth and later (model/mtp.h).
+  int64_t counted_mtp_targets(int depth) const;
   // Seconds start_batch has waited for batches, summed (the loader's get: data/batches.h), and
   // that the loader's thread spends reading one.
   double wait_seconds() const { return batches_.wait_seconds(); }

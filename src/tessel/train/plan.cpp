@@ -154,9 +154,6 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
                               "not divisible by --tensor-model-parallel-size {} × --context-parallel-size {} = {}",
                               la.num_key_heads, la.num_value_heads, c.tp, c.cp, ranks));
   }
-  if (model.mtp_num_layers > 0)
-    v.push_back(fmt::format("--mtp-num-layers {}: the multi-token prediction module is not built yet",
-                            model.mtp_num_layers));
 
   // Megatron's load-balanced causal split cuts each sequence into 2·CP chunks.
   if (c.cp > 1 && model.seq_length > 0 && model.seq_length % (2 * c.cp) != 0)

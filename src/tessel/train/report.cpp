@@ -138,8 +138,14 @@ void add_router_stats(IterationStats& s, const std::vector<std::unique_ptr<Trans
   const std::vector<double>& tokens = totals.tokens_per_expert;
   double aux = totals.aux_loss + totals.z_loss;
   const int64_t forwards = totals.forwards, dropped = totals.dropped;
-  if (forwards == 0) return;
   if (token_group != nullptr) token_group->all_reduce(&aux, 1);
+  // The auxiliary losses are the model's, as one process reports them (and Megatron, which
+  // reduces them over the pipeline): the mean over every MoE layer-forward of every stage and
+  // every data-parallel replica's microbatches. Every rank takes part, with or without MoE layers.
+  double model_aux[2] = {aux, static_cast<double>(forwards)};
+  groups.pp().all_reduce(model_aux, 2);
+  groups.dp().all_reduce(model_aux, 2);
+  if (forwards == 0) return;
   // Each layer-forward's counts cover the rows of the EP group's ranks: per microbatch, divide
   // by EP and, when the token group splits the microbatch's rows (TP under sequence parallel,
   // CP), multiply by its size. The losses are per layer-forward.
@@ -152,7 +158,7 @@ void add_router_stats(IterationStats& s, const std::vector<std::unique_ptr<Trans
   for (double x : tokens) sum += x;
   s.expert_tokens_mean = sum / tokens.size() * per_microbatch;
   s.dropped_tokens = static_cast<double>(dropped) * per_microbatch;
-  s.aux_loss = aux / forwards;
+  s.aux_loss = model_aux[0] / model_aux[1];
 }
 
 void RunTotals::start_iteration(int64_t it) {

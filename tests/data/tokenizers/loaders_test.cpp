@@ -112,7 +112,8 @@ TEST(HuggingFaceTokenizer, UnsupportedOrBrokenFilesAreNamed) {
   EXPECT_CONTAINS(load(j), "t.json (model.merges[6]): merge \"Ġ\" \"zz\" names \"zz\"");
   j = testing::tiny_tokenizer_json(false);
   j["model"]["type"] = "WordPiece";
-  EXPECT_CONTAINS(load(j), "t.json: model WordPiece is not supported (supported: BPE, byte-level or with byte_fallback)");
+  EXPECT_CONTAINS(load(j),
+                  "t.json: model WordPiece is not supported (supported: BPE, byte-level or with byte_fallback; Unigram)");
   EXPECT_EQ(load(j).find('\n'), std::string::npos);  // one line
   j = testing::tiny_tokenizer_json(false);
   j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};

@@ -45,7 +45,7 @@ void BpeVocab::set(int32_t id, std::string token) {
   present[id] = true;
 }
 
-void TokenIndex::build(const BpeVocab& vocab) {
+void TokenIndex::build(const BpeVocab& vocab, bool later_wins) {
   tokens_ = vocab.bytes.data();
   slots_.assign(table_size(vocab.bytes.size()), Slot{0, -1});
   mask_ = slots_.size() - 1;
@@ -58,7 +58,10 @@ void TokenIndex::build(const BpeVocab& vocab) {
         s = Slot{static_cast<uint32_t>(h), id};
         break;
       }
-      if (s.hash == static_cast<uint32_t>(h) && tokens_[s.id] == vocab.bytes[id]) break;  // first id wins
+      if (s.hash == static_cast<uint32_t>(h) && tokens_[s.id] == vocab.bytes[id]) {
+        if (later_wins) s.id = id;
+        break;
+      }
     }
   }
 }

@@ -35,7 +35,9 @@ struct BpeVocab {
 // the vocabulary's token array, which a move of the BpeVocab keeps in place.
 class TokenIndex {
  public:
-  void build(const BpeVocab& vocab);
+  // A token spelled twice maps to its first id, or with later_wins to its last (a Unigram
+  // model's, which Hugging Face fills a map in vocabulary order).
+  void build(const BpeVocab& vocab, bool later_wins = false);
   std::optional<int32_t> find(std::string_view bytes) const;
 
  private:
@@ -56,7 +58,20 @@ struct BpeSymbols {
   bool fuse_unk = false;      // consecutive unknown characters make one unknown token
 };
 
-class BpeModel {
+// What the tokenizer pipeline (bpe_tokenizer.h) asks of its model: the ids of one pre-token
+// and the vocabulary. BPE here, Unigram in unigram.h.
+class TokenModel {
+ public:
+  virtual ~TokenModel() = default;
+  // Appends the ids of one pre-token (valid UTF-8, or raw bytes for byte-level BPE) to `out`.
+  // Thread-safe.
+  virtual void encode_piece(std::string_view piece, std::vector<int32_t>& out) const = 0;
+  virtual const BpeVocab& vocab() const = 0;
+  virtual const TokenIndex& index() const = 0;
+  virtual const std::string& where() const = 0;  // the file, for errors
+};
+
+class BpeModel final : public TokenModel {
  public:
   // `where` names the file for errors. Throws tessel::Error when a merge names an id without a
   // token. ignore_merges: a pre-token that is itself a token is emitted whole (tiktoken, and
@@ -70,12 +85,10 @@ class BpeModel {
   // token, ranked by that token's rank (= its id).
   static std::vector<BpeMerge> merges_from_ranks(const BpeVocab& vocab, const TokenIndex& index);
 
-  // Appends the ids of one pre-token (raw bytes) to `out`. Thread-safe.
-  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
-
-  const BpeVocab& vocab() const { return vocab_; }
-  const TokenIndex& index() const { return index_; }
-  const std::string& where() const { return where_; }
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const override;
+  const BpeVocab& vocab() const override { return vocab_; }
+  const TokenIndex& index() const override { return index_; }
+  const std::string& where() const override { return where_; }
 
   // Pieces longer than this merge through a heap (O(n log n)) instead of a scan per merge.
   static constexpr size_t kHeapThreshold = 96;

@@ -9,7 +9,7 @@
 
 namespace tessel {
 
-BpeTokenizer::BpeTokenizer(BpeModel model, BpeTokenizerParts parts)
+BpeTokenizer::BpeTokenizer(std::unique_ptr<const TokenModel> model, BpeTokenizerParts parts)
     : model_(std::move(model)), parts_(std::move(parts)) {
   if (parts_.split_specials) {
     std::vector<AddedToken> raw, normalized;
@@ -24,15 +24,15 @@ BpeTokenizer::BpeTokenizer(BpeModel model, BpeTokenizerParts parts)
     splitter_ = AddedTokenSplitter(raw);
     normalized_splitter_ = AddedTokenSplitter(normalized);
   }
-  int32_t size = model_.vocab().size();
+  int32_t size = model_->vocab().size();
   for (const AddedToken& t : parts_.specials) size = std::max(size, t.id + 1);
   vocab_size_ = parts_.vocab_size > 0 ? parts_.vocab_size : size;
   special_of_.assign(size, -1);
   for (size_t i = 0; i < parts_.specials.size(); ++i) special_of_[parts_.specials[i].id] = static_cast<int32_t>(i);
   for (const std::vector<int32_t>* ids : {&parts_.prefix, &parts_.suffix})
     for (int32_t id : *ids)
-      TESSEL_CHECK(special(id) || (id >= 0 && id < model_.vocab().size() && model_.vocab().present[id]),
-                   "{}: the post-processor's template adds token {}, which is not in the vocabulary", model_.where(), id);
+      TESSEL_CHECK(special(id) || (id >= 0 && id < model_->vocab().size() && model_->vocab().present[id]),
+                   "{}: the post-processor's template adds token {}, which is not in the vocabulary", model_->where(), id);
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
@@ -78,7 +78,7 @@ void BpeTokenizer::encode_segment(std::string_view text, bool starts_input, std:
     changed = " " + std::string(text);
     text = changed;
   }
-  parts_.pre.for_each_piece(text, [&](std::string_view piece) { model_.encode_piece(piece, out); });
+  parts_.pre.for_each_piece(text, [&](std::string_view piece) { model_->encode_piece(piece, out); });
 }
 
 const AddedToken* BpeTokenizer::special(int32_t id) const {
@@ -87,7 +87,7 @@ const AddedToken* BpeTokenizer::special(int32_t id) const {
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> tokens) const {
-  const BpeVocab& vocab = model_.vocab();
+  const BpeVocab& vocab = model_->vocab();
   auto token_text = [&](size_t i) -> const std::string& {
     const int32_t id = tokens[i];
     if (const AddedToken* t = special(id)) return t->content;
@@ -108,7 +108,7 @@ std::string BpeTokenizer::decode(std::span<const int32_t> tokens) const {
 
 std::string BpeTokenizer::id_to_token(int32_t id) const {
   if (const AddedToken* t = special(id)) return t->content;
-  const BpeVocab& vocab = model_.vocab();
+  const BpeVocab& vocab = model_->vocab();
   TESSEL_CHECK(id >= 0 && id < vocab.size() && vocab.present[id], "{}: token {} is not in the vocabulary (size {})",
                parts_.type, id, vocab_size_);
   return parts_.byte_level_spelling ? byte_level_encode(vocab.bytes[id]) : vocab.bytes[id];
@@ -117,9 +117,9 @@ std::string BpeTokenizer::id_to_token(int32_t id) const {
 std::optional<int32_t> BpeTokenizer::token_to_id(std::string_view token) const {
   for (const AddedToken& t : parts_.specials)
     if (t.content == token) return t.id;
-  if (!parts_.byte_level_spelling) return model_.index().find(token);
+  if (!parts_.byte_level_spelling) return model_->index().find(token);
   const std::optional<std::string> bytes = byte_level_decode(token);
-  return bytes ? model_.index().find(*bytes) : std::nullopt;
+  return bytes ? model_->index().find(*bytes) : std::nullopt;
 }
 
 std::vector<std::pair<std::string, int32_t>> BpeTokenizer::special_tokens() const {

@@ -1,7 +1,8 @@
-// The BPE tokenizers (GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer; byte-level or
-// SentencePiece-style): text -> added tokens cut out (those matched on the text as given) ->
-// each segment normalized -> added tokens matched on normalized text cut out -> Metaspace ->
-// pre-tokenized -> each piece merged by the BPE model, framed by the post-processor's template.
+// The BPE and Unigram tokenizers (GPT2BPETokenizer, HuggingFaceTokenizer, TikTokenizer; BPE
+// byte-level or SentencePiece-style, or a Unigram model): text -> added tokens cut out (those
+// matched on the text as given) -> each segment normalized -> added tokens matched on normalized
+// text cut out -> Metaspace -> pre-tokenized -> each piece encoded by the model (BPE's merges,
+// Unigram's best segmentation), framed by the post-processor's template.
 // Decoding runs the decoder chain over the tokens. Only the loaders differ (gpt2_bpe.cpp,
 // hf_tokenizer.cpp, tiktoken.cpp), and tokenizers/loaders.h declares them.
 #pragma once
@@ -36,7 +37,7 @@ struct BpeTokenizerParts {
 
 class BpeTokenizer final : public Tokenizer {
  public:
-  BpeTokenizer(BpeModel model, BpeTokenizerParts parts);
+  BpeTokenizer(std::unique_ptr<const TokenModel> model, BpeTokenizerParts parts);
 
   std::string type() const override { return parts_.type; }
   int32_t vocab_size() const override { return vocab_size_; }
@@ -48,14 +49,12 @@ class BpeTokenizer final : public Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const override;
   std::vector<std::pair<std::string, int32_t>> special_tokens() const override;
 
-  const BpeModel& model() const { return model_; }
-
  private:
   void encode_text(std::string_view text, std::vector<int32_t>& out) const;
   void encode_segment(std::string_view text, bool starts_input, std::vector<int32_t>& out) const;
   const AddedToken* special(int32_t id) const;
 
-  BpeModel model_;
+  std::unique_ptr<const TokenModel> model_;
   BpeTokenizerParts parts_;
   AddedTokenSplitter splitter_;             // added tokens matched on the text as given ...
   AddedTokenSplitter normalized_splitter_;  // ... and on the normalized text

@@ -88,7 +88,10 @@ std::string Decoder::decode(std::vector<std::string> tokens) const {
     }
   }
   std::string text;
-  for (const std::string& t : tokens) text += t;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i > 0) text += separator;
+    text += tokens[i];
+  }
   return text;
 }
 

@@ -20,6 +20,9 @@ struct DecoderStep {
 class Decoder {
  public:
   std::vector<DecoderStep> steps;
+  // What joins the tokens at the end: nothing, or " " for a tokenizer.json without a decoder
+  // (the library joins the tokens with spaces then).
+  std::string separator;
 
   // The tokens' text: the steps in order, then the list joined. ByteLevel is a plain join here
   // because byte-level vocabularies are held as their bytes already.

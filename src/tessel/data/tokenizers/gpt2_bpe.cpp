@@ -43,7 +43,7 @@ std::unique_ptr<Tokenizer> parse_gpt2_bpe(std::string_view vocab_json, std::stri
     parts.specials.push_back({.content = "<|endoftext|>", .id = *eod, .special = true});
     parts.ids.eod = parts.ids.eos = *eod;
   }
-  return std::make_unique<BpeTokenizer>(BpeModel(std::move(vocab), merges, false, std::string(vocab_name)),
+  return std::make_unique<BpeTokenizer>(std::make_unique<BpeModel>(std::move(vocab), merges, false, std::string(vocab_name)),
                                         std::move(parts));
 }
 

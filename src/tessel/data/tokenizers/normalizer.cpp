@@ -43,8 +43,29 @@ void for_each_char(std::string_view text, F&& fn) {
   }
 }
 
-// Rust's str::to_lowercase, character by character: İ (U+0130) becomes "i̇" as Unicode's
-// SpecialCasing says; other characters their simple lowercase mapping.
+// Hugging Face's normalization forms: its crate knows Unicode 9.0 only, and keeps a character
+// assigned since then as it is, a starter that nothing reorders or composes across. So the text
+// between such characters is normalized alone (by utf8proc, at a later version: normalization
+// does not change for characters already assigned), and they are kept between the pieces.
+std::string library_form(std::string_view text, int options) {
+  std::string out;
+  size_t piece = 0, at = 0;
+  for_each_char(text, [&](char32_t cp, std::string_view bytes) {
+    if (unknown_to_normalization(cp)) {
+      if (at > piece) out += utf8proc_form(text.substr(piece, at - piece), options);
+      out += bytes;
+      piece = at + bytes.size();
+    }
+    at += bytes.size();
+  });
+  if (piece == 0) return utf8proc_form(text, options);
+  if (piece < text.size()) out += utf8proc_form(text.substr(piece), options);
+  return out;
+}
+
+// The library's Lowercase: Rust's char::to_lowercase on each character (Unicode 17): İ (U+0130)
+// becomes "i̇" as SpecialCasing says, the others their simple lowercase mapping. Character by
+// character, so without the final-sigma rule of str::to_lowercase: Σ is always σ.
 std::string lowercase(std::string_view text) {
   std::string out;
   out.reserve(text.size());
@@ -54,12 +75,13 @@ std::string lowercase(std::string_view text) {
     } else if (cp == 0x130) {
       out += "i\xCC\x87";
     } else {
-      const utf8proc_int32_t lower = utf8proc_tolower(static_cast<utf8proc_int32_t>(cp));
-      if (lower == static_cast<utf8proc_int32_t>(cp)) {
+      const char32_t lower = unicode_simple_lowercase(cp);
+      if (lower == cp) {
         out += bytes;
       } else {
         utf8proc_uint8_t buf[4];
-        out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(utf8proc_encode_char(lower, buf)));
+        out.append(reinterpret_cast<const char*>(buf),
+                   static_cast<size_t>(utf8proc_encode_char(static_cast<utf8proc_int32_t>(lower), buf)));
       }
     }
   });
@@ -129,11 +151,11 @@ std::string Normalizer::apply(std::string_view input) const {
   for (const NormalizerStep& s : steps) {
     switch (s.kind) {
       case NormalizerStep::Kind::Nfc:
-        if (may_change_under_nfc(text)) text = utf8proc_form(text, UTF8PROC_COMPOSE);
+        if (may_change_under_nfc(text)) text = library_form(text, UTF8PROC_COMPOSE);
         break;
-      case NormalizerStep::Kind::Nfd: text = utf8proc_form(text, UTF8PROC_DECOMPOSE); break;
-      case NormalizerStep::Kind::Nfkc: text = utf8proc_form(text, UTF8PROC_COMPOSE | UTF8PROC_COMPAT); break;
-      case NormalizerStep::Kind::Nfkd: text = utf8proc_form(text, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT); break;
+      case NormalizerStep::Kind::Nfd: text = library_form(text, UTF8PROC_DECOMPOSE); break;
+      case NormalizerStep::Kind::Nfkc: text = library_form(text, UTF8PROC_COMPOSE | UTF8PROC_COMPAT); break;
+      case NormalizerStep::Kind::Nfkd: text = library_form(text, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT); break;
       case NormalizerStep::Kind::Lowercase: text = lowercase(text); break;
       case NormalizerStep::Kind::Strip: text = strip(text, s.left, s.right); break;
       case NormalizerStep::Kind::Replace:

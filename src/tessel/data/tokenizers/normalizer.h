@@ -1,7 +1,8 @@
 // tokenizer.json's normalizers (NFC, NFD, NFKC, NFKD, Lowercase, Strip, Replace, Prepend, and a
 // Sequence of them) and the text half of its Metaspace pre-tokenizer: what is done to each
 // segment of the input between added tokens before it is pre-tokenized, as Hugging Face's
-// tokenizers library does it. Normalization forms come from utf8proc.
+// tokenizers library does it. Normalization forms come from utf8proc, at the library's Unicode
+// version (unicode_classes.h: normalization_unicode_version).
 #pragma once
 
 #include <memory>

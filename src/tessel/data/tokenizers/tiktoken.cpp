@@ -177,7 +177,7 @@ std::unique_ptr<Tokenizer> parse_tiktoken(std::string_view ranks, std::string_vi
   TokenIndex index;
   index.build(vocab);
   std::vector<BpeMerge> merges = BpeModel::merges_from_ranks(vocab, index);
-  return std::make_unique<BpeTokenizer>(BpeModel(std::move(vocab), merges, true, std::string(name)), std::move(parts));
+  return std::make_unique<BpeTokenizer>(std::make_unique<BpeModel>(std::move(vocab), merges, true, std::string(name)), std::move(parts));
 }
 
 std::unique_ptr<Tokenizer> load_tiktoken(const TokenizerOptions& options) {

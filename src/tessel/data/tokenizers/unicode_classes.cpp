@@ -17,6 +17,9 @@ struct CategoryChange {
   char32_t first, last;
   uint8_t then, now;  // the category at the base version, at this one
 };
+struct CaseMapping {
+  char32_t from, to;
+};
 
 #include "tessel/data/tokenizers/unicode_tables.inc"
 
@@ -69,6 +72,24 @@ bool is_unicode_white_space(char32_t cp) {
   for (const CodePointRange& r : kWhiteSpace)
     if (cp >= r.first && cp <= r.last) return true;
   return false;
+}
+
+std::string_view case_unicode_version() { return kCaseUnicodeVersion; }
+
+char32_t unicode_simple_lowercase(char32_t cp) {
+  const auto* end = std::end(kLowercase);
+  const auto* m = std::lower_bound(std::begin(kLowercase), end, cp, [](const CaseMapping& m, char32_t c) { return m.from < c; });
+  return m != end && m->from == cp ? m->to : cp;
+}
+
+std::string_view normalization_unicode_version() { return kNormalizationUnicodeVersion; }
+
+bool unknown_to_normalization(char32_t cp) {
+  if (cp < std::begin(kUnknownToNormalization)->first) return false;
+  const auto* end = std::end(kUnknownToNormalization);
+  const auto* r = std::upper_bound(std::begin(kUnknownToNormalization), end, cp,
+                                   [](char32_t c, const CodePointRange& r) { return c < r.first; });
+  return cp <= (r - 1)->last;
 }
 
 std::optional<uint32_t> unicode_property_mask(std::string_view name) {

@@ -1,5 +1,5 @@
 // Unicode character properties at one pinned version (kUnicodeVersion, the one Hugging Face's
-// tokenizers library uses: 16.0), from tables generated out of the Unicode Character Database by
+// tokenizers library uses for its classes and case: 16.0), from tables generated out of the Unicode Character Database by
 // scripts/gen-unicode-tables.mjs (unicode_tables.inc). The pre-tokenizer patterns' \p{L}, \s, ...
 // are rewritten to these ranges (regex.cpp), so that what a pattern matches does not depend on
 // the Unicode version of the system's PCRE2 (Debian 12's 10.42 knows Unicode 14).
@@ -49,6 +49,18 @@ std::vector<std::string> category_names(uint32_t mask);
 // so the older version's set plus these is not the current one.
 std::string_view base_unicode_version();
 std::optional<std::vector<CodePointRange>> added_since_base(uint32_t mask);
+
+// The simple lowercase mapping (UnicodeData.txt's), cp itself where there is none, at the
+// Unicode version of the Rust standard library that Hugging Face's Lowercase calls ("17.0.0").
+std::string_view case_unicode_version();
+char32_t unicode_simple_lowercase(char32_t cp);
+
+// The Unicode version of Hugging Face's normalizers (NFC, NFD, NFKC, NFKD: the Rust crate
+// unicode-normalization-alignments, "9.0.0"), and whether it leaves `cp` unassigned: such a
+// character has no decomposition and combining class 0 there, so those normalizers keep it as it
+// is and nothing reorders or composes across it.
+std::string_view normalization_unicode_version();
+bool unknown_to_normalization(char32_t cp);
 
 // Shorthand: property_ranges of the name's mask.
 std::optional<std::vector<CodePointRange>> unicode_property_ranges(std::string_view name);

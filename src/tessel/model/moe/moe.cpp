@@ -62,12 +62,12 @@ MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& 
       etp_size_(group_or_local(groups.etp, k).size()),
       max_tokens_(max_tokens),
       tp_(groups.tp.comm != nullptr ? groups.tp : no_tensor_parallel(k)),
-      router_(k, registry, moe, fmt::format("model.layers.{}.mlp.", layer), C_, max_tokens,
+      router_(k, registry, moe, model.layer_prefix(layer) + "mlp.", C_, max_tokens,
               groups.token_group, buffers.scratch),
       dispatcher_(k, C_, moe.num_experts, moe.topk, max_tokens, moe.pad_to_capacity,
                   group_or_local(groups.ep, k), group_or_local(groups.etp, k), buffers.scratch),
       // Balanced, N·k rows reach each ETP rank; dropless routing may bring more.
-      experts_(k, registry, fmt::format("model.layers.{}.mlp.", layer), C_,
+      experts_(k, registry, model.layer_prefix(layer) + "mlp.", C_,
                moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : model.ffn_size(),
                dispatcher_.first_expert(), dispatcher_.local_experts(),
                group_or_local(groups.ep, k).rank(), group_or_local(groups.ep, k).size(),
@@ -80,7 +80,7 @@ MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& 
   F_sl_ = F_s_ / T;
   const int64_t N = std::max<int64_t>(max_tokens_, 1), Q = group_or_local(groups.etp, k).size();
   if (F_s_ > 0) {
-    const std::string p = fmt::format("model.layers.{}.mlp.", layer);
+    const std::string p = model.layer_prefix(layer) + "mlp.";
     const Mlp::Split split = [&](int dim) {
       return T > 1 ? ShardSpec{.dim = dim, .group = ShardGroup::TP, .index = tp_.rank(), .count = T}
                    : ShardSpec{};
