@@ -78,6 +78,11 @@ TEST(Qwen3NextCli, BadConfigurationsListEveryRule) {
                {"the GDN heads (--linear-num-key-heads 2, --linear-num-value-heads 4) are not divisible by "
                 "--tensor-model-parallel-size 4 × --context-parallel-size 1 = 4",
                 "world size 1 is not divisible by TP × CP × PP"});
+  // CP splits the heads as TP does (Megatron's head all-to-all): 2 key heads over CP 4.
+  expect_rules(train + kQwen3Next + "--cp 4",
+               {"the GDN heads (--linear-num-key-heads 2, --linear-num-value-heads 4) are not divisible by "
+                "--tensor-model-parallel-size 1 × --context-parallel-size 4 = 4",
+                "world size 1 is not divisible by TP × CP × PP"});
   expect_rules(train + kBase + "--linear-attention-freq '[1,1,0]'",
                {"--linear-attention-freq \"[1,1,0]\" has 3 entries for 4 layers"});
   expect_rules(train + "--arch llama --linear-attention-freq 4",

@@ -152,22 +152,28 @@ TEST_F(CudaKernels, ContextParallelRows) {
          kv = poisoned(2 * rows * width);
   Floats dk = random_floats(rng, rows * ld), dv = random_floats(rng, rows * ld),
          kv_grad = random_floats(rng, 2 * rows * width);
-  Floats rank_major = random_floats(rng, CP * 2 * rows * width),
-         global = poisoned(2 * B * T * width);
-  Floats back = poisoned(CP * 2 * rows * width);
+  // Destinations with columns a call leaves alone start random, not poisoned.
+  const int64_t col_ld = CP * width + 3;
+  Floats rank_major = random_floats(rng, CP * rows * width), global = random_floats(rng, B * T * ld);
+  Floats back = poisoned(CP * rows * width), columns = random_floats(rng, rows * col_ld),
+         column_blocks = poisoned(CP * rows * width), columns_back = random_floats(rng, rows * col_ld);
   run_both([&](const Kernels& kt) {
     kt.cp_take_rows(taken.on(kt), tokens.on(kt), positions.on(kt) + T_l, B, T, T_l, 2);
     kt.cp_pack_kv(kv.on(kt), k.on(kt), v.on(kt), rows, width, ld, ld);
     kt.cp_unpack_add_kv(dk.on(kt), dv.on(kt), kv_grad.on(kt), rows, width, ld, ld);
-    kt.cp_kv_to_global(global.on(kt), rank_major.on(kt), positions.on(kt), CP, B, T_l, width);
-    kt.cp_kv_from_global(back.on(kt), global.on(kt), positions.on(kt), CP, B, T_l, width);
+    kt.cp_rows_to_global(global.on(kt), ld, rank_major.on(kt), rows * width, positions.on(kt), CP, B, T_l, width);
+    kt.cp_rows_from_global(back.on(kt), rows * width, global.on(kt), ld, positions.on(kt), CP, B, T_l, width);
+    kt.cp_columns_to_ranks(column_blocks.on(kt), rows * width, columns.on(kt), col_ld, rows, CP, width);
+    kt.cp_columns_from_ranks(columns_back.on(kt), col_ld, column_blocks.on(kt), rows * width, rows, CP, width);
   });
   expect_equal(taken, "cp_take_rows");
   expect_close(kv, "cp_pack_kv");
   expect_close(dk, "cp_unpack_add_kv dk");
   expect_close(dv, "cp_unpack_add_kv dv");
-  expect_close(global, "cp_kv_to_global");
-  expect_close(back, "cp_kv_from_global");
+  expect_close(global, "cp_rows_to_global");
+  expect_close(back, "cp_rows_from_global");
+  expect_close(column_blocks, "cp_columns_to_ranks");
+  expect_close(columns_back, "cp_columns_from_ranks");
 }
 
 }  // namespace

@@ -68,37 +68,62 @@ void cp_pack_and_unpack_add_kv(const Kernels& k) {
   EXPECT_EQ(dv.host(), want_dv);
 }
 
-// CP ranks' packed K/V blocks side by side, rank-major (CP, 2, B, T_l, width), reordered into
-// global positions (2, B, T, width) and back.
-void cp_kv_to_and_from_global(const Kernels& k) {
-  const int64_t CP = 3, B = 2, T_l = 4, T = CP * T_l, width = 5;
+// CP ranks' blocks (B, T_l, width) at a stride of their own (padding between them), put at their
+// global positions in rows (B, T) of stride ld, and back; the rows' other columns untouched.
+void cp_rows_to_and_from_global(const Kernels& k) {
+  const int64_t CP = 3, B = 2, T_l = 4, T = CP * T_l, width = 5, ld = 8, rank_stride = B * T_l * width + 3;
   const Ints positions = balanced_positions(CP, T_l);
-  const Floats rank_major = random_floats(CP * 2 * B * T_l * width, 306);
+  const Floats blocks = random_floats(CP * rank_stride, 306);
   const IntBuffer d_positions(k, positions);
-  const FloatBuffer d_rank_major(k, rank_major);
-  FloatBuffer global(k, 2 * B * T * width, 7.0f);
-  k.cp_kv_to_global(global.data(), d_rank_major.data(), d_positions.data(), CP, B, T_l, width);
-  Floats want(2 * B * T * width, 7.0f);
+  const FloatBuffer d_blocks(k, blocks);
+  FloatBuffer global(k, B * T * ld, 7.0f);
+  k.cp_rows_to_global(global.data(), ld, d_blocks.data(), rank_stride, d_positions.data(), CP, B, T_l, width);
+  Floats want(B * T * ld, 7.0f);
   for (int64_t r = 0; r < CP; ++r)
-    for (int64_t part = 0; part < 2; ++part)
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0; t < T_l; ++t)
-          std::copy_n(rank_major.begin() + (((r * 2 + part) * B + b) * T_l + t) * width, width,
-                      want.begin() + ((part * B + b) * T + positions[r * T_l + t]) * width);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T_l; ++t)
+        std::copy_n(blocks.begin() + r * rank_stride + (b * T_l + t) * width, width,
+                    want.begin() + (b * T + positions[r * T_l + t]) * ld);
   const Floats got = global.host();
   EXPECT_EQ(got, want);
-  EXPECT_EQ(std::count(got.begin(), got.end(), 7.0f), 0);  // every global row written
+  EXPECT_EQ(std::count(got.begin(), got.end(), 7.0f), B * T * (ld - width));  // every row's columns written
 
-  FloatBuffer back(k, rank_major.size());
-  k.cp_kv_from_global(back.data(), global.data(), d_positions.data(), CP, B, T_l, width);
-  EXPECT_EQ(back.host(), rank_major);
+  FloatBuffer back(k, blocks.size(), 9.0f);
+  k.cp_rows_from_global(back.data(), rank_stride, global.data(), ld, d_positions.data(), CP, B, T_l, width);
+  Floats want_back(blocks.size(), 9.0f);
+  for (int64_t r = 0; r < CP; ++r)
+    std::copy_n(blocks.begin() + r * rank_stride, B * T_l * width, want_back.begin() + r * rank_stride);
+  EXPECT_EQ(back.host(), want_back);
+}
+
+// Rows (N, ld) holding CP column blocks of width each (rank r's at r·width): each rank's block
+// (N, width) at its stride, and back; the other columns untouched.
+void cp_columns_to_and_from_ranks(const Kernels& k) {
+  const int64_t CP = 3, N = 5, width = 4, ld = CP * width + 2, rank_stride = N * width + 1;
+  const Floats rows = random_floats(N * ld, 307);
+  const FloatBuffer d_rows(k, rows);
+  FloatBuffer blocks(k, CP * rank_stride, 7.0f);
+  k.cp_columns_to_ranks(blocks.data(), rank_stride, d_rows.data(), ld, N, CP, width);
+  Floats want(CP * rank_stride, 7.0f);
+  for (int64_t r = 0; r < CP; ++r)
+    for (int64_t n = 0; n < N; ++n)
+      std::copy_n(rows.begin() + n * ld + r * width, width, want.begin() + r * rank_stride + n * width);
+  EXPECT_EQ(blocks.host(), want);
+
+  FloatBuffer back(k, N * ld, 9.0f);
+  k.cp_columns_from_ranks(back.data(), ld, blocks.data(), rank_stride, N, CP, width);
+  Floats want_back = rows;
+  for (int64_t n = 0; n < N; ++n)
+    std::fill_n(want_back.begin() + n * ld + CP * width, ld - CP * width, 9.0f);
+  EXPECT_EQ(back.host(), want_back);
 }
 
 const bool kRegistered = add_kernel_cases({
     {"cp_take_rows", {"cp_take_rows"}, cp_take_rows},
     {"cp_pack_and_unpack_add_kv", {"cp_pack_kv", "cp_unpack_add_kv"}, cp_pack_and_unpack_add_kv},
-    {"cp_kv_to_and_from_global", {"cp_kv_to_global", "cp_kv_from_global"},
-     cp_kv_to_and_from_global},
+    {"cp_rows_to_and_from_global", {"cp_rows_to_global", "cp_rows_from_global"}, cp_rows_to_and_from_global},
+    {"cp_columns_to_and_from_ranks", {"cp_columns_to_ranks", "cp_columns_from_ranks"},
+     cp_columns_to_and_from_ranks},
 });
 
 }  // namespace

@@ -171,5 +171,42 @@ INSTANTIATE_TEST_SUITE_P(RealDataGdn, Equivalence,
                          ::testing::Combine(::testing::Values("llama"), ::testing::ValuesIn(kGdnRealDataLayouts)),
                          [](const auto& info) { return std::string(std::get<1>(info.param).name); });
 
+// CP for the Gated DeltaNet layers by Megatron's head all-to-all (each CP rank runs whole
+// sequences of its share of the heads; the attention layer keeps the ring or the all-gather):
+// CP 2 (a key head and its two value heads a rank), CP 4 and TP 2 × CP 2 (4 key, 8 value heads:
+// one key head a rank), with PP, EP carved from CP, the attention layer's all-gather, MTP, full
+// recompute and the gated norm's recompute (its all-to-all again), and packed documents.
+const char* kGdnHeads4 = TESSEL_GDN_VARIANT "--linear-num-key-heads 4 --linear-num-value-heads 8 " TESSEL_GDN_MOE
+                         "--moe-aux-loss-coeff 0.01";
+const Layout kGdnCpLayouts[] = {
+    {"gdn_cp2", 2, "--cp 2", false, 4, kGdn},
+    {"gdn_cp4", 4, "--cp 4", false, 4, kGdnHeads4},
+    {"gdn_cp2_allgather", 2, "--cp 2 --cp-comm-type all-gather", false, 4, kGdn},
+    {"gdn_tp2_sp_cp2", 4, "--tp 2 --sequence-parallel --cp 2", false, 4, kGdnHeads4},
+    {"gdn_dense_tp2_cp2", 4, "--tp 2 --cp 2", false, 4,
+     TESSEL_GDN_VARIANT "--linear-num-key-heads 4 --linear-num-value-heads 8 "},
+    {"gdn_cp2_pp2", 4, "--cp 2 --pp 2", false, 4, kGdn},
+    {"gdn_cp2_ep2", 2, "--cp 2 --ep 2", false, 4, kGdn},
+    {"gdn_cp2_pp2_zbv", 4, "--cp 2 --pp 2 --schedule zb-v", false, 4, kGdn},
+    {"gdn_cp2_recompute_full", 2, "--cp 2 --recompute-granularity full --recompute-method uniform "
+     "--recompute-num-layers 1", false, 4, kGdn},
+    {"gdn_mtp_cp2", 2, "--cp 2", false, 4, kGdnMtp},
+    {"gdn_cp2_recompute_gdn_norm_out", 2, "--cp 2 --recompute-granularity selective --recompute-modules "
+     "gdn_norm_out layernorm", false, 4, kGdn},
+};
+const Layout kGdnCpRealDataLayouts[] = {
+    {"gdn_packed_cp2", 2, "--cp 2", false, 4, kGdnPacked, true},
+    {"gdn_packed_tp2_sp_cp2", 4, "--tp 2 --sequence-parallel --cp 2", false, 4,
+     TESSEL_GDN_VARIANT "--linear-num-key-heads 4 --linear-num-value-heads 8 " TESSEL_GDN_MOE
+     "--moe-aux-loss-coeff 0.01 --reset-position-ids --reset-attention-mask --eod-mask-loss", true},
+};
+
+INSTANTIATE_TEST_SUITE_P(GdnCp, Equivalence,
+                         ::testing::Combine(::testing::Values("llama"), ::testing::ValuesIn(kGdnCpLayouts)),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+INSTANTIATE_TEST_SUITE_P(RealDataGdnCp, Equivalence,
+                         ::testing::Combine(::testing::Values("llama"), ::testing::ValuesIn(kGdnCpRealDataLayouts)),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+
 }  // namespace
 }  // namespace tessel::equivalence

@@ -43,7 +43,8 @@ namespace tessel {
   X(moe_aux_loss_backward) X(moe_z_loss_forward) X(moe_z_loss_backward) X(moe_capacity_drop)    \
   X(moe_count_assignments) X(moe_assign_slots) X(moe_permute_forward) X(moe_permute_backward)   \
   X(moe_unpermute_forward) X(moe_unpermute_backward) X(moe_pack_choices) X(moe_unpack_choices)  \
-  X(cp_take_rows) X(cp_pack_kv) X(cp_unpack_add_kv) X(cp_kv_to_global) X(cp_kv_from_global)     \
+  X(cp_take_rows) X(cp_pack_kv) X(cp_unpack_add_kv) X(cp_rows_to_global) X(cp_rows_from_global) \
+  X(cp_columns_to_ranks) X(cp_columns_from_ranks)                                               \
   X(adamw_update)                                                                               \
   X(gemm) X(gemm_stats_enable) X(gemm_stats) X(gemm_stats_reset)
 

@@ -38,7 +38,7 @@ TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
                      : std::optional<Attention>(std::in_place, k, registry, cfg, layer, tp, cp, B, T_l,
                                                 positions, rope_cos, rope_sin, buffers)),
       gdn_(cfg.is_linear_layer(layer)
-               ? std::optional<GatedDeltaNet>(std::in_place, k, registry, cfg, layer, tp, B, T_l, buffers)
+               ? std::optional<GatedDeltaNet>(std::in_place, k, registry, cfg, layer, tp, cp, B, T_l, buffers)
                : std::nullopt),
       norm2_(k, registry, norm_kind(cfg), norm_name(cfg, layer, 2, "weight"),
              norm_name(cfg, layer, 2, "bias"), cfg.hidden_size, cfg.norm_epsilon, cfg.layernorm_1p),

@@ -56,6 +56,9 @@ class ParamView {
 struct PackedRows {
   const int32_t* position_ids = nullptr;  // each row's position in its document (RoPE, learned positions)
   const int32_t* key_start = nullptr;     // its document's first position in the sequence (attention)
+  // Under context parallelism, (B, T) the whole sequences' key_start in global position order, for
+  // the layers that run whole sequences (Gated DeltaNet); without CP unused (key_start is that).
+  const int32_t* sequence_key_start = nullptr;
 };
 
 // The memory a tensor holds: none for one never allocated (a default Tensor's shape is a scalar's).

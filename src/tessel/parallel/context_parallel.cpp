@@ -23,6 +23,7 @@ struct CpWorkspace {
   Tensor gathered;    // all-gather: (CP, 2, B, T_l, G·D), rank-major
   Tensor global_kv;   // all-gather: (2, B, T, G·D), global position order
   Tensor global_kv_grad;
+  Tensor heads[2];    // the heads' all-to-all: what this rank sends and receives, (CP, a message)
   Tensor positions;   // (CP, T_l): every rank's global positions, for sequences of length T
   Tensor all_keys;    // (T): 0..T−1, the gathered keys' positions
   int64_t positions_T = 0;
@@ -202,6 +203,22 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
 // The gathered blocks arrive rank-major; they are put in global position order (keys 0..T−1), the
 // kernels' causal case, and the gradients go back the same way before the reduce-scatter.
 
+// The gathered blocks' K, then V (each rank's block (2, B, T_l, G·D)), to global order (2, B, T,
+// G·D), or back.
+void kv_to_global(const ContextParallel& cp, float* global, const float* rank_major, const AttentionShape& s) {
+  const int64_t T = s.T_l * cp.size(), width = s.kv_width();
+  for (int64_t part = 0; part < 2; ++part)
+    cp.kernels->cp_rows_to_global(global + part * s.B * T * width, width, rank_major + part * s.B * s.T_l * width,
+                                  s.kv_count(), rank_positions(cp, T), cp.size(), s.B, s.T_l, width);
+}
+void kv_from_global(const ContextParallel& cp, float* rank_major, const float* global, const AttentionShape& s) {
+  const int64_t T = s.T_l * cp.size(), width = s.kv_width();
+  for (int64_t part = 0; part < 2; ++part)
+    cp.kernels->cp_rows_from_global(rank_major + part * s.B * s.T_l * width, s.kv_count(),
+                                    global + part * s.B * T * width, width, rank_positions(cp, T), cp.size(), s.B,
+                                    s.T_l, width);
+}
+
 // Gathers every rank's K/V and returns them in global order: (2, B, T, G·D).
 const float* gather_kv(const ContextParallel& cp, const float* k, const float* v, const AttentionShape& s,
                        int64_t k_ld, int64_t v_ld) {
@@ -214,7 +231,7 @@ const float* gather_kv(const ContextParallel& cp, const float* k, const float* v
   float* global = K.reserve(ws.global_kv, ranks, count);
   K.cp_pack_kv(own, k, v, s.kv_rows(), width, k_ld, v_ld);
   cp.comm->all_gather(own, gathered, count);
-  K.cp_kv_to_global(global, gathered, rank_positions(cp, s.T_l * ranks), ranks, s.B, s.T_l, width);
+  kv_to_global(cp, global, gathered, s);
   return global;
 }
 
@@ -249,12 +266,84 @@ void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float*
                              q_ld, width, width, positions + cp.rank() * s.T_l,
                              ws.all_keys.ints(), s.key_start);
   // Every rank holds a share of every key's gradient: back to rank-major, summed at the owners.
-  K.cp_kv_from_global(rank_major, global_grad, positions, ranks, s.B, s.T_l, width);
+  kv_from_global(cp, rank_major, global_grad, s);
   cp.comm->reduce_scatter(rank_major, own_grad, count);
   K.cp_unpack_add_kv(dk, dv, own_grad, s.kv_rows(), width, k_ld, v_ld);
 }
 
+// ---- the heads' all-to-all -----------------------------------------------------------------------
+// One message per pair of ranks: every section's (B·T_l, width) block, in section order, `block`
+// floats in all; the messages to send, rank by rank, and those received.
+struct HeadMessages {
+  int64_t rows, block;
+  float* send;
+  float* recv;
+};
+
+HeadMessages head_messages(const ContextParallel& cp, const std::vector<CpColumns>& from,
+                           const std::vector<CpColumns>& to, int64_t B, int64_t T_l) {
+  TESSEL_CHECK(from.size() == to.size(), "context_parallel.cpp: {} sections to exchange for {}", from.size(),
+               to.size());
+  check_sequence(T_l * cp.size(), cp.size());
+  int64_t width = 0;
+  for (size_t i = 0; i < from.size(); ++i) {
+    TESSEL_CHECK(from[i].width == to[i].width && from[i].width > 0,
+                 "context_parallel.cpp: section {} is {} columns a rank on one side, {} on the other", i,
+                 from[i].width, to[i].width);
+    width += from[i].width;
+  }
+  CpWorkspace& ws = *cp.workspace;
+  const int64_t block = B * T_l * width;
+  return {B * T_l, block, cp.kernels->reserve(ws.heads[0], cp.size(), block),
+          cp.kernels->reserve(ws.heads[1], cp.size(), block)};
+}
+
+void exchange(const ContextParallel& cp, const HeadMessages& m) {
+  const std::vector<int64_t> counts(cp.size(), m.block);
+  std::vector<int64_t> offsets(cp.size());
+  for (int r = 0; r < cp.size(); ++r) offsets[r] = r * m.block;
+  cp.comm->all_to_all_v(m.send, counts.data(), offsets.data(), m.recv, counts.data(), offsets.data());
+}
+
 }  // namespace
+
+// Rank r's message from this rank: the columns of r's heads of this rank's rows; arrived from rank
+// r: its rows of this rank's heads, put at their global positions.
+void ContextParallel::sequence_to_heads(const std::vector<CpColumns>& local, const std::vector<CpColumns>& whole,
+                                        int64_t B, int64_t T_l) const {
+  const HeadMessages m = head_messages(*this, local, whole, B, T_l);
+  int64_t at = 0;
+  for (const CpColumns& c : local) {
+    kernels->cp_columns_to_ranks(m.send + at, m.block, c.data, c.ld, m.rows, size(), c.width);
+    at += m.rows * c.width;
+  }
+  exchange(*this, m);
+  const int32_t* positions = rank_positions(*this, T_l * size());
+  at = 0;
+  for (const CpColumns& c : whole) {
+    kernels->cp_rows_to_global(c.data, c.ld, m.recv + at, m.block, positions, size(), B, T_l, c.width);
+    at += m.rows * c.width;
+  }
+}
+
+// Rank r's message from this rank: r's rows of this rank's heads; arrived from rank r: the columns
+// of r's heads of this rank's rows.
+void ContextParallel::heads_to_sequence(const std::vector<CpColumns>& whole, const std::vector<CpColumns>& local,
+                                        int64_t B, int64_t T_l) const {
+  const HeadMessages m = head_messages(*this, whole, local, B, T_l);
+  const int32_t* positions = rank_positions(*this, T_l * size());
+  int64_t at = 0;
+  for (const CpColumns& c : whole) {
+    kernels->cp_rows_from_global(m.send + at, m.block, c.data, c.ld, positions, size(), B, T_l, c.width);
+    at += m.rows * c.width;
+  }
+  exchange(*this, m);
+  at = 0;
+  for (const CpColumns& c : local) {
+    kernels->cp_columns_from_ranks(c.data, c.ld, m.recv + at, m.block, m.rows, size(), c.width);
+    at += m.rows * c.width;
+  }
+}
 
 int64_t context_parallel_workspace_bytes(CpCommType type, int cp, int64_t B, int64_t T_l, int64_t H,
                                          int64_t G, int64_t D) {
@@ -263,6 +352,10 @@ int64_t context_parallel_workspace_bytes(CpCommType type, int cp, int64_t B, int
   const int64_t floats = type == CpCommType::P2P ? 5 * count + B * T_l * H * D + B * H * T_l
                                                  : 2 * count + 3 * cp * count;
   return (floats + positions) * 4;
+}
+
+int64_t context_parallel_heads_workspace_bytes(int cp, int64_t B, int64_t T_l, int64_t width) {
+  return 2 * cp * B * T_l * width * 4;
 }
 
 ContextParallel::ContextParallel(Comm* comm, CpCommType comm_type, const Kernels& kernels)

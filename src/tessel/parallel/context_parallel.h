@@ -13,6 +13,11 @@
 //                by their global positions. Backward circulates K/V again with their dK/dV
 //                accumulators, which end on the rank that owns them.
 //   all-gather:  K and V all-gathered, one attention call; dK/dV reduce-scattered back.
+//
+// Gated DeltaNet layers (Megatron's GDN CP, Ulysses style) do not pass state between ranks: an
+// all-to-all trades this rank's rows of every head for whole sequences of a 1/CP share of the heads
+// (sequence_to_heads), the layer runs its recurrence on whole sequences, and the inverse all-to-all
+// (heads_to_sequence) brings its output back to this rank's rows.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +34,14 @@ enum class CpCommType : uint8_t { P2P, AllGather };
 CpCommType parse_cp_comm_type(const std::string& name);  // "p2p" | "all-gather"
 
 struct CpWorkspace;
+
+// One section of rows for the heads' all-to-all: `width` columns per CP rank (one rank's heads ×
+// their head dim) from `data`, in rows of stride `ld`.
+struct CpColumns {
+  float* data;
+  int64_t ld;
+  int64_t width;
+};
 
 struct ContextParallel {
   // `comm` (the CP group, a group of one without CP) must outlive every copy.
@@ -59,6 +72,16 @@ struct ContextParallel {
                           int64_t B, int64_t T_l, int64_t H, int64_t G, int64_t D, int64_t q_ld,
                           int64_t k_ld, int64_t v_ld, const int32_t* key_start = nullptr) const;
 
+  // `local`: sections over this rank's rows (B, T_l), each of CP·width columns that hold every CP
+  // rank's heads in rank order -> `whole`: the same sections over whole sequences (B, T = CP·T_l)
+  // in global position order (the load balance undone), only this rank's width columns of each.
+  // All sections travel in one all-to-all; a destination may be its source's memory (everything
+  // is read before anything is written). heads_to_sequence is the inverse (whole -> local).
+  void sequence_to_heads(const std::vector<CpColumns>& local, const std::vector<CpColumns>& whole,
+                         int64_t B, int64_t T_l) const;
+  void heads_to_sequence(const std::vector<CpColumns>& whole, const std::vector<CpColumns>& local,
+                         int64_t B, int64_t T_l) const;
+
   // The buffers of one call, grown on first use and kept (no allocation in later steps); shared
   // by the copies of this object, which run one call at a time.
   std::shared_ptr<CpWorkspace> workspace;
@@ -70,6 +93,10 @@ struct ContextParallel {
 // global K/V and the global gradient; both, every rank's positions and the keys'.
 int64_t context_parallel_workspace_bytes(CpCommType type, int cp, int64_t B, int64_t T_l, int64_t H,
                                          int64_t G, int64_t D);
+
+// The bytes the heads' all-to-all's workspace grows to for sections of `width` columns a rank in
+// all over B·T_l rows: the messages sent and those received, CP of B·T_l·width floats each way.
+int64_t context_parallel_heads_workspace_bytes(int cp, int64_t B, int64_t T_l, int64_t width);
 
 // The global positions CP rank `rank` of `cp` holds of a sequence of length T (its two chunks).
 std::vector<int32_t> context_parallel_positions(int64_t T, int cp, int rank);

@@ -15,10 +15,12 @@ double seconds_since(Clock::time_point t) {
 
 PipelineExecutor::PipelineExecutor(const Kernels& k, std::vector<TransformerChunk*> chunks,
                                    Comm& pp, const ScheduleConfig& schedule,
-                                   int64_t tokens_per_microbatch, bool packed_documents)
+                                   int64_t tokens_per_microbatch, bool packed_documents,
+                                   int64_t sequence_tokens)
     : k_(k),
       chunks_(std::move(chunks)), pp_(pp), schedule_(schedule), tokens_(tokens_per_microbatch),
       packed_(packed_documents),
+      sequence_tokens_(packed_documents ? sequence_tokens : 0),
       num_model_chunks_(static_cast<int>(chunks_.size()) * pp.size()), slots_(chunks_.size()) {
   for (const TransformerChunk* c : chunks_)
     if (c->shared_tied_embedding() >= 0) shared_params_.push_back({c->shared_tied_embedding(), 2});
@@ -54,7 +56,7 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   s.acts = c.make_activations();
   TensorList buffers;
   list_buffers(s, buffers, tokens_, c.local_rows(), c.hidden_size(), model_chunk(chunk), num_model_chunks_,
-               packed_, c.mtp_depths());
+               packed_, c.mtp_depths(), sequence_tokens_);
   buffers.allocate(k_);
   s.microbatch = microbatch;
   slots.push_back(std::move(s));
@@ -63,13 +65,15 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
 
 int64_t PipelineExecutor::list_buffers(Slot& s, TensorList& list, int64_t tokens, int64_t rows,
                                        int64_t hidden, int model_chunk, int model_chunks, bool packed,
-                                       int mtp_depths) {
+                                       int mtp_depths, int64_t sequence_tokens) {
   list.set_part("executor slot");
   list.add(s.tokens, {tokens}, "token ids", DType::I32);
   list.add(s.targets, {tokens}, "targets", DType::I32);
   if (packed) {
     list.add(s.position_ids, {tokens}, "packed documents' position ids", DType::I32);
     list.add(s.key_start, {tokens}, "packed documents' attention starts", DType::I32);
+    if (sequence_tokens > 0)
+      list.add(s.sequence_key_start, {sequence_tokens}, "packed documents' starts, whole sequences", DType::I32);
   }
   if (mtp_depths > 0) {
     list.add(s.mtp_tokens, {mtp_depths, tokens}, "MTP shifted token ids", DType::I32);
@@ -92,7 +96,7 @@ PipelineExecutor::SlotTensors PipelineExecutor::slot_tensors(int64_t tokens, int
   Slot s;
   TensorList list;
   const int64_t leaving =
-      list_buffers(s, list, tokens, rows, hidden, model_chunk, model_chunks, packed, mtp_depths);
+      list_buffers(s, list, tokens, rows, hidden, model_chunk, model_chunks, packed, mtp_depths, 0);
   return {list.declared(), leaving};
 }
 
@@ -125,12 +129,13 @@ double PipelineExecutor::forward(Slot& s, int chunk, int microbatch, const FillF
                             .targets = last ? s.targets.ints() : nullptr,
                             .position_ids = packed_ ? s.position_ids.ints() : nullptr,
                             .key_start = packed_ ? s.key_start.ints() : nullptr,
+                            .sequence_key_start = sequence_tokens_ > 0 ? s.sequence_key_start.ints() : nullptr,
                             .mtp_tokens = mtp > 0 ? s.mtp_tokens.ints() : nullptr,
                             .mtp_targets = mtp > 0 ? s.mtp_targets.ints() : nullptr,
                             .mtp_depths = mtp};
   if (first || last || packed_) fill(microbatch, rows);
   return chunks_[chunk]->forward(s.acts, rows.tokens, first ? nullptr : s.input.data(),
-                                 rows.targets, grad_scale, {rows.position_ids, rows.key_start},
+                                 rows.targets, grad_scale, {rows.position_ids, rows.key_start, rows.sequence_key_start},
                                  {rows.mtp_tokens, rows.mtp_targets});
 }
 

@@ -39,6 +39,7 @@ struct MicrobatchRows {
   int32_t* targets = nullptr;
   int32_t* position_ids = nullptr;
   int32_t* key_start = nullptr;
+  int32_t* sequence_key_start = nullptr;  // (B, T) whole sequences' (packed documents under CP)
   int32_t* mtp_tokens = nullptr;
   int32_t* mtp_targets = nullptr;
   int mtp_depths = 0;
@@ -51,10 +52,11 @@ class PipelineExecutor {
 
   // `chunks`: this rank's model chunks in its chunk order (chunk c is model chunk c·p + rank);
   // `schedule` is what the action lists were generated from (their tags and peers).
-  // packed_documents: every chunk reads the microbatches' position ids and attention starts.
+  // packed_documents: every chunk reads the microbatches' position ids and attention starts;
+  // sequence_tokens > 0 (packed documents under CP: B·T) also the whole sequences' starts.
   PipelineExecutor(const Kernels& k, std::vector<TransformerChunk*> chunks, Comm& pp,
                    const ScheduleConfig& schedule, int64_t tokens_per_microbatch,
-                   bool packed_documents = false);
+                   bool packed_documents = false, int64_t sequence_tokens = 0);
 
   struct Stats {
     double seconds = 0;       // the whole iteration on this rank
@@ -110,6 +112,7 @@ class PipelineExecutor {
     ChunkActivations acts;
     Tensor tokens, targets;  // (tokens_per_microbatch) i32 each, first and last chunk's input
     Tensor position_ids, key_start;  // (tokens_per_microbatch) i32 each with packed documents
+    Tensor sequence_key_start;       // (sequence_tokens) i32 with packed documents under CP
     Tensor mtp_tokens, mtp_targets;  // (D, tokens_per_microbatch) i32 each with MTP
     Tensor input, d_output, d_input;  // (N_l, C) each, where the chunk has a neighbour
     Request recv, send_forward, send_backward;
@@ -126,7 +129,8 @@ class PipelineExecutor {
   Slot& slot(int chunk, int microbatch);  // the slot of (chunk, microbatch), taken if needed
   // Lists s's buffers besides its activations (slot_tensors); returns the input gradient's bytes.
   static int64_t list_buffers(Slot& s, TensorList& list, int64_t tokens, int64_t rows, int64_t hidden,
-                              int model_chunk, int model_chunks, bool packed, int mtp_depths);
+                              int model_chunk, int model_chunks, bool packed, int mtp_depths,
+                              int64_t sequence_tokens);
   // Hands the free slot's input gradient, still being sent, to leaving_ and gives the slot
   // another buffer: one whose send has completed, or a new one.
   void let_gradient_leave(Slot& s);
@@ -143,6 +147,7 @@ class PipelineExecutor {
   ScheduleConfig schedule_;
   int64_t tokens_;
   bool packed_;
+  int64_t sequence_tokens_;
   int num_model_chunks_;
   std::vector<std::vector<Slot>> slots_;  // per chunk
   std::vector<LeavingGradient> leaving_;  // a few (N_l, C) buffers, reused once their sends complete

@@ -137,6 +137,14 @@ std::vector<Term> tessel_rank_buffers(const RunShape& x, int stage) {
                      "context_parallel_workspace_bytes (parallel/context_parallel.h)",
                      fmt::format("{:.0f} B", bytes)});
   }
+  if (x.cp > 1 && x.model.cfg.linear.enabled()) {  // the GDN layers' head all-to-all, its widest exchange
+    const LinearAttentionConfig& la = x.model.cfg.linear;
+    const int64_t width = 2 * (la.key_dim() + la.value_dim() + la.num_value_heads) / (x.t * x.cp);
+    const double bytes = static_cast<double>(context_parallel_heads_workspace_bytes(x.cp, x.b, x.s / x.cp, width));
+    terms.push_back({"context-parallel heads all-to-all workspace", bytes,
+                     "context_parallel_heads_workspace_bytes (parallel/context_parallel.h)",
+                     fmt::format("{:.0f} B", bytes)});
+  }
   return terms;
 }
 

@@ -32,6 +32,8 @@ void MicrobatchLoader::fill(int microbatch, const MicrobatchRows& rows) {
   copy_rows(batch_->targets, microbatch, rows.targets);
   copy_rows(batch_->position_ids, microbatch, rows.position_ids);
   copy_rows(batch_->key_start, microbatch, rows.key_start);
+  if (rows.sequence_key_start != nullptr)  // whole sequences, as they are on the host
+    k_.memory.from_host(rows.sequence_key_start, batch_->key_start.data() + microbatch * B_ * T_, B_ * T_ * 4);
   // Multi-token prediction: each depth's rows shifted over whole sequences, then this CP rank's.
   const int64_t n = B_ * T_, local = local_tokens();
   const int depths = rows.mtp_depths;

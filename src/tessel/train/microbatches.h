@@ -40,6 +40,7 @@ class MicrobatchLoader {
   double read_seconds_per_batch() const { return batches_.read_seconds_per_batch(); }
   // Tokens of one microbatch on this rank: micro batch × T/CP.
   int64_t local_tokens() const { return B_ * (T_ / cp_.size()); }
+  int64_t sequence_tokens() const { return B_ * T_; }  // micro batch × T
 
  private:
   void copy_rows(const std::vector<int32_t>& host, int microbatch, int32_t* rows);

@@ -153,10 +153,6 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
       v.push_back(fmt::format("the GDN heads (--linear-num-key-heads {}, --linear-num-value-heads {}) are "
                               "not divisible by --tensor-model-parallel-size {} × --context-parallel-size {} = {}",
                               la.num_key_heads, la.num_value_heads, c.tp, c.cp, ranks));
-    // What the GDN layers are not built for yet (issue 23's Build 4): refused, not approximated.
-    if (c.cp > 1)
-      v.push_back(fmt::format("Gated DeltaNet layers run on one CP rank for now (--context-parallel-size {})",
-                              c.cp));
   }
 
   // Megatron's load-balanced causal split cuts each sequence into 2·CP chunks.

@@ -319,7 +319,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   // 3. The schedule: this pipeline rank's actions, walked by the executor.
   const RankSchedule actions = lower(generate_schedule(plan.schedule), plan.schedule)[groups.coords().pp];
   PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule, loader.local_tokens(),
-                            plan.packing().documents());
+                            plan.packing().documents(), cp.size() > 1 ? loader.sequence_tokens() : 0);
   Evaluator evaluator(k, plan, groups, cp, data, pipeline, stage.chunks);
   NumericsGuard numerics(k, o.faults, params, groups, log);
   // 4–7. One computation of iteration `it` on its batch: the microbatches in, forward and

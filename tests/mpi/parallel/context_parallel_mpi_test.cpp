@@ -221,6 +221,62 @@ INSTANTIATE_TEST_SUITE_P(CommTypes, CpAttention,
                            return info.param == CpCommType::P2P ? "P2p" : "AllGather";
                          });
 
+// ---- the heads' all-to-all (Gated DeltaNet) -------------------------------------------------------
+
+// Element (b, t, column) of the whole sequence of a section that holds every rank's heads.
+float section_value(int section, int64_t b, int64_t t, int64_t column) {
+  return static_cast<float>(section * 100000 + b * 10000 + t * 100 + column);
+}
+
+// Two sections of widths 3 and 2 columns a rank in rows with padding (stride 7·CP, the second at
+// column 3·CP): this rank's rows of every head go to whole sequences of its heads, in global
+// order, and back to exactly what they were; then the same in place (a destination in its
+// source's memory, as the Gated DeltaNet moves its projections).
+TEST(ContextParallel, HeadsAllToAllMovesWholeSequencesOfEachRanksHeads) {
+  auto comm = world_copy();
+  const ContextParallel cp{comm.get(), CpCommType::P2P, cpu_kernels()};
+  const int64_t P = cp.size(), B = 2, T = 4 * P, T_l = T / P, widths[2] = {3, 2};
+  const int64_t local_ld = 7 * P, whole_ld = 6;
+  const std::vector<int32_t> positions = cp.local_positions(T);
+  std::vector<float> local(B * T_l * local_ld, -1.0f), whole(B * T * whole_ld, -1.0f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T_l; ++t)
+      for (int section = 0; section < 2; ++section)
+        for (int64_t j = 0; j < P * widths[section]; ++j)
+          local[(b * T_l + t) * local_ld + section * 3 * P + j] = section_value(section, b, positions[t], j);
+  const std::vector<CpColumns> local_sections = {{local.data(), local_ld, 3}, {local.data() + 3 * P, local_ld, 2}};
+  const std::vector<CpColumns> whole_sections = {{whole.data(), whole_ld, 3}, {whole.data() + 3, whole_ld, 2}};
+  cp.sequence_to_heads(local_sections, whole_sections, B, T_l);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int section = 0; section < 2; ++section)
+        for (int64_t j = 0; j < widths[section]; ++j)
+          ASSERT_EQ(whole[(b * T + t) * whole_ld + section * 3 + j],
+                    section_value(section, b, t, cp.rank() * widths[section] + j))
+              << "b " << b << " t " << t << " section " << section << " column " << j;
+
+  std::vector<float> back(local.size(), -1.0f);
+  cp.heads_to_sequence(whole_sections, {{back.data(), local_ld, 3}, {back.data() + 3 * P, local_ld, 2}}, B, T_l);
+  EXPECT_EQ(back, local);
+
+  // In place: the local rows (B·T_l, 5·P) and the whole sequences (B·T, 5) in one buffer.
+  std::vector<float> shared(B * T_l * 5 * P);
+  for (int64_t n = 0; n < B * T_l; ++n)
+    for (int section = 0; section < 2; ++section)
+      std::copy_n(local.begin() + n * local_ld + section * 3 * P, P * widths[section],
+                  shared.begin() + n * 5 * P + section * 3 * P);
+  const std::vector<float> before = shared;
+  const std::vector<CpColumns> shared_local = {{shared.data(), 5 * P, 3}, {shared.data() + 3 * P, 5 * P, 2}};
+  const std::vector<CpColumns> shared_whole = {{shared.data(), 5, 3}, {shared.data() + 3, 5, 2}};
+  cp.sequence_to_heads(shared_local, shared_whole, B, T_l);
+  for (int64_t n = 0; n < B * T; ++n)
+    for (int section = 0; section < 2; ++section)
+      for (int64_t j = 0; j < widths[section]; ++j)
+        ASSERT_EQ(shared[n * 5 + section * 3 + j], whole[n * whole_ld + section * 3 + j]);
+  cp.heads_to_sequence(shared_whole, shared_local, B, T_l);
+  EXPECT_EQ(shared, before);
+}
+
 // With one rank both comm types are exactly the kernels' causal attention.
 TEST(ContextParallel, OneRankIsTheKernel) {
   const ContextParallel cp = no_context_parallel(cpu_kernels());

@@ -346,13 +346,22 @@ void cp_pack_kv(float* kv, const float* k, const float* v, int64_t N, int64_t wi
 // dk, dv (rows with strides) += the packed kv_grad (2, N, width).
 void cp_unpack_add_kv(float* dk, float* dv, const float* kv_grad, int64_t N, int64_t width,
                       int64_t k_ld, int64_t v_ld);
-// The all-gather path: packed K/V blocks of CP ranks, rank-major (CP, 2, B, T_l, width), to
-// global position order (2, B, T, width), T = CP·T_l, rank r's rows at positions + r·T_l (CP,
-// T_l); and back.
-void cp_kv_to_global(float* global, const float* rank_major, const int32_t* positions, int64_t CP,
-                     int64_t B, int64_t T_l, int64_t width);
-void cp_kv_from_global(float* rank_major, const float* global, const int32_t* positions,
-                       int64_t CP, int64_t B, int64_t T_l, int64_t width);
+// Rank blocks and global positions: blocks + r·rank_stride holds CP rank r's rows (B, T_l, width)
+// of whole sequences, contiguous; out (B, T) rows of stride ld (T = CP·T_l) takes each at its
+// global position, positions[r·T_l + t] (every rank's, (CP, T_l)), in columns [0, width); and
+// back. Every row of out is written (the ranks' positions cover the sequence). The all-gather
+// path's K/V blocks in key order, the Gated DeltaNet's head all-to-all (whole sequences).
+void cp_rows_to_global(float* out, int64_t ld, const float* blocks, int64_t rank_stride,
+                       const int32_t* positions, int64_t CP, int64_t B, int64_t T_l, int64_t width);
+void cp_rows_from_global(float* blocks, int64_t rank_stride, const float* in, int64_t ld,
+                         const int32_t* positions, int64_t CP, int64_t B, int64_t T_l, int64_t width);
+// Column blocks and ranks: in (N, ·) rows of stride ld hold CP·width columns, rank r's at
+// [r·width, (r+1)·width); blocks + r·rank_stride gets them as (N, width), contiguous; and back
+// (out's other columns untouched). The Gated DeltaNet's head all-to-all (each rank's heads).
+void cp_columns_to_ranks(float* blocks, int64_t rank_stride, const float* in, int64_t ld, int64_t N,
+                         int64_t CP, int64_t width);
+void cp_columns_from_ranks(float* out, int64_t ld, const float* blocks, int64_t rank_stride, int64_t N,
+                           int64_t CP, int64_t width);
 
 // ---- optimizer ------------------------------------------------------------------------------
 // AdamW as torch.optim.AdamW: p -= lr·wd·p; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;
