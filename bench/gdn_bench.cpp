@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
   const Kernels& k = cpu_kernels();
   ParamRegistry registry;
   TensorList scratch, shared, kept;
-  GatedDeltaNet mixer(k, registry, cfg, 0, no_tensor_parallel(k), B, T, LayerBuffers{scratch, shared});
+  GatedDeltaNet mixer(k, registry, cfg, 0, no_tensor_parallel(k), no_context_parallel(k), B, T,
+                      LayerBuffers{scratch, shared});
   scratch.allocate(k);
   registry.finalize();
   registry.init_values(1);

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The seed's layout for real (seed §20): a narrow Qwen3.5-style hybrid with the shape of the
+# reader's run — 60 layers (three Gated DeltaNet layers, then one gated attention layer), 512
+# experts top-10 with the sigmoid-gated shared expert in every layer, one MTP layer — trained on
+# 64 ranks as TP 4 × PP 8 × EP 8 × DP 2 (ETP 1; the first and last stages 6 layers, the six in
+# between 8 each), and on one process; the losses of the 10 iterations must agree as the
+# equivalence suite asks (1e-6 relative at the first, 1e-4 after).
+#
+#   tests/train/seed_layout.sh [TESSEL] [WORK_DIR]
+set -euo pipefail
+tessel=${1:-build/tessel}
+if [ $# -ge 2 ]; then work=$2; mkdir -p "$work"; else work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; fi
+model=(--arch llama --num-layers 60 --hidden-size 64 --num-attention-heads 8 --num-query-groups 2
+       --kv-channels 16 --ffn-hidden-size 64
+       --experimental-attention-variant gdn --linear-attention-freq 4
+       --linear-num-key-heads 4 --linear-num-value-heads 8 --linear-key-head-dim 8 --linear-value-head-dim 8
+       --attention-output-gate --qk-layernorm --apply-layernorm-1p --rotary-percent 0.25
+       --num-experts 512 --moe-router-topk 10 --moe-ffn-hidden-size 8
+       --moe-shared-expert-intermediate-size 16 --moe-shared-expert-gate --moe-aux-loss-coeff 0.001
+       --mtp-num-layers 1 --mtp-loss-scaling-factor 0.1)
+training=(--seq-length 32 --micro-batch-size 1 --global-batch-size 16 --train-iters 10
+          --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1
+          --seed 11 --threads 1)
+layout=(--tp 4 --sequence-parallel --pp 8 --ep 8 --expert-tensor-parallel-size 1 --decoder-first-pipeline-num-layers 6
+        --decoder-last-pipeline-num-layers 6 --use-distributed-optimizer)
+export OMP_NUM_THREADS=1
+start=$(date +%s)
+timeout 900 "$tessel" train "${model[@]}" "${training[@]}" --log-json "$work/one.jsonl" > "$work/one.log" 2>&1 ||
+  { cat "$work/one.log"; exit 1; }
+one=$(date +%s)
+timeout 1800 mpirun --allow-run-as-root --oversubscribe -n 64 -x OMP_NUM_THREADS=1 \
+  "$tessel" train "${model[@]}" "${training[@]}" "${layout[@]}" --log-json "$work/seed.jsonl" \
+  > "$work/seed.log" 2>&1 || { tail -50 "$work/seed.log"; exit 1; }
+end=$(date +%s)
+echo "one process: $((one - start)) s; 64 ranks: $((end - one)) s"
+/usr/bin/python3 - "$work/one.jsonl" "$work/seed.jsonl" <<'PY'
+import json, sys
+def losses(path):
+    rows = [json.loads(l) for l in open(path)]
+    return [r for r in rows if "loss" in r and r.get("split") is None]
+want, got = losses(sys.argv[1]), losses(sys.argv[2])
+assert len(want) == 10 and len(got) == 10, (len(want), len(got))
+def figures(row):  # every loss the log holds: the LM loss, the aux loss, each MTP depth's
+    out = {k: v for k, v in row.items() if k.endswith("loss")}
+    for depth, v in enumerate(row.get("mtp_losses", []), 1):
+        out[f"mtp_{depth} loss"] = v
+    return out
+bad = 0
+for i, (w, g) in enumerate(zip(want, got)):
+    fw, fg = figures(w), figures(g)
+    assert fw.keys() == fg.keys(), (fw.keys(), fg.keys())
+    for key in sorted(fw):
+        rel = abs(fg[key] - fw[key]) / abs(fw[key])
+        ok = rel < (1e-6 if i == 0 else 1e-4)
+        bad += not ok
+        print(f"iteration {i + 1:2} {key:9}: one process {fw[key]:.9g}  64 ranks {fg[key]:.9g}  rel {rel:.1e}"
+              + ("" if ok else "  DIFFERS"))
+sys.exit(1 if bad else 0)
+PY
