@@ -198,9 +198,8 @@ TEST(PlanMemory, QwenNextStagesCountTheirOwnLayers) {
   EXPECT_GT(last.transient, 0);
 }
 
-// What tessel trains, the CPU planner takes: --kv-channels (GDN models' attention) is planned;
-// MTP is refused there with the trainer's own message until tessel builds it, and planned on GPU
-// clusters, where Megatron-LM builds it.
+// What tessel trains, the CPU planner takes: --kv-channels (GDN models' attention) and MTP are
+// planned on CPU ranks as on GPU clusters.
 TEST(PlanMemory, CpuRanksTakeWhatTesselTrains) {
   PlanModel m;
   m.cfg.arch = Arch::Llama;
@@ -217,8 +216,7 @@ TEST(PlanMemory, CpuRanksTakeWhatTesselTrains) {
   EXPECT_TRUE(ok.empty()) << ok.front();
   m.cfg.mtp_num_layers = 1;
   const std::vector<std::string> mtp = run_violations(m, r, cpu, planned_run_violations);
-  ASSERT_EQ(mtp.size(), 1u);
-  EXPECT_NE(mtp[0].find("--mtp-num-layers"), std::string::npos) << mtp[0];
+  EXPECT_TRUE(mtp.empty()) << mtp.front();
   PlanRun gpu = r;
   gpu.precision = PlannedPrecision::BF16, gpu.attention = AttentionBackend::Flash;
   EXPECT_TRUE(run_violations(m, gpu, cluster_preset("h100"), planned_run_violations).empty());

@@ -3,9 +3,9 @@
 
 For each family a random folder is written the way qwen3_next_selfcheck.py writes it (Qwen3-Next:
 grouped GDN projections, per-expert experts; Qwen3.5: flat projections, packed experts; both with
-MTP weights, which tessel's decoder skips as transformers' causal LM does), then converted by
+MTP weights under mtp.*), then converted by
 `tessel export --init-from` into every model_type. Each output must equal, bitwise, the
-reference's own conversion of the input (qwen3_next_layout.convert, without mtp.*), hold exactly
+reference's own conversion of the input (qwen3_next_layout.convert, mtp.* included), hold exactly
 its tensors, and its config.json must read to the same model. Exit status 1 on any difference.
 
 Usage: /usr/bin/python3 tools/crosscheck/qwen3_next_import.py TESSEL
@@ -50,8 +50,7 @@ def main():
                                 "--hf-model-type", model_type], check=True,
                                stdout=subprocess.DEVNULL)
                 got = read_safetensors(os.path.join(out, "model.safetensors"))
-                want = {n: v for n, v in convert(tensors, cfg, *layout).items()
-                        if not n.startswith("mtp.")}
+                want = convert(tensors, cfg, *layout)
                 what = f"{family} -> {model_type}"
                 if set(got) != set(want):
                     failures.append(f"{what}: tensors differ: only tessel's "
@@ -63,7 +62,7 @@ def main():
                         failures.append(f"{what}: tensor {name} differs")
                 out_cfg = config_of(out)
                 for key in cfg:
-                    if key not in ("arch", "mtp_layers") and out_cfg[key] != cfg[key]:
+                    if key != "arch" and out_cfg[key] != cfg[key]:
                         failures.append(f"{what}: config.json's {key} {out_cfg[key]} != {cfg[key]}")
                 print(f"{what}: {len(got)} tensors, bitwise equal to the reference's layout")
     if failures:
