@@ -35,11 +35,11 @@ void MicrobatchLoader::fill(int microbatch, const MicrobatchRows& rows) {
   if (rows.sequence_key_start != nullptr)  // whole sequences, as they are on the host
     k_.memory.from_host(rows.sequence_key_start, batch_->key_start.data() + microbatch * B_ * T_, B_ * T_ * 4);
   // Multi-token prediction: each depth's rows shifted over whole sequences, then this CP rank's.
-  const int64_t n = B_ * T_, local = local_tokens();
   const int depths = rows.mtp_depths;
+  if (depths == 0) return;
+  const int64_t n = B_ * T_, local = local_tokens(), at = microbatch * n;
   std::vector<int32_t> shifted(n);
   for (int d = 0; d < depths; ++d) {
-    const int64_t at = microbatch * n;
     mtp_shift_rows(batch_->inputs.data() + at, shifted.data(), B_, T_, d + 1, 0);
     copy_rows(shifted, 0, rows.mtp_tokens + d * local);
     mtp_shift_rows(batch_->targets.data() + at, shifted.data(), B_, T_, d + 1, -1);
