@@ -2,9 +2,9 @@
 # Tokenizer encode MB/s: tessel's TikTokenizer against npm tiktoken (the WASM build of its Rust
 # core), same rank data (tiktoken's own, written out by scripts/install-test-references.sh), and
 # tessel's HuggingFaceTokenizer against Hugging Face's tokenizers library (Rust, its Node
-# binding) on the real tokenizer.json files of six models and a Unigram model made from Llama 2's
-# pieces; same text, one thread each, in
-# alternating rounds so that load from other processes falls on both.
+# binding) on the real tokenizer.json files of six models, Mistral 7B's (written from
+# mistral-tokenizer-js' data) and a Unigram model made from Llama 2's pieces; same text, one
+# thread each, in alternating rounds so that load from other processes falls on both.
 # Texts: the bundled corpus, and a generated multilingual text (words of eight scripts, digits,
 # punctuation, emoji; seeded). Prints one line per encoding and text: medians and their ratio.
 #   bench/tokenizer_bench.sh [--rounds N] [--text FILE]... [--only tiktoken|hf]
@@ -82,6 +82,17 @@ if [ "$only" != tiktoken ]; then
         "node bench/hf_tokenizers_bench.mjs $refs $folder/tokenizer.json $text 3" hf-tokenizers
     done
   done
+  # Mistral 7B's vocabulary and merges from mistral-tokenizer-js, as its tokenizer.json.
+  if [ -d "$refs/node_modules/mistral-tokenizer-js" ] && [ -d "$refs/node_modules/@anush008/tokenizers" ]; then
+    node tests/data/tokenizers/references/mistral_tokenizer.mjs "$refs" "$work/mistral" /dev/null > /dev/null
+    for text in "${texts[@]}"; do
+      compare mistral "$text" \
+        "build/bench/tokenizer_bench --tokenizer-type HuggingFaceTokenizer --tokenizer-model $work/mistral --text $text --rounds 3" \
+        "node bench/hf_tokenizers_bench.mjs $refs $work/mistral/tokenizer.json $text 3" hf-tokenizers
+    done
+  else
+    echo "mistral: mistral-tokenizer-js or the library not installed, skipped"
+  fi
   # No reference ships a Unigram tokenizer.json: Llama 2's, its 32000 pieces made a Unigram model
   # (score -ln(id + 2): earlier pieces likelier, as SentencePiece orders them), byte fallback and
   # Llama 2's normalizers and decoders kept.
