@@ -4,7 +4,16 @@
 # experts top-10 with the sigmoid-gated shared expert in every layer, one MTP layer — trained on
 # 64 ranks as TP 4 × PP 8 × EP 8 × DP 2 (ETP 1; the first and last stages 6 layers, the six in
 # between 8 each), and on one process; the losses of the 10 iterations must agree as the
-# equivalence suite asks (1e-6 relative at the first, 1e-4 after).
+# equivalence suite asks (1e-6 relative at the first, 1e-4 after), and so must the first
+# iteration's gradient norm (1e-6: the gradient of the same weights on the same data).
+#
+# The learning rate is 1e-3. At 3e-3 this deep, narrow model spikes at iteration 3 (gradient norm
+# 13.7 against the clip of 1) and trains on in a chaotic regime: two processes as DP 2, the same
+# arithmetic summed in another order, already move iteration 10's loss by 8e-4 with every expert
+# chosen (10 experts top-10, no routing to flip), and the gradient norm by 30 % at iteration 7.
+# With 512 experts a near-tie between the 10th and 11th router score also flips under rounding,
+# and Adam's first step moves the expert that gained the token by about the learning rate in
+# every weight. At 1e-3 one process and DP 2 agree to 1e-8 over the 10 iterations.
 #
 #   tests/train/seed_layout.sh [TESSEL] [WORK_DIR]
 set -euo pipefail
@@ -19,7 +28,7 @@ model=(--arch llama --num-layers 60 --hidden-size 64 --num-attention-heads 8 --n
        --moe-shared-expert-intermediate-size 16 --moe-shared-expert-gate --moe-aux-loss-coeff 0.001
        --mtp-num-layers 1 --mtp-loss-scaling-factor 0.1)
 training=(--seq-length 32 --micro-batch-size 1 --global-batch-size 16 --train-iters 10
-          --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1
+          --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1
           --seed 11 --threads 1)
 layout=(--tp 4 --sequence-parallel --pp 8 --ep 8 --expert-tensor-parallel-size 1 --decoder-first-pipeline-num-layers 6
         --decoder-last-pipeline-num-layers 6 --use-distributed-optimizer)
@@ -55,5 +64,11 @@ for i, (w, g) in enumerate(zip(want, got)):
         bad += not ok
         print(f"iteration {i + 1:2} {key:9}: one process {fw[key]:.9g}  64 ranks {fg[key]:.9g}  rel {rel:.1e}"
               + ("" if ok else "  DIFFERS"))
+    # The gradient norm: held at the first iteration, printed after (in a gradient burst it is the
+    # most sensitive figure, and a different clip factor then changes the whole update).
+    rel = abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"]
+    bad += i == 0 and rel >= 1e-6
+    print(f"iteration {i + 1:2} grad norm: one process {w['grad_norm']:.9g}  64 ranks {g['grad_norm']:.9g}  rel {rel:.1e}"
+          + ("  DIFFERS" if i == 0 and rel >= 1e-6 else ""))
 sys.exit(1 if bad else 0)
 PY
