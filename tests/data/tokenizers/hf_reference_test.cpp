@@ -61,7 +61,8 @@ std::string around_difference(const Tokenizer& t, const Ids& a, const Ids& b) {
   const size_t at = first_difference(a, b), from = at > 3 ? at - 3 : 0;
   auto piece = [&](const Ids& ids) {
     std::string out;
-    for (size_t i = from; i < std::min(ids.size(), at + 6); ++i) out += fmt::format("{} ({}) ", ids[i], code_points(t.decode(std::span<const int32_t>(&ids[i], 1))));
+    for (size_t i = from; i < std::min(ids.size(), at + 6); ++i)
+      out += fmt::format("{} ({}) ", ids[i], code_points(t.decode(std::span<const int32_t>(&ids[i], 1))));
     return out;
   };
   return piece(a) + "| " + piece(b);
