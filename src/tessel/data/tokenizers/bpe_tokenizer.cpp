@@ -75,7 +75,9 @@ void BpeTokenizer::encode_segment(std::string_view text, bool starts_input, std:
     text = changed;
   }
   if (parts_.add_prefix_space && !text.empty() && text[0] != ' ') {
-    changed = " " + std::string(text);
+    std::string spaced(1, ' ');  // text may lie in `changed`: build apart, then move in
+    spaced += text;
+    changed = std::move(spaced);
     text = changed;
   }
   parts_.pre.for_each_piece(text, [&](std::string_view piece) { model_->encode_piece(piece, out); });
