@@ -100,6 +100,50 @@ TEST(BpeModel, ScanAndHeapMergeAlike) {
   }
 }
 
+TEST(BpeModel, CutMergingEqualsMergingWhole) {
+  // SentencePiece-style models over "a", "b", "▁", one where no merge joins "▁" to a symbol
+  // before it other than "▁"s (the cuts apply: Llama 2, Mistral) and one where merges do (no
+  // cut may apply there). Both must give the ids of one heap merge over the whole piece.
+  const std::vector<std::string> alphabet = {"a", "b", "\u2581"};
+  for (bool joins_space : {false, true}) {
+    std::mt19937 rng(joins_space ? 11 : 5);
+    BpeVocab vocab;
+    std::vector<int32_t> pool;
+    for (const std::string& c : alphabet) {
+      pool.push_back(vocab.size());
+      vocab.set(vocab.size(), c);
+    }
+    std::vector<BpeMerge> merges;
+    TokenIndex index;
+    size_t joined_space = 0;
+    while (merges.size() < 400) {
+      const int32_t a = pool[rng() % pool.size()], b = pool[rng() % pool.size()];
+      const std::string &left = vocab.bytes[a], &right = vocab.bytes[b];
+      const bool space_joined = right.starts_with(alphabet[2]) && left.find_first_not_of(alphabet[2]) != std::string::npos;
+      index.build(vocab);
+      if (left.size() + right.size() > 15 || index.find(left + right) || (space_joined && !joins_space)) continue;
+      joined_space += space_joined;
+      const int32_t id = vocab.size();
+      vocab.set(id, left + right);
+      pool.push_back(id);
+      merges.push_back({a, b, id, static_cast<int32_t>(merges.size())});
+    }
+    if (joins_space) {
+      ASSERT_GT(joined_space, 10u);
+    }
+    const BpeModel m(std::move(vocab), merges, false, "random", BpeSymbols{.by_character = true});
+    for (int trial = 0; trial < 300; ++trial) {
+      std::string piece;
+      for (size_t n = 100 + rng() % 400; n > 0; --n) piece += alphabet[rng() % 3];
+      std::vector<int32_t> symbols, cut, whole;
+      m.first_symbols(piece, symbols);
+      m.merge(symbols, cut);
+      m.merge_by_heap(symbols, whole);
+      ASSERT_EQ(cut, whole) << "joins_space " << joins_space << ": " << piece;
+    }
+  }
+}
+
 TEST(BpeModel, LongPiecesMergeInLogLinearTime) {
   // A megabyte without a pre-token boundary: the heap path, not one scan per merge.
   const BpeModel m = tiny_model(false);

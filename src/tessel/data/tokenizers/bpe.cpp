@@ -88,6 +88,7 @@ BpeModel::BpeModel(BpeVocab vocab, const std::vector<BpeMerge>& merges, bool ign
   // Byte fallback holds only where every byte has its token (Hugging Face falls back to unk).
   if (symbols_.byte_fallback) symbols_.byte_fallback = std::all_of(byte_tokens_, byte_tokens_ + 256, [](int32_t id) { return id >= 0; });
   build_pairs(merges);
+  find_split_symbols(merges);
   if (!ignore_merges_) {
     // A pre-token that is a token is emitted whole only where the merges would rebuild it anyway.
     whole_.assign(vocab_.size(), false);
@@ -105,8 +106,7 @@ BpeModel::BpeModel(BpeVocab vocab, const std::vector<BpeMerge>& merges, bool ign
       symbols.clear();
       ids.clear();
       first_symbols(b, symbols);
-      if (symbols.size() > kHeapThreshold) merge_by_heap(symbols, ids);
-      else merge_by_scan(symbols, ids);
+      merge(symbols, ids);
       whole_[id] = ids.size() == 1 && ids[0] == id;
     }
   }
@@ -145,6 +145,42 @@ void BpeModel::build_pairs(const std::vector<BpeMerge>& merges) {
   }
 }
 
+void BpeModel::find_split_symbols(const std::vector<BpeMerge>& merges) {
+  // The first symbols are characters (or bytes). A merge (left, right) can join across the
+  // boundary before a symbol c only if right starts with c and left ends with something else;
+  // a left that is a run of c ("▁▁" + "▁▁") never ends before such a boundary.
+  auto first_symbol = [&](std::string_view token) {
+    return token.substr(0, symbols_.by_character ? utf8_char_length(static_cast<unsigned char>(token[0])) : 1);
+  };
+  std::vector<bool> joined(vocab_.size(), false);  // joined[c]: some merge joins c to a symbol before it
+  for (const BpeMerge& m : merges) {
+    const std::string_view left = vocab_.bytes[m.left], right = vocab_.bytes[m.right];
+    if (right.empty()) continue;
+    const std::string_view c = first_symbol(right);
+    bool run_of_c = left.size() % c.size() == 0;
+    for (size_t i = 0; run_of_c && i < left.size(); i += c.size()) run_of_c = left.substr(i, c.size()) == c;
+    if (run_of_c) continue;
+    if (const std::optional<int32_t> id = index_.find(c)) joined[*id] = true;
+  }
+  splits_before_.assign(vocab_.size(), false);
+  for (int32_t id = 0; id < vocab_.size(); ++id) {
+    const std::string& b = vocab_.bytes[id];
+    splits_before_[id] = vocab_.present[id] && !b.empty() && !joined[id] && first_symbol(b).size() == b.size() &&
+                         index_.find(b) == id;
+  }
+}
+
+void BpeModel::merge(std::span<const int32_t> symbols, std::vector<int32_t>& out) const {
+  size_t start = 0;
+  for (size_t i = 1; i <= symbols.size(); ++i) {
+    if (i < symbols.size() && !(splits_before_[symbols[i]] && symbols[i] != symbols[i - 1])) continue;
+    const std::span<const int32_t> part = symbols.subspan(start, i - start);
+    if (part.size() > kHeapThreshold) merge_by_heap(part, out);
+    else merge_by_scan(part, out);
+    start = i;
+  }
+}
+
 const BpeModel::PairSlot* BpeModel::find_pair(int32_t left, int32_t right) const {
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   for (uint64_t i = hash_pair(key) & pair_mask_;; i = (i + 1) & pair_mask_) {
@@ -174,8 +210,7 @@ void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) c
   thread_local std::vector<int32_t> symbols;
   symbols.clear();
   first_symbols(piece, symbols);
-  if (symbols.size() > kHeapThreshold) merge_by_heap(symbols, out);
-  else merge_by_scan(symbols, out);
+  merge(symbols, out);
 }
 
 void BpeModel::first_symbols(std::string_view piece, std::vector<int32_t>& ids) const {
@@ -185,12 +220,7 @@ void BpeModel::first_symbols(std::string_view piece, std::vector<int32_t>& ids) 
   }
   bool unk_pending = false;  // the last symbol is an unknown token that a next one may fuse with
   for (size_t i = 0; i < piece.size();) {
-    size_t n = 1;  // the character's length (valid UTF-8)
-    const auto lead = static_cast<unsigned char>(piece[i]);
-    if (lead >= 0xF0) n = 4;
-    else if (lead >= 0xE0) n = 3;
-    else if (lead >= 0xC0) n = 2;
-    n = std::min(n, piece.size() - i);
+    const size_t n = std::min(utf8_char_length(static_cast<unsigned char>(piece[i])), piece.size() - i);
     const std::string_view ch = piece.substr(i, n);
     i += n;
     if (const std::optional<int32_t> id = index_.find(ch)) {

@@ -16,6 +16,9 @@
 
 namespace tessel {
 
+// The length of the UTF-8 character whose first byte is `lead` (1 for a stray continuation byte).
+inline size_t utf8_char_length(unsigned char lead) { return lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1; }
+
 struct BpeMerge {
   int32_t left, right;  // the two token ids joined, in order
   int32_t merged;       // the token they make
@@ -90,11 +93,16 @@ class BpeModel final : public TokenModel {
   const TokenIndex& index() const override { return index_; }
   const std::string& where() const override { return where_; }
 
-  // Pieces longer than this merge through a heap (O(n log n)) instead of a scan per merge.
+  // Parts longer than this merge through a heap (O(n log n)) instead of a scan per merge.
   static constexpr size_t kHeapThreshold = 96;
 
   // The piece's first symbols, before any merge.
   void first_symbols(std::string_view piece, std::vector<int32_t>& ids) const;
+  // Merges first symbols into the piece's ids. The symbols are cut before each symbol that no
+  // merge joins to what precedes it, unless that is a run of the symbol itself (Llama 2's and
+  // Mistral's "▁", where a whole text is one piece), and each part merges alone: no merge
+  // crosses a cut, so the ids are those of merging the parts together.
+  void merge(std::span<const int32_t> symbols, std::vector<int32_t>& out) const;
   // The two merge loops over first symbols, exposed so that a test can check they agree.
   void merge_by_scan(std::span<const int32_t> symbols, std::vector<int32_t>& out) const;
   void merge_by_heap(std::span<const int32_t> symbols, std::vector<int32_t>& out) const;
@@ -107,6 +115,7 @@ class BpeModel final : public TokenModel {
   };
   static constexpr uint64_t kEmpty = ~uint64_t{0};
   void build_pairs(const std::vector<BpeMerge>& merges);
+  void find_split_symbols(const std::vector<BpeMerge>& merges);
   const PairSlot* find_pair(int32_t left, int32_t right) const;
   int32_t byte_token(unsigned char b) const;
 
@@ -118,6 +127,7 @@ class BpeModel final : public TokenModel {
   bool ignore_merges_;
   BpeSymbols symbols_;
   std::vector<bool> whole_;  // whole_[id]: merging the token's bytes gives the token itself
+  std::vector<bool> splits_before_;  // splits_before_[id]: merge() cuts before this first symbol
   std::string where_;
 };
 

@@ -19,9 +19,6 @@ uint64_t edge_slot(uint64_t key) {
   return key ^ (key >> 29);
 }
 
-// The length of the UTF-8 character whose lead byte is `lead`.
-size_t char_length(unsigned char lead) { return lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1; }
-
 }  // namespace
 
 UnigramModel::UnigramModel(const std::vector<UnigramPiece>& pieces, int32_t unk_id, bool byte_fallback, std::string where)
@@ -93,7 +90,7 @@ void UnigramModel::encode_piece(std::string_view piece, std::vector<int32_t>& ou
   best.assign(n + 1, Best{0.0, -1, -1});
   for (size_t start = 0; start < n;) {
     const double before = best[start].score;
-    const size_t length = std::min(char_length(static_cast<unsigned char>(piece[start])), n - start);
+    const size_t length = std::min(utf8_char_length(static_cast<unsigned char>(piece[start])), n - start);
     bool one_character_token = false;
     auto offer = [&](size_t end, int32_t token, double score) {
       Best& b = best[end];
