@@ -1,5 +1,6 @@
 // The pieces under the BPE tokenizers: GPT-2's byte alphabet, the merge loops, the pre-tokenizer's
 // Split behaviours and the added-token splitter.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -101,45 +102,50 @@ TEST(BpeModel, ScanAndHeapMergeAlike) {
 }
 
 TEST(BpeModel, CutMergingEqualsMergingWhole) {
-  // SentencePiece-style models over "a", "b", "▁", one where no merge joins "▁" to a symbol
-  // before it other than "▁"s (the cuts apply: Llama 2, Mistral) and one where merges do (no
-  // cut may apply there). Both must give the ids of one heap merge over the whole piece.
-  const std::vector<std::string> alphabet = {"a", "b", "\u2581"};
-  for (bool joins_space : {false, true}) {
-    std::mt19937 rng(joins_space ? 11 : 5);
+  // SentencePiece-style models over "a", "b", "▁" and "c", which has no token and falls back to
+  // its byte's "<0x63>". Each model's random merges never join some pairs of first symbols (a
+  // random half of the sixteen; the first model only "▁" after another symbol, as Llama 2 and
+  // Mistral), so merge() cuts long pieces there; it must give the ids of one heap merge over
+  // the whole piece.
+  const std::vector<std::string> alphabet = {"a", "b", "\u2581", "c"};
+  for (int model = 0; model < 6; ++model) {
+    std::mt19937 rng(model + 3);
     BpeVocab vocab;
-    std::vector<int32_t> pool;
-    for (const std::string& c : alphabet) {
+    for (int b = 0; b < 256; ++b) vocab.set(b, fmt::format("<0x{:02X}>", b));
+    std::vector<int32_t> pool = {0x63};
+    for (size_t c = 0; c < 3; ++c) {
       pool.push_back(vocab.size());
-      vocab.set(vocab.size(), c);
+      vocab.set(vocab.size(), alphabet[c]);
     }
+    std::vector<int32_t> first_of(vocab.size()), last_of(vocab.size());  // a token's edge symbols, as 0..3
+    for (int32_t s = 0; s < 4; ++s) first_of[pool[s]] = last_of[pool[s]] = (s + 3) % 4;
+    bool joins[4][4];
+    for (int x = 0; x < 4; ++x)
+      for (int c = 0; c < 4; ++c) joins[x][c] = model == 0 ? !(c == 2 && x != 2) : rng() % 2 == 0;
     std::vector<BpeMerge> merges;
     TokenIndex index;
-    size_t joined_space = 0;
-    while (merges.size() < 400) {
+    for (int tries = 0; merges.size() < 400 && tries < 100000; ++tries) {
       const int32_t a = pool[rng() % pool.size()], b = pool[rng() % pool.size()];
-      const std::string &left = vocab.bytes[a], &right = vocab.bytes[b];
-      const bool space_joined = right.starts_with(alphabet[2]) && left.find_first_not_of(alphabet[2]) != std::string::npos;
+      const std::string joined = vocab.bytes[a] + vocab.bytes[b];
       index.build(vocab);
-      if (left.size() + right.size() > 15 || index.find(left + right) || (space_joined && !joins_space)) continue;
-      joined_space += space_joined;
+      if (joined.size() > 24 || index.find(joined) || !joins[last_of[a]][first_of[b]]) continue;
       const int32_t id = vocab.size();
-      vocab.set(id, left + right);
+      vocab.set(id, joined);
+      first_of.push_back(first_of[a]);
+      last_of.push_back(last_of[b]);
       pool.push_back(id);
       merges.push_back({a, b, id, static_cast<int32_t>(merges.size())});
     }
-    if (joins_space) {
-      ASSERT_GT(joined_space, 10u);
-    }
-    const BpeModel m(std::move(vocab), merges, false, "random", BpeSymbols{.by_character = true});
-    for (int trial = 0; trial < 300; ++trial) {
+    ASSERT_GT(merges.size(), 100u);
+    const BpeModel m(std::move(vocab), merges, false, "random", BpeSymbols{.by_character = true, .byte_fallback = true});
+    for (int trial = 0; trial < 200; ++trial) {
       std::string piece;
-      for (size_t n = 100 + rng() % 400; n > 0; --n) piece += alphabet[rng() % 3];
+      for (size_t n = BpeModel::kHeapThreshold + 1 + rng() % 400; n > 0; --n) piece += alphabet[rng() % 4];
       std::vector<int32_t> symbols, cut, whole;
       m.first_symbols(piece, symbols);
       m.merge(symbols, cut);
       m.merge_by_heap(symbols, whole);
-      ASSERT_EQ(cut, whole) << "joins_space " << joins_space << ": " << piece;
+      ASSERT_EQ(cut, whole) << "model " << model << ": " << piece;
     }
   }
 }

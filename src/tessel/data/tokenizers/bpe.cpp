@@ -27,6 +27,10 @@ uint64_t hash_bytes(std::string_view s) {
   return h ^ (h >> 29);
 }
 
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
 uint64_t hash_pair(uint64_t key) {
   key *= 0x9E3779B97F4A7C15ull;
   return key ^ (key >> 32);
@@ -88,7 +92,7 @@ BpeModel::BpeModel(BpeVocab vocab, const std::vector<BpeMerge>& merges, bool ign
   // Byte fallback holds only where every byte has its token (Hugging Face falls back to unk).
   if (symbols_.byte_fallback) symbols_.byte_fallback = std::all_of(byte_tokens_, byte_tokens_ + 256, [](int32_t id) { return id >= 0; });
   build_pairs(merges);
-  find_split_symbols(merges);
+  find_joins(merges);
   if (!ignore_merges_) {
     // A pre-token that is a token is emitted whole only where the merges would rebuild it anyway.
     whole_.assign(vocab_.size(), false);
@@ -127,66 +131,87 @@ std::vector<BpeMerge> BpeModel::merges_from_ranks(const BpeVocab& vocab, const T
   return merges;
 }
 
-void BpeModel::build_pairs(const std::vector<BpeMerge>& merges) {
-  pairs_.assign(table_size(merges.size()), PairSlot{kEmpty, 0, 0});
-  pair_mask_ = pairs_.size() - 1;
-  for (const BpeMerge& m : merges) {
-    for (int32_t id : {m.left, m.right, m.merged})
-      TESSEL_CHECK(id >= 0 && id < vocab_.size() && vocab_.present[id],
-                   "{}: a merge names token id {}, which is not in the vocabulary", where_, id);
-    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(m.left)) << 32) | static_cast<uint32_t>(m.right);
-    for (uint64_t i = hash_pair(key) & pair_mask_;; i = (i + 1) & pair_mask_) {
-      PairSlot& s = pairs_[i];
-      if (s.key == kEmpty || s.key == key) {  // a repeated merge takes its later rank, as GPT-2's dict does
-        s = PairSlot{key, m.rank, m.merged};
-        break;
-      }
+BpeModel::PairTable::PairTable(size_t entries)
+    : slots_(table_size(entries), Slot{kEmpty, 0, 0}), mask_(slots_.size() - 1) {}
+
+void BpeModel::PairTable::insert(int32_t left, int32_t right, int32_t rank, int32_t merged) {
+  const uint64_t key = pair_key(left, right);
+  for (uint64_t i = hash_pair(key) & mask_;; i = (i + 1) & mask_) {
+    Slot& s = slots_[i];
+    if (s.key == kEmpty || s.key == key) {
+      s = Slot{key, rank, merged};
+      return;
     }
   }
 }
 
-void BpeModel::find_split_symbols(const std::vector<BpeMerge>& merges) {
-  // The first symbols are characters (or bytes). A merge (left, right) can join across the
-  // boundary before a symbol c only if right starts with c and left ends with something else;
-  // a left that is a run of c ("▁▁" + "▁▁") never ends before such a boundary.
-  auto first_symbol = [&](std::string_view token) {
-    return token.substr(0, symbols_.by_character ? utf8_char_length(static_cast<unsigned char>(token[0])) : 1);
-  };
-  std::vector<bool> joined(vocab_.size(), false);  // joined[c]: some merge joins c to a symbol before it
-  for (const BpeMerge& m : merges) {
-    const std::string_view left = vocab_.bytes[m.left], right = vocab_.bytes[m.right];
-    if (right.empty()) continue;
-    const std::string_view c = first_symbol(right);
-    bool run_of_c = left.size() % c.size() == 0;
-    for (size_t i = 0; run_of_c && i < left.size(); i += c.size()) run_of_c = left.substr(i, c.size()) == c;
-    if (run_of_c) continue;
-    if (const std::optional<int32_t> id = index_.find(c)) joined[*id] = true;
-  }
-  splits_before_.assign(vocab_.size(), false);
-  for (int32_t id = 0; id < vocab_.size(); ++id) {
-    const std::string& b = vocab_.bytes[id];
-    splits_before_[id] = vocab_.present[id] && !b.empty() && !joined[id] && first_symbol(b).size() == b.size() &&
-                         index_.find(b) == id;
+const BpeModel::PairTable::Slot* BpeModel::PairTable::find(int32_t left, int32_t right) const {
+  const uint64_t key = pair_key(left, right);
+  for (uint64_t i = hash_pair(key) & mask_;; i = (i + 1) & mask_) {
+    const Slot& s = slots_[i];
+    if (s.key == key) return &s;
+    if (s.key == kEmpty) return nullptr;
   }
 }
 
+void BpeModel::build_pairs(const std::vector<BpeMerge>& merges) {
+  pairs_ = PairTable(merges.size());
+  for (const BpeMerge& m : merges) {
+    for (int32_t id : {m.left, m.right, m.merged})
+      TESSEL_CHECK(id >= 0 && id < vocab_.size() && vocab_.present[id],
+                   "{}: a merge names token id {}, which is not in the vocabulary", where_, id);
+    pairs_.insert(m.left, m.right, m.rank, m.merged);  // a repeated merge takes its later rank, as GPT-2's dict does
+  }
+}
+
+void BpeModel::find_joins(const std::vector<BpeMerge>& merges) {
+  // The first symbols, what first_symbols() makes of a piece: the bytes' or the characters'
+  // tokens, the "<0xNN>" tokens of byte fallback, the unknown token.
+  std::vector<bool> first(vocab_.size(), false);
+  for (int32_t id : byte_tokens_)
+    if (id >= 0) first[id] = true;
+  if (symbols_.unk >= 0) first[symbols_.unk] = true;
+  for (int32_t id = 0; symbols_.by_character && id < vocab_.size(); ++id) {
+    const std::string& b = vocab_.bytes[id];
+    if (vocab_.present[id] && !b.empty() && utf8_char_length(b[0]) == b.size() && index_.find(b) == id) first[id] = true;
+  }
+  size_t longest = 0;
+  for (int32_t id = 0; id < vocab_.size(); ++id)
+    if (first[id]) longest = std::max(longest, vocab_.bytes[id].size());
+  // The first symbols a token's spelling may start (or end) with.
+  auto edge_symbols = [&](std::string_view token, bool start, std::vector<int32_t>& found) {
+    found.clear();
+    for (size_t k = 1; k <= std::min(longest, token.size()); ++k) {
+      const std::string_view edge = start ? token.substr(0, k) : token.substr(token.size() - k);
+      const std::optional<int32_t> id = index_.find(edge);
+      if (id && first[*id]) found.push_back(*id);
+      if (symbols_.unk >= 0 && id != symbols_.unk && edge == vocab_.bytes[symbols_.unk]) found.push_back(symbols_.unk);
+    }
+  };
+  // A merge joins the symbol that ends its left token to the one that starts its right token.
+  std::vector<uint64_t> keys;
+  std::vector<int32_t> lefts, rights;
+  for (const BpeMerge& m : merges) {
+    edge_symbols(vocab_.bytes[m.left], false, lefts);
+    edge_symbols(vocab_.bytes[m.right], true, rights);
+    for (int32_t x : lefts)
+      for (int32_t c : rights) keys.push_back(pair_key(x, c));
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  joins_ = PairTable(keys.size());
+  for (uint64_t key : keys) joins_.insert(static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xFFFFFFFF), 0, -1);
+}
+
 void BpeModel::merge(std::span<const int32_t> symbols, std::vector<int32_t>& out) const {
+  if (symbols.size() <= kHeapThreshold) return merge_by_scan(symbols, out);
   size_t start = 0;
   for (size_t i = 1; i <= symbols.size(); ++i) {
-    if (i < symbols.size() && !(splits_before_[symbols[i]] && symbols[i] != symbols[i - 1])) continue;
+    if (i < symbols.size() && joins_.find(symbols[i - 1], symbols[i])) continue;
     const std::span<const int32_t> part = symbols.subspan(start, i - start);
     if (part.size() > kHeapThreshold) merge_by_heap(part, out);
     else merge_by_scan(part, out);
     start = i;
-  }
-}
-
-const BpeModel::PairSlot* BpeModel::find_pair(int32_t left, int32_t right) const {
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-  for (uint64_t i = hash_pair(key) & pair_mask_;; i = (i + 1) & pair_mask_) {
-    const PairSlot& s = pairs_[i];
-    if (s.key == key) return &s;
-    if (s.key == kEmpty) return nullptr;
   }
 }
 
@@ -246,7 +271,7 @@ void BpeModel::merge_by_scan(std::span<const int32_t> symbols, std::vector<int32
   size_t n = symbols.size();
   if (n == 0) return;
   auto rank_with_next = [&](size_t i) {
-    const PairSlot* s = find_pair(parts[i].id, parts[i + 1].id);
+    const PairTable::Slot* s = pairs_.find(parts[i].id, parts[i + 1].id);
     parts[i].rank = s ? s->rank : INT_MAX;
     parts[i].merged = s ? s->merged : -1;
   };
@@ -285,7 +310,7 @@ void BpeModel::merge_by_heap(std::span<const int32_t> symbols, std::vector<int32
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
   auto push = [&](int32_t i) {
     if (i < 0 || next[i] < 0) return;
-    if (const PairSlot* s = find_pair(id[i], id[next[i]])) heap.push({s->rank, i, id[i], id[next[i]], s->merged});
+    if (const PairTable::Slot* s = pairs_.find(id[i], id[next[i]])) heap.push({s->rank, i, id[i], id[next[i]], s->merged});
   };
   for (int32_t i = 0; i + 1 < n; ++i) push(i);
   std::vector<bool> alive(n, true);

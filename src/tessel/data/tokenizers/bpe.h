@@ -98,36 +98,46 @@ class BpeModel final : public TokenModel {
 
   // The piece's first symbols, before any merge.
   void first_symbols(std::string_view piece, std::vector<int32_t>& ids) const;
-  // Merges first symbols into the piece's ids. The symbols are cut before each symbol that no
-  // merge joins to what precedes it, unless that is a run of the symbol itself (Llama 2's and
-  // Mistral's "▁", where a whole text is one piece), and each part merges alone: no merge
-  // crosses a cut, so the ids are those of merging the parts together.
+  // Merges first symbols into the piece's ids. A long piece (a whole text is one for Llama 2,
+  // Mistral and Gemma, which have no pre-tokenizer that splits) is cut between each two
+  // neighbours that no merge can join (no merge's left part ends with the one and its right
+  // part starts with the other), and each part merges alone: no merge crosses a cut, so the ids
+  // are those of merging the whole.
   void merge(std::span<const int32_t> symbols, std::vector<int32_t>& out) const;
   // The two merge loops over first symbols, exposed so that a test can check they agree.
   void merge_by_scan(std::span<const int32_t> symbols, std::vector<int32_t>& out) const;
   void merge_by_heap(std::span<const int32_t> symbols, std::vector<int32_t>& out) const;
 
  private:
-  struct PairSlot {
-    uint64_t key;  // left << 32 | right; kEmpty when free
-    int32_t rank;
-    int32_t merged;
+  // An open-addressing map from a pair of token ids to a merge's rank and the token it makes.
+  class PairTable {
+   public:
+    struct Slot {
+      uint64_t key;  // left << 32 | right; kEmpty when free
+      int32_t rank;
+      int32_t merged;
+    };
+    explicit PairTable(size_t entries = 0);
+    void insert(int32_t left, int32_t right, int32_t rank, int32_t merged);  // a repeated pair takes the later values
+    const Slot* find(int32_t left, int32_t right) const;
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    std::vector<Slot> slots_;
+    uint64_t mask_ = 0;
   };
-  static constexpr uint64_t kEmpty = ~uint64_t{0};
   void build_pairs(const std::vector<BpeMerge>& merges);
-  void find_split_symbols(const std::vector<BpeMerge>& merges);
-  const PairSlot* find_pair(int32_t left, int32_t right) const;
+  void find_joins(const std::vector<BpeMerge>& merges);
   int32_t byte_token(unsigned char b) const;
 
   BpeVocab vocab_;
   TokenIndex index_;
-  std::vector<PairSlot> pairs_;
-  uint64_t pair_mask_ = 0;
+  PairTable pairs_;  // the merges
+  PairTable joins_;  // the pairs of first symbols some merge joins (its rank and token unused)
   int32_t byte_tokens_[256];    // the byte's token (byte-level), or its "<0xNN>" token (byte fallback)
   bool ignore_merges_;
   BpeSymbols symbols_;
   std::vector<bool> whole_;  // whole_[id]: merging the token's bytes gives the token itself
-  std::vector<bool> splits_before_;  // splits_before_[id]: merge() cuts before this first symbol
   std::string where_;
 };
 
