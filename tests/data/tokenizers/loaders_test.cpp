@@ -137,6 +137,9 @@ TEST(HuggingFaceTokenizer, UnsupportedOrBrokenFilesAreNamed) {
   j["added_tokens"][0]["id"] = "x";
   EXPECT_CONTAINS(load(j), "t.json: an added token needs an integer \"id\"");
   EXPECT_CONTAINS(error_of([&] { load_hf_tokenizer(dir.write("bad.json", "{\"model\": [")); }), "bad.json: not valid JSON at byte ");
+  // A number too large for a double is nlohmann's out_of_range, not a parse error (a fuzzer's find).
+  EXPECT_CONTAINS(error_of([&] { load_hf_tokenizer(dir.write("huge.json", "{\"model\": 1E400}")); }),
+                  "huge.json: not valid JSON at byte 10: number overflow parsing '1E400'");
   EXPECT_CONTAINS(error_of([&] { load_hf_tokenizer(dir.path("nowhere")); }), "nowhere: cannot read");
 }
 

@@ -33,14 +33,24 @@ void for_each_line(std::string_view text, const std::function<void(size_t, std::
 }
 
 nlohmann::json parse_json_text(std::string_view text, std::string_view name) {
+  // e.what() carries nlohmann's "[json.exception.parse_error.101] parse error at line 1, ...".
+  auto message = [](const nlohmann::json::exception& e) {
+    std::string what = e.what();
+    const size_t tag = what.find("] ");
+    return tag == std::string::npos ? what : what.substr(tag + 2);
+  };
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    // e.what() carries nlohmann's "[json.exception.parse_error.101] parse error at line 1, ...".
-    std::string what = e.what();
-    const size_t tag = what.find("] ");
-    if (tag != std::string::npos) what = what.substr(tag + 2);
-    fail("{}: not valid JSON at byte {}: {}", name, e.byte, what);
+    fail("{}: not valid JSON at byte {}: {}", name, e.byte, message(e));
+  } catch (const nlohmann::json::exception& e) {
+    // A number beyond a double ("number overflow parsing '1E400'") comes without its offset:
+    // the quoted number is found in the text.
+    const std::string what = message(e);
+    const size_t open = what.find('\''), close = what.rfind('\'');
+    const size_t at = open < close ? text.find(std::string_view(what).substr(open + 1, close - open - 1)) : text.npos;
+    if (at != text.npos) fail("{}: not valid JSON at byte {}: {}", name, at, what);
+    fail("{}: not valid JSON: {}", name, what);
   }
 }
 
