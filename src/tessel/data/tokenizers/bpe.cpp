@@ -178,9 +178,11 @@ void BpeModel::find_joins(const std::vector<BpeMerge>& merges) {
   size_t longest = 0;
   for (int32_t id = 0; id < vocab_.size(); ++id)
     if (first[id]) longest = std::max(longest, vocab_.bytes[id].size());
-  // The first symbols a token's spelling may start (or end) with.
-  auto edge_symbols = [&](std::string_view token, bool start, std::vector<int32_t>& found) {
+  // The first symbols a token may start (or end) with: itself, or one its spelling starts with.
+  auto edge_symbols = [&](int32_t token_id, bool start, std::vector<int32_t>& found) {
     found.clear();
+    if (first[token_id]) found.push_back(token_id);
+    const std::string_view token = vocab_.bytes[token_id];
     for (size_t k = 1; k <= std::min(longest, token.size()); ++k) {
       const std::string_view edge = start ? token.substr(0, k) : token.substr(token.size() - k);
       const std::optional<int32_t> id = index_.find(edge);
@@ -192,8 +194,8 @@ void BpeModel::find_joins(const std::vector<BpeMerge>& merges) {
   std::vector<uint64_t> keys;
   std::vector<int32_t> lefts, rights;
   for (const BpeMerge& m : merges) {
-    edge_symbols(vocab_.bytes[m.left], false, lefts);
-    edge_symbols(vocab_.bytes[m.right], true, rights);
+    edge_symbols(m.left, false, lefts);
+    edge_symbols(m.right, true, rights);
     for (int32_t x : lefts)
       for (int32_t c : rights) keys.push_back(pair_key(x, c));
   }
