@@ -127,6 +127,10 @@ TEST(HuggingFaceTokenizer, UnsupportedOrBrokenFilesAreNamed) {
   j = testing::tiny_tokenizer_json(false);
   j["post_processor"] = {{"type", "BertProcessing"}};
   EXPECT_CONTAINS(load(j), "t.json: post_processor BertProcessing is not supported");
+  // An id that no int holds was converted unchecked (undefined behaviour; a fuzzer's find).
+  j["post_processor"] = nlohmann::json::parse(R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}}],
+      "special_tokens": {"<s>": {"id": "<s>", "ids": [2.4e67]}}})");
+  EXPECT_CONTAINS(load(j), "t.json: TemplateProcessing's \"<s>\" has an id that is not a token id: 2.4e+67");
   j = testing::tiny_tokenizer_json(false);
   j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Digits"}}, {{"type", "Metaspace"}}}}};
   EXPECT_CONTAINS(load(j), "t.json: pre_tokenizer Metaspace after another pre-tokenizer is not supported");

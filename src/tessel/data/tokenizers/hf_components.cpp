@@ -1,6 +1,8 @@
 #include "tessel/data/tokenizers/hf_components.h"
 
+#include <algorithm>
 #include <cctype>
+#include <climits>
 
 #include "tessel/core/error.h"
 
@@ -173,10 +175,11 @@ void read_decoder(const json& node, BpeTokenizerParts& parts, bool byte_level, s
   } else if (type == "Fuse") {
     steps.push_back({.kind = Kind::Fuse});
   } else if (type == "Strip") {
+    auto count = [](const json& n) { return static_cast<int>(std::min<uint64_t>(n.get<uint64_t>(), INT_MAX)); };
     const std::string content = string_field(node, "content", "Strip decoder", name);
     TESSEL_CHECK(node.contains("start") && node["start"].is_number_unsigned() && node.contains("stop") && node["stop"].is_number_unsigned(),
                  "{}: a Strip decoder needs counts \"start\" and \"stop\"", name);
-    steps.push_back({.kind = Kind::Strip, .content = content, .start = node["start"].get<int>(), .stop = node["stop"].get<int>()});
+    steps.push_back({.kind = Kind::Strip, .content = content, .start = count(node["start"]), .stop = count(node["stop"])});
   } else if (type == "Replace") {
     std::string literal;
     read_pattern(node, "Replace decoder", name, &literal);
@@ -216,7 +219,11 @@ void read_post_processor(const json& node, BpeTokenizerParts& parts, std::string
     const std::string token = item["SpecialToken"]["id"].get<std::string>();
     TESSEL_CHECK(specials.contains(token) && specials[token].contains("ids") && specials[token]["ids"].is_array(),
                  "{}: TemplateProcessing names {:?}, which is not in its special_tokens", name, token);
-    for (const json& id : specials[token]["ids"]) (after ? parts.suffix : parts.prefix).push_back(id.get<int32_t>());
+    for (const json& id : specials[token]["ids"]) {
+      TESSEL_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX,
+                   "{}: TemplateProcessing's {:?} has an id that is not a token id: {}", name, token, id.dump());
+      (after ? parts.suffix : parts.prefix).push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
   }
 }
 
