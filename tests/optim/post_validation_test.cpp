@@ -62,8 +62,9 @@ TEST_P(PostValidation, EndsWhereThePlainStepEnds) {
     set_grads(eager_reg, it + 10, 3.0f, false);  // the next iteration's backward
     const StepVerdict got = post.validate(norm);
     EXPECT_EQ(got, want) << "iteration " << it;
-    if (it == 2)
+    if (it == 2) {
       EXPECT_EQ(want, c.nan ? StepVerdict::Skipped : c.scale > 0.5f ? StepVerdict::Clipped : StepVerdict::Plain);
+    }
     const int64_t n = plain_reg.numel();
     EXPECT_EQ(copy(eager_reg.values(), n), copy(plain_reg.values(), n)) << "iteration " << it;
     EXPECT_EQ(eager.step_count(), plain.step_count());
@@ -72,7 +73,9 @@ TEST_P(PostValidation, EndsWhereThePlainStepEnds) {
     if (got != StepVerdict::Plain)  // redone: the step's own (clipped) gradients are back
       for (const FlatRange& r : eager.owned())
         for (int64_t i = r.begin; i < r.end; ++i)
-          if (!std::isnan(plain_reg.grads()[i])) ASSERT_EQ(eager_reg.grads()[i], plain_reg.grads()[i]) << i;
+          if (!std::isnan(plain_reg.grads()[i])) {
+            ASSERT_EQ(eager_reg.grads()[i], plain_reg.grads()[i]) << i;
+          }
   }
 }
 

@@ -137,7 +137,9 @@ TEST(ZeroBubble, PeakInFlightIsNoMoreThanOneFOneBs) {
         EXPECT_LE(h1.ranks[r].peak_in_flight, one_f_one_b) << "zb-h1 p" << p << " m" << m << " rank " << r;
         EXPECT_LE(v.ranks[r].peak_in_flight, 2 * one_f_one_b) << "zb-v p" << p << " m" << m << " rank " << r;
       }
-      if (m >= 2 * p) EXPECT_EQ(v.ranks[0].peak_in_flight, 2 * p) << "zb-v p" << p << " m" << m;
+      if (m >= 2 * p) {
+        EXPECT_EQ(v.ranks[0].peak_in_flight, 2 * p) << "zb-v p" << p << " m" << m;
+      }
     }
 }
 

@@ -312,7 +312,7 @@ void Attention::qk_norm_backward(Saved& s, float* d_normed) const {
 // The output projection's bias was added after the TP reduction to this rank's rows only: its
 // gradient sums those rows of the gathered output gradient.
 void Attention::backward_weight(Saved& s, const float* in) const {
-  const int64_t HD = H_l_ * D_, GD = G_l_ * D_;
+  const int64_t HD = H_l_ * D_;
   if (proj_b_ >= 0)
     k_.bias_backward(params_.grad(proj_b_), s.d_out.data() + tp_.first_row(N_) * C_,
                      tp_.local_rows(N_), C_);

@@ -33,7 +33,9 @@ void expect_travels(const TokenizerOptions& options, const TestDir& dir, const s
   const std::unique_ptr<Tokenizer> original = make_tokenizer(options);
   const std::string folder = dir.path("model_" + options.type);
   save_tokenizer_files(options, *original, folder);
-  if (!file.empty()) EXPECT_TRUE(std::filesystem::exists(folder + "/" + file)) << file;
+  if (!file.empty()) {
+    EXPECT_TRUE(std::filesystem::exists(folder + "/" + file)) << file;
+  }
   const std::optional<TokenizerOptions> found = tokenizer_in_folder(folder);
   ASSERT_TRUE(found.has_value()) << options.type;
   const std::unique_ptr<Tokenizer> again = make_tokenizer(*found);
