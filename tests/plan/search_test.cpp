@@ -26,7 +26,9 @@ TEST(PlanSearch, RanksValidFittingLayouts) {
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     EXPECT_TRUE(run_violations(m, r.ranked[i].run, h100, planned_run_violations).empty());
     EXPECT_TRUE(r.ranked[i].fits());
-    if (i > 0) EXPECT_LE(r.ranked[i - 1].time.step, r.ranked[i].time.step);
+    if (i > 0) {
+      EXPECT_LE(r.ranked[i - 1].time.step, r.ranked[i].time.step);
+    }
   }
   for (const Rejection& j : r.rejected) EXPECT_FALSE(j.reasons.empty());
 }
@@ -70,7 +72,9 @@ TEST(PlanSearch, SeedQwenOn64H100) {
   const SearchResult r = search(model_preset("qwen3-moe-60l"), base(64, 256), space, h100, planned_run_violations);
   ASSERT_FALSE(r.ranked.empty());
   for (const Estimate& e : r.ranked)
-    if (e.run.parallel.vpp == 1) EXPECT_EQ(e.run.pipeline_layout, "Et*6|t*8|t*8|t*8|t*8|t*8|t*8|t*6L");
+    if (e.run.parallel.vpp == 1) {
+      EXPECT_EQ(e.run.pipeline_layout, "Et*6|t*8|t*8|t*8|t*8|t*8|t*8|t*6L");
+    }
 }
 
 
