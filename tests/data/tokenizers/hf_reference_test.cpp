@@ -56,8 +56,8 @@ std::string code_points(const std::string& s) {
   return out;
 }
 
-// The tokens on each side from a little before the first difference, for the message.
-std::string around_difference(const Tokenizer& t, const Ids& a, const Ids& b) {
+// "N ids against M, first difference at K: " and the tokens on each side from a little before it.
+std::string difference(const Tokenizer& t, const Ids& a, const Ids& b) {
   const size_t at = first_difference(a, b), from = at > 3 ? at - 3 : 0;
   auto piece = [&](const Ids& ids) {
     std::string out;
@@ -65,7 +65,7 @@ std::string around_difference(const Tokenizer& t, const Ids& a, const Ids& b) {
       out += fmt::format("{} ({}) ", ids[i], code_points(t.decode(std::span<const int32_t>(&ids[i], 1))));
     return out;
   };
-  return piece(a) + "| " + piece(b);
+  return fmt::format("{} ids against {}, first difference at {}: {}| {}", a.size(), b.size(), at, piece(a), piece(b));
 }
 
 bool library_installed() { return fs::exists(kRefs + "/node_modules/@anush008/tokenizers/package.json"); }
@@ -83,10 +83,8 @@ void expect_equal_to_library(const std::string& label, const std::string& folder
   const Ids with = t->encode(text), without = t->encode_bare(text);
   const Ids ref_with = ref["with_special"].get<Ids>(), ref_without = ref["without_special"].get<Ids>();
   EXPECT_GT(ref_without.size(), 1000u);
-  EXPECT_TRUE(with == ref_with) << label << ": with special tokens, " << with.size() << " ids against "
-                                << ref_with.size() << ", first difference at " << first_difference(with, ref_with);
-  EXPECT_TRUE(without == ref_without) << label << ": without special tokens, " << without.size() << " ids against "
-                                      << ref_without.size() << ", first difference at " << first_difference(without, ref_without);
+  EXPECT_TRUE(with == ref_with) << label << ": with special tokens, " << difference(*t, with, ref_with);
+  EXPECT_TRUE(without == ref_without) << label << ": without special tokens, " << difference(*t, without, ref_without);
   const std::string decoded = t->decode(ref_with), ref_decoded = ref["decoded"].get<std::string>();
   size_t at = 0;
   while (at < decoded.size() && at < ref_decoded.size() && decoded[at] == ref_decoded[at]) ++at;
@@ -130,9 +128,7 @@ TEST(TokenizerReferenceMistral, IdsEqualTheRustLibraryAndMistralTokenizerJs) {
   const auto t = make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = folder});
   const Ids ids = t->encode(plain), package = ref["ids"].get<Ids>();
   EXPECT_GT(package.size(), 1000u);
-  EXPECT_TRUE(ids == package) << ids.size() << " ids against mistral-tokenizer-js' " << package.size()
-                              << ", first difference at " << first_difference(ids, package) << ": "
-                              << around_difference(*t, ids, package);
+  EXPECT_TRUE(ids == package) << "against mistral-tokenizer-js: " << difference(*t, ids, package);
   expect_equal_to_library("mistral", folder, text, dir);
 }
 

@@ -171,13 +171,14 @@ void BpeModel::find_joins(const std::vector<BpeMerge>& merges) {
   for (int32_t id : byte_tokens_)
     if (id >= 0) first[id] = true;
   if (symbols_.unk >= 0) first[symbols_.unk] = true;
-  for (int32_t id = 0; symbols_.by_character && id < vocab_.size(); ++id) {
+  size_t longest = 0;  // the longest spelling of a first symbol
+  for (int32_t id = 0; id < vocab_.size(); ++id) {
     const std::string& b = vocab_.bytes[id];
-    if (vocab_.present[id] && !b.empty() && utf8_char_length(b[0]) == b.size() && index_.find(b) == id) first[id] = true;
+    if (symbols_.by_character && vocab_.present[id] && !b.empty() && utf8_char_length(b[0]) == b.size() &&
+        index_.find(b) == id)
+      first[id] = true;
+    if (first[id]) longest = std::max(longest, b.size());
   }
-  size_t longest = 0;
-  for (int32_t id = 0; id < vocab_.size(); ++id)
-    if (first[id]) longest = std::max(longest, vocab_.bytes[id].size());
   // The first symbols a token may start (or end) with: itself, or one its spelling starts with.
   auto edge_symbols = [&](int32_t token_id, bool start, std::vector<int32_t>& found) {
     found.clear();
