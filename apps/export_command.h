@@ -25,6 +25,7 @@ class ExportCommand {
   ModelFlags model_{tokenizer_sized_defaults()};
   std::string out_dir_;
   std::string hf_model_type_;
+  std::string max_shard_size_;
   ExportSource source_;
   TokenizerOptions tokenizer_;
 };

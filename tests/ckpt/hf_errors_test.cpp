@@ -101,7 +101,8 @@ TEST_F(HfTest, CorruptFiles) {
 
   expect_error([&] { load_hf_weights(r, cfg, path("")); }, {"no model.safetensors"});
   std::ofstream(path("model.safetensors.index.json")) << "{}";
-  expect_error([&] { load_hf_weights(r, cfg, path("")); }, {"sharded"});
+  expect_error([&] { load_hf_weights(r, cfg, path("")); },
+               {path("model.safetensors.index.json"), "no weight_map"});
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "tessel/ckpt/hf.h"
+#include "tessel/ckpt/hf_import.h"
 #include "tessel/core/error.h"
 #include "tessel/core/params.h"
 #include "tessel/model/config.h"

@@ -1,5 +1,6 @@
-// Qwen3-Next / Qwen3.5 checkpoint layouts (ckpt/hf_qwen3_next.h) on small synthetic files: every
-// layout writes and reads back bitwise, the grouped rows are where Hugging Face's
+// Qwen3-Next / Qwen3.5 checkpoint layouts (ckpt/hf_layout.h) on small synthetic files: every
+// layout writes and reads back bitwise, into the whole model and into any part of it (a stage's
+// layers, an EP rank's experts), the grouped rows are where Hugging Face's
 // fix_query_key_value_ordering reads them, a Qwen3-Next file converted to Qwen3.5's layout and
 // back is the same bytes, and the bad inputs give one clear line.
 #include <gtest/gtest.h>
@@ -8,7 +9,9 @@
 #include <iterator>
 
 #include "ckpt/hf_fixture.h"
-#include "tessel/ckpt/hf_qwen3_next.h"
+#include "tessel/ckpt/hf_import.h"
+#include "tessel/ckpt/hf_layout.h"
+#include "tessel/ckpt/shards.h"
 #include "tessel/ckpt/safetensors.h"
 
 namespace tessel {
@@ -74,9 +77,16 @@ std::vector<float> read_tensor(const SafetensorsReader& reader, const std::strin
   return v;
 }
 
+// tessel's import of `file` into `target`, here the whole model (its own declaration).
+void load_qwen(ParamRegistry& target, const std::string& file, const std::string& family) {
+  HfWeightFiles files(file);
+  load_hf_params(target, target, files,
+                 HfImportRules{.model = "Qwen3-Next", .qwen_extras = true, .family = family, .heads = kHeads});
+}
+
 struct LayoutCase {
   const char* family;
-  HfQwenLayout layout;
+  HfLayout layout;
 };
 const LayoutCase kLayouts[] = {
     {"qwen3_next", {true, false, false, false}},      // Qwen3-Next as published
@@ -91,19 +101,49 @@ TEST_F(HfTest, QwenEveryLayoutRoundTripsBitwise) {
   const ParamRegistry original = qwen_registry(11);
   for (const LayoutCase& c : kLayouts) {
     SCOPED_TRACE(c.family);
-    const std::string file = path(fmt::format("{}{}{}{}{}.safetensors", c.family,
+    const std::string file = path(fmt::format("{}{}{}{}{}", c.family,
                                               c.layout.grouped_gdn, c.layout.packed_experts,
                                               c.layout.packed_mtp_experts, c.layout.vl_prefix));
-    write_hf_qwen_weights(original, c.layout, kHeads, file);
-    const SafetensorsReader reader(file);
-    const HfQwenLayout seen = hf_qwen_layout_of(reader);
+    write_hf_weights(original, c.layout, kHeads, file);
+    const HfLayout seen = hf_layout_of(HfWeightFiles(file).names());
     EXPECT_EQ(seen.grouped_gdn, c.layout.grouped_gdn);
     EXPECT_EQ(seen.packed_experts, c.layout.packed_experts);
     EXPECT_EQ(seen.packed_mtp_experts, c.layout.packed_mtp_experts);
     EXPECT_EQ(seen.vl_prefix, c.layout.vl_prefix);
     ParamRegistry loaded = qwen_registry(12);
-    load_hf_qwen_weights(loaded, reader, kHeads, c.family);
+    load_qwen(loaded, file, c.family);
     expect_same_values(original, loaded);
+  }
+}
+
+// A rank's part of the model: the second layer (a pipeline stage) and experts 1 and 2 of each
+// MoE layer (an EP rank's, ETP 2 splitting them), MTP included, read from every layout — packed
+// experts and grouped projections row by row — equal the whole model's values there.
+TEST_F(HfTest, QwenEveryLayoutLoadsIntoAPartOfTheModel) {
+  const ParamRegistry original = qwen_registry(11);
+  for (const LayoutCase& c : kLayouts) {
+    SCOPED_TRACE(fmt::format("{} grouped {} packed {}", c.family, c.layout.grouped_gdn, c.layout.packed_experts));
+    const std::string file = path("part");
+    write_hf_weights(original, c.layout, kHeads, file);
+    ParamRegistry part;
+    for (const Param& p : original.params()) {
+      const bool other_layer = p.name.starts_with("model.layers.0.");
+      const bool other_expert = p.name.find(".experts.0.") != std::string::npos;
+      if (other_layer || other_expert) continue;
+      ShardSpec split;
+      if (p.name.find(".experts.") != std::string::npos && p.global_shape[0] % 2 == 0)
+        split = ShardSpec{.dim = 0, .group = ShardGroup::ETP, .index = 1, .count = 2, .expert_rank = 1, .expert_ranks = 2};
+      part.add(p.name, p.global_shape, p.init, p.init_std, p.weight_decay, split);
+    }
+    part.finalize();
+    HfWeightFiles files(file);
+    load_hf_params(part, original, files,
+                   HfImportRules{.model = "Qwen3-Next", .qwen_extras = true, .family = c.family, .heads = kHeads});
+    for (const Param& p : part.params()) {
+      std::vector<float> want(p.numel());
+      take_local_slice(p, original.to_host(original.get(p.name)).data(), want.data());
+      EXPECT_EQ(part.to_host(p), want) << p.name;
+    }
   }
 }
 
@@ -111,9 +151,8 @@ TEST_F(HfTest, QwenGroupedRowsAreHuggingFacesOrdering) {
   // fix_query_key_value_ordering: in_proj_qkvz viewed as (Hk, 2·dk + 2·r·dv, C) splits into
   // q (dk), k (dk), v (r·dv), z (r·dv) per key head; in_proj_ba as (Hk, 2·r, C) into b, a.
   const ParamRegistry r = qwen_registry(3);
-  const std::string file = path("grouped.safetensors");
-  write_hf_qwen_weights(r, {true, true, false, true}, kHeads, file);
-  const SafetensorsReader reader(file);
+  write_hf_weights(r, {true, true, false, true}, kHeads, path("grouped"));
+  const SafetensorsReader reader(path("grouped/model.safetensors"));
   const std::string g = "model.language_model.layers.0.linear_attn.";
   const std::vector<float> qkvz = read_tensor(reader, g + "in_proj_qkvz.weight");
   const std::vector<float> ba = read_tensor(reader, g + "in_proj_ba.weight");
@@ -159,32 +198,32 @@ TEST_F(HfTest, QwenGroupedRowsAreHuggingFacesOrdering) {
 }
 
 TEST_F(HfTest, QwenNextToQwen35AndBackIsTheSameBytes) {
-  const std::string next = path("next.safetensors"), q35 = path("q35.safetensors"),
-                    back = path("back.safetensors");
-  write_hf_qwen_weights(qwen_registry(5), {true, false, false, false}, kHeads, next);
+  const std::string next = path("next"), q35 = path("q35"), back = path("back");
+  write_hf_weights(qwen_registry(5), {true, false, false, false}, kHeads, next);
   ParamRegistry r = qwen_registry(6);
-  load_hf_qwen_weights(r, SafetensorsReader(next), kHeads, "qwen3_next");
-  write_hf_qwen_weights(r, {false, true, false, true}, kHeads, q35);
+  load_qwen(r, next, "qwen3_next");
+  write_hf_weights(r, {false, true, false, true}, kHeads, q35);
   ParamRegistry s = qwen_registry(7);
-  load_hf_qwen_weights(s, SafetensorsReader(q35), kHeads, "qwen3_5_moe");
-  write_hf_qwen_weights(s, {true, false, false, false}, kHeads, back);
-  EXPECT_EQ(bytes_of(next), bytes_of(back));
-  EXPECT_NE(bytes_of(next), bytes_of(q35));
+  load_qwen(s, q35, "qwen3_5_moe");
+  write_hf_weights(s, {true, false, false, false}, kHeads, back);
+  const std::string weights = "/model.safetensors";
+  EXPECT_EQ(bytes_of(next + weights), bytes_of(back + weights));
+  EXPECT_NE(bytes_of(next + weights), bytes_of(q35 + weights));
 }
 
 TEST_F(HfTest, QwenLayoutOfTheOtherFamilyIsRefused) {
   const ParamRegistry r = qwen_registry(1);
-  write_hf_qwen_weights(r, {true, false, false, false}, kHeads, path("g.safetensors"));
-  write_hf_qwen_weights(r, {false, false, false, false}, kHeads, path("f.safetensors"));
+  write_hf_weights(r, {true, false, false, false}, kHeads, path("g"));
+  write_hf_weights(r, {false, false, false, false}, kHeads, path("f"));
   ParamRegistry target = qwen_registry(2);
   const ParamRegistry before = qwen_registry(2);
   expect_error(
-      [&] { load_hf_qwen_weights(target, SafetensorsReader(path("g.safetensors")), kHeads, "qwen3_5_moe"); },
-      {path("g.safetensors"), "'model.layers.0.linear_attn.in_proj_qkvz.weight' is Qwen3-Next's grouped",
+      [&] { load_qwen(target, path("g"), "qwen3_5_moe"); },
+      {path("g/model.safetensors"), "'model.layers.0.linear_attn.in_proj_qkvz.weight' is Qwen3-Next's grouped",
        "model_type is qwen3_5_moe"});
   expect_error(
-      [&] { load_hf_qwen_weights(target, SafetensorsReader(path("f.safetensors")), kHeads, "qwen3_next"); },
-      {path("f.safetensors"), "Qwen3.5's flat GDN layout", "model_type is qwen3_next"});
+      [&] { load_qwen(target, path("f"), "qwen3_next"); },
+      {path("f/model.safetensors"), "Qwen3.5's flat GDN layout", "model_type is qwen3_next"});
   expect_same_values(before, target);
 }
 
@@ -195,12 +234,12 @@ TEST_F(HfTest, QwenMissingAndUnexpectedTensors) {
     if (p.name != "model.norm.weight") entries.push_back({p.name, p.global_shape, p.value});
   write_safetensors(path("missing.safetensors"), entries);
   ParamRegistry target = qwen_registry(2);
-  expect_error([&] { load_hf_qwen_weights(target, SafetensorsReader(path("missing.safetensors")), kHeads, ""); },
+  expect_error([&] { load_qwen(target, path("missing.safetensors"), ""); },
                {path("missing.safetensors"), "missing tensor 'model.norm.weight'", "1 of the"});
   entries.push_back({"model.norm.weight", {kC}, r.get("model.norm.weight").value});
   entries.push_back({"model.layers.0.linear_attn.dt_bias", {kHv}, r.params()[0].value});
   write_safetensors(path("extra.safetensors"), entries);
-  expect_error([&] { load_hf_qwen_weights(target, SafetensorsReader(path("extra.safetensors")), kHeads, ""); },
+  expect_error([&] { load_qwen(target, path("extra.safetensors"), ""); },
                {path("extra.safetensors"), "unexpected tensor 'model.layers.0.linear_attn.dt_bias'"});
   const std::vector<float> five(5, 0.0f);
   std::vector<SafetensorsEntry> wrong;
@@ -209,7 +248,7 @@ TEST_F(HfTest, QwenMissingAndUnexpectedTensors) {
                         ? SafetensorsEntry{p.name, {5}, five.data()}
                         : SafetensorsEntry{p.name, p.global_shape, p.value});
   write_safetensors(path("shape.safetensors"), wrong);
-  expect_error([&] { load_hf_qwen_weights(target, SafetensorsReader(path("shape.safetensors")), kHeads, ""); },
+  expect_error([&] { load_qwen(target, path("shape.safetensors"), ""); },
                {path("shape.safetensors"), "'model.layers.1.self_attn.q_norm.weight' has shape [5]",
                 "expects [4]"});
 }
@@ -218,8 +257,8 @@ TEST_F(HfTest, QwenVisionAndUnusedMtpTensorsAreSkipped) {
   // A VL checkpoint's vision tower, and MTP weights offered to a model without MTP, are ignored
   // as transformers' text decoders ignore them.
   const ParamRegistry with_mtp = qwen_registry(4);
-  write_hf_qwen_weights(with_mtp, {false, true, false, true}, kHeads, path("vl.safetensors"));
-  const SafetensorsReader vl(path("vl.safetensors"));
+  write_hf_weights(with_mtp, {false, true, false, true}, kHeads, path("vl"));
+  const SafetensorsReader vl(path("vl/model.safetensors"));
   std::vector<SafetensorsEntry> entries;
   for (const SafetensorsTensor& t : vl.tensors()) entries.push_back({t.name, t.shape, nullptr});
   std::vector<std::vector<float>> data;
@@ -229,7 +268,7 @@ TEST_F(HfTest, QwenVisionAndUnusedMtpTensorsAreSkipped) {
   entries.push_back({"model.visual.patch_embed.proj.weight", {2, 3}, data.back().data()});
   write_safetensors(path("vision.safetensors"), entries);
   ParamRegistry no_mtp = qwen_registry(8, false);
-  load_hf_qwen_weights(no_mtp, SafetensorsReader(path("vision.safetensors")), kHeads, "qwen3_5_moe");
+  load_qwen(no_mtp, path("vision.safetensors"), "qwen3_5_moe");
   for (const Param& p : no_mtp.params())
     EXPECT_EQ(no_mtp.to_host(p), with_mtp.to_host(with_mtp.get(p.name))) << p.name;
 }

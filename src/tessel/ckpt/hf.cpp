@@ -1,21 +1,16 @@
 #include "tessel/ckpt/hf.h"
-#include "tessel/ckpt/shards.h"
-
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <unordered_map>
 
 #include "tessel/ckpt/hf_json.h"
-#include "tessel/ckpt/hf_qwen3_next.h"
+#include "tessel/ckpt/hf_layout.h"
 #include "tessel/ckpt/hf_qwen3_next_config.h"
-#include "tessel/ckpt/safetensors.h"
 #include "tessel/core/error.h"
 #include "tessel/core/json_values.h"
+#include "tessel/core/writable.h"
 
 namespace tessel {
 
@@ -122,6 +117,7 @@ ModelConfig llama_from_hf(const nlohmann::json& j, const LlamaFamilyType& type,
   cfg.max_position_embeddings = required<int>(j, "max_position_embeddings", source);
   cfg.norm_epsilon = optional_value(j, "rms_norm_eps", source, 1e-6f);
   cfg.rotary_base = optional_value(j, "rope_theta", source, 10000.0f);
+  cfg.mtp_num_layers = optional_value(j, "num_nextn_predict_layers", source, 0);
   if (cfg.num_attention_heads > 0) {
     const int head_dim =
         optional_value(j, "head_dim", source, cfg.hidden_size / cfg.num_attention_heads);
@@ -145,31 +141,6 @@ ModelConfig llama_from_hf(const nlohmann::json& j, const LlamaFamilyType& type,
   TESSEL_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(),
                "{}: rope_scaling is not supported (tessel applies plain RoPE)", source);
   return cfg;
-}
-
-// Hugging Face's non-parameter buffers: GPT-2's causal mask and masked-fill value, old Llama
-// checkpoints' RoPE frequencies. They are recomputed, never loaded.
-bool is_hf_buffer(const std::string& name) {
-  for (const char* suffix : {"attn.bias", "attn.masked_bias", "rotary_emb.inv_freq"}) {
-    const std::string s = suffix;
-    if (name == s || (name.size() > s.size() && name.ends_with("." + s))) return true;
-  }
-  return false;
-}
-
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    TESSEL_CHECK(out.good(), "{}: cannot create", tmp);
-    out << text;
-    out.flush();
-    TESSEL_CHECK(out.good(), "{}: write failed", tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail("{}: cannot rename {} over it", path, tmp);
-  }
 }
 
 }  // namespace
@@ -222,6 +193,9 @@ nlohmann::json hf_config_json(const ModelConfig& cfg) {
           {"eos_token_id", 0},
           {"torch_dtype", "float32"}};
   if (type.reads_attention_bias) j["attention_bias"] = cfg.add_qkv_bias;
+  // Multi-token prediction under DeepSeek-V3's key (Qwen3-Next's as vLLM reads it); its mtp.*
+  // tensors keep tessel's names, which transformers' causal LM skips.
+  if (cfg.mtp_num_layers > 0) j["num_nextn_predict_layers"] = cfg.mtp_num_layers;
   if (!is_exact(type, cfg))
     j["tessel_attention"] = {{"add_qkv_bias", cfg.add_qkv_bias}, {"qk_layernorm", cfg.qk_layernorm}};
   if (type.moe) moe_to_hf(cfg, j);
@@ -325,7 +299,7 @@ std::vector<std::string> hf_export_violations(const ModelConfig& cfg) {
 }
 
 void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std::string& dir,
-               const std::string& model_type) {
+               const std::string& model_type, int64_t max_shard_bytes) {
   const std::vector<std::string> refused = hf_export_violations(cfg);
   TESSEL_CHECK(refused.empty(), "export to {}: {}", dir, refused.front());
   TESSEL_CHECK(model_type.empty() || cfg.linear.enabled(),
@@ -336,40 +310,12 @@ void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std:
   const std::string config = (fs::path(dir) / "config.json").string();
   if (cfg.linear.enabled()) {
     const std::string type = model_type.empty() ? kDefaultQwenModelType : model_type;
-    const HfQwenLayout layout = hf_qwen_layout_for(type);
-    write_hf_qwen_weights(registry, layout, gdn_heads(cfg), (fs::path(dir) / "model.safetensors").string());
-    write_text_file(config, qwen3_next_config_json(cfg, type).dump(2) + "\n");
+    write_hf_weights(registry, hf_qwen_layout_for(type), gdn_heads(cfg), dir, max_shard_bytes);
+    write_file_atomically(config, qwen3_next_config_json(cfg, type).dump(2) + "\n");
     return;
   }
-  std::vector<SafetensorsEntry> entries;
-  std::vector<std::vector<float>> values;  // on the host
-  values.reserve(registry.params().size());
-  for (const Param& p : registry.params()) {
-    TESSEL_CHECK(p.value != nullptr,
-                 "export to {}: parameter {} has no memory (registry not "
-                 "finalized)",
-                 dir, p.name);
-    TESSEL_CHECK(p.shard.count == 1,
-                 "export to {}: parameter {} is split over {} ranks; "
-                 "exporting sharded parameters is not supported yet",
-                 dir, p.name, p.shard.count);
-    values.push_back(registry.to_host(p));
-    entries.push_back({p.name, p.global_shape, values.back().data()});
-  }
-  // transformers refuses safetensors files whose metadata lacks format "pt".
-  write_safetensors((fs::path(dir) / "model.safetensors").string(), entries, {{"format", "pt"}});
-  write_text_file(config, hf_config_json(cfg).dump(2) + "\n");
-}
-
-std::string hf_weights_file(const std::string& path) {
-  if (!fs::is_directory(path)) return path;
-  const fs::path file = fs::path(path) / "model.safetensors";
-  if (fs::exists(file)) return file.string();
-  TESSEL_CHECK(!fs::exists(fs::path(path) / "model.safetensors.index.json"),
-               "{}: sharded Hugging Face weights (model.safetensors.index.json) are not supported "
-               "yet",
-               path);
-  fail("{}: no model.safetensors in this folder", path);
+  write_hf_weights(registry, HfLayout{}, GdnHeads{}, dir, max_shard_bytes);
+  write_file_atomically(config, hf_config_json(cfg).dump(2) + "\n");
 }
 
 namespace {
@@ -409,67 +355,6 @@ std::string hf_model_type_beside(const std::string& path) {
   const std::optional<nlohmann::json> j = hf_config_json_beside(path);
   if (!j || !j->is_object() || !j->contains("model_type") || !(*j)["model_type"].is_string()) return "";
   return (*j)["model_type"].get<std::string>();
-}
-
-void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path) {
-  const std::string file = hf_weights_file(path);
-  const SafetensorsReader reader(file);
-  if (cfg.linear.enabled()) {
-    load_hf_qwen_weights(registry, reader, gdn_heads(cfg), hf_model_type_beside(path));
-    return;
-  }
-
-  // Match every tensor of the file to its parameter and check it before touching any value, so
-  // a bad file leaves the registry as it was.
-  struct Match {
-    const SafetensorsTensor* tensor;
-    Param* param;
-  };
-  std::vector<Match> matches;
-  std::unordered_map<std::string, std::string> file_name_of;  // parameter -> tensor in the file
-  for (const SafetensorsTensor& t : reader.tensors()) {
-    std::string name = t.name;
-    // Hugging Face's GPT-2 checkpoints were saved from GPT2Model, without the "transformer."
-    // prefix.
-    if (!registry.has(name) && cfg.arch == Arch::GPT2 && registry.has("transformer." + name))
-      name = "transformer." + name;
-    if (!registry.has(name)) {
-      if (is_hf_buffer(t.name) || (cfg.tied_embeddings() && t.name == "lm_head.weight")) continue;
-      fail(
-          "{}: unexpected tensor '{}': this {} model has no such parameter (is the file for "
-          "another architecture?)",
-          file, t.name, arch_name(cfg.arch));
-    }
-    auto [it, inserted] = file_name_of.emplace(name, t.name);
-    TESSEL_CHECK(inserted, "{}: tensors '{}' and '{}' both hold parameter {}", file, it->second,
-                 t.name, name);
-    Param& p = registry.get(name);
-    TESSEL_CHECK(t.shape == p.global_shape, "{}: tensor '{}' has shape {} but the model expects {}",
-                 file, t.name, shape_str(t.shape), shape_str(p.global_shape));
-    TESSEL_CHECK(safetensors_dtype_is_float(t.dtype),
-                 "{}: tensor '{}' has dtype {}; weights must be F32, F16, BF16 or F64", file,
-                 t.name, t.dtype);
-    matches.push_back({&t, &p});
-  }
-  if (matches.size() != registry.params().size()) {
-    const Param* first_missing = nullptr;
-    for (const Param& p : registry.params())
-      if (!file_name_of.count(p.name) && first_missing == nullptr) first_missing = &p;
-    fail("{}: missing tensor '{}' ({} of the model's {} parameters are not in the file)", file,
-         first_missing->name, registry.params().size() - matches.size(), registry.params().size());
-  }
-
-  std::vector<float> full;  // the global tensor, on the host
-  for (const Match& m : matches) {
-    Param& p = *m.param;
-    TESSEL_CHECK(p.value != nullptr,
-                 "loading {}: parameter {} has no memory (registry not "
-                 "finalized)",
-                 file, p.name);
-    full.resize(m.tensor->numel());
-    reader.read(m.tensor->name, full.data());
-    set_from_global(registry, p, full.data());
-  }
 }
 
 }  // namespace tessel

@@ -35,16 +35,15 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& sou
 // before it starts when --save-hf is given.
 std::vector<std::string> hf_export_violations(const ModelConfig& cfg);
 
-// Writes dir/model.safetensors (every registry parameter under its name, F32) and
-// dir/config.json, creating dir. Parameters must be whole tensors (no TP/EP shards) for now.
+// Writes dir/model.safetensors (every registry parameter under its name, F32; shards of at most
+// `max_shard_bytes` and their index when it is > 0, ckpt/hf_files.h) and dir/config.json,
+// creating dir. Parameters must be whole tensors (no TP/EP shards): training gathers them first
+// (train/export.h). Reading back: ckpt/hf_import.h.
 // Throws for a model with hf_export_violations. A model with Gated DeltaNet layers is written as
 // `model_type` (qwen3_next, qwen3_5_moe or qwen3_5_moe_text; empty: qwen3_5_moe_text) in that
 // family's checkpoint layout; `model_type` is refused for other models.
 void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std::string& dir,
-               const std::string& model_type = "");
-
-// `path` itself when it is a file; path/model.safetensors when it is a folder.
-std::string hf_weights_file(const std::string& path);
+               const std::string& model_type = "", int64_t max_shard_bytes = 0);
 
 // The model config beside a weights file, for `--init-from` to take its sizes from: reads
 // config.json from the folder `path` names (or the folder holding the file `path` names) through
@@ -54,15 +53,5 @@ std::optional<ModelConfig> hf_config_beside(const std::string& path);
 // model_type ("" when there is no file or no model_type).
 std::optional<nlohmann::json> hf_config_json_beside(const std::string& path);
 std::string hf_model_type_beside(const std::string& path);
-
-// Fills every registry parameter from a safetensors file (or a folder holding model.safetensors).
-// Every registry name must be in the file with its global shape, in F32, F16, BF16 or F64; a shard
-// takes its own slice of the full tensor. Hugging Face's own GPT-2 files load too: their names
-// may lack the "transformer." prefix, and the attention-mask buffers ("attn.bias",
-// "attn.masked_bias", "rotary_emb.inv_freq") and a tied "lm_head.weight" are skipped. Any other
-// tensor is an error: it means the file holds a different architecture. A model with Gated
-// DeltaNet layers reads every layout of ckpt/hf_qwen3_next.h, checked against the model_type of
-// the config.json beside the file.
-void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path);
 
 }  // namespace tessel

@@ -239,7 +239,7 @@ nlohmann::json qwen3_next_config_json(const ModelConfig& cfg, const std::string&
           {"text_config", t}};
 }
 
-HfQwenLayout hf_qwen_layout_for(const std::string& model_type) {
+HfLayout hf_qwen_layout_for(const std::string& model_type) {
   TESSEL_CHECK(is_qwen3_next_model_type(model_type),
                "model_type '{}' is not qwen3_next, qwen3_5_moe or qwen3_5_moe_text", model_type);
   if (model_type == "qwen3_next") return {.grouped_gdn = true};

@@ -9,7 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
-#include "tessel/ckpt/hf_qwen3_next.h"
+#include "tessel/ckpt/hf_layout.h"
 #include "tessel/model/config.h"
 
 namespace tessel {
@@ -38,7 +38,7 @@ nlohmann::json qwen3_next_config_json(const ModelConfig& cfg, const std::string&
 // in_proj_ba with per-expert experts; qwen3_5_moe flat projections, packed experts in the
 // decoder, per-expert MTP experts, the decoder under model.language_model.; qwen3_5_moe_text the
 // same without the prefix.
-HfQwenLayout hf_qwen_layout_for(const std::string& model_type);
+HfLayout hf_qwen_layout_for(const std::string& model_type);
 
 GdnHeads gdn_heads(const ModelConfig& cfg);
 

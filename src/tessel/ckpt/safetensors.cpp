@@ -1,7 +1,6 @@
 #include "tessel/ckpt/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,39 +74,40 @@ bool safetensors_dtype_is_float(const std::string& dtype) {
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  TESSEL_CHECK(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{}: not a regular file", path);
-  }
-  file_size_ = st.st_size;
-  if (file_size_ == 0) {
-    ::close(fd);
-    fail("{}: empty file (a safetensors file starts with an 8-byte header length)", path);
-  }
-  void* map = ::mmap(nullptr, file_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  TESSEL_CHECK(map != MAP_FAILED, "{}: cannot map ({})", path, std::strerror(map_errno));
-  bytes_ = static_cast<const uint8_t*>(map);
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TESSEL_CHECK(fd_ >= 0, "{}: cannot open ({})", path, std::strerror(errno));
   try {
+    struct stat st;
+    TESSEL_CHECK(::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode), "{}: not a regular file", path);
+    file_size_ = st.st_size;
+    TESSEL_CHECK(file_size_ > 0, "{}: empty file (a safetensors file starts with an 8-byte header length)",
+                 path);
     parse_header();
   } catch (...) {
-    ::munmap(const_cast<uint8_t*>(bytes_), file_size_);
+    ::close(fd_);
     throw;
   }
 }
 
-SafetensorsReader::~SafetensorsReader() { ::munmap(const_cast<uint8_t*>(bytes_), file_size_); }
+SafetensorsReader::~SafetensorsReader() { ::close(fd_); }
+
+void SafetensorsReader::read_bytes(int64_t offset, int64_t size, void* out) const {
+  auto* to = static_cast<char*>(out);
+  while (size > 0) {
+    const ssize_t got = ::pread(fd_, to, static_cast<size_t>(std::min<int64_t>(size, 1 << 30)), offset);
+    if (got < 0 && errno == EINTR) continue;
+    TESSEL_CHECK(got > 0, "{}: read failed at byte {} ({})", path_, offset,
+                 got == 0 ? "the file shrank while open" : std::strerror(errno));
+    to += got, offset += got, size -= got;
+  }
+}
 
 void SafetensorsReader::parse_header() {
   const std::string& file = path_;
   TESSEL_CHECK(file_size_ >= 8, "{}: truncated: {} bytes, too short for the 8-byte header length",
                file, file_size_);
   uint64_t header_len;
-  std::memcpy(&header_len, bytes_, 8);
+  read_bytes(0, 8, &header_len);
   TESSEL_CHECK(header_len <= static_cast<uint64_t>(file_size_ - 8),
                "{}: header length {} goes beyond the end of the file ({} bytes): truncated or "
                "not a safetensors file",
@@ -118,10 +118,11 @@ void SafetensorsReader::parse_header() {
   data_start_ = 8 + static_cast<int64_t>(header_len);
   const int64_t data_size = file_size_ - data_start_;
 
-  const char* text = reinterpret_cast<const char*>(bytes_ + 8);
+  std::string text(header_len, '\0');
+  read_bytes(8, static_cast<int64_t>(header_len), text.data());
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(text, text + header_len);
+    header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: header is not valid JSON ({})", file, one_line(e.what()));
   }
@@ -208,28 +209,40 @@ const SafetensorsTensor& SafetensorsReader::tensor(const std::string& name) cons
 }
 
 void SafetensorsReader::read(const std::string& name, float* out) const {
+  read(name, 0, tensor(name).numel(), out);
+}
+
+void SafetensorsReader::read(const std::string& name, int64_t first, int64_t count, float* out) const {
   const SafetensorsTensor& t = tensor(name);
-  const uint8_t* src = bytes_ + data_start_ + t.begin;
-  const int64_t n = t.numel();
-  // The data section need not be aligned for the element type: copy element by element.
-  if (t.dtype == "F32") {
-    std::memcpy(out, src, n * sizeof(float));
-  } else if (t.dtype == "F16" || t.dtype == "BF16") {
-    const bool is_f16 = t.dtype == "F16";
+  TESSEL_CHECK(first >= 0 && count >= 0 && first + count <= t.numel(),
+               "{}: elements [{}, {}) are not within tensor '{}' of {}", path_, first, first + count, name,
+               t.numel());
+  const int size = safetensors_dtype_size(t.dtype);
+  const int64_t start = data_start_ + t.begin + first * size;
+  if (t.dtype == "F32") return read_bytes(start, count * size, out);
+  TESSEL_CHECK(safetensors_dtype_is_float(t.dtype),
+               "{}: tensor '{}' has dtype {}; only F32, F16, BF16 and F64 can be read as floats", path_,
+               name, t.dtype);
+  // Converted a block at a time: memory beyond `out` stays one small buffer, whatever the tensor.
+  constexpr int64_t kBlock = 1 << 16;
+  std::vector<uint8_t> raw(static_cast<size_t>(std::min(count, kBlock) * size));
+  for (int64_t done = 0; done < count;) {
+    const int64_t n = std::min(count - done, kBlock);
+    read_bytes(start + done * size, n * size, raw.data());
+    float* to = out + done;
     for (int64_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      out[i] = is_f16 ? f16_to_float(h) : bf16_to_float(h);
+      const uint8_t* at = raw.data() + i * size;
+      if (size == 8) {
+        double d;
+        std::memcpy(&d, at, 8);
+        to[i] = static_cast<float>(d);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, at, 2);
+        to[i] = t.dtype == "F16" ? f16_to_float(h) : bf16_to_float(h);
+      }
     }
-  } else if (t.dtype == "F64") {
-    for (int64_t i = 0; i < n; ++i) {
-      double d;
-      std::memcpy(&d, src + 8 * i, 8);
-      out[i] = static_cast<float>(d);
-    }
-  } else {
-    fail("{}: tensor '{}' has dtype {}; only F32, F16, BF16 and F64 can be read as floats", path_,
-         name, t.dtype);
+    done += n;
   }
 }
 

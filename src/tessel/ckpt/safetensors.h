@@ -1,8 +1,9 @@
 // The safetensors file format (Hugging Face): an 8-byte little-endian header length N, N bytes of
 // JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}, then
 // the data section; offsets are relative to its start. The reader validates everything before
-// trusting it (a corrupt file gets an Error naming the file and the problem); the writer writes
-// fp32 tensors atomically (temporary file, then rename).
+// trusting it (a corrupt file gets an Error naming the file and the problem) and reads a tensor, or
+// a range of its elements, only when asked; the writer writes fp32 tensors atomically (temporary
+// file, then rename).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,8 @@ bool safetensors_dtype_is_float(const std::string& dtype);
 
 class SafetensorsReader {
  public:
-  // Maps the file and validates its header; throws Error naming the file on any problem.
+  // Opens the file and validates its header; throws Error naming the file on any problem. Tensor
+  // data is read on demand (pread), so only what read() is asked for ever reaches memory.
   explicit SafetensorsReader(const std::string& path);
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
@@ -48,12 +50,15 @@ class SafetensorsReader {
 
   // Converts tensor `name` (F32, F16, BF16 or F64) into out[0 .. numel).
   void read(const std::string& name, float* out) const;
+  // Elements [first, first + count) of tensor `name` (row-major) into out[0 .. count).
+  void read(const std::string& name, int64_t first, int64_t count, float* out) const;
 
  private:
   void parse_header();
+  void read_bytes(int64_t offset, int64_t size, void* out) const;
 
   std::string path_;
-  const uint8_t* bytes_ = nullptr;  // the whole file, mapped read-only
+  int fd_ = -1;
   int64_t file_size_ = 0;
   int64_t data_start_ = 0;  // 8 + header length
   std::vector<SafetensorsTensor> tensors_;

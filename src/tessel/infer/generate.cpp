@@ -9,6 +9,7 @@
 
 #include "tessel/ckpt/finite_weights.h"
 #include "tessel/ckpt/hf.h"
+#include "tessel/ckpt/hf_import.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/data/tokenizer.h"
@@ -102,9 +103,8 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
                          params, no_context_parallel(k));
   params.finalize(k.memory);
   model.bind(params);
-  const std::string weights = hf_weights_file(model_dir);
-  load_hf_weights(params, cfg, weights);
-  require_finite_weights(k, params, weights);
+  load_hf_weights(params, cfg, model_dir);
+  require_finite_weights(k, params, model_dir);
 
   std::vector<int32_t> prompt = tokenizer->encode(o.prompt.empty() ? "\n" : o.prompt);
   TESSEL_CHECK(!prompt.empty(), "the prompt encodes to no tokens");

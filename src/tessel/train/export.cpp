@@ -7,6 +7,7 @@
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/finite_weights.h"
 #include "tessel/ckpt/hf.h"
+#include "tessel/ckpt/hf_import.h"
 #include "tessel/ckpt/hf_qwen3_next_config.h"
 #include "tessel/ckpt/shards.h"
 #include "tessel/core/error.h"
@@ -129,7 +130,7 @@ std::string gdn_hf_model_type(const ModelConfig& cfg, const std::string& request
 
 int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tokenizer_options,
                      const ExportSource& source, const std::string& out_dir,
-                     const std::string& hf_model_type) {
+                     const std::string& hf_model_type, int64_t max_shard_bytes) {
   const std::unique_ptr<Tokenizer> tokenizer =
       tokenizer_options ? make_tokenizer(*tokenizer_options) : std::make_unique<ByteTokenizer>();
   if (cfg.vocab_size == 0) cfg.vocab_size = tokenizer->vocab_size();
@@ -152,13 +153,13 @@ int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tok
   } else if (source.init_from.empty()) {
     params.init_values(source.seed);
   } else {
-    load_hf_weights(params, cfg, hf_weights_file(source.init_from));
+    load_hf_weights(params, cfg, source.init_from);
   }
   require_finite_weights(k, params,
                          !source.load.empty()        ? source.load
                          : !source.init_from.empty() ? source.init_from
                                                      : std::string("the initial weights"));
-  export_hf(params, cfg, out_dir, hf_model_type);
+  export_hf(params, cfg, out_dir, hf_model_type, max_shard_bytes);
   if (tokenizer_options) save_tokenizer_files(*tokenizer_options, *tokenizer, out_dir);
   return params.numel();
 }

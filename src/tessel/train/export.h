@@ -25,13 +25,14 @@ struct ExportSource {
 };
 
 // `tessel export`: `cfg`'s model with the source's weights, written to `out_dir` as
-// model.safetensors and config.json, with the tokenizer's files when `tokenizer` names one (it
-// must be the one a --load save was trained with). --vocab-size 0 takes the tokenizer's size (the
+// model.safetensors (or shards of at most `max_shard_bytes` and their index, when it is > 0) and
+// config.json, with the tokenizer's files when `tokenizer` names one (it must be the one a --load
+// save was trained with). --vocab-size 0 takes the tokenizer's size (the
 // byte tokenizer's without one). A model with Gated DeltaNet layers is written as `hf_model_type`
 // (ckpt/hf.h's export_hf). Returns the parameter count; throws naming the bad input.
 int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tokenizer,
                      const ExportSource& source, const std::string& out_dir,
-                     const std::string& hf_model_type = "");
+                     const std::string& hf_model_type = "", int64_t max_shard_bytes = 0);
 
 // The model_type a Gated DeltaNet model is written as: `requested` when given, else the family
 // of the folder it was read from (`init_from`, when that is a Qwen3-Next / Qwen3.5 folder), else

@@ -11,6 +11,7 @@
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/finite_weights.h"
 #include "tessel/ckpt/hf.h"
+#include "tessel/ckpt/hf_import.h"
 #include "tessel/ckpt/save_lock.h"
 #include "tessel/comm/comm.h"
 #include "tessel/core/error.h"

@@ -1,10 +1,10 @@
-#include "tessel/ckpt/hf_qwen3_next.h"
+#include "tessel/ckpt/hf_layout.h"
 
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
-#include "tessel/ckpt/shards.h"
+#include "tessel/ckpt/hf_files.h"
 #include "tessel/core/error.h"
 
 namespace tessel {
@@ -20,7 +20,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 // The file's name of a tessel name: the decoder's "model." becomes "model.language_model.".
-std::string file_name(const std::string& name, const HfQwenLayout& layout) {
+std::string file_name(const std::string& name, const HfLayout& layout) {
   if (layout.vl_prefix && name.starts_with("model.")) return kVlPrefix + name.substr(6);
   return name;
 }
@@ -29,7 +29,7 @@ std::string file_name(const std::string& name, const HfQwenLayout& layout) {
 // adjacent, which the loader relies on.
 class FileTensors {
  public:
-  FileTensors(const ParamRegistry& registry, const HfQwenLayout& layout, const GdnHeads& heads)
+  FileTensors(const ParamRegistry& registry, const HfLayout& layout, const GdnHeads& heads)
       : registry_(registry), layout_(layout), heads_(heads) {}
 
   std::vector<HfFileTensor> build() {
@@ -103,8 +103,10 @@ class FileTensors {
     const size_t dot = leaf.find('.');
     const int64_t e = std::stoll(leaf.substr(0, dot));
     const std::string w = leaf.substr(dot + 1);
-    int64_t E = 0;
-    while (registry_.has(fmt::format("{}{}.gate_proj.weight", prefix, E))) ++E;
+    auto [counted, first] = expert_counts_.emplace(prefix, 0);  // counted once a layer
+    int64_t& E = counted->second;
+    if (first)
+      while (registry_.has(fmt::format("{}{}.gate_proj.weight", prefix, E))) ++E;
     const int64_t I = registry_.get(prefix + "0.gate_proj.weight").global_shape[0];
     const int64_t C = registry_.get(prefix + "0.gate_proj.weight").global_shape[1];
     if (w == "down_proj.weight") {
@@ -118,107 +120,34 @@ class FileTensors {
   }
 
   const ParamRegistry& registry_;
-  const HfQwenLayout& layout_;
+  const HfLayout& layout_;
   const GdnHeads& heads_;
   std::vector<HfFileTensor> tensors_;
   std::unordered_map<std::string, size_t> index_;
+  std::unordered_map<std::string, int64_t> expert_counts_;  // per experts. prefix
 };
-
-// A model_type that does not match the file's GDN projections: one line naming both.
-void check_family(const SafetensorsReader& reader, const std::string& family) {
-  const bool next = family == "qwen3_next";
-  const bool qwen35 = family == "qwen3_5_moe" || family == "qwen3_5_moe_text";
-  for (const SafetensorsTensor& t : reader.tensors()) {
-    if (ends_with(t.name, ".linear_attn.in_proj_qkvz.weight") ||
-        ends_with(t.name, ".linear_attn.in_proj_ba.weight")) {
-      TESSEL_CHECK(!qwen35,
-                   "{}: tensor '{}' is Qwen3-Next's grouped GDN layout, but config.json's "
-                   "model_type is {} (whose layers hold in_proj_qkv, in_proj_z, in_proj_b, "
-                   "in_proj_a)",
-                   reader.path(), t.name, family);
-    }
-    if (ends_with(t.name, ".linear_attn.in_proj_qkv.weight") ||
-        ends_with(t.name, ".linear_attn.in_proj_z.weight")) {
-      TESSEL_CHECK(!next,
-                   "{}: tensor '{}' is Qwen3.5's flat GDN layout, but config.json's model_type "
-                   "is qwen3_next (whose layers hold in_proj_qkvz and in_proj_ba)",
-                   reader.path(), t.name);
-    }
-  }
-}
 
 }  // namespace
 
-std::vector<HfFileTensor> hf_qwen_file_tensors(const ParamRegistry& registry,
-                                               const HfQwenLayout& layout, const GdnHeads& heads) {
+std::vector<HfFileTensor> hf_file_tensors(const ParamRegistry& registry, const HfLayout& layout,
+                                          const GdnHeads& heads) {
   return FileTensors(registry, layout, heads).build();
 }
 
-HfQwenLayout hf_qwen_layout_of(const SafetensorsReader& reader) {
-  HfQwenLayout layout;
-  for (const SafetensorsTensor& t : reader.tensors()) {
-    if (ends_with(t.name, ".linear_attn.in_proj_qkvz.weight")) layout.grouped_gdn = true;
-    if (ends_with(t.name, ".mlp.experts.gate_up_proj"))
-      (t.name.starts_with("mtp.") ? layout.packed_mtp_experts : layout.packed_experts) = true;
-    if (t.name.starts_with(kVlPrefix)) layout.vl_prefix = true;
+HfLayout hf_layout_of(const std::vector<std::string>& names) {
+  HfLayout layout;
+  for (const std::string& name : names) {
+    if (ends_with(name, ".linear_attn.in_proj_qkvz.weight")) layout.grouped_gdn = true;
+    if (ends_with(name, ".mlp.experts.gate_up_proj"))
+      (name.starts_with("mtp.") ? layout.packed_mtp_experts : layout.packed_experts) = true;
+    if (name.starts_with(kVlPrefix)) layout.vl_prefix = true;
   }
   return layout;
 }
 
-void load_hf_qwen_weights(ParamRegistry& registry, const SafetensorsReader& reader,
-                          const GdnHeads& heads, const std::string& family) {
-  const std::string& file = reader.path();
-  check_family(reader, family);
-  const std::vector<HfFileTensor> wanted =
-      hf_qwen_file_tensors(registry, hf_qwen_layout_of(reader), heads);
-  std::unordered_map<std::string, size_t> index;
-  for (size_t i = 0; i < wanted.size(); ++i) index.emplace(wanted[i].name, i);
-  const bool has_mtp = std::any_of(registry.params().begin(), registry.params().end(),
-                                   [](const Param& p) { return p.name.starts_with("mtp."); });
-
-  // Every tensor of the file checked before any value moves, so a bad file changes nothing.
-  std::vector<bool> seen(wanted.size(), false);
-  for (const SafetensorsTensor& t : reader.tensors()) {
-    if (t.name.starts_with("model.visual.") || (!has_mtp && t.name.starts_with("mtp."))) continue;
-    auto it = index.find(t.name);
-    TESSEL_CHECK(it != index.end(),
-                 "{}: unexpected tensor '{}': this Qwen3-Next model has no such parameter (is the "
-                 "file for another model, or of a layout mixed within the file?)",
-                 file, t.name);
-    const HfFileTensor& w = wanted[it->second];
-    TESSEL_CHECK(t.shape == w.shape, "{}: tensor '{}' has shape {} but the model expects {}", file,
-                 t.name, shape_str(t.shape), shape_str(w.shape));
-    TESSEL_CHECK(safetensors_dtype_is_float(t.dtype),
-                 "{}: tensor '{}' has dtype {}; weights must be F32, F16, BF16 or F64", file,
-                 t.name, t.dtype);
-    seen[it->second] = true;
-  }
-  const auto missing = std::find(seen.begin(), seen.end(), false);
-  TESSEL_CHECK(missing == seen.end(), "{}: missing tensor '{}' ({} of the {} tensors the model needs are not in the file)",
-               file, wanted[missing - seen.begin()].name,
-               std::count(seen.begin(), seen.end(), false), wanted.size());
-
-  std::vector<float> data, full;  // the file's tensor, a parameter's whole tensor
-  for (const HfFileTensor& w : wanted) {
-    data.resize(shape_numel(w.shape));
-    reader.read(w.name, data.data());
-    for (size_t c = 0; c < w.copies.size();) {
-      Param& p = registry.params()[w.copies[c].param];
-      TESSEL_CHECK(p.value != nullptr, "loading {}: parameter {} has no memory", file, p.name);
-      full.resize(shape_numel(p.global_shape));
-      for (; c < w.copies.size() && &registry.params()[w.copies[c].param] == &p; ++c) {
-        const HfRowCopy& copy = w.copies[c];
-        std::memcpy(full.data() + copy.param_row * w.row_len, data.data() + copy.file_row * w.row_len,
-                    copy.rows * w.row_len * sizeof(float));
-      }
-      set_from_global(registry, p, full.data());
-    }
-  }
-}
-
-void write_hf_qwen_weights(const ParamRegistry& registry, const HfQwenLayout& layout,
-                           const GdnHeads& heads, const std::string& path) {
-  const std::vector<HfFileTensor> tensors = hf_qwen_file_tensors(registry, layout, heads);
+void write_hf_weights(const ParamRegistry& registry, const HfLayout& layout, const GdnHeads& heads,
+                      const std::string& dir, int64_t max_shard_bytes) {
+  const std::vector<HfFileTensor> tensors = hf_file_tensors(registry, layout, heads);
   std::vector<std::vector<float>> values(tensors.size());
   std::vector<SafetensorsEntry> entries;
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -228,7 +157,9 @@ void write_hf_qwen_weights(const ParamRegistry& registry, const HfQwenLayout& la
     std::vector<float> host;
     for (const HfRowCopy& copy : t.copies) {
       const Param& p = registry.params()[copy.param];
-      TESSEL_CHECK(p.shard.count == 1, "export to {}: parameter {} is split over {} ranks", path,
+      TESSEL_CHECK(p.value != nullptr, "export to {}: parameter {} has no memory (registry not finalized)",
+                   dir, p.name);
+      TESSEL_CHECK(p.shard.count == 1, "export to {}: parameter {} is split over {} ranks", dir,
                    p.name, p.shard.count);
       if (copy.param != current) host = registry.to_host(p), current = copy.param;
       std::memcpy(values[i].data() + copy.file_row * t.row_len,
@@ -236,7 +167,7 @@ void write_hf_qwen_weights(const ParamRegistry& registry, const HfQwenLayout& la
     }
     entries.push_back({t.name, t.shape, values[i].data()});
   }
-  write_safetensors(path, entries, {{"format", "pt"}});
+  write_hf_weight_files(dir, entries, max_shard_bytes);
 }
 
 }  // namespace tessel

@@ -1,0 +1,58 @@
+// How a Hugging Face checkpoint file lays out tessel's parameters, row by row. Most tensors are
+// a parameter under its own name (DESIGN invariant 2); the Qwen3-Next family's files may instead
+// hold Qwen3-Next's grouped in_proj_qkvz / in_proj_ba (per key head g: [q_g | k_g | v and z of
+// its r = Hv/Hk value heads], [b (r) | a (r)]) where tessel holds Qwen3.5's flat in_proj_qkv
+// [Q | K | V], in_proj_z, in_proj_b, in_proj_a; packed experts (experts.gate_up_proj [E, 2I, C],
+// gate rows first, and experts.down_proj [E, C, I], as transformers 5 writes every MoE model)
+// where tessel holds one matrix an expert; and a "model.language_model." prefix (Qwen3.5's VL
+// files). Every layout is a row permutation of tessel's tensors, so import and export move values
+// without arithmetic, round trips are bitwise, and a rank can read just the rows it holds.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tessel/core/params.h"
+
+namespace tessel {
+
+// How a checkpoint file lays out the parameters.
+struct HfLayout {
+  bool grouped_gdn = false;         // Qwen3-Next's in_proj_qkvz / in_proj_ba
+  bool packed_experts = false;      // the decoder layers' experts.gate_up_proj / experts.down_proj
+  bool packed_mtp_experts = false;  // the same under mtp.*
+  bool vl_prefix = false;           // the decoder under model.language_model. (Qwen3.5's VL files)
+};
+
+// The GDN head counts and sizes the grouped layout needs (Hk, Hv, dk, dv).
+struct GdnHeads {
+  int64_t key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0;
+};
+
+// One tensor of a file: viewed as (rows, row_len), its rows [file_row, file_row + rows) are rows
+// [param_row, param_row + rows) of registry parameter `param` viewed as (·, row_len).
+struct HfRowCopy {
+  int param;
+  int64_t param_row, file_row, rows;
+};
+struct HfFileTensor {
+  std::string name;
+  Shape shape;
+  int64_t row_len;
+  std::vector<HfRowCopy> copies;  // together they cover every row once
+};
+
+// The file tensors that hold the registry's parameters in `layout`, in the order of the first
+// parameter each holds (a parameter's rows all come from one file tensor, its copies adjacent).
+std::vector<HfFileTensor> hf_file_tensors(const ParamRegistry& registry, const HfLayout& layout,
+                                          const GdnHeads& heads);
+
+// The layout that a file's tensor names show.
+HfLayout hf_layout_of(const std::vector<std::string>& names);
+
+// The registry's parameters (whole tensors) in `layout`, F32, as the weight files of the folder
+// `dir` (ckpt/hf_files.h: one file, or shards of at most `max_shard_bytes` when it is > 0).
+void write_hf_weights(const ParamRegistry& registry, const HfLayout& layout, const GdnHeads& heads,
+                      const std::string& dir, int64_t max_shard_bytes = 0);
+
+}  // namespace tessel
