@@ -68,8 +68,11 @@ TEST_F(HfTest, ShardedFolderLoadsAsTheOneFile) {
   export_hf(saved, cfg, path("m"), "", 4 * kShardBytes);
   const std::set<std::string> fewer = files_in(path("m"));
   EXPECT_FALSE(fewer.count("model.safetensors"));
-  for (const std::string& f : fewer)
-    if (f.starts_with("model-")) EXPECT_TRUE(f.ends_with(fmt::format("-of-{:05}.safetensors", fewer.size() - 2))) << f;
+  for (const std::string& f : fewer) {
+    if (f.starts_with("model-")) {
+      EXPECT_TRUE(f.ends_with(fmt::format("-of-{:05}.safetensors", fewer.size() - 2))) << f;
+    }
+  }
 }
 
 // A pipeline stage's parameters (the second layer and the head) open only the shards that hold

@@ -8,8 +8,6 @@ namespace {
 // Mixture of Experts (Llama-style experts): 8 experts, top-2, load-balancing and z losses, split
 // over EP — with DP, with PP, every other layer dense, a shared expert, a capacity that drops,
 // with TP (sequence parallel) and whole experts (ETP 1) or experts split over TP (ETP 2).
-#define TESSEL_MOE_FLAGS \
-  "--num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001"
 const char* kMoe = TESSEL_MOE_FLAGS;
 const char* kMoeShared = TESSEL_MOE_FLAGS " --moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate";
 const char* kMoeCapacity =
@@ -66,15 +64,6 @@ INSTANTIATE_TEST_SUITE_P(Moe, Equivalence,
 // ZB-H1, ZB-V, DualPipeV), EP (with DP and PP), TP with SP (with DP, PP, EP, ZB-V), full and
 // selective recompute, and packed documents (the conv history and the delta-rule state restart
 // at each eod) over PP × DP, EP and TP.
-#define TESSEL_GDN_VARIANT                                                                        \
-  "--experimental-attention-variant gdn --linear-attention-freq 4 --linear-key-head-dim 16 "      \
-  "--linear-value-head-dim 16 --attention-output-gate --qk-layernorm --apply-layernorm-1p "       \
-  "--rotary-percent 0.5 "
-#define TESSEL_GDN_MIXERS TESSEL_GDN_VARIANT "--linear-num-key-heads 2 --linear-num-value-heads 4 "
-#define TESSEL_GDN_MOE                                                                            \
-  "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 "                                 \
-  "--moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate "
-#define TESSEL_GDN_FLAGS TESSEL_GDN_MIXERS TESSEL_GDN_MOE
 const char* kGdn = TESSEL_GDN_FLAGS "--moe-aux-loss-coeff 0.01";
 // Megatron's aux loss balances each microbatch's tokens, so a layout of another microbatch size
 // trains another objective: the case of microbatch 1 (the reference's is 2) runs without it.

@@ -36,6 +36,7 @@ void PrintTo(const Layout& layout, std::ostream* os) {
       << (layout.odd_model ? ", odd parameter count" : "") << ", flags \"" << layout.flags << "\"";
   if (*layout.model_extra != '\0') *os << ", model \"" << layout.model_extra << "\"";
   if (layout.real_data) *os << ", preprocessed blend";
+  if (layout.init_from != nullptr) *os << ", from a Hugging Face folder (export " << layout.init_from << ")";
 }
 
 namespace {
@@ -138,11 +139,29 @@ std::string real_data_flags() {
          (dir / "lines_text_document").string() + " --split 90,6,4 --eval-interval 5 --eval-iters 2";
 }
 
+// The Hugging Face folder a case's runs start from: its model written by `tessel export` with
+// the case's export flags and seed 5 (training's is 11, so a run that initialised instead of
+// loading would not pass unseen), once per binary.
+fs::path hf_folder(const std::string& arch, const Layout& layout) {
+  const std::string command = std::string(TESSEL_BINARY) + " export " +
+                              model_flags(arch, layout.odd_model, layout.layers) + layout.model_extra +
+                              " --seq-length 32 --seed 5 --out hf " + layout.init_from;
+  const std::optional<fs::path> made = cache().get(command, [&](const fs::path& folder) {
+    const std::string cmd = "cd " + folder.string() + " && timeout 120 " + command;
+    const testing::CommandResult result = testing::run_command(cmd);
+    EXPECT_EQ(result.exit_code, 0) << cmd << "\n" << result.output;
+    return result.exit_code == 0;
+  });
+  return made ? *made / "hf" : fs::path("the-export-failed");
+}
+
 // Everything that defines a run of `arch` under `layout` with `flags`: the binary, the model, the
-// training, the batch and the data; where it writes is added by whoever runs it.
+// training, the batch, the data and the weights it starts from; where it writes is added by
+// whoever runs it.
 std::string train_command(const std::string& arch, const Layout& layout, const std::string& flags) {
   return std::string(TESSEL_BINARY) + " train " + model_flags(arch, layout.odd_model, layout.layers) +
          layout.model_extra + " " + kTraining + flags +
+         (layout.init_from != nullptr ? " --init-from " + hf_folder(arch, layout).string() : std::string()) +
          (std::string(layout.model_extra).find("--global-batch-size") == std::string::npos
               ? " --global-batch-size 8"
               : "") +

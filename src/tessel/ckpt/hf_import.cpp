@@ -114,27 +114,37 @@ void load_hf_params(ParamRegistry& mine, const ParamRegistry& whole, HfWeightFil
                  files.source(), p.name);
   }
 
-  // Each parameter this rank holds: its rows read into its whole tensor (the one buffer beyond the
-  // registry), then its slice kept.
-  std::vector<float> full;
+  // Each parameter this rank holds, row by row: straight into the registry where it is whole and
+  // on the host; else into its whole tensor, of which it keeps its slice (the one buffer beyond
+  // the registry, sized once for the largest such parameter: growing it would copy; on the host
+  // the slice is taken straight into the registry too).
+  const bool on_host = &mine.memory() == &host_memory();
+  const auto direct = [&](const Param& p) { return on_host && p.local_shape == p.global_shape; };
+  int64_t largest = 0;
+  for (const Param& p : mine.params())
+    if (!direct(p)) largest = std::max(largest, shape_numel(p.global_shape));
+  std::vector<float> full(static_cast<size_t>(largest));
   for (size_t i = 0; i < wanted.size(); ++i) {
     const HfFileTensor& w = wanted[i];
     for (size_t c = 0; c < w.copies.size();) {
       const Param& declared = whole.params()[w.copies[c].param];
-      const bool held = mine.has(declared.name);
-      if (held) full.resize(shape_numel(declared.global_shape));
+      Param* held = mine.has(declared.name) ? &mine.get(declared.name) : nullptr;
+      float* to = held == nullptr ? nullptr : direct(*held) ? held->value : full.data();
       for (; c < w.copies.size() && &whole.params()[w.copies[c].param] == &declared; ++c) {
         const HfRowCopy& copy = w.copies[c];
-        if (held)
-          files.read(in_files[i], copy.file_row * w.row_len, copy.rows * w.row_len,
-                     full.data() + copy.param_row * w.row_len);
+        if (held != nullptr)
+          files.read(in_files[i], copy.file_row * w.row_len, copy.rows * w.row_len, to + copy.param_row * w.row_len);
       }
-      if (held) set_from_global(mine, mine.get(declared.name), full.data());
+      if (held == nullptr || direct(*held)) continue;
+      if (on_host)
+        take_local_slice(*held, full.data(), held->value);
+      else
+        set_from_global(mine, *held, full.data());
     }
   }
 }
 
-void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path) {
+std::vector<std::string> load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path) {
   ParamRegistry whole;
   TransformerChunk::declare(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, ChunkPlace{}, whole);
   HfImportRules rules{.model = arch_name(cfg.arch),
@@ -148,6 +158,7 @@ void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std:
   }
   HfWeightFiles files(path);
   load_hf_params(registry, whole, files, rules);
+  return files.opened_files();
 }
 
 }  // namespace tessel

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "tessel/ckpt/hf_files.h"
 #include "tessel/ckpt/hf_layout.h"
@@ -42,6 +43,7 @@ void load_hf_params(ParamRegistry& mine, const ParamRegistry& whole, HfWeightFil
 // The same for a model config: `whole` is its declare-only build, the rules its family's, and
 // `path` a safetensors file or a Hugging Face folder (model.safetensors, or an index and shards;
 // config.json's model_type read beside it). `registry` holds this rank's parameters of `cfg`.
-void load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path);
+// Returns the weight files it opened (HfWeightFiles::opened_files).
+std::vector<std::string> load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path);
 
 }  // namespace tessel
