@@ -60,6 +60,9 @@ TEST_F(HfTest, ShardedFolderLoadsAsTheOneFile) {
   ParamRegistry loaded = make_registry(cfg, 4);
   load_hf_weights(loaded, cfg, path("m"));
   expect_same_values(saved, loaded);
+  ParamRegistry by_index = make_registry(cfg, 5);  // the index named itself
+  load_hf_weights(by_index, cfg, path("m/model.safetensors.index.json"));
+  expect_same_values(saved, by_index);
 
   // Written again as one file, then in fewer shards: no file of an earlier write is left.
   export_hf(saved, cfg, path("m"));

@@ -1,8 +1,8 @@
 // The equivalence suite's layouts started from a Hugging Face folder (the test itself:
 // equivalence_test.cpp): every layout reads its part of the folder — its stage's or V's chunks,
 // its experts, its TP and ETP slices, MTP and the embedding copy on the last stage — and must
-// follow the single process started from the same folder. For each family tessel reads: Llama
-// (dense), Llama with experts (written as qwen2_moe), Qwen3-MoE, and the Qwen3-Next hybrid in
+// follow the single process started from the same folder. For each family tessel reads: GPT-2
+// (its tied head), Llama (dense), Llama with experts (written as qwen2_moe), Qwen3-MoE, and the Qwen3-Next hybrid in
 // Qwen3-Next's published layout (grouped GDN projections, experts one by one) and Qwen3.5's
 // (flat projections, packed experts, the decoder under model.language_model.).
 #include <deque>
@@ -72,6 +72,18 @@ std::vector<Layout> hf_layouts() {
 
 INSTANTIATE_TEST_SUITE_P(FromHuggingFace, Equivalence,
                          ::testing::Combine(::testing::Values("llama"), ::testing::ValuesIn(hf_layouts())),
+                         [](const auto& info) { return std::string(std::get<1>(info.param).name); });
+
+// GPT-2 ties its head to the embedding: the last stage's copy, or under ZB-V the first rank's one
+// embedding serving both, read from the file's one tensor.
+const Layout kGpt2Layouts[] = {
+    {.name = "gpt2_pp2", .ranks = 2, .flags = "--pp 2", .layers = 4, .init_from = ""},
+    {.name = "gpt2_pp2_zbv", .ranks = 2, .flags = "--pp 2 --schedule zb-v", .layers = 4, .init_from = ""},
+    {.name = "gpt2_tp2_sp_pp2", .ranks = 4, .flags = "--tp 2 --sequence-parallel --pp 2", .layers = 4, .init_from = ""},
+};
+
+INSTANTIATE_TEST_SUITE_P(FromHuggingFaceGpt2, Equivalence,
+                         ::testing::Combine(::testing::Values("gpt2"), ::testing::ValuesIn(kGpt2Layouts)),
                          [](const auto& info) { return std::string(std::get<1>(info.param).name); });
 
 }  // namespace

@@ -87,33 +87,37 @@ void write_hf_weight_files(const std::string& dir, const std::vector<Safetensors
 }
 
 HfWeightFiles::HfWeightFiles(const std::string& path) {
-  if (!fs::is_directory(path) || fs::exists(fs::path(path) / kSingle)) {
-    source_ = fs::is_directory(path) ? (fs::path(path) / kSingle).string() : path;
+  const fs::path given(path);
+  // A folder reads its model.safetensors, else its index; an index may also be named itself.
+  const bool index = given.filename() == kIndex || (fs::is_directory(given) && !fs::exists(given / kSingle));
+  if (!index) {
+    source_ = fs::is_directory(given) ? (given / kSingle).string() : path;
     shard_files_ = {source_};
     readers_.resize(1);
     for (const SafetensorsTensor& t : open(0).tensors()) {
       shard_of_.emplace(t.name, 0);
       names_.push_back(t.name);
     }
-  } else {
-    source_ = (fs::path(path) / kIndex).string();
-    TESSEL_CHECK(fs::exists(source_), "{}: no {} or {} in this folder", path, kSingle, kIndex);
-    const nlohmann::json index = read_index(source_);
-    const auto map = index.is_object() ? index.find("weight_map") : index.end();
-    TESSEL_CHECK(map != index.end() && map->is_object() && !map->empty(),
-                 "{}: no weight_map object naming each tensor's file", source_);
-    std::unordered_map<std::string, int> shard_index;
-    for (const auto& [name, file] : map->items()) {
-      TESSEL_CHECK(file.is_string() && plain_file_name(file.get<std::string>()),
-                   "{}: weight_map places tensor '{}' in {}, which is not a file name in this folder",
-                   source_, name, file.dump());
-      auto [it, added] = shard_index.emplace(file.get<std::string>(), static_cast<int>(shard_files_.size()));
-      if (added) shard_files_.push_back((fs::path(path) / it->first).string());
-      shard_of_.emplace(name, it->second);
-      names_.push_back(name);
-    }
-    readers_.resize(shard_files_.size());
+    return;
   }
+  const fs::path folder = given.filename() == kIndex ? given.parent_path() : given;
+  source_ = (folder / kIndex).string();
+  TESSEL_CHECK(fs::exists(source_), "{}: no {} or {} in this folder", path, kSingle, kIndex);
+  const nlohmann::json json = read_index(source_);
+  const auto map = json.is_object() ? json.find("weight_map") : json.end();
+  TESSEL_CHECK(map != json.end() && map->is_object() && !map->empty(),
+               "{}: no weight_map object naming each tensor's file", source_);
+  std::unordered_map<std::string, int> shard_index;
+  for (const auto& [name, file] : map->items()) {
+    TESSEL_CHECK(file.is_string() && plain_file_name(file.get<std::string>()),
+                 "{}: weight_map places tensor '{}' in {}, which is not a file name in this folder",
+                 source_, name, file.dump());
+    auto [it, added] = shard_index.emplace(file.get<std::string>(), static_cast<int>(shard_files_.size()));
+    if (added) shard_files_.push_back((folder / it->first).string());
+    shard_of_.emplace(name, it->second);
+    names_.push_back(name);
+  }
+  readers_.resize(shard_files_.size());
 }
 
 const std::string& HfWeightFiles::file_of(const std::string& name) const {

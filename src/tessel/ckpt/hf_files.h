@@ -26,8 +26,9 @@ void write_hf_weight_files(const std::string& dir, const std::vector<Safetensors
 
 class HfWeightFiles {
  public:
-  // `path`: a safetensors file, or a folder with model.safetensors or
-  // model.safetensors.index.json. Errors name the file or the index and the problem.
+  // `path`: a safetensors file, a folder with model.safetensors or model.safetensors.index.json
+  // (the one file first, as transformers), or the index itself. Errors name the file or the index
+  // and the problem.
   explicit HfWeightFiles(const std::string& path);
 
   // What errors about the whole set name: the file, or the index.
