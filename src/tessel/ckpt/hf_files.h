@@ -15,8 +15,8 @@
 
 namespace tessel {
 
-// Writes `tensors` (F32, in order) into the folder `dir` (created if need be) as save_pretrained does: one
-// model.safetensors, or, when `max_shard_bytes` > 0 and they hold more, shards
+// Writes `tensors` (F32, in order) into the folder `dir` (created if need be) as save_pretrained
+// does: one model.safetensors, or, when `max_shard_bytes` > 0 and they hold more, shards
 // model-00001-of-0000N.safetensors of at most that many bytes of data each (a larger tensor alone
 // in its own) and model.safetensors.index.json (metadata.total_size, weight_map). The files of
 // the other form and the shards of an earlier write that this one did not replace are removed
@@ -35,7 +35,6 @@ class HfWeightFiles {
   const std::string& source() const { return source_; }
   // Every tensor's name: in the file's order, or the index's weight_map's (sorted by name).
   const std::vector<std::string>& names() const { return names_; }
-  bool has(const std::string& name) const { return shard_of_.count(name) != 0; }
   // The path of the file holding tensor `name`.
   const std::string& file_of(const std::string& name) const;
 
@@ -51,11 +50,12 @@ class HfWeightFiles {
   std::vector<std::string> opened_files() const;
 
  private:
+  int shard_of(const std::string& name) const;  // throws for a name the files do not hold
   const SafetensorsReader& open(int shard);
 
   std::string source_;
-  std::string folder_;
   std::vector<std::string> shard_files_;  // paths, in the order the index first names them
+  std::vector<int64_t> shard_tensors_;    // how many tensors the index places in each
   std::vector<std::unique_ptr<SafetensorsReader>> readers_;  // per shard, null until opened
   std::vector<int> opened_order_;
   std::vector<std::string> names_;

@@ -15,10 +15,6 @@ constexpr const char* kVlPrefix = "model.language_model.";
 constexpr const char* kGdn = "linear_attn.";
 constexpr const char* kExperts = "mlp.experts.";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The file's name of a tessel name: the decoder's "model." becomes "model.language_model.".
 std::string file_name(const std::string& name, const HfLayout& layout) {
   if (layout.vl_prefix && name.starts_with("model.")) return kVlPrefix + name.substr(6);
@@ -137,8 +133,8 @@ std::vector<HfFileTensor> hf_file_tensors(const ParamRegistry& registry, const H
 HfLayout hf_layout_of(const std::vector<std::string>& names) {
   HfLayout layout;
   for (const std::string& name : names) {
-    if (ends_with(name, ".linear_attn.in_proj_qkvz.weight")) layout.grouped_gdn = true;
-    if (ends_with(name, ".mlp.experts.gate_up_proj"))
+    if (name.ends_with(".linear_attn.in_proj_qkvz.weight")) layout.grouped_gdn = true;
+    if (name.ends_with(".mlp.experts.gate_up_proj"))
       (name.starts_with("mtp.") ? layout.packed_mtp_experts : layout.packed_experts) = true;
     if (name.starts_with(kVlPrefix)) layout.vl_prefix = true;
   }

@@ -224,26 +224,27 @@ void SafetensorsReader::read(const std::string& name, int64_t first, int64_t cou
                "{}: tensor '{}' has dtype {}; only F32, F16, BF16 and F64 can be read as floats", path_,
                name, t.dtype);
   // Converted a block at a time: memory beyond `out` stays one small buffer, whatever the tensor.
-  constexpr int64_t kBlock = 1 << 16;
-  std::vector<uint8_t> raw(static_cast<size_t>(std::min(count, kBlock) * size));
-  for (int64_t done = 0; done < count;) {
-    const int64_t n = std::min(count - done, kBlock);
-    read_bytes(start + done * size, n * size, raw.data());
-    float* to = out + done;
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* at = raw.data() + i * size;
-      if (size == 8) {
-        double d;
-        std::memcpy(&d, at, 8);
-        to[i] = static_cast<float>(d);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, at, 2);
-        to[i] = t.dtype == "F16" ? f16_to_float(h) : bf16_to_float(h);
-      }
+  const auto convert = [&](auto element_to_float) {
+    constexpr int64_t kBlock = 1 << 16;
+    std::vector<uint8_t> raw(static_cast<size_t>(std::min(count, kBlock) * size));
+    for (int64_t done = 0; done < count; done += kBlock) {
+      const int64_t n = std::min(count - done, kBlock);
+      read_bytes(start + done * size, n * size, raw.data());
+      for (int64_t i = 0; i < n; ++i) out[done + i] = element_to_float(raw.data() + i * size);
     }
-    done += n;
-  }
+  };
+  const auto half = [](const uint8_t* at) {
+    uint16_t h;
+    std::memcpy(&h, at, 2);
+    return h;
+  };
+  if (t.dtype == "F16") return convert([&](const uint8_t* at) { return f16_to_float(half(at)); });
+  if (t.dtype == "BF16") return convert([&](const uint8_t* at) { return bf16_to_float(half(at)); });
+  convert([](const uint8_t* at) {
+    double d;
+    std::memcpy(&d, at, 8);
+    return static_cast<float>(d);
+  });
 }
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
