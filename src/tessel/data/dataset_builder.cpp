@@ -135,8 +135,9 @@ class Builder {
     // Python's int(round(x)): round half to even, as nearbyint in the default rounding mode.
     const int64_t begin = static_cast<int64_t>(std::nearbyint(matrix[split]->first * n));
     const int64_t end = static_cast<int64_t>(std::nearbyint(matrix[split]->second * n));
-    return std::make_shared<GptDataset>(low.data, low.in_memory, static_cast<Split>(split), begin,
-                                        end, num_samples, config);
+    return std::make_shared<GptDataset>(low.data, low.in_memory,
+                                        GptSplitDocuments{static_cast<Split>(split), begin, end},
+                                        num_samples, config);
   }
 
   const LowLevel& low_level(const std::string& path) {

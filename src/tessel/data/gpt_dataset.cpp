@@ -59,17 +59,17 @@ std::string md5_hex(const std::string& text) {
   return hex;
 }
 
-GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memory, Split split,
-                       int64_t begin, int64_t end, std::optional<int64_t> num_samples,
+GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memory,
+                       GptSplitDocuments documents, std::optional<int64_t> num_samples,
                        const GptDatasetConfig& config)
     : data_(std::move(data)),
-      split_(split),
-      begin_(begin),
-      end_(end),
+      split_(documents.split),
+      begin_(documents.begin),
+      end_(documents.end),
       num_samples_(num_samples),
       config_(config) {
-  TESSEL_CHECK(0 <= begin && begin <= end && end <= data_->num_sequences(),
-               "{}: split [{}, {}) is outside its {} sequences", data_->prefix(), begin, end,
+  TESSEL_CHECK(0 <= begin_ && begin_ <= end_ && end_ <= data_->num_sequences(),
+               "{}: split [{}, {}) is outside its {} sequences", data_->prefix(), begin_, end_,
                data_->num_sequences());
   // Megatron's unique_description: the class, the data, the request and the config attributes
   // that decide the indices, as json.dumps(..., indent=4) writes them.
@@ -77,7 +77,7 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memor
   d["class"] = "GPTDataset";
   d["dataset_path"] = data_->prefix();
   d["num_samples"] = num_samples ? nlohmann::ordered_json(*num_samples) : nlohmann::ordered_json();
-  d["index_split"] = split_name(split);
+  d["index_split"] = split_name(split_);
   d["random_seed"] = config.seed;
   d["sequence_length"] = config.seq_length;
   // Per-split data paths have no --split (null, as Megatron's config.split and split_matrix);

@@ -51,15 +51,21 @@ struct GptDatasetConfig {
   std::string cache_path;
 };
 
+// A split and its documents: sequences [begin, end) of the data (Megatron's index_split and
+// indexed_indices, which are always a contiguous range there too).
+struct GptSplitDocuments {
+  Split split;
+  int64_t begin = 0, end = 0;
+};
+
 class GptDataset final : public SampleDataset {
  public:
-  // Sequences [begin, end) of `data` are the split's documents; num_samples is what the split
-  // must deliver (nullopt: one epoch). The indices are loaded from the cache when all four files
+  // `documents` are the split's sequences of `data`; num_samples is what the split must deliver
+  // (nullopt: one epoch). The indices are loaded from the cache when all four files
   // are there, else built (and written to the cache when there is one). Throws tessel::Error
   // naming the file and split when the split has no tokens to draw samples from.
-  GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memory, Split split,
-             int64_t begin, int64_t end, std::optional<int64_t> num_samples,
-             const GptDatasetConfig& config);
+  GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memory, GptSplitDocuments documents,
+             std::optional<int64_t> num_samples, const GptDatasetConfig& config);
 
   int64_t size() const override { return static_cast<int64_t>(sample_index_.size() / 2) - 1; }
   int64_t seq_length() const override { return config_.seq_length; }
