@@ -138,7 +138,7 @@ double model_loss(TransformerChunk& chunk, const ModelConfig& cfg) {
     tokens.push_back(static_cast<int32_t>(random_bits(8, 1, i) % cfg.vocab_size));
     targets.push_back(static_cast<int32_t>(random_bits(8, 2, i) % cfg.vocab_size));
   }
-  return chunk.forward(acts, tokens.data(), nullptr, targets.data(), 0.0f);
+  return chunk.forward(acts, {{"tokens", tokens.data()}, {"targets", targets.data()}}, nullptr, 0.0f);
 }
 
 // The llama architecture's Hugging Face model types, chosen by the attention options and experts:

@@ -142,7 +142,7 @@ struct Model {
     ChunkActivations acts = chunk.make_activations();
     std::vector<int32_t> padded(T, 0);
     std::copy(tokens.begin(), tokens.end(), padded.begin());
-    chunk.forward(acts, padded.data(), nullptr, nullptr, 0.0f);
+    chunk.forward(acts, {{"tokens", padded.data()}}, nullptr, 0.0f);
     return std::vector<float>(chunk.logits(), chunk.logits() + rows * V);
   }
 };

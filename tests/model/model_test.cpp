@@ -44,7 +44,7 @@ struct TinyModel {
       targets.push_back(static_cast<int32_t>(random_bits(3, 2, i) % cfg.vocab_size));
     }
   }
-  double loss() { return chunk.forward(acts, tokens.data(), nullptr, targets.data(), 0.0f) / tokens.size(); }
+  double loss() { return chunk.forward(acts, {{"tokens", tokens.data()}, {"targets", targets.data()}}, nullptr, 0.0f) / tokens.size(); }
 };
 
 // Both architectures, and llama with each attention option (--add-qkv-bias, --qk-layernorm) and
@@ -101,7 +101,7 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
 
   m.params.zero_grads();
   const float scale = 1.0f / m.tokens.size();
-  m.chunk.forward(m.acts, m.tokens.data(), nullptr, m.targets.data(), scale);
+  m.chunk.forward(m.acts, {{"tokens", m.tokens.data()}, {"targets", m.targets.data()}}, nullptr, scale);
   m.chunk.backward(m.acts, nullptr, nullptr);
 
   for (const Param& p : m.params.params()) {
@@ -151,9 +151,10 @@ void check_split_backward(const ModelConfig& cfg, ChunkSpec spec) {
     d_input[mb].assign(n * C, 0.0f);
   }
   auto forward = [&](int mb) {
-    chunk.forward(acts[mb], spec.has_embedding ? tokens[mb].data() : nullptr,
-                  spec.has_embedding ? nullptr : input[mb].data(),
-                  spec.has_head ? targets[mb].data() : nullptr, scale);
+    InputRows rows;
+    if (spec.has_embedding) rows["tokens"] = tokens[mb].data();
+    if (spec.has_head) rows["targets"] = targets[mb].data();
+    chunk.forward(acts[mb], rows, spec.has_embedding ? nullptr : input[mb].data(), scale);
   };
   const bool gives_d_input = !spec.has_embedding;
   auto d_in = [&](int mb) { return gives_d_input ? d_input[mb].data() : nullptr; };

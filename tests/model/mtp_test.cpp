@@ -9,22 +9,30 @@
 #include "support/param_gradient_check.h"
 #include "support/tiny_model.h"
 #include "tessel/core/philox.h"
+#include "tessel/data/batches.h"
 #include "tessel/model/transformer.h"
 
 namespace tessel {
 namespace {
 
+// The depths' loss sums since the last take (model/step_terms.h's "mtp" term).
+std::vector<double> mtp_sums(TransformerChunk& chunk) {
+  for (const StepTerm& t : chunk.take_step_terms())
+    if (t.name == "mtp") return t.sums;
+  return {};
+}
+
 TEST(MtpRows, ShiftWithinEachSequenceAndCountTheLoss) {
   const std::vector<int32_t> rows = {1, 2, 3, 4, 5, 6, 7, 8};  // (2, 4)
   std::vector<int32_t> out(8);
-  mtp_shift_rows(rows.data(), out.data(), 2, 4, 1, 0);
+  shift_rows(rows.data(), out.data(), 2, 4, 1, 0);
   EXPECT_EQ(out, (std::vector<int32_t>{2, 3, 4, 0, 6, 7, 8, 0}));
-  mtp_shift_rows(rows.data(), out.data(), 2, 4, 2, -1);
+  shift_rows(rows.data(), out.data(), 2, 4, 2, -1);
   EXPECT_EQ(out, (std::vector<int32_t>{3, 4, -1, -1, 7, 8, -1, -1}));
   const std::vector<int32_t> targets = {1, -1, 3, 4, 5, 6, -1, 8};
-  EXPECT_EQ(mtp_counted_targets(targets.data(), 2, 4, 0), 6);
-  EXPECT_EQ(mtp_counted_targets(targets.data(), 2, 4, 1), 4);   // 3, 4 | 6, 8
-  EXPECT_EQ(mtp_counted_targets(targets.data(), 2, 4, 2), 3);   // 3, 4 | 8
+  EXPECT_EQ(count_targets_from(targets.data(), 2, 4, 0), 6);
+  EXPECT_EQ(count_targets_from(targets.data(), 2, 4, 1), 4);   // 3, 4 | 6, 8
+  EXPECT_EQ(count_targets_from(targets.data(), 2, 4, 2), 3);   // 3, 4 | 8
 }
 
 // Qwen3-Next's attention options (gate, zero-centred norms, head dimension of its own, partial
@@ -64,25 +72,29 @@ struct MtpModel {
     }
     std::vector<int32_t> shifted(n);
     for (int d = 1; d <= cfg.mtp_num_layers; ++d) {
-      mtp_shift_rows(tokens.data(), shifted.data(), B, T, d, 0);
+      shift_rows(tokens.data(), shifted.data(), B, T, d, 0);
       mtp_tokens.insert(mtp_tokens.end(), shifted.begin(), shifted.end());
-      mtp_shift_rows(targets.data(), shifted.data(), B, T, d, -1);
+      shift_rows(targets.data(), shifted.data(), B, T, d, -1);
       mtp_targets.insert(mtp_targets.end(), shifted.begin(), shifted.end());
       scales.push_back(cfg.mtp_loss_scaling_factor / cfg.mtp_num_layers /
-                       mtp_counted_targets(targets.data(), B, T, d));
+                       count_targets_from(targets.data(), B, T, d));
     }
-    scale = 1.0f / mtp_counted_targets(targets.data(), B, T, 0);
-    chunk.set_mtp_loss_scales(scales);
+    scale = 1.0f / count_targets_from(targets.data(), B, T, 0);
+    chunk.set_loss_scales("mtp", scales);
   }
   double forward() {
-    chunk.take_mtp_loss_sums();
-    return chunk.forward(acts, tokens.data(), nullptr, targets.data(), scale, {},
-                         {mtp_tokens.data(), mtp_targets.data()});
+    mtp_sums(chunk);
+    return chunk.forward(acts,
+                         {{"tokens", tokens.data()},
+                          {"targets", targets.data()},
+                          {"shifted_tokens", mtp_tokens.data()},
+                          {"shifted_targets", mtp_targets.data()}},
+                         nullptr, scale);
   }
   // The objective: the LM loss plus each depth's loss at its weight.
   double objective() {
     double j = forward() * scale;
-    const std::vector<double> sums = chunk.take_mtp_loss_sums();
+    const std::vector<double> sums = mtp_sums(chunk);
     for (size_t d = 0; d < sums.size(); ++d) j += scales[d] * sums[d];
     return j;
   }
@@ -97,7 +109,7 @@ TEST(Mtp, GradientMatchesFiniteDifferences) {
       for (int64_t i = 0; i < p.numel(); ++i) p.value[i] += 0.3f * random_normal(5, p.offset, i);
   m.params.zero_grads();
   m.forward();
-  const std::vector<double> sums = m.chunk.take_mtp_loss_sums();
+  const std::vector<double> sums = mtp_sums(m.chunk);
   ASSERT_EQ(sums.size(), 2u);
   EXPECT_GT(sums[0], 0.0);
   EXPECT_GT(sums[1], 0.0);

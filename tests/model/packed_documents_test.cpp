@@ -65,11 +65,11 @@ class PackedModel {
   // Σ token losses and the gradient of that sum.
   Result run(const Rows &rows) {
     params_.zero_grads();
-    const PackedRows packed{rows.position_ids.empty() ? nullptr : rows.position_ids.data(),
-                            rows.key_start.empty() ? nullptr : rows.key_start.data()};
+    InputRows inputs{{"tokens", rows.inputs.data()}, {"targets", rows.targets.data()}};
+    if (!rows.position_ids.empty()) inputs["position_ids"] = rows.position_ids.data();
+    if (!rows.key_start.empty()) inputs["key_start"] = rows.key_start.data();
     Result r;
-    r.loss_sum =
-        chunk_.forward(acts_, rows.inputs.data(), nullptr, rows.targets.data(), 1.0f, packed);
+    r.loss_sum = chunk_.forward(acts_, inputs, nullptr, 1.0f);
     chunk_.backward(acts_, nullptr, nullptr);
     r.grads.assign(params_.grads(), params_.grads() + params_.numel());
     return r;

@@ -100,7 +100,7 @@ TrainRun train(Arch arch, const RankSchedule& actions, int iterations) {
   chunk.bind(params);
   params.init_values(7);
   const int64_t tokens = kMicroBatch * cfg.seq_length;
-  PipelineExecutor executor(k, {&chunk}, groups.pp(), one_f_one_b(), tokens);
+  PipelineExecutor executor(k, {&chunk}, groups.pp(), one_f_one_b(), {.tokens = tokens});
 
   TrainRun run;
   run.reports.assign(params.params().size(), 0);
@@ -108,15 +108,15 @@ TrainRun train(Arch arch, const RankSchedule& actions, int iterations) {
   for (int it = 0; it < iterations; ++it) {
     params.zero_grads();
     for (std::vector<float>& g : at_report) g.clear();
-    const PipelineExecutor::FillFn fill = [&](int mb, const MicrobatchRows& rows) {
+    const PipelineExecutor::FillFn fill = [&](int mb, const std::vector<InputBuffer>& inputs) {
       std::vector<int32_t> tok(tokens), tgt(tokens);
       for (int64_t i = 0; i < tokens; ++i) {
         const uint64_t element = (static_cast<uint64_t>(it) * kMicrobatches + mb) * tokens + i;
         tok[i] = static_cast<int32_t>(random_bits(11, 1, element) % cfg.vocab_size);
         tgt[i] = static_cast<int32_t>(random_bits(11, 2, element) % cfg.vocab_size);
       }
-      if (rows.tokens != nullptr) k.memory.from_host(rows.tokens, tok.data(), tokens * 4);
-      if (rows.targets != nullptr) k.memory.from_host(rows.targets, tgt.data(), tokens * 4);
+      for (const InputBuffer& input : inputs)
+        k.memory.from_host(input.rows, (input.name == "tokens" ? tok : tgt).data(), tokens * 4);
     };
     const std::function<void(int)> grad_ready = [&](int index) {
       const Param& p = params.params()[index];

@@ -4,6 +4,18 @@
 
 namespace tessel {
 
+void shift_rows(const int32_t* rows, int32_t* out, int64_t B, int64_t T, int k, int32_t fill) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) out[b * T + t] = t + k < T ? rows[b * T + t + k] : fill;
+}
+
+int64_t count_targets_from(const int32_t* targets, int64_t B, int64_t T, int from) {
+  int64_t n = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = from; t < T; ++t) n += targets[b * T + t] >= 0;
+  return n;
+}
+
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

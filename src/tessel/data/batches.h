@@ -60,6 +60,12 @@ struct HostBatch {
   int64_t counted_targets = 0;  // this rank's targets counted in the loss
 };
 
+// Rows (B, T) shifted `k` to the left within each sequence, `fill` past its end.
+void shift_rows(const int32_t* rows, int32_t* out, int64_t B, int64_t T, int k, int32_t fill);
+
+// The targets of (B, T) rows at positions `from` and later that are in the loss (≥ 0).
+int64_t count_targets_from(const int32_t* targets, int64_t B, int64_t T, int from);
+
 class BatchLoader {
  public:
   // `data` must outlive the loader. One background thread reads batches ahead.

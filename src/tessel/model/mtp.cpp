@@ -4,18 +4,6 @@
 
 namespace tessel {
 
-void mtp_shift_rows(const int32_t* rows, int32_t* out, int64_t B, int64_t T, int k, int32_t fill) {
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) out[b * T + t] = t + k < T ? rows[b * T + t + k] : fill;
-}
-
-int64_t mtp_counted_targets(const int32_t* targets, int64_t B, int64_t T, int k) {
-  int64_t n = 0;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = k; t < T; ++t) n += targets[b * T + t] >= 0;
-  return n;
-}
-
 namespace {
 // Depth d's (0-based) name of a module: Hugging Face's for the first, under mtp.layers.{d} after.
 std::string module_name(int d, const char* module) {

@@ -13,8 +13,9 @@
 // its shifted loss mask keeps (Megatron divides each depth's masked sum by the rolled mask's count;
 // tessel counts over the global batch as it does for the LM loss, so every layout trains the same).
 //
-// The shifted ids and targets come with the microbatch (train/microbatches.h shifts whole
-// sequences, then takes this CP rank's rows): a shift over the whole sequence, as Megatron's
+// The shifted ids and targets come with the microbatch, as its "shifted_tokens" and
+// "shifted_targets" inputs (model/microbatch_inputs.h: the loader shifts whole sequences, then
+// takes this CP rank's rows): a shift over the whole sequence, as Megatron's
 // roll_tensor exchanges the chunk ends between CP ranks. Packed documents: the shift runs over the
 // whole sequence, across document ends, as Megatron's roll for its (non-THD) packed batches;
 // the layer's attention keeps the main layers' document mask and RoPE positions.
@@ -47,14 +48,6 @@ struct MtpRows {
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
 };
-
-// Host rows (B, T) shifted `k` to the left within each sequence, `fill` past its end: depth k's
-// ids (fill 0) or targets (fill −1, out of the loss).
-void mtp_shift_rows(const int32_t* rows, int32_t* out, int64_t B, int64_t T, int k, int32_t fill);
-
-// The tokens of (B, T) targets that depth k's loss counts: those at positions k and later that
-// are in the loss (≥ 0).
-int64_t mtp_counted_targets(const int32_t* targets, int64_t B, int64_t T, int k);
 
 class MultiTokenPrediction {
  public:

@@ -155,25 +155,46 @@ void TransformerChunk::bind(const ParamRegistry& registry) const {
                "model chunk: bind() needs the finalized registry the chunk declared into");
 }
 
-RouterTotals TransformerChunk::take_router_totals() {
+std::vector<MicrobatchInput> TransformerChunk::microbatch_inputs(const ModelConfig& cfg, const ChunkSpec& spec,
+                                                                const MicrobatchShape& shape) {
+  const int64_t n = shape.tokens;
+  std::vector<MicrobatchInput> inputs{
+      {"tokens", "token ids", {n}, spec.has_embedding ? InputRead::Always : InputRead::Never},
+      {"targets", "targets", {n}, spec.has_head ? InputRead::Always : InputRead::Never}};
+  if (shape.packed_documents) {
+    inputs.push_back({"position_ids", "packed documents' position ids", {n}});
+    inputs.push_back({"key_start", "packed documents' attention starts", {n}});
+    if (shape.sequence_tokens > 0)
+      inputs.push_back({"sequence_key_start", "packed documents' starts, whole sequences", {shape.sequence_tokens}});
+  }
+  const int64_t D = cfg.mtp_num_layers;
+  if (spec.has_head && D > 0) {
+    inputs.push_back({"shifted_tokens", "MTP shifted token ids", {D, n}, InputRead::WithGradients});
+    inputs.push_back({"shifted_targets", "MTP shifted targets", {D, n}, InputRead::WithGradients});
+  }
+  return inputs;
+}
+
+std::vector<StepTerm> TransformerChunk::take_step_terms() {
   RouterTotals totals;
   for (auto& b : blocks_)
     if (MoeLayer* moe = b->moe()) totals.add(moe->take_router_totals());
   for (int d = 0; d < mtp_depths(); ++d)
     if (MoeLayer* moe = mtp_->layer(d).moe()) totals.add(moe->take_router_totals());
-  return totals;
+  std::vector<StepTerm> terms{router_statistics(totals)};
+  if (cfg_.mtp_num_layers > 0) {
+    std::vector<double> sums(cfg_.mtp_num_layers, 0.0);
+    if (mtp_) std::swap(sums, mtp_loss_sums_);
+    terms.push_back(mtp_losses(std::move(sums), cfg_.mtp_loss_scaling_factor));
+  }
+  return terms;
 }
 
-void TransformerChunk::set_mtp_loss_scales(std::vector<float> scales) {
+void TransformerChunk::set_loss_scales(const std::string& term, std::vector<float> scales) {
+  if (!mtp_ || term != "mtp") return;
   TESSEL_CHECK(static_cast<int>(scales.size()) == mtp_depths(), "model chunk: {} MTP loss scales for {} depths",
                scales.size(), mtp_depths());
   mtp_loss_scales_ = std::move(scales);
-}
-
-std::vector<double> TransformerChunk::take_mtp_loss_sums() {
-  std::vector<double> sums = mtp_loss_sums_;
-  std::fill(mtp_loss_sums_.begin(), mtp_loss_sums_.end(), 0.0);
-  return sums;
 }
 
 int64_t TransformerChunk::shared_activation_bytes() const {
@@ -226,11 +247,13 @@ ChunkActivations TransformerChunk::make_activations() const {
   return a;
 }
 
-double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
-                                 const int32_t* targets, float grad_scale,
-                                 const PackedRows& packed, const MtpRows& mtp) {
+double TransformerChunk::forward(ChunkActivations& acts, const InputRows& rows, const float* input,
+                                 float grad_scale) {
+  const int32_t* targets = input_rows(rows, "targets");
+  const PackedRows packed{input_rows(rows, "position_ids"), input_rows(rows, "key_start"),
+                          input_rows(rows, "sequence_key_start")};
   if (embedding_) {
-    embedding_->forward(acts.embedding, acts.resid[0].data(), tokens, packed, scratch_);
+    embedding_->forward(acts.embedding, acts.resid[0].data(), input_rows(rows, "tokens"), packed, scratch_);
   } else {
     k_.copy(acts.resid[0].data(), input, N_l_ * C_);
   }
@@ -243,6 +266,7 @@ double TransformerChunk::forward(ChunkActivations& acts, const int32_t* tokens, 
       head_ ? head_->forward(acts.head, acts.resid.back().data(), targets, grad_scale, scratch_)
             : 0.0;
   if (mtp_ && targets != nullptr && grad_scale > 0) {
+    const MtpRows mtp{input_rows(rows, "shifted_tokens"), input_rows(rows, "shifted_targets")};
     TESSEL_CHECK(mtp.tokens != nullptr && mtp.targets != nullptr && !mtp_loss_scales_.empty(),
                  "model chunk: multi-token prediction needs the microbatch's shifted rows and its loss scales");
     mtp_->forward(acts.mtp, acts.head, mtp, grad_scale, mtp_loss_scales_.data(), packed, scratch_);

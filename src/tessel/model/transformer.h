@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tessel/core/tensor.h"
@@ -36,9 +37,11 @@
 #include "tessel/model/embedding.h"
 #include "tessel/model/head.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/microbatch_inputs.h"
 #include "tessel/model/moe/moe.h"
 #include "tessel/model/mtp.h"
 #include "tessel/model/recompute.h"
+#include "tessel/model/step_terms.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
 
@@ -117,31 +120,35 @@ class TransformerChunk {
                               const RecomputeOptions& recompute = {});
   // After registry.finalize(): the registry the chunk declared into.
   void bind(const ParamRegistry& registry) const;
-  // The router statistics of this chunk's MoE layers since the last call; starts new ones.
-  RouterTotals take_router_totals();
-  // Multi-token prediction on this chunk (the last, with --mtp-num-layers): its depths (0: none);
-  // each depth's loss gradient scale for the next forwards (s / D / the tokens its loss counts in
-  // the global batch); Σ of each depth's token losses since the last call (starts new sums).
-  int mtp_depths() const { return mtp_ ? mtp_->depths() : 0; }
-  void set_mtp_loss_scales(std::vector<float> scales);
-  std::vector<double> take_mtp_loss_sums();
-  // Whether the forward reads the microbatch's tokens: the first chunk, and a last one with MTP.
-  bool reads_tokens() const { return embedding_.has_value() || mtp_.has_value(); }
+  // The rows a microbatch brings the chunk of `spec` (model/microbatch_inputs.h): the tokens and
+  // targets (read by the first chunk and the last), the packed documents' position ids and
+  // attention starts (every chunk), and on a last chunk with multi-token prediction its D depths'
+  // shifted tokens and targets, D rows each (model/mtp.h), read by a forward with gradients.
+  static std::vector<MicrobatchInput> microbatch_inputs(const ModelConfig& cfg, const ChunkSpec& spec,
+                                                        const MicrobatchShape& shape);
+  std::vector<MicrobatchInput> microbatch_inputs(const MicrobatchShape& shape) const {
+    return microbatch_inputs(cfg_, spec_, shape);
+  }
+  // The step's terms besides the LM loss (model/step_terms.h), the same list on every chunk of a
+  // model: the MoE routers' statistics, and with --mtp-num-layers the depths' losses, this chunk's
+  // sums since the last call (zeros where it has none of those layers); starts new sums.
+  std::vector<StepTerm> take_step_terms();
+  // A side loss's gradient scales for the next forwards (StepTerm::weight / the tokens each of its
+  // values counts in the global batch); ignored on a chunk without that term's layers.
+  void set_loss_scales(const std::string& term, std::vector<float> scales);
 
   // Sized once per microbatch slot and reused every iteration.
   ChunkActivations make_activations() const;
 
-  // First chunk: reads tokens (B, T) i32; others: input (N_l, C) from the previous stage.
-  // Last chunk with targets: computes the loss and, when grad_scale > 0, the head's gradient at
-  // once (so the (N, V_l) logits are never kept per microbatch); returns Σ token losses.
-  // Without targets, logits() holds this rank's (N, V_l) logits afterwards.
-  // packed: the microbatch's documents (layer.h), kept until its backward. mtp: the shifted rows
-  // of the multi-token prediction depths (model/mtp.h), which a last chunk with them needs when it
-  // computes gradients (their losses are taken by take_mtp_loss_sums; without gradients, as in
-  // evaluation, the MTP layers do not run: the LM loss is the model's).
-  double forward(ChunkActivations& acts, const int32_t* tokens, const float* input,
-                 const int32_t* targets, float grad_scale, const PackedRows& packed = {},
-                 const MtpRows& mtp = {});
+  // Reads its inputs by name from `rows` (microbatch_inputs; those absent are not read): the first
+  // chunk its tokens (B, T) i32; others `input` (N_l, C) from the previous stage. Last chunk with
+  // targets: computes the loss and, when grad_scale > 0, the head's gradient at once (so the
+  // (N, V_l) logits are never kept per microbatch); returns Σ token losses. Without targets,
+  // logits() holds this rank's (N, V_l) logits afterwards. Packed documents' rows (layer.h) are
+  // kept until its backward. Multi-token prediction runs on a last chunk computing gradients (its
+  // losses go to take_step_terms; without gradients, as in evaluation, the MTP layers do not run:
+  // the LM loss is the model's).
+  double forward(ChunkActivations& acts, const InputRows& rows, const float* input, float grad_scale);
   // d_output (N_l, C): gradient of this chunk's output (ignored on the last chunk).
   // d_input (N_l, C): where the gradient of the chunk's input goes (not on the first chunk).
   // grad_ready(index), when given, is called once for every parameter (registry index) as soon
@@ -225,6 +232,7 @@ class TransformerChunk {
   Tensor recompute_out_;          // (N_l, C) a recomputed group's output, already kept
   std::optional<Head> head_;
   std::optional<MultiTokenPrediction> mtp_;
+  int mtp_depths() const { return mtp_ ? mtp_->depths() : 0; }
   std::vector<float> mtp_loss_scales_;
   std::vector<double> mtp_loss_sums_;
   ChunkTensors tensors_;

@@ -15,15 +15,14 @@ double seconds_since(Clock::time_point t) {
 
 PipelineExecutor::PipelineExecutor(const Kernels& k, std::vector<TransformerChunk*> chunks,
                                    Comm& pp, const ScheduleConfig& schedule,
-                                   int64_t tokens_per_microbatch, bool packed_documents,
-                                   int64_t sequence_tokens)
+                                   const MicrobatchShape& microbatch)
     : k_(k),
-      chunks_(std::move(chunks)), pp_(pp), schedule_(schedule), tokens_(tokens_per_microbatch),
-      packed_(packed_documents),
-      sequence_tokens_(packed_documents ? sequence_tokens : 0),
+      chunks_(std::move(chunks)), pp_(pp), schedule_(schedule),
       num_model_chunks_(static_cast<int>(chunks_.size()) * pp.size()), slots_(chunks_.size()) {
-  for (const TransformerChunk* c : chunks_)
+  for (const TransformerChunk* c : chunks_) {
+    inputs_.push_back(c->microbatch_inputs(microbatch));
     if (c->shared_tied_embedding() >= 0) shared_params_.push_back({c->shared_tied_embedding(), 2});
+  }
 }
 
 int64_t PipelineExecutor::activation_bytes() const {
@@ -55,30 +54,20 @@ PipelineExecutor::Slot& PipelineExecutor::slot(int chunk, int microbatch) {
   Slot s;
   s.acts = c.make_activations();
   TensorList buffers;
-  list_buffers(s, buffers, tokens_, c.local_rows(), c.hidden_size(), model_chunk(chunk), num_model_chunks_,
-               packed_, c.mtp_depths(), sequence_tokens_);
+  list_buffers(s, buffers, inputs_[chunk], c.local_rows(), c.hidden_size(), model_chunk(chunk),
+               num_model_chunks_);
   buffers.allocate(k_);
   s.microbatch = microbatch;
   slots.push_back(std::move(s));
   return slots.back();
 }
 
-int64_t PipelineExecutor::list_buffers(Slot& s, TensorList& list, int64_t tokens, int64_t rows,
-                                       int64_t hidden, int model_chunk, int model_chunks, bool packed,
-                                       int mtp_depths, int64_t sequence_tokens) {
+int64_t PipelineExecutor::list_buffers(Slot& s, TensorList& list, const std::vector<MicrobatchInput>& inputs,
+                                       int64_t rows, int64_t hidden, int model_chunk, int model_chunks) {
   list.set_part("executor slot");
-  list.add(s.tokens, {tokens}, "token ids", DType::I32);
-  list.add(s.targets, {tokens}, "targets", DType::I32);
-  if (packed) {
-    list.add(s.position_ids, {tokens}, "packed documents' position ids", DType::I32);
-    list.add(s.key_start, {tokens}, "packed documents' attention starts", DType::I32);
-    if (sequence_tokens > 0)
-      list.add(s.sequence_key_start, {sequence_tokens}, "packed documents' starts, whole sequences", DType::I32);
-  }
-  if (mtp_depths > 0) {
-    list.add(s.mtp_tokens, {mtp_depths, tokens}, "MTP shifted token ids", DType::I32);
-    list.add(s.mtp_targets, {mtp_depths, tokens}, "MTP shifted targets", DType::I32);
-  }
+  s.inputs.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    list.add(s.inputs[i], inputs[i].shape, inputs[i].description, DType::I32);
   int64_t leaving = 0;
   if (model_chunk > 0) {
     list.add(s.input, {rows, hidden}, "input");
@@ -90,13 +79,12 @@ int64_t PipelineExecutor::list_buffers(Slot& s, TensorList& list, int64_t tokens
   return leaving;
 }
 
-PipelineExecutor::SlotTensors PipelineExecutor::slot_tensors(int64_t tokens, int64_t rows, int64_t hidden,
-                                                             int model_chunk, int model_chunks, bool packed,
-                                                             int mtp_depths) {
+PipelineExecutor::SlotTensors PipelineExecutor::slot_tensors(const std::vector<MicrobatchInput>& inputs,
+                                                             int64_t rows, int64_t hidden, int model_chunk,
+                                                             int model_chunks) {
   Slot s;
   TensorList list;
-  const int64_t leaving =
-      list_buffers(s, list, tokens, rows, hidden, model_chunk, model_chunks, packed, mtp_depths, 0);
+  const int64_t leaving = list_buffers(s, list, inputs, rows, hidden, model_chunk, model_chunks);
   return {list.declared(), leaving};
 }
 
@@ -121,22 +109,19 @@ void PipelineExecutor::release_if_done(Slot& s, int model_chunk) {
 
 double PipelineExecutor::forward(Slot& s, int chunk, int microbatch, const FillFn& fill,
                                  float grad_scale) {
-  const int k = model_chunk(chunk);
-  const bool first = k == 0, last = k + 1 == num_model_chunks_;
-  // Multi-token prediction's rows only where they are used: a forward with gradients.
-  const int mtp = grad_scale > 0 ? chunks_[chunk]->mtp_depths() : 0;
-  const MicrobatchRows rows{.tokens = first ? s.tokens.ints() : nullptr,
-                            .targets = last ? s.targets.ints() : nullptr,
-                            .position_ids = packed_ ? s.position_ids.ints() : nullptr,
-                            .key_start = packed_ ? s.key_start.ints() : nullptr,
-                            .sequence_key_start = sequence_tokens_ > 0 ? s.sequence_key_start.ints() : nullptr,
-                            .mtp_tokens = mtp > 0 ? s.mtp_tokens.ints() : nullptr,
-                            .mtp_targets = mtp > 0 ? s.mtp_targets.ints() : nullptr,
-                            .mtp_depths = mtp};
-  if (first || last || packed_) fill(microbatch, rows);
-  return chunks_[chunk]->forward(s.acts, rows.tokens, first ? nullptr : s.input.data(),
-                                 rows.targets, grad_scale, {rows.position_ids, rows.key_start, rows.sequence_key_start},
-                                 {rows.mtp_tokens, rows.mtp_targets});
+  // The inputs the forward reads: those read only with gradients (multi-token prediction's rows)
+  // in a forward with gradients alone.
+  const std::vector<MicrobatchInput>& inputs = inputs_[chunk];
+  std::vector<InputBuffer> filled;
+  InputRows rows;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const InputRead read = inputs[i].read;
+    if (read == InputRead::Never || (read == InputRead::WithGradients && grad_scale <= 0)) continue;
+    filled.push_back({inputs[i].name, s.inputs[i].ints(), s.inputs[i].numel()});
+    rows[inputs[i].name] = s.inputs[i].ints();
+  }
+  if (!filled.empty()) fill(microbatch, filled);
+  return chunks_[chunk]->forward(s.acts, rows, model_chunk(chunk) == 0 ? nullptr : s.input.data(), grad_scale);
 }
 
 double PipelineExecutor::run(const RankSchedule& actions, int microbatches, const FillFn& fill,

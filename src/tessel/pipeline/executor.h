@@ -29,34 +29,17 @@
 
 namespace tessel {
 
-// Where a microbatch's rows go, in the chunks' memory, tokens_per_microbatch each: null where the
-// chunk reads none (tokens on the first model chunk, targets on the last, the packed documents'
-// position ids and attention starts on every chunk when the run packs documents, and on a last
-// chunk with multi-token prediction its D depths' shifted tokens and targets, D rows each:
-// model/mtp.h).
-struct MicrobatchRows {
-  int32_t* tokens = nullptr;
-  int32_t* targets = nullptr;
-  int32_t* position_ids = nullptr;
-  int32_t* key_start = nullptr;
-  int32_t* sequence_key_start = nullptr;  // (B, T) whole sequences' (packed documents under CP)
-  int32_t* mtp_tokens = nullptr;
-  int32_t* mtp_targets = nullptr;
-  int mtp_depths = 0;
-};
-
 class PipelineExecutor {
  public:
-  // Writes microbatch mb's rows (the caller brings them from the host: train/microbatches.h).
-  using FillFn = std::function<void(int mb, const MicrobatchRows& rows)>;
+  // Writes microbatch mb's inputs, those the forward reads, by name (model/microbatch_inputs.h;
+  // the caller brings them from the host: train/microbatches.h).
+  using FillFn = std::function<void(int mb, const std::vector<InputBuffer>& inputs)>;
 
   // `chunks`: this rank's model chunks in its chunk order (chunk c is model chunk c·p + rank);
   // `schedule` is what the action lists were generated from (their tags and peers).
-  // packed_documents: every chunk reads the microbatches' position ids and attention starts;
-  // sequence_tokens > 0 (packed documents under CP: B·T) also the whole sequences' starts.
+  // Each slot holds the inputs each chunk declares for a microbatch of `microbatch`'s shape.
   PipelineExecutor(const Kernels& k, std::vector<TransformerChunk*> chunks, Comm& pp,
-                   const ScheduleConfig& schedule, int64_t tokens_per_microbatch,
-                   bool packed_documents = false, int64_t sequence_tokens = 0);
+                   const ScheduleConfig& schedule, const MicrobatchShape& microbatch);
 
   struct Stats {
     double seconds = 0;       // the whole iteration on this rank
@@ -95,25 +78,20 @@ class PipelineExecutor {
   const Stats& stats() const { return stats_; }
 
   // What each slot of model chunk `model_chunk` (of `model_chunks`) holds besides its activations,
-  // as the executor allocates it: the tokens and targets of `tokens` rows (and with packed
-  // documents their position ids and attention starts), and the chunk's input and its gradient
+  // as the executor allocates it: the chunk's microbatch inputs, and its input and its gradient
   // (after the first model chunk) and its output's gradient (before the last), `rows` × `hidden`
   // each. `leaving_bytes`: the input gradient's, which may still be leaving when the slot is reused.
   struct SlotTensors {
     std::vector<DeclaredTensor> tensors;
     int64_t leaving_bytes = 0;
   };
-  // `mtp_depths`: the chunk's multi-token prediction depths, whose shifted rows it holds too.
-  static SlotTensors slot_tensors(int64_t tokens, int64_t rows, int64_t hidden, int model_chunk,
-                                  int model_chunks, bool packed, int mtp_depths = 0);
+  static SlotTensors slot_tensors(const std::vector<MicrobatchInput>& inputs, int64_t rows, int64_t hidden,
+                                  int model_chunk, int model_chunks);
 
  private:
   struct Slot {
     ChunkActivations acts;
-    Tensor tokens, targets;  // (tokens_per_microbatch) i32 each, first and last chunk's input
-    Tensor position_ids, key_start;  // (tokens_per_microbatch) i32 each with packed documents
-    Tensor sequence_key_start;       // (sequence_tokens) i32 with packed documents under CP
-    Tensor mtp_tokens, mtp_targets;  // (D, tokens_per_microbatch) i32 each with MTP
+    std::vector<Tensor> inputs;  // the chunk's microbatch inputs, as it lists them
     Tensor input, d_output, d_input;  // (N_l, C) each, where the chunk has a neighbour
     Request recv, send_forward, send_backward;
     int microbatch = -1;  // -1: free
@@ -128,9 +106,8 @@ class PipelineExecutor {
   };
   Slot& slot(int chunk, int microbatch);  // the slot of (chunk, microbatch), taken if needed
   // Lists s's buffers besides its activations (slot_tensors); returns the input gradient's bytes.
-  static int64_t list_buffers(Slot& s, TensorList& list, int64_t tokens, int64_t rows, int64_t hidden,
-                              int model_chunk, int model_chunks, bool packed, int mtp_depths,
-                              int64_t sequence_tokens);
+  static int64_t list_buffers(Slot& s, TensorList& list, const std::vector<MicrobatchInput>& inputs,
+                              int64_t rows, int64_t hidden, int model_chunk, int model_chunks);
   // Hands the free slot's input gradient, still being sent, to leaving_ and gives the slot
   // another buffer: one whose send has completed, or a new one.
   void let_gradient_leave(Slot& s);
@@ -145,9 +122,7 @@ class PipelineExecutor {
   std::vector<TransformerChunk*> chunks_;
   Comm& pp_;
   ScheduleConfig schedule_;
-  int64_t tokens_;
-  bool packed_;
-  int64_t sequence_tokens_;
+  std::vector<std::vector<MicrobatchInput>> inputs_;  // per chunk
   int num_model_chunks_;
   std::vector<std::vector<Slot>> slots_;  // per chunk
   std::vector<LeavingGradient> leaving_;  // a few (N_l, C) buffers, reused once their sends complete

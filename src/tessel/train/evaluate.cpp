@@ -24,8 +24,8 @@ std::optional<double> Evaluator::loss(Split split, int64_t index) {
     loader.microbatches = std::make_unique<MicrobatchLoader>(k_, *loader.batches, cp_);
   }
   const int64_t iters = plan_.options.eval.iters, G = plan_.options.batch.global_batch_size;
-  const PipelineExecutor::FillFn fill = [&](int m, const MicrobatchRows& rows) {
-    loader.microbatches->fill(m, rows);
+  const PipelineExecutor::FillFn fill = [&](int m, const std::vector<InputBuffer>& inputs) {
+    loader.microbatches->fill(m, inputs);
   };
   double sums[2] = {0, 0};  // Σ token losses here, targets counted on this DP rank
   for (int64_t e = 0; e < iters; ++e) {
@@ -42,7 +42,9 @@ std::optional<double> Evaluator::loss(Split split, int64_t index) {
   groups_.pp().all_reduce(&sums[0], 1);
   groups_.dp_cp().all_reduce(&sums[0], 1);
   groups_.dp().all_reduce(&sums[1], 1);
-  for (const auto& c : chunks_) c->take_router_totals();  // evaluation routes are not training's
+  // As Megatron's validation, the LM loss alone: the step terms its forwards added (model/
+  // step_terms.h) are not training's.
+  for (const auto& c : chunks_) c->take_step_terms();
   return sums[0] / sums[1];
 }
 

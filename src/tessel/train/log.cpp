@@ -16,6 +16,15 @@
 namespace tessel {
 
 namespace {
+// A figure's number in a --log-json record under `key`: "a" a number, "a[]" appended to the list
+// a, "a.b" member b of the object a (model/step_terms.h).
+void add_json_figure(nlohmann::json& record, const std::string& key, double value) {
+  const size_t dot = key.find('.');
+  if (key.ends_with("[]")) record[key.substr(0, key.size() - 2)].push_back(value);
+  else if (dot != std::string::npos) record[key.substr(0, dot)][key.substr(dot + 1)] = value;
+  else record[key] = value;
+}
+
 
 // The records of a --log-json file up to `iteration` (none when it is 0 or the file is absent).
 std::string records_until(const std::string& path, int64_t iteration) {
@@ -96,17 +105,12 @@ void TrainLog::iteration(const IterationStats& s) {
   const bool logged = s.iteration % log_interval_ == 0 || s.iteration == train_iters_ ||
                       s.iteration == 1 || s.skipped;
   if (logged) {
-    std::string moe;
-    if (s.moe)
-      moe = fmt::format(" | experts {:.0f}/{:.1f}/{:.0f} tok | dropped {:.1f} | aux {:.4f}",
-                        s.expert_tokens_min, s.expert_tokens_mean, s.expert_tokens_max,
-                        s.dropped_tokens, s.aux_loss);
-    std::string mtp;
-    for (size_t d = 0; d < s.mtp_losses.size(); ++d) mtp += fmt::format(" | mtp_{} loss {:.4f}", d + 1, s.mtp_losses[d]);
+    std::string after_loss, at_end;
+    for (const StepFigure& f : s.figures) (f.after_loss ? after_loss : at_end) += " | " + f.text;
     message(fmt::format("iter {:>{}}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f} | "
                         "{:.0f} tok/s | {:.1f} ms{}{}",
                         s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,
-                        s.loss, mtp, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms, moe,
+                        s.loss, after_loss, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms, at_end,
                         s.skipped ? " | skipped: not finite, no optimizer step" : ""));
     if (json_ != nullptr) {
       nlohmann::json j = {{"iteration", s.iteration},
@@ -117,13 +121,8 @@ void TrainLog::iteration(const IterationStats& s) {
                           {"iteration_time_ms", s.iteration_time_ms},
                           {"data_wait_ms", s.data_wait_ms}};
       if (s.skipped) j["skipped"] = true;
-      if (!s.mtp_losses.empty()) j["mtp_losses"] = s.mtp_losses;
-      if (s.moe) {
-        j["expert_tokens"] = {{"min", s.expert_tokens_min}, {"mean", s.expert_tokens_mean},
-                              {"max", s.expert_tokens_max}};
-        j["dropped_tokens"] = s.dropped_tokens;
-        j["aux_loss"] = s.aux_loss;
-      }
+      for (const StepFigure& f : s.figures)
+        for (const auto& [key, value] : f.json) add_json_figure(j, key, value);
       for (const IterationStats::Comm& c : s.comm)
         j["comm"][c.group][c.op] = {{"calls", c.calls}, {"bytes", c.bytes}, {"ms", 1e3 * c.seconds}};
       write_json(j);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tessel/model/step_terms.h"
+
 namespace tessel {
 
 struct IterationStats {
@@ -22,13 +24,8 @@ struct IterationStats {
   // No optimizer step was taken: the loss or the gradient norm was not finite and
   // --no-check-for-nan-in-loss-and-grad let the run go on (Megatron's skipped_iter).
   bool skipped = false;
-  // Mixture of Experts: per MoE layer and microbatch, averaged — tokens routed to an expert
-  // (min / mean / max over experts), assignments dropped by the capacity, aux + z loss.
-  bool moe = false;
-  double expert_tokens_min = 0, expert_tokens_mean = 0, expert_tokens_max = 0;
-  double dropped_tokens = 0, aux_loss = 0;
-  // Multi-token prediction: each depth's loss (Megatron's "mtp_1 loss", …), apart from `loss`.
-  std::vector<double> mtp_losses;
+  // The figures of the step's terms besides `loss` (model/step_terms.h), in their order.
+  std::vector<StepFigure> figures;
   // This rank's communication in the iteration (comm.h's counters), one entry per group kind and
   // kind of call that had any calls.
   struct Comm {

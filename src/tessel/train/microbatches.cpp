@@ -1,7 +1,6 @@
 #include "tessel/train/microbatches.h"
 
 #include "tessel/core/error.h"
-#include "tessel/model/mtp.h"
 
 namespace tessel {
 
@@ -26,29 +25,41 @@ void MicrobatchLoader::copy_rows(const std::vector<int32_t>& host, int microbatc
   cp_.take_local_rows(staging_.ints(), rows, B_, T_, 1);
 }
 
-void MicrobatchLoader::fill(int microbatch, const MicrobatchRows& rows) {
+const std::vector<int32_t>& MicrobatchLoader::host_rows(const std::string& name) const {
+  if (name == "tokens") return batch_->inputs;
+  if (name == "targets") return batch_->targets;
+  if (name == "position_ids") return batch_->position_ids;
+  if (name == "key_start") return batch_->key_start;
+  fail("microbatch input '{}' that the data loader does not make", name);
+}
+
+void MicrobatchLoader::fill(int microbatch, const std::vector<InputBuffer>& inputs) {
   TESSEL_CHECK(batch_ != nullptr, "MicrobatchLoader::fill before start_batch");
-  copy_rows(batch_->inputs, microbatch, rows.tokens);
-  copy_rows(batch_->targets, microbatch, rows.targets);
-  copy_rows(batch_->position_ids, microbatch, rows.position_ids);
-  copy_rows(batch_->key_start, microbatch, rows.key_start);
-  if (rows.sequence_key_start != nullptr)  // whole sequences, as they are on the host
-    k_.memory.from_host(rows.sequence_key_start, batch_->key_start.data() + microbatch * B_ * T_, B_ * T_ * 4);
-  // Multi-token prediction: each depth's rows shifted over whole sequences, then this CP rank's.
-  const int depths = rows.mtp_depths;
-  if (depths == 0) return;
-  const int64_t n = B_ * T_, local = local_tokens(), at = microbatch * n;
-  std::vector<int32_t> shifted(n);
-  for (int d = 0; d < depths; ++d) {
-    mtp_shift_rows(batch_->inputs.data() + at, shifted.data(), B_, T_, d + 1, 0);
-    copy_rows(shifted, 0, rows.mtp_tokens + d * local);
-    mtp_shift_rows(batch_->targets.data() + at, shifted.data(), B_, T_, d + 1, -1);
-    copy_rows(shifted, 0, rows.mtp_targets + d * local);
+  const int64_t n = B_ * T_, at = microbatch * n;
+  const std::string shifted = "shifted_";
+  for (const InputBuffer& input : inputs) {
+    if (input.name == "sequence_key_start") {  // whole sequences, as they are on the host
+      k_.memory.from_host(input.rows, batch_->key_start.data() + at, n * 4);
+    } else if (input.name.starts_with(shifted)) {
+      // Row r: the rows shifted r + 1 over whole sequences, then this CP rank's; past a
+      // sequence's end token 0, or target −1 (out of the loss).
+      const std::string source = input.name.substr(shifted.size());
+      const std::vector<int32_t>& host = host_rows(source);
+      const int32_t past_end = source == "targets" ? -1 : 0;
+      const int64_t local = local_tokens();
+      std::vector<int32_t> rows(n);
+      for (int64_t r = 0; r < input.numel / local; ++r) {
+        shift_rows(host.data() + at, rows.data(), B_, T_, static_cast<int>(r + 1), past_end);
+        copy_rows(rows, 0, input.rows + r * local);
+      }
+    } else {
+      copy_rows(host_rows(input.name), microbatch, input.rows);
+    }
   }
 }
 
-int64_t MicrobatchLoader::counted_mtp_targets(int depth) const {
-  return mtp_counted_targets(batch_->targets.data(), static_cast<int64_t>(batch_->targets.size()) / T_, T_, depth);
+int64_t MicrobatchLoader::counted_targets_from(int from) const {
+  return count_targets_from(batch_->targets.data(), static_cast<int64_t>(batch_->targets.size()) / T_, T_, from);
 }
 
 }  // namespace tessel

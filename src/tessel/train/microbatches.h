@@ -1,8 +1,9 @@
 // Microbatches from the host into the model's memory: the host/device boundary of the tokens.
 //
 // The data loader (data/batches.h) reads this DP rank's rows of a global batch on the host,
-// ahead of time. They cross to the backend's memory once — (micro batch, T) rows of tokens,
-// targets and, with packed documents, position ids and attention starts — and there context
+// ahead of time. They cross to the backend's memory once — (micro batch, T) rows of the inputs a
+// chunk asks for by name (model/microbatch_inputs.h: tokens, targets and, with packed documents,
+// position ids and attention starts, and rows shifted within their sequences) — and there context
 // parallelism keeps this CP rank's T/CP rows of every sequence (its two chunks of 2·CP,
 // parallel/context_parallel.h) straight into the pipeline slot's buffers: the selection runs as
 // a kernel of the table in the memory it reads, on any backend, and the host never indexes
@@ -10,12 +11,14 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "tessel/core/tensor.h"
 #include "tessel/data/batches.h"
 #include "tessel/kernels/kernels.h"
+#include "tessel/model/microbatch_inputs.h"
 #include "tessel/parallel/context_parallel.h"
-#include "tessel/pipeline/executor.h"
 
 namespace tessel {
 
@@ -27,13 +30,13 @@ class MicrobatchLoader {
   // The global batch whose position 0 is dataset sample `first` becomes the current one; the
   // batch at `next` (-1: none) starts reading in the background.
   void start_batch(int64_t first, int64_t next);
-  // Writes microbatch m of the current batch into `rows` (pipeline/executor.h's FillFn).
-  void fill(int microbatch, const MicrobatchRows& rows);
+  // Writes microbatch m of the current batch into `inputs`, each made by its name
+  // (pipeline/executor.h's FillFn).
+  void fill(int microbatch, const std::vector<InputBuffer>& inputs);
   // This rank's targets of the current batch that count in the loss.
   int64_t counted_targets() const { return batch_->counted_targets; }
-  // Of those, the ones multi-token prediction depth `depth` (1-based) counts: this rank's
-  // samples' targets at positions depth and later (model/mtp.h).
-  int64_t counted_mtp_targets(int depth) const;
+  // Of those, the ones at positions `from` and later of their samples.
+  int64_t counted_targets_from(int from) const;
   // Seconds start_batch has waited for batches, summed (the loader's get: data/batches.h), and
   // that the loader's thread spends reading one.
   double wait_seconds() const { return batches_.wait_seconds(); }
@@ -44,6 +47,8 @@ class MicrobatchLoader {
 
  private:
   void copy_rows(const std::vector<int32_t>& host, int microbatch, int32_t* rows);
+  // The host rows of the current batch an input named `name` is made from.
+  const std::vector<int32_t>& host_rows(const std::string& name) const;
 
   const Kernels& k_;
   BatchLoader& batches_;

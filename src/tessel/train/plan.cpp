@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
@@ -33,13 +34,10 @@ std::vector<std::string> non_finite_violations(const ModelConfig& model, const T
   finite("--adam-beta2", o.optim.adamw.beta2);
   finite("--adam-eps", o.optim.adamw.eps);
   finite("--clip-grad", o.optim.adamw.clip_grad);
-  finite("--norm-epsilon", model.norm_epsilon);
-  finite("--rotary-base", model.rotary_base);
-  finite("--moe-aux-loss-coeff", model.moe.aux_loss_coeff);
-  finite("--moe-z-loss-coeff", model.moe.z_loss_coeff);
-  finite("--moe-expert-capacity-factor", model.moe.capacity_factor);
-  finite("--rotary-percent", model.rotary_percent);
-  finite("--mtp-loss-scaling-factor", model.mtp_loss_scaling_factor);
+  for (const ModelField& field : model_fields())  // the model's real-valued settings
+    visit_model_field(field, model, [&](const auto& value) {
+      if constexpr (std::is_floating_point_v<std::decay_t<decltype(value)>>) finite(field.flag, value);
+    });
   return v;
 }
 

@@ -131,36 +131,6 @@ void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
                           pc.distributed_optimizer ? " | distributed optimizer" : "", pc.order));
 }
 
-void add_router_stats(IterationStats& s, const std::vector<std::unique_ptr<TransformerChunk>>& chunks,
-                      ProcessGroups& groups, Comm* token_group) {
-  RouterTotals totals;
-  for (const auto& c : chunks) totals.add(c->take_router_totals());
-  const std::vector<double>& tokens = totals.tokens_per_expert;
-  double aux = totals.aux_loss + totals.z_loss;
-  const int64_t forwards = totals.forwards, dropped = totals.dropped;
-  if (token_group != nullptr) token_group->all_reduce(&aux, 1);
-  // The auxiliary losses are the model's, as one process reports them (and Megatron, which
-  // reduces them over the pipeline): the mean over every MoE layer-forward of every stage and
-  // every data-parallel replica's microbatches. Every rank takes part, with or without MoE layers.
-  double model_aux[2] = {aux, static_cast<double>(forwards)};
-  groups.pp().all_reduce(model_aux, 2);
-  groups.dp().all_reduce(model_aux, 2);
-  if (forwards == 0) return;
-  // Each layer-forward's counts cover the rows of the EP group's ranks: per microbatch, divide
-  // by EP and, when the token group splits the microbatch's rows (TP under sequence parallel,
-  // CP), multiply by its size. The losses are per layer-forward.
-  const double per_microbatch = (token_group != nullptr ? token_group->size() : 1) /
-                                static_cast<double>(forwards * groups.ep().size());
-  s.moe = true;
-  s.expert_tokens_min = *std::min_element(tokens.begin(), tokens.end()) * per_microbatch;
-  s.expert_tokens_max = *std::max_element(tokens.begin(), tokens.end()) * per_microbatch;
-  double sum = 0;
-  for (double x : tokens) sum += x;
-  s.expert_tokens_mean = sum / tokens.size() * per_microbatch;
-  s.dropped_tokens = static_cast<double>(dropped) * per_microbatch;
-  s.aux_loss = model_aux[0] / model_aux[1];
-}
-
 void RunTotals::start_iteration(int64_t it) {
   if (plan_.options.log.profile && it == 2) {
     k_.gemm_stats_reset();

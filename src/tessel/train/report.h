@@ -1,6 +1,5 @@
-// What a training run reports besides its iteration lines: the run's shape at the start, the MoE
-// router statistics of each iteration, and at the end the pipeline's bubble and (--profile) GEMM
-// throughput, memory and communication.
+// What a training run reports besides its iteration lines: the run's shape at the start, and at
+// the end the pipeline's bubble and (--profile) GEMM throughput, memory and communication.
 #pragma once
 
 #include <array>
@@ -23,13 +22,6 @@ namespace tessel {
 // The model, the data and the batch arithmetic, and (several ranks) the layout.
 void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
                 const ParamRegistry& params, const GptDataSplits& data);
-
-// The MoE layers' router statistics of this iteration, then reset: tokens per expert as the
-// first rank sees them (summed over its EP group), the auxiliary losses the model's (the mean
-// over all layers and microbatches, as one process logs it). Collective over `token_group`
-// (null: none), the pipeline and the data-parallel group; every rank calls it.
-void add_router_stats(IterationStats& s, const std::vector<std::unique_ptr<TransformerChunk>>& chunks,
-                      ProcessGroups& groups, Comm* token_group);
 
 // What the end-of-run reports add up over the iterations. The first iteration sizes buffers and
 // warms caches, so profiles start at the second (the pipeline's idle time too, unless the run

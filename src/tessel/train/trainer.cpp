@@ -28,6 +28,7 @@
 #include "tessel/train/numerics.h"
 #include "tessel/train/report.h"
 #include "tessel/train/signals.h"
+#include "tessel/train/terms.h"
 #include "tessel/train/step.h"
 #include "tessel/train/straggler.h"
 
@@ -119,36 +120,6 @@ double counted_tokens(const TrainPlan& plan, const MicrobatchLoader& loader, Pro
   double counted = static_cast<double>(loader.counted_targets());
   groups.dp().all_reduce(&counted, 1);
   return counted;
-}
-
-// Multi-token prediction: the tokens of the global batch each depth's loss counts (model/mtp.h),
-// as counted_tokens counts the LM loss's. Megatron (without --calculate-per-token-loss) divides
-// each microbatch's masked sum by its rolled mask's count, then averages the microbatches and DP
-// ranks: the same mean whenever every microbatch counts equally (always without
-// --eod-mask-loss, the PyTorch cross-check's case); counting over the global batch keeps every
-// layout's objective the same under --eod-mask-loss too.
-std::vector<double> counted_mtp_tokens(const TrainPlan& plan, const MicrobatchLoader& loader,
-                                       ProcessGroups& groups) {
-  const int D = plan.model.mtp_num_layers;
-  const bool masked = plan.options.data.eod_mask_loss;
-  std::vector<double> counted(D);
-  for (int d = 1; d <= D; ++d)
-    counted[d - 1] = masked ? static_cast<double>(loader.counted_mtp_targets(d))
-                            : static_cast<double>(plan.options.batch.global_batch_size) * (plan.model.seq_length - d);
-  if (masked && D > 0) groups.dp().all_reduce(counted.data(), D);
-  return counted;
-}
-
-// Each depth's loss of the iteration: the last stage's sums over DP × CP, over the counted tokens.
-void add_mtp_losses(IterationStats& s, const std::vector<std::unique_ptr<TransformerChunk>>& chunks,
-                    const std::vector<double>& counted, ProcessGroups& groups) {
-  if (counted.empty()) return;
-  std::vector<double> sums(counted.size(), 0.0);
-  for (const auto& c : chunks)
-    if (c->mtp_depths() > 0) sums = c->take_mtp_loss_sums();
-  groups.pp().all_reduce(sums.data(), static_cast<int64_t>(sums.size()));
-  groups.dp_cp().all_reduce(sums.data(), static_cast<int64_t>(sums.size()));
-  for (size_t d = 0; d < sums.size(); ++d) s.mtp_losses.push_back(sums[d] / std::max(counted[d], 1.0));
 }
 
 // The iteration's time, throughput and this rank's communication by group and kind of call.
@@ -319,17 +290,29 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
 
   // 3. The schedule: this pipeline rank's actions, walked by the executor.
   const RankSchedule actions = lower(generate_schedule(plan.schedule), plan.schedule)[groups.coords().pp];
-  PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule, loader.local_tokens(),
-                            plan.packing().documents(), cp.size() > 1 ? loader.sequence_tokens() : 0);
+  const bool packed = plan.packing().documents();
+  PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule,
+                            {.tokens = loader.local_tokens(),
+                             .packed_documents = packed,
+                             .sequence_tokens = packed && cp.size() > 1 ? loader.sequence_tokens() : 0});
   Evaluator evaluator(k, plan, groups, cp, data, pipeline, stage.chunks);
   NumericsGuard numerics(k, o.faults, params, groups, log);
   // 4–7. One computation of iteration `it` on its batch: the microbatches in, forward and
   // backward, the gradients reduced as they are finished; from the start each time (an earlier
-  // computation's gradients and routes are not this one's). The loss counts `counted` tokens.
+  // computation's gradients and step terms are not this one's). The loss counts `counted` tokens,
+  // the side losses among the step's terms `term_counted`.
   int64_t it = 0;
   double counted = 0;
-  std::vector<double> mtp_counted;
-  const PipelineExecutor::FillFn fill = [&](int m, const MicrobatchRows& rows) { loader.fill(m, rows); };
+  const std::vector<StepTerm> terms = take_step_terms(stage.chunks);
+  std::vector<std::vector<double>> term_counted;
+  const TermGroups term_groups{.tokens = stage.token_group,
+                               .pipeline = groups.pp(),
+                               .data = groups.dp(),
+                               .data_context = groups.dp_cp(),
+                               .expert_parallel = groups.ep().size()};
+  const PipelineExecutor::FillFn fill = [&](int m, const std::vector<InputBuffer>& inputs) {
+    loader.fill(m, inputs);
+  };
   const std::function<void()> arm = [&] { sync.arm(); };
   const std::function<void(int)> grad_ready = [&](int index) {
     numerics.before_reduction(it, index);
@@ -337,17 +320,8 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   };
   const auto compute = [&] {
     params.zero_grads();
-    for (auto& c : stage.chunks) {
-      c->take_router_totals();
-      if (c->mtp_depths() == 0) continue;
-      c->take_mtp_loss_sums();
-      // Megatron's weight s / D of the depths' mean losses.
-      std::vector<float> scales;
-      for (double n : mtp_counted)
-        scales.push_back(static_cast<float>(plan.model.mtp_loss_scaling_factor / mtp_counted.size() /
-                                            std::max(n, 1.0)));
-      c->set_mtp_loss_scales(std::move(scales));
-    }
+    take_step_terms(stage.chunks);
+    set_loss_scales(stage.chunks, terms, term_counted);
     const double loss_sum =
         pipeline.run(actions, plan.microbatches, fill, static_cast<float>(1.0 / counted), arm, grad_ready);
     sync.finish();
@@ -377,10 +351,9 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     const auto start = Clock::now();
     IterationStats s = start_batch(it, plan, loader, groups);
     counted = counted_tokens(plan, loader, groups);
-    mtp_counted = counted_mtp_tokens(plan, loader, groups);
+    term_counted = count_term_tokens(terms, plan, loader, groups);
     step.take(s, counted);
-    add_router_stats(s, stage.chunks, groups, stage.token_group);
-    add_mtp_losses(s, stage.chunks, mtp_counted, groups);
+    add_term_figures(s, take_step_terms(stage.chunks), term_counted, term_groups);
     add_timing(s, start, plan.batch_tokens(), groups);
     totals.add(s, pipeline.stats());
     step.record(s);
