@@ -83,6 +83,8 @@ PlanCommand::PlanCommand(CLI::App& app) {
   c.add_option("--moe-load-factor", moe_load_factor_,
                "dropless MoE: the busiest rank's routed rows over a balanced load")
       ->capture_default_str();
+  c.add_option("--engine", engine_,
+               "the engine whose run is planned: tessel | megatron (default: tessel on a CPU cluster, megatron on a GPU one)");
   c.add_option("--cluster", cluster_, "a100-80gb | h100 | h200 | b200 | cpu | a cluster JSON file")->capture_default_str();
   num_gpus_opt_ = c.add_option("--num-gpus", num_gpus_, "GPUs (CPU: ranks) to plan for (default: one node)");
   runtime_memory_opt_ = c.add_option("--runtime-memory-gib", runtime_memory_gib_,
@@ -149,10 +151,12 @@ PlanRun PlanCommand::resolve_run(const PlanModel& model, const Cluster& cluster)
         "(got --recompute-method '{}' --recompute-num-layers {})",
         method, layers));
   TESSEL_CHECK(!(bf16_ && fp16_), "give --bf16 or --fp16, not both");
-  r.precision = cluster.cpu() ? PlannedPrecision::FP32 : fp16_ ? PlannedPrecision::FP16 : PlannedPrecision::BF16;
-  if (cluster.cpu() && (bf16_ || fp16_)) r.precision = fp16_ ? PlannedPrecision::FP16 : PlannedPrecision::BF16;  // refused by the rules
-  r.attention = cluster.cpu() ? AttentionBackend::Tessel
-                              : attention_.empty() ? AttentionBackend::Flash : parse_attention_backend(attention_);
+  if (!engine_.empty()) r.engine = parse_engine(engine_);
+  const bool tessel = r.engine_on(cluster) == PlannedEngine::Tessel;
+  r.precision = tessel ? PlannedPrecision::FP32 : fp16_ ? PlannedPrecision::FP16 : PlannedPrecision::BF16;
+  if (tessel && (bf16_ || fp16_)) r.precision = fp16_ ? PlannedPrecision::FP16 : PlannedPrecision::BF16;  // refused by the rules
+  r.attention = tessel ? AttentionBackend::Tessel
+                       : attention_.empty() ? AttentionBackend::Flash : parse_attention_backend(attention_);
   r.first_stage_layers = pipeline_.first_stage_layers, r.last_stage_layers = pipeline_.last_stage_layers;
   r.pipeline_layout = pipeline_.layout;
   r.schedule = pipeline_.schedule;

@@ -38,6 +38,7 @@ class PlanCommand {
   ModelFlags model_{ModelConfig{}};
   std::vector<std::function<void(PlanModel&)>> overrides_;
   // Run.
+  std::string engine_;  // empty: the cluster's default (plan/run.h)
   std::string cluster_ = "cpu";
   int num_gpus_ = 0;
   ParallelConfig parallel_;

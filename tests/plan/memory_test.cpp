@@ -222,5 +222,33 @@ TEST(PlanMemory, CpuRanksTakeWhatTesselTrains) {
   EXPECT_TRUE(run_violations(m, gpu, cluster_preset("h100"), planned_run_violations).empty());
 }
 
+// The engine is the run's, not the device's: tessel planned on an H100 cluster holds what its
+// declare-only build declares, as on CPU ranks (the same parameters, activations and buffers;
+// only the device's runtime allowance differs); Megatron-LM is refused on CPU ranks.
+TEST(PlanMemory, TesselOnAGpuClusterHoldsWhatItDeclares) {
+  const PlanModel m = model_preset("qwen3-next-80b-a3b");
+  PlanRun r;
+  r.engine = PlannedEngine::Tessel;
+  r.parallel.world = 8, r.parallel.tp = 2, r.parallel.pp = 2, r.parallel.ep = 2, r.parallel.sequence_parallel = true;
+  r.global_batch = 8, r.micro_batch = 1;
+  r.precision = PlannedPrecision::FP32, r.attention = AttentionBackend::Tessel;
+  const Cluster h100 = cluster_preset("h100"), cpu = cluster_preset("cpu");
+  const std::vector<std::string> ok = run_violations(m, r, h100, planned_run_violations);
+  ASSERT_TRUE(ok.empty()) << ok.front();
+  const std::vector<StageMemory> gpu = estimate_memory(m, r, h100), ranks = estimate_memory(m, r, cpu);
+  ASSERT_EQ(gpu.size(), ranks.size());
+  for (size_t s = 0; s < gpu.size(); ++s) {
+    EXPECT_EQ(gpu[s].params, ranks[s].params);
+    EXPECT_EQ(gpu[s].activations, ranks[s].activations);
+    EXPECT_EQ(gpu[s].buffers, ranks[s].buffers);
+    EXPECT_EQ(gpu[s].optimizer, ranks[s].optimizer);
+  }
+  PlanRun megatron = r;
+  megatron.engine = PlannedEngine::Megatron;
+  const std::vector<std::string> refused = run_violations(m, megatron, cpu, planned_run_violations);
+  ASSERT_FALSE(refused.empty());
+  EXPECT_NE(refused.front().find("--engine megatron needs a GPU cluster"), std::string::npos) << refused.front();
+}
+
 }  // namespace
 }  // namespace tessel

@@ -17,7 +17,7 @@ namespace tessel {
 //   a collective's time = its ring volume / (link bandwidth · network_efficiency) + steps · latency
 struct Cluster {
   std::string name;
-  std::string device = "gpu";  // "gpu": Megatron-LM's mixed precision; "cpu": tessel's fp32 ranks
+  std::string device = "gpu";  // "gpu" | "cpu" (which engine runs on it is the run's: plan/run.h)
   int devices_per_node = 8;    // GPUs (CPU: cores, one rank per core) per node
   double memory_gib = 80;      // per device (CPU: the node's memory / devices_per_node)
   double peak_flops = 312e12;  // dense, per device, in the compute precision (bf16 / fp32)

@@ -84,16 +84,16 @@ StageMemory stage_memory(const RunShape& x, int stage, const RankSchedule& compu
     chunks.push_back(chunk_activations(x, c));
     sends_back.push_back(!c.has_embedding);  // every model chunk but the first sends its input gradient back
   }
-  const InFlight f = walk(compute, chunks, sends_back, x.tessel_cpu());
+  const InFlight f = walk(compute, chunks, sends_back, x.plans_tessel());
   m.peak_in_flight = f.peak_pairs;
   double transient = 0, shared = 0;
   for (const ChunkMemory& c : chunks) transient = std::max(transient, c.transient), shared += c.shared;
   m.activations = f.bytes + transient + shared;
   std::string per_chunk;
   for (size_t c = 0; c < chunks.size(); ++c)
-    per_chunk += fmt::format("{}{} × {}", c ? " + " : "", f.peak_per_chunk[c], bytes_str(chunks[c].saved + (x.tessel_cpu() ? chunks[c].slot : 0)));
+    per_chunk += fmt::format("{}{} × {}", c ? " + " : "", f.peak_per_chunk[c], bytes_str(chunks[c].saved + (x.plans_tessel() ? chunks[c].slot : 0)));
   m.terms.push_back({"activations", m.activations,
-                     x.tessel_cpu() ? "Σ chunks: most microbatches in flight × (saved + slot), from the schedule"
+                     x.plans_tessel() ? "Σ chunks: most microbatches in flight × (saved + slot), from the schedule"
                                     : "most bytes in flight over the schedule (Σ in-flight microbatches × chunk bytes) + the largest transient",
                      fmt::format("{} pairs at the peak; {} per chunk at most{}{}", f.peak_pairs, per_chunk,
                                  transient > 0 ? " + " + bytes_str(transient) : "",
@@ -212,7 +212,7 @@ Estimate estimate(const PlanModel& model, const PlanRun& run, const Cluster& clu
     for (int peer : {(r + 1) % x.pp, (r + x.pp - 1) % x.pp})
       if (peer != r) p2p[r][peer] = p2p_seconds(x, r, peer);
   SimulationCosts sc;
-  const bool blocking_p2p = !x.tessel_cpu();  // Megatron waits for each send and receive; tessel's are non-blocking
+  const bool blocking_p2p = !x.plans_tessel();  // Megatron waits for each send and receive; tessel's are non-blocking
   sc.action_cost = [&](int r, const Action& a) {
     switch (a.kind) {
       case ActionKind::Forward: return costs[r][a.chunk].forward.total();

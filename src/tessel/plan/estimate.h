@@ -5,82 +5,12 @@
 // and simulator (pipeline/schedule, simulate) — and the models in plan/memory.h and plan/time.h.
 #pragma once
 
-#include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
-#include "tessel/parallel/layout.h"
-#include "tessel/pipeline/schedule.h"
-#include "tessel/pipeline/stages.h"
-#include "tessel/plan/cluster.h"
-#include "tessel/plan/model.h"
+#include "tessel/plan/run.h"
 
 namespace tessel {
-
-enum class Recompute : uint8_t { None, Selective, Full };  // --recompute-granularity
-// The planned run's arithmetic (tessel runs FP32 and --bf16; the published runs are fp16 or bf16).
-enum class PlannedPrecision : uint8_t { FP32, BF16, FP16 };
-// How attention's core runs: Megatron's unfused softmax (scores kept, as in both papers), a
-// flash kernel (no scores kept), or tessel's CPU kernel (flash-style, fp32).
-enum class AttentionBackend : uint8_t { Unfused, Flash, Tessel };
-
-std::string recompute_name(Recompute r);  // "none" | "selective" | "full"
-Recompute parse_recompute(const std::string& name);
-std::string precision_name(PlannedPrecision p);
-std::string attention_backend_name(AttentionBackend a);
-AttentionBackend parse_attention_backend(const std::string& name);  // "unfused" | "flash"
-
-struct PlanRun {
-  ParallelConfig parallel;  // world = the GPU count; dp is derived
-  int64_t micro_batch = 1;
-  int64_t global_batch = 1;
-  Recompute recompute = Recompute::None;
-  PlannedPrecision precision = PlannedPrecision::BF16;
-  AttentionBackend attention = AttentionBackend::Flash;
-  int first_stage_layers = -1;  // --decoder-first-pipeline-num-layers
-  int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers
-  std::string pipeline_layout;  // --pipeline-model-parallel-layout
-  std::string schedule;         // empty: 1f1b, interleaved with --vpp
-  int microbatch_group = 0;
-  bool overlap_grad_reduce = false;
-  bool post_validation = false;  // --enable-optimizer-post-validation: a copy of the step's state
-  // Megatron-LM overlaps the backward's TP all-reduce with the weight-gradient GEMMs (its async
-  // tensor-model-parallel all-reduce, from late 2021; --no-async-tensor-model-parallel-allreduce
-  // turns it off). tessel's CPU ranks never overlap it.
-  bool async_tp_allreduce = true;
-  int threads = 1;              // CPU: threads per rank
-  // Dropless MoE: the busiest rank's routed rows against a balanced load (the planner cannot
-  // know the router's balance; --moe-load-factor). A capacity factor bounds it instead.
-  double moe_load_factor = 1.0;
-
-  int dp() const { return parallel.dp(); }
-  int microbatches() const { return static_cast<int>(global_batch / (micro_batch * parallel.dp())); }
-  StageOptions stage_options() const;
-  ScheduleConfig schedule_config() const;
-  std::string describe() const;  // "TP 4 · PP 8 (VPP 2) · EP 8 · DP 2 · mb 1 · selective · dist-opt"
-};
-
-// The rules `tessel train` checks for a run's model, layout, batch, stages and schedule: its one
-// list (train/plan.h), which sits above the planner in the layers, so the planner's callers hand
-// it in — train/planned_run.h's planned_run_violations, one message per broken rule. `sizes` is
-// the model as tessel's trainer sees it.
-using TrainRules = std::function<std::vector<std::string>(const ModelConfig& sizes, const PlanRun& run)>;
-
-// Every rule the run breaks — tessel's training rules (`rules`) and the planner's (the cluster's
-// size, whole nodes, what tessel's CPU ranks run) — one message each.
-std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& run, const Cluster& cluster,
-                                        const TrainRules& rules);
-// The GPU count alone: positive, and whole nodes on GPU clusters (more than one node).
-std::vector<std::string> gpu_count_violations(int gpus, const Cluster& cluster);
-
-// One figure with the formula that gave it, for --explain and the breakdowns.
-struct Term {
-  std::string name;
-  double value = 0;     // bytes or seconds
-  std::string formula;  // symbols, e.g. "b·s·h·(34/t + 5·a·s/(h·t))"
-  std::string numbers;  // the same with the numbers put in
-};
 
 struct StageMemory {
   int stage = 0;

@@ -295,7 +295,7 @@ void activation_corrections(const RunShape& x, FormulaComparison& out) {
 }  // namespace
 
 FormulaComparison compare_with_megatron(const PlanModel& model, const PlanRun& run, const Cluster& cluster) {
-  TESSEL_CHECK(!cluster.cpu() && run.precision != PlannedPrecision::FP32, "Megatron's formula is for its GPU runs (2-byte activations)");
+  TESSEL_CHECK(run.engine_on(cluster) == PlannedEngine::Megatron && !cluster.cpu() && run.precision != PlannedPrecision::FP32, "Megatron's formula is for its GPU runs (2-byte activations)");
   const RunShape x(model, run, cluster);
   FormulaComparison out;
   out.model = model.name;

@@ -187,11 +187,11 @@ ChunkMemory megatron_chunk(const RunShape& x, const ChunkSpec& c) {
 }  // namespace
 
 ChunkMemory chunk_activations(const RunShape& x, const ChunkSpec& c) {
-  return x.tessel_cpu() ? tessel_chunk_activations(x, c) : megatron_chunk(x, c);
+  return x.plans_tessel() ? tessel_chunk_activations(x, c) : megatron_chunk(x, c);
 }
 
 std::vector<Term> rank_buffers(const RunShape& x, int stage) {
-  if (x.tessel_cpu()) return tessel_rank_buffers(x, stage);
+  if (x.plans_tessel()) return tessel_rank_buffers(x, stage);
   // Megatron's pipeline receive buffers: one input and one output gradient per chunk.
   std::vector<Term> terms;
   if (x.pp > 1) {
@@ -201,10 +201,10 @@ std::vector<Term> rank_buffers(const RunShape& x, int stage) {
   return terms;
 }
 
-// Megatron's parameter counts (plan/model.cpp) on GPU clusters, whose models may use what tessel
-// does not build; on CPU ranks the model's declared registry.
+// Megatron's parameter counts (plan/model.cpp) for its engine, whose models may use what tessel
+// does not build; for tessel's, the model's declared registry.
 StageParams stage_params(const RunShape& x, int stage) {
-  if (x.tessel_cpu()) return tessel_stage_params(x, stage);
+  if (x.plans_tessel()) return tessel_stage_params(x, stage);
   const PlanModel& m = x.model;
   StageParams p;
   for (const ChunkSpec& c : x.stage_chunks(stage)) {
@@ -233,7 +233,7 @@ std::vector<Term> state_terms(const RunShape& x, const StageParams& p) {
   const int dp_cp = x.dp * x.cp;
   if (!x.run.parallel.distributed_optimizer) {
     terms.push_back({"optimizer state", n * o, fmt::format("params × {} B", o), fmt::format("{} × {}", params, o)});
-  } else if (x.tessel_cpu()) {
+  } else if (x.plans_tessel()) {
     // tessel's ZeRO-1: Adam's m and v for this rank's slice, plus a reduce-scatter staging copy of
     // the gradients and the slice itself (parallel/data_parallel).
     const double bytes = (dense * (8.0 + 4.0) / dp_cp + dense * 4) + (experts * 12.0 / x.edp + experts * 4);

@@ -1,8 +1,8 @@
 // The memory model (planner-internal): parameters, gradients and optimizer state per rank, and
 // the activations one microbatch leaves on one model chunk — Megatron-LM's layout as Korthikanti
 // et al. 2022 count it (§4, Table 2, generalised to grouped-query attention, SwiGLU, MoE and
-// flash attention) on GPU clusters; on CPU ranks, tessel's own: what the model's declare-only
-// build of each chunk declares (plan/tessel_chunks.cpp). How many microbatches are in flight
+// flash attention) for Megatron's engine; for tessel's, on any device, its own: what the model's
+// declare-only build of each chunk declares (plan/tessel_chunks.cpp). How many microbatches are in flight
 // comes from the generated schedule itself (estimate.cpp walks it).
 #pragma once
 
@@ -27,7 +27,9 @@ ChunkMemory chunk_activations(const RunShape& shape, const ChunkSpec& chunk);
 
 // Megatron's saved tensors of one token (bytes on one TP rank) that Korthikanti et al.'s count
 // does not have: a Gated DeltaNet mixer's (in place of attention's), gated attention's and
-// QK-norm's (megatron_memory.cpp names them as differences from the formula).
+// QK-norm's (megatron_memory.cpp names them as differences from the formula). These are
+// Megatron-LM's with FLA's kernels (bf16 activations, fp32 statistics, no weight-pass
+// gradients), its engine's only: tessel's come from its declare-only build.
 struct MemoryItem {
   std::string name;
   double per_token;
@@ -48,8 +50,8 @@ StageParams stage_params(const RunShape& shape, int stage);
 // Weights, gradients and optimizer state of one rank: the three terms.
 std::vector<Term> state_terms(const RunShape& shape, const StageParams& params);
 
-// tessel's CPU layout, from the model's declare-only build (tessel_chunks.cpp); Megatron's is in
-// memory.cpp.
+// tessel's layout on any device, from the model's declare-only build (tessel_chunks.cpp);
+// Megatron's is in memory.cpp.
 ChunkMemory tessel_chunk_activations(const RunShape& shape, const ChunkSpec& chunk);
 std::vector<Term> tessel_rank_buffers(const RunShape& shape, int stage);
 StageParams tessel_stage_params(const RunShape& shape, int stage);

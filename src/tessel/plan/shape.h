@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "tessel/model/transformer.h"
-#include "tessel/plan/estimate.h"
+#include "tessel/plan/run.h"
 
 namespace tessel {
 
@@ -17,6 +17,7 @@ struct RunShape {
   const PlanModel& model;
   const PlanRun& run;
   const Cluster& cluster;
+  PlannedEngine engine;  // the run's, or the cluster's default (run.h)
   int t, cp, pp, v, ep, etp, dp, edp;
   bool sp;
   int64_t b, s;     // micro batch, sequence
@@ -55,7 +56,8 @@ struct RunShape {
     if (e.pad_to_capacity && e.capacity_factor > 0) return moe_send_load();
     return e.capacity_factor > 0 ? std::min(e.capacity_factor, run.moe_load_factor) : run.moe_load_factor;
   }
-  bool tessel_cpu() const { return cluster.cpu(); }
+  // tessel's engine (on any device): its declared memory, non-blocking messages, no TP overlap.
+  bool plans_tessel() const { return engine == PlannedEngine::Tessel; }
   // How the groups of a kind sit on the nodes (the group spread over the most nodes): a
   // collective runs inside each node over NVLink and between nodes over the NICs (NCCL's
   // hierarchy); and whether the pipeline link from `stage` to `next` crosses nodes.

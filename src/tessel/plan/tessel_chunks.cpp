@@ -1,4 +1,4 @@
-// tessel's own memory on CPU ranks, as the model declares it: each model chunk's declare-only
+// tessel's own memory, on any device, as the model declares it: each model chunk's declare-only
 // build (TransformerChunk::declare, model/transformer.h) at the place of the first rank of each
 // group of the stage holding it, its MoE buffers grown to the run's routing load by the rule the
 // kernels' reserve follows (reserved_rows); the executor's slot buffers (pipeline/executor.h) and
@@ -99,9 +99,13 @@ ChunkMemory tessel_chunk_activations(const RunShape& x, const ChunkSpec& chunk) 
         return static_cast<int>(i);
     return 0;
   }();
-  const PipelineExecutor::SlotTensors slot =
-      PipelineExecutor::slot_tensors(x.b * (x.s / x.cp), x.rows, x.model.cfg.hidden_size, model_chunk,
-                                     static_cast<int>(x.chunks.size()), false);
+  // The slot's microbatch rows as the plan counts them: without packed documents' and multi-token
+  // prediction's (a few i32 rows).
+  ModelConfig rows_cfg = x.model.cfg;
+  rows_cfg.mtp_num_layers = 0;
+  const PipelineExecutor::SlotTensors slot = PipelineExecutor::slot_tensors(
+      TransformerChunk::microbatch_inputs(rows_cfg, chunk, {.tokens = x.b * (x.s / x.cp)}), x.rows,
+      x.model.cfg.hidden_size, model_chunk, static_cast<int>(x.chunks.size()));
   m.slot = add_terms(m.terms, x, slot.tensors);
   m.gradient = static_cast<double>(slot.leaving_bytes);
   return m;

@@ -101,7 +101,7 @@ struct LayerCost {
 // `layer`, its mixer Gated DeltaNet (`linear`) or attention.
 LayerCost layer_cost(const RunShape& x, const LayerFlops& f, int layer, bool linear) {
   const PlanModel& m = x.model;
-  const bool megatron = !x.tessel_cpu();
+  const bool megatron = !x.plans_tessel();
   const double N = static_cast<double>(x.N), rows = static_cast<double>(x.rows), t = x.t, e = x.e,
                h = m.cfg.hidden_size;
   const double flops_rate = gemm_rate(x), bytes_rate = memory_rate(x);
@@ -148,7 +148,7 @@ LayerCost layer_cost(const RunShape& x, const LayerFlops& f, int layer, bool lin
   c.backward.gemm = (2 * matmul + backward_attention * attention + 2 * rule + rule_recompute) / flops_rate;
   c.backward.memory = 2 * layer_traffic(x, layer, linear, N) / bytes_rate;  // SP saves no backward traffic
   // Megatron overlaps the backward's TP collectives with the weight-gradient GEMMs; tessel's
-  // CPU ranks wait for them.
+  // ranks wait for them.
   const double weight_gradients = matmul / flops_rate;
   c.weight_gradients = megatron || x.run.recompute != Recompute::Full ? weight_gradients : 0;
   c.backward.tp = megatron && x.run.async_tp_allreduce ? std::max(0.0, c.forward.tp - weight_gradients) : c.forward.tp;
@@ -220,7 +220,7 @@ ChunkCost chunk_cost(const RunShape& x, const ChunkSpec& chunk) {
     if (x.sp) forward.tp = backward.tp = heads * gather_or_scatter(x, N * h * e, x.placement(GroupKind::TP));
     c.forward += forward;
     // tessel's last chunk computes the head's gradient with its loss, in the forward.
-    (x.tessel_cpu() ? c.forward : c.backward) += backward;
+    (x.plans_tessel() ? c.forward : c.backward) += backward;
   }
   return c;
 }
@@ -228,7 +228,7 @@ ChunkCost chunk_cost(const RunShape& x, const ChunkSpec& chunk) {
 double p2p_seconds(const RunShape& x, int stage, int peer) {
   const double h = x.model.cfg.hidden_size, e = x.e;
   const Link l = link(x, x.pp_link_spans_nodes(stage, peer));
-  if (x.tessel_cpu()) return static_cast<double>(x.rows) * h * e / l.bandwidth + l.latency;
+  if (x.plans_tessel()) return static_cast<double>(x.rows) * h * e / l.bandwidth + l.latency;
   // Megatron sends 1/t of the activation per TP rank (sequence parallel, or its scatter/gather
   // optimisation, which all-gathers the rest over NVLink).
   const double slice = static_cast<double>(x.N) / x.t * h * e;
