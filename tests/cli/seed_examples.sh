@@ -1,6 +1,6 @@
 #!/bin/sh
 # Usage: seed_examples.sh CASE TESSEL MPIRUN...
-# The seed's worked examples 4, 6 and 13 (shared/seed/EXAMPLES.md), run by `tessel demo` on two
+# The seed's worked examples 4, 6 and 13 (the seed text: docs/DESIGN.md), run by `tessel demo` on two
 # ranks under MPIRUN (mpirun with its flags, without -n), their printed values checked line by
 # line. CASE: tp-column | tp-mlp | dp | one-rank (every demo run without mpirun must refuse).
 # Each case also runs other inputs than the seed's, so that a value printed from a constant

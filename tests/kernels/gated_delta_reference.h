@@ -141,7 +141,7 @@ inline Vec delta_rule(const DeltaShape& d, const Vec& qkv, const Vec& beta, cons
   return out;
 }
 
-// The same rule in its chunked form (§3.1 of QWEN3_NEXT.md), in double and plain loops: chunks
+// The same rule in its chunked form (§3.1 of docs/QWEN3_NEXT.md), in double and plain loops: chunks
 // of C rows padded with β = 0, g = 0; within a chunk D[r, s] = e^{c_r − c_s} (s ≤ r, one
 // document), A = strict_lower(diag(β)(K Kᵀ ⊙ D)), U = (I + A)⁻¹ (β ⊙ V − (β e^{c} ⊙ K) S),
 // O = (e^{c} ⊙ Q) S + (Q Kᵀ ⊙ D) U, S ← e^{c_L} S + (e^{c_L − c} ⊙ K)ᵀ U, where a document

@@ -26,7 +26,7 @@ void set(ModelConfig& cfg, const std::string& flag, const nlohmann::json& value)
   set_model_field(field_of(flag), cfg, value, "the test");
 }
 
-// Qwen3-Next-80B-A3B's shape (../shared/QWEN3_NEXT.md §1), narrowed.
+// Qwen3-Next-80B-A3B's shape (docs/QWEN3_NEXT.md §1), narrowed.
 ModelConfig small_qwen3_next() {
   ModelConfig cfg;
   cfg.arch = Arch::Llama;
@@ -195,7 +195,7 @@ TEST(LinearAttentionConfig, HeadsNotDividingTpTimesCpAreNamed) {
       << all;
 }
 
-// HF's count for Qwen3-Next's layers (../shared/QWEN3_NEXT.md §2), summed by hand.
+// HF's count for Qwen3-Next's layers (docs/QWEN3_NEXT.md §2), summed by hand.
 TEST(LinearAttentionConfig, ParameterCountHasEveryTensor) {
   const ModelConfig cfg = small_qwen3_next();
   const int64_t C = 64, V = cfg.vocab_size, D = 32, H = 4, G = 2, E = 8, I = 16, S = 16;

@@ -44,7 +44,7 @@ TEST(PlanModel, ParameterCountsEqualTesselsModel) {
   EXPECT_EQ(total_params(from(hybrid)), hybrid.num_parameters());
 }
 
-// QWEN3_NEXT.md §1's check of the two configurations: Qwen3-Next-80B-A3B 79.67B parameters and
+// docs/QWEN3_NEXT.md §1's check of the two configurations: Qwen3-Next-80B-A3B 79.67B parameters and
 // 3.87B active (the name rounds them to 80B and 3B), Qwen3.5-397B-A17B 396.35B in the text
 // decoder and 6.6B in its MTP layer, 17.35B active; each to the precision the page gives.
 TEST(PlanModel, QwenNextPresetsHaveTheirPublishedSizes) {
@@ -168,7 +168,7 @@ TEST(PlanModel, ReadsHuggingFaceConfigs) {
   EXPECT_EQ(total_params(qwen), total_params(model_preset("qwen3-moe-60l")));
 }
 
-// Qwen3.5-397B-A17B's config.json (QWEN3_NEXT.md §1: the decoder under text_config, RoPE's
+// Qwen3.5-397B-A17B's config.json (docs/QWEN3_NEXT.md §1: the decoder under text_config, RoPE's
 // settings in rope_parameters) read as the importer reads it, its MTP layer from
 // mtp_num_hidden_layers: the preset's model.
 TEST(PlanModel, ReadsQwen35Configs) {

@@ -100,7 +100,7 @@ LayerFlops layer_flops(const PlanModel& m, int layer, int64_t context);
 LayerFlops mtp_flops(const PlanModel& m, int64_t context);
 
 // The chunked gated delta rule's FLOPs per token and value head, forward (chunk C = 64, key and
-// value head dims dk, dv), counted from the chunked form's matrix products (QWEN3_NEXT.md §3.1,
+// value head dims dk, dv), counted from the chunked form's matrix products (docs/QWEN3_NEXT.md §3.1,
 // Hugging Face's torch_chunk_gated_delta_rule; FLA's chunk_gated_delta_rule runs the same
 // products in its kernels): K·Kᵀ, Q·Kᵀ and W = Ainv·(βe^c ⊙ K), 2·C·dk each; U0 = Ainv·(β ⊙ V)
 // and (QKᵀ ⊙ D)·U, 2·C·dv each; W·S, (e^c ⊙ Q)·S and the state update (K ⊙ e^{c_C − c})ᵀ·U,

@@ -1,6 +1,6 @@
 // The chunked gated delta rule's pieces shared by its forward (delta_rule.cpp) and backward
 // (delta_rule_backward.cpp): one chunk of kDeltaChunk rows of one (batch item, value head)
-// sequence, loaded and prepared as §3.1 of QWEN3_NEXT.md writes it. Matrices are row-major,
+// sequence, loaded and prepared as §3.1 of docs/QWEN3_NEXT.md writes it. Matrices are row-major,
 // kDeltaChunk rows; rows past the sequence's end are zero (β = 0, g = 0 padding).
 #pragma once
 

@@ -1,4 +1,4 @@
-// The chunked gated delta rule, backward (§7 of QWEN3_NEXT.md; FLA's chunk_gated_delta_rule_bwd):
+// The chunked gated delta rule, backward (§7 of docs/QWEN3_NEXT.md; FLA's chunk_gated_delta_rule_bwd):
 // the chunk-start states are recomputed by re-running the forward's state recurrence from the
 // saved Ainv (no triangular solve again), then the chunks are swept in reverse carrying dS, the
 // gradient of the next chunk's start state. Each (batch, key head) runs in one thread, its r

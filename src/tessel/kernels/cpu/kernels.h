@@ -164,7 +164,7 @@ void gdn_gate_backward(float* db, float* da, float* dA_log, float* ddt_bias, con
                        const float* dg, const float* b, const float* a, const float* A_log,
                        const float* dt_bias, int64_t N, int64_t H);
 
-// The gated delta rule (§3.1 of QWEN3_NEXT.md), per batch item b and value head j of Hv, with
+// The gated delta rule (§3.1 of docs/QWEN3_NEXT.md), per batch item b and value head j of Hv, with
 // state S (Dk, Dv), r = Hv / Hk, value head j reading key head j / r (repeat_interleave):
 //   S ← e^{g_t} S;  u_t = β_t (v_t − Sᵀ k_t);  S ← S + k_t u_tᵀ;  o_t = Sᵀ (q_t / sqrt(Dk)).
 // q, k: element (b, t, h, i) at q + (b·T + t)·qk_ld + h·Dk + i (Hk heads; already l2-normed);
