@@ -181,8 +181,10 @@ Cluster PlanCommand::resolve_cluster() const {
 }
 
 void PlanCommand::write_svgs(const Estimate& est, const std::string& title) const {
-  if (!svg_memory_.empty()) write_file_atomically(svg_memory_, memory_svg(est, title));
-  if (!svg_time_.empty()) write_file_atomically(svg_time_, time_svg(est, title));
+  // Plots: a rerun of the command draws them again, no fsync.
+  const Durability plot = Durability::kReplaceable;
+  if (!svg_memory_.empty()) write_file_atomically(svg_memory_, memory_svg(est, title), plot);
+  if (!svg_time_.empty()) write_file_atomically(svg_time_, time_svg(est, title), plot);
 }
 
 void PlanCommand::evaluate(const PlanModel& model, const Cluster& cluster, const PlanRun& run) const {

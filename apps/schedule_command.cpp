@@ -330,7 +330,8 @@ void ScheduleCommand::run() const {
 
   if (!svg_path_.empty()) {
     try {
-      write_file_atomically(svg_path_, schedule_svg(sim, config, title));
+      // A plot: a rerun of the command draws it again, no fsync.
+      write_file_atomically(svg_path_, schedule_svg(sim, config, title), Durability::kReplaceable);
     } catch (const Error& e) {
       fail("--svg {}: {}", svg_path_, e.what());
     }

@@ -3,13 +3,7 @@
 # src/tessel/comm/ and in parallel/groups.cpp, which creates the communicators. One grep over the
 # tree; comments and string literals (an environment variable's name) do not count.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-found=$(grep -rnE '(^|[^"A-Za-z0-9_])(MPI_[A-Z][A-Za-z_]*|nccl[A-Z][A-Za-z]*)\b' \
-          --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh' src apps |
-        grep -vE '^src/tessel/comm/|^src/tessel/parallel/groups\.cpp:' |
-        grep -vE '^[^:]+:[0-9]+:[[:space:]]*//')
-if [ -n "$found" ]; then
-  echo "MPI or NCCL called outside src/tessel/comm/ (go through Comm, comm/comm.h):"
-  echo "$found"
-  exit 1
-fi
+. "$(dirname "$0")/lib.sh"
+forbid_outside "MPI or NCCL called outside src/tessel/comm/ (go through Comm, comm/comm.h):" \
+  '(^|[^"A-Za-z0-9_])(MPI_[A-Z][A-Za-z_]*|nccl[A-Z][A-Za-z]*)\b' \
+  'src/tessel/comm/|src/tessel/parallel/groups\.cpp:'

@@ -1,12 +1,8 @@
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/checkpoint_format.h"
 
-#include <fcntl.h>
-#include <cerrno>
-#include <cstring>
 #include <atomic>
 #include <fmt/format.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -23,6 +19,7 @@
 #include "tessel/parallel/groups.h"
 #include "tessel/core/error.h"
 #include "tessel/core/json_values.h"
+#include "tessel/core/writable.h"
 #include "tessel/model/moe/moe.h"
 
 namespace tessel {
@@ -33,31 +30,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 using namespace checkpoint_format;
-
-// Writes `text` to `path` through a temporary file that is flushed to disk and renamed over it.
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());  // this run's own
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  TESSEL_CHECK(fd >= 0, "{}: cannot create ({})", tmp, std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      const int error = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("{}: write failed ({})", tmp, std::strerror(error));
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const int error = errno;
-  ::close(fd);
-  if (!synced) ::unlink(tmp.c_str());
-  TESSEL_CHECK(synced, "{}: fsync failed ({})", tmp, std::strerror(error));
-  TESSEL_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "{}: cannot rename to {} ({})", tmp, path,
-               std::strerror(errno));
-}
 
 // What the tracker names, for a failed save's message.
 std::string tracker_state(const std::string& dir) {
@@ -199,8 +171,9 @@ struct CheckpointSaver::Pending {
     }
     meta["files"] = files;
     meta["tensors"] = tensors;
-    write_file_atomic(iter_dir + "/metadata.json", meta.dump(1));
-    write_file_atomic(dir + "/latest_checkpointed_iteration.txt", std::to_string(iteration) + "\n");
+    write_file_atomically(iter_dir + "/metadata.json", meta.dump(1), Durability::kDurable);
+    write_file_atomically(dir + "/latest_checkpointed_iteration.txt", std::to_string(iteration) + "\n",
+                          Durability::kDurable);
   }
 };
 

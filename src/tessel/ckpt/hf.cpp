@@ -311,11 +311,12 @@ void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std:
   if (cfg.linear.enabled()) {
     const std::string type = model_type.empty() ? kDefaultQwenModelType : model_type;
     write_hf_weights(registry, hf_qwen_layout_for(type), gdn_heads(cfg), dir, max_shard_bytes);
-    write_file_atomically(config, qwen3_next_config_json(cfg, type).dump(2) + "\n");
+    write_file_atomically(config, qwen3_next_config_json(cfg, type).dump(2) + "\n",
+                          Durability::kDurable);
     return;
   }
   write_hf_weights(registry, HfLayout{}, GdnHeads{}, dir, max_shard_bytes);
-  write_file_atomically(config, hf_config_json(cfg).dump(2) + "\n");
+  write_file_atomically(config, hf_config_json(cfg).dump(2) + "\n", Durability::kDurable);
 }
 
 namespace {

@@ -76,7 +76,7 @@ void write_hf_weight_files(const std::string& dir, const std::vector<Safetensors
       written.insert(name);
     }
     const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
-    write_file_atomically((folder / kIndex).string(), index.dump(2) + "\n");
+    write_file_atomically((folder / kIndex).string(), index.dump(2) + "\n", Durability::kDurable);
     written.insert(kIndex);
   }
   std::error_code ec;

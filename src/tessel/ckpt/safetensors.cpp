@@ -8,12 +8,12 @@
 #include <bit>
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 
 namespace tessel {
 
@@ -269,27 +269,12 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_len = text.size();
 
-  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  TESSEL_CHECK(f != nullptr, "{}: cannot create ({})", tmp, std::strerror(errno));
-  bool ok = std::fwrite(&header_len, 8, 1, f) == 1 &&
-            std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  for (size_t i = 0; ok && i < tensors.size(); ++i) {
-    const size_t n = static_cast<size_t>(shape_numel(tensors[i].shape));
-    ok = std::fwrite(tensors[i].data, sizeof(float), n, f) == n;
-  }
-  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int write_errno = errno;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    fail("{}: write failed ({})", tmp, std::strerror(write_errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int rename_errno = errno;
-    std::remove(tmp.c_str());
-    fail("{}: cannot rename {} over it ({})", path, tmp, std::strerror(rename_errno));
-  }
+  AtomicFile file(path, Durability::kDurable);
+  file.write(&header_len, 8);
+  file.write(text);
+  for (const SafetensorsEntry& t : tensors)
+    file.write(t.data, static_cast<size_t>(shape_numel(t.shape)) * sizeof(float));
+  file.commit();
 }
 
 }  // namespace tessel

@@ -73,8 +73,8 @@ struct SafetensorsEntry {
 };
 
 // Writes `path` (F32 tensors in the given order, the header padded with spaces to a multiple of 8
-// bytes as Hugging Face does). The bytes go to a temporary file in the same folder, which is
-// flushed to disk and renamed over `path`: a crash leaves the old file or the new one, never half.
+// bytes as Hugging Face does), durably through an AtomicFile (core/writable.h): a crash leaves the
+// old file or the new one, never half.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

@@ -41,13 +41,15 @@ std::string this_run() {
                      fmt::gmtime(std::chrono::system_clock::to_time_t(std::chrono::system_clock::now())));
 }
 
-// What saves cut short leave: the temporary files a write renames when complete
-// (rank_00000.safetensors.tmp123, metadata.json.tmp123, latest_checkpointed_iteration.txt.tmp123,
-// and the fixed ".tmp" names of older runs) and the probes of require_writable_dir. Only the
-// lock's holder writes the folder, so none of them belongs to a write in flight.
+// What saves cut short leave: the temporary files a write renames when complete (AtomicFile's
+// rank_00000.safetensors.tmp.HOST.PID.N, metadata.json.tmp.HOST.PID.N,
+// latest_checkpointed_iteration.txt.tmp.HOST.PID.N, the .tmp123 and fixed ".tmp" names of older
+// runs) and the probes of require_writable_dir. Only the lock's holder writes the folder, so none
+// of them belongs to a write in flight.
 int remove_leftovers(const fs::path& dir) {
   static const std::regex leftover(
-      R"(((rank_[0-9]+\.safetensors|metadata\.json|latest_checkpointed_iteration\.txt)\.tmp[0-9]*)|)"
+      R"(((rank_[0-9]+\.safetensors|metadata\.json|latest_checkpointed_iteration\.txt))"
+      R"(\.tmp([0-9]*|\..+\.[0-9]+\.[0-9]+))|)"
       R"((\.tessel-write-probe-.*))");
   int removed = 0;
   std::error_code error;

@@ -80,7 +80,7 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const GptDataset>> da
     fs::create_directories(cache_path);
     write_npy(base + "dataset_index.npy", dataset_index_);
     write_npy(base + "dataset_sample_index.npy", dataset_sample_index_);
-    write_file_atomically(base + "description.txt", description_);
+    write_file_atomically(base + "description.txt", description_, Durability::kDurable);
   } catch (const std::exception& e) {
     fail("cannot write the blend index cache in {} ({}); give a folder you can write to with "
          "--data-cache-path", cache_path, e.what());

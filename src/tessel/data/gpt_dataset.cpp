@@ -237,7 +237,8 @@ void GptDataset::save_cache() const {
     } else {
       write_npy(cache_file("shuffle_index.npy"), shuffle_index_);
     }
-    write_file_atomically(cache_file("description.txt"), description_);  // last: it completes the set
+    // Last: it completes the set.
+    write_file_atomically(cache_file("description.txt"), description_, Durability::kDurable);
   } catch (const std::exception& e) {
     fail("cannot write the dataset index cache in {} ({}); give a folder you can write to with "
          "--data-cache-path",

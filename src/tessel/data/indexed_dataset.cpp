@@ -1,9 +1,7 @@
 #include "tessel/data/indexed_dataset.h"
 
 #include <bit>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 
 #include "tessel/core/error.h"
@@ -45,11 +43,6 @@ bool token_fits(TokenDType dtype, int64_t v) {
     case TokenDType::Float64: return false;
   }
   return false;
-}
-
-void write_all(std::FILE* f, const void* data, size_t n, const std::string& path) {
-  if (n > 0 && std::fwrite(data, 1, n, f) != n)
-    fail("{}: write failed ({})", path, std::strerror(errno));
 }
 
 }  // namespace
@@ -274,17 +267,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, TokenDType
     : prefix_(prefix), dtype_(dtype) {
   TESSEL_CHECK(dtype != TokenDType::Float32 && dtype != TokenDType::Float64,
                "{}: token data must have an integer dtype, not {}", prefix, token_dtype_name(dtype));
-  const std::string tmp = prefix + ".bin.tmp";
-  bin_ = std::fopen(tmp.c_str(), "wb");
-  TESSEL_CHECK(bin_ != nullptr, "{}: cannot create ({})", tmp, std::strerror(errno));
-}
-
-IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (bin_ != nullptr) {  // never finalized: an error on the way; leave nothing behind
-    std::fclose(bin_);
-    std::error_code ignored;
-    std::filesystem::remove(prefix_ + ".bin.tmp", ignored);
-  }
+  bin_.emplace(prefix + ".bin", Durability::kDurable);
 }
 
 void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens,
@@ -303,7 +286,7 @@ void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens,
 void IndexedDatasetWriter::add_encoded(std::span<const uint8_t> bytes,
                                        std::span<const int32_t> sequence_lengths,
                                        std::span<const int32_t> sequences_per_document) {
-  TESSEL_CHECK(bin_ != nullptr, "{}: documents added after finalize", prefix_);
+  TESSEL_CHECK(bin_.has_value(), "{}: documents added after finalize", prefix_);
   int64_t tokens = 0, sequences = 0;
   for (int32_t n : sequence_lengths) tokens += n;
   for (int32_t n : sequences_per_document) sequences += n;
@@ -311,7 +294,7 @@ void IndexedDatasetWriter::add_encoded(std::span<const uint8_t> bytes,
                    tokens * token_dtype_size(dtype_) == static_cast<int64_t>(bytes.size()),
                "{}: {} encoded bytes for {} tokens in {} sequences, {} counted by the documents",
                prefix_, bytes.size(), tokens, sequence_lengths.size(), sequences);
-  write_all(bin_, bytes.data(), bytes.size(), prefix_ + ".bin.tmp");
+  bin_->write(bytes.data(), bytes.size());
   sizes_.insert(sizes_.end(), sequence_lengths.begin(), sequence_lengths.end());
   for (int32_t n : sequences_per_document) document_index_.push_back(document_index_.back() + n);
   num_tokens_ += tokens;
@@ -330,19 +313,15 @@ void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
 }
 
 void IndexedDatasetWriter::finalize() {
-  TESSEL_CHECK(bin_ != nullptr, "{}: finalize called twice", prefix_);
-  const std::string bin_tmp = prefix_ + ".bin.tmp", idx_tmp = prefix_ + ".idx.tmp";
-  const bool flushed = std::fclose(bin_) == 0;
-  bin_ = nullptr;
-  TESSEL_CHECK(flushed, "{}: write failed ({})", bin_tmp, std::strerror(errno));
-  const std::string index = encode_index(dtype_, sizes_, document_index_);
-  std::FILE* f = std::fopen(idx_tmp.c_str(), "wb");
-  TESSEL_CHECK(f != nullptr, "{}: cannot create ({})", idx_tmp, std::strerror(errno));
-  const bool written = std::fwrite(index.data(), 1, index.size(), f) == index.size();
-  const bool closed = std::fclose(f) == 0;
-  TESSEL_CHECK(written && closed, "{}: write failed ({})", idx_tmp, std::strerror(errno));
-  std::filesystem::rename(bin_tmp, prefix_ + ".bin");
-  std::filesystem::rename(idx_tmp, prefix_ + ".idx");
+  TESSEL_CHECK(bin_.has_value(), "{}: finalize called twice", prefix_);
+  // The index is written whole before the .bin is renamed into place: a failed write (a full disk)
+  // changes neither file.
+  AtomicFile idx(prefix_ + ".idx", Durability::kDurable);
+  idx.write(encode_index(dtype_, sizes_, document_index_));
+  idx.flush();
+  bin_->commit();
+  bin_.reset();
+  idx.commit();
 }
 
 IndexedDataset indexed_dataset_from_documents(const std::string& name, TokenDType dtype,

@@ -17,12 +17,13 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "tessel/core/writable.h"
 #include "tessel/data/mapped_file.h"
 
 namespace tessel {
@@ -95,12 +96,11 @@ class IndexedDataset {
 };
 
 // Megatron's IndexedDatasetBuilder: tokens go to PREFIX.bin as they come, the index is written
-// by finalize(). Both files are written under temporary names and renamed at finalize(), so a
-// failed run never leaves a .bin/.idx pair that looks complete.
+// by finalize(). Both files are AtomicFiles (core/writable.h), durable and renamed at finalize():
+// a failed run never leaves a .bin/.idx pair that looks complete, nor a temporary file.
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(const std::string& prefix, TokenDType dtype);
-  ~IndexedDatasetWriter();
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
 
@@ -121,7 +121,7 @@ class IndexedDatasetWriter {
  private:
   std::string prefix_;
   TokenDType dtype_;
-  std::FILE* bin_ = nullptr;
+  std::optional<AtomicFile> bin_;  // until finalize()
   std::vector<int32_t> sizes_;
   std::vector<int64_t> document_index_{0};
   int64_t num_tokens_ = 0;

@@ -64,13 +64,16 @@ void write_npy(const std::string& path, const std::string& descr, const std::vec
   header.append(63 - (preamble + header.size()) % 64, ' ');
   header += '\n';
   const uint16_t header_len = static_cast<uint16_t>(header.size());
-  std::string file(kMagic, 6);
-  file += '\x01';
-  file += '\x00';
-  file.append(reinterpret_cast<const char*>(&header_len), 2);
-  file += header;
-  file.append(static_cast<const char*>(data), bytes);
-  write_file_atomically(path, file);
+  std::string preamble_and_header(kMagic, 6);
+  preamble_and_header += '\x01';
+  preamble_and_header += '\x00';
+  preamble_and_header.append(reinterpret_cast<const char*>(&header_len), 2);
+  preamble_and_header += header;
+  // Durable: a later run reads a complete set of caches instead of building them again.
+  AtomicFile file(path, Durability::kDurable);
+  file.write(preamble_and_header);
+  file.write(data, bytes);
+  file.commit();
 }
 
 NpyArray read_npy(const std::string& path) {

@@ -90,7 +90,7 @@ void save_tokenizer_files(const TokenizerOptions& options, const Tokenizer& toke
   }
   add_special_token_names(config, tokenizer);
   config[kEntry] = entry;
-  write_file_atomically((out / kConfigName).string(), config.dump(2) + "\n");
+  write_file_atomically((out / kConfigName).string(), config.dump(2) + "\n", Durability::kDurable);
 
   // transformers' generate stops at config.json's eos_token_id: the tokenizer's, not 0.
   const fs::path model_config = out / "config.json";
@@ -100,7 +100,7 @@ void save_tokenizer_files(const TokenizerOptions& options, const Tokenizer& toke
   const int32_t eos = ids.eos >= 0 ? ids.eos : ids.eod;
   if (ids.bos >= 0) model["bos_token_id"] = ids.bos;
   if (eos >= 0) model["eos_token_id"] = eos;
-  write_file_atomically(model_config.string(), model.dump(2) + "\n");
+  write_file_atomically(model_config.string(), model.dump(2) + "\n", Durability::kDurable);
 }
 
 std::optional<TokenizerOptions> tokenizer_in_folder(const std::string& path) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 
 namespace tessel {
 
@@ -38,19 +39,15 @@ std::string records_until(const std::string& path, int64_t iteration) {
 }
 
 // Replaces `path` with `text` through a temporary file, so that a failed write (a full disk)
-// leaves the old file whole; throws Error naming the file and the error.
+// leaves the old file whole; throws Error naming the file and the error. Replaceable, not durable:
+// the records appended after it are not synced either, and each resume writes the file anew.
 void replace_file(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp{}", path, ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  TESSEL_CHECK(f != nullptr, "--log-json {}: cannot create {} ({})", path, tmp, std::strerror(errno));
-  bool ok = std::fputs(text.c_str(), f) >= 0 && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  const int error = errno;
-  ok = std::fclose(f) == 0 && ok;
-  if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return;
-  const int rename_error = errno;
-  std::remove(tmp.c_str());
-  fail("--log-json {}: cannot rewrite the {} bytes of records it keeps ({}); the file is left as "
-       "it was", path, text.size(), std::strerror(ok ? rename_error : error));
+  try {
+    write_file_atomically(path, text, Durability::kReplaceable);
+  } catch (const Error& e) {
+    fail("--log-json {}: cannot rewrite the {} bytes of records it keeps ({}); the file is left as "
+         "it was", path, text.size(), e.what());
+  }
 }
 
 }  // namespace

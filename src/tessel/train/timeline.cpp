@@ -98,8 +98,10 @@ void write_pipeline_timeline(const std::string& path, const PipelineExecutor::St
   check_together(world, [&] {
     if (world.rank() != 0) return;
     try {
+      // Replaceable: a trace to look at, made again by rerunning; no fsync.
       write_file_atomically(
-          path, trace_events(all, counts, offsets, static_cast<int>(most_chunks), iteration).dump() + "\n");
+          path, trace_events(all, counts, offsets, static_cast<int>(most_chunks), iteration).dump() + "\n",
+          Durability::kReplaceable);
     } catch (const Error& e) {
       fail("--pipeline-timeline {}: {}", path, e.what());
     }
