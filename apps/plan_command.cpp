@@ -136,20 +136,7 @@ PlanRun PlanCommand::resolve_run(const PlanModel& model, const Cluster& cluster)
   r.parallel.world = num_gpus_opt_->count() > 0 ? num_gpus_ : cluster.devices_per_node;
   r.micro_batch = batch_.micro_batch_size;
   r.global_batch = batch_.global_batch_size;
-  r.recompute = parse_recompute(recompute_.granularity);
-  // tessel train's flags for the one full recompute the planner models (Korthikanti's: every
-  // layer keeps only its input).
-  const std::string& method = recompute_.method;
-  const int layers = recompute_.num_layers;
-  const bool method_given = !method.empty() || layers != 0;
-  if (r.recompute != Recompute::Full && method_given)
-    throw ConfigError("--recompute-method and --recompute-num-layers need --recompute-granularity full");
-  if (r.recompute == Recompute::Full &&
-      ((method != "uniform" && !method.empty()) || layers > 1 || layers < 0))
-    throw ConfigError(fmt::format(
-        "tessel plan models full recompute as --recompute-method uniform --recompute-num-layers 1 "
-        "(got --recompute-method '{}' --recompute-num-layers {})",
-        method, layers));
+  r.recompute = parse_planned_recompute(recompute_);
   TESSEL_CHECK(!(bf16_ && fp16_), "give --bf16 or --fp16, not both");
   if (!engine_.empty()) r.engine = parse_engine(engine_);
   const bool tessel = r.engine_on(cluster) == PlannedEngine::Tessel;

@@ -19,7 +19,7 @@ PlanRun gpt3_run(int vpp, int64_t batch, Recompute rc, bool sp) {
   r.parallel.tp = 8, r.parallel.pp = 8, r.parallel.vpp = vpp;
   r.parallel.sequence_parallel = sp;
   r.global_batch = batch, r.micro_batch = 1;
-  r.recompute = rc;
+  r.recompute = planned_recompute(rc);
   r.precision = PlannedPrecision::FP16, r.attention = AttentionBackend::Unfused;
   return r;
 }

@@ -180,7 +180,7 @@ TEST(PlanMemoryCli, RecomputeKeepsWhatThePlannerCounts) {
       if (is_moe) model.cfg = moe_cfg;
       PlanRun run;
       run.parallel.world = is_moe ? 2 : 1, run.parallel.ep = is_moe ? 2 : 1;
-      run.micro_batch = 2, run.global_batch = is_moe ? 4 : 2, run.recompute = planned[i];
+      run.micro_batch = 2, run.global_batch = is_moe ? 4 : 2, run.recompute = planned_recompute(planned[i]);
       run.precision = PlannedPrecision::FP32;
       run.attention = AttentionBackend::Tessel;
       const RunShape x(model, run, cluster_preset("cpu"));

@@ -21,7 +21,7 @@ PlanRun gpu_run(int tp, int pp, int vpp, int gpus, int64_t batch, int64_t micro,
   PlanRun r;
   r.parallel.world = gpus, r.parallel.tp = tp, r.parallel.pp = pp, r.parallel.vpp = vpp;
   r.parallel.sequence_parallel = sp;
-  r.global_batch = batch, r.micro_batch = micro, r.recompute = rc;
+  r.global_batch = batch, r.micro_batch = micro, r.recompute = planned_recompute(rc);
   r.precision = PlannedPrecision::FP16;
   r.attention = AttentionBackend::Unfused;
   return r;
@@ -137,7 +137,7 @@ TEST(PlanMemory, SixtyLayersOverEightStages) {
   r.parallel.world = 64, r.parallel.tp = 4, r.parallel.pp = 8, r.parallel.ep = 8, r.parallel.etp = 1;
   r.parallel.sequence_parallel = true;
   r.pipeline_layout = lighter_ends_layout(60, 8);
-  r.global_batch = 256, r.micro_batch = 1, r.recompute = Recompute::Full;
+  r.global_batch = 256, r.micro_batch = 1, r.recompute = planned_recompute(Recompute::Full);
   ASSERT_TRUE(run_violations(m, r, h100, planned_run_violations).empty()) << run_violations(m, r, h100, planned_run_violations).front();
   const std::vector<StageMemory> s = estimate_memory(m, r, h100);
   ASSERT_EQ(s.size(), 8u);
@@ -159,7 +159,7 @@ TEST(PlanMemory, QwenNextStagesCountTheirOwnLayers) {
   r.parallel.world = 64, r.parallel.tp = 4, r.parallel.pp = 8, r.parallel.ep = 8, r.parallel.etp = 1;
   r.parallel.sequence_parallel = true, r.parallel.distributed_optimizer = true;
   r.pipeline_layout = lighter_ends_layout(60, 8);
-  r.global_batch = 512, r.micro_batch = 1, r.recompute = Recompute::Selective;
+  r.global_batch = 512, r.micro_batch = 1, r.recompute = planned_recompute(Recompute::Selective);
   ASSERT_TRUE(run_violations(m, r, h100, planned_run_violations).empty()) << run_violations(m, r, h100, planned_run_violations).front();
   const std::vector<StageMemory> s = estimate_memory(m, r, h100);
   ASSERT_EQ(s.size(), 8u);

@@ -73,7 +73,7 @@ TEST(PlanTime, ThroughputFiguresFollowTheirDefinitions) {
   const Cluster a100 = cluster_preset("a100-80gb");
   const PlanModel m = model_preset("gpt3-175b");
   PlanRun r = run_of(64, 8, 8, 64, 1);
-  r.recompute = Recompute::Selective;
+  r.recompute = planned_recompute(Recompute::Selective);
   const Estimate e = estimate(m, r, a100);
   EXPECT_NEAR(e.tokens_per_s_per_gpu, 64.0 * 2048 / e.time.step / 64, 1e-9);
   EXPECT_NEAR(e.mfu, model_flops_per_iteration(m, 64) / (e.time.step * 64 * a100.peak_flops), 1e-12);
@@ -95,7 +95,7 @@ TEST(PlanTime, WeightGradientsAreTheWAction) {
   EXPECT_GT(plain.weight_gradients, 0);
   EXPECT_LT(plain.weight_gradients, plain.backward.total() / 2);  // I also holds attention, norms, activations
   EXPECT_LE(plain.weight_gradients, plain.forward.gemm);
-  r.recompute = Recompute::Full;
+  r.recompute = planned_recompute(Recompute::Full);
   const RunShape full(m, r, cpu);
   EXPECT_EQ(chunk_cost(full, full.stage_chunks(0).front()).weight_gradients, 0);
 }

@@ -66,7 +66,7 @@ MegatronFormula megatron_theoretical_memory(const PlanModel& m, const PlanRun& r
 
   const double s = m.cfg.seq_length, b = static_cast<double>(r.micro_batch), L = m.cfg.num_layers, F = m.ffn();
   const double sbh = s * b * h, factor = formula_schedule_factor(r);
-  f.sequence_parallel_branch = r.parallel.sequence_parallel && r.recompute == Recompute::Selective;
+  f.sequence_parallel_branch = r.parallel.sequence_parallel && r.recompute_kind() == Recompute::Selective;
   f.layer_microbatches = L * factor;
   if (f.sequence_parallel_branch) {
     double act = sbh * (18 + 4 * F / h) * L + 8 * s * b * p + sbh * p;
@@ -242,7 +242,7 @@ void activation_corrections(const RunShape& x, FormulaComparison& out) {
   std::vector<double> chunk_bytes;
   for (const ChunkSpec& c : chunks) {
     double bytes = c.has_embedding && m.hidden_dropout > 0 ? sb * h * rows : 0;
-    for (int l = c.first_layer; l < c.first_layer + c.num_layers; ++l) bytes += layer_bytes(x, l, x.run.recompute, branch, nullptr);
+    for (int l = c.first_layer; l < c.first_layer + c.num_layers; ++l) bytes += layer_bytes(x, l, x.run.recompute_kind(), branch, nullptr);
     chunk_bytes.push_back(bytes);
   }
   std::vector<int> now(chunks.size(), 0), at_peak(chunks.size(), 0);
@@ -260,7 +260,7 @@ void activation_corrections(const RunShape& x, FormulaComparison& out) {
     layers_in_flight += at_peak[c] * chunks[c].num_layers;
     for (int l = chunks[c].first_layer; l < chunks[c].first_layer + chunks[c].num_layers; ++l) {
       std::vector<Correction> causes;
-      layer_bytes(x, l, x.run.recompute, branch, &causes);
+      layer_bytes(x, l, x.run.recompute_kind(), branch, &causes);
       for (const Correction& k : causes) add(out.activations, k.cause, k.bytes * at_peak[c]);
     }
   }
@@ -276,7 +276,7 @@ void activation_corrections(const RunShape& x, FormulaComparison& out) {
   double transient = 0;
   for (const ChunkSpec& c : chunks) {
     double chunk = 0;
-    if (x.run.recompute == Recompute::Full)
+    if (x.run.recompute_kind() == Recompute::Full)
       for (int l = c.first_layer; l < c.first_layer + c.num_layers; ++l)
         chunk = std::max(chunk, layer_bytes(x, l, Recompute::None, false, nullptr));
     if (c.has_head) chunk += sb * (4 * h * rows + 4 * V / t);
@@ -320,7 +320,7 @@ PlanRun gpu_run(int gpus, int tp, int pp, int vpp, int64_t batch, int64_t micro,
   r.parallel.sequence_parallel = sp;
   r.parallel.distributed_optimizer = dist;
   r.global_batch = batch, r.micro_batch = micro;
-  r.recompute = rc;
+  r.recompute = planned_recompute(rc);
   return r;
 }
 

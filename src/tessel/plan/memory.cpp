@@ -134,7 +134,7 @@ ChunkMemory megatron_chunk(const RunShape& x, const ChunkSpec& c) {
   ChunkMemory m;
   const PlanModel& model = x.model;
   const double e = x.e, h = model.cfg.hidden_size, rows = static_cast<double>(x.rows), N = static_cast<double>(x.N);
-  const Recompute rc = x.run.recompute;
+  const Recompute rc = x.run.recompute_kind();
   // Layers come in runs of equal kind (dense / MoE, attention / Gated DeltaNet); each run is summed once.
   auto kind_of = [&](int l) { return std::pair{model.is_moe_layer(l), model.is_linear_layer(l)}; };
   double biggest_layer = 0;

@@ -25,7 +25,7 @@ struct MemoryCheck {
 std::vector<MemoryCheck> activation_checks(const Cluster& cluster) {
   std::vector<MemoryCheck> out;
   for (const PublishedRun& row : korthikanti_table5()) {
-    if (row.run.recompute != Recompute::Full) continue;
+    if (row.run.recompute_kind() != Recompute::Full) continue;
     const PlanModel& m = row.model;
     const double s = m.cfg.seq_length, b = static_cast<double>(row.run.micro_batch), h = m.cfg.hidden_size,
                  a = m.cfg.num_attention_heads, L = m.cfg.num_layers, t = row.run.parallel.tp, p = row.run.parallel.pp,
@@ -49,7 +49,7 @@ std::vector<MemoryCheck> activation_checks(const Cluster& cluster) {
     for (const auto& mode : modes) {
       PlanRun r = row.run;
       r.parallel.sequence_parallel = mode.sp;
-      r.recompute = mode.rc;
+      r.recompute = planned_recompute(mode.rc);
       const std::vector<StageMemory> stages = estimate_memory(m, r, cluster);
       const double paper = mode.per_layer * L * interleave + extras(mode.sp);
       constexpr double kGiB = 1024.0 * 1024 * 1024;
@@ -75,7 +75,7 @@ std::vector<StatedFigure> stated_figures(const Cluster& cluster) {
     const RunShape x(m, r, cluster);
     const ChunkSpec one_layer{0, 1, false, false};
     const double all = chunk_activations(x, one_layer).saved;
-    r.recompute = Recompute::Selective;
+    r.recompute = planned_recompute(Recompute::Selective);
     const double kept = chunk_activations(RunShape(m, r, cluster), one_layer).saved;
     out.push_back({fmt::format("{}: activations saved by selective recomputation", m.name), saving, 1 - kept / all});
     const double s = m.cfg.seq_length;  // the recomputed Q·Kᵀ and scores·V, per token, every layer

@@ -50,7 +50,7 @@ void print_row(const PublishedPrediction& p, bool calibration_marked) {
   fmt::print("| {}{} | {} | {} | {}{} | {} | {} | {}{} | {} | {} | {} | {:.2f} {} | {:.2f} {} | {:+.1f} % |\n", row.name,
              calibration_marked && row.calibration ? " (preset calibration)" : "", r.parallel.tp, r.parallel.pp,
              r.parallel.vpp, row.tune && row.vpps.size() > 1 ? " (picked)" : "", r.parallel.world, r.global_batch,
-             r.micro_batch, row.tune && row.micro_batches.size() > 1 ? " (picked)" : "", recompute_name(r.recompute),
+             r.micro_batch, row.tune && row.micro_batches.size() > 1 ? " (picked)" : "", recompute_name(r.recompute_kind()),
              r.parallel.sequence_parallel ? "yes" : "no", verdict_of(p), row.measured, unit_of(row.figure), p.predicted,
              unit_of(row.figure), 100 * p.error());
 }
@@ -107,7 +107,7 @@ void print_published(bool json, const TrainRules& rules) {
       for (const MemoryFix& f : p.fixes) fixes.push_back(f.change);
       rows.push_back({{"source", row.source}, {"row", row.name}, {"cluster", row.cluster}, {"tp", r.parallel.tp},
                       {"pp", r.parallel.pp}, {"vpp", r.parallel.vpp}, {"gpus", r.parallel.world}, {"global_batch", r.global_batch},
-                      {"micro_batch", r.micro_batch}, {"recompute", recompute_name(r.recompute)},
+                      {"micro_batch", r.micro_batch}, {"recompute", recompute_name(r.recompute_kind())},
                       {"sequence_parallel", r.parallel.sequence_parallel}, {"published", row.measured},
                       {"predicted", p.predicted}, {"error", err}, {"left_out", row.in_fit},
                       {"efficiency", {{"gemm", used.gemm}, {"memory", used.memory}, {"network", used.network}}},

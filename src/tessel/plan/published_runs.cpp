@@ -34,7 +34,7 @@ PlanRun published_megatron_run(int tp, int pp, int vpp, int gpus, int64_t batch,
   r.parallel.tp = tp, r.parallel.pp = pp, r.parallel.vpp = vpp;
   r.parallel.sequence_parallel = sp;
   r.global_batch = batch, r.micro_batch = micro;
-  r.recompute = rc;
+  r.recompute = planned_recompute(rc);
   r.engine = PlannedEngine::Megatron;
   r.precision = PlannedPrecision::FP16;      // both papers: mixed precision (fp16, as Megatron-LM then)
   r.attention = AttentionBackend::Unfused;   // before flash attention in Megatron-LM

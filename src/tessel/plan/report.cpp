@@ -220,7 +220,7 @@ nlohmann::json estimate_json(const Estimate& est) {
             {"ep", p.ep}, {"etp", p.expert_tp()}, {"dp", r.dp()}, {"sequence_parallel", p.sequence_parallel},
             {"distributed_optimizer", p.distributed_optimizer}, {"micro_batch_size", r.micro_batch},
             {"global_batch_size", r.global_batch}, {"microbatches", r.microbatches()},
-            {"recompute_granularity", recompute_name(r.recompute)}, {"precision", precision_name(r.precision)},
+            {"recompute_granularity", recompute_name(r.recompute_kind())}, {"precision", precision_name(r.precision)},
             {"schedule", schedule_kind_name(r.schedule_config().kind)}, {"pipeline_layout", r.pipeline_layout}}},
           {"memory_gib", {{"first", k.first}, {"middle", k.middle}, {"last", k.last}, {"per_stage", stages}}},
           {"memory_limit_gib", est.memory_limit_gib},

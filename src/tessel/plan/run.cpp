@@ -34,6 +34,26 @@ Recompute parse_recompute(const std::string& name) {
   throw ConfigError(fmt::format("unknown --recompute-granularity '{}' (none | selective | full)", name));
 }
 
+RecomputeOptions planned_recompute(Recompute kind) {
+  if (kind == Recompute::Full) return {.granularity = "full", .method = "uniform", .num_layers = 1};
+  if (kind == Recompute::Selective) return {.granularity = "selective"};
+  return {};
+}
+
+RecomputeOptions parse_planned_recompute(const RecomputeOptions& flags) {
+  const Recompute kind = parse_recompute(flags.effective_granularity());
+  const bool method_given = !flags.method.empty() || flags.num_layers != 0;
+  if (kind != Recompute::Full && method_given)
+    throw ConfigError("--recompute-method and --recompute-num-layers need --recompute-granularity full");
+  if (kind == Recompute::Full && ((flags.method != "uniform" && !flags.method.empty()) || flags.num_layers > 1 ||
+                                  flags.num_layers < 0))
+    throw ConfigError(fmt::format(
+        "tessel plan models full recompute as --recompute-method uniform --recompute-num-layers 1 "
+        "(got --recompute-method '{}' --recompute-num-layers {})",
+        flags.method, flags.num_layers));
+  return planned_recompute(kind);
+}
+
 std::string precision_name(PlannedPrecision p) {
   return p == PlannedPrecision::FP32 ? "fp32" : p == PlannedPrecision::BF16 ? "bf16" : "fp16";
 }
@@ -67,7 +87,7 @@ std::string PlanRun::describe() const {
   if (p.ep > 1) s += fmt::format(" EP{}", p.ep);
   if (p.ep > 1 && p.expert_tp() != p.tp) s += fmt::format(" ETP{}", p.expert_tp());
   s += fmt::format(" DP{} mb{}", p.tp * p.cp * p.pp > 0 ? p.dp() : 0, micro_batch);  // also for bad sizes
-  if (recompute != Recompute::None) s += " " + recompute_name(recompute);
+  if (recompute_kind() != Recompute::None) s += " " + recompute_name(recompute_kind());
   if (p.distributed_optimizer) s += " dist-opt";
   return s;
 }

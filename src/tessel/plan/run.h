@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/model/recompute.h"
 #include "tessel/parallel/layout.h"
 #include "tessel/pipeline/schedule.h"
 #include "tessel/pipeline/stages.h"
@@ -39,7 +40,9 @@ PlannedEngine parse_engine(const std::string& name);  // "tessel" | "megatron"
 // engine of the presets' published runs).
 PlannedEngine default_engine(const Cluster& cluster);
 
-enum class Recompute : uint8_t { None, Selective, Full };  // --recompute-granularity
+// What the formulas and the time model count of a run's recompute: none, selective (core
+// attention again in the backward), full (every layer keeps only its input).
+enum class Recompute : uint8_t { None, Selective, Full };
 // The planned run's arithmetic (tessel runs FP32 and --bf16; the published runs are fp16 or bf16).
 enum class PlannedPrecision : uint8_t { FP32, BF16, FP16 };
 // How attention's core runs: Megatron's unfused softmax (scores kept, as in both papers), a
@@ -47,7 +50,14 @@ enum class PlannedPrecision : uint8_t { FP32, BF16, FP16 };
 enum class AttentionBackend : uint8_t { Unfused, Flash, Tessel };
 
 std::string recompute_name(Recompute r);  // "none" | "selective" | "full"
-Recompute parse_recompute(const std::string& name);
+Recompute parse_recompute(const std::string& name);  // --recompute-granularity: "" is none
+// The options of a kind the search tries or a published run names: full is uniform, one layer a
+// group (Korthikanti et al.'s full recompute).
+RecomputeOptions planned_recompute(Recompute kind);
+// tessel plan's recompute flags as the planned run takes them, or the first rule they break: the
+// formulas count full recompute only as uniform, one layer a group (the default when no method
+// is given), and "none" is no recompute.
+RecomputeOptions parse_planned_recompute(const RecomputeOptions& flags);
 std::string precision_name(PlannedPrecision p);
 std::string attention_backend_name(AttentionBackend a);
 AttentionBackend parse_attention_backend(const std::string& name);  // "unfused" | "flash"
@@ -57,7 +67,9 @@ struct PlanRun {
   ParallelConfig parallel;  // world = the GPU count; dp is derived
   int64_t micro_batch = 1;
   int64_t global_batch = 1;
-  Recompute recompute = Recompute::None;
+  // tessel train's own options, passed whole to tessel's declare-only build and tessel train's
+  // rules; recompute_kind() is what the formulas read.
+  RecomputeOptions recompute;
   PlannedPrecision precision = PlannedPrecision::BF16;
   AttentionBackend attention = AttentionBackend::Flash;
   int first_stage_layers = -1;  // --decoder-first-pipeline-num-layers
@@ -78,6 +90,7 @@ struct PlanRun {
 
   PlannedEngine engine_on(const Cluster& cluster) const { return engine.value_or(default_engine(cluster)); }
   int dp() const { return parallel.dp(); }
+  Recompute recompute_kind() const { return parse_recompute(recompute.effective_granularity()); }
   int microbatches() const { return static_cast<int>(global_batch / (micro_batch * parallel.dp())); }
   StageOptions stage_options() const;
   ScheduleConfig schedule_config() const;

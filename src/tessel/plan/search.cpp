@@ -130,10 +130,10 @@ std::vector<MemoryFix> memory_fixes(const PlanModel& model, const PlanRun& run, 
                                     const TrainRules& rules, bool with_time) {
   std::vector<std::pair<std::string, PlanRun>> tries;
   for (Recompute heavier : {Recompute::Selective, Recompute::Full}) {
-    if (heavier <= run.recompute) continue;
+    if (heavier <= run.recompute_kind()) continue;
     PlanRun r = run;
-    r.recompute = heavier;
-    tries.push_back({"--recompute-granularity " + recompute_name(r.recompute), r});
+    r.recompute = planned_recompute(heavier);
+    tries.push_back({"--recompute-granularity " + recompute_name(heavier), r});
   }
   if (!run.parallel.distributed_optimizer) {
     PlanRun r = run;
@@ -152,8 +152,8 @@ std::vector<MemoryFix> memory_fixes(const PlanModel& model, const PlanRun& run, 
     const MemoryVerdict v = memory_verdict(estimate_memory(model, r, cluster), limit);
     if (!v.fits()) continue;
     // Full recompute only when selective does not do it.
-    if (r.recompute == Recompute::Full && run.recompute == Recompute::None && !fixes.empty() &&
-        fixes.front().run.recompute == Recompute::Selective)
+    if (r.recompute_kind() == Recompute::Full && run.recompute_kind() == Recompute::None && !fixes.empty() &&
+        fixes.front().run.recompute_kind() == Recompute::Selective)
       continue;
     fixes.push_back({change, r, v.peak_gib, with_time ? estimate(model, r, cluster).time.step : 0});
   }
@@ -224,7 +224,7 @@ SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpa
                 run.micro_batch = mb;
                 run.parallel.distributed_optimizer = dist;
                 for (Recompute rc : recomputes) {
-                  run.recompute = rc;
+                  run.recompute = planned_recompute(rc);
                   // Recomputing only trades time for memory: once a cheaper choice fits, stop.
                   if (consider(run) && !space.recompute) break;
                 }

@@ -22,17 +22,10 @@ ChunkPlace first_rank(const RunShape& x) {
   return p;
 }
 
-// The recompute `tessel plan` models (the flags it accepts: full is uniform, one layer a group).
-RecomputeOptions recompute_options(Recompute r) {
-  if (r == Recompute::Full) return {.granularity = "full", .method = "uniform", .num_layers = 1};
-  if (r == Recompute::Selective) return {.granularity = "selective"};
-  return {};
-}
-
 ChunkTensors declared_tensors(const RunShape& x, const ChunkSpec& chunk) {
   ParamRegistry params;  // counted by stage_params, over the stage's chunks together
   return TransformerChunk::declare(x.model.cfg, chunk, x.b, first_rank(x), params,
-                                   recompute_options(x.run.recompute));
+                                   x.run.recompute);
 }
 
 // The rows an MoE buffer's first dimension holds in this run, and so its bytes: the balanced
@@ -156,7 +149,7 @@ StageParams tessel_stage_params(const RunShape& x, int stage) {
   ParamRegistry params;  // the stage's chunks declare into one registry, as the trainer's do
   for (const ChunkSpec& chunk : x.stage_chunks(stage))
     TransformerChunk::declare(x.model.cfg, chunk, x.b, first_rank(x), params,
-                              recompute_options(x.run.recompute));
+                              x.run.recompute);
   StageParams p;
   for (const Param& param : params.params()) (is_expert_param(param) ? p.experts : p.dense) += param.numel();
   return p;

@@ -150,13 +150,13 @@ LayerCost layer_cost(const RunShape& x, const LayerFlops& f, int layer, bool lin
   // Megatron overlaps the backward's TP collectives with the weight-gradient GEMMs; tessel's
   // ranks wait for them.
   const double weight_gradients = matmul / flops_rate;
-  c.weight_gradients = megatron || x.run.recompute != Recompute::Full ? weight_gradients : 0;
+  c.weight_gradients = megatron || x.run.recompute_kind() != Recompute::Full ? weight_gradients : 0;
   c.backward.tp = megatron && x.run.async_tp_allreduce ? std::max(0.0, c.forward.tp - weight_gradients) : c.forward.tp;
   c.backward.ep = c.forward.ep;
   if (x.cp > 1) c.backward.cp = linear ? c.forward.cp : std::max(0.0, 2 * ring - backward_attention * attention_forward);
-  if (x.run.recompute == Recompute::Full) {
+  if (x.run.recompute_kind() == Recompute::Full) {
     c.backward += c.forward;
-  } else if (x.run.recompute == Recompute::Selective && !linear) {  // core attention again: scores, softmax, ·V
+  } else if (x.run.recompute_kind() == Recompute::Selective && !linear) {  // core attention again: scores, softmax, ·V
     c.backward.gemm += attention_forward;
     if (!causal_kernel) c.backward.memory += N * m.cfg.num_attention_heads * x.s / t * 4 * e / bytes_rate;
   }

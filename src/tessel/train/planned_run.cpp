@@ -14,6 +14,7 @@ std::vector<std::string> planned_run_violations(const ModelConfig& sizes, const 
                          .first_stage_layers = run.first_stage_layers,
                          .last_stage_layers = run.last_stage_layers, .layout = run.pipeline_layout};
   o.parallel.ddp.overlap_grad_reduce = run.overlap_grad_reduce;
+  o.recompute = run.recompute;
   return training_plan_violations(sizes, o);
 }
 
