@@ -20,6 +20,7 @@
 
 #include "tessel/model/config.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/model/norm.h"
 #include "tessel/model/recompute.h"
 #include "tessel/parallel/context_parallel.h"
@@ -44,12 +45,9 @@ class Attention {
     PackedRows packed;      // the microbatch's documents, as forward was given them
   };
 
-  // Declares layer `layer`'s attention weights (this TP rank's heads). positions (N) i32: each
-  // row's global position; for llama the RoPE tables (max positions, D/2). Shared with the chunk.
-  Attention(const Kernels& k, ParamRegistry& registry,
-            const ModelConfig& cfg, int layer, const TensorParallel& tp, const ContextParallel& cp,
-            int64_t B, int64_t T_l, Tensor positions, Tensor rope_cos, Tensor rope_sin,
-            const LayerBuffers& buffers);
+  // Declares layer `layer`'s attention weights (this TP rank's heads). It reads ctx's row
+  // positions and, for llama, its RoPE tables (model/layer_context.h), shared with the chunk.
+  Attention(const LayerContext& ctx, int layer);
 
   // The projections' outputs and the core attention's in `r`'s choice of lists (model/recompute.h):
   // all recomputed under full recompute, the statistics under core_attn, the output gradients

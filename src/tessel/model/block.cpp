@@ -20,31 +20,27 @@ std::string norm_name(const ModelConfig& cfg, int layer, int which, const char* 
 }  // namespace
 
 // Parameters in Hugging Face order: norm 1, attention, norm 2, MLP (or the MoE layer's).
-TransformerBlock::TransformerBlock(const Kernels& k, ParamRegistry& registry,
-                                   const ModelConfig& cfg, int layer, const TensorParallel& tp,
-                                   const ContextParallel& cp, const MoeGroups& moe, int64_t B,
-                                   int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
-                                   const Tensor& rope_sin, const LayerBuffers& buffers,
-                                   LayerRecompute recompute)
-    : k_(k),
-      tp_(tp),
-      N_(B * T_l),
-      N_l_(tp.local_rows(B * T_l)),
-      C_(cfg.hidden_size),
-      norm1_(k, registry, norm_kind(cfg), norm_name(cfg, layer, 1, "weight"),
-             norm_name(cfg, layer, 1, "bias"), cfg.hidden_size, cfg.norm_epsilon, cfg.layernorm_1p),
-      attention_(cfg.is_linear_layer(layer)
-                     ? std::nullopt
-                     : std::optional<Attention>(std::in_place, k, registry, cfg, layer, tp, cp, B, T_l,
-                                                positions, rope_cos, rope_sin, buffers)),
-      gdn_(cfg.is_linear_layer(layer)
-               ? std::optional<GatedDeltaNet>(std::in_place, k, registry, cfg, layer, tp, cp, B, T_l, buffers)
-               : std::nullopt),
-      norm2_(k, registry, norm_kind(cfg), norm_name(cfg, layer, 2, "weight"),
-             norm_name(cfg, layer, 2, "bias"), cfg.hidden_size, cfg.norm_epsilon, cfg.layernorm_1p),
+TransformerBlock::TransformerBlock(const LayerContext& ctx, int layer, LayerRecompute recompute)
+    : k_(ctx.k),
+      tp_(ctx.tp),
+      N_(ctx.rows()),
+      N_l_(ctx.local_rows()),
+      C_(ctx.cfg.hidden_size),
+      norm1_(ctx.k, ctx.registry, norm_kind(ctx.cfg), norm_name(ctx.cfg, layer, 1, "weight"),
+             norm_name(ctx.cfg, layer, 1, "bias"), ctx.cfg.hidden_size, ctx.cfg.norm_epsilon, ctx.cfg.layernorm_1p),
+      attention_(ctx.cfg.is_linear_layer(layer) ? std::nullopt
+                                                : std::optional<Attention>(std::in_place, ctx, layer)),
+      gdn_(ctx.cfg.is_linear_layer(layer) ? std::optional<GatedDeltaNet>(std::in_place, ctx, layer)
+                                          : std::nullopt),
+      norm2_(ctx.k, ctx.registry, norm_kind(ctx.cfg), norm_name(ctx.cfg, layer, 2, "weight"),
+             norm_name(ctx.cfg, layer, 2, "bias"), ctx.cfg.hidden_size, ctx.cfg.norm_epsilon, ctx.cfg.layernorm_1p),
       recompute_(recompute) {
+  const ModelConfig& cfg = ctx.cfg;
+  const Kernels& k = ctx.k;
+  ParamRegistry& registry = ctx.registry;
+  const TensorParallel& tp = ctx.tp;
   if (cfg.is_moe_layer(layer)) {
-    moe_ = std::make_unique<MoeLayer>(k, cfg, cfg.moe, layer, N_l_, moe, registry, buffers, recompute);
+    moe_ = std::make_unique<MoeLayer>(ctx, layer, N_l_, recompute);
     return;
   }
   const Mlp::Split split = [&](int dim) {

@@ -15,6 +15,7 @@
 #include "tessel/model/config.h"
 #include "tessel/model/gated_delta_net.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/model/mlp.h"
 #include "tessel/model/moe/moe.h"
 #include "tessel/model/norm.h"
@@ -36,11 +37,9 @@ class TransformerBlock {
     MoeLayer::Saved moe;
   };
 
-  // An MoE layer declares its buffers in `buffers` (layer.h).
-  TransformerBlock(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
-                   const TensorParallel& tp, const ContextParallel& cp, const MoeGroups& moe,
-                   int64_t B, int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
-                   const Tensor& rope_sin, const LayerBuffers& buffers, LayerRecompute recompute = {});
+  // Layer `layer` (global index) of the chunk ctx describes (model/layer_context.h); its modules
+  // declare their buffers in ctx.buffers. `recompute`: what it recomputes in its backward.
+  TransformerBlock(const LayerContext& ctx, int layer, LayerRecompute recompute = {});
 
   void list_saved(Saved& s, SavedLists& lists) const;
   // out (N_l, C) = the layer applied to x (N_l, C); grad_scale weighs an MoE layer's auxiliary

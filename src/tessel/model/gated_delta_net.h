@@ -42,6 +42,7 @@
 
 #include "tessel/model/config.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/model/recompute.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
@@ -70,11 +71,8 @@ class GatedDeltaNet {
   };
 
   // Declares layer `layer`'s GDN weights (Hugging Face's initialisation: normal(0, 0.02), dt_bias
-  // 1, A_log log U(0, 16), the gated norm's gain 1) and its scratch in `buffers.scratch`.
-  // T: this CP rank's rows of each sequence.
-  GatedDeltaNet(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
-                const TensorParallel& tp, const ContextParallel& cp, int64_t B, int64_t T,
-                const LayerBuffers& buffers);
+  // 1, A_log log U(0, 16), the gated norm's gain 1) and its scratch in ctx.buffers.scratch.
+  GatedDeltaNet(const LayerContext& ctx, int layer);
 
   // Everything in `r.full`'s list, the output gradients in the weight pass's.
   void list_saved(Saved& s, SavedLists& lists, const LayerRecompute& r) const;
