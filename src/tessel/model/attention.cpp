@@ -166,7 +166,7 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
   if (proj_b_ >= 0) k_.bias_forward(out_local, params_.value(proj_b_), tp_.local_rows(N_), C_);
 }
 
-void Attention::list_kv_cache(KvCache& c, TensorList& list) const {
+void Attention::list_decode_state(KvCache& c, TensorList& list) const {
   if (fused_) list.add(c.qkv, {T_, 3 * H_l_ * D_}, "attention q, k, v of the positions read");
   else {
     list.add(c.k, {T_, G_l_ * D_}, "attention keys of the positions read");

@@ -66,7 +66,16 @@ class Attention {
   // d_attn (N, H_l·D) is scratch too, with --attention-output-gate.
   void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,
                       float* d_heads, float* d_attn) const;
+  // The same with the layer's scratch (model/block.h's mixer members).
+  void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,
+                      ChunkScratch& scratch) const {
+    backward_input(s, d_in, d_out_local, in, scratch.d_heads.data(), scratch.d_attn.data());
+  }
   void backward_weight(Saved& s, const float* in) const;
+  // What --recompute-modules recomputes of it: the core attention (core_attn).
+  void recompute(Saved& s, const LayerRecompute& r) const {
+    if (r.core_attn) core_forward(s);
+  }
 
   // Incremental decoding of one sequence (infer/decoder.h): the keys — after QK-norm and RoPE —
   // and values of the positions read so far, up to T_l (the context). GPT-2's are its fused
@@ -75,7 +84,8 @@ class Attention {
     Tensor qkv;   // (T_l, 3·H·D) gpt2
     Tensor k, v;  // (T_l, G·D) each, llama
   };
-  void list_kv_cache(KvCache& c, TensorList& list) const;
+  using DecodeState = KvCache;
+  void list_decode_state(KvCache& c, TensorList& list) const;
   // out (n, C) = the attention block's output for the n rows in (n, C) at positions
   // start … start+n−1 of the sequence whose first `start` keys and values c holds; c takes theirs.
   // s (sized for T_l rows) is scratch. B = 1, one process (no TP, no CP).

@@ -183,7 +183,7 @@ void GatedDeltaNet::forward(Saved& s, float* out_local, const float* in, float* 
   tp_.reduce_rows(product, out_local, N_, C_);
 }
 
-void GatedDeltaNet::list_recurrent_state(RecurrentState& r, TensorList& list) const {
+void GatedDeltaNet::list_decode_state(RecurrentState& r, TensorList& list) const {
   list.add(r.history, {K_ - 1, conv_dim_}, "GDN conv history (its last K-1 inputs)");
   list.add(r.state, {Hv_, dk_, dv_}, "GDN delta-rule state");
   list.add(r.window, {K_ - 1 + T_, conv_dim_}, "GDN decode conv input (history, then the new rows)");
@@ -194,7 +194,8 @@ void GatedDeltaNet::list_recurrent_state(RecurrentState& r, TensorList& list) co
 // The forward's steps on n rows. The conv runs over the window [history | new rows]: its first
 // K−1 outputs (history seen with zeros before it) are not used, each later one sees exactly the
 // K−1 inputs before its row, as in the whole sequence.
-void GatedDeltaNet::decode(Saved& s, RecurrentState& r, float* out, const float* in, int64_t n) const {
+void GatedDeltaNet::decode(Saved& s, RecurrentState& r, float* out, const float* in, int64_t /*start*/,
+                           int64_t n) const {
   TESSEL_CHECK(B_ == 1 && tp_.size() == 1 && P_ == 1 && n <= T_, "GDN decode: one sequence, one process, {} rows within {}",
                n, T_);
   const WeightLayout L = WeightLayout::OutIn;

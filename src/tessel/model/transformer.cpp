@@ -8,8 +8,8 @@ namespace tessel {
 
 int64_t ChunkActivations::bytes() const {
   int64_t n = allocated_bytes;
-  for (const TransformerBlock::Saved& l : layers) n += l.moe.growing_bytes();
-  for (const MultiTokenPrediction::Depth& d : mtp.depths) n += d.layer.moe.growing_bytes();
+  for (const TransformerBlock::Saved& l : layers) n += l.growing_bytes();
+  for (const MultiTokenPrediction::Depth& d : mtp.depths) n += d.layer.growing_bytes();
   return n;
 }
 
