@@ -210,7 +210,7 @@ void demo_tp_mlp(ProcessGroups& groups, int64_t C, int64_t F, int64_t N, uint64_
   const float partial_norm = norm(partial.data(), N * C);
   // Megatron's g: without sequence parallel, leaving a row-parallel region all-reduces over TP.
   std::vector<float> y(N * C);
-  TensorParallel{.comm = &tp, .kernels = &cpu_kernels()}.reduce_rows(partial.data(), y.data(), N, C);
+  TensorParallel{.group = tp, .kernels = &cpu_kernels()}.reduce_rows(partial.data(), y.data(), N, C);
   cpu_kernels().bias_forward(y.data(), shard.get("mlp.c_proj.bias").value, N, C);
 
   std::vector<float> y_whole(N * C);

@@ -43,8 +43,7 @@ int main(int argc, char** argv) {
   const Kernels& k = cpu_kernels();
   ParamRegistry registry;
   TensorList scratch, shared, kept;
-  GatedDeltaNet mixer(k, registry, cfg, 0, no_tensor_parallel(k), no_context_parallel(k), B, T,
-                      LayerBuffers{scratch, shared});
+  GatedDeltaNet mixer(one_process_context(k, registry, cfg, LayerBuffers{scratch, shared}, B, T), 0);
   scratch.allocate(k);
   registry.finalize();
   registry.init_values(1);

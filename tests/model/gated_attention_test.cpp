@@ -113,8 +113,11 @@ TEST(GatedAttention, MatchesTheReference) {
   k.rope_tables(cos.data(), sin.data(), T, kRot, cfg.rotary_base);
   ParamRegistry registry;
   TensorList scratch, shared;
-  Attention attention(k, registry, cfg, 0, no_tensor_parallel(k), no_context_parallel(k), B, T, positions, cos,
-                      sin, LayerBuffers{scratch, shared});
+  LayerContext ctx = one_process_context(k, registry, cfg, LayerBuffers{scratch, shared}, B, T);
+  ctx.positions = positions;
+  ctx.rope_cos = cos;
+  ctx.rope_sin = sin;
+  Attention attention(ctx, 0);
   registry.finalize();
   registry.init_values(kSeed);
   for (Param& p : registry.params())

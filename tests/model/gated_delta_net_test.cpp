@@ -120,7 +120,7 @@ void check_mixer(const Sizes& z, const std::vector<int32_t>& doc_start, bool pac
   const Kernels& k = cpu_kernels();
   ParamRegistry registry;
   TensorList scratch, shared, kept;
-  GatedDeltaNet mixer(k, registry, cfg, 0, no_tensor_parallel(k), no_context_parallel(k), z.B, z.T, LayerBuffers{scratch, shared});
+  GatedDeltaNet mixer(one_process_context(k, registry, cfg, LayerBuffers{scratch, shared}, z.B, z.T), 0);
   scratch.allocate(k);
   registry.finalize();
   registry.init_values(kSeed);
@@ -189,7 +189,7 @@ TEST(GatedDeltaNet, ParametersHaveHuggingFaceNamesAndInitialisation) {
   const Kernels& k = cpu_kernels();
   ParamRegistry registry;
   TensorList scratch, shared;
-  GatedDeltaNet mixer(k, registry, cfg, 2, no_tensor_parallel(k), no_context_parallel(k), 1, 4, LayerBuffers{scratch, shared});
+  GatedDeltaNet mixer(one_process_context(k, registry, cfg, LayerBuffers{scratch, shared}, 1, 4), 2);
   registry.finalize();
   registry.init_values(1);
   const std::string p = "model.layers.2.linear_attn.";

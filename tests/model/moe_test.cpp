@@ -66,7 +66,6 @@ TEST(MoeRouter, CapacityIsMegatronsFormula) {
 struct Fixture {
   ModelConfig model;
   MoeConfig moe;
-  std::unique_ptr<Comm> ep = make_local_comm();
   ParamRegistry registry;
   std::unique_ptr<MoeLayer> layer;
   int64_t N = 0;
@@ -78,8 +77,9 @@ struct Fixture {
     model.ffn_hidden_size = static_cast<int>(F);
     model.num_layers = 2;
     TensorList scratch, shared;
-    layer = std::make_unique<MoeLayer>(cpu_kernels(), model, moe, 1, N, MoeGroups{.ep = ep.get()},
-                                       registry, LayerBuffers{scratch, shared});
+    model.moe = moe;
+    LayerContext ctx = one_process_context(cpu_kernels(), registry, model, LayerBuffers{scratch, shared});
+    layer = std::make_unique<MoeLayer>(ctx, 1, N);
     scratch.allocate(cpu_kernels());
     shared.allocate(cpu_kernels());
     registry.finalize();
@@ -412,14 +412,14 @@ TEST(MoeLayer, BadSettingsAreClearErrors) {
   ModelConfig model;
   model.arch = Arch::Llama;
   model.num_layers = 2;
-  auto ep = make_local_comm();
   MoeConfig moe = base_config();
   moe.topk = 5;
   ParamRegistry registry;
   TensorList scratch, shared;
   try {
-    MoeLayer layer(cpu_kernels(), model, moe, 0, 8, MoeGroups{.ep = ep.get()}, registry,
-                   LayerBuffers{scratch, shared});
+    model.moe = moe;
+    LayerContext ctx = one_process_context(cpu_kernels(), registry, model, LayerBuffers{scratch, shared});
+    MoeLayer layer(ctx, 0, 8);
     FAIL() << "top-k 5 of 4 experts was accepted";
   } catch (const Error& e) {
     EXPECT_NE(

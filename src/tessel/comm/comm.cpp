@@ -6,6 +6,8 @@
 
 namespace tessel {
 
+void CommGroup::refuse() { fail("a declare-only model build does not communicate"); }
+
 const char* comm_op_name(CommOp op) {
   static constexpr const char* kNames[kNumCommOps] = {
       "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send", "recv"};

@@ -107,6 +107,38 @@ class Comm {
   CommStats stats_{};
 };
 
+// A rank's place in a group: its index and the group's size. What a layer reads of a group to
+// declare its shards; a declare-only build (the planner's, export's) has places and no
+// communicators.
+struct GroupPlace {
+  int rank = 0;
+  int size = 1;
+};
+
+// A group a module talks over: this rank's place in it and, in a build that runs, its Comm. A
+// default group is one process with no communicator (a module that needs one takes local_comm).
+struct CommGroup {
+  GroupPlace place;
+
+  CommGroup() = default;
+  CommGroup(Comm& c) : place{c.rank(), c.size()}, comm_(&c) {}  // NOLINT: a Comm is a group
+  CommGroup(Comm* c) : place{c ? c->rank() : 0, c ? c->size() : 1}, comm_(c) {}  // NOLINT: null is one process
+  explicit CommGroup(GroupPlace p) : place(p) {}
+
+  int rank() const { return place.rank; }
+  int size() const { return place.size; }
+  bool communicates() const { return comm_ != nullptr; }
+  // The communicator; an error in a declare-only build, which must never communicate.
+  Comm& comm() const {
+    if (comm_ == nullptr) refuse();
+    return *comm_;
+  }
+
+ private:
+  [[noreturn]] static void refuse();
+  Comm* comm_ = nullptr;  // null: a declare-only build's group, which never communicates
+};
+
 // A group of one process: collectives copy (within `memory`, where the tensors live) or do nothing;
 // point to point with itself is an error.
 std::unique_ptr<Comm> make_local_comm(const DeviceMemory& memory = host_memory());

@@ -12,29 +12,31 @@ namespace tessel {
 // weights [in, out], Llama's nn.Linear [out, in]), each with the slice this TP rank holds.
 // Initialisation as Megatron (layer.h): normal(0, 0.02), the output projection 0.02/sqrt(2·layers), biases
 // 0, QK-norm weights 1.
-Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
-                     const TensorParallel& tp, const ContextParallel& cp, int64_t B, int64_t T_l,
-                     Tensor positions, Tensor rope_cos, Tensor rope_sin, const LayerBuffers& buffers)
-    : k_(k),
-      params_(registry),
-      tp_(tp),
-      cp_(cp),
-      fused_(cfg.arch == Arch::GPT2),
-      gated_(cfg.attention_output_gate),
+Attention::Attention(const LayerContext& ctx, int layer)
+    : k_(ctx.k),
+      params_(ctx.registry),
+      tp_(ctx.tp),
+      cp_(ctx.cp),
+      fused_(ctx.cfg.arch == Arch::GPT2),
+      gated_(ctx.cfg.attention_output_gate),
       layout_(fused_ ? WeightLayout::InOut : WeightLayout::OutIn),
-      B_(B),
-      T_(T_l),
-      N_(B * T_l),
-      C_(cfg.hidden_size),
-      D_(cfg.head_dim()),
-      rot_(cfg.rotary_dim()),
-      H_l_(cfg.num_attention_heads / tp.size()),
-      G_l_(cfg.query_groups_per_rank(tp.size())),
-      G_(cfg.query_groups()),
-      kv_replicas_(tp.size() > cfg.query_groups() ? tp.size() / cfg.query_groups() : 1),
-      positions_(std::move(positions)),
-      rope_cos_(std::move(rope_cos)),
-      rope_sin_(std::move(rope_sin)) {
+      B_(ctx.B),
+      T_(ctx.T_l),
+      N_(ctx.B * ctx.T_l),
+      C_(ctx.cfg.hidden_size),
+      D_(ctx.cfg.head_dim()),
+      rot_(ctx.cfg.rotary_dim()),
+      H_l_(ctx.cfg.num_attention_heads / ctx.tp.size()),
+      G_l_(ctx.cfg.query_groups_per_rank(ctx.tp.size())),
+      G_(ctx.cfg.query_groups()),
+      kv_replicas_(ctx.tp.size() > ctx.cfg.query_groups() ? ctx.tp.size() / ctx.cfg.query_groups() : 1),
+      positions_(ctx.positions),
+      rope_cos_(ctx.rope_cos),
+      rope_sin_(ctx.rope_sin) {
+  ParamRegistry& registry = ctx.registry;
+  const ModelConfig& cfg = ctx.cfg;
+  const TensorParallel& tp = ctx.tp;
+  const LayerBuffers& buffers = ctx.buffers;
   const float out_std = output_init_std(cfg.num_layers);
   const int64_t C = C_;
   const int64_t HD = static_cast<int64_t>(cfg.num_attention_heads) * D_;
@@ -80,9 +82,9 @@ Attention::Attention(const Kernels& k, ParamRegistry& registry, const ModelConfi
   if (cfg.qk_layernorm) {
     // One weight per head dimension, shared by all heads: replicated over TP, each rank's gradient
     // from its own heads only, summed over TP by GradSync (Param::grad_partial_over_tp).
-    q_norm_.emplace(k, registry, NormKind::RMSNorm, p + "q_norm.weight", "", D_, cfg.norm_epsilon,
+    q_norm_.emplace(k_, registry, NormKind::RMSNorm, p + "q_norm.weight", "", D_, cfg.norm_epsilon,
                     cfg.layernorm_1p);
-    k_norm_.emplace(k, registry, NormKind::RMSNorm, p + "k_norm.weight", "", D_, cfg.norm_epsilon,
+    k_norm_.emplace(k_, registry, NormKind::RMSNorm, p + "k_norm.weight", "", D_, cfg.norm_epsilon,
                     cfg.layernorm_1p);
     registry.params()[q_norm_->weight()].grad_partial_over_tp = true;
     registry.params()[k_norm_->weight()].grad_partial_over_tp = true;
@@ -164,7 +166,7 @@ void Attention::forward(Saved& s, float* out_local, const float* in, float* part
   if (proj_b_ >= 0) k_.bias_forward(out_local, params_.value(proj_b_), tp_.local_rows(N_), C_);
 }
 
-void Attention::list_kv_cache(KvCache& c, TensorList& list) const {
+void Attention::list_decode_state(KvCache& c, TensorList& list) const {
   if (fused_) list.add(c.qkv, {T_, 3 * H_l_ * D_}, "attention q, k, v of the positions read");
   else {
     list.add(c.k, {T_, G_l_ * D_}, "attention keys of the positions read");
@@ -266,11 +268,11 @@ Attention::KvWeights Attention::kv_weights(int weight, int bias, int which) cons
   // The slices lie in row order over the TP ranks: gathered, they are the whole weight.
   const int64_t GD = G_ * D_, group = tp_.rank() / kv_replicas_;
   float* w = kv_w_full_.data() + which * GD * C_;
-  tp_.comm->all_gather(params_.value(weight), w, GD / tp_.size() * C_);
+  tp_.comm().all_gather(params_.value(weight), w, GD / tp_.size() * C_);
   float* b = nullptr;
   if (bias >= 0) {
     b = kv_b_full_.data() + which * GD;
-    tp_.comm->all_gather(params_.value(bias), b, GD / tp_.size());
+    tp_.comm().all_gather(params_.value(bias), b, GD / tp_.size());
   }
   return {w + group * D_ * C_, b != nullptr ? b + group * D_ : nullptr};
 }
@@ -290,10 +292,10 @@ void Attention::kv_backward_weight(int weight, int bias, const float* d_out, con
   // Only the group's rows get this rank's share; the reduce-scatter sums the group's replicas.
   k_.linear_backward(nullptr, dw + group * D_ * C_, db != nullptr ? db + group * D_ : nullptr, d_out, in,
                      nullptr, N_, C_, D_, layout_);
-  tp_.comm->reduce_scatter(dw, d_kv_w_local_.data(), slice * C_);
+  tp_.comm().reduce_scatter(dw, d_kv_w_local_.data(), slice * C_);
   k_.residual_forward(params_.grad(weight), params_.grad(weight), d_kv_w_local_.data(), slice * C_);
   if (db != nullptr) {
-    tp_.comm->reduce_scatter(db, d_kv_b_local_.data(), slice);
+    tp_.comm().reduce_scatter(db, d_kv_b_local_.data(), slice);
     k_.residual_forward(params_.grad(bias), params_.grad(bias), d_kv_b_local_.data(), slice);
   }
 }

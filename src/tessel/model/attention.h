@@ -20,6 +20,7 @@
 
 #include "tessel/model/config.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/model/norm.h"
 #include "tessel/model/recompute.h"
 #include "tessel/parallel/context_parallel.h"
@@ -44,12 +45,9 @@ class Attention {
     PackedRows packed;      // the microbatch's documents, as forward was given them
   };
 
-  // Declares layer `layer`'s attention weights (this TP rank's heads). positions (N) i32: each
-  // row's global position; for llama the RoPE tables (max positions, D/2). Shared with the chunk.
-  Attention(const Kernels& k, ParamRegistry& registry,
-            const ModelConfig& cfg, int layer, const TensorParallel& tp, const ContextParallel& cp,
-            int64_t B, int64_t T_l, Tensor positions, Tensor rope_cos, Tensor rope_sin,
-            const LayerBuffers& buffers);
+  // Declares layer `layer`'s attention weights (this TP rank's heads). It reads ctx's row
+  // positions and, for llama, its RoPE tables (model/layer_context.h), shared with the chunk.
+  Attention(const LayerContext& ctx, int layer);
 
   // The projections' outputs and the core attention's in `r`'s choice of lists (model/recompute.h):
   // all recomputed under full recompute, the statistics under core_attn, the output gradients
@@ -68,7 +66,16 @@ class Attention {
   // d_attn (N, H_l·D) is scratch too, with --attention-output-gate.
   void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,
                       float* d_heads, float* d_attn) const;
+  // The same with the layer's scratch (model/block.h's mixer members).
+  void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in,
+                      ChunkScratch& scratch) const {
+    backward_input(s, d_in, d_out_local, in, scratch.d_heads.data(), scratch.d_attn.data());
+  }
   void backward_weight(Saved& s, const float* in) const;
+  // What --recompute-modules recomputes of it: the core attention (core_attn).
+  void recompute(Saved& s, const LayerRecompute& r) const {
+    if (r.core_attn) core_forward(s);
+  }
 
   // Incremental decoding of one sequence (infer/decoder.h): the keys — after QK-norm and RoPE —
   // and values of the positions read so far, up to T_l (the context). GPT-2's are its fused
@@ -77,7 +84,8 @@ class Attention {
     Tensor qkv;   // (T_l, 3·H·D) gpt2
     Tensor k, v;  // (T_l, G·D) each, llama
   };
-  void list_kv_cache(KvCache& c, TensorList& list) const;
+  using DecodeState = KvCache;
+  void list_decode_state(KvCache& c, TensorList& list) const;
   // out (n, C) = the attention block's output for the n rows in (n, C) at positions
   // start … start+n−1 of the sequence whose first `start` keys and values c holds; c takes theirs.
   // s (sized for T_l rows) is scratch. B = 1, one process (no TP, no CP).

@@ -8,13 +8,14 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <optional>
+#include <type_traits>
+#include <variant>
 
 #include "tessel/model/attention.h"
 #include "tessel/model/config.h"
 #include "tessel/model/gated_delta_net.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/model/mlp.h"
 #include "tessel/model/moe/moe.h"
 #include "tessel/model/norm.h"
@@ -22,25 +23,53 @@
 
 namespace tessel {
 
+// The token mixers a layer may hold, one alternative each. Every mixer has the same members: its
+// Saved and DecodeState, list_saved(s, lists, recompute), forward(s, out_local, in, partial,
+// packed), backward_input(s, d_in, d_out_local, in, scratch), backward_weight(s, in),
+// recompute(s, recompute) (what --recompute-modules recomputes of it), input_half_params() and
+// weight_half_params(), list_decode_state(d, list) and decode(s, d, out, in, start, n). A new
+// mixer is one more alternative here and its line in make_mixer (block.cpp).
+using Mixer = std::variant<Attention, GatedDeltaNet>;
+// The MLPs a layer may hold: the dense one (over TP, on all rows) or the MoE layer (on this
+// rank's rows).
+using FeedForward = std::variant<Mlp, MoeLayer>;
+
+// What each alternative saves (or carries while decoding), the same alternative as the layer's.
+template <class Variant>
+struct SavedOf;
+template <class... M>
+struct SavedOf<std::variant<M...>> {
+  using type = std::variant<typename M::Saved...>;
+};
+template <class... M>
+struct DecodeStateOf;
+template <class... M>
+struct DecodeStateOf<std::variant<M...>> {
+  using type = std::variant<typename M::DecodeState...>;
+};
+
 class TransformerBlock {
  public:
   // N rows (B·T_l), N_l this rank's; C hidden.
   struct Saved {
     Norm::Saved norm1, norm2;  // (N_l) statistics
     Tensor in1;                // (N, C) mixer input: norm1's output gathered to all rows
-    Attention::Saved attention;
-    GatedDeltaNet::Saved gdn;
-    Tensor mid;                // (N_l, C) the residual stream after attention
+    SavedOf<Mixer>::type mixer;
+    Tensor mid;                // (N_l, C) the residual stream after the mixer
     Tensor in2;                // (N, C) MLP input, gathered; an MoE layer's (N_l, C) own rows
-    Mlp::Saved mlp;
-    MoeLayer::Saved moe;
+    SavedOf<FeedForward>::type ffn;
+
+    // The MoE layer's buffers that grow with the routing load (none for a dense MLP).
+    int64_t growing_bytes() const {
+      const auto* moe = std::get_if<MoeLayer::Saved>(&ffn);
+      return moe != nullptr ? moe->growing_bytes() : 0;
+    }
   };
 
-  // An MoE layer declares its buffers in `buffers` (layer.h).
-  TransformerBlock(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
-                   const TensorParallel& tp, const ContextParallel& cp, const MoeGroups& moe,
-                   int64_t B, int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
-                   const Tensor& rope_sin, const LayerBuffers& buffers, LayerRecompute recompute = {});
+  // Layer `layer` (global index) of the chunk ctx describes (model/layer_context.h): the mixer
+  // --linear-attention-freq picks for it, the MLP --moe-layer-freq picks; its modules declare
+  // their buffers in ctx.buffers. `recompute`: what it recomputes in its backward.
+  TransformerBlock(const LayerContext& ctx, int layer, LayerRecompute recompute = {});
 
   void list_saved(Saved& s, SavedLists& lists) const;
   // out (N_l, C) = the layer applied to x (N_l, C); grad_scale weighs an MoE layer's auxiliary
@@ -64,8 +93,7 @@ class TransformerBlock {
   // delta-rule state. The MLP or MoE layer carries nothing: each token is routed alone, as in
   // training.
   struct DecodeState {
-    Attention::KvCache attention;
-    GatedDeltaNet::RecurrentState gdn;
+    DecodeStateOf<Mixer>::type mixer;
   };
   void list_decode_state(DecodeState& d, TensorList& list) const;
   // out (n, C) = the layer applied to x (n, C), the rows at positions start … start+n−1 that
@@ -73,24 +101,34 @@ class TransformerBlock {
   void decode(Saved& s, DecodeState& d, float* out, const float* x, int64_t start, int64_t n,
               ChunkScratch& scratch);
 
-  MoeLayer* moe() { return moe_ ? moe_.get() : nullptr; }
-  const MoeLayer* moe() const { return moe_ ? moe_.get() : nullptr; }
+  MoeLayer* moe() { return std::get_if<MoeLayer>(&ffn_); }
+  const MoeLayer* moe() const { return std::get_if<MoeLayer>(&ffn_); }
   const LayerRecompute& recompute() const { return recompute_; }
 
  private:
   // The selected modules' forward again, from x and what the layer kept (selective recompute).
   void recompute_modules(Saved& s, const float* x, ChunkScratch& scratch);
   void weight_gradients(Saved& s, const GradReady& ready);
+  // f(mixer, its Saved) / f(MLP, its Saved) on the layer's alternative.
+  template <class F>
+  void with_mixer(Saved& s, F&& f) {
+    std::visit([&](auto& m) { f(m, std::get<typename std::remove_cvref_t<decltype(m)>::Saved>(s.mixer)); }, mixer_);
+  }
+  template <class F>
+  void with_ffn(Saved& s, F&& f) {
+    std::visit([&](auto& m) { f(m, std::get<typename std::remove_cvref_t<decltype(m)>::Saved>(s.ffn)); }, ffn_);
+  }
+  // Norm 2's output from s.mid into s.in2: gathered to all rows for the dense MLP, this rank's
+  // rows for the MoE layer.
+  void norm2_forward(Saved& s, ChunkScratch& scratch);
 
   const Kernels& k_;
   TensorParallel tp_;
   int64_t N_, N_l_, C_;
   Norm norm1_;
-  std::optional<Attention> attention_;  // one of the two mixers
-  std::optional<GatedDeltaNet> gdn_;
+  Mixer mixer_;
   Norm norm2_;
-  std::optional<Mlp> mlp_;
-  std::unique_ptr<MoeLayer> moe_;
+  FeedForward ffn_;
   LayerRecompute recompute_;
 };
 

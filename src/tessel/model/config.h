@@ -110,6 +110,8 @@ struct ModelConfig {
   // The query groups a TP rank computes: its share, or one (replicated) when TP exceeds them.
   int query_groups_per_rank(int tp) const { return query_groups() >= tp ? query_groups() / tp : 1; }
   int ffn_size() const;
+  // A routed expert's neurons: --moe-ffn-hidden-size, else ffn_size().
+  int expert_ffn_size() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn_size(); }
   // Whether ffn_size() sizes anything: a dense MLP layer, or experts without --moe-ffn-hidden-size
   // (a model of MoE layers only, such as Qwen3.5, needs no dense size).
   bool uses_dense_ffn_size() const {

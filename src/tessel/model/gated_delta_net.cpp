@@ -12,29 +12,32 @@ namespace tessel {
 // Megatron splits GDN: each rank owns Hk/TP whole key heads and the Hv/TP value heads that read
 // them (contiguous ranges: value head j reads key head j / (Hv/Hk)); a CP rank computes on its
 // 1/CP share of those, again contiguous, so the grouping holds.
-GatedDeltaNet::GatedDeltaNet(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
-                             const TensorParallel& tp, const ContextParallel& cp, int64_t B, int64_t T,
-                             const LayerBuffers& buffers)
-    : k_(k),
-      params_(registry),
-      tp_(tp),
-      cp_(cp),
-      B_(B),
-      T_(T),
-      N_(B * T),
-      C_(cfg.hidden_size),
-      P_(cp.size()),
-      Ts_(T * cp.size()),
-      Ns_(B * T * cp.size()),
-      Hk_(cfg.linear.num_key_heads / (tp.size() * cp.size())),
-      Hv_(cfg.linear.num_value_heads / (tp.size() * cp.size())),
-      dk_(cfg.linear.key_head_dim),
-      dv_(cfg.linear.value_head_dim),
-      K_(cfg.linear.conv_kernel_dim),
+GatedDeltaNet::GatedDeltaNet(const LayerContext& ctx, int layer)
+    : k_(ctx.k),
+      params_(ctx.registry),
+      tp_(ctx.tp),
+      cp_(ctx.cp),
+      B_(ctx.B),
+      T_(ctx.T_l),
+      N_(ctx.B * ctx.T_l),
+      C_(ctx.cfg.hidden_size),
+      P_(ctx.cp.size()),
+      Ts_(ctx.T_l * ctx.cp.size()),
+      Ns_(ctx.B * ctx.T_l * ctx.cp.size()),
+      Hk_(ctx.cfg.linear.num_key_heads / (ctx.tp.size() * ctx.cp.size())),
+      Hv_(ctx.cfg.linear.num_value_heads / (ctx.tp.size() * ctx.cp.size())),
+      dk_(ctx.cfg.linear.key_head_dim),
+      dv_(ctx.cfg.linear.value_head_dim),
+      K_(ctx.cfg.linear.conv_kernel_dim),
       key_dim_(Hk_ * dk_),
       value_dim_(Hv_ * dv_),
       conv_dim_(2 * key_dim_ + value_dim_),
-      eps_(cfg.norm_epsilon) {
+      eps_(ctx.cfg.norm_epsilon) {
+  ParamRegistry& registry = ctx.registry;
+  const ModelConfig& cfg = ctx.cfg;
+  const TensorParallel& tp = ctx.tp;
+  const ContextParallel& cp = ctx.cp;
+  const LayerBuffers& buffers = ctx.buffers;
   const int ranks = tp.size() * cp.size();
   TESSEL_CHECK(cfg.linear.num_key_heads % ranks == 0 && cfg.linear.num_value_heads % ranks == 0,
                "Gated DeltaNet layer {}: {} key and {} value heads do not split over TP {} × CP {}", layer,
@@ -180,7 +183,7 @@ void GatedDeltaNet::forward(Saved& s, float* out_local, const float* in, float* 
   tp_.reduce_rows(product, out_local, N_, C_);
 }
 
-void GatedDeltaNet::list_recurrent_state(RecurrentState& r, TensorList& list) const {
+void GatedDeltaNet::list_decode_state(RecurrentState& r, TensorList& list) const {
   list.add(r.history, {K_ - 1, conv_dim_}, "GDN conv history (its last K-1 inputs)");
   list.add(r.state, {Hv_, dk_, dv_}, "GDN delta-rule state");
   list.add(r.window, {K_ - 1 + T_, conv_dim_}, "GDN decode conv input (history, then the new rows)");
@@ -191,7 +194,8 @@ void GatedDeltaNet::list_recurrent_state(RecurrentState& r, TensorList& list) co
 // The forward's steps on n rows. The conv runs over the window [history | new rows]: its first
 // K−1 outputs (history seen with zeros before it) are not used, each later one sees exactly the
 // K−1 inputs before its row, as in the whole sequence.
-void GatedDeltaNet::decode(Saved& s, RecurrentState& r, float* out, const float* in, int64_t n) const {
+void GatedDeltaNet::decode(Saved& s, RecurrentState& r, float* out, const float* in, int64_t /*start*/,
+                           int64_t n) const {
   TESSEL_CHECK(B_ == 1 && tp_.size() == 1 && P_ == 1 && n <= T_, "GDN decode: one sequence, one process, {} rows within {}",
                n, T_);
   const WeightLayout L = WeightLayout::OutIn;

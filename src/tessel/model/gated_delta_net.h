@@ -42,6 +42,7 @@
 
 #include "tessel/model/config.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/model/recompute.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
@@ -70,11 +71,8 @@ class GatedDeltaNet {
   };
 
   // Declares layer `layer`'s GDN weights (Hugging Face's initialisation: normal(0, 0.02), dt_bias
-  // 1, A_log log U(0, 16), the gated norm's gain 1) and its scratch in `buffers.scratch`.
-  // T: this CP rank's rows of each sequence.
-  GatedDeltaNet(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, int layer,
-                const TensorParallel& tp, const ContextParallel& cp, int64_t B, int64_t T,
-                const LayerBuffers& buffers);
+  // 1, A_log log U(0, 16), the gated norm's gain 1) and its scratch in ctx.buffers.scratch.
+  GatedDeltaNet(const LayerContext& ctx, int layer);
 
   // Everything in `r.full`'s list, the output gradients in the weight pass's.
   void list_saved(Saved& s, SavedLists& lists, const LayerRecompute& r) const;
@@ -85,10 +83,17 @@ class GatedDeltaNet {
   // d_in (N, C) += this rank's part of d(in) from d_out_local (N_l, C). The convolution's, the
   // gates' and the gated norm's weight gradients are finished here.
   void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in);
+  void backward_input(Saved& s, float* d_in, const float* d_out_local, const float* in, ChunkScratch&) {
+    backward_input(s, d_in, d_out_local, in);
+  }
   void backward_weight(Saved& s, const float* in) const;
   // The gated norm's output (out_proj's input) from the delta rule's output and z: the forward's
   // step, run again for --recompute-modules gdn_norm_out.
   void norm_out_forward(Saved& s) const;
+  // What --recompute-modules recomputes of it: the gated norm's output (gdn_norm_out).
+  void recompute(Saved& s, const LayerRecompute& r) const {
+    if (r.gdn_norm_out) norm_out_forward(s);
+  }
 
   // Incremental decoding of one sequence (infer/decoder.h): what the mixer carries from one
   // position to the next, zeros before the first. Besides, scratch of one decode call.
@@ -99,12 +104,14 @@ class GatedDeltaNet {
     Tensor conv_out;  // (K−1+T, conv_dim) scratch: its output, of which the last rows are new
     Tensor state_in;  // (Hv, dk, dv) scratch: S before a prefill
   };
-  void list_recurrent_state(RecurrentState& r, TensorList& list) const;
+  using DecodeState = RecurrentState;
+  void list_decode_state(RecurrentState& r, TensorList& list) const;
   // out (n, C) = the mixer's output for the n rows in (n, C) that follow the positions r has
   // read; r moves on past them. One row (a decoding step): the recurrent step of the delta rule;
   // more (a prefill): the chunked rule from r's state, which it leaves the final one. s (sized
-  // for T rows) is scratch. B = 1, one process (no TP).
-  void decode(Saved& s, RecurrentState& r, float* out, const float* in, int64_t n) const;
+  // for T rows) is scratch. B = 1, one process (no TP). `start` (the positions read) is r's own
+  // business: the recurrence needs no position.
+  void decode(Saved& s, RecurrentState& r, float* out, const float* in, int64_t start, int64_t n) const;
 
   std::vector<int> input_half_params() const;   // conv1d, dt_bias, A_log, norm
   std::vector<int> weight_half_params() const;  // the projections

@@ -11,26 +11,25 @@ std::string module_name(int d, const char* module) {
 }
 }  // namespace
 
-MultiTokenPrediction::MultiTokenPrediction(const Kernels& k, ParamRegistry& registry,
-                                           const ModelConfig& cfg, const TensorParallel& tp,
-                                           const ContextParallel& cp, const MoeGroups& moe, int64_t B,
-                                           int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
-                                           const Tensor& rope_sin, int word_embeddings, int lm_head,
-                                           const LayerBuffers& buffers, LayerRecompute recompute)
-    : k_(k), params_(registry), tp_(tp), N_(B * T_l), N_l_(tp.local_rows(B * T_l)), C_(cfg.hidden_size) {
+MultiTokenPrediction::MultiTokenPrediction(const LayerContext& ctx, int word_embeddings, int lm_head,
+                                           LayerRecompute recompute)
+    : k_(ctx.k), params_(ctx.registry), tp_(ctx.tp), N_(ctx.rows()), N_l_(ctx.local_rows()), C_(ctx.cfg.hidden_size) {
+  const Kernels& k = ctx.k;
+  ParamRegistry& registry = ctx.registry;
+  const ModelConfig& cfg = ctx.cfg;
+  const TensorParallel& tp = ctx.tp;
   const NormKind kind = NormKind::RMSNorm;  // llama's (MTP needs --arch llama)
   depths_.resize(cfg.mtp_num_layers);
   for (int d = 0; d < cfg.mtp_num_layers; ++d) {
     Module& m = depths_[d];
-    m.embedding.emplace(k, registry, cfg, tp, N_, positions, word_embeddings);
+    m.embedding.emplace(k, registry, cfg, tp, N_, ctx.positions, word_embeddings);
     m.enorm.emplace(k, registry, kind, module_name(d, "pre_fc_norm_embedding"), "", C_, cfg.norm_epsilon,
                     cfg.layernorm_1p);
     m.hnorm.emplace(k, registry, kind, module_name(d, "pre_fc_norm_hidden"), "", C_, cfg.norm_epsilon,
                     cfg.layernorm_1p);
     m.fc = registry.add(module_name(d, "fc"), {C_, 2 * C_}, ParamInit::Normal, kInitStd, true);
-    m.layer = std::make_unique<TransformerBlock>(k, registry, cfg, cfg.num_layers + d, tp, cp, moe, B, T_l,
-                                                 positions, rope_cos, rope_sin, buffers, recompute);
-    m.head.emplace(k, registry, cfg, tp, N_, lm_head, buffers.scratch, module_name(d, "norm"));
+    m.layer = std::make_unique<TransformerBlock>(ctx, cfg.num_layers + d, recompute);
+    m.head.emplace(k, registry, cfg, tp, N_, lm_head, ctx.buffers.scratch, module_name(d, "norm"));
   }
 }
 

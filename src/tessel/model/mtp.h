@@ -70,12 +70,8 @@ class MultiTokenPrediction {
 
   // word_embeddings, lm_head: registry indices of the model's (or a last stage's copy of the)
   // word embeddings and its LM head. Declares the modules' parameters in Hugging Face order;
-  // positions, RoPE tables, scratch and the recompute as the chunk's layers have them.
-  MultiTokenPrediction(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
-                       const TensorParallel& tp, const ContextParallel& cp, const MoeGroups& moe,
-                       int64_t B, int64_t T_l, const Tensor& positions, const Tensor& rope_cos,
-                       const Tensor& rope_sin, int word_embeddings, int lm_head,
-                       const LayerBuffers& buffers, LayerRecompute recompute);
+  // the chunk's context (model/layer_context.h) and the recompute as the chunk's layers have them.
+  MultiTokenPrediction(const LayerContext& ctx, int word_embeddings, int lm_head, LayerRecompute recompute);
 
   // Kept tensors in `lists.kept`; a layer under full recompute lists its own in `lists.recomputed`
   // (its input kept).

@@ -8,8 +8,8 @@ namespace tessel {
 
 int64_t ChunkActivations::bytes() const {
   int64_t n = allocated_bytes;
-  for (const TransformerBlock::Saved& l : layers) n += l.moe.growing_bytes();
-  for (const MultiTokenPrediction::Depth& d : mtp.depths) n += d.layer.moe.growing_bytes();
+  for (const TransformerBlock::Saved& l : layers) n += l.growing_bytes();
+  for (const MultiTokenPrediction::Depth& d : mtp.depths) n += d.layer.growing_bytes();
   return n;
 }
 
@@ -47,7 +47,6 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
   TESSEL_CHECK(cfg.moe.num_experts == 0 ||
                    (cfg.arch == Arch::Llama && (t == 1 || tp_.sequence_parallel)),
                "Mixture of Experts needs --arch llama, and sequence parallel with TP {}", t);
-  moe_groups.tp = tp_;
 
   // (N) the global position of each row b·T_l + t: this CP rank's positions, every sequence.
   TensorList tables;
@@ -97,7 +96,9 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
     tied_copy_ = Embedding::declare_word_embeddings(registry, cfg_, tp_);
   }
   const int L = spec_.num_layers;
-  const LayerBuffers buffers{scratch, shared};
+  const LayerContext ctx{.k = k_, .registry = registry, .cfg = cfg_, .tp = tp_, .cp = cp_, .moe = moe_groups,
+                         .B = B_, .T_l = T_, .positions = positions_, .rope_cos = rope_cos_,
+                         .rope_sin = rope_sin_, .buffers = LayerBuffers{scratch, shared}};
   bool full_recompute = false;
   for (int i = 0; i < L; ++i) {
     const LayerRecompute r = layer_recompute(recompute, i, L);
@@ -106,9 +107,7 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
     const char* part = cfg_.moe.is_moe_layer(spec_.first_layer + i) ? "MoE layers" : "layers";
     scratch.set_part(part);
     shared.set_part(part);
-    blocks_.push_back(std::make_unique<TransformerBlock>(k_, registry, cfg_, spec_.first_layer + i,
-                                                         tp_, cp_, moe_groups, B_, T_, positions_,
-                                                         rope_cos_, rope_sin_, buffers, r));
+    blocks_.push_back(std::make_unique<TransformerBlock>(ctx, spec_.first_layer + i, r));
   }
   if (spec_.has_head) {
     const int words = embedding_ ? embedding_->word_embeddings() : shared_tied_ >= 0 ? shared_tied_ : tied_copy_;
@@ -120,8 +119,7 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
       full_recompute |= r.full;
       scratch.set_part("MTP");
       shared.set_part("MTP");
-      mtp_.emplace(k_, registry, cfg_, tp_, cp_, moe_groups, B_, T_, positions_, rope_cos_, rope_sin_, words,
-                   head_->lm_head(), buffers, r);
+      mtp_.emplace(ctx, words, head_->lm_head(), r);
       mtp_loss_sums_.assign(cfg_.mtp_num_layers, 0.0);
     }
   }

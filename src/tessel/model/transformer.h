@@ -100,10 +100,10 @@ class TransformerChunk {
  public:
   // Declares this chunk's parameters — this TP rank's shards — in `registry` (before
   // registry.finalize()). The chunk computes with `k` (kernels/kernels.h); its activations live in
-  // k's memory. `tp.comm` and `cp.comm` must outlive the chunk. Under context parallelism each
+  // k's memory. `tp`'s and `cp`'s communicators must outlive the chunk. Under context parallelism each
   // sequence holds this CP rank's seq_length / CP rows (parallel/context_parallel.h), at their
-  // global positions. MoE layers (cfg.moe) talk over `moe_groups` (moe/moe.h: EP, ETP, the token
-  // group; null groups are one process; its tp is replaced by this chunk's). With TP they need
+  // global positions. MoE layers (cfg.moe) talk over `moe_groups` (model/layer_context.h: EP, ETP,
+  // the token group; default groups are one process) and this chunk's TP. With TP they need
   // sequence parallel and take this rank's rows. `recompute` (model/recompute.h, valid options):
   // what the chunk's layers recompute in their backward instead of keeping; the recomputed
   // activations live in memory all its microbatches share.

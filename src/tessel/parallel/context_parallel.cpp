@@ -132,8 +132,8 @@ void ring_forward(const ContextParallel& cp, float* out, float* lse, const float
   for (int step = 0; step < ranks; ++step) {
     Request send, recv;
     if (step + 1 < ranks) {
-      send = cp.comm->isend(held, count, next, kKvTag);
-      recv = cp.comm->irecv(arriving, count, prev, kKvTag);
+      send = cp.comm().isend(held, count, next, kKvTag);
+      recv = cp.comm().irecv(arriving, count, prev, kKvTag);
     }
     const int32_t* k_pos = positions + ((r - step + ranks) % ranks) * s.T_l;
     // The own block (step 0) writes out and lse; later blocks are merged into them. Query and key
@@ -169,10 +169,10 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
   for (int step = 0; step < ranks; ++step) {
     Request send, recv;
     if (step + 1 < ranks) {
-      send = cp.comm->isend(held, count, next, kKvTag);
-      recv = cp.comm->irecv(arriving, count, prev, kKvTag);
+      send = cp.comm().isend(held, count, next, kKvTag);
+      recv = cp.comm().irecv(arriving, count, prev, kKvTag);
     }
-    if (step > 0) grad_recv = cp.comm->irecv(incoming, count, prev, kKvGradTag);
+    if (step > 0) grad_recv = cp.comm().irecv(incoming, count, prev, kKvGradTag);
     const int32_t* k_pos = positions + ((r - step + ranks) % ranks) * s.T_l;
     K.zero(share, count);
     K.attention_block_backward(dq, share, share + count / 2, dout, q, held, held + count / 2, out,
@@ -184,7 +184,7 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
     }
     grad_send.wait();  // the previous sum has left `outgoing`
     std::swap(share, outgoing);
-    if (ranks > 1) grad_send = cp.comm->isend(outgoing, count, next, kKvGradTag);
+    if (ranks > 1) grad_send = cp.comm().isend(outgoing, count, next, kKvGradTag);
     send.wait();
     recv.wait();
     std::swap(held, arriving);
@@ -192,7 +192,7 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
   // The last hop: this rank's own block, with every rank's share (alone, its share is the sum).
   const float* whole = outgoing;
   if (ranks > 1) {
-    cp.comm->irecv(incoming, count, prev, kKvGradTag).wait();
+    cp.comm().irecv(incoming, count, prev, kKvGradTag).wait();
     grad_send.wait();
     whole = incoming;
   }
@@ -230,7 +230,7 @@ const float* gather_kv(const ContextParallel& cp, const float* k, const float* v
   float* gathered = K.reserve(ws.gathered, ranks, count);
   float* global = K.reserve(ws.global_kv, ranks, count);
   K.cp_pack_kv(own, k, v, s.kv_rows(), width, k_ld, v_ld);
-  cp.comm->all_gather(own, gathered, count);
+  cp.comm().all_gather(own, gathered, count);
   kv_to_global(cp, global, gathered, s);
   return global;
 }
@@ -267,7 +267,7 @@ void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float*
                              ws.all_keys.ints(), s.key_start);
   // Every rank holds a share of every key's gradient: back to rank-major, summed at the owners.
   kv_from_global(cp, rank_major, global_grad, s);
-  cp.comm->reduce_scatter(rank_major, own_grad, count);
+  cp.comm().reduce_scatter(rank_major, own_grad, count);
   K.cp_unpack_add_kv(dk, dv, own_grad, s.kv_rows(), width, k_ld, v_ld);
 }
 
@@ -302,7 +302,7 @@ void exchange(const ContextParallel& cp, const HeadMessages& m) {
   const std::vector<int64_t> counts(cp.size(), m.block);
   std::vector<int64_t> offsets(cp.size());
   for (int r = 0; r < cp.size(); ++r) offsets[r] = r * m.block;
-  cp.comm->all_to_all_v(m.send, counts.data(), offsets.data(), m.recv, counts.data(), offsets.data());
+  cp.comm().all_to_all_v(m.send, counts.data(), offsets.data(), m.recv, counts.data(), offsets.data());
 }
 
 }  // namespace
@@ -358,8 +358,8 @@ int64_t context_parallel_heads_workspace_bytes(int cp, int64_t B, int64_t T_l, i
   return 2 * cp * B * T_l * width * 4;
 }
 
-ContextParallel::ContextParallel(Comm* comm, CpCommType comm_type, const Kernels& kernels)
-    : comm(comm), comm_type(comm_type), kernels(&kernels),
+ContextParallel::ContextParallel(CommGroup group, CpCommType comm_type, const Kernels& kernels)
+    : group(group), comm_type(comm_type), kernels(&kernels),
       workspace(std::make_shared<CpWorkspace>()) {}
 
 CpCommType parse_cp_comm_type(const std::string& name) {

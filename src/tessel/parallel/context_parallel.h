@@ -44,15 +44,17 @@ struct CpColumns {
 };
 
 struct ContextParallel {
-  // `comm` (the CP group, a group of one without CP) must outlive every copy.
-  ContextParallel(Comm* comm, CpCommType comm_type, const Kernels& kernels);
+  // `group` (the CP group, a group of one without CP; a place alone in a declare-only build):
+  // its communicator must outlive every copy.
+  ContextParallel(CommGroup group, CpCommType comm_type, const Kernels& kernels);
 
-  Comm* comm;
+  CommGroup group;
   CpCommType comm_type;
   const Kernels* kernels;
 
-  int rank() const { return comm->rank(); }
-  int size() const { return comm->size(); }
+  int rank() const { return group.rank(); }
+  int size() const { return group.size(); }
+  Comm& comm() const { return group.comm(); }
   // The global position of each of this rank's T / CP rows of a sequence of length T.
   std::vector<int32_t> local_positions(int64_t T) const;
   // Copies this rank's rows out of whole sequences: in (B, T, width) -> out (B, T/CP, width).

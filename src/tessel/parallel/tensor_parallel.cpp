@@ -6,7 +6,7 @@ namespace tessel {
 
 void TensorParallel::gather_rows(const float* local, float* full, int64_t N, int64_t C) const {
   if (sequence_parallel) {
-    comm->all_gather(local, full, local_rows(N) * C);
+    comm().all_gather(local, full, local_rows(N) * C);
   } else {
     kernels->copy(full, local, N * C);
   }
@@ -14,10 +14,10 @@ void TensorParallel::gather_rows(const float* local, float* full, int64_t N, int
 
 void TensorParallel::reduce_rows(float* full, float* local, int64_t N, int64_t C) const {
   if (sequence_parallel) {
-    comm->reduce_scatter(full, local, local_rows(N) * C);
+    comm().reduce_scatter(full, local, local_rows(N) * C);
     return;
   }
-  if (size() > 1) comm->all_reduce(full, N * C);
+  if (size() > 1) comm().all_reduce(full, N * C);
   kernels->copy(local, full, N * C);
 }
 
@@ -33,9 +33,9 @@ double vocab_parallel_cross_entropy(const TensorParallel& tp, float* lse, float*
                                   V_l, V_valid);
   k.copy(global_max, row_max, N);
   if (tp.size() > 1) {
-    tp.comm->all_reduce(global_max, N, ReduceOp::Max);
+    tp.comm().all_reduce(global_max, N, ReduceOp::Max);
     k.cross_entropy_rescale(sum_exp, row_max, global_max, N);
-    tp.comm->all_reduce(sum_exp, 2 * N, ReduceOp::Sum);
+    tp.comm().all_reduce(sum_exp, 2 * N, ReduceOp::Sum);
   }
   return k.cross_entropy_finish(lse, global_max, sum_exp, target_logit, targets, N);
 }

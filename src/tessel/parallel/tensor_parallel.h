@@ -21,12 +21,13 @@
 namespace tessel {
 
 struct TensorParallel {
-  Comm* comm = nullptr;  // the TP group
+  CommGroup group;  // the TP group (a place without a communicator in a declare-only build)
   bool sequence_parallel = false;
   const Kernels* kernels = nullptr;  // the backend whose memory the rows live in
 
-  int rank() const { return comm->rank(); }
-  int size() const { return comm->size(); }
+  int rank() const { return group.rank(); }
+  int size() const { return group.size(); }
+  Comm& comm() const { return group.comm(); }
   // Rows of the residual stream this rank holds, out of N.
   int64_t local_rows(int64_t N) const { return sequence_parallel ? N / size() : N; }
   // The first of them.

@@ -72,10 +72,16 @@ struct Side {
   ParamRegistry registry;
   std::unique_ptr<MoeLayer> layer;
 
-  Side(const MoeConfig& moe, int64_t max_tokens, const MoeGroups& groups) {
+  // tp: dense tensor parallelism (sequence parallel), the shared expert split over it.
+  Side(const MoeConfig& moe, int64_t max_tokens, const MoeGroups& groups,
+       const TensorParallel& tp = no_tensor_parallel(cpu_kernels())) {
     TensorList scratch, shared;
-    layer = std::make_unique<MoeLayer>(cpu_kernels(), model_config(), moe, 1, max_tokens, groups,
-                                       registry, LayerBuffers{scratch, shared});
+    ModelConfig model = model_config();
+    model.moe = moe;
+    LayerContext ctx = one_process_context(cpu_kernels(), registry, model, LayerBuffers{scratch, shared});
+    ctx.tp = tp;
+    ctx.moe = groups;
+    layer = std::make_unique<MoeLayer>(ctx, 1, max_tokens);
     scratch.allocate(cpu_kernels());
     shared.allocate(cpu_kernels());
     registry.finalize();
@@ -281,8 +287,8 @@ TEST(MoeExpertParallel, TensorAndExpertTensorParallelMatchOneProcess) {
   MoeConfig moe = moe_config();
   moe.ffn_hidden_size = 8;
   moe.shared_expert_size = 8;
-  Side split(moe, N,
-             {.etp = world.get(), .token_group = world.get(), .tp = {world.get(), true}});
+  Side split(moe, N, {.etp = world.get(), .token_group = world.get()},
+             TensorParallel{world.get(), true, &cpu_kernels()});
   Side whole(moe, N * P, {});
   run_split_sequence(split, whole, P, me, N);
   for (Param& p : split.registry.params()) {

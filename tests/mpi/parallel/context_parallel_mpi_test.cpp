@@ -35,7 +35,7 @@ std::unique_ptr<MpiComm> pairs() {
 std::vector<int32_t> gathered_positions(const ContextParallel& cp, int64_t T) {
   const std::vector<int32_t> mine = cp.local_positions(T);
   std::vector<float> as_float(mine.begin(), mine.end()), all(T);
-  cp.comm->all_gather(as_float.data(), all.data(), static_cast<int64_t>(mine.size()));
+  cp.comm().all_gather(as_float.data(), all.data(), static_cast<int64_t>(mine.size()));
   return std::vector<int32_t>(all.begin(), all.end());
 }
 

@@ -7,23 +7,22 @@
 
 namespace tessel {
 
-TokenDispatcher::TokenDispatcher(const Kernels& k, int64_t C, int64_t E, int64_t topk,
-                                 int64_t max_tokens, int64_t routed_rows, bool pad_to_capacity, Comm& ep, Comm& etp,
-                                 TensorList& scratch)
-    : k_(k),
-      C_(C),
-      E_(E),
-      topk_(topk),
-      E_l_(E / ep.size()),
-      first_expert_(ep.rank() * (E / ep.size())),
+TokenDispatcher::TokenDispatcher(const LayerContext& ctx, int64_t max_tokens, int64_t routed_rows)
+    : k_(ctx.k),
+      C_(ctx.cfg.hidden_size),
+      E_(ctx.cfg.moe.num_experts),
+      topk_(ctx.cfg.moe.topk),
+      E_l_(E_ / ctx.moe.ep.size()),
+      first_expert_(ctx.moe.ep.rank() * E_l_),
       max_tokens_(std::max<int64_t>(max_tokens, 1)),
       routed_rows_(routed_rows),
-      pad_(pad_to_capacity),
-      ep_(ep),
-      etp_(etp),
-      P_(ep.size()),
-      Q_(etp.size()),
-      etp_rank_(etp.rank()) {
+      pad_(ctx.cfg.moe.pad_to_capacity),
+      ep_(communicating(ctx.moe.ep, ctx.k)),
+      etp_(communicating(ctx.moe.etp, ctx.k)),
+      P_(ep_.size()),
+      Q_(etp_.size()),
+      etp_rank_(etp_.rank()) {
+  TensorList& scratch = ctx.buffers.scratch;
   // routed_rows leave this rank and as many reach each ETP rank, which takes them all; N·k of
   // them at a balanced load (the growth's measure).
   const int64_t rows = routed_rows_, balanced = max_tokens_ * topk_;
@@ -93,14 +92,14 @@ void TokenDispatcher::plan(Saved& s, const int32_t* experts, const int32_t* keep
     counts_out_[r] = counts_in_[r] = E_l_;
     offsets_out_[r] = offsets_in_[r] = r * E_l_;
   }
-  ep_.all_to_all_v(device_counts, counts_out_.data(), offsets_out_.data(), own,
+  ep_.comm().all_to_all_v(device_counts, counts_out_.data(), offsets_out_.data(), own,
                     counts_in_.data(), offsets_in_.data());
   if (Q_ > 1) {
     for (int j = 0; j < Q_; ++j) {
       etp_counts_[j] = B;
       etp_offsets_[j] = j * B;
     }
-    etp_.all_gather_v(own, device_counts + E_, etp_counts_.data(), etp_offsets_.data());
+    etp_.comm().all_gather_v(own, device_counts + E_, etp_counts_.data(), etp_offsets_.data());
   }
   k_.memory.to_host(counts.data() + E_, device_counts + E_, Q_ * B * 4);
   int64_t arrival = 0;
@@ -127,7 +126,7 @@ void TokenDispatcher::plan(Saved& s, const int32_t* experts, const int32_t* keep
     }
   }
 
-  ep_.all_reduce(kept.data(), E_ + 1);
+  ep_.comm().all_reduce(kept.data(), E_ + 1);
   stats.tokens_per_expert.assign(kept.begin(), kept.begin() + E_);
   stats.dropped = static_cast<int64_t>(kept[E_]);
 }
@@ -161,14 +160,14 @@ float* TokenDispatcher::to_experts(const Saved& s, const float* send) {
   float* rows = k_.reserve(arrival_, s.rows_in, C_);
   float* own = rows + s.own_offset * C_;
   row_counts(s);
-  ep_.all_to_all_v(send, counts_out_.data(), offsets_out_.data(), own, counts_in_.data(),
+  ep_.comm().all_to_all_v(send, counts_out_.data(), offsets_out_.data(), own, counts_in_.data(),
                     offsets_in_.data());
   if (Q_ > 1) {
     for (int j = 0; j < Q_; ++j) {
       etp_counts_[j] = s.etp_rows[j] * C_;
       etp_offsets_[j] = s.block_src[j * P_ * E_l_] * C_;
     }
-    etp_.all_gather_v(own, rows, etp_counts_.data(), etp_offsets_.data());  // in place
+    etp_.comm().all_gather_v(own, rows, etp_counts_.data(), etp_offsets_.data());  // in place
   }
   return rows;
 }
@@ -178,11 +177,11 @@ void TokenDispatcher::from_experts(const Saved& s, const float* rows, float* rec
   if (Q_ > 1) {
     float* own = k_.reserve(own_rows_, s.rows_own, C_);
     for (int j = 0; j < Q_; ++j) etp_counts_[j] = s.etp_rows[j] * C_;
-    etp_.reduce_scatter_v(rows, own, etp_counts_.data());
+    etp_.comm().reduce_scatter_v(rows, own, etp_counts_.data());
     back = own;
   }
   row_counts(s);
-  ep_.all_to_all_v(back, counts_in_.data(), offsets_in_.data(), recv, counts_out_.data(),
+  ep_.comm().all_to_all_v(back, counts_in_.data(), offsets_in_.data(), recv, counts_out_.data(),
                     offsets_out_.data());
 }
 

@@ -14,6 +14,7 @@
 
 #include "tessel/comm/comm.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 
 namespace tessel {
 
@@ -39,11 +40,11 @@ class TokenDispatcher {
     Tensor combined;  // (S, C) the experts' outputs back here, in dispatch order (grows)
   };
 
-  // ep, etp: the groups (a group of one without expert parallelism). routed_rows: the rows a
-  // rank sends as the buffers are first sized (moe_first_routed_rows). Declares its scratch in
-  // `scratch`.
-  TokenDispatcher(const Kernels& k, int64_t C, int64_t E, int64_t topk, int64_t max_tokens,
-                  int64_t routed_rows, bool pad_to_capacity, Comm& ep, Comm& etp, TensorList& scratch);
+  // Over ctx.moe's EP and ETP groups (a group of one without expert parallelism), with
+  // ctx.cfg.moe's experts, top-k and padding. max_tokens: the rows this rank routes at most;
+  // routed_rows: the rows it sends as the buffers are first sized (moe_first_routed_rows).
+  // Declares its scratch in ctx.buffers.scratch.
+  TokenDispatcher(const LayerContext& ctx, int64_t max_tokens, int64_t routed_rows);
 
   void list_saved(Saved& s, TensorList& buffers) const;
   // Where every kept assignment goes (experts (N·k) i32, keep (N·k) i32 from the router,
@@ -76,8 +77,8 @@ class TokenDispatcher {
   const Kernels& k_;
   int64_t C_, E_, topk_, E_l_, first_expert_, max_tokens_, routed_rows_;
   bool pad_;
-  Comm& ep_;
-  Comm& etp_;
+  CommGroup ep_;
+  CommGroup etp_;
   int P_, Q_, etp_rank_;  // EP and ETP sizes and this rank's ETP place
   // Scratch of one call; grows with the routing load.
   Tensor send_, arrival_, own_rows_;  // (S, C), (R, C) arrival order, (R_own, C) summed over ETP

@@ -4,11 +4,18 @@
 
 namespace tessel {
 
-GroupedExperts::GroupedExperts(const Kernels& k, ParamRegistry& registry, const std::string& prefix,
-                               int64_t C, int64_t F, int64_t first, int64_t local, int ep_rank,
-                               int ep, int etp_rank, int etp, float out_std, int64_t R,
-                               int64_t balanced, bool shared_act, TensorList& shared)
-    : k_(k), C_(C), F_l_(F / etp), R_(R), balanced_(balanced), shared_act_(shared_act) {
+GroupedExperts::GroupedExperts(const LayerContext& ctx, const std::string& prefix, Rows rows, bool shared_act)
+    : k_(ctx.k),
+      C_(ctx.cfg.hidden_size),
+      F_l_(ctx.cfg.expert_ffn_size() / ctx.moe.etp.size()),
+      R_(rows.first),
+      balanced_(rows.balanced),
+      shared_act_(shared_act) {
+  const int ep_rank = ctx.moe.ep.rank(), ep = ctx.moe.ep.size();
+  const int etp_rank = ctx.moe.etp.rank(), etp = ctx.moe.etp.size();
+  const int64_t C = C_, F = ctx.cfg.expert_ffn_size();
+  const int64_t local = ctx.cfg.moe.num_experts / ep, first = ep_rank * local;
+  const float out_std = output_init_std(ctx.cfg.num_layers);
   // An expert's gate/up split by rows (dim 0) and down by columns (dim 1) over ETP.
   const Mlp::Split split = [&](int dim) {
     return ShardSpec{.dim = etp > 1 ? dim : -1,
@@ -17,10 +24,10 @@ GroupedExperts::GroupedExperts(const Kernels& k, ParamRegistry& registry, const 
   };
   experts_.reserve(local);
   for (int64_t e = first; e < first + local; ++e)
-    experts_.emplace_back(k, registry, fmt::format("{}experts.{}.", prefix, e), Activation::SwiGlu,
+    experts_.emplace_back(k_, ctx.registry, fmt::format("{}experts.{}.", prefix, e), Activation::SwiGlu,
                           C, F, F_l_, split, out_std);
   if (shared_act_)
-    shared.add_growing(act_shared_, {R_, F_l_}, "experts' activation", {RoutedRows::Received, balanced_});
+    ctx.buffers.shared.add_growing(act_shared_, {R_, F_l_}, "experts' activation", {RoutedRows::Received, balanced_});
 }
 
 std::vector<int> GroupedExperts::param_indices() const {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/model/layer_context.h"
 #include "tessel/model/mlp.h"
 
 namespace tessel {
@@ -25,15 +26,18 @@ class GroupedExperts {
     Tensor d_gate, d_up, d_out;    // (R, F_l) ×2, (R, C): left by backward_input
   };
 
-  // Experts [first, first + local) of layer prefix `prefix` (…mlp.), F neurons each of which
-  // this ETP rank (etp_rank of etp) holds F / etp; held by EP rank ep_rank of ep. With
-  // `shared_act` (--recompute-modules moe_act) the activation output lives in one buffer all
-  // microbatches share (declared in `shared`), recomputed by recompute_act before each backward.
-  // The buffers are first sized for R rows (the padded rows, or a balanced load's), `balanced`
-  // of them at a balanced load.
-  GroupedExperts(const Kernels& k, ParamRegistry& registry, const std::string& prefix, int64_t C,
-                 int64_t F, int64_t first, int64_t local, int ep_rank, int ep, int etp_rank,
-                 int etp, float out_std, int64_t R, int64_t balanced, bool shared_act, TensorList& shared);
+  // The rows the buffers are first sized for: R (the padded rows, or a balanced load's), and
+  // how many of them a balanced load brings.
+  struct Rows {
+    int64_t first = 0;
+    int64_t balanced = 0;
+  };
+  // This EP rank's experts (ctx.moe.ep: E / EP of them from rank · E / EP on) of layer prefix
+  // `prefix` (…mlp.), F neurons each (ctx.cfg.moe's expert size) of which this ETP rank holds
+  // F / ETP (ctx.moe.etp). With `shared_act` (--recompute-modules moe_act) the activation output
+  // lives in one buffer all microbatches share (declared in ctx.buffers.shared), recomputed by
+  // recompute_act before each backward.
+  GroupedExperts(const LayerContext& ctx, const std::string& prefix, Rows rows, bool shared_act);
 
   // Sized for R rows; Saved grows past that on first need.
   void list_saved(Saved& s, TensorList& buffers) const;

@@ -12,22 +12,17 @@ namespace tessel {
 
 namespace {
 
-Comm& group_or_local(Comm* group, const Kernels& k) {
-  return group != nullptr ? *group : *no_tensor_parallel(k).comm;
-}
-
 // Every rule the layer's settings break, in one error, before anything is declared.
-int64_t checked_hidden_size(const ModelConfig& model, const MoeConfig& moe, int layer,
-                            int64_t max_tokens, const MoeGroups& groups, const Kernels& k) {
-  const int ep = group_or_local(groups.ep, k).size();
-  const int etp = group_or_local(groups.etp, k).size();
-  const int tp = groups.tp.comm != nullptr ? groups.tp.size() : 1;
+int64_t checked_hidden_size(const LayerContext& ctx, int layer, int64_t max_tokens) {
+  const ModelConfig& model = ctx.cfg;
+  const MoeConfig& moe = model.moe;
+  const int ep = ctx.moe.ep.size(), etp = ctx.moe.etp.size(), tp = ctx.tp.size();
   const std::vector<std::string> problems = moe.violations(ep, model.num_layers);
   TESSEL_CHECK(problems.empty(), "MoE layer {}: {}", layer, fmt::join(problems, "; "));
   TESSEL_CHECK(max_tokens >= 0, "MoE layer {}: max_tokens {} is negative", layer, max_tokens);
-  TESSEL_CHECK(tp == 1 || groups.tp.sequence_parallel,
+  TESSEL_CHECK(tp == 1 || ctx.tp.sequence_parallel,
                "MoE layer {}: tensor parallelism ({}) needs sequence parallel", layer, tp);
-  const int64_t F = moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : model.ffn_size();
+  const int64_t F = model.expert_ffn_size();
   TESSEL_CHECK(F % etp == 0, "MoE layer {}: expert size {} does not split over ETP {}", layer, F,
                etp);
   TESSEL_CHECK(moe.shared_expert_size % tp == 0,
@@ -37,9 +32,8 @@ int64_t checked_hidden_size(const ModelConfig& model, const MoeConfig& moe, int 
 }
 
 // The rows this rank routes out as the buffers are first sized (moe_first_routed_rows).
-int64_t routed_rows(int64_t max_tokens, const MoeConfig& moe, const MoeGroups& groups) {
-  return moe_first_routed_rows(std::max<int64_t>(max_tokens, 1), moe,
-                               groups.token_group != nullptr ? groups.token_group->size() : 1);
+int64_t routed_rows(int64_t max_tokens, const LayerContext& ctx) {
+  return moe_first_routed_rows(std::max<int64_t>(max_tokens, 1), ctx.cfg.moe, ctx.moe.token_group.size());
 }
 }  // namespace
 
@@ -54,44 +48,40 @@ void RouterTotals::add(const RouterTotals& other) {
 }
 
 // Hugging Face order: router, experts, shared expert, its gate.
-MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& moe, int layer,
-                   int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry,
-                   const LayerBuffers& buffers, LayerRecompute recompute)
-    : k_(k),
-      registry_(registry),
-      params_(registry),
-      C_(checked_hidden_size(model, moe, layer, max_tokens, groups, k)),
-      E_(moe.num_experts),
-      F_s_(moe.shared_expert_size),
+MoeLayer::MoeLayer(const LayerContext& ctx, int layer, int64_t max_tokens, LayerRecompute recompute)
+    : k_(ctx.k),
+      registry_(ctx.registry),
+      params_(ctx.registry),
+      C_(checked_hidden_size(ctx, layer, max_tokens)),
+      E_(ctx.cfg.moe.num_experts),
+      F_s_(ctx.cfg.moe.shared_expert_size),
       F_sl_(0),
-      topk_(moe.topk),
-      etp_size_(group_or_local(groups.etp, k).size()),
+      topk_(ctx.cfg.moe.topk),
+      etp_size_(ctx.moe.etp.size()),
       max_tokens_(max_tokens),
-      tp_(groups.tp.comm != nullptr ? groups.tp : no_tensor_parallel(k)),
-      router_(k, registry, moe, model.layer_prefix(layer) + "mlp.", C_, max_tokens,
-              groups.token_group, buffers.scratch),
-      dispatcher_(k, C_, moe.num_experts, moe.topk, max_tokens, routed_rows(max_tokens, moe, groups), moe.pad_to_capacity,
-                  group_or_local(groups.ep, k), group_or_local(groups.etp, k), buffers.scratch),
+      tp_(ctx.tp),
+      router_(ctx, ctx.cfg.layer_prefix(layer) + "mlp.", max_tokens),
+      dispatcher_(ctx, max_tokens, routed_rows(max_tokens, ctx)),
       // Every ETP rank's routed rows reach each ETP rank (N·k of them at a balanced load).
-      experts_(k, registry, model.layer_prefix(layer) + "mlp.", C_,
-               moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : model.ffn_size(),
-               dispatcher_.first_expert(), dispatcher_.local_experts(),
-               group_or_local(groups.ep, k).rank(), group_or_local(groups.ep, k).size(),
-               group_or_local(groups.etp, k).rank(), group_or_local(groups.etp, k).size(),
-               output_init_std(model.num_layers), routed_rows(max_tokens, moe, groups) * etp_size_,
-               std::max<int64_t>(max_tokens, 1) * moe.topk * etp_size_, recompute.moe_act && !(recompute.full || recompute.moe), buffers.shared),
+      experts_(ctx, ctx.cfg.layer_prefix(layer) + "mlp.",
+               {routed_rows(max_tokens, ctx) * etp_size_, std::max<int64_t>(max_tokens, 1) * topk_ * etp_size_},
+               recompute.moe_act && !(recompute.full || recompute.moe)),
       recompute_(recompute),
       whole_(recompute.full || recompute.moe) {
+  const ModelConfig& model = ctx.cfg;
+  const MoeConfig& moe = model.moe;
+  ParamRegistry& registry = ctx.registry;
+  const LayerBuffers& buffers = ctx.buffers;
   const int T = tp_.size();
   F_sl_ = F_s_ / T;
-  const int64_t N = std::max<int64_t>(max_tokens_, 1), Q = group_or_local(groups.etp, k).size();
+  const int64_t N = std::max<int64_t>(max_tokens_, 1), Q = etp_size_;
   if (F_s_ > 0) {
     const std::string p = model.layer_prefix(layer) + "mlp.";
     const Mlp::Split split = [&](int dim) {
       return T > 1 ? ShardSpec{.dim = dim, .group = ShardGroup::TP, .index = tp_.rank(), .count = T}
                    : ShardSpec{};
     };
-    shared_.emplace(k, registry, p + "shared_expert.", Activation::SwiGlu, C_, F_s_, F_sl_, split,
+    shared_.emplace(k_, registry, p + "shared_expert.", Activation::SwiGlu, C_, F_s_, F_sl_, split,
                     output_init_std(model.num_layers));
     if (moe.shared_expert_gate)
       shared_gate_ = registry.add(p + "shared_expert_gate.weight", {1, C_}, ParamInit::Normal,
@@ -101,7 +91,7 @@ MoeLayer::MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& 
       buffers.scratch.add(shared_local_, {N, C_}, "shared expert reduced rows");
     }
   }
-  const int64_t R = routed_rows(N, moe, groups) * Q, balanced = N * topk_ * Q;  // the experts' rows
+  const int64_t R = routed_rows(N, ctx) * Q, balanced = N * topk_ * Q;  // the experts' rows
   buffers.scratch.add_growing(expert_out_, {R, C_}, "experts' output rows", {RoutedRows::Received, balanced});
   buffers.scratch.add_growing(d_act_, {std::max(R, N * T), std::max(experts_.ffn_local(), F_sl_)},
                               "experts' activation gradient", {RoutedRows::Received, balanced, N * T});

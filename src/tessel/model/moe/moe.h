@@ -35,6 +35,7 @@
 #include "tessel/comm/comm.h"
 #include "tessel/model/config.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/model/mlp.h"
 #include "tessel/model/moe/dispatch.h"
 #include "tessel/model/moe/experts.h"
@@ -46,18 +47,6 @@ namespace tessel {
 
 // A routed expert's parameter (held by one EP rank), as opposed to a dense or replicated one.
 inline bool is_expert_param(const Param& p) { return p.shard.expert(); }
-
-// The groups an MoE layer talks over; a null group is one process.
-struct MoeGroups {
-  Comm* ep = nullptr;   // expert parallel: the experts are split over it
-  Comm* etp = nullptr;  // expert tensor parallel: each expert's F is split over it
-  // The ranks holding parts of the same sequences (TP under sequence parallel, × CP: Megatron's
-  // tp_cp group): the load-balancing loss counts tokens over it, as Megatron's.
-  Comm* token_group = nullptr;
-  // Dense tensor parallelism, with sequence parallel when TP > 1: the layer takes this rank's
-  // rows and splits the shared expert over TP. No comm: one process.
-  TensorParallel tp;
-};
 
 // Whether one microbatch's rows are split over ranks that route them as one token group: TP under
 // sequence parallel, and CP (MoeGroups::token_group, then Megatron's tp_cp group).
@@ -98,18 +87,18 @@ class MoeLayer {
   };
 
   // Declares layer `layer`'s parameters (this EP rank's experts only, their ETP slices, this TP
-  // rank's slice of the shared expert) in `registry`, before registry.finalize(). Expert size:
-  // moe.ffn_hidden_size, or model.ffn_size() when 0. Initialisation as Megatron: normal(0,
-  // 0.02), down projections 0.02/sqrt(2·layers). max_tokens (this rank's rows) sizes the
-  // buffers, declared in `buffers` (layer.h: the caller allocates them). Throws tessel::Error for
+  // rank's slice of the shared expert) in ctx.registry, before its finalize(), with the settings
+  // of ctx.cfg.moe (`moe` below) over ctx's TP and MoE groups (with TP > 1 the layer takes this
+  // rank's rows, sequence parallel). Expert size: moe.ffn_hidden_size, or the model's ffn_size()
+  // when 0. Initialisation as Megatron: normal(0, 0.02), down projections 0.02/sqrt(2·layers).
+  // max_tokens (this rank's rows) sizes the buffers, declared in ctx.buffers (layer.h: the
+  // caller allocates them). Throws tessel::Error for
   // settings that break MoeConfig::violations, for TP > 1 without sequence parallel, and for
   // sizes that do not split over TP or ETP. `recompute` (model/recompute.h): the whole layer
   // (full, moe) keeps its activations in one Saved of its own that all microbatches share (in
   // buffers.shared); moe_act the experts' activation output; shared_experts the shared expert's
   // hidden activations.
-  MoeLayer(const Kernels& k, const ModelConfig& model, const MoeConfig& moe, int layer,
-           int64_t max_tokens, const MoeGroups& groups, ParamRegistry& registry,
-           const LayerBuffers& buffers, LayerRecompute recompute = {});
+  MoeLayer(const LayerContext& ctx, int layer, int64_t max_tokens, LayerRecompute recompute = {});
   // After registry.finalize(): the registry the layer declared into.
   void bind(const ParamRegistry& registry) const;
 

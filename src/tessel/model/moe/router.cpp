@@ -17,22 +17,21 @@ int64_t moe_first_routed_rows(int64_t N, const MoeConfig& moe, int G) {
   return N * moe.topk;
 }
 
-TopKRouter::TopKRouter(const Kernels& k, ParamRegistry& registry, const MoeConfig& moe,
-                       const std::string& prefix, int64_t C, int64_t max_tokens, Comm* token_group,
-                       TensorList& scratch)
-    : k_(k),
-      params_(registry),
-      moe_(moe),
-      C_(C),
-      E_(moe.num_experts),
-      topk_(moe.topk),
+TopKRouter::TopKRouter(const LayerContext& ctx, const std::string& prefix, int64_t max_tokens)
+    : k_(ctx.k),
+      params_(ctx.registry),
+      moe_(ctx.cfg.moe),
+      C_(ctx.cfg.hidden_size),
+      E_(moe_.num_experts),
+      topk_(moe_.topk),
       max_tokens_(std::max<int64_t>(max_tokens, 1)),
-      token_group_(token_group) {
-  weight_ = registry.add(prefix + "gate.weight", {E_, C}, ParamInit::Normal, kInitStd, true);
+      token_group_(ctx.moe.token_group) {
+  TensorList& scratch = ctx.buffers.scratch;
+  weight_ = ctx.registry.add(prefix + "gate.weight", {E_, C_}, ParamInit::Normal, kInitStd, true);
   const int64_t n = max_tokens_ * topk_;
   scratch.add(keep_, {n}, "router capacity verdicts", DType::I32);
   scratch.add(group_counts_, {E_ + 1}, "router load-balancing counts");
-  const int G = token_group != nullptr ? token_group->size() : 1;
+  const int G = token_group_.size();
   if (moe_.capacity_factor > 0 && G > 1) {
     scratch.add(choices_, {2, n}, "router choices");
     scratch.add(group_choices_, {2 * G, n}, "router token group's choices");
@@ -70,8 +69,8 @@ int64_t TopKRouter::forward(Saved& s, const float* x, int64_t N, float grad_scal
   k_.moe_count_assignments(counts, s.experts.ints(), nullptr, N * topk_, E_);
   const float rows = static_cast<float>(N);
   k_.memory.from_host(counts + E_, &rows, 4);
-  if (token_group_ != nullptr && token_group_->size() > 1 && (aux || z))
-    token_group_->all_reduce(counts, E_ + 1);
+  if (token_group_.size() > 1 && (aux || z))
+    token_group_.comm().all_reduce(counts, E_ + 1);
   float group_rows = 0;
   k_.memory.to_host(&group_rows, counts + E_, 4);
   const int64_t tokens = static_cast<int64_t>(group_rows);
@@ -94,7 +93,7 @@ int64_t TopKRouter::forward(Saved& s, const float* x, int64_t N, float grad_scal
 // the lower gathered index: the sequence's order under sequence parallel.
 void TopKRouter::drop_over_capacity(Saved& s) {
   const int64_t n = s.N * topk_;
-  const int G = token_group_ != nullptr ? token_group_->size() : 1;
+  const int G = token_group_.size();
   int32_t* keep = keep_.ints();
   if (moe_.capacity_factor <= 0) {  // dropless: a capacity no expert can exceed keeps every row
     k_.moe_capacity_drop(keep, s.experts.ints(), s.probs.data(), s.N, E_, topk_, s.N);
@@ -108,19 +107,19 @@ void TopKRouter::drop_over_capacity(Saved& s) {
   float* choices = k_.reserve(choices_, 2, n);  // this rank's [experts | probs]
   float* group_choices = k_.reserve(group_choices_, 2 * G, n);
   k_.moe_pack_choices(choices, s.experts.ints(), s.probs.data(), n);
-  token_group_->all_gather(choices, group_choices, 2 * n);
+  token_group_.comm().all_gather(choices, group_choices, 2 * n);
   int32_t* experts = k_.reserve_ints(group_experts_, G, n);
   float* probs = k_.reserve(group_probs_, G, n);
   int32_t* group_keep = k_.reserve_ints(group_keep_, G, n);
   k_.moe_unpack_choices(experts, probs, group_choices, G, n);
   k_.moe_capacity_drop(group_keep, experts, probs, s.N * G, E_, topk_, s.capacity);
-  k_.memory.copy(keep, group_keep + n * token_group_->rank(), n * 4);
+  k_.memory.copy(keep, group_keep + n * token_group_.rank(), n * 4);
 }
 
 // Megatron divides the z-loss coefficient by the token group's size, so that the ranks' means
 // add up to the mean over the sequence.
 float TopKRouter::z_coeff() const {
-  const int split = token_group_ != nullptr ? token_group_->size() : 1;
+  const int split = token_group_.size();
   return moe_.z_loss_coeff / static_cast<float>(split);
 }
 

@@ -15,6 +15,7 @@
 #include "tessel/comm/comm.h"
 #include "tessel/model/config.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 
 namespace tessel {
 
@@ -46,11 +47,9 @@ class TopKRouter {
     double aux_loss = 0, z_loss = 0;  // this rank's losses (each already times its coeff)
   };
 
-  // Declares `prefix`gate.weight [E, C], and its scratch in `scratch`. token_group: null for one
-  // process.
-  TopKRouter(const Kernels& k, ParamRegistry& registry, const MoeConfig& moe,
-             const std::string& prefix, int64_t C, int64_t max_tokens, Comm* token_group,
-             TensorList& scratch);
+  // Declares `prefix`gate.weight [E, C] with ctx.cfg.moe's settings, and its scratch in
+  // ctx.buffers.scratch; the load-balancing counts and the capacity's drop over ctx.moe.token_group.
+  TopKRouter(const LayerContext& ctx, const std::string& prefix, int64_t max_tokens);
 
   void list_saved(Saved& s, TensorList& buffers) const;
   // Routes x (N, C): s.experts, s.probs, the losses, and keep() (the capacity's verdicts).
@@ -75,7 +74,7 @@ class TopKRouter {
   ParamView params_;
   MoeConfig moe_;
   int64_t C_, E_, topk_, max_tokens_;
-  Comm* token_group_;
+  CommGroup token_group_;
   int weight_ = -1;
   // Scratch of one forward: the verdicts, the counts for the load-balancing loss, and (with a
   // capacity, over a token group of G > 1 ranks) the group's choices (G·N·k each) for the drop.
