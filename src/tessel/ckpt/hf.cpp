@@ -19,8 +19,11 @@ void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std:
   TESSEL_CHECK(refused.empty(), "export to {}: {}", dir, refused.front());
   const Family& family = family_writing(cfg);
   const std::vector<std::string>& offered = family.export_types;
-  TESSEL_CHECK(model_type.empty() || std::find(offered.begin(), offered.end(), model_type) != offered.end(),
-               "export to {}: model_type {} is not one a {} model is written as", dir, model_type, family.name);
+  if (!model_type.empty() && std::find(offered.begin(), offered.end(), model_type) == offered.end()) {
+    const Family* other = family_reading(model_type);
+    fail("export to {}: model_type {} is for {}", dir, model_type,
+         other != nullptr ? other->writes_what : "no model tessel writes");
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   TESSEL_CHECK(!ec, "{}: cannot create folder ({})", dir, ec.message());

@@ -47,8 +47,9 @@ struct Family {
   // model decides its model_type.
   std::vector<std::string> export_types;
   // Whether this family writes `cfg` (exactly one row does for a valid config; planner-only rows
-  // write none).
+  // write none), and those models in words, for errors.
   bool (*writes)(const ModelConfig& cfg);
+  const char* writes_what;
   // config.json (of one of model_types) into a ModelConfig; errors name `source`.
   ModelConfig (*read)(const nlohmann::json& j, const std::string& model_type, const std::string& source);
   // config.json as `model_type` ("": the family's default for cfg).

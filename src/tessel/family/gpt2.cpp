@@ -94,6 +94,7 @@ const Family& gpt2_family() {
       .name = "gpt2",
       .model_types = {"gpt2"},
       .writes = [](const ModelConfig& cfg) { return cfg.arch == Arch::GPT2 && !cfg.linear.enabled(); },
+      .writes_what = "gpt2 models",
       .read = read,
       .write = write,
       // Experts are llama's (train/plan.cpp); these rules find nothing without them.

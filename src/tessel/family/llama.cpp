@@ -208,6 +208,7 @@ const Family& llama_family() {
       .model_types = {"llama", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"},
       .planner_only_types = {"mistral", "mixtral"},
       .writes = [](const ModelConfig& cfg) { return cfg.arch == Arch::Llama && !cfg.linear.enabled(); },
+      .writes_what = "llama models without Gated DeltaNet layers",
       .read = read,
       .write = write,
       .export_violations = moe_export_violations,

@@ -308,6 +308,7 @@ const Family& qwen3_next_family() {
       .model_types = {std::begin(kModelTypes), std::end(kModelTypes)},
       .export_types = {std::begin(kModelTypes), std::end(kModelTypes)},
       .writes = [](const ModelConfig& cfg) { return cfg.linear.enabled(); },
+      .writes_what = "models with Gated DeltaNet layers",
       .read = read,
       .write = write,
       .export_violations = export_violations,
