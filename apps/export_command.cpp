@@ -13,6 +13,7 @@
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
 #include "tessel/data/tokenizer_files.h"
+#include "tessel/family/family.h"
 #include "tokenizer_flags.h"
 
 namespace tessel {
@@ -50,7 +51,7 @@ ExportCommand::ExportCommand(CLI::App& app) {
   c.add_option("--hf-model-type", hf_model_type_,
                "a Gated DeltaNet model's config.json model_type and checkpoint layout (default: "
                "--init-from's, else qwen3_5_moe_text)")
-      ->check(CLI::IsMember({"qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}));
+      ->check(CLI::IsMember(export_model_types()));
   c.add_option("--max-shard-size", max_shard_size_,
                "split the weights into shard files of at most this size and an index, as "
                "save_pretrained does (bytes, or 5GB, 500MB, 2GiB, ...; default: one file)");
@@ -72,7 +73,7 @@ void ExportCommand::run() const {
   // A Qwen3-Next folder stays in its family's layout unless asked otherwise.
   const int64_t shard_bytes = max_shard_size_.empty() ? 0 : shard_size_bytes(max_shard_size_);
   const int64_t parameters = export_model(cfg, tokenizer, source_, out_dir_,
-                                          gdn_hf_model_type(cfg, hf_model_type_, source_.init_from), shard_bytes);
+                                          hf_export_model_type(cfg, hf_model_type_, source_.init_from), shard_bytes);
   const bool sharded = std::filesystem::exists(std::filesystem::path(out_dir_) / "model.safetensors.index.json");
   fmt::print("wrote {}/{} and config.json{} ({:.2f}M parameters)\n", out_dir_,
              sharded ? "model.safetensors.index.json, its shards" : "model.safetensors",

@@ -8,6 +8,7 @@
 #include "parallel_flags.h"
 #include "tessel/comm/comm.h"
 #include "tessel/data/tokenizer_files.h"
+#include "tessel/family/family.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/parallel/groups.h"
 #include "tessel/train/plan.h"
@@ -57,7 +58,7 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_option("--save-hf-model-type", t.checkpoint.save_hf_model_type,
                "a Gated DeltaNet model's config.json model_type and checkpoint layout for --save-hf "
                "(default: --init-from's, else qwen3_5_moe_text)")
-      ->check(CLI::IsMember({"qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}));
+      ->check(CLI::IsMember(export_model_types()));
   c.add_option("--save", t.checkpoint.save,
                "checkpoint folder (a save every --save-interval and at the end)");
   c.add_option("--save-interval", t.checkpoint.save_interval,

@@ -9,7 +9,7 @@
 #include <iterator>
 
 #include "ckpt/hf_fixture.h"
-#include "tessel/ckpt/hf_qwen3_next_config.h"
+#include "tessel/family/qwen3_next.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/model/transformer.h"
 

@@ -5,7 +5,7 @@
 # minute on a loaded machine.
 set -eu
 cd "$(dirname "$0")/../.."
-order="core kernels comm parallel model pipeline optim data ckpt plan infer train"
+order="core kernels comm parallel model family pipeline optim data ckpt plan infer train"
 grep -rn --include=*.h --include=*.cpp --include=*.cu --include=*.cuh '#include "tessel/' src/tessel |
   awk -v order="$order" '
     BEGIN { n = split(order, dirs, " "); for (i = 1; i <= n; ++i) level[dirs[i]] = i }

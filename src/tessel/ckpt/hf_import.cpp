@@ -4,7 +4,6 @@
 #include <unordered_map>
 
 #include "tessel/ckpt/hf.h"
-#include "tessel/ckpt/hf_qwen3_next_config.h"
 #include "tessel/ckpt/shards.h"
 #include "tessel/core/error.h"
 #include "tessel/model/transformer.h"
@@ -147,15 +146,10 @@ void load_hf_params(ParamRegistry& mine, const ParamRegistry& whole, HfWeightFil
 std::vector<std::string> load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path) {
   ParamRegistry whole;
   TransformerChunk::declare(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, ChunkPlace{}, whole);
-  HfImportRules rules{.model = arch_name(cfg.arch),
-                      .gpt2_bare_names = cfg.arch == Arch::GPT2,
-                      .tied_head = cfg.tied_embeddings()};
-  if (cfg.linear.enabled()) {
-    rules.model = "Qwen3-Next";
-    rules.qwen_extras = true;
-    rules.family = hf_model_type_beside(path);
-    rules.heads = gdn_heads(cfg);
-  }
+  // A family with several model_types (Qwen3-Next's) tells their layouts apart by config.json.
+  const Family& family = family_writing(cfg);
+  const HfImportRules rules =
+      family.import_rules(cfg, family.export_types.empty() ? "" : hf_model_type_beside(path));
   HfWeightFiles files(path);
   load_hf_params(registry, whole, files, rules);
   return files.opened_files();

@@ -6,28 +6,17 @@
 // gate rows first, and experts.down_proj [E, C, I], as transformers 5 writes every MoE model)
 // where tessel holds one matrix an expert; and a "model.language_model." prefix (Qwen3.5's VL
 // files). Every layout is a row permutation of tessel's tensors, so import and export move values
-// without arithmetic, round trips are bitwise, and a rank can read just the rows it holds.
+// without arithmetic, round trips are bitwise, and a rank can read just the rows it holds. Which
+// layout a family writes is its row's (family/family.h).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "tessel/core/params.h"
+#include "tessel/family/weights.h"
 
 namespace tessel {
-
-// How a checkpoint file lays out the parameters.
-struct HfLayout {
-  bool grouped_gdn = false;         // Qwen3-Next's in_proj_qkvz / in_proj_ba
-  bool packed_experts = false;      // the decoder layers' experts.gate_up_proj / experts.down_proj
-  bool packed_mtp_experts = false;  // the same under mtp.*
-  bool vl_prefix = false;           // the decoder under model.language_model. (Qwen3.5's VL files)
-};
-
-// The GDN head counts and sizes the grouped layout needs (Hk, Hv, dk, dv).
-struct GdnHeads {
-  int64_t key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0;
-};
 
 // One tensor of a file: viewed as (rows, row_len), its rows [file_row, file_row + rows) are rows
 // [param_row, param_row + rows) of registry parameter `param` viewed as (·, row_len).

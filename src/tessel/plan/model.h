@@ -13,20 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "tessel/family/family.h"
 #include "tessel/model/config.h"
 
 namespace tessel {
-
-// Megatron's --multi-latent-attention (DeepSeek-V2/V3): queries and keys/values pass through
-// low-rank latents; each head's query/key has qk_head_dim + qk_pos_emb_head_dim dimensions (the
-// second part carries RoPE), its value v_head_dim.
-struct MlaConfig {
-  int q_lora_rank = 0;          // --q-lora-rank (0: queries projected directly)
-  int kv_lora_rank = 0;         // --kv-lora-rank
-  int qk_head_dim = 0;          // --qk-head-dim
-  int qk_pos_emb_head_dim = 0;  // --qk-pos-emb-head-dim
-  int v_head_dim = 0;           // --v-head-dim
-};
 
 struct PlanModel {
   std::string name;  // the preset or file it came from
@@ -34,7 +24,7 @@ struct PlanModel {
   double hidden_dropout = 0;       // --hidden-dropout: > 0 keeps a 1-byte mask per residual element
   double attention_dropout = 0;    // --attention-dropout: > 0 keeps a mask per attention score
   bool multi_latent_attention = false;  // --multi-latent-attention
-  MlaConfig mla;
+  MlaConfig mla;  // family/family.h
 
   int head_dim() const { return cfg.head_dim(); }  // --kv-channels, or hidden / heads
   int64_t q_width() const;   // every head's query (and key, MLA) width: heads × dims
@@ -120,8 +110,7 @@ double model_flops_per_iteration(const PlanModel& m, int64_t global_batch);
 
 // The model from a file: tessel's JSON (keys are the flag names with '_', as `tessel train
 // --model-config`, plus the planner's own keys) or a Hugging Face config.json (told apart by
-// its "model_type"; gpt2, llama, qwen2, qwen3, qwen2_moe, qwen3_moe, mixtral, deepseek_v3, and the
-// Qwen3-Next family qwen3_next, qwen3_5_moe, qwen3_5_moe_text as the importer reads them).
+// its "model_type", read by its family's planner_sizes: family/family.h).
 PlanModel load_plan_model(const std::string& path);
 void plan_model_from_json(const nlohmann::json& j, PlanModel& m, const std::string& source);
 nlohmann::json plan_model_to_json(const PlanModel& m);

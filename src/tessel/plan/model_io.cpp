@@ -1,12 +1,12 @@
 // Model files for the planner: tessel's own JSON (the flag names with '_') and Hugging Face
-// config.json files, read for their sizes only (the planner needs no weights, so it reads more
-// model types than the importer in ckpt/hf.h can load).
+// config.json files, read for their sizes only through their family's row (family/family.h: the
+// planner needs no weights, so it reads more model types than the importer can load).
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
-#include "tessel/ckpt/hf_qwen3_next_config.h"
 #include "tessel/core/error.h"
+#include "tessel/family/family.h"
 #include "tessel/model/config.h"
 #include "tessel/plan/model.h"
 
@@ -33,90 +33,15 @@ bool planner_key(PlanModel& m, const std::string& key, const json& value) {
   return true;
 }
 
-template <typename T>
-T get_or(const json& j, const char* key, T fallback) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? fallback : it->get<T>();
-}
-
-template <typename T>
-T need(const json& j, const char* key, const std::string& source) {
-  auto it = j.find(key);
-  TESSEL_CHECK(it != j.end() && !it->is_null(), "{}: no \"{}\"", source, key);
-  return it->get<T>();
-}
-
-// Hugging Face's config.json of a decoder: GPT-2's keys, or the Llama family's (Llama, Qwen2/3,
-// their MoE variants, Mixtral, DeepSeek-V3 with multi-latent attention).
 PlanModel model_from_hf(const json& j, const std::string& source) {
+  PlannerSizes sizes = planner_sizes_from_hf(j, source);
   PlanModel m;
-  ModelConfig& c = m.cfg;
-  const std::string type = need<std::string>(j, "model_type", source);
-  m.name = type;
-  if (type == "gpt2") {
-    c.arch = Arch::GPT2;
-    c.hidden_size = need<int>(j, "n_embd", source);
-    c.num_layers = need<int>(j, "n_layer", source);
-    c.num_attention_heads = need<int>(j, "n_head", source);
-    c.ffn_hidden_size = get_or(j, "n_inner", 0);
-    c.vocab_size = need<int>(j, "vocab_size", source);
-    c.max_position_embeddings = need<int>(j, "n_positions", source);
-    c.seq_length = c.max_position_embeddings;
-    m.hidden_dropout = get_or(j, "resid_pdrop", 0.0);
-    m.attention_dropout = get_or(j, "attn_pdrop", 0.0);
-    return m;
-  }
-  if (is_qwen3_next_model_type(type)) {
-    // The importer's reader (it refuses what tessel cannot build, such as RoPE scaling); MTP
-    // layers as the published checkpoints carry them: Qwen3.5's mtp_num_hidden_layers, Qwen3-Next's
-    // num_nextn_predict_layers (absent from its config.json: vLLM's default, 1).
-    c = qwen3_next_config_from_hf(j, source);
-    c.seq_length = c.max_position_embeddings;
-    const json& text = type == "qwen3_5_moe" ? j.at("text_config") : j;
-    c.mtp_num_layers = type == "qwen3_next" ? get_or(text, "num_nextn_predict_layers", 1)
-                                            : get_or(text, "mtp_num_hidden_layers", 0);
-    return m;
-  }
-  static const char* const kLlamaFamily[] = {"llama",      "qwen2",   "qwen3", "qwen2_moe",
-                                             "qwen3_moe",  "mixtral", "mistral", "deepseek_v3"};
-  bool known = false;
-  for (const char* t : kLlamaFamily) known = known || type == t;
-  TESSEL_CHECK(known, "{}: model_type '{}' is not known to the planner (gpt2, llama, qwen2, qwen3, "
-               "qwen2_moe, qwen3_moe, mistral, mixtral, deepseek_v3, qwen3_next, qwen3_5_moe, "
-               "qwen3_5_moe_text)", source, type);
-  c.arch = Arch::Llama;
-  c.hidden_size = need<int>(j, "hidden_size", source);
-  c.num_layers = need<int>(j, "num_hidden_layers", source);
-  c.num_attention_heads = need<int>(j, "num_attention_heads", source);
-  c.num_query_groups = get_or(j, "num_key_value_heads", c.num_attention_heads);
-  c.ffn_hidden_size = need<int>(j, "intermediate_size", source);
-  c.vocab_size = need<int>(j, "vocab_size", source);
-  c.max_position_embeddings = need<int>(j, "max_position_embeddings", source);
-  c.seq_length = c.max_position_embeddings;
-  c.add_qkv_bias = type.rfind("qwen2", 0) == 0 || get_or(j, "attention_bias", false);
-  c.qk_layernorm = type.rfind("qwen3", 0) == 0;
-  const int head_dim = get_or(j, "head_dim", 0);
-  if (head_dim > 0 && head_dim * c.num_attention_heads != c.hidden_size) c.kv_channels = head_dim;
-  if (type == "deepseek_v3") {
-    m.multi_latent_attention = true;
-    m.mla = {get_or(j, "q_lora_rank", 0), need<int>(j, "kv_lora_rank", source),
-             need<int>(j, "qk_nope_head_dim", source), get_or(j, "qk_rope_head_dim", 0),
-             need<int>(j, "v_head_dim", source)};
-  }
-  MoeConfig& e = c.moe;
-  e.num_experts = get_or(j, "num_experts", get_or(j, "num_local_experts", get_or(j, "n_routed_experts", 0)));
-  if (e.num_experts == 0) return m;
-  e.topk = need<int>(j, "num_experts_per_tok", source);
-  e.ffn_hidden_size = get_or(j, "moe_intermediate_size", c.ffn_hidden_size);
-  e.shared_expert_size = get_or(j, "shared_expert_intermediate_size",
-                                get_or(j, "n_shared_experts", 0) * e.ffn_hidden_size);
-  // Qwen2-MoE's shared expert (shared_expert_intermediate_size) is gated; DeepSeek's are not.
-  e.shared_expert_gate = j.contains("shared_expert_intermediate_size") && e.shared_expert_size > 0;
-  e.score_sigmoid = get_or<std::string>(j, "scoring_func", "softmax") == "sigmoid";
-  e.layer_pattern.assign(c.num_layers, 1);
-  for (int l = 0; l < std::min(get_or(j, "first_k_dense_replace", 0), c.num_layers); ++l) e.layer_pattern[l] = 0;
-  for (int l : get_or(j, "mlp_only_layers", std::vector<int>{}))
-    if (l >= 0 && l < c.num_layers) e.layer_pattern[l] = 0;
+  m.name = j.at("model_type").get<std::string>();
+  m.cfg = std::move(sizes.cfg);
+  m.hidden_dropout = sizes.hidden_dropout;
+  m.attention_dropout = sizes.attention_dropout;
+  m.multi_latent_attention = sizes.multi_latent_attention;
+  m.mla = sizes.mla;
   return m;
 }
 

@@ -50,7 +50,7 @@ PlanModel with_experts(PlanModel m, int experts, int topk, int expert_ffn, int s
   return m;
 }
 
-// The Qwen3-Next architecture (QWEN3_NEXT.md §1, the Hugging Face configs): three Gated DeltaNet
+// The Qwen3-Next architecture (docs/QWEN3_NEXT.md §1, the Hugging Face configs): three Gated DeltaNet
 // layers then one gated full-attention layer (--linear-attention-freq 4), GDN key and value heads
 // of 128, conv kernel 4; attention with 2 KV heads of 256 (--kv-channels), QK-norm, partial RoPE
 // (0.25 of 256) at base 10^7, the sigmoid output gate, zero-centred norms; 512 experts, top-10,
@@ -117,7 +117,7 @@ const std::map<std::string, std::function<PlanModel()>>& presets() {
       // parameters and 1.65B of MTP, 3.87B active. Qwen3.5-397B-A17B, the seed's run (TP 4, PP 8,
       // EP 8, 60 layers, 512 experts) — its text decoder (hidden 4096, 60 layers, 32 heads, 64 GDN
       // value heads, experts of 1024, vocabulary 248,320): 396.35B parameters and 6.6B of MTP,
-      // 17.35B active. QWEN3_NEXT.md §1 has the sources.
+      // 17.35B active. docs/QWEN3_NEXT.md §1 has the sources.
       {"qwen3-next-80b-a3b",
        [] {
          PlanModel m = qwen3_next("qwen3-next-80b-a3b", 48, 2048, 16, 32, 512, 151936);

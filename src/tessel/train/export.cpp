@@ -1,5 +1,6 @@
 #include "tessel/train/export.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -8,7 +9,6 @@
 #include "tessel/ckpt/finite_weights.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/ckpt/hf_import.h"
-#include "tessel/ckpt/hf_qwen3_next_config.h"
 #include "tessel/ckpt/shards.h"
 #include "tessel/core/error.h"
 #include "tessel/core/writable.h"
@@ -118,14 +118,15 @@ void export_gathered(const ParamRegistry& params, const TrainPlan& plan, Process
   const std::string& dir = plan.options.checkpoint.save_hf;
   require_finite_weights(cpu_kernels(), whole, "--save-hf " + dir);
   const CheckpointOptions& ckpt = plan.options.checkpoint;
-  export_hf(whole, cfg, dir, gdn_hf_model_type(cfg, ckpt.save_hf_model_type, ckpt.init_from));
+  export_hf(whole, cfg, dir, hf_export_model_type(cfg, ckpt.save_hf_model_type, ckpt.init_from));
 }
 
-std::string gdn_hf_model_type(const ModelConfig& cfg, const std::string& requested, const std::string& init_from) {
-  if (!cfg.linear.enabled()) return "";
+std::string hf_export_model_type(const ModelConfig& cfg, const std::string& requested, const std::string& init_from) {
+  const std::vector<std::string>& offered = family_writing(cfg).export_types;
+  if (offered.empty()) return "";
   if (!requested.empty() || init_from.empty()) return requested;
-  const std::string family = hf_model_type_beside(init_from);
-  return is_qwen3_next_model_type(family) ? family : "";
+  const std::string beside = hf_model_type_beside(init_from);
+  return std::find(offered.begin(), offered.end(), beside) != offered.end() ? beside : "";
 }
 
 int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tokenizer_options,

@@ -28,16 +28,16 @@ struct ExportSource {
 // model.safetensors (or shards of at most `max_shard_bytes` and their index, when it is > 0) and
 // config.json, with the tokenizer's files when `tokenizer` names one (it must be the one a --load
 // save was trained with). --vocab-size 0 takes the tokenizer's size (the
-// byte tokenizer's without one). A model with Gated DeltaNet layers is written as `hf_model_type`
-// (ckpt/hf.h's export_hf). Returns the parameter count; throws naming the bad input.
+// byte tokenizer's without one). A model whose family offers several model_types is written as
+// `hf_model_type` (ckpt/hf.h's export_hf). Returns the parameter count; throws naming the bad input.
 int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tokenizer,
                      const ExportSource& source, const std::string& out_dir,
                      const std::string& hf_model_type = "", int64_t max_shard_bytes = 0);
 
-// The model_type a Gated DeltaNet model is written as: `requested` when given, else the family
-// of the folder it was read from (`init_from`, when that is a Qwen3-Next / Qwen3.5 folder), else
-// "" (export_hf's default, qwen3_5_moe_text). "" for other models.
-std::string gdn_hf_model_type(const ModelConfig& cfg, const std::string& requested, const std::string& init_from);
+// The model_type a model whose family offers several (family/family.h's export_types: Qwen3-Next's)
+// is written as: `requested` when given, else that of the folder it was read from (`init_from`,
+// when it is one of the family's), else "" (export_hf's default: the family's). "" for other models.
+std::string hf_export_model_type(const ModelConfig& cfg, const std::string& requested, const std::string& init_from);
 
 // Collective over the world. TP shards are gathered over TP and experts' ETP slices over ETP,
 // the first expert-DP replica's EP ranks send their experts to EP rank 0, then the pipeline

@@ -1,5 +1,5 @@
-// Reading and writing Hugging Face config.json values, shared by ckpt/hf.cpp (GPT-2, Llama,
-// Qwen2/3(-MoE)) and ckpt/hf_qwen3_next_config.cpp (Qwen3-Next, Qwen3.5).
+// The one way families read and write Hugging Face config.json values (family/*.cpp): typed field
+// reads whose errors name the file and the field, and the expert keys two families share.
 #pragma once
 
 #include <fmt/format.h>
@@ -7,12 +7,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "tessel/core/error.h"
 #include "tessel/core/json_values.h"
 #include "tessel/model/config.h"
 
-namespace tessel::hf_json {
+namespace tessel::config_json {
 
 // fp32 values written as their shortest decimal form (1e-05, not 9.999999747378752e-06): readable,
 // and parsing it back yields the same float.
@@ -47,7 +48,7 @@ T optional_value(const nlohmann::json& j, const char* key, const std::string& so
   return it == j.end() || it->is_null() ? fallback : value_as<T>(*it, key, source);
 }
 
-}  // namespace tessel::hf_json
+}  // namespace tessel::config_json
 
 namespace tessel {
 
@@ -56,5 +57,10 @@ namespace tessel {
 // mlp_only_layers) and tessel's own "tessel_moe" settings, read into and written from cfg.moe.
 void moe_from_hf(const nlohmann::json& j, ModelConfig& cfg, const std::string& source);
 void moe_to_hf(const ModelConfig& cfg, nlohmann::json& j);
+
+// Why a model's experts cannot be written under those keys (empty when they can): a --qk-layernorm
+// MoE model with a shared expert (it would be qwen3_moe, which has none), an ungated shared expert
+// (qwen2_moe's is gated).
+std::vector<std::string> moe_export_violations(const ModelConfig& cfg);
 
 }  // namespace tessel

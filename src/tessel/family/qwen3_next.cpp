@@ -1,17 +1,29 @@
-#include "tessel/ckpt/hf_qwen3_next_config.h"
+#include "tessel/family/qwen3_next.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "tessel/ckpt/hf_json.h"
 #include "tessel/core/error.h"
+#include "tessel/family/config_json.h"
+#include "tessel/family/family.h"
 
 namespace tessel {
 
-using hf_json::json_float;
-using hf_json::optional_value;
-using hf_json::required;
+using config_json::json_float;
+using config_json::optional_value;
+using config_json::required;
 
 namespace {
+
+constexpr const char* kModelTypes[] = {"qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"};
+
+// What a Gated DeltaNet model is written as when nothing asks otherwise: the decoder alone in
+// tessel's own layout (flat GDN projections), so a checkpoint's description needs no choice.
+constexpr const char* kDefaultModelType = "qwen3_5_moe_text";
+
+bool is_qwen3_next_model_type(const std::string& t) {
+  return std::find(std::begin(kModelTypes), std::end(kModelTypes), t) != std::end(kModelTypes);
+}
 
 // The options every model of these families has; a tessel model that differs records its own.
 struct FamilyOptions {
@@ -80,14 +92,13 @@ void refuse_unsupported(const nlohmann::json& top, const nlohmann::json& text,
                "{}: rope_scaling is not supported (tessel applies plain RoPE)", source);
 }
 
-}  // namespace
-
-bool is_qwen3_next_model_type(const std::string& t) {
-  return t == "qwen3_next" || t == "qwen3_5_moe" || t == "qwen3_5_moe_text";
-}
-
-ModelConfig qwen3_next_config_from_hf(const nlohmann::json& j, const std::string& file) {
-  const std::string model_type = j.at("model_type").get<std::string>();
+// The sizes of a config.json whose model_type is one of the three. Settings tessel cannot
+// reproduce (RoPE scaling, another activation, attention biases, tied or dedicated MTP
+// embeddings, decoder_sparse_step other than 1) and missing sizes are errors naming `file` (and
+// "text_config" inside a qwen3_5_moe file). MTP layers from mtp_num_hidden_layers (Qwen3.5) or
+// num_nextn_predict_layers (Qwen3-Next, as vLLM reads it), none when absent; more than one is
+// refused (Hugging Face's layout has one set of mtp.fc and norms).
+ModelConfig read(const nlohmann::json& j, const std::string& model_type, const std::string& file) {
   const nlohmann::json* text = &j;
   std::string source = file;
   if (model_type == "qwen3_5_moe") {
@@ -167,6 +178,8 @@ ModelConfig qwen3_next_config_from_hf(const nlohmann::json& j, const std::string
   return cfg;
 }
 
+}  // namespace
+
 nlohmann::json qwen3_next_config_json(const ModelConfig& cfg, const std::string& model_type) {
   TESSEL_CHECK(is_qwen3_next_model_type(model_type),
                "model_type '{}' is not qwen3_next, qwen3_5_moe or qwen3_5_moe_text", model_type);
@@ -239,16 +252,71 @@ nlohmann::json qwen3_next_config_json(const ModelConfig& cfg, const std::string&
           {"text_config", t}};
 }
 
-HfLayout hf_qwen_layout_for(const std::string& model_type) {
+namespace {
+
+// The layout each family's published checkpoints use: qwen3_next grouped in_proj_qkvz /
+// in_proj_ba with per-expert experts; qwen3_5_moe flat projections, packed experts in the
+// decoder, per-expert MTP experts, the decoder under model.language_model.; qwen3_5_moe_text the
+// same without the prefix.
+HfLayout layout(const std::string& requested) {
+  const std::string model_type = requested.empty() ? kDefaultModelType : requested;
   TESSEL_CHECK(is_qwen3_next_model_type(model_type),
                "model_type '{}' is not qwen3_next, qwen3_5_moe or qwen3_5_moe_text", model_type);
   if (model_type == "qwen3_next") return {.grouped_gdn = true};
   return {.packed_experts = true, .vl_prefix = model_type == "qwen3_5_moe"};
 }
 
-GdnHeads gdn_heads(const ModelConfig& cfg) {
-  return {cfg.linear.num_key_heads, cfg.linear.num_value_heads, cfg.linear.key_head_dim,
-          cfg.linear.value_head_dim};
+nlohmann::json write(const ModelConfig& cfg, const std::string& model_type) {
+  return qwen3_next_config_json(cfg, model_type.empty() ? kDefaultModelType : model_type);
+}
+
+// config.json records what the family fixes (tessel_options); its mtp.* the one depth Hugging
+// Face's Qwen3-Next layout has.
+std::vector<std::string> export_violations(const ModelConfig& cfg) {
+  std::vector<std::string> v;
+  if (cfg.mtp_num_layers > 1)
+    v.push_back(fmt::format("--mtp-num-layers {}: the Qwen3-Next / Qwen3.5 layout holds one multi-token "
+                            "prediction depth (one set of mtp.fc and norms)", cfg.mtp_num_layers));
+  return v;
+}
+
+// `model_type` decides which GDN projections the files must hold (ckpt/hf_import.cpp).
+HfImportRules import_rules(const ModelConfig& cfg, const std::string& model_type) {
+  return {.model = "Qwen3-Next", .tied_head = cfg.tied_embeddings(), .qwen_extras = true,
+          .family = model_type, .heads = gdn_heads(cfg)};
+}
+
+// The importer's reader (it refuses what tessel cannot build, such as RoPE scaling); MTP layers as
+// the published checkpoints carry them: Qwen3.5's mtp_num_hidden_layers, Qwen3-Next's
+// num_nextn_predict_layers (absent from its config.json: vLLM's default, 1).
+PlannerSizes planner_sizes(const nlohmann::json& j, const std::string& model_type, const std::string& source) {
+  PlannerSizes m;
+  ModelConfig& c = m.cfg;
+  c = read(j, model_type, source);
+  c.seq_length = c.max_position_embeddings;
+  const nlohmann::json& text = model_type == "qwen3_5_moe" ? j.at("text_config") : j;
+  c.mtp_num_layers = model_type == "qwen3_next" ? optional_value(text, "num_nextn_predict_layers", source, 1)
+                                                : optional_value(text, "mtp_num_hidden_layers", source, 0);
+  return m;
+}
+
+}  // namespace
+
+const Family& qwen3_next_family() {
+  static const Family row{
+      .name = "qwen3_next",
+      .model_types = {std::begin(kModelTypes), std::end(kModelTypes)},
+      .export_types = {std::begin(kModelTypes), std::end(kModelTypes)},
+      .writes = [](const ModelConfig& cfg) { return cfg.linear.enabled(); },
+      .writes_what = "models with Gated DeltaNet layers",
+      .read = read,
+      .write = write,
+      .export_violations = export_violations,
+      .layout = layout,
+      .import_rules = import_rules,
+      .planner_sizes = planner_sizes,
+  };
+  return row;
 }
 
 }  // namespace tessel
