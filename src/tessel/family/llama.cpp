@@ -61,6 +61,17 @@ bool is_exact(const LlamaType& t, const ModelConfig& cfg) {
   return t.qkv_bias == cfg.add_qkv_bias && t.qk_layernorm == cfg.qk_layernorm;
 }
 
+// The sizes every llama-layout config.json gives, read alike by the importer and the planner.
+void read_sizes(const nlohmann::json& j, const std::string& source, ModelConfig& c) {
+  c.hidden_size = required<int>(j, "hidden_size", source);
+  c.num_layers = required<int>(j, "num_hidden_layers", source);
+  c.num_attention_heads = required<int>(j, "num_attention_heads", source);
+  c.num_query_groups = optional_value(j, "num_key_value_heads", source, c.num_attention_heads);
+  c.ffn_hidden_size = required<int>(j, "intermediate_size", source);
+  c.vocab_size = required<int>(j, "vocab_size", source);
+  c.max_position_embeddings = required<int>(j, "max_position_embeddings", source);
+}
+
 ModelConfig read(const nlohmann::json& j, const std::string& model_type, const std::string& source) {
   const LlamaType& type = llama_type(model_type);
   ModelConfig cfg;
@@ -76,13 +87,7 @@ ModelConfig read(const nlohmann::json& j, const std::string& model_type, const s
                  "tessel has no o_proj bias)",
                  source, type.model_type);
   }
-  cfg.hidden_size = required<int>(j, "hidden_size", source);
-  cfg.num_layers = required<int>(j, "num_hidden_layers", source);
-  cfg.num_attention_heads = required<int>(j, "num_attention_heads", source);
-  cfg.num_query_groups = optional_value(j, "num_key_value_heads", source, cfg.num_attention_heads);
-  cfg.ffn_hidden_size = required<int>(j, "intermediate_size", source);
-  cfg.vocab_size = required<int>(j, "vocab_size", source);
-  cfg.max_position_embeddings = required<int>(j, "max_position_embeddings", source);
+  read_sizes(j, source, cfg);
   cfg.norm_epsilon = optional_value(j, "rms_norm_eps", source, 1e-6f);
   cfg.rotary_base = optional_value(j, "rope_theta", source, 10000.0f);
   cfg.mtp_num_layers = optional_value(j, "num_nextn_predict_layers", source, 0);
@@ -167,13 +172,7 @@ void read_llama_planner_sizes(const nlohmann::json& j, const std::string& model_
                               const std::string& source, PlannerSizes& m) {
   ModelConfig& c = m.cfg;
   c.arch = Arch::Llama;
-  c.hidden_size = required<int>(j, "hidden_size", source);
-  c.num_layers = required<int>(j, "num_hidden_layers", source);
-  c.num_attention_heads = required<int>(j, "num_attention_heads", source);
-  c.num_query_groups = optional_value(j, "num_key_value_heads", source, c.num_attention_heads);
-  c.ffn_hidden_size = required<int>(j, "intermediate_size", source);
-  c.vocab_size = required<int>(j, "vocab_size", source);
-  c.max_position_embeddings = required<int>(j, "max_position_embeddings", source);
+  read_sizes(j, source, c);
   c.seq_length = c.max_position_embeddings;
   c.add_qkv_bias = model_type.starts_with("qwen2") || optional_value(j, "attention_bias", source, false);
   c.qk_layernorm = model_type.starts_with("qwen3");
