@@ -57,8 +57,8 @@ int main(int argc, char** argv) {
   try {
     const Kernels& k = cpu_kernels();
     ParamRegistry params;
-    TransformerChunk model(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1,
-                           no_tensor_parallel(k), params, no_context_parallel(k));
+    TransformerChunk model(k, params, cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}},
+                           ChunkGroups::one_process(k));
     params.finalize(k.memory);
     params.init_values(1);
     AdamW optimizer(k, params, OptimizerConfig{});

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
 
     const double before_registry = rss_mb();
     ParamRegistry params;
-    TransformerChunk::declare(cfg, ChunkSpec{stage * per_stage, per_stage, stage == 0, stage == P - 1}, 1,
+    TransformerChunk::declare(cfg, {.spec = ChunkSpec{stage * per_stage, per_stage, stage == 0, stage == P - 1}},
                               ChunkPlace{.tp = tp, .tp_rank = tp_rank}, params);
     params.finalize();
     int64_t largest = 0;  // the whole tensor of the largest parameter

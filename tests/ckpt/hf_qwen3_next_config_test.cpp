@@ -60,7 +60,7 @@ void expect_same_fields(const ModelConfig& a, const ModelConfig& b, const std::s
 
 ParamRegistry model_registry(const ModelConfig& cfg, uint64_t seed) {
   ParamRegistry r;
-  TransformerChunk::declare(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, ChunkPlace{}, r);
+  TransformerChunk::declare(cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}}, ChunkPlace{}, r);
   r.finalize();
   r.init_values(seed);
   return r;

@@ -171,7 +171,7 @@ TEST_P(HfFamily, ExportImportGivesTheSameLoss) {
   const ChunkSpec whole{0, cfg.num_layers, true, true};
   ParamRegistry saved;
   const Kernels& k = cpu_kernels();
-  TransformerChunk model(k, cfg, whole, 1, no_tensor_parallel(k), saved, no_context_parallel(k));
+  TransformerChunk model(k, saved, cfg, {.spec = whole}, ChunkGroups::one_process(k));
   saved.finalize();
   model.bind(saved);
   saved.init_values(9);
@@ -198,8 +198,7 @@ TEST_P(HfFamily, ExportImportGivesTheSameLoss) {
   EXPECT_EQ(back.moe.num_experts, cfg.moe.num_experts);
   back.seq_length = cfg.seq_length;
   ParamRegistry loaded;
-  TransformerChunk reloaded(k, back, whole, 1, no_tensor_parallel(k), loaded,
-                            no_context_parallel(k));
+  TransformerChunk reloaded(k, loaded, back, {.spec = whole}, ChunkGroups::one_process(k));
   loaded.finalize();
   reloaded.bind(loaded);
   load_hf_weights(loaded, back, path("out"));

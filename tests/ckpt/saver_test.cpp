@@ -29,7 +29,7 @@ struct SaverFixture {
   std::unique_ptr<AdamW> optimizer;
 
   SaverFixture() {  // the parameters of the model `cfg` (verify_checkpoint checks a save against it)
-    TransformerChunk::declare(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, ChunkPlace{}, params);
+    TransformerChunk::declare(cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}}, ChunkPlace{}, params);
     params.finalize();
     params.init_values(3);
     optimizer = std::make_unique<AdamW>(cpu_kernels(), params, OptimizerConfig{});

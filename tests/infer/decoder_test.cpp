@@ -123,8 +123,8 @@ struct Model {
 
   explicit Model(const ModelConfig& c)
       : cfg(c),
-        chunk(cpu_kernels(), c, ChunkSpec{0, c.num_layers, true, true}, 1, no_tensor_parallel(cpu_kernels()),
-              params, no_context_parallel(cpu_kernels())),
+        chunk(cpu_kernels(), params, c, {.spec = ChunkSpec{0, c.num_layers, true, true}},
+              ChunkGroups::one_process(cpu_kernels())),
         T(c.seq_length),
         V(chunk.vocab_shard_size()) {
     params.finalize();

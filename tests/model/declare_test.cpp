@@ -62,10 +62,10 @@ TEST(DeclareChunk, DeclaresWhatTheRealBuildHolds) {
   for (const Case& c : cases()) {
     for (const ChunkSpec spec : {ChunkSpec{0, c.cfg.num_layers, true, true}, ChunkSpec{1, 2, false, true}}) {
       ParamRegistry real_params, declared_params;
-      const TransformerChunk real(k, c.cfg, spec, 2, no_tensor_parallel(k), real_params,
-                                  no_context_parallel(k), {}, c.recompute);
-      const ChunkTensors declared =
-          TransformerChunk::declare(c.cfg, spec, 2, ChunkPlace{}, declared_params, c.recompute);
+      const TransformerChunk real(k, real_params, c.cfg, {.spec = spec, .micro_batch = 2, .recompute = c.recompute},
+                                  ChunkGroups::one_process(k));
+      const ChunkTensors declared = TransformerChunk::declare(
+          c.cfg, {.spec = spec, .micro_batch = 2, .recompute = c.recompute}, ChunkPlace{}, declared_params);
       ASSERT_EQ(real_params.params().size(), declared_params.params().size()) << c.name;
       for (size_t i = 0; i < real_params.params().size(); ++i) {
         const Param &p = real_params.params()[i], &q = declared_params.params()[i];
@@ -92,9 +92,9 @@ TEST(DeclareChunk, APlaceInTheGroupsSplitsAsTheGroupsWould) {
   cfg.moe.capacity_factor = 1.5;
   const ChunkSpec whole{0, cfg.num_layers, true, true};
   ParamRegistry one, split;
-  const ChunkTensors alone = TransformerChunk::declare(cfg, whole, 2, ChunkPlace{}, one);
+  const ChunkTensors alone = TransformerChunk::declare(cfg, {.spec = whole, .micro_batch = 2}, ChunkPlace{}, one);
   const ChunkPlace place{.tp = 2, .tp_rank = 1, .sequence_parallel = true, .ep = 2, .ep_rank = 1};
-  const ChunkTensors tp2 = TransformerChunk::declare(cfg, whole, 2, place, split);
+  const ChunkTensors tp2 = TransformerChunk::declare(cfg, {.spec = whole, .micro_batch = 2}, place, split);
   const Param& q = split.get("model.layers.0.self_attn.q_proj.weight");
   EXPECT_EQ(q.local_shape, (Shape{cfg.hidden_size / 2, cfg.hidden_size}));
   EXPECT_EQ(q.shard.index, 1);

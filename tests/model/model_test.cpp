@@ -32,8 +32,8 @@ struct TinyModel {
   std::vector<int32_t> tokens, targets;
 
   TinyModel(const ModelConfig& cfg, int64_t batch)
-      : chunk(cpu_kernels(), cfg, ChunkSpec{0, cfg.num_layers, true, true}, batch,
-              no_tensor_parallel(cpu_kernels()), params, no_context_parallel(cpu_kernels())) {
+      : chunk(cpu_kernels(), params, cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}, .micro_batch = batch},
+              ChunkGroups::one_process(cpu_kernels())) {
     params.finalize();
     chunk.bind(params);
     params.init_values(7);
@@ -131,7 +131,7 @@ void check_split_backward(const ModelConfig& cfg, ChunkSpec spec) {
   const int64_t batch = 2, n = batch * cfg.seq_length, C = cfg.hidden_size;
   ParamRegistry params;
   const Kernels& k = cpu_kernels();
-  TransformerChunk chunk(k, cfg, spec, batch, no_tensor_parallel(k), params, no_context_parallel(k));
+  TransformerChunk chunk(k, params, cfg, {.spec = spec, .micro_batch = batch}, ChunkGroups::one_process(k));
   params.finalize();
   chunk.bind(params);
   params.init_values(7);
@@ -236,8 +236,8 @@ TEST(ModelParams, AttentionOptionsDeclareQwenParameters) {
   const int64_t D = cfg.head_dim(), G = cfg.query_groups();
   ParamRegistry params;
   const Kernels& k = cpu_kernels();
-  TransformerChunk chunk(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, 2, no_tensor_parallel(k),
-                         params, no_context_parallel(k));
+  TransformerChunk chunk(k, params, cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}, .micro_batch = 2},
+                         ChunkGroups::one_process(k));
   params.finalize();
   params.init_values(3);
   EXPECT_EQ(params.numel(), cfg.num_parameters());

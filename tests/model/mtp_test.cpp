@@ -58,8 +58,8 @@ struct MtpModel {
   float scale = 0;
 
   MtpModel(const ModelConfig& cfg, int64_t B)
-      : chunk(cpu_kernels(), cfg, ChunkSpec{0, cfg.num_layers, true, true}, B,
-              no_tensor_parallel(cpu_kernels()), params, no_context_parallel(cpu_kernels())) {
+      : chunk(cpu_kernels(), params, cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}, .micro_batch = B},
+              ChunkGroups::one_process(cpu_kernels())) {
     params.finalize();
     chunk.bind(params);
     params.init_values(7);
@@ -154,7 +154,8 @@ TEST(Mtp, ParametersUnderHuggingFaceNames) {
   c.mtp_num_layers = 1;
   c.moe = {.num_experts = 4, .topk = 2, .ffn_hidden_size = 8, .shared_expert_size = 8, .shared_expert_gate = true};
   ParamRegistry params;
-  TransformerChunk::declare(c, ChunkSpec{0, c.num_layers, true, true}, 2, ChunkPlace{}, params);
+  TransformerChunk::declare(c, {.spec = ChunkSpec{0, c.num_layers, true, true}, .micro_batch = 2}, ChunkPlace{},
+                            params);
   for (const char* name :
        {"mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.fc.weight", "mtp.norm.weight",
         "mtp.layers.0.input_layernorm.weight", "mtp.layers.0.self_attn.q_proj.weight",
@@ -166,7 +167,7 @@ TEST(Mtp, ParametersUnderHuggingFaceNames) {
   // The MTP layer's parameters, as the config counts them, are the declared ones.
   auto declared = [](const ModelConfig& m) {
     ParamRegistry r;
-    TransformerChunk::declare(m, ChunkSpec{0, m.num_layers, true, true}, 2, ChunkPlace{}, r);
+    TransformerChunk::declare(m, {.spec = ChunkSpec{0, m.num_layers, true, true}, .micro_batch = 2}, ChunkPlace{}, r);
     int64_t n = 0;
     for (const Param& p : r.params()) n += p.numel();
     return n;

@@ -49,8 +49,8 @@ class PackedModel {
  public:
   explicit PackedModel(Arch arch)
       : cfg_(config(arch)),
-        chunk_(k(), cfg_, ChunkSpec{0, cfg_.num_layers, true, true}, 1, no_tensor_parallel(k()),
-               params_, no_context_parallel(k())) {
+        chunk_(k(), params_, cfg_, {.spec = ChunkSpec{0, cfg_.num_layers, true, true}},
+               ChunkGroups::one_process(k())) {
     params_.finalize();
     chunk_.bind(params_);
     params_.init_values(3);

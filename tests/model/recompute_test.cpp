@@ -36,8 +36,9 @@ Memory memory(Arch arch, const RecomputeOptions& r) {
   const Kernels& k = cpu_kernels();
   const ModelConfig cfg = config(arch);
   ParamRegistry params;
-  TransformerChunk chunk(k, cfg, ChunkSpec{0, cfg.num_layers, false, false}, kBatch, no_tensor_parallel(k),
-                         params, no_context_parallel(k), {}, r);
+  TransformerChunk chunk(k, params, cfg,
+                         {.spec = ChunkSpec{0, cfg.num_layers, false, false}, .micro_batch = kBatch, .recompute = r},
+                         ChunkGroups::one_process(k));
   params.finalize();
   chunk.bind(params);
   const ChunkActivations acts = chunk.make_activations();

@@ -94,8 +94,8 @@ TrainRun train(Arch arch, const RankSchedule& actions, int iterations) {
   ProcessGroups groups = ProcessGroups::single();
   ParamRegistry params;
   const Kernels& k = cpu_kernels();
-  TransformerChunk chunk(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, kMicroBatch,
-                         no_tensor_parallel(k), params, no_context_parallel(k));
+  TransformerChunk chunk(k, params, cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}, .micro_batch = kMicroBatch},
+                         ChunkGroups::one_process(k));
   params.finalize();
   chunk.bind(params);
   params.init_values(7);

@@ -283,7 +283,7 @@ int verify_checkpoint(const std::string& dir, int64_t iteration) {
   saved_step_count(meta, iter_dir);
   const ModelConfig cfg = model_config_from_hf(meta["model"], iter_dir + "/metadata.json (model)");
   ParamRegistry model;
-  TransformerChunk::declare(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, ChunkPlace{}, model);
+  TransformerChunk::declare(cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}}, ChunkPlace{}, model);
   check_shapes(meta["tensors"], model, iter_dir);
   std::vector<float> values, m, v;
   for (const Param& declared : model.params()) {

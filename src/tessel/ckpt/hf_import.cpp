@@ -145,7 +145,7 @@ void load_hf_params(ParamRegistry& mine, const ParamRegistry& whole, HfWeightFil
 
 std::vector<std::string> load_hf_weights(ParamRegistry& registry, const ModelConfig& cfg, const std::string& path) {
   ParamRegistry whole;
-  TransformerChunk::declare(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, ChunkPlace{}, whole);
+  TransformerChunk::declare(cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}}, ChunkPlace{}, whole);
   // A family with several model_types (Qwen3-Next's) tells their layouts apart by config.json.
   const Family& family = family_writing(cfg);
   const HfImportRules rules =

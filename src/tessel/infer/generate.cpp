@@ -99,8 +99,8 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
   cfg.moe.pad_to_capacity = false;
   const Kernels& k = cpu_kernels();
   ParamRegistry params;
-  TransformerChunk model(k, cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, no_tensor_parallel(k),
-                         params, no_context_parallel(k));
+  TransformerChunk model(k, params, cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}},
+                         ChunkGroups::one_process(k));
   params.finalize(k.memory);
   model.bind(params);
   load_hf_weights(params, cfg, model_dir);

@@ -82,10 +82,8 @@ Attention::Attention(const LayerContext& ctx, int layer)
   if (cfg.qk_layernorm) {
     // One weight per head dimension, shared by all heads: replicated over TP, each rank's gradient
     // from its own heads only, summed over TP by GradSync (Param::grad_partial_over_tp).
-    q_norm_.emplace(k_, registry, NormKind::RMSNorm, p + "q_norm.weight", "", D_, cfg.norm_epsilon,
-                    cfg.layernorm_1p);
-    k_norm_.emplace(k_, registry, NormKind::RMSNorm, p + "k_norm.weight", "", D_, cfg.norm_epsilon,
-                    cfg.layernorm_1p);
+    q_norm_.emplace(k_, registry, model_norm(cfg, NormKind::RMSNorm, p + "q_norm.weight", D_));
+    k_norm_.emplace(k_, registry, model_norm(cfg, NormKind::RMSNorm, p + "k_norm.weight", D_));
     registry.params()[q_norm_->weight()].grad_partial_over_tp = true;
     registry.params()[k_norm_->weight()].grad_partial_over_tp = true;
   }

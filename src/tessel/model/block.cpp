@@ -23,6 +23,12 @@ std::string norm_name(const ModelConfig& cfg, int layer, int which, const char* 
                      which == 1 ? "input_layernorm" : "post_attention_layernorm", part);
 }
 
+// Norm `which` (1 before the mixer, 2 before the MLP) of `layer`.
+Norm::Spec block_norm(const ModelConfig& cfg, int layer, int which) {
+  return model_norm(cfg, norm_kind(cfg), norm_name(cfg, layer, which, "weight"), cfg.hidden_size,
+                    norm_name(cfg, layer, which, "bias"));
+}
+
 // The mixer --linear-attention-freq picks for the layer.
 Mixer make_mixer(const LayerContext& ctx, int layer) {
   if (ctx.cfg.is_linear_layer(layer)) return Mixer(std::in_place_type<GatedDeltaNet>, ctx, layer);
@@ -39,9 +45,14 @@ FeedForward make_ffn(const LayerContext& ctx, int layer, LayerRecompute recomput
   };
   const bool gpt2 = cfg.arch == Arch::GPT2;
   return FeedForward(std::in_place_type<Mlp>, ctx.k, ctx.registry,
-                     gpt2 ? fmt::format("transformer.h.{}.mlp.", layer) : cfg.layer_prefix(layer) + "mlp.",
-                     gpt2 ? Activation::Gelu : Activation::SwiGlu, cfg.hidden_size, cfg.ffn_size(),
-                     cfg.ffn_size() / tp.size(), split, output_init_std(cfg.num_layers));
+                     Mlp::Spec{.prefix = gpt2 ? fmt::format("transformer.h.{}.mlp.", layer)
+                                              : cfg.layer_prefix(layer) + "mlp.",
+                               .activation = gpt2 ? Activation::Gelu : Activation::SwiGlu,
+                               .C = cfg.hidden_size,
+                               .F = cfg.ffn_size(),
+                               .F_l = cfg.ffn_size() / tp.size(),
+                               .split = split,
+                               .out_std = output_init_std(cfg.num_layers)});
 }
 }  // namespace
 
@@ -52,11 +63,9 @@ TransformerBlock::TransformerBlock(const LayerContext& ctx, int layer, LayerReco
       N_(ctx.rows()),
       N_l_(ctx.local_rows()),
       C_(ctx.cfg.hidden_size),
-      norm1_(ctx.k, ctx.registry, norm_kind(ctx.cfg), norm_name(ctx.cfg, layer, 1, "weight"),
-             norm_name(ctx.cfg, layer, 1, "bias"), ctx.cfg.hidden_size, ctx.cfg.norm_epsilon, ctx.cfg.layernorm_1p),
+      norm1_(ctx.k, ctx.registry, block_norm(ctx.cfg, layer, 1)),
       mixer_(make_mixer(ctx, layer)),
-      norm2_(ctx.k, ctx.registry, norm_kind(ctx.cfg), norm_name(ctx.cfg, layer, 2, "weight"),
-             norm_name(ctx.cfg, layer, 2, "bias"), ctx.cfg.hidden_size, ctx.cfg.norm_epsilon, ctx.cfg.layernorm_1p),
+      norm2_(ctx.k, ctx.registry, block_norm(ctx.cfg, layer, 2)),
       ffn_(make_ffn(ctx, layer, recompute)),
       recompute_(recompute) {}
 

@@ -6,19 +6,19 @@
 
 namespace tessel {
 
-ChunkTensors TransformerChunk::declare(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
-                                       const ChunkPlace& place, ParamRegistry& registry,
-                                       const RecomputeOptions& recompute) {
+ChunkTensors TransformerChunk::declare(const ModelConfig& cfg, const ChunkBuild& build, const ChunkPlace& place,
+                                       ParamRegistry& registry) {
   const Kernels& k = cpu_kernels();  // nothing is allocated or computed with it
   const TensorParallel tp{CommGroup(GroupPlace{place.tp_rank, place.tp}), place.sequence_parallel, &k};
   // The MoE token group (TP × CP, Megatron's tp_cp group) has this rank first; only its size is read.
-  const MoeGroups moe{.ep = CommGroup(GroupPlace{place.ep_rank, place.ep}),
-                      .etp = CommGroup(GroupPlace{place.etp_rank, place.etp}),
-                      .token_group = moe_rows_split(tp, place.cp) ? CommGroup(GroupPlace{0, place.tp * place.cp})
-                                                                  : CommGroup()};
-  const TransformerChunk chunk(k, cfg, spec, micro_batch, tp, registry,
-                               ContextParallel(CommGroup(GroupPlace{place.cp_rank, place.cp}), CpCommType::P2P, k),
-                               moe, recompute, false);
+  const ChunkGroups groups{
+      .tp = tp,
+      .cp = ContextParallel(CommGroup(GroupPlace{place.cp_rank, place.cp}), CpCommType::P2P, k),
+      .moe = {.ep = CommGroup(GroupPlace{place.ep_rank, place.ep}),
+              .etp = CommGroup(GroupPlace{place.etp_rank, place.etp}),
+              .token_group = moe_rows_split(tp, place.cp) ? CommGroup(GroupPlace{0, place.tp * place.cp})
+                                                          : CommGroup()}};
+  const TransformerChunk chunk(k, registry, cfg, build, groups, false);
   return chunk.tensors_;
 }
 

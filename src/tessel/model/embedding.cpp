@@ -27,15 +27,17 @@ int Embedding::declare_word_embeddings(ParamRegistry& registry, const ModelConfi
                       kInitStd, true, vocab);
 }
 
-Embedding::Embedding(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
-                     const TensorParallel& tp, int64_t N, Tensor positions, int word_embeddings)
-    : k_(k),
-      params_(registry),
-      tp_(tp),
-      N_(N),
-      C_(cfg.hidden_size),
-      vocab_size_(cfg.vocab_size),
-      positions_(std::move(positions)) {
+Embedding::Embedding(const LayerContext& ctx, int word_embeddings)
+    : k_(ctx.k),
+      params_(ctx.registry),
+      tp_(ctx.tp),
+      N_(ctx.rows()),
+      C_(ctx.cfg.hidden_size),
+      vocab_size_(ctx.cfg.vocab_size),
+      positions_(ctx.positions) {
+  const ModelConfig& cfg = ctx.cfg;
+  const TensorParallel& tp = ctx.tp;
+  ParamRegistry& registry = ctx.registry;
   const int64_t V_l = cfg.padded_vocab(tp.size()) / tp.size();
   vocab_start_ = tp.rank() * V_l;
   V_valid_ = std::clamp<int64_t>(cfg.vocab_size - vocab_start_, 0, V_l);

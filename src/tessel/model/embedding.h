@@ -9,6 +9,7 @@
 
 #include "tessel/model/config.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/parallel/tensor_parallel.h"
 
 namespace tessel {
@@ -21,10 +22,9 @@ class Embedding {
   };
 
   // Declares the word embeddings and, for gpt2, transformer.wpe.weight [max positions, C]. N rows
-  // (B·T_l); positions (N) i32: each row's global position. `word_embeddings` ≥ 0: a lookup of
-  // those already declared (multi-token prediction's, llama), declaring nothing.
-  Embedding(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
-            const TensorParallel& tp, int64_t N, Tensor positions, int word_embeddings = -1);
+  // (ctx.rows(), B·T_l) at ctx.positions. `word_embeddings` ≥ 0: a lookup of those already
+  // declared (multi-token prediction's, llama), declaring nothing.
+  explicit Embedding(const LayerContext& ctx, int word_embeddings = -1);
   // The word embeddings alone (gpt2 transformer.wte.weight / llama model.embed_tokens.weight
   // [V, C], split over TP by rows, padded as Megatron's --make-vocab-size-divisible-by): also a
   // last pipeline stage's copy of GPT-2's tied LM head. Returns the registry index.

@@ -7,20 +7,24 @@
 
 namespace tessel {
 
-Head::Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
-           const TensorParallel& tp, int64_t N, int tied_embedding, TensorList& scratch,
-           const std::string& mtp_norm)
-    : k_(k),
-      params_(registry),
-      tp_(tp),
-      norm_(k, registry, cfg.arch == Arch::GPT2 ? NormKind::LayerNorm : NormKind::RMSNorm,
-            !mtp_norm.empty()        ? mtp_norm
-            : cfg.arch == Arch::GPT2 ? "transformer.ln_f.weight"
-                                     : "model.norm.weight",
-            "transformer.ln_f.bias", cfg.hidden_size, cfg.norm_epsilon, cfg.layernorm_1p),
-      N_(N),
-      C_(cfg.hidden_size),
-      vocab_size_(cfg.vocab_size) {
+Head::Head(const LayerContext& ctx, int tied_embedding, const std::string& mtp_norm)
+    : k_(ctx.k),
+      params_(ctx.registry),
+      tp_(ctx.tp),
+      norm_(ctx.k, ctx.registry,
+            model_norm(ctx.cfg, ctx.cfg.arch == Arch::GPT2 ? NormKind::LayerNorm : NormKind::RMSNorm,
+                       !mtp_norm.empty()            ? mtp_norm
+                       : ctx.cfg.arch == Arch::GPT2 ? "transformer.ln_f.weight"
+                                                    : "model.norm.weight",
+                       ctx.cfg.hidden_size, "transformer.ln_f.bias")),
+      N_(ctx.rows()),
+      C_(ctx.cfg.hidden_size),
+      vocab_size_(ctx.cfg.vocab_size) {
+  const ModelConfig& cfg = ctx.cfg;
+  const TensorParallel& tp = ctx.tp;
+  const int64_t N = N_;
+  ParamRegistry& registry = ctx.registry;
+  TensorList& scratch = ctx.buffers.scratch;
   V_l_ = cfg.padded_vocab(tp.size()) / tp.size();
   vocab_start_ = tp.rank() * V_l_;
   V_valid_ = std::clamp<int64_t>(cfg.vocab_size - vocab_start_, 0, V_l_);

@@ -15,6 +15,7 @@
 
 #include "tessel/model/config.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/model/norm.h"
 #include "tessel/parallel/tensor_parallel.h"
 
@@ -30,11 +31,11 @@ class Head {
   };
 
   // Declares the final norm and, unless `tied_embedding` (GPT-2's word embedding index, -1 for
-  // llama) is given, lm_head.weight [V, C] split over TP by vocabulary rows; its scratch in
-  // `scratch`. `mtp_norm`: a multi-token prediction depth's head (model/mtp.h), its norm of that
-  // name and the LM head `tied_embedding`, used only with gradients (no logits kept).
-  Head(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, const TensorParallel& tp,
-       int64_t N, int tied_embedding, TensorList& scratch, const std::string& mtp_norm = {});
+  // llama) is given, lm_head.weight [V, C] split over TP by vocabulary rows, on ctx.rows() rows;
+  // its scratch in ctx.buffers.scratch. `mtp_norm`: a multi-token prediction depth's head
+  // (model/mtp.h), its norm of that name and the LM head `tied_embedding`, used only with
+  // gradients (no logits kept).
+  Head(const LayerContext& ctx, int tied_embedding, const std::string& mtp_norm = {});
 
   void list_saved(Saved& s, TensorList& buffers) const;
   // x_local (N_l, C): the last layer's output. With targets (N) i32: returns Σ of the token losses

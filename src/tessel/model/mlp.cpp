@@ -2,30 +2,31 @@
 
 namespace tessel {
 
-Mlp::Mlp(const Kernels& k, ParamRegistry& registry,
-         const std::string& prefix, Activation activation, int64_t C, int64_t F, int64_t F_l,
-         const Split& split, float out_std)
+Mlp::Mlp(const Kernels& k, ParamRegistry& registry, const Spec& spec)
     : k_(k),
       params_(registry),
-      activation_(activation),
-      layout_(activation == Activation::Gelu ? WeightLayout::InOut : WeightLayout::OutIn),
-      C_(C),
-      F_l_(F_l) {
+      activation_(spec.activation),
+      layout_(spec.activation == Activation::Gelu ? WeightLayout::InOut : WeightLayout::OutIn),
+      C_(spec.C),
+      F_l_(spec.F_l) {
+  const std::string& prefix = spec.prefix;
+  const int64_t C = spec.C, F = spec.F;
+  const Split& split = spec.split;
   auto weight = [&](const std::string& name, Shape shape, float std, ShardSpec shard) {
     return registry.add(prefix + name, std::move(shape), ParamInit::Normal, std, true, shard);
   };
   auto bias = [&](const std::string& name, int64_t n, ShardSpec shard) {
     return registry.add(prefix + name, {n}, ParamInit::Zeros, 0, false, shard);
   };
-  if (activation == Activation::Gelu) {
+  if (spec.activation == Activation::Gelu) {
     fc_w_ = weight("c_fc.weight", {C, F}, kInitStd, split(1));
     fc_b_ = bias("c_fc.bias", F, split(0));
-    down_w_ = weight("c_proj.weight", {F, C}, out_std, split(0));
+    down_w_ = weight("c_proj.weight", {F, C}, spec.out_std, split(0));
     down_b_ = bias("c_proj.bias", C, ShardSpec{});
   } else {
     fc_w_ = weight("gate_proj.weight", {F, C}, kInitStd, split(0));
     up_w_ = weight("up_proj.weight", {F, C}, kInitStd, split(0));
-    down_w_ = weight("down_proj.weight", {C, F}, out_std, split(1));
+    down_w_ = weight("down_proj.weight", {C, F}, spec.out_std, split(1));
   }
 }
 

@@ -43,12 +43,22 @@ class Mlp {
   // The shard spec of a weight whose neurons run along dimension `dim`.
   using Split = std::function<ShardSpec(int dim)>;
 
-  // Declares the weights under `prefix` with Hugging Face's names (GELU: c_fc.weight [C, F],
+  // What an MLP is: where its weights are named, its activation, its width C, its F neurons (F_l
+  // of them on this rank, `split` giving each weight its shard) and its down projection's
+  // initialisation.
+  struct Spec {
+    std::string prefix;
+    Activation activation = Activation::SwiGlu;
+    int64_t C = 0, F = 0, F_l = 0;
+    Split split;
+    float out_std = 0;
+  };
+
+  // Declares the weights under spec.prefix with Hugging Face's names (GELU: c_fc.weight [C, F],
   // c_fc.bias, c_proj.weight [F, C], c_proj.bias; SwiGLU: gate_proj.weight, up_proj.weight
-  // [F, C], down_proj.weight [C, F]); `split` gives each its shard over the F neurons (F_l of
-  // them here). Initialised normal(0, 0.02), the down projection normal(0, out_std).
-  Mlp(const Kernels& k, ParamRegistry& registry, const std::string& prefix,
-      Activation activation, int64_t C, int64_t F, int64_t F_l, const Split& split, float out_std);
+  // [F, C], down_proj.weight [C, F]). Initialised normal(0, 0.02), the down projection
+  // normal(0, out_std).
+  Mlp(const Kernels& k, ParamRegistry& registry, const Spec& spec);
 
   // The hidden activations (hidden, up, act) to `activations`, the output gradients to
   // `gradients` (the same list, or the recompute lists' choice: model/layer.h); `role` names them

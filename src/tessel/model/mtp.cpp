@@ -17,19 +17,16 @@ MultiTokenPrediction::MultiTokenPrediction(const LayerContext& ctx, int word_emb
   const Kernels& k = ctx.k;
   ParamRegistry& registry = ctx.registry;
   const ModelConfig& cfg = ctx.cfg;
-  const TensorParallel& tp = ctx.tp;
   const NormKind kind = NormKind::RMSNorm;  // llama's (MTP needs --arch llama)
   depths_.resize(cfg.mtp_num_layers);
   for (int d = 0; d < cfg.mtp_num_layers; ++d) {
     Module& m = depths_[d];
-    m.embedding.emplace(k, registry, cfg, tp, N_, ctx.positions, word_embeddings);
-    m.enorm.emplace(k, registry, kind, module_name(d, "pre_fc_norm_embedding"), "", C_, cfg.norm_epsilon,
-                    cfg.layernorm_1p);
-    m.hnorm.emplace(k, registry, kind, module_name(d, "pre_fc_norm_hidden"), "", C_, cfg.norm_epsilon,
-                    cfg.layernorm_1p);
+    m.embedding.emplace(ctx, word_embeddings);
+    m.enorm.emplace(k, registry, model_norm(cfg, kind, module_name(d, "pre_fc_norm_embedding"), C_));
+    m.hnorm.emplace(k, registry, model_norm(cfg, kind, module_name(d, "pre_fc_norm_hidden"), C_));
     m.fc = registry.add(module_name(d, "fc"), {C_, 2 * C_}, ParamInit::Normal, kInitStd, true);
     m.layer = std::make_unique<TransformerBlock>(ctx, cfg.num_layers + d, recompute);
-    m.head.emplace(k, registry, cfg, tp, N_, lm_head, ctx.buffers.scratch, module_name(d, "norm"));
+    m.head.emplace(ctx, lm_head, module_name(d, "norm"));
   }
 }
 

@@ -4,12 +4,19 @@
 
 namespace tessel {
 
-Norm::Norm(const Kernels& k, ParamRegistry& registry, NormKind kind, const std::string& weight_name,
-           const std::string& bias_name, int64_t width, float eps, bool zero_centred)
-    : k_(k), params_(registry), kind_(kind), width_(width), eps_(eps), gain_offset_(zero_centred ? 1.0f : 0.0f) {
-  TESSEL_CHECK(!zero_centred || kind == NormKind::RMSNorm, "{}: a zero-centred norm is an RMSNorm", weight_name);
-  weight_ = registry.add(weight_name, {width}, zero_centred ? ParamInit::Zeros : ParamInit::Ones, 0, false);
-  if (kind == NormKind::LayerNorm) bias_ = registry.add(bias_name, {width}, ParamInit::Zeros, 0, false);
+Norm::Norm(const Kernels& k, ParamRegistry& registry, const Spec& spec)
+    : k_(k),
+      params_(registry),
+      kind_(spec.kind),
+      width_(spec.width),
+      eps_(spec.eps),
+      gain_offset_(spec.zero_centred ? 1.0f : 0.0f) {
+  TESSEL_CHECK(!spec.zero_centred || spec.kind == NormKind::RMSNorm, "{}: a zero-centred norm is an RMSNorm",
+               spec.weight_name);
+  weight_ = registry.add(spec.weight_name, {spec.width}, spec.zero_centred ? ParamInit::Zeros : ParamInit::Ones, 0,
+                         false);
+  if (spec.kind == NormKind::LayerNorm)
+    bias_ = registry.add(spec.bias_name, {spec.width}, ParamInit::Zeros, 0, false);
 }
 
 void Norm::list_saved(Saved& s, TensorList& buffers, int64_t rows, const std::string& role) const {
@@ -35,6 +42,16 @@ void Norm::backward(const Saved& s, float* dx, const float* dout, const float* x
     k_.rmsnorm_backward(dx, params_.grad(weight_), dout, x, params_.value(weight_), s.rstd.data(),
                         rows, width_, gain_offset_);
   }
+}
+
+Norm::Spec model_norm(const ModelConfig& cfg, NormKind kind, std::string weight_name, int64_t width,
+                      std::string bias_name) {
+  return {.kind = kind,
+          .weight_name = std::move(weight_name),
+          .bias_name = std::move(bias_name),
+          .width = width,
+          .eps = cfg.norm_epsilon,
+          .zero_centred = cfg.layernorm_1p};
 }
 
 }  // namespace tessel

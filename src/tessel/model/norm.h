@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tessel/model/config.h"
 #include "tessel/model/layer.h"
 
 namespace tessel {
@@ -19,10 +20,19 @@ class Norm {
     Tensor mean, rstd;  // (rows) each; mean for LayerNorm only
   };
 
-  // Declares `weight_name` (ones, or zeros when zero-centred; no weight decay) and, for
-  // LayerNorm, `bias_name` (zeros), replicated on every rank.
-  Norm(const Kernels& k, ParamRegistry& registry, NormKind kind, const std::string& weight_name,
-       const std::string& bias_name, int64_t width, float eps, bool zero_centred);
+  // What a norm is: its kind, the names of its weight and (LayerNorm) bias, the width of its rows,
+  // its epsilon, and whether its weight is zero-centred.
+  struct Spec {
+    NormKind kind = NormKind::RMSNorm;
+    std::string weight_name, bias_name;
+    int64_t width = 0;
+    float eps = 0;
+    bool zero_centred = false;
+  };
+
+  // Declares the weight (ones, or zeros when zero-centred; no weight decay) and, for LayerNorm,
+  // the bias (zeros), replicated on every rank.
+  Norm(const Kernels& k, ParamRegistry& registry, const Spec& spec);
 
   // `role` names the norm's tensors ("norm 1", "q-norm", ...).
   void list_saved(Saved& s, TensorList& buffers, int64_t rows, const std::string& role) const;
@@ -43,5 +53,9 @@ class Norm {
   float eps_;
   float gain_offset_;  // 1 when zero-centred
 };
+
+// A norm of the model's: its epsilon (--norm-epsilon) and zero-centring (--apply-layernorm-1p).
+Norm::Spec model_norm(const ModelConfig& cfg, NormKind kind, std::string weight_name, int64_t width,
+                      std::string bias_name = {});
 
 }  // namespace tessel

@@ -13,21 +13,49 @@ int64_t ChunkActivations::bytes() const {
   return n;
 }
 
-TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, ChunkSpec spec,
-                                   int64_t micro_batch, TensorParallel tp, ParamRegistry& registry,
-                                   ContextParallel cp, MoeGroups moe_groups,
-                                   const RecomputeOptions& recompute)
-    : TransformerChunk(k, cfg, spec, micro_batch, tp, registry, cp, moe_groups, recompute, true) {}
+TransformerChunk::TransformerChunk(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
+                                   const ChunkBuild& build, const ChunkGroups& groups)
+    : TransformerChunk(k, registry, cfg, build, groups, true) {}
 
 // Every tensor is declared first and allocated (or, declare-only, not) at the end, in one
 // allocation per list: the tables the layers copy before they are built, then the scratch and
 // the shared recomputed activations once every layer has declared its own.
-TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, ChunkSpec spec,
-                                   int64_t micro_batch, TensorParallel tp, ParamRegistry& registry,
-                                   ContextParallel cp, MoeGroups moe_groups,
-                                   const RecomputeOptions& recompute, bool allocate)
-    : k_(k), registry_(registry), cfg_(cfg), spec_(spec), tp_(tp), cp_(cp) {
+TransformerChunk::TransformerChunk(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg,
+                                   const ChunkBuild& build, const ChunkGroups& groups, bool allocate)
+    : k_(k), registry_(registry), cfg_(cfg), spec_(build.spec), tp_(groups.tp), cp_(groups.cp) {
   cfg_.validate();
+  check_split(build.micro_batch);
+  B_ = build.micro_batch;
+  T_ = cfg.seq_length / cp_.size();  // this CP rank's rows of every sequence
+  N_ = B_ * T_;
+  N_l_ = tp_.local_rows(N_);
+  C_ = cfg.hidden_size;
+
+  TensorList tables, scratch, shared;
+  declare_tables(tables, allocate);
+  declare_scratch(scratch);
+  const LayerContext ctx{.k = k_, .registry = registry, .cfg = cfg_, .tp = tp_, .cp = cp_, .moe = groups.moe,
+                         .B = B_, .T_l = T_, .positions = positions_, .rope_cos = rope_cos_,
+                         .rope_sin = rope_sin_, .buffers = LayerBuffers{scratch, shared}};
+  declare_embeddings(ctx);
+  bool full_recompute = build_layers(ctx, build.recompute);
+  if (spec_.has_head) full_recompute |= build_head(ctx, build.recompute);
+  tensors_.slot = declare_recompute_memory(shared, full_recompute);
+  if (allocate) {
+    scratch.allocate(k_);
+    shared.allocate(k_);
+    if (!tp_.sequence_parallel) {  // the reduced rows are all the rows
+      scratch_.local = scratch_.full;
+      scratch_.local_grad = scratch_.full_grad;
+    }
+  }
+  tensors_.shared = shared.declared();
+  tensors_.scratch = tables.declared();
+  tensors_.scratch.insert(tensors_.scratch.end(), scratch.declared().begin(), scratch.declared().end());
+}
+
+void TransformerChunk::check_split(int64_t micro_batch) const {
+  const ModelConfig& cfg = cfg_;
   const int t = tp_.size();
   const int kv_groups = cfg.query_groups();  // fewer than TP ranks: replicated (model/attention.h)
   TESSEL_CHECK(cfg.num_attention_heads % t == 0 && (kv_groups >= t ? kv_groups % t == 0 : t % kv_groups == 0) &&
@@ -37,38 +65,39 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
   TESSEL_CHECK(cfg.seq_length % (2 * cp_.size()) == 0 || cp_.size() == 1,
                "context parallel needs --seq-length {} divisible by 2 × CP = {}", cfg.seq_length,
                2 * cp_.size());
-  B_ = micro_batch;
-  T_ = cfg.seq_length / cp_.size();  // this CP rank's rows of every sequence
-  N_ = B_ * T_;
-  TESSEL_CHECK(!tp_.sequence_parallel || N_ % t == 0,
-               "sequence parallel needs micro batch × sequence ({}) divisible by TP {}", N_, t);
-  N_l_ = tp_.local_rows(N_);
-  C_ = cfg.hidden_size;
-  TESSEL_CHECK(cfg.moe.num_experts == 0 ||
-                   (cfg.arch == Arch::Llama && (t == 1 || tp_.sequence_parallel)),
+  const int64_t rows = micro_batch * (cfg.seq_length / cp_.size());
+  TESSEL_CHECK(!tp_.sequence_parallel || rows % t == 0,
+               "sequence parallel needs micro batch × sequence ({}) divisible by TP {}", rows, t);
+  TESSEL_CHECK(cfg.moe.num_experts == 0 || (cfg.arch == Arch::Llama && (t == 1 || tp_.sequence_parallel)),
                "Mixture of Experts needs --arch llama, and sequence parallel with TP {}", t);
+}
 
-  // (N) the global position of each row b·T_l + t: this CP rank's positions, every sequence.
-  TensorList tables;
+// (N) the global position of each row b·T_l + t: this CP rank's positions, every sequence; llama's
+// RoPE tables.
+void TransformerChunk::declare_tables(TensorList& tables, bool allocate) {
+  const ModelConfig& cfg = cfg_;
   tables.set_part("chunk");
   tables.add(positions_, {N_}, "row positions", DType::I32);
-  const bool llama = cfg_.arch == Arch::Llama;
+  const bool llama = cfg.arch == Arch::Llama;
   if (llama) {
     tables.add(rope_cos_, {cfg.max_positions(), cfg.rotary_dim() / 2}, "RoPE cosines");
     tables.add(rope_sin_, {cfg.max_positions(), cfg.rotary_dim() / 2}, "RoPE sines");
   }
-  if (allocate) {
-    tables.allocate(k_);
-    const std::vector<int32_t> local = cp_.local_positions(cfg.seq_length);
-    std::vector<int32_t> rows;
-    for (int b = 0; b < B_; ++b) rows.insert(rows.end(), local.begin(), local.end());
-    k_.memory.from_host(positions_.ints(), rows.data(), N_ * 4);
-    if (llama)
-      k_.rope_tables(rope_cos_.data(), rope_sin_.data(), cfg.max_positions(), cfg.rotary_dim(),
-                     cfg.rotary_base);
-  }
+  if (!allocate) return;
+  tables.allocate(k_);
+  const std::vector<int32_t> local = cp_.local_positions(cfg.seq_length);
+  std::vector<int32_t> rows;
+  for (int b = 0; b < B_; ++b) rows.insert(rows.end(), local.begin(), local.end());
+  k_.memory.from_host(positions_.ints(), rows.data(), N_ * 4);
+  if (llama)
+    k_.rope_tables(rope_cos_.data(), rope_sin_.data(), cfg.max_positions(), cfg.rotary_dim(), cfg.rotary_base);
+}
+
+// The buffers of one call at a time every layer shares (model/layer.h ChunkScratch).
+void TransformerChunk::declare_scratch(TensorList& scratch) {
+  const ModelConfig& cfg = cfg_;
   const bool sp = tp_.sequence_parallel;
-  TensorList scratch, shared;
+  const int t = tp_.size();
   scratch.set_part("chunk");
   ChunkScratch& s = scratch_;
   scratch.add(s.full, {N_, C_}, "row-parallel partial sums");
@@ -82,48 +111,56 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
     scratch.add(s.d_attn, {N_, cfg.num_attention_heads / t * cfg.head_dim()}, "core attention output gradient");
   scratch.add(s.d_hidden, {N_, cfg.ffn_size() / t}, "MLP activation gradient");
   scratch.add(d_resid_, {N_l_, C_}, "residual gradient");
+}
 
-  // Parameters in Hugging Face order. A tied head on another stage keeps its own copy of the word
-  // embeddings, declared first as the embedding's, synchronised as Megatron's embedding group.
-  // A head on the rank of an earlier chunk holding the embedding (the first rank of a V) shares
-  // that chunk's word embeddings instead.
+// Parameters in Hugging Face order, the word embeddings first. A tied head on another stage keeps
+// its own copy of the word embeddings, declared first as the embedding's, synchronised as
+// Megatron's embedding group. A head on the rank of an earlier chunk holding the embedding (the
+// first rank of a V) shares that chunk's word embeddings instead.
+void TransformerChunk::declare_embeddings(const LayerContext& ctx) {
+  ParamRegistry& registry = ctx.registry;
   const std::string word_embeddings = Embedding::word_embeddings_name(cfg_);
   if (spec_.has_embedding) {
-    embedding_.emplace(k_, registry, cfg_, tp_, N_, positions_);
+    embedding_.emplace(ctx);
   } else if (spec_.has_head && cfg_.head_reads_embeddings() && registry.has(word_embeddings)) {
     shared_tied_ = registry.index(word_embeddings);
   } else if (spec_.has_head && cfg_.head_reads_embeddings()) {
     tied_copy_ = Embedding::declare_word_embeddings(registry, cfg_, tp_);
   }
+}
+
+bool TransformerChunk::build_layers(const LayerContext& ctx, const RecomputeOptions& recompute) {
   const int L = spec_.num_layers;
-  const LayerContext ctx{.k = k_, .registry = registry, .cfg = cfg_, .tp = tp_, .cp = cp_, .moe = moe_groups,
-                         .B = B_, .T_l = T_, .positions = positions_, .rope_cos = rope_cos_,
-                         .rope_sin = rope_sin_, .buffers = LayerBuffers{scratch, shared}};
   bool full_recompute = false;
   for (int i = 0; i < L; ++i) {
     const LayerRecompute r = layer_recompute(recompute, i, L);
     group_start_.push_back(r.full ? recompute_group_start(recompute, i) : i);
     full_recompute |= r.full;
     const char* part = cfg_.moe.is_moe_layer(spec_.first_layer + i) ? "MoE layers" : "layers";
-    scratch.set_part(part);
-    shared.set_part(part);
+    ctx.buffers.scratch.set_part(part);
+    ctx.buffers.shared.set_part(part);
     blocks_.push_back(std::make_unique<TransformerBlock>(ctx, spec_.first_layer + i, r));
   }
-  if (spec_.has_head) {
-    const int words = embedding_ ? embedding_->word_embeddings() : shared_tied_ >= 0 ? shared_tied_ : tied_copy_;
-    scratch.set_part("head");
-    head_.emplace(k_, registry, cfg_, tp_, N_, cfg_.tied_embeddings() ? words : -1, scratch);
-    if (cfg_.mtp_num_layers > 0) {
-      // One more layer, recomputed as a chunk of one layer would be.
-      const LayerRecompute r = layer_recompute(recompute, 0, 1);
-      full_recompute |= r.full;
-      scratch.set_part("MTP");
-      shared.set_part("MTP");
-      mtp_.emplace(ctx, words, head_->lm_head(), r);
-      mtp_loss_sums_.assign(cfg_.mtp_num_layers, 0.0);
-    }
-  }
-  // The largest recompute group's tensors: the memory every group borrows in turn.
+  return full_recompute;
+}
+
+bool TransformerChunk::build_head(const LayerContext& ctx, const RecomputeOptions& recompute) {
+  const int words = embedding_ ? embedding_->word_embeddings() : shared_tied_ >= 0 ? shared_tied_ : tied_copy_;
+  ctx.buffers.scratch.set_part("head");
+  head_.emplace(ctx, cfg_.tied_embeddings() ? words : -1);
+  if (cfg_.mtp_num_layers == 0) return false;
+  // One more layer, recomputed as a chunk of one layer would be.
+  const LayerRecompute r = layer_recompute(recompute, 0, 1);
+  ctx.buffers.scratch.set_part("MTP");
+  ctx.buffers.shared.set_part("MTP");
+  mtp_.emplace(ctx, words, head_->lm_head(), r);
+  mtp_loss_sums_.assign(cfg_.mtp_num_layers, 0.0);
+  return r.full;
+}
+
+// The largest recompute group's tensors: the memory every group borrows in turn. Returns what each
+// microbatch keeps (its slot).
+std::vector<DeclaredTensor> TransformerChunk::declare_recompute_memory(TensorList& shared, bool full_recompute) {
   ChunkActivations sizes;
   TensorList kept;
   std::vector<TensorList> groups;
@@ -131,21 +168,9 @@ TransformerChunk::TransformerChunk(const Kernels& k, const ModelConfig& cfg, Chu
   int64_t largest = 0;
   for (const TensorList& g : groups) largest = std::max(largest, g.bytes());
   shared.set_part("chunk");
-  if (largest > 0)
-    shared.add(recompute_arena_, {largest / 4}, "recompute arena (the largest group's tensors)");
+  if (largest > 0) shared.add(recompute_arena_, {largest / 4}, "recompute arena (the largest group's tensors)");
   if (full_recompute) shared.add(recompute_out_, {N_l_, C_}, "recomputed group's output");
-  if (allocate) {
-    scratch.allocate(k_);
-    shared.allocate(k_);
-    if (!sp) {  // the reduced rows are all the rows
-      s.local = s.full;
-      s.local_grad = s.full_grad;
-    }
-  }
-  tensors_.slot = kept.declared();
-  tensors_.shared = shared.declared();
-  tensors_.scratch = tables.declared();
-  tensors_.scratch.insert(tensors_.scratch.end(), scratch.declared().begin(), scratch.declared().end());
+  return kept.declared();
 }
 
 void TransformerChunk::bind(const ParamRegistry& registry) const {

@@ -37,6 +37,7 @@
 #include "tessel/model/embedding.h"
 #include "tessel/model/head.h"
 #include "tessel/model/layer.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/model/microbatch_inputs.h"
 #include "tessel/model/moe/moe.h"
 #include "tessel/model/mtp.h"
@@ -52,6 +53,30 @@ struct ChunkSpec {
   int num_layers = 0;
   bool has_embedding = true;  // first pipeline chunk
   bool has_head = true;       // last pipeline chunk: final norm, LM head, loss
+};
+
+// What a chunk is built as: its layers and ends (spec), the sequences of each microbatch, and
+// what its layers recompute in their backward instead of keeping (model/recompute.h, valid
+// options; the recomputed activations live in memory all its microbatches share).
+struct ChunkBuild {
+  ChunkSpec spec;
+  int64_t micro_batch = 1;
+  RecomputeOptions recompute = {};
+};
+
+// The groups a chunk is split over, whose communicators must outlive it: TP (attention heads and
+// query groups, MLP neurons, the padded vocabulary, and the rows under sequence parallel), CP
+// (each sequence's positions: this CP rank's seq_length / CP rows, parallel/context_parallel.h)
+// and the MoE layers' EP, ETP and token group (model/layer_context.h).
+struct ChunkGroups {
+  TensorParallel tp;
+  ContextParallel cp;
+  MoeGroups moe;
+
+  // One process: no TP, CP or expert parallelism.
+  static ChunkGroups one_process(const Kernels& k) {
+    return {.tp = no_tensor_parallel(k), .cp = no_context_parallel(k), .moe = {}};
+  }
 };
 
 // A rank's place in the groups a chunk is split over, for the declare-only build (which needs no
@@ -100,24 +125,16 @@ class TransformerChunk {
  public:
   // Declares this chunk's parameters — this TP rank's shards — in `registry` (before
   // registry.finalize()). The chunk computes with `k` (kernels/kernels.h); its activations live in
-  // k's memory. `tp`'s and `cp`'s communicators must outlive the chunk. Under context parallelism each
-  // sequence holds this CP rank's seq_length / CP rows (parallel/context_parallel.h), at their
-  // global positions. MoE layers (cfg.moe) talk over `moe_groups` (model/layer_context.h: EP, ETP,
-  // the token group; default groups are one process) and this chunk's TP. With TP they need
-  // sequence parallel and take this rank's rows. `recompute` (model/recompute.h, valid options):
-  // what the chunk's layers recompute in their backward instead of keeping; the recomputed
-  // activations live in memory all its microbatches share.
-  TransformerChunk(const Kernels& k, const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
-                   TensorParallel tp, ParamRegistry& registry, ContextParallel cp,
-                   MoeGroups moe_groups = {}, const RecomputeOptions& recompute = {});
+  // k's memory. MoE layers (cfg.moe) need sequence parallel with TP.
+  TransformerChunk(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, const ChunkBuild& build,
+                   const ChunkGroups& groups);
   TransformerChunk(const TransformerChunk&) = delete;
   TransformerChunk& operator=(const TransformerChunk&) = delete;
   // The declare-only build of the chunk of the rank at `place`: its parameters declared in
   // `registry` as the constructor declares them, and its tensors, with nothing allocated or
   // computed (no RoPE tables, no positions) and no communicator. Throws as the constructor does.
-  static ChunkTensors declare(const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
-                              const ChunkPlace& place, ParamRegistry& registry,
-                              const RecomputeOptions& recompute = {});
+  static ChunkTensors declare(const ModelConfig& cfg, const ChunkBuild& build, const ChunkPlace& place,
+                              ParamRegistry& registry);
   // After registry.finalize(): the registry the chunk declared into.
   void bind(const ParamRegistry& registry) const;
   // The rows a microbatch brings the chunk of `spec` (model/microbatch_inputs.h): the tokens and
@@ -202,9 +219,18 @@ class TransformerChunk {
 
  private:
   // `allocate` false: the declare-only build.
-  TransformerChunk(const Kernels& k, const ModelConfig& cfg, ChunkSpec spec, int64_t micro_batch,
-                   TensorParallel tp, ParamRegistry& registry, ContextParallel cp,
-                   MoeGroups moe_groups, const RecomputeOptions& recompute, bool allocate);
+  TransformerChunk(const Kernels& k, ParamRegistry& registry, const ModelConfig& cfg, const ChunkBuild& build,
+                   const ChunkGroups& groups, bool allocate);
+
+  // The constructor's steps, in order.
+  void check_split(int64_t micro_batch) const;
+  void declare_tables(TensorList& tables, bool allocate);
+  void declare_scratch(TensorList& scratch);
+  void declare_embeddings(const LayerContext& ctx);
+  // These two return whether a layer recomputes in full (needing a group's output buffer).
+  bool build_layers(const LayerContext& ctx, const RecomputeOptions& recompute);
+  bool build_head(const LayerContext& ctx, const RecomputeOptions& recompute);
+  std::vector<DeclaredTensor> declare_recompute_memory(TensorList& shared, bool full_recompute);
 
   const Kernels& k_;
   const ParamRegistry& registry_;

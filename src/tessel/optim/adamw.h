@@ -62,6 +62,7 @@ class AdamW {
   // State, for checkpoints: m and v hold numel() floats each, the owned ranges in order, in
   // memory() (read and written through its to_host and from_host).
   const OptimizerConfig& config() const { return config_; }
+  ParamRegistry& params() const { return params_; }  // what it updates
   const std::vector<FlatRange>& owned() const { return owned_; }
   int64_t numel() const { return state_numel_; }
   const DeviceMemory& memory() const { return k_.memory; }

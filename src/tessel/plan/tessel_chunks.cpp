@@ -24,8 +24,8 @@ ChunkPlace first_rank(const RunShape& x) {
 
 ChunkTensors declared_tensors(const RunShape& x, const ChunkSpec& chunk) {
   ParamRegistry params;  // counted by stage_params, over the stage's chunks together
-  return TransformerChunk::declare(x.model.cfg, chunk, x.b, first_rank(x), params,
-                                   x.run.recompute);
+  return TransformerChunk::declare(x.model.cfg, {.spec = chunk, .micro_batch = x.b, .recompute = x.run.recompute},
+                                   first_rank(x), params);
 }
 
 // The rows an MoE buffer's first dimension holds in this run, and so its bytes: the balanced
@@ -148,8 +148,8 @@ std::vector<Term> tessel_rank_buffers(const RunShape& x, int stage) {
 StageParams tessel_stage_params(const RunShape& x, int stage) {
   ParamRegistry params;  // the stage's chunks declare into one registry, as the trainer's do
   for (const ChunkSpec& chunk : x.stage_chunks(stage))
-    TransformerChunk::declare(x.model.cfg, chunk, x.b, first_rank(x), params,
-                              x.run.recompute);
+    TransformerChunk::declare(x.model.cfg, {.spec = chunk, .micro_batch = x.b, .recompute = x.run.recompute},
+                              first_rank(x), params);
   StageParams p;
   for (const Param& param : params.params()) (is_expert_param(param) ? p.experts : p.dense) += param.numel();
   return p;

@@ -4,11 +4,9 @@
 
 namespace tessel {
 
-Evaluator::Evaluator(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups,
-                     const ContextParallel& cp, const GptDataSplits& data,
-                     PipelineExecutor& pipeline,
-                     const std::vector<std::unique_ptr<TransformerChunk>>& chunks)
-    : k_(k), plan_(plan), groups_(groups), cp_(cp), data_(data), pipeline_(pipeline),
+Evaluator::Evaluator(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups, const GptDataSplits& data,
+                     PipelineExecutor& pipeline, const std::vector<std::unique_ptr<TransformerChunk>>& chunks)
+    : k_(k), plan_(plan), groups_(groups), cp_(&groups.cp(), plan.cp_comm, k), data_(data), pipeline_(pipeline),
       chunks_(chunks) {
   forwards_ = lower(forward_only_schedule(generate_schedule(plan.schedule)),
                     plan.schedule)[groups.coords().pp];

@@ -24,9 +24,8 @@ namespace tessel {
 class Evaluator {
  public:
   // Everything must outlive the evaluator.
-  Evaluator(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups,
-            const ContextParallel& cp, const GptDataSplits& data, PipelineExecutor& pipeline,
-            const std::vector<std::unique_ptr<TransformerChunk>>& chunks);
+  Evaluator(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups, const GptDataSplits& data,
+            PipelineExecutor& pipeline, const std::vector<std::unique_ptr<TransformerChunk>>& chunks);
 
   // The mean loss of evaluation number `index` on `split`; nullopt when the split has no data.
   // Collective over the world.
@@ -41,7 +40,7 @@ class Evaluator {
   const Kernels& k_;
   const TrainPlan& plan_;
   ProcessGroups& groups_;
-  const ContextParallel& cp_;
+  const ContextParallel cp_;  // the loaders take this CP rank's rows
   const GptDataSplits& data_;
   PipelineExecutor& pipeline_;
   const std::vector<std::unique_ptr<TransformerChunk>>& chunks_;

@@ -24,7 +24,7 @@ namespace {
 
 // Names and shapes of the parameters of some model chunks, as their declare-only build gives them.
 void declare_chunks(const ModelConfig& cfg, const std::vector<ChunkSpec>& specs, ParamRegistry& reg) {
-  for (const ChunkSpec& spec : specs) TransformerChunk::declare(cfg, spec, 1, ChunkPlace{}, reg);
+  for (const ChunkSpec& spec : specs) TransformerChunk::declare(cfg, {.spec = spec}, ChunkPlace{}, reg);
 }
 
 // "model.layers.3.mlp.experts.5.up_proj.weight" with the expert index moved by `offset`.

@@ -14,12 +14,11 @@ std::string PostValidationCounts::describe() const {
       kept, redone, rerun, after_norm);
 }
 
-TrainStep::TrainStep(const Kernels& k, const OptimOptions& options, AdamW& optimizer,
-                     ParamRegistry& params, NumericsGuard& numerics, ProcessGroups& groups,
-                     StepHooks hooks)
+TrainStep::TrainStep(const Kernels& k, const OptimOptions& options, AdamW& optimizer, NumericsGuard& numerics,
+                     ProcessGroups& groups, StepHooks hooks)
     : options_(options), optimizer_(optimizer), numerics_(numerics), groups_(groups),
       hooks_(std::move(hooks)), lr_(options.lr), step_before_norm_(options.post_validation) {
-  if (options.post_validation) eager_.emplace(k, optimizer, params);
+  if (options.post_validation) eager_.emplace(k, optimizer, optimizer.params());
 }
 
 void TrainStep::take(IterationStats& s, double counted) {

@@ -61,10 +61,10 @@ struct PostValidationCounts {
 
 class TrainStep {
  public:
-  // Everything must outlive the step; `optimizer` updates `params`. Post-validation's copy of the
-  // optimizer's state costs the parameters' size four times.
-  TrainStep(const Kernels& k, const OptimOptions& options, AdamW& optimizer, ParamRegistry& params,
-            NumericsGuard& numerics, ProcessGroups& groups, StepHooks hooks);
+  // Everything must outlive the step. Post-validation's copy of the optimizer's state costs the
+  // parameters' size four times.
+  TrainStep(const Kernels& k, const OptimOptions& options, AdamW& optimizer, NumericsGuard& numerics,
+            ProcessGroups& groups, StepHooks hooks);
 
   // Iteration s.iteration on the current batch, whose loss counts `counted` tokens: computes it
   // and steps. Sets s.lr and, unless its step awaits the norm, s.loss, s.grad_norm and s.skipped.

@@ -48,9 +48,11 @@ struct StageModel {
     token_group = moe_rows_split(tp, cp.size()) ? &groups.tp_cp() : nullptr;
     const MoeGroups moe{.ep = &groups.ep(), .etp = &groups.etp(), .token_group = token_group};
     for (const ChunkSpec& spec : plan.stage_chunks(groups.coords().pp))
-      chunks.push_back(std::make_unique<TransformerChunk>(k, plan.model, spec,
-                                                          plan.options.batch.micro_batch_size, tp,
-                                                          params, cp, moe, plan.options.recompute));
+      chunks.push_back(std::make_unique<TransformerChunk>(
+          k, params, plan.model,
+          ChunkBuild{.spec = spec, .micro_batch = plan.options.batch.micro_batch_size,
+                     .recompute = plan.options.recompute},
+          ChunkGroups{.tp = tp, .cp = cp, .moe = moe}));
     params.finalize(k.memory);
     for (auto& c : chunks) c->bind(params);
     const std::string& init_from = plan.options.checkpoint.init_from;
@@ -140,8 +142,7 @@ void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens,
 // error, reported once.
 struct RunSetup {
   RunSetup(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups, const TensorParallel& tp,
-           const ContextParallel& cp, const SampleDataset& train_split,
-           const nlohmann::json& run_config)
+           const ContextParallel& cp, const SampleDataset& train_split)
       : batches(train_split, plan.batch_shape(groups.coords().dp), plan.packing()),
         loader(k, batches, cp),
         stage(k, plan, groups, tp, cp),
@@ -162,7 +163,7 @@ struct RunSetup {
     has_save = !ckpt.load.empty() &&
                std::filesystem::exists(ckpt.load + "/latest_checkpointed_iteration.txt");
     if (has_save) {
-      check_saved_tokenizer(ckpt.load, run_config.at("tokenizer"));
+      check_saved_tokenizer(ckpt.load, tokenizer_identity(*plan.tokenizer));
       resumed = load_checkpoint(ckpt.load, stage.params, optimizer, plan.model);
       require_finite_weights(k, stage.params, checkpoint_iteration_dir(ckpt.load, resumed));
     }
@@ -186,13 +187,13 @@ struct RunSetup {
 // The run's setup, checked on every rank together.
 std::unique_ptr<RunSetup> set_up(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups,
                                  const TensorParallel& tp, const ContextParallel& cp,
-                                 const GptDataSplits& data, const nlohmann::json& run_config) {
+                                 const GptDataSplits& data) {
   std::unique_ptr<RunSetup> setup;
   check_together(groups.world(), [&] {
     const SampleDataset* train_split = data.get(Split::Train);
     TESSEL_CHECK(train_split != nullptr, "--split {} leaves the train split no data",
                  plan.options.data.split);
-    setup = std::make_unique<RunSetup>(k, plan, groups, tp, cp, *train_split, run_config);
+    setup = std::make_unique<RunSetup>(k, plan, groups, tp, cp, *train_split);
   });
   return setup;
 }
@@ -280,7 +281,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   const ContextParallel cp{&groups.cp(), plan.cp_comm, k};
   const GptDataSplits data = build_training_data(plan, groups);
   const nlohmann::json run_config = checkpoint_run_config(plan);
-  const std::unique_ptr<RunSetup> setup = set_up(k, plan, groups, tp, cp, data, run_config);
+  const std::unique_ptr<RunSetup> setup = set_up(k, plan, groups, tp, cp, data);
   StageModel& stage = setup->stage;
   ParamRegistry& params = stage.params;
   MicrobatchLoader& loader = setup->loader;
@@ -295,7 +296,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
                             {.tokens = loader.local_tokens(),
                              .packed_documents = packed,
                              .sequence_tokens = packed && cp.size() > 1 ? loader.sequence_tokens() : 0});
-  Evaluator evaluator(k, plan, groups, cp, data, pipeline, stage.chunks);
+  Evaluator evaluator(k, plan, groups, data, pipeline, stage.chunks);
   NumericsGuard numerics(k, o.faults, params, groups, log);
   // 4–7. One computation of iteration `it` on its batch: the microbatches in, forward and
   // backward, the gradients reduced as they are finished; from the start each time (an earlier
@@ -335,7 +336,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     stragglers.add(s, log, groups);
     history.push_back(s);
   };
-  TrainStep step(k, o.optim, setup->optimizer, params, numerics, groups,
+  TrainStep step(k, o.optim, setup->optimizer, numerics, groups,
                  {.compute = compute,
                   .stage_sq_sum = [&] { return sync.stage_sq_sum(); },
                   .gather_params = [&] { sync.gather_params(); },

@@ -30,7 +30,7 @@ TEST(HfImport, EachStageOpensOnlyTheShardsHoldingIt) {
   const fs::path dir = fs::temp_directory_path() / ("tessel_hf_import_mpi_" + std::to_string(pid));
 
   ParamRegistry whole;
-  TransformerChunk::declare(cfg, ChunkSpec{0, cfg.num_layers, true, true}, 1, ChunkPlace{}, whole);
+  TransformerChunk::declare(cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}}, ChunkPlace{}, whole);
   whole.finalize();
   whole.init_values(7);
   // Shards of at most 1,600 bytes: the embedding and the head (1,920 bytes each) alone, a layer's
@@ -40,7 +40,7 @@ TEST(HfImport, EachStageOpensOnlyTheShardsHoldingIt) {
 
   const int per_stage = cfg.num_layers / pp;
   ParamRegistry mine;
-  TransformerChunk::declare(cfg, ChunkSpec{stage * per_stage, per_stage, stage == 0, stage == pp - 1}, 1,
+  TransformerChunk::declare(cfg, {.spec = ChunkSpec{stage * per_stage, per_stage, stage == 0, stage == pp - 1}},
                             ChunkPlace{}, mine);
   mine.finalize();
   const std::vector<std::string> opened = load_hf_weights(mine, cfg, dir.string());

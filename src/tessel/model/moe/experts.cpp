@@ -24,8 +24,9 @@ GroupedExperts::GroupedExperts(const LayerContext& ctx, const std::string& prefi
   };
   experts_.reserve(local);
   for (int64_t e = first; e < first + local; ++e)
-    experts_.emplace_back(k_, ctx.registry, fmt::format("{}experts.{}.", prefix, e), Activation::SwiGlu,
-                          C, F, F_l_, split, out_std);
+    experts_.emplace_back(k_, ctx.registry,
+                          Mlp::Spec{.prefix = fmt::format("{}experts.{}.", prefix, e), .activation = Activation::SwiGlu,
+                                    .C = C, .F = F, .F_l = F_l_, .split = split, .out_std = out_std});
   if (shared_act_)
     ctx.buffers.shared.add_growing(act_shared_, {R_, F_l_}, "experts' activation", {RoutedRows::Received, balanced_});
 }

@@ -81,8 +81,10 @@ MoeLayer::MoeLayer(const LayerContext& ctx, int layer, int64_t max_tokens, Layer
       return T > 1 ? ShardSpec{.dim = dim, .group = ShardGroup::TP, .index = tp_.rank(), .count = T}
                    : ShardSpec{};
     };
-    shared_.emplace(k_, registry, p + "shared_expert.", Activation::SwiGlu, C_, F_s_, F_sl_, split,
-                    output_init_std(model.num_layers));
+    shared_.emplace(k_, registry,
+                    Mlp::Spec{.prefix = p + "shared_expert.", .activation = Activation::SwiGlu, .C = C_,
+                              .F = F_s_, .F_l = F_sl_, .split = split,
+                              .out_std = output_init_std(model.num_layers)});
     if (moe.shared_expert_gate)
       shared_gate_ = registry.add(p + "shared_expert_gate.weight", {1, C_}, ParamInit::Normal,
                                   kInitStd, true);
