@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
 #include <type_traits>
 
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
+#include "tessel/family/family.h"
 
 namespace tessel {
 
@@ -83,10 +85,15 @@ void ModelFlags::check_agrees(const ModelConfig& file, const ModelConfig& wanted
                               const std::string& init_from) const {
   const ModelConfig has = file.explicit_sizes(), asked = wanted.explicit_sizes();
   const std::span<const ModelField> fields = model_fields();
+  // Files with plain norm weights are read as zero-centred ones too, 1 taken away from each
+  // (family/weights.h): --apply-layernorm-1p chooses how the model holds the same norms.
+  const bool norms_either_way = family_writing(file).layout("").plain_norms;
   std::vector<std::string> v;
   for (size_t i = 0; i < fields.size(); ++i) {
     const ModelField& f = fields[i];
-    if (options_[i]->count() > 0 && !f.run_setting && model_field_json(f, has) != model_field_json(f, asked))
+    const bool either_way = norms_either_way && std::string_view(f.flag) == "--apply-layernorm-1p";
+    if (options_[i]->count() > 0 && !f.run_setting && !either_way &&
+        model_field_json(f, has) != model_field_json(f, asked))
       v.push_back(fmt::format("{} {} but {} has {}", f.flag, model_field_text(f, asked), init_from,
                               model_field_text(f, has)));
   }

@@ -219,6 +219,21 @@ TEST(Checkpoint, ExportOfATp2SaveMatchesSaveHf) {
   expect_export_matches_save_hf(dir, ckpt);
 }
 
+// A save of a model with no Hugging Face form (an ungated shared expert) keeps what it is in its
+// description: `export --load` gives --save-hf's reason, before any weights are read.
+TEST(Checkpoint, ExportOfASaveRefusesWhatSaveHfRefuses) {
+  const std::string model = std::string(kMoeModel) + "--moe-shared-expert-intermediate-size 64 ";
+  const fs::path dir = fresh_dir("export_refused"), ckpt = dir / "ckpt";
+  ASSERT_EQ(train(dir, 1, "--save " + ckpt.string(), model.c_str()).size(), 20u);
+  const testing::CommandResult r =
+      testing::run_tessel("export --load " + ckpt.string() + " --out " + (dir / "out").string());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("a shared expert exports as qwen2_moe's, which is gated: add --moe-shared-expert-gate"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out"));
+}
+
 // Experts split over ETP (= TP 2) and EP 2, a shared expert split over TP: saved as slices,
 // resumed with whole experts (ETP 1) and by one process, exported whole.
 TEST(Checkpoint, MoeEp2Tp2Etp2SaveResumesUnderEtp1AndOneProcess) {

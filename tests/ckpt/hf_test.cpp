@@ -130,16 +130,31 @@ TEST_F(HfTest, ConfigErrors) {
                {"cfg.json", "no model_type"});
 }
 
-// The loss of a whole model on fixed tokens, from the weights in `params` (registered by `chunk`).
-double model_loss(TransformerChunk& chunk, const ModelConfig& cfg) {
-  ChunkActivations acts = chunk.make_activations();
-  std::vector<int32_t> tokens, targets;
-  for (int64_t i = 0; i < cfg.seq_length; ++i) {
-    tokens.push_back(static_cast<int32_t>(random_bits(8, 1, i) % cfg.vocab_size));
-    targets.push_back(static_cast<int32_t>(random_bits(8, 2, i) % cfg.vocab_size));
+// A whole model of `cfg` in one process, its registry finalized (values not yet set).
+struct WholeModel {
+  explicit WholeModel(const ModelConfig& c)
+      : cfg(c),
+        chunk(cpu_kernels(), params, cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}},
+              ChunkGroups::one_process(cpu_kernels())) {
+    params.finalize();
+    chunk.bind(params);
   }
-  return chunk.forward(acts, {{"tokens", tokens.data()}, {"targets", targets.data()}}, nullptr, 0.0f);
-}
+
+  // The loss on fixed tokens.
+  double loss() {
+    ChunkActivations acts = chunk.make_activations();
+    std::vector<int32_t> tokens, targets;
+    for (int64_t i = 0; i < cfg.seq_length; ++i) {
+      tokens.push_back(static_cast<int32_t>(random_bits(8, 1, i) % cfg.vocab_size));
+      targets.push_back(static_cast<int32_t>(random_bits(8, 2, i) % cfg.vocab_size));
+    }
+    return chunk.forward(acts, {{"tokens", tokens.data()}, {"targets", targets.data()}}, nullptr, 0.0f);
+  }
+
+  ModelConfig cfg;
+  ParamRegistry params;
+  TransformerChunk chunk;
+};
 
 // The llama architecture's Hugging Face model types, chosen by the attention options and experts:
 // export → config.json → import gives the same config, the same parameters and the same loss.
@@ -168,18 +183,13 @@ TEST_P(HfFamily, ExportImportGivesTheSameLoss) {
     cfg.moe.shared_expert_size = fc.qk_layernorm ? 0 : 12;  // qwen3_moe has no shared expert
     cfg.moe.shared_expert_gate = cfg.moe.shared_expert_size > 0;  // qwen2_moe's is gated
   }
-  const ChunkSpec whole{0, cfg.num_layers, true, true};
-  ParamRegistry saved;
-  const Kernels& k = cpu_kernels();
-  TransformerChunk model(k, saved, cfg, {.spec = whole}, ChunkGroups::one_process(k));
-  saved.finalize();
-  model.bind(saved);
-  saved.init_values(9);
-  for (Param& p : saved.params())
+  WholeModel saved(cfg);
+  saved.params.init_values(9);
+  for (Param& p : saved.params.params())
     if (p.init != ParamInit::Normal)
       for (int64_t i = 0; i < p.numel(); ++i) p.value[i] += 0.5f * random_normal(6, p.offset, i);
-  const double loss = model_loss(model, cfg);
-  export_hf(saved, cfg, path("out"));
+  const double loss = saved.loss();
+  export_hf(saved.params, cfg, path("out"));
 
   const nlohmann::json j = read_json(path("out/config.json"));
   EXPECT_EQ(j.at("model_type"), fc.model_type);
@@ -197,13 +207,10 @@ TEST_P(HfFamily, ExportImportGivesTheSameLoss) {
   EXPECT_EQ(back.qk_layernorm, fc.qk_layernorm);
   EXPECT_EQ(back.moe.num_experts, cfg.moe.num_experts);
   back.seq_length = cfg.seq_length;
-  ParamRegistry loaded;
-  TransformerChunk reloaded(k, loaded, back, {.spec = whole}, ChunkGroups::one_process(k));
-  loaded.finalize();
-  reloaded.bind(loaded);
-  load_hf_weights(loaded, back, path("out"));
-  expect_same_values(saved, loaded);
-  EXPECT_EQ(model_loss(reloaded, back), loss);
+  WholeModel reloaded(back);
+  load_hf_weights(reloaded.params, back, path("out"));
+  expect_same_values(saved.params, reloaded.params);
+  EXPECT_EQ(reloaded.loss(), loss);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -220,6 +227,50 @@ INSTANTIATE_TEST_SUITE_P(
       const FamilyCase& c = info.param;
       return std::string(c.model_type) + (c.exact ? "" : c.moe ? "_without_bias" : "_with_bias");
     });
+
+// A Llama with zero-centred norms (--apply-layernorm-1p, w initialised 0, the model's gain 1 + w)
+// is written as transformers' Llama holds it, gain 1 + w in the file, with tessel_layernorm_1p
+// recorded: read back by tessel it is the trained model again (1 taken away), read as a plain
+// Llama (as transformers does) it is the same function. Both give the trained loss.
+TEST_F(HfTest, ZeroCentredNormsAreWrittenAsTheirGain) {
+  ModelConfig cfg = small_llama();
+  cfg.layernorm_1p = true;
+  cfg.qk_layernorm = true;
+  WholeModel saved(cfg);
+  saved.params.init_values(9);
+  for (Param& p : saved.params.params())  // trained-looking gains: 1 + w with w ~ 0.1·N(0, 1)
+    if (p.zero_centred)
+      for (int64_t i = 0; i < p.numel(); ++i) p.value[i] += 0.1f * random_normal(6, p.offset, i);
+  const double loss = saved.loss();
+  export_hf(saved.params, cfg, path("out"));
+
+  const nlohmann::json j = read_json(path("out/config.json"));
+  EXPECT_EQ(j.at("model_type"), "qwen3");
+  EXPECT_EQ(j.value("tessel_layernorm_1p", false), true);
+  SafetensorsReader reader(path("out/model.safetensors"));
+  for (const char* name : {"model.layers.0.input_layernorm.weight", "model.layers.1.post_attention_layernorm.weight",
+                           "model.layers.0.self_attn.q_norm.weight", "model.norm.weight"}) {
+    const Param& p = saved.params.get(name);
+    ASSERT_TRUE(p.zero_centred) << name;
+    ASSERT_EQ(shape_numel(reader.tensor(name).shape), p.numel()) << name;
+    std::vector<float> file(p.numel());
+    reader.read(name, file.data());
+    for (int64_t i = 0; i < p.numel(); ++i) ASSERT_EQ(file[i], 1.0f + p.value[i]) << name << " " << i;
+  }
+  EXPECT_FALSE(saved.params.get("model.layers.0.self_attn.q_proj.weight").zero_centred);
+
+  const std::optional<ModelConfig> read = hf_config_beside(path("out"));
+  ASSERT_TRUE(read.has_value());
+  for (const bool zero_centred : {true, false}) {  // tessel's reading, then transformers'
+    ModelConfig back = *read;
+    EXPECT_TRUE(back.layernorm_1p);
+    back.layernorm_1p = zero_centred;
+    back.seq_length = cfg.seq_length;
+    WholeModel reloaded(back);
+    load_hf_weights(reloaded.params, back, path("out"));
+    EXPECT_EQ(reloaded.loss(), loss) << "read as zero-centred: " << zero_centred;
+  }
+}
 
 // What the model types say about attention: qwen2 always has q/k/v biases, qwen3 always QK-norm;
 // attention_bias true means an o_proj bias as well where it is read (llama, qwen3), which tessel

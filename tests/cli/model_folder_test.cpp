@@ -66,6 +66,29 @@ TEST(ModelFolderCli, TheTokenizerTravelsWithTheModel) {
   EXPECT_NE(other.output.find("saved with the HuggingFaceTokenizer (vocabulary 300"), std::string::npos)
       << other.output;
   EXPECT_NE(other.output.find("this run has the ByteTokenizer"), std::string::npos) << other.output;
+
+  // A save records its tokenizer's identity, not its files: exported without the tokenizer
+  // flags it would leave with the byte tokenizer (and bos/eos 0), so that is refused; with
+  // them the files go with it.
+  const CommandResult bare = run_tessel("export --load " + dir.path("ckpt") + " --out " + dir.path("bare"));
+  EXPECT_NE(bare.exit_code, 0);
+  EXPECT_NE(bare.output.find("give the tokenizer flags it was trained with"), std::string::npos) << bare.output;
+  const CommandResult flagged =
+      run_tessel("export --load " + dir.path("ckpt") + " --out " + dir.path("flagged") + " " + tokenizer);
+  ASSERT_EQ(flagged.exit_code, 0) << flagged.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.path("flagged/tokenizer.json")));
+  std::ifstream exported(dir.path("flagged/config.json"));
+  EXPECT_EQ(nlohmann::json::parse(exported)["eos_token_id"], 299);
+}
+
+// Tokenizer files the tokenizer type does not read are refused, never dropped: --vocab-file and
+// --merge-file without --tokenizer-type would otherwise train the byte tokenizer.
+TEST(ModelFolderCli, TokenizerFilesWithoutTheirTypeAreRefused) {
+  const CommandResult r = run_tessel("tokenizer encode --vocab-file vocab.json --merge-file merges.txt --input /dev/null");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--tokenizer-type ByteTokenizer reads no --vocab-file or --merge-file"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("GPT2BPETokenizer for --vocab-file and --merge-file"), std::string::npos) << r.output;
 }
 
 }  // namespace

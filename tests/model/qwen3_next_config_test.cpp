@@ -160,11 +160,13 @@ TEST(LinearAttentionConfig, EveryBrokenRuleListed) {
   gpt2.layernorm_1p = true;
   gpt2.mtp_num_layers = 1;
   gpt2.kv_channels = 32;  // 4 heads × 32 is not hidden 256
+  gpt2.rotary_base = 500000;  // gpt2 learns its positions
   all.clear();
   for (const std::string& m : gpt2.violations()) all += m + "\n";
   for (const char* rule : {"--experimental-attention-variant gdn needs --arch llama",
                            "--attention-output-gate needs --arch llama", "--apply-layernorm-1p needs --arch llama",
-                           "--mtp-num-layers needs --arch llama", "--kv-channels 32 needs --arch llama"})
+                           "--mtp-num-layers needs --arch llama", "--kv-channels 32 needs --arch llama",
+                           "--rotary-base other than 10000 needs --arch llama"})
     EXPECT_NE(all.find(rule), std::string::npos) << rule << " missing from:\n" << all;
 
   // --kv-channels frees the head dimension from hidden / heads.

@@ -1,5 +1,7 @@
 #include "tessel/ckpt/hf.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -16,7 +18,7 @@ namespace fs = std::filesystem;
 void export_hf(const ParamRegistry& registry, const ModelConfig& cfg, const std::string& dir,
                const std::string& model_type, int64_t max_shard_bytes) {
   const std::vector<std::string> refused = hf_export_violations(cfg);
-  TESSEL_CHECK(refused.empty(), "export to {}: {}", dir, refused.front());
+  TESSEL_CHECK(refused.empty(), "export to {}: {}", dir, fmt::join(refused, "; "));
   const Family& family = family_writing(cfg);
   const std::vector<std::string>& offered = family.export_types;
   if (!model_type.empty() && std::find(offered.begin(), offered.end(), model_type) == offered.end()) {

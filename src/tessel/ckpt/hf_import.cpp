@@ -134,6 +134,10 @@ void load_hf_params(ParamRegistry& mine, const ParamRegistry& whole, HfWeightFil
         if (held != nullptr)
           files.read(in_files[i], copy.file_row * w.row_len, copy.rows * w.row_len, to + copy.param_row * w.row_len);
       }
+      if (held != nullptr && rules.plain_norms && declared.zero_centred) {  // the files hold 1 + w
+        float* end = to + shape_numel(declared.global_shape);
+        std::for_each(to, end, [](float& w) { w -= 1.0f; });
+      }
       if (held == nullptr || direct(*held)) continue;
       if (on_host)
         take_local_slice(*held, full.data(), held->value);

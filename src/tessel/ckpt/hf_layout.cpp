@@ -158,8 +158,10 @@ void write_hf_weights(const ParamRegistry& registry, const HfLayout& layout, con
       TESSEL_CHECK(p.shard.count == 1, "export to {}: parameter {} is split over {} ranks", dir,
                    p.name, p.shard.count);
       if (copy.param != current) host = registry.to_host(p), current = copy.param;
-      std::memcpy(values[i].data() + copy.file_row * t.row_len,
-                  host.data() + copy.param_row * t.row_len, copy.rows * t.row_len * sizeof(float));
+      float* to = values[i].data() + copy.file_row * t.row_len;
+      const int64_t n = copy.rows * t.row_len;
+      std::memcpy(to, host.data() + copy.param_row * t.row_len, n * sizeof(float));
+      if (layout.plain_norms && p.zero_centred) std::for_each(to, to + n, [](float& w) { w += 1.0f; });
     }
     entries.push_back({t.name, t.shape, values[i].data()});
   }

@@ -6,8 +6,12 @@
 // gate rows first, and experts.down_proj [E, C, I], as transformers 5 writes every MoE model)
 // where tessel holds one matrix an expert; and a "model.language_model." prefix (Qwen3.5's VL
 // files). Every layout is a row permutation of tessel's tensors, so import and export move values
-// without arithmetic, round trips are bitwise, and a rank can read just the rows it holds. Which
-// layout a family writes is its row's (family/family.h).
+// without arithmetic, round trips are bitwise, and a rank can read just the rows it holds. The one
+// exception is a value: Llama files hold a zero-centred norm's weight (--apply-layernorm-1p) as
+// 1 + w (HfLayout::plain_norms), and import takes the 1 away again: the weight read back may
+// differ from w in its last bits, but where the gain 1 + w is at least 0.5 the gain the model
+// computes is the same float (the subtraction is exact there). Which layout a family writes is
+// its row's (family/family.h).
 #pragma once
 
 #include <string>

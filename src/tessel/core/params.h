@@ -78,6 +78,9 @@ struct Param {
   // without sequence parallel (QK-norm weights: each rank normalises only its own heads): it is
   // summed over TP like every replicated parameter under sequence parallel.
   bool grad_partial_over_tp = false;
+  // A norm's weight the model scales by (1 + w) (--apply-layernorm-1p), which Hugging Face's
+  // Llama files hold as 1 + w (family/weights.h HfLayout::plain_norms).
+  bool zero_centred = false;
 };
 
 // Calls f(param, first element, count, position) for every piece of a parameter that lies in

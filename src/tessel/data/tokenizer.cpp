@@ -1,6 +1,7 @@
 #include "tessel/data/tokenizer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tessel/core/error.h"
 #include "tessel/data/tokenizers/loaders.h"
@@ -45,8 +46,28 @@ std::string canonical_tokenizer_type(const std::string& type) {
   return type;
 }
 
+namespace {
+
+// A file flag the tokenizer type does not read is refused, never ignored: --vocab-file and
+// --merge-file without --tokenizer-type would otherwise train the byte tokenizer.
+void check_files_are_read(const TokenizerOptions& options, const std::string& type) {
+  const bool bpe = type == "GPT2BPETokenizer", byte = type == "ByteTokenizer";
+  std::vector<std::string> unread;
+  if (!bpe && !options.vocab_file.empty()) unread.push_back("--vocab-file");
+  if (!bpe && !options.merge_file.empty()) unread.push_back("--merge-file");
+  if ((bpe || byte) && !options.tokenizer_model.empty()) unread.push_back("--tokenizer-model");
+  if (unread.empty()) return;
+  fail("--tokenizer-type {} reads no {}{}", type, fmt::join(unread, " or "),
+       byte ? " (give the tokenizer's type: GPT2BPETokenizer for --vocab-file and --merge-file, "
+              "HuggingFaceTokenizer, TikTokenizer or a SentencePiece type for --tokenizer-model)"
+            : "");
+}
+
+}  // namespace
+
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& options) {
   const std::string type = canonical_tokenizer_type(options.type);
+  check_files_are_read(options, type);
   if (type == "ByteTokenizer") return std::make_unique<ByteTokenizer>();
   if (type == "GPT2BPETokenizer") return load_gpt2_bpe(options.vocab_file, options.merge_file);
   if (type == "HuggingFaceTokenizer") return load_hf_tokenizer(options.tokenizer_model);

@@ -23,7 +23,8 @@ void moe_to_hf(const ModelConfig& cfg, nlohmann::json& j) {
                      {"pre_softmax", m.pre_softmax},
                      {"z_loss_coeff", m.z_loss_coeff},
                      {"capacity_factor", m.capacity_factor},
-                     {"pad_to_capacity", m.pad_to_capacity}};
+                     {"pad_to_capacity", m.pad_to_capacity},
+                     {"shared_expert_gate", m.shared_expert_gate}};
 }
 
 void moe_from_hf(const nlohmann::json& j, ModelConfig& cfg, const std::string& source) {
@@ -46,6 +47,8 @@ void moe_from_hf(const nlohmann::json& j, ModelConfig& cfg, const std::string& s
     m.z_loss_coeff = optional_value(t, "z_loss_coeff", source, 0.0f);
     m.capacity_factor = optional_value(t, "capacity_factor", source, 0.0);
     m.pad_to_capacity = optional_value(t, "pad_to_capacity", source, false);
+    // A checkpoint's description of a model with an ungated shared expert (no Hugging Face export).
+    m.shared_expert_gate = optional_value(t, "shared_expert_gate", source, m.shared_expert_gate);
   }
 }
 

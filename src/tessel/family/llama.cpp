@@ -88,6 +88,7 @@ ModelConfig read(const nlohmann::json& j, const std::string& model_type, const s
                  source, type.model_type);
   }
   read_sizes(j, source, cfg);
+  cfg.layernorm_1p = optional_value(j, "tessel_layernorm_1p", source, false);
   cfg.norm_epsilon = optional_value(j, "rms_norm_eps", source, 1e-6f);
   cfg.rotary_base = optional_value(j, "rope_theta", source, 10000.0f);
   cfg.mtp_num_layers = optional_value(j, "num_nextn_predict_layers", source, 0);
@@ -149,6 +150,9 @@ nlohmann::json write(const ModelConfig& cfg, const std::string&) {
   // Multi-token prediction under DeepSeek-V3's key (Qwen3-Next's as vLLM reads it); its mtp.*
   // tensors keep tessel's names, which transformers' causal LM skips.
   if (cfg.mtp_num_layers > 0) j["num_nextn_predict_layers"] = cfg.mtp_num_layers;
+  // Zero-centred norms (--apply-layernorm-1p): the weights hold 1 + w (HfLayout::plain_norms), which
+  // transformers reads as a plain Llama; tessel reads its own parametrisation back.
+  if (cfg.layernorm_1p) j["tessel_layernorm_1p"] = true;
   if (!is_exact(type, cfg))
     j["tessel_attention"] = {{"add_qkv_bias", cfg.add_qkv_bias}, {"qk_layernorm", cfg.qk_layernorm}};
   if (type.moe) moe_to_hf(cfg, j);
@@ -156,7 +160,7 @@ nlohmann::json write(const ModelConfig& cfg, const std::string&) {
 }
 
 HfImportRules import_rules(const ModelConfig& cfg, const std::string&) {
-  return {.model = "llama", .tied_head = cfg.tied_embeddings()};
+  return {.model = "llama", .tied_head = cfg.tied_embeddings(), .plain_norms = true};
 }
 
 PlannerSizes planner_sizes(const nlohmann::json& j, const std::string& model_type, const std::string& source) {
@@ -211,7 +215,7 @@ const Family& llama_family() {
       .read = read,
       .write = write,
       .export_violations = moe_export_violations,
-      .layout = [](const std::string&) { return HfLayout{}; },
+      .layout = [](const std::string&) { return HfLayout{.plain_norms = true}; },
       .import_rules = import_rules,
       .planner_sizes = planner_sizes,
   };

@@ -17,6 +17,9 @@ struct HfLayout {
   bool packed_experts = false;      // the decoder layers' experts.gate_up_proj / experts.down_proj
   bool packed_mtp_experts = false;  // the same under mtp.*
   bool vl_prefix = false;           // the decoder under model.language_model. (Qwen3.5's VL files)
+  // Norm weights as transformers' Llama RMSNorm scales by them: a zero-centred norm's
+  // (Param::zero_centred) as 1 + w. Export adds the 1, import takes it away.
+  bool plain_norms = false;
 };
 
 // The GDN head counts and sizes the grouped layout needs (Hk, Hv, dk, dv).
@@ -44,6 +47,7 @@ struct HfImportRules {
   // GDN projections, the Qwen3.5 types flat ones.
   std::string family;
   GdnHeads heads;  // for the grouped GDN layout
+  bool plain_norms = false;  // the files' norm weights are plain (HfLayout::plain_norms)
 };
 
 }  // namespace tessel

@@ -80,6 +80,7 @@ std::vector<std::string> ModelConfig::violations() const {
   llama_only(attention_output_gate, "--attention-output-gate");
   llama_only(layernorm_1p, "--apply-layernorm-1p");
   llama_only(rotary_percent != 1.0f, "--rotary-percent below 1");
+  llama_only(rotary_base != 10000.0f, "--rotary-base other than 10000");
   llama_only(mtp_num_layers > 0, "--mtp-num-layers");
   if (attention_output_gate && add_qkv_bias)
     v.push_back("--attention-output-gate takes no --add-qkv-bias (Qwen3-Next's q_proj has no bias)");

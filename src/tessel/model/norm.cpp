@@ -15,6 +15,7 @@ Norm::Norm(const Kernels& k, ParamRegistry& registry, const Spec& spec)
                spec.weight_name);
   weight_ = registry.add(spec.weight_name, {spec.width}, spec.zero_centred ? ParamInit::Zeros : ParamInit::Ones, 0,
                          false);
+  registry.params()[weight_].zero_centred = spec.zero_centred;
   if (spec.kind == NormKind::LayerNorm)
     bias_ = registry.add(spec.bias_name, {spec.width}, ParamInit::Zeros, 0, false);
 }

@@ -1,5 +1,7 @@
 #include "tessel/train/export.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <map>
 #include <string>
@@ -138,17 +140,21 @@ int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tok
   TESSEL_CHECK(cfg.vocab_size >= tokenizer->vocab_size(), "--vocab-size {} is smaller than the {}'s {}",
                cfg.vocab_size, tokenizer->type(), tokenizer->vocab_size());
   cfg.validate();
+  // Every reason a model has no Hugging Face form, before any weights are read.
+  const std::vector<std::string> refused = hf_export_violations(cfg);
+  TESSEL_CHECK(refused.empty(), "export to {}: {}", out_dir, fmt::join(refused, "; "));
   require_writable_dir("--out", out_dir);
   const Kernels& k = cpu_kernels();
   ParamRegistry params;
   declare_chunks(cfg, {ChunkSpec{0, cfg.num_layers, true, true}}, params);
   params.finalize(k.memory);
   if (!source.load.empty()) {
-    const nlohmann::json saved = saved_tokenizer(source.load);
-    if (tokenizer_options) {
-      const std::string why = tokenizer_mismatch(saved, tokenizer_identity(*tokenizer));
-      TESSEL_CHECK(why.empty(), "--load {}: {}", source.load, why);
-    }
+    // Without tokenizer flags the model goes out with the byte tokenizer: only a save trained
+    // with it may (a save records its tokenizer's identity, not its files).
+    const std::string why = tokenizer_mismatch(saved_tokenizer(source.load), tokenizer_identity(*tokenizer));
+    TESSEL_CHECK(why.empty(), "--load {}: {}{}", source.load, why,
+                 tokenizer_options ? "" : "; give the tokenizer flags it was trained with, so that its files go "
+                                          "with the model");
     AdamW moments(k, params, OptimizerConfig{});  // read along, not written out
     load_checkpoint(source.load, params, moments, cfg);
   } else if (source.init_from.empty()) {
