@@ -23,6 +23,7 @@
 #include "layout_command.h"
 #include "plan_command.h"
 #include "preprocess_command.h"
+#include "repeated_flags.h"
 #include "schedule_command.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
@@ -64,6 +65,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   DataCommand data_cmd(app);
   PlanCommand plan_cmd(app);
   require_whole_numbers(app);
+  last_value_wins(app);
 
   try {
     app.parse(argc, argv);

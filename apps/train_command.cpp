@@ -1,12 +1,15 @@
 #include "train_command.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <optional>
 
 #include "parallel_flags.h"
 #include "tessel/comm/comm.h"
+#include "tessel/core/error.h"
 #include "tessel/data/tokenizer_files.h"
 #include "tessel/family/family.h"
 #include "tessel/kernels/kernels.h"
@@ -20,6 +23,30 @@
 #endif
 
 namespace tessel {
+
+namespace {
+
+// What another launcher says about a job that MPI sees as this process alone: torchrun's
+// WORLD_SIZE, or the tasks of an srun step (SLURM_STEP_NUM_TASKS) whose MPI did not join them.
+// Each process would train alone, all of them the same run. Empty when nothing says so.
+std::string launched_without_mpi() {
+  const auto count = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value == nullptr ? 0 : std::atoi(value);
+  };
+  if (const int n = count("WORLD_SIZE"); n > 1)
+    return fmt::format("WORLD_SIZE={} says a job of {} processes (torchrun's), but MPI sees this one alone: each "
+                       "would train by itself. tessel's ranks are MPI's: launch with mpirun -np {} tessel train ...",
+                       n, n, n);
+  if (const int n = count("SLURM_STEP_NUM_TASKS"); n > 1)
+    return fmt::format("SLURM_STEP_NUM_TASKS={} says an srun step of {} tasks, but MPI sees this one alone: each "
+                       "would train by itself. Launch with srun --mpi=pmix (or pmi2) tessel train ..., or mpirun "
+                       "-np {} tessel train ... inside the allocation",
+                       n, n, n);
+  return "";
+}
+
+}  // namespace
 
 TrainCommand::TrainCommand(CLI::App& app) {
   cmd_ = app.add_subcommand("train", "train a model");
@@ -155,6 +182,8 @@ void TrainCommand::run(MpiRuntime& runtime) {
     if (std::optional<TokenizerOptions> found = tokenizer_in_folder(t.checkpoint.init_from))
       t.data.tokenizer = *found;
   t.parallel.layout.world = runtime.world_size();
+  if (runtime.world_size() == 1)
+    if (const std::string why = launched_without_mpi(); !why.empty()) throw ConfigError(why);
   t.device = device_ == "cuda" ? Device::CUDA : Device::CPU;
   std::optional<TrainPlan> resolved;  // every rank alike, before any other communication
   check_together(runtime.world(), [&] {

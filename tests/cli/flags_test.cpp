@@ -125,6 +125,32 @@ TEST(ModelFields, EveryFieldRoundTripsThroughTheModelFile) {
     EXPECT_EQ(model_field_json(field, back), model_field_json(field, cfg.explicit_sizes())) << field.flag;
 }
 
+// As argparse (Megatron's parser): a flag given twice takes its last value, so a launcher may
+// append overrides to a base command line.
+TEST(FlagsCli, TheLastOfARepeatedFlagWins) {
+  const testing::CommandResult twice = testing::run_tessel("layout --world 8 --tp 2 --pp 2 --tp 4");
+  ASSERT_EQ(twice.exit_code, 0) << twice.output;
+  const testing::CommandResult once = testing::run_tessel("layout --world 8 --pp 2 --tp 4");
+  ASSERT_EQ(once.exit_code, 0) << once.output;
+  EXPECT_EQ(twice.output, once.output);
+  const testing::CommandResult flag = testing::run_tessel("layout --world 8 --tp 2 --sequence-parallel --sequence-parallel");
+  EXPECT_EQ(flag.exit_code, 0) << flag.output;
+}
+
+// Processes that torchrun or srun started but MPI did not join would each train alone, the same
+// run N times: refused in one line naming the variable and the launch that works.
+TEST(FlagsCli, AJobMpiDoesNotJoinIsRefused) {
+  const std::string train = std::string(TESSEL_BINARY) + " train --train-iters 1";
+  const testing::CommandResult torchrun = testing::run_command("WORLD_SIZE=2 " + train);
+  EXPECT_EQ(torchrun.exit_code, 1) << torchrun.output;
+  EXPECT_NE(torchrun.output.find("WORLD_SIZE=2 says a job of 2 processes (torchrun's)"), std::string::npos)
+      << torchrun.output;
+  EXPECT_NE(torchrun.output.find("mpirun -np 2 tessel train"), std::string::npos) << torchrun.output;
+  const testing::CommandResult srun = testing::run_command("SLURM_STEP_NUM_TASKS=4 " + train);
+  EXPECT_EQ(srun.exit_code, 1) << srun.output;
+  EXPECT_NE(srun.output.find("srun --mpi=pmix"), std::string::npos) << srun.output;
+}
+
 // An MoE model from a model file; training from its exported folder refuses a flag that says
 // otherwise about the weights' model, and takes one that sets how this run trains it.
 TEST(FlagsCli, InitFromAgreementCoversTheMoeFields) {

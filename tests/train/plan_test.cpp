@@ -63,6 +63,21 @@ TEST(TrainPlan, ResolvesLayoutStagesScheduleAndBatch) {
   EXPECT_EQ(plan_training(model, o).schedule.kind, ScheduleKind::GPipe);
 }
 
+// As Megatron's argument validation: --sequence-parallel with TP 1 is turned off and said.
+TEST(TrainPlan, SequenceParallelWithoutTensorParallelIsTurnedOff) {
+  ModelConfig model;
+  model.seq_length = 16;
+  TrainOptions o = options_for(2);
+  o.parallel.layout.sequence_parallel = true;
+  o.batch = {.micro_batch_size = 1, .global_batch_size = 2};
+  const TrainPlan plan = plan_training(model, o);
+  EXPECT_FALSE(plan.layout().sequence_parallel);
+  ASSERT_EQ(plan.notes.size(), 1u);
+  EXPECT_NE(plan.notes[0].find("--sequence-parallel: disabled"), std::string::npos) << plan.notes[0];
+  o.parallel.layout.tp = 2;
+  EXPECT_TRUE(plan_training(model, o).notes.empty());
+}
+
 TEST(TrainPlan, EveryBrokenRuleInOneMessage) {
   ModelConfig model;
   model.hidden_size = 30;  // not divisible by 4 heads

@@ -159,9 +159,8 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
                             model.seq_length, c.cp, 2 * c.cp));
 
   if (c.sequence_parallel) {
-    if (c.tp == 1) {
-      v.push_back("--sequence-parallel needs --tensor-model-parallel-size > 1");
-    } else if (c.tp > 1 && c.cp >= 1 && micro_batch > 0 && model.seq_length > 0 &&
+    // (With TP 1 there is nothing to split: check_training turns it off, as Megatron does.)
+    if (c.tp > 1 && c.cp >= 1 && micro_batch > 0 && model.seq_length > 0 &&
                model.seq_length % c.cp == 0) {
       // Each TP rank keeps its share of the rows (micro batch × this CP rank's positions).
       int64_t rows = micro_batch * (model.seq_length / c.cp);
@@ -221,7 +220,14 @@ struct CheckedPlan {
   std::vector<std::string> violations;
 };
 
-CheckedPlan check_training(ModelConfig model, const TrainOptions& o) {
+CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
+  // As Megatron's argument validation: sequence parallel without TP is turned off, said once.
+  TrainOptions o = given;
+  std::vector<std::string> notes;
+  if (o.parallel.layout.tp == 1 && o.parallel.layout.sequence_parallel) {
+    o.parallel.layout.sequence_parallel = false;
+    notes.push_back("--sequence-parallel: disabled, because tensor model parallelism is disabled (TP 1), as Megatron does");
+  }
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
   std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);
@@ -232,7 +238,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& o) {
   const std::vector<std::string> layout = layout_violations(c);
   append(v, layout);
   append(v, training_violations(c, model, batch.micro_batch_size, batch.global_batch_size));
-  TrainPlan plan{.model = model, .options = o, .tokenizer = tokenizer};
+  TrainPlan plan{.model = model, .options = o, .tokenizer = tokenizer, .notes = notes};
   plan.stages = stage_options(c, o.parallel.pipeline);
   append(v, stage_violations(model.num_layers, plan.stages));
   // The schedule's rules need the microbatch count, which needs a valid layout and batch.

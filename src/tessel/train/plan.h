@@ -42,8 +42,9 @@ StageOptions stage_options(const ParallelConfig& config, const PipelineOptions& 
 // A run, resolved. Everything here follows from the model and the options.
 struct TrainPlan {
   ModelConfig model;
-  TrainOptions options;  // as given; options.parallel.layout is the layout (world included)
+  TrainOptions options;  // as given, but for what notes says; options.parallel.layout is the layout (world included)
   std::shared_ptr<const Tokenizer> tokenizer;  // made from options.data.tokenizer
+  std::vector<std::string> notes;              // what was changed from the flags, said at the start
   int dp = 1;            // world / (TP × CP × PP)
   int microbatches = 1;  // per DP rank and iteration
   StageOptions stages;

@@ -203,6 +203,7 @@ void report_start(const TrainPlan& plan, ProcessGroups& groups, const GptDataSpl
                   RunSetup& setup) {
   const TrainOptions& o = plan.options;
   TrainLog& log = *setup.log;
+  for (const std::string& note : plan.notes) log.message(note);
   report_run(log, plan, groups, setup.stage.params, data);
   if (o.eval.iters > 0 && data.get(Split::Valid) == nullptr)
     log.message("no validation: the valid split has no samples (see --split or --valid-data-path)");
