@@ -56,7 +56,11 @@ TrainCommand::TrainCommand(CLI::App& app) {
   decay_style_ = lr_decay_style_name(t.optim.lr.style);
   model_.add_to(c);
   add_batch_flags(c, t.batch);
-  c.add_option("--train-iters", t.optim.lr.train_iters, "iterations")->capture_default_str();
+  iteration_flags_.emplace_back(c.add_option("--train-iters", t.optim.lr.train_iters, "iterations")->capture_default_str(),
+                                &t.optim.lr.train_iters);
+  train_samples_ = c.add_option("--train-samples", t.optim.lr.train_samples,
+                                "samples to train on, instead of --train-iters (iterations: samples / "
+                                "--global-batch-size)");
   c.add_option("--seed", t.seed, "seed of initialisation and of the datasets' shuffles")
       ->capture_default_str();
   c.add_option("--log-interval", t.log.interval, "iterations between log lines")->capture_default_str();
@@ -98,9 +102,18 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_option("--load", t.checkpoint.load, "resume from the newest checkpoint in this folder (any layout)");
   c.add_option("--lr", t.optim.lr.lr, "peak learning rate")->capture_default_str();
   c.add_option("--min-lr", t.optim.lr.min_lr, "final learning rate")->capture_default_str();
-  c.add_option("--lr-warmup-iters", t.optim.lr.warmup_iters, "linear warmup iterations")
-      ->capture_default_str();
-  c.add_option("--lr-decay-iters", t.optim.lr.decay_iters, "decay iterations (0: --train-iters)")
+  iteration_flags_.emplace_back(
+      c.add_option("--lr-warmup-iters", t.optim.lr.warmup_iters, "linear warmup iterations")->capture_default_str(),
+      &t.optim.lr.warmup_iters);
+  iteration_flags_.emplace_back(
+      c.add_option("--lr-decay-iters", t.optim.lr.decay_iters, "decay iterations (0: --train-iters)")
+          ->capture_default_str(),
+      &t.optim.lr.decay_iters);
+  c.add_option("--lr-warmup-samples", t.optim.lr.warmup_samples, "linear warmup samples (with --train-samples)");
+  c.add_option("--lr-decay-samples", t.optim.lr.decay_samples, "decay samples (with --train-samples; 0: all of them)");
+  c.add_option("--lr-warmup-fraction", t.optim.lr.warmup_fraction,
+               "warmup as a fraction of the decay, instead of --lr-warmup-iters or --lr-warmup-samples");
+  c.add_option("--lr-warmup-init", t.optim.lr.warmup_init, "learning rate the warmup starts from")
       ->capture_default_str();
   c.add_option("--lr-decay-style", decay_style_, "constant | linear | cosine")->capture_default_str();
   c.add_option("--weight-decay", t.optim.adamw.weight_decay, "AdamW weight decay")->capture_default_str();
@@ -181,6 +194,10 @@ void TrainCommand::run(MpiRuntime& runtime) {
   if (!t.checkpoint.init_from.empty() && !tokenizer_flags_given(*cmd_))
     if (std::optional<TokenizerOptions> found = tokenizer_in_folder(t.checkpoint.init_from))
       t.data.tokenizer = *found;
+  // Sample-based training (--train-samples): tessel's iteration-based defaults step aside.
+  if (train_samples_->count() > 0)
+    for (const auto& [flag, value] : iteration_flags_)
+      if (flag->count() == 0) *value = 0;
   t.parallel.layout.world = runtime.world_size();
   if (runtime.world_size() == 1)
     if (const std::string why = launched_without_mpi(); !why.empty()) throw ConfigError(why);

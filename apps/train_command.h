@@ -4,7 +4,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model_flags.h"
 #include "tessel/comm/mpi.h"
@@ -27,6 +30,10 @@ class TrainCommand {
   ModelFlags model_{tokenizer_sized_defaults()};
   TrainOptions options_;
   CLI::Option* data_path_ = nullptr;
+  CLI::Option* train_samples_ = nullptr;
+  // --train-iters, --lr-warmup-iters, --lr-decay-iters and where they write: zeroed for
+  // --train-samples unless given (then Megatron's rule refuses them).
+  std::vector<std::pair<CLI::Option*, int64_t*>> iteration_flags_;
   std::string decay_style_;
   std::string device_ = "cpu";
   int threads_ = 0;

@@ -94,6 +94,47 @@ TEST(Cli, BadSafetensorsFiles) {
                      "unexpected tensor 'model.embed_tokens.weight'");
 }
 
+// The figures of each --log-json record that say what the run computed.
+std::vector<std::string> trajectory(const fs::path& log) {
+  std::vector<std::string> rows;
+  std::ifstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    rows.push_back(j["loss"].dump() + " " + j["lr"].dump() + " " + j["grad_norm"].dump());
+  }
+  return rows;
+}
+
+// Megatron's scheduler counts samples whichever flags say so: --train-samples with the _samples
+// flags, or --lr-warmup-fraction, is the iteration-based run, bit for bit.
+TEST(Cli, SampleBasedTrainingIsTheIterationRun) {
+  const fs::path dir = temp_dir("samples");
+  const std::string train = "train " + kTiny + "--log-interval 1 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine ";
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"iters", "--train-iters 6 --lr-warmup-iters 2 --lr-decay-iters 5"},
+      {"samples", "--train-samples 24 --lr-warmup-samples 8 --lr-decay-samples 20"},
+      {"fraction", "--train-samples 27 --lr-warmup-fraction 0.4 --lr-decay-samples 20"}};  // 27 / 4: 6
+  std::vector<std::vector<std::string>> got;
+  for (const auto& [name, flags] : runs) {
+    const fs::path log = dir / (name + ".jsonl");
+    const Result r = run(train + flags + " --log-json " + log.string());
+    ASSERT_EQ(r.exit_code, 0) << name << ": " << r.output;
+    got.push_back(trajectory(log));
+  }
+  ASSERT_EQ(got[0].size(), 6u);
+  EXPECT_EQ(got[1], got[0]);
+  EXPECT_EQ(got[2], got[0]);
+  // The first step runs at the warmup's start, 0; the second at 4 of 8 warmup samples.
+  std::ifstream first(dir / "iters.jsonl");
+  std::string line;
+  std::getline(first, line);
+  EXPECT_EQ(nlohmann::json::parse(line)["lr"].get<double>(), 0.0) << line;
+  std::getline(first, line);
+  EXPECT_FLOAT_EQ(nlohmann::json::parse(line)["lr"].get<float>(), 1.5e-3f) << line;
+  expect_clean_error(train + "--train-iters 6 --train-samples 24",
+                     "--train-iters with --train-samples: sample-based training takes");
+}
+
 // export -> train --init-from -> --save-hf -> generate: the weights travel, the sizes come from
 // config.json, training continues from them and the result samples text.
 TEST(Cli, ExportTrainGenerateRoundTrip) {

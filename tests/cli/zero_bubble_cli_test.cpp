@@ -156,14 +156,14 @@ TEST(ZeroBubbleCli, TrainReportsTheCostOfEachAction) {
 // again to a plain step; plain steps go on until a norm under the threshold.
 TEST(ZeroBubbleCli, PostValidationStepsBeforeTheNormAfterAKeptStep) {
   const std::filesystem::path log = temp_file("post_validation.jsonl");
-  const auto r = train_pp2("--schedule zb-h1 --train-iters 8 --log-interval 1 --enable-optimizer-post-validation "
+  const auto r = train_pp2("--schedule zb-h1 --train-iters 10 --log-interval 1 --enable-optimizer-post-validation "
                            "--clip-grad 3 --log-json " + log.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<double> norms;
   std::ifstream in(log);
   for (std::string line; std::getline(in, line);) norms.push_back(nlohmann::json::parse(line).at("grad_norm"));
   std::filesystem::remove(log);
-  ASSERT_EQ(norms.size(), 8u);
+  ASSERT_EQ(norms.size(), 10u);
   int kept = 0, redone = 0, rerun = 0, after_norm = 0;
   bool before_norm = true;  // iteration i's step is taken before its norm
   for (size_t i = 0; i < norms.size(); ++i) {

@@ -148,33 +148,99 @@ LrScheduleConfig schedule(LrDecayStyle style) {
   return c;
 }
 
+// Figures from OptimizerParamScheduler.get_lr's formula (megatron/core/optimizer_param_scheduler.py)
+// at num_steps = samples consumed; with G = 1 a sample is an iteration.
 TEST(LrSchedule, WarmupThenCosine) {
   LrSchedule s(schedule(LrDecayStyle::Cosine));
-  EXPECT_FLOAT_EQ(s.at(1), 0.001f);   // 0.01 · 1/10
-  EXPECT_FLOAT_EQ(s.at(5), 0.005f);
-  EXPECT_FLOAT_EQ(s.at(10), 0.01f);   // warmup ends at the full lr
-  EXPECT_FLOAT_EQ(s.at(60), 0.0055f);  // halfway through decay: (lr + min_lr) / 2
-  EXPECT_FLOAT_EQ(s.at(35), 0.001f + 0.009f * 0.5f * (1.0f + std::numbers::sqrt2_v<float> / 2));
-  EXPECT_FLOAT_EQ(s.at(110), 0.001f);  // end of decay
-  EXPECT_FLOAT_EQ(s.at(500), 0.001f);  // and after it
-  EXPECT_EQ(s.decay_iters(), 110);
+  EXPECT_FLOAT_EQ(s.at_samples(0), 0.0f);       // warmup starts at --lr-warmup-init
+  EXPECT_FLOAT_EQ(s.at_samples(1), 0.001f);     // 0.01 · 1/10
+  EXPECT_FLOAT_EQ(s.at_samples(5), 0.005f);
+  EXPECT_FLOAT_EQ(s.at_samples(10), 0.01f);     // warmup ends at the full lr
+  EXPECT_FLOAT_EQ(s.at_samples(60), 0.0055f);   // halfway through decay: (lr + min_lr) / 2
+  EXPECT_FLOAT_EQ(s.at_samples(35), 0.001f + 0.009f * 0.5f * (1.0f + std::numbers::sqrt2_v<float> / 2));
+  EXPECT_FLOAT_EQ(s.at_samples(110), 0.001f);   // end of decay
+  EXPECT_FLOAT_EQ(s.at_samples(500), 0.001f);   // and after it
 }
 
 TEST(LrSchedule, LinearAndConstant) {
   LrSchedule linear(schedule(LrDecayStyle::Linear));
-  EXPECT_FLOAT_EQ(linear.at(35), 0.001f + 0.009f * 0.75f);
-  EXPECT_FLOAT_EQ(linear.at(85), 0.001f + 0.009f * 0.25f);
-  EXPECT_FLOAT_EQ(linear.at(110), 0.001f);
+  EXPECT_FLOAT_EQ(linear.at_samples(35), 0.001f + 0.009f * 0.75f);
+  EXPECT_FLOAT_EQ(linear.at_samples(85), 0.001f + 0.009f * 0.25f);
+  EXPECT_FLOAT_EQ(linear.at_samples(110), 0.001f);
   LrScheduleConfig c = schedule(LrDecayStyle::Linear);
   c.decay_iters = 60;  // overrides train_iters
-  EXPECT_FLOAT_EQ(LrSchedule(c).at(35), 0.0055f);
-  EXPECT_FLOAT_EQ(LrSchedule(c).at(61), 0.001f);
+  EXPECT_FLOAT_EQ(LrSchedule(c).at_samples(35), 0.0055f);
+  EXPECT_FLOAT_EQ(LrSchedule(c).at_samples(61), 0.001f);
   c.warmup_iters = 0;
-  EXPECT_FLOAT_EQ(LrSchedule(c).at(1), 0.001f + 0.009f * (59.0f / 60.0f));
+  EXPECT_FLOAT_EQ(LrSchedule(c).at_samples(0), 0.01f);
+  EXPECT_FLOAT_EQ(LrSchedule(c).at_samples(1), 0.001f + 0.009f * (59.0f / 60.0f));
   LrSchedule constant(schedule(LrDecayStyle::Constant));
-  EXPECT_FLOAT_EQ(constant.at(2), 0.002f);
-  EXPECT_FLOAT_EQ(constant.at(11), 0.01f);
-  EXPECT_FLOAT_EQ(constant.at(5000), 0.01f);
+  EXPECT_FLOAT_EQ(constant.at_samples(2), 0.002f);
+  EXPECT_FLOAT_EQ(constant.at_samples(11), 0.01f);
+  EXPECT_FLOAT_EQ(constant.at_samples(5000), 0.01f);
+}
+
+// Megatron's scheduler counts samples and steps after each successful optimizer step: the step
+// after k of them runs at k·G samples, so the first runs at the warmup's start. Iteration flags
+// are G samples each; --lr-warmup-fraction is a share of the decay; --lr-warmup-init raises the
+// start.
+TEST(LrSchedule, CountsSamplesAsMegatronsScheduler) {
+  LrScheduleConfig iters = schedule(LrDecayStyle::Cosine);
+  iters.global_batch = 8;
+  const LrSchedule by_iters(iters);
+  EXPECT_EQ(iters.decay_steps(), 880);
+  EXPECT_EQ(iters.warmup_steps(), 80.0);
+  EXPECT_FLOAT_EQ(by_iters.for_step(0), 0.0f);
+  EXPECT_FLOAT_EQ(by_iters.for_step(1), 0.001f);  // 8 of 80 samples
+  EXPECT_FLOAT_EQ(by_iters.for_step(10), 0.01f);
+  EXPECT_FLOAT_EQ(by_iters.for_step(60), 0.0055f);
+
+  LrScheduleConfig samples = iters;
+  samples.train_iters = samples.warmup_iters = 0;
+  samples.train_samples = 880;
+  samples.warmup_samples = 80;
+  EXPECT_EQ(samples.iterations(), 110);
+  const LrSchedule by_samples(samples);
+  for (int64_t k = 0; k <= 120; ++k) EXPECT_EQ(by_samples.for_step(k), by_iters.for_step(k)) << k;
+  samples.train_samples = 885;  // Megatron's update_train_iters: whole batches
+  EXPECT_EQ(samples.iterations(), 110);
+
+  LrScheduleConfig fraction = iters;
+  fraction.warmup_iters = 0;
+  fraction.warmup_fraction = 1.0 / 11;  // of 880 samples: 80
+  EXPECT_DOUBLE_EQ(fraction.warmup_steps(), 80.0);
+  EXPECT_FLOAT_EQ(LrSchedule(fraction).for_step(5), 0.005f);
+
+  LrScheduleConfig init = schedule(LrDecayStyle::Cosine);
+  init.warmup_init = 0.002f;
+  EXPECT_FLOAT_EQ(LrSchedule(init).at_samples(0), 0.002f);
+  EXPECT_FLOAT_EQ(LrSchedule(init).at_samples(5), 0.006f);  // 0.002 + 0.008 · 5/10
+}
+
+// Megatron's assertions: iteration- and sample-based flags are not mixed; one warmup length.
+TEST(LrSchedule, IterationAndSampleFlagsAreNotMixed) {
+  const auto all = [](const LrScheduleConfig& c) {
+    std::string text;
+    for (const std::string& m : lr_schedule_violations(c)) text += m + "\n";
+    return text;
+  };
+  LrScheduleConfig c = schedule(LrDecayStyle::Linear);
+  c.train_samples = 1000;
+  c.warmup_fraction = 0.1;
+  c.warmup_samples = 10;
+  std::string text = all(c);
+  for (const char* rule : {"--train-iters with --train-samples", "--lr-warmup-iters with --train-samples",
+                           "--lr-warmup-fraction and --lr-warmup-samples: give one"})
+    EXPECT_NE(text.find(rule), std::string::npos) << rule << " missing from:\n" << text;
+  c = schedule(LrDecayStyle::Linear);
+  c.decay_samples = 100;
+  c.warmup_fraction = 0.1;
+  c.warmup_init = 0.5f;
+  text = all(c);
+  for (const char* rule : {"--lr-decay-samples without --train-samples",
+                           "--lr-warmup-fraction and --lr-warmup-iters: give one",
+                           "--lr-warmup-init 0.5 is not within [0, --lr 0.01]"})
+    EXPECT_NE(text.find(rule), std::string::npos) << rule << " missing from:\n" << text;
 }
 
 TEST(LrSchedule, ParsesStylesAndRejectsBadConfig) {

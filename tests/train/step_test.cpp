@@ -136,7 +136,7 @@ TEST(TrainStep, PlainStepEndsWhereCheckedStepEnds) {
     run.iterate();
     IterationStats want;
     want.iteration = it;
-    want.lr = lr.at(optimizer.step_count() + 1);
+    want.lr = lr.for_step(optimizer.step_count());
     set_grads(params, it, norms[it - 1]);
     want.loss = loss_sum(params, it) / kCounted;
     want.grad_norm = std::sqrt(optimizer.grad_sq_sum());

@@ -311,14 +311,20 @@ def batch(samples, iteration, global_batch):
     return rows[:, :-1], rows[:, 1:]
 
 
-def learning_rate(it, args):
-    """Megatron's schedule at 1-based iteration `it`: linear warm-up, then constant/linear/cosine."""
-    if args.lr_warmup_iters > 0 and it <= args.lr_warmup_iters:
-        return args.lr * it / args.lr_warmup_iters
+def learning_rate(steps, args):
+    """Megatron's OptimizerParamScheduler.get_lr for the optimizer step after `steps` earlier ones:
+    it has consumed steps·G samples (the scheduler steps after the optimizer), so the first step
+    runs at the warm-up's start. Warm-up from 0, then constant/linear/cosine decay over
+    --train-iters, all in samples."""
+    G = args.global_batch_size
+    n, warmup, decay = steps * G, args.lr_warmup_iters * G, args.train_iters * G
+    if warmup > 0 and n <= warmup:
+        return args.lr * n / warmup
     if args.lr_decay_style == "constant":
         return args.lr
-    ratio = (it - args.lr_warmup_iters) / (args.train_iters - args.lr_warmup_iters)
-    ratio = min(max(ratio, 0.0), 1.0)
+    if n > decay:
+        return args.min_lr
+    ratio = (n - warmup) / (decay - warmup)
     if args.lr_decay_style == "linear":
         coeff = 1.0 - ratio
     else:
@@ -430,7 +436,7 @@ def train(args, cfg, model, microbatch_loss=lm_loss, counted_tokens=None):
     optimizer = make_adamw(model, args)
     log = open(args.log_json, "w") if args.log_json else None
     for i in range(args.train_iters):
-        lr = learning_rate(i + 1, args)
+        lr = learning_rate(i, args)
         for group in optimizer.param_groups:
             group["lr"] = lr
         inputs, targets = batch(samples, i, args.global_batch_size)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <utility>
 #include <vector>
 
 #include <fmt/ranges.h>
@@ -27,42 +28,76 @@ std::string lr_decay_style_name(LrDecayStyle style) {
   return "?";
 }
 
+int64_t LrScheduleConfig::iterations() const {
+  return sample_based() ? train_samples / std::max<int64_t>(global_batch, 1) : train_iters;
+}
+
+int64_t LrScheduleConfig::decay_steps() const {
+  if (sample_based()) return decay_samples > 0 ? decay_samples : train_samples;
+  return (decay_iters > 0 ? decay_iters : train_iters) * global_batch;
+}
+
+double LrScheduleConfig::warmup_steps() const {
+  if (warmup_fraction >= 0) return warmup_fraction * static_cast<double>(decay_steps());
+  return static_cast<double>(sample_based() ? warmup_samples : warmup_iters * global_batch);
+}
+
 std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) {
   std::vector<std::string> problems;
   if (!(std::isfinite(config.lr) && config.lr >= 0.0f))
     problems.push_back(fmt::format("--lr {} must be a finite number ≥ 0", config.lr));
   if (!(config.min_lr >= 0.0f && config.min_lr <= config.lr))
-    problems.push_back(fmt::format("--min-lr {} is not within [0, --lr {}]", config.min_lr,
-                                   config.lr));
-  if (config.warmup_iters < 0)
-    problems.push_back(fmt::format("--lr-warmup-iters {} is negative", config.warmup_iters));
-  if (config.decay_iters < 0)
-    problems.push_back(fmt::format("--lr-decay-iters {} is negative", config.decay_iters));
-  if (config.style != LrDecayStyle::Constant && config.decay_over() <= 0)
-    problems.push_back("--lr-decay-iters (or --train-iters) must be positive to decay the lr");
+    problems.push_back(fmt::format("--min-lr {} is not within [0, --lr {}]", config.min_lr, config.lr));
+  if (!(config.warmup_init >= 0.0f && config.warmup_init <= config.lr))
+    problems.push_back(fmt::format("--lr-warmup-init {} is not within [0, --lr {}]", config.warmup_init, config.lr));
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--lr-warmup-iters", config.warmup_iters},
+                                    {"--lr-decay-iters", config.decay_iters},
+                                    {"--train-iters", config.train_iters},
+                                    {"--lr-warmup-samples", config.warmup_samples},
+                                    {"--lr-decay-samples", config.decay_samples},
+                                    {"--train-samples", config.train_samples}})
+    if (value < 0) problems.push_back(fmt::format("{} {} is negative", flag, value));
+  if (config.warmup_fraction >= 0 && !(config.warmup_fraction <= 1))
+    problems.push_back(fmt::format("--lr-warmup-fraction {} is not within [0, 1]", config.warmup_fraction));
+  // Megatron's assertions: one kind of training, one warmup length.
+  if (config.sample_based()) {
+    for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--train-iters", config.train_iters},
+                                      {"--lr-decay-iters", config.decay_iters},
+                                      {"--lr-warmup-iters", config.warmup_iters}})
+      if (value > 0)
+        problems.push_back(fmt::format("{} with --train-samples: sample-based training takes "
+                                       "--lr-decay-samples and --lr-warmup-samples", flag));
+    if (config.warmup_fraction >= 0 && config.warmup_samples > 0)
+      problems.push_back("--lr-warmup-fraction and --lr-warmup-samples: give one");
+  } else {
+    for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--lr-decay-samples", config.decay_samples},
+                                      {"--lr-warmup-samples", config.warmup_samples}})
+      if (value > 0)
+        problems.push_back(fmt::format("{} without --train-samples: iteration-based training takes "
+                                       "--lr-decay-iters and --lr-warmup-iters", flag));
+    if (config.warmup_fraction >= 0 && config.warmup_iters > 0)
+      problems.push_back("--lr-warmup-fraction and --lr-warmup-iters: give one");
+  }
+  if (config.style != LrDecayStyle::Constant && config.decay_steps() <= 0)
+    problems.push_back("--lr-decay-iters (or --train-iters, or the _samples flags) must be positive to decay the lr");
   return problems;
 }
 
 LrSchedule::LrSchedule(const LrScheduleConfig& config)
-    : config_(config),
-      decay_iters_(config.decay_over()) {
+    : config_(config), decay_(config.decay_steps()), warmup_(config.warmup_steps()) {
   const std::vector<std::string> problems = lr_schedule_violations(config);
   if (!problems.empty()) fail("invalid lr schedule: {}", fmt::join(problems, "; "));
 }
 
-float LrSchedule::at(int64_t it) const {
-  const double lr = config_.lr, min_lr = config_.min_lr;
-  const int64_t warmup = config_.warmup_iters;
-  if (warmup > 0 && it <= warmup) return static_cast<float>(lr * it / warmup);
+float LrSchedule::at_samples(int64_t samples) const {
+  const double lr = config_.lr, min_lr = config_.min_lr, init = config_.warmup_init;
+  const double n = static_cast<double>(samples);
+  if (warmup_ > 0 && n <= warmup_) return static_cast<float>(init + (lr - init) * n / warmup_);
   if (config_.style == LrDecayStyle::Constant) return config_.lr;
-  // decay_iters ≤ warmup leaves no decay phase: min_lr right after warmup.
-  if (it >= decay_iters_) return config_.min_lr;
-  const double ratio =
-      std::clamp(static_cast<double>(it - warmup) / static_cast<double>(decay_iters_ - warmup),
-                 0.0, 1.0);
-  const double coeff = config_.style == LrDecayStyle::Linear
-                           ? 1.0 - ratio
-                           : 0.5 * (std::cos(std::numbers::pi * ratio) + 1.0);
+  if (samples > decay_) return config_.min_lr;
+  const double ratio = (n - warmup_) / (static_cast<double>(decay_) - warmup_);
+  const double coeff = config_.style == LrDecayStyle::Linear ? 1.0 - ratio
+                                                             : 0.5 * (std::cos(std::numbers::pi * ratio) + 1.0);
   return static_cast<float>(min_lr + coeff * (lr - min_lr));
 }
 

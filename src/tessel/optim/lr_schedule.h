@@ -1,5 +1,9 @@
-// The learning-rate schedule, with the semantics of Megatron-LM's OptimizerParamScheduler:
-// linear warmup from 0, then constant, linear or cosine decay to min_lr by decay_iters.
+// The learning-rate schedule, as Megatron-LM's OptimizerParamScheduler computes it: in samples
+// consumed ("steps"), linear warmup from --lr-warmup-init, then constant, linear or cosine decay
+// to --min-lr. Iteration- and sample-based flags both become samples: --lr-warmup-iters N is
+// N·G samples, --lr-decay-iters N is N·G (G the global batch), --lr-warmup-fraction f is
+// f × the decay samples. The scheduler advances after each successful optimizer step, so the
+// step after k successful ones runs at the rate of k·G samples: the first at the warmup's start.
 #pragma once
 
 #include <cstdint>
@@ -14,21 +18,33 @@ enum class LrDecayStyle : uint8_t { Constant, Linear, Cosine };
 LrDecayStyle parse_lr_decay_style(std::string_view name);  // "constant" | "linear" | "cosine"
 std::string lr_decay_style_name(LrDecayStyle style);
 
-// Named after the flags --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters, --train-iters,
-// --lr-decay-style (Megatron's default style is linear).
+// Named after the flags. Iteration- or sample-based, as Megatron: a run gives --train-iters (and
+// the _iters flags) or --train-samples (and the _samples flags), not both; 0 is "not given".
 struct LrScheduleConfig {
-  float lr = 0.0f;
-  float min_lr = 0.0f;
-  int64_t warmup_iters = 0;
-  int64_t decay_iters = 0;  // 0: decay over all of train_iters
-  int64_t train_iters = 0;
-  LrDecayStyle style = LrDecayStyle::Linear;
+  float lr = 0.0f;           // --lr: the peak
+  float min_lr = 0.0f;       // --min-lr
+  float warmup_init = 0.0f;  // --lr-warmup-init: where warmup starts
+  int64_t warmup_iters = 0;      // --lr-warmup-iters
+  int64_t decay_iters = 0;       // --lr-decay-iters (0: --train-iters)
+  int64_t train_iters = 0;       // --train-iters, or --train-samples / G
+  int64_t warmup_samples = 0;    // --lr-warmup-samples
+  int64_t decay_samples = 0;     // --lr-decay-samples (0: --train-samples)
+  int64_t train_samples = 0;     // --train-samples
+  double warmup_fraction = -1;   // --lr-warmup-fraction of the decay (< 0: not given)
+  LrDecayStyle style = LrDecayStyle::Linear;  // --lr-decay-style
+  int64_t global_batch = 1;      // samples per iteration (--global-batch-size): the schedule's unit
 
-  int64_t decay_over() const { return decay_iters > 0 ? decay_iters : train_iters; }
+  bool sample_based() const { return train_samples > 0; }
+  // The run's iterations: --train-iters, or --train-samples / G (Megatron's update_train_iters
+  // without batch ramp-up).
+  int64_t iterations() const;
+  // Megatron's lr_decay_steps and lr_warmup_steps, in samples.
+  int64_t decay_steps() const;
+  double warmup_steps() const;
 };
 
-// Every rule the config breaks (rates and iteration counts not negative, min_lr ≤ lr, something
-// to decay over), one message each naming the flag; empty when valid.
+// Every rule the config breaks, one message each naming the flags (Megatron's assertions among
+// them: iteration- and sample-based flags not mixed, one warmup length); empty when valid.
 std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config);
 
 class LrSchedule {
@@ -36,19 +52,22 @@ class LrSchedule {
   // Throws tessel::Error listing what is wrong with the config.
   explicit LrSchedule(const LrScheduleConfig& config);
 
-  // The learning rate of iteration `it`, counted from 1 (the iteration being run):
-  //   it ≤ warmup (warmup > 0): lr · it / warmup
-  //   constant:                 lr
-  //   otherwise, ratio = (it − warmup) / (decay − warmup) clamped to [0, 1],
+  // The rate after `samples` consumed (OptimizerParamScheduler.get_lr at num_steps = samples):
+  //   samples ≤ warmup (warmup > 0): init + (lr − init) · samples / warmup
+  //   constant:                      lr
+  //   samples > decay:               min_lr
+  //   otherwise, ratio = (samples − warmup) / (decay − warmup),
   //     coeff = 1 − ratio (linear) or ½·(cos(π·ratio) + 1) (cosine),
   //     min_lr + coeff · (lr − min_lr).
-  float at(int64_t it) const;
-
-  int64_t decay_iters() const { return decay_iters_; }
+  float at_samples(int64_t samples) const;
+  // The rate of the optimizer step taken after `steps` successful ones (a skipped step does not
+  // advance the scheduler): at_samples(steps · G).
+  float for_step(int64_t steps) const { return at_samples(steps * config_.global_batch); }
 
  private:
   LrScheduleConfig config_;
-  int64_t decay_iters_;
+  int64_t decay_;
+  double warmup_;
 };
 
 }  // namespace tessel

@@ -18,6 +18,8 @@ GptDataSplits build_training_data(const TrainPlan& plan, ProcessGroups& groups) 
   g.seed = static_cast<uint32_t>(o.seed);
   g.num_samples = megatron_num_samples(plan.train_iters(), o.batch.global_batch_size,
                                        o.eval.interval, o.eval.iters);
+  // Sample-based training reads --train-samples samples, not iterations × G (as Megatron).
+  if (o.optim.lr.sample_based()) g.num_samples[static_cast<int>(Split::Train)] = o.optim.lr.train_samples;
   g.tokenizer = plan.tokenizer.get();
   Comm& world = groups.world();
   const DataBuildCoordination coordination{

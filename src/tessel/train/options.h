@@ -50,7 +50,8 @@ struct OptimOptions {
   // --enable-optimizer-post-validation: step before the gradient norm is known, undo and redo
   // when clipping or a non-finite norm would have changed the step (optim/post_validation.h)
   bool post_validation = false;
-  // --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters, --train-iters, --lr-decay-style
+  // --lr, --min-lr, --lr-warmup-init, --lr-warmup-iters/-samples/-fraction, --lr-decay-iters/-samples,
+  // --train-iters/-samples, --lr-decay-style
   LrScheduleConfig lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 30, .decay_iters = 0,
                          .train_iters = 600, .style = LrDecayStyle::Cosine};
 };

@@ -47,7 +47,9 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
   std::vector<std::string> v = non_finite_violations(model, o);
   append(v, fault_violations(o.faults));
   if (o.log.straggler_minmax_count < 1) v.push_back("--straggler-minmax-count must be at least 1");
-  if (o.optim.lr.train_iters < 0) v.push_back("--train-iters must not be negative");
+  if (o.optim.lr.sample_based() && o.batch.global_batch_size > 0 && o.optim.lr.iterations() == 0)
+    v.push_back(fmt::format("--train-samples {} is less than one --global-batch-size {}: no iteration",
+                            o.optim.lr.train_samples, o.batch.global_batch_size));
   if (model.vocab_size < tokenizer.vocab_size())
     v.push_back(fmt::format("--vocab-size {} is smaller than the {}'s {}", model.vocab_size,
                             tokenizer.type(), tokenizer.vocab_size()));
@@ -228,6 +230,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
     o.parallel.layout.sequence_parallel = false;
     notes.push_back("--sequence-parallel: disabled, because tensor model parallelism is disabled (TP 1), as Megatron does");
   }
+  o.optim.lr.global_batch = o.batch.global_batch_size;  // the schedule counts samples
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
   std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);

@@ -53,7 +53,7 @@ struct TrainPlan {
   CpCommType cp_comm = CpCommType::P2P;
 
   const ParallelConfig& layout() const { return options.parallel.layout; }
-  int64_t train_iters() const { return options.optim.lr.train_iters; }
+  int64_t train_iters() const { return options.optim.lr.iterations(); }  // --train-iters, or samples / G
   // The model chunks pipeline rank `stage` holds, in its chunk order.
   std::vector<ChunkSpec> stage_chunks(int stage) const;
   // DP rank r's share of every global batch, dealt out as Megatron's sampler does.

@@ -22,14 +22,14 @@ TrainStep::TrainStep(const Kernels& k, const OptimOptions& options, AdamW& optim
 }
 
 void TrainStep::take(IterationStats& s, double counted) {
-  s.lr = lr_.at(optimizer_.step_count() + 1);  // a skipped step does not advance it
+  s.lr = lr_.for_step(optimizer_.step_count());  // a skipped step does not advance it
   if (step_before_norm_) {
     const double loss_sum = hooks_.compute();
     if (!pending_.active || settle_pending() == StepVerdict::Plain)
       return eager_step(s.lr, loss_sum, counted);
     // This iteration ran on parameters since undone: it runs again, to the plain step.
     numerics_.iteration_rerun();
-    s.lr = lr_.at(optimizer_.step_count() + 1);
+    s.lr = lr_.for_step(optimizer_.step_count());
     ++counts_.rerun;
   }
   plain_step(s, counted);
