@@ -100,6 +100,15 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_option("--exit-interval", t.checkpoint.exit_interval,
                "stop once the iteration is a multiple of this (after saving)");
   c.add_option("--load", t.checkpoint.load, "resume from the newest checkpoint in this folder (any layout)");
+  c.add_option("--ckpt-format", t.checkpoint.ckpt_format,
+               "Megatron-LM's checkpoint format: accepted; tessel saves and loads its own format")
+      ->check(CLI::IsMember({"torch", "torch_dist", "torch_dcp", "fsdp_dtensor"}));
+  c.add_flag("--auto-detect-ckpt-format", t.checkpoint.auto_detect_ckpt_format,
+             "accepted: --load tells tessel's saves from Megatron-LM's checkpoints by their files");
+  c.add_option("--dist-ckpt-strictness", t.checkpoint.dist_ckpt_strictness,
+               "accepted: tessel's --load is always strict")
+      ->check(CLI::IsMember({"assume_ok_unexpected", "log_unexpected", "log_all", "raise_unexpected", "raise_all",
+                             "return_unexpected", "return_all", "ignore_all"}));
   c.add_option("--lr", t.optim.lr.lr, "peak learning rate")->capture_default_str();
   c.add_option("--min-lr", t.optim.lr.min_lr, "final learning rate")->capture_default_str();
   iteration_flags_.emplace_back(

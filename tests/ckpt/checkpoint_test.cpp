@@ -219,6 +219,47 @@ TEST(Checkpoint, ExportOfATp2SaveMatchesSaveHf) {
   expect_export_matches_save_hf(dir, ckpt);
 }
 
+// A Megatron-LM checkpoint given to --load (its tracker has the same name as tessel's) is named as
+// one, in each of its formats, with the way its weights can come in; Megatron's checkpoint format
+// flags are accepted and answered at the start.
+TEST(Checkpoint, AMegatronCheckpointIsNamed) {
+  const fs::path dir = fresh_dir("megatron");
+  const auto write = [](const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+  };
+  write(dir / "dist" / "latest_checkpointed_iteration.txt", "100");
+  write(dir / "dist" / "iter_0000100" / "metadata.json",
+        R"({"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
+            "common_backend_version": 1})");
+  write(dir / "dist" / "iter_0000100" / "__0_0.distcp", "");
+  write(dir / "legacy" / "latest_checkpointed_iteration.txt", "100\n");
+  write(dir / "legacy" / "iter_0000100" / "mp_rank_00" / "model_optim_rng.pt", "");
+  write(dir / "dcp" / "latest_checkpointed_iteration.txt", "7");
+  write(dir / "dcp" / "iter_0000007" / ".metadata", "");
+  write(dir / "dcp" / "iter_0000007" / "__0_0.distcp", "");
+  write(dir / "release" / "latest_checkpointed_iteration.txt", "release");
+  for (const auto& [name, format] : {std::pair<std::string, std::string>{"dist", "(torch_dist)"},
+                                     {"legacy", "(torch, the legacy format)"},
+                                     {"dcp", "(torch_dcp or fsdp_dtensor, torch.distributed.checkpoint's)"},
+                                     {"release", "(a release checkpoint)"}}) {
+    const testing::CommandResult r =
+        testing::run_tessel("train " + std::string(kModel) + kTraining + "--load " + (dir / name).string());
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("a Megatron-LM checkpoint " + format + ", not a tessel save"), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("convert it to a Hugging Face folder (Megatron-Bridge)"), std::string::npos) << r.output;
+  }
+  const testing::CommandResult flags = testing::run_tessel(
+      "train " + std::string(kModel) + kCommon +
+      "--train-iters 1 --ckpt-format torch_dist --auto-detect-ckpt-format --dist-ckpt-strictness log_all");
+  ASSERT_EQ(flags.exit_code, 0) << flags.output;
+  for (const char* said : {"--ckpt-format torch_dist: tessel saves in its own format",
+                           "--auto-detect-ckpt-format: --load tells a tessel save from a Megatron-LM checkpoint",
+                           "--dist-ckpt-strictness log_all: tessel's --load is always strict"})
+    EXPECT_NE(flags.output.find(said), std::string::npos) << said << "\n" << flags.output;
+}
+
 // A save of a model with no Hugging Face form (an ungated shared expert) keeps what it is in its
 // description: `export --load` gives --save-hf's reason, before any weights are read.
 TEST(Checkpoint, ExportOfASaveRefusesWhatSaveHfRefuses) {

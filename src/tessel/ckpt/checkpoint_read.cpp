@@ -181,6 +181,31 @@ int64_t saved_step_count(const json& meta, const std::string& iter_dir) {
 
 }  // namespace
 
+namespace {
+
+// A Megatron-LM checkpoint where a tessel save was expected (the tracker's name is the same):
+// refused naming its format and the way its weights can come in.
+[[noreturn]] void refuse_megatron_checkpoint(const std::string& where, const std::string& format) {
+  fail("{}: a Megatron-LM checkpoint ({}), not a tessel save: tessel resumes its own saves only. To start from its "
+       "weights, convert it to a Hugging Face folder (Megatron-Bridge) and give that to --init-from",
+       where, format);
+}
+
+// The format of a Megatron checkpoint without a metadata.json, by its files ("" for none): the
+// legacy torch format's mp_rank_TT[_PPP] folder a model-parallel rank
+// (megatron/training/checkpointing.py), or torch.distributed.checkpoint's .metadata.
+std::string megatron_format_of_files(const std::string& iter_dir) {
+  std::error_code error;
+  for (const fs::directory_entry& e : fs::directory_iterator(iter_dir, error)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("mp_rank_")) return "torch, the legacy format";
+    if (name == ".metadata") return "torch_dcp or fsdp_dtensor, torch.distributed.checkpoint's";
+  }
+  return "";
+}
+
+}  // namespace
+
 int64_t latest_checkpointed_iteration(const std::string& dir) {
   const std::string tracker = dir + "/latest_checkpointed_iteration.txt";
   TESSEL_CHECK(fs::is_regular_file(tracker), "{}: no checkpoint tracker (is {} a --save folder?)",
@@ -191,6 +216,7 @@ int64_t latest_checkpointed_iteration(const std::string& dir) {
   text << in.rdbuf();
   std::string word = text.str();
   while (!word.empty() && std::isspace(static_cast<unsigned char>(word.back()))) word.pop_back();
+  if (word == "release") refuse_megatron_checkpoint(tracker, "a release checkpoint");
   TESSEL_CHECK(!word.empty() && word.size() <= 18 &&
                    word.find_first_not_of("0123456789") == std::string::npos,
                "{}: not an iteration number ('{}')", tracker, word.substr(0, 40));
@@ -199,7 +225,10 @@ int64_t latest_checkpointed_iteration(const std::string& dir) {
 
 json read_checkpoint_metadata(const std::string& dir, int64_t iteration) {
   if (iteration < 0) iteration = latest_checkpointed_iteration(dir);
-  const std::string path = checkpoint_iteration_dir(dir, iteration) + "/metadata.json";
+  const std::string iter_dir = checkpoint_iteration_dir(dir, iteration), path = iter_dir + "/metadata.json";
+  if (!fs::exists(path))
+    if (const std::string format = megatron_format_of_files(iter_dir); !format.empty())
+      refuse_megatron_checkpoint(iter_dir, format);
   TESSEL_CHECK(fs::exists(path), "{}: missing (no complete save of iteration {})", path, iteration);
   TESSEL_CHECK(fs::is_regular_file(path), "{}: not a file", path);
   std::ifstream in(path);
@@ -210,6 +239,11 @@ json read_checkpoint_metadata(const std::string& dir, int64_t iteration) {
   } catch (const json::exception&) {
     fail("{}: not valid JSON", path);
   }
+  // A distributed Megatron checkpoint's metadata.json names its backend (megatron/core/dist_checkpointing).
+  if (meta.is_object() && meta.contains("sharded_backend"))
+    refuse_megatron_checkpoint(iter_dir, meta["sharded_backend"].is_string()
+                                             ? meta["sharded_backend"].get<std::string>()
+                                             : std::string("distributed"));
   TESSEL_CHECK(meta.is_object() && meta.contains("format") && meta["format"] == "tessel-checkpoint",
                "{}: not a tessel checkpoint", path);
   for (const char* key : {"iteration", "step_count", "seed", "world_size", "data_position"})

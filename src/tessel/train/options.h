@@ -88,6 +88,11 @@ struct CheckpointOptions {
   std::string init_from;       // --init-from: Hugging Face safetensors file or folder to start from
   std::string save_hf;         // --save-hf: folder for model.safetensors + config.json at the end
   std::string save_hf_model_type;  // --save-hf-model-type: a GDN model's family (train/export.h)
+  // Megatron-LM's checkpoint format flags, accepted and answered at the start: tessel saves and
+  // loads its own format only ("" / false: not given).
+  std::string ckpt_format;             // --ckpt-format torch | torch_dist | torch_dcp | fsdp_dtensor
+  bool auto_detect_ckpt_format = false;  // --auto-detect-ckpt-format
+  std::string dist_ckpt_strictness;    // --dist-ckpt-strictness
 };
 
 struct LogOptions {

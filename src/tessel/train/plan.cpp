@@ -216,6 +216,23 @@ double TrainPlan::batch_tokens() const {
 
 namespace {
 
+// What Megatron's checkpoint format flags come to here, one line each given.
+std::vector<std::string> checkpoint_format_notes(const CheckpointOptions& c) {
+  std::vector<std::string> notes;
+  if (!c.ckpt_format.empty())
+    notes.push_back(fmt::format("--ckpt-format {}: tessel saves in its own format (metadata.json and one shard file "
+                                "a rank, resumable under any layout) and does not write or read Megatron-LM's",
+                                c.ckpt_format));
+  if (c.auto_detect_ckpt_format)
+    notes.push_back("--auto-detect-ckpt-format: --load tells a tessel save from a Megatron-LM checkpoint by its "
+                    "files, and names the latter");
+  if (!c.dist_ckpt_strictness.empty())
+    notes.push_back(fmt::format("--dist-ckpt-strictness {}: tessel's --load is always strict (every tensor, "
+                                "shape and checksum checked, nothing unexpected)",
+                                c.dist_ckpt_strictness));
+  return notes;
+}
+
 // The plan as far as the rules allow, and every rule broken on the way.
 struct CheckedPlan {
   TrainPlan plan;
@@ -231,6 +248,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
     notes.push_back("--sequence-parallel: disabled, because tensor model parallelism is disabled (TP 1), as Megatron does");
   }
   o.optim.lr.global_batch = o.batch.global_batch_size;  // the schedule counts samples
+  append(notes, checkpoint_format_notes(o.checkpoint));
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
   std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);
