@@ -100,6 +100,8 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_option("--exit-interval", t.checkpoint.exit_interval,
                "stop once the iteration is a multiple of this (after saving)");
   c.add_option("--load", t.checkpoint.load, "resume from the newest checkpoint in this folder (any layout)");
+  implementation_.add_to(c);
+  c.add_flag("--explain-flags", explain_flags_, "say at the start what tessel does with every flag given");
   c.add_option("--ckpt-format", t.checkpoint.ckpt_format,
                "Megatron-LM's checkpoint format: accepted; tessel saves and loads its own format")
       ->check(CLI::IsMember({"torch", "torch_dist", "torch_dcp", "fsdp_dtensor"}));
@@ -207,6 +209,8 @@ void TrainCommand::run(MpiRuntime& runtime) {
   if (train_samples_->count() > 0)
     for (const auto& [flag, value] : iteration_flags_)
       if (flag->count() == 0) *value = 0;
+  if (explain_flags_) t.notes = ImplementationFlags::explain(*cmd_);
+  if (const std::string unused = implementation_.summary(); !unused.empty()) t.notes.push_back(unused);
   t.parallel.layout.world = runtime.world_size();
   if (runtime.world_size() == 1)
     if (const std::string why = launched_without_mpi(); !why.empty()) throw ConfigError(why);

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "implementation_flags.h"
 #include "model_flags.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/train/options.h"
@@ -31,6 +32,8 @@ class TrainCommand {
   TrainOptions options_;
   CLI::Option* data_path_ = nullptr;
   CLI::Option* train_samples_ = nullptr;
+  ImplementationFlags implementation_;
+  bool explain_flags_ = false;
   // --train-iters, --lr-warmup-iters, --lr-decay-iters and where they write: zeroed for
   // --train-samples unless given (then Megatron's rule refuses them).
   std::vector<std::pair<CLI::Option*, int64_t*>> iteration_flags_;

@@ -72,6 +72,7 @@ const std::set<std::string> kOwnMeaning = {
     "--init-from",  // train starts from the weights, export converts them
     "--load",       // train resumes, export consolidates
     "--json",       // each prints its own JSON
+    "--attention-backend",  // plan models that GPU attention's memory; train's is its own kernel
     "--bf16",       // plan's planned precision, the default on GPU clusters
 };
 
@@ -149,6 +150,26 @@ TEST(FlagsCli, AJobMpiDoesNotJoinIsRefused) {
   const testing::CommandResult srun = testing::run_command("SLURM_STEP_NUM_TASKS=4 " + train);
   EXPECT_EQ(srun.exit_code, 1) << srun.output;
   EXPECT_NE(srun.output.find("srun --mpi=pmix"), std::string::npos) << srun.output;
+}
+
+// Megatron's implementation switches are accepted in Megatron's forms and with its choices,
+// counted in one line at the start, and explained, with every other flag given, by
+// --explain-flags.
+TEST(FlagsCli, ImplementationSwitchesAreAcceptedAndSaid) {
+  const std::string train = "train --train-iters 1 --micro-batch-size 2 --global-batch-size 2 --threads 1 "
+                            "--num-layers 1 --hidden-size 32 --num-attention-heads 4 --seq-length 16 ";
+  const testing::CommandResult r = testing::run_tessel(
+      train + "--use-flash-attn --transformer-impl transformer_engine --num-workers 4 --no-rope-fusion --explain-flags");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* said :
+       {"4 of Megatron-LM's implementation switches have no effect here: --transformer-impl, --use-flash-attn, "
+        "--no-rope-fusion, --num-workers",
+        "--transformer-impl transformer_engine: no effect: tessel computes each layer with its own kernels",
+        "--use-flash-attn: no effect: tessel's attention is its own blockwise kernel", "--train-iters 1: iterations"})
+    EXPECT_NE(r.output.find(said), std::string::npos) << said << "\n" << r.output;
+  const testing::CommandResult bad = testing::run_tessel(train + "--attention-backend cudnn");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--attention-backend"), std::string::npos) << bad.output;
 }
 
 // An MoE model from a model file; training from its exported folder refuses a flag that says

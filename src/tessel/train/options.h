@@ -141,6 +141,9 @@ struct TrainOptions {
   CheckpointOptions checkpoint;
   LogOptions log;
   FaultOptions faults;
+  // What the command line's flags come to, said at the start (--explain-flags, the implementation
+  // switches that have no effect here); the plan adds its own (TrainPlan::notes).
+  std::vector<std::string> notes;
 };
 
 }  // namespace tessel

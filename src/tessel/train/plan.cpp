@@ -242,7 +242,7 @@ struct CheckedPlan {
 CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
   // As Megatron's argument validation: sequence parallel without TP is turned off, said once.
   TrainOptions o = given;
-  std::vector<std::string> notes;
+  std::vector<std::string> notes = o.notes;
   if (o.parallel.layout.tp == 1 && o.parallel.layout.sequence_parallel) {
     o.parallel.layout.sequence_parallel = false;
     notes.push_back("--sequence-parallel: disabled, because tensor model parallelism is disabled (TP 1), as Megatron does");

@@ -1,0 +1,101 @@
+#include "implementation_flags.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace tessel {
+
+namespace {
+
+// A switch as Megatron-LM declares it (megatron/training/arguments.py and the config dataclasses
+// its ArgumentGroupFactory turns into flags): a flag, or one taking a value among `choices`
+// (empty: any), and what it comes to here.
+struct Switch {
+  const char* flag;
+  bool takes_value;
+  std::vector<std::string> choices;
+  const char* here;
+};
+
+const std::vector<Switch>& switches() {
+  static const char* kKernels = "no effect: tessel computes each layer with its own kernels";
+  static const char* kFusion = "no effect: tessel's kernels are what they are, with or without Megatron's fusions";
+  static const std::vector<Switch> table = {
+      {"--use-mcore-models", false, {}, "no effect: Megatron-Core's models are the only kind (deprecated in Megatron too)"},
+      {"--transformer-impl", true, {"local", "transformer_engine", "inference_optimized"}, kKernels},
+      {"--attention-backend", true, {"flash", "fused", "unfused", "local", "auto"},
+       "no effect: tessel's attention is its own blockwise kernel"},
+      {"--use-flash-attn", false, {}, "no effect: tessel's attention is its own blockwise kernel"},
+      {"--no-masked-softmax-fusion", false, {}, kFusion},
+      {"--no-bias-gelu-fusion", false, {}, kFusion},
+      {"--no-bias-swiglu-fusion", false, {}, kFusion},
+      {"--no-bias-dropout-fusion", false, {}, kFusion},
+      {"--no-rope-fusion", false, {}, kFusion},
+      {"--cross-entropy-loss-fusion", false, {}, kFusion},
+      {"--cross-entropy-fusion-impl", true, {"native", "te"}, kFusion},
+      {"--no-gradient-accumulation-fusion", false, {}, kFusion},
+      {"--no-persist-layer-norm", false, {}, kFusion},
+      {"--moe-grouped-gemm", false, {}, "no effect: tessel runs a rank's experts one GEMM each"},
+      {"--moe-permute-fusion", false, {}, kFusion},
+      {"--tp-comm-overlap", false, {}, "no effect: tessel does not overlap TP communication with GEMMs"},
+      {"--overlap-param-gather", false, {},
+       "no effect: the distributed optimizer's parameters are gathered after the step"},
+      {"--use-nccl-ub", false, {}, "no effect: NCCL user buffers are not used"},
+      {"--accumulate-allreduce-grads-in-fp32", false, {}, "no effect: gradients are accumulated and reduced in fp32"},
+      {"--grad-reduce-in-bf16", false, {}, "no effect: gradients are reduced in fp32"},
+      {"--manual-gc", false, {}, "no effect: there is no Python garbage collector here"},
+      {"--manual-gc-interval", true, {}, "no effect: there is no Python garbage collector here"},
+      {"--empty-unused-memory-level", true, {"0", "1", "2"},
+       "no effect: tessel allocates its memory once, with no allocator cache to empty"},
+      {"--num-workers", true, {}, "no effect: one background thread of tessel's reads the next batch ahead"},
+      {"--no-mmap-bin-files", false, {}, "no effect: tessel memory-maps the .bin files"},
+      {"--no-create-attention-mask-in-dataloader", false, {},
+       "no effect: attention is causal by position (and by document with packing); no mask is built"},
+  };
+  return table;
+}
+
+const Switch* switch_named(const std::string& name) {
+  for (const Switch& s : switches())
+    if (name == s.flag) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+void ImplementationFlags::add_to(CLI::App& app) {
+  values_.resize(switches().size());
+  for (size_t i = 0; i < switches().size(); ++i) {
+    const Switch& s = switches()[i];
+    CLI::Option* option = s.takes_value ? app.add_option(s.flag, values_[i], s.here) : app.add_flag(s.flag, s.here);
+    if (!s.choices.empty()) option->check(CLI::IsMember(s.choices));
+    option->group("Megatron-LM implementation switches");
+    options_.push_back(option);
+  }
+}
+
+std::string ImplementationFlags::summary() const {
+  std::vector<std::string> given;
+  for (const CLI::Option* option : options_)
+    if (option->count() > 0) given.push_back(option->get_name());
+  if (given.empty()) return "";
+  return fmt::format("{} of Megatron-LM's implementation switches have no effect here: {} (--explain-flags says "
+                     "what each means)",
+                     given.size(), fmt::join(given, ", "));
+}
+
+std::vector<std::string> ImplementationFlags::explain(const CLI::App& app) {
+  std::vector<std::string> lines;
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() == 0 || option->get_name() == "--explain-flags") continue;
+    const std::string name = option->get_name();
+    const std::vector<std::string>& given = option->results();
+    const bool flag = option->get_items_expected_max() == 0;  // a switch without a value
+    const std::string value = flag || given.empty() ? "" : fmt::format(" {}", fmt::join(given, " "));
+    const Switch* s = switch_named(name);
+    lines.push_back(fmt::format("{}{}: {}", name, value, s != nullptr ? s->here : option->get_description()));
+  }
+  return lines;
+}
+
+}  // namespace tessel
