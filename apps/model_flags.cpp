@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <string_view>
 #include <type_traits>
+#include <variant>
 
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
@@ -91,7 +91,8 @@ void ModelFlags::check_agrees(const ModelConfig& file, const ModelConfig& wanted
   std::vector<std::string> v;
   for (size_t i = 0; i < fields.size(); ++i) {
     const ModelField& f = fields[i];
-    const bool either_way = norms_either_way && std::string_view(f.flag) == "--apply-layernorm-1p";
+    const auto* member = std::get_if<bool ModelConfig::*>(&f.member);
+    const bool either_way = norms_either_way && member != nullptr && *member == &ModelConfig::layernorm_1p;
     if (options_[i]->count() > 0 && !f.run_setting && !either_way &&
         model_field_json(f, has) != model_field_json(f, asked))
       v.push_back(fmt::format("{} {} but {} has {}", f.flag, model_field_text(f, asked), init_from,

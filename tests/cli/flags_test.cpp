@@ -172,6 +172,24 @@ TEST(FlagsCli, ImplementationSwitchesAreAcceptedAndSaid) {
   EXPECT_NE(bad.output.find("--attention-backend"), std::string::npos) << bad.output;
 }
 
+// A Llama folder's norm weights are plain gains: --apply-layernorm-1p reads them as 1 + w (the 1
+// taken away on import) instead of refusing the folder, and a size flag still must agree.
+TEST(FlagsCli, InitFromAPlainLlamaTakesZeroCentredNorms) {
+  testing::TestDir dir;
+  ASSERT_EQ(testing::run_tessel("export --arch llama --num-layers 2 --hidden-size 32 --num-attention-heads 4 "
+                                "--seq-length 16 --out " + dir.path("llama"))
+                .exit_code,
+            0);
+  const std::string train = "train --train-iters 1 --micro-batch-size 2 --global-batch-size 2 --threads 1 --init-from " +
+                            dir.path("llama") + " ";
+  const testing::CommandResult taken = testing::run_tessel(train + "--apply-layernorm-1p");
+  EXPECT_EQ(taken.exit_code, 0) << taken.output;
+  const testing::CommandResult refused = testing::run_tessel(train + "--apply-layernorm-1p --num-layers 3");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("--num-layers 3 but"), std::string::npos) << refused.output;
+  EXPECT_EQ(refused.output.find("--apply-layernorm-1p true but"), std::string::npos) << refused.output;
+}
+
 // An MoE model from a model file; training from its exported folder refuses a flag that says
 // otherwise about the weights' model, and takes one that sets how this run trains it.
 TEST(FlagsCli, InitFromAgreementCoversTheMoeFields) {

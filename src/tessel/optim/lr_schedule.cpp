@@ -59,25 +59,25 @@ std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) 
     if (value < 0) problems.push_back(fmt::format("{} {} is negative", flag, value));
   if (config.warmup_fraction >= 0 && !(config.warmup_fraction <= 1))
     problems.push_back(fmt::format("--lr-warmup-fraction {} is not within [0, 1]", config.warmup_fraction));
-  // Megatron's assertions: one kind of training, one warmup length.
-  if (config.sample_based()) {
-    for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--train-iters", config.train_iters},
-                                      {"--lr-decay-iters", config.decay_iters},
-                                      {"--lr-warmup-iters", config.warmup_iters}})
-      if (value > 0)
-        problems.push_back(fmt::format("{} with --train-samples: sample-based training takes "
-                                       "--lr-decay-samples and --lr-warmup-samples", flag));
-    if (config.warmup_fraction >= 0 && config.warmup_samples > 0)
-      problems.push_back("--lr-warmup-fraction and --lr-warmup-samples: give one");
-  } else {
-    for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--lr-decay-samples", config.decay_samples},
-                                      {"--lr-warmup-samples", config.warmup_samples}})
-      if (value > 0)
-        problems.push_back(fmt::format("{} without --train-samples: iteration-based training takes "
-                                       "--lr-decay-iters and --lr-warmup-iters", flag));
-    if (config.warmup_fraction >= 0 && config.warmup_iters > 0)
-      problems.push_back("--lr-warmup-fraction and --lr-warmup-iters: give one");
-  }
+  // Megatron's assertions: one kind of training (the other kind's flags not given), one warmup length.
+  using Given = std::pair<const char*, int64_t>;
+  const bool samples = config.sample_based();
+  const std::vector<Given> other_kind =
+      samples ? std::vector<Given>{{"--train-iters", config.train_iters},
+                                   {"--lr-decay-iters", config.decay_iters},
+                                   {"--lr-warmup-iters", config.warmup_iters}}
+              : std::vector<Given>{{"--lr-decay-samples", config.decay_samples},
+                                   {"--lr-warmup-samples", config.warmup_samples}};
+  for (const auto& [flag, value] : other_kind)
+    if (value > 0)
+      problems.push_back(fmt::format("{} {} --train-samples: {}-based training takes {} and {}", flag,
+                                     samples ? "with" : "without", samples ? "sample" : "iteration",
+                                     samples ? "--lr-decay-samples" : "--lr-decay-iters",
+                                     samples ? "--lr-warmup-samples" : "--lr-warmup-iters"));
+  const Given warmup = samples ? Given{"--lr-warmup-samples", config.warmup_samples}
+                               : Given{"--lr-warmup-iters", config.warmup_iters};
+  if (config.warmup_fraction >= 0 && warmup.second > 0)
+    problems.push_back(fmt::format("--lr-warmup-fraction and {}: give one", warmup.first));
   if (config.style != LrDecayStyle::Constant && config.decay_steps() <= 0)
     problems.push_back("--lr-decay-iters (or --train-iters, or the _samples flags) must be positive to decay the lr");
   return problems;
