@@ -44,10 +44,16 @@ TEST_F(HfTest, ExportLoadRoundTripGpt2) {
   EXPECT_EQ(j.at("architectures").at(0), "GPT2LMHeadModel");
   EXPECT_EQ(j.at("model_type"), "gpt2");
   EXPECT_TRUE(j.at("n_inner").is_null());  // 4·hidden
-  EXPECT_EQ(j.at("activation_function"), "gelu_new");
+  EXPECT_EQ(j.at("activation_function"), "gelu");  // Megatron's default GELU, the exact one
   std::optional<ModelConfig> beside = hf_config_beside(path("gpt2/model.safetensors"));
   ASSERT_TRUE(beside.has_value());
   expect_same_sizes(cfg, *beside);
+  EXPECT_FALSE(beside->openai_gelu);
+  ModelConfig tanh_form = cfg;  // --openai-gelu: GPT-2's own gelu_new, both ways
+  tanh_form.openai_gelu = true;
+  export_hf(saved, tanh_form, path("gpt2_tanh"));
+  EXPECT_EQ(read_json(path("gpt2_tanh/config.json")).at("activation_function"), "gelu_new");
+  EXPECT_TRUE(hf_config_beside(path("gpt2_tanh/model.safetensors"))->openai_gelu);
   EXPECT_EQ(beside->seq_length, cfg.max_positions());
 }
 

@@ -1,4 +1,4 @@
-// Kernel cases: GELU (tanh form), SwiGLU and the shared expert's sigmoid gate.
+// Kernel cases: GELU (tanh and exact forms), SwiGLU and the shared expert's sigmoid gate.
 #include <cmath>
 
 #include "kernels/harness.h"
@@ -7,7 +7,8 @@
 namespace tessel::testing {
 namespace {
 
-void gelu(const Kernels& k) {
+void gelu_cases(const Kernels& k, decltype(Kernels::gelu_forward) forward,
+                decltype(Kernels::gelu_backward) backward, Vec (*reference)(const Vec&)) {
   const int64_t n = 203;
   Floats inp = random_floats(n, 40, 3.0f);
   inp[0] = 12.0f;  // saturated tails and the origin
@@ -18,12 +19,15 @@ void gelu(const Kernels& k) {
   const FloatBuffer d_inp(k, inp), d_w(k, w);
 
   FloatBuffer out(k, n);
-  k.gelu_forward(out.data(), d_inp.data(), n);
-  EXPECT_LT(relative_error(out.host(), ref::gelu(to_double(inp))), kForwardTolerance);
+  forward(out.data(), d_inp.data(), n);
+  EXPECT_LT(relative_error(out.host(), reference(to_double(inp))), kForwardTolerance);
   check_backward(
-      k, [&](const std::vector<Vec>& in) { return ref::gelu(in[0]); }, {inp}, to_double(w),
-      [&](const std::vector<float*>& g) { k.gelu_backward(g[0], d_w.data(), d_inp.data(), n); });
+      k, [&](const std::vector<Vec>& in) { return reference(in[0]); }, {inp}, to_double(w),
+      [&](const std::vector<float*>& g) { backward(g[0], d_w.data(), d_inp.data(), n); });
 }
+
+void gelu(const Kernels& k) { gelu_cases(k, k.gelu_forward, k.gelu_backward, ref::gelu); }
+void gelu_erf(const Kernels& k) { gelu_cases(k, k.gelu_erf_forward, k.gelu_erf_backward, ref::gelu_erf); }
 
 void swiglu(const Kernels& k) {
   const int64_t n = 203;
@@ -79,6 +83,7 @@ void sigmoid_gate(const Kernels& k) {
 
 const bool kRegistered = add_kernel_cases({
     {"gelu", {"gelu_forward", "gelu_backward"}, gelu},
+    {"gelu_erf", {"gelu_erf_forward", "gelu_erf_backward"}, gelu_erf},
     {"swiglu", {"swiglu_forward", "swiglu_backward"}, swiglu},
     {"sigmoid_gate", {"sigmoid_gate_forward", "sigmoid_gate_backward"}, sigmoid_gate},
 });

@@ -110,6 +110,7 @@ TEST_F(CudaKernels, Activations) {
   const int64_t N = 123, C = 97, n = N * C;
   Floats x = random_floats(rng, n, -4, 4), up = random_floats(rng, n), dout = random_floats(rng, n);
   Floats gelu = poisoned(n), dgelu = random_floats(rng, n), swiglu = poisoned(n);
+  Floats gelu_erf = poisoned(n), dgelu_erf = random_floats(rng, n);
   Floats dgate = random_floats(rng, n), dup = random_floats(rng, n),
          dgate_only = random_floats(rng, n);
   Floats gate = random_floats(rng, N, -3, 3), gated = random_floats(rng, n);
@@ -117,6 +118,8 @@ TEST_F(CudaKernels, Activations) {
   run_both([&](const Kernels& k) {
     k.gelu_forward(gelu.on(k), x.on(k), n);
     k.gelu_backward(dgelu.on(k), dout.on(k), x.on(k), n);
+    k.gelu_erf_forward(gelu_erf.on(k), x.on(k), n);
+    k.gelu_erf_backward(dgelu_erf.on(k), dout.on(k), x.on(k), n);
     k.swiglu_forward(swiglu.on(k), x.on(k), up.on(k), n);
     k.swiglu_backward(dgate.on(k), dup.on(k), dout.on(k), x.on(k), up.on(k), n);
     k.swiglu_backward(dgate_only.on(k), nullptr, dout.on(k), x.on(k), up.on(k), n);
@@ -125,6 +128,8 @@ TEST_F(CudaKernels, Activations) {
   });
   expect_close(gelu, "gelu_forward");
   expect_close(dgelu, "gelu_backward");
+  expect_close(gelu_erf, "gelu_erf_forward");
+  expect_close(dgelu_erf, "gelu_erf_backward");
   expect_close(swiglu, "swiglu_forward");
   expect_close(dgate, "swiglu_backward dgate");
   expect_close(dup, "swiglu_backward dup");

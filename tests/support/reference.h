@@ -64,6 +64,13 @@ inline NormResult rmsnorm(const Vec& inp, const Vec& weight, int64_t N, int64_t 
   return r;
 }
 
+// Exact GELU, x · Φ(x) (torch's F.gelu, Megatron's default; Hugging Face "gelu").
+inline Vec gelu_erf(const Vec& x) {
+  Vec out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = 0.5 * x[i] * (1.0 + std::erf(x[i] / std::sqrt(2.0)));
+  return out;
+}
+
 // Hugging Face "gelu_new" (tanh approximation).
 inline Vec gelu(const Vec& x) {
   const double pi = 3.14159265358979323846;

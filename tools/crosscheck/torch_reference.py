@@ -32,13 +32,14 @@ def model_config_from_hf(hf):
     model_type = hf.get("model_type")
     if model_type == "gpt2":
         act = hf.get("activation_function", "gelu_new")
-        if act not in ("gelu_new", "gelu_pytorch_tanh"):
-            raise ValueError(f"config.json: gpt2 activation_function {act!r} is not tanh GELU")
+        if act not in ("gelu_new", "gelu_pytorch_tanh", "gelu"):
+            raise ValueError(f"config.json: gpt2 activation_function {act!r} is not a GELU")
         hidden = hf["n_embd"]
         return {"arch": "gpt2", "vocab_size": hf["vocab_size"], "hidden_size": hidden,
                 "num_layers": hf["n_layer"], "num_heads": hf["n_head"],
                 "num_kv_heads": hf["n_head"], "ffn_size": hf.get("n_inner") or 4 * hidden,
-                "max_positions": hf["n_positions"], "norm_eps": hf.get("layer_norm_epsilon", 1e-5)}
+                "max_positions": hf["n_positions"], "norm_eps": hf.get("layer_norm_epsilon", 1e-5),
+                "gelu_approximate": "none" if act == "gelu" else "tanh"}
     if model_type in ("llama", "qwen2", "qwen3"):
         # Qwen2's attention always has q/k/v biases, Qwen3's always RMSNorms each head's q and k.
         if hf.get("hidden_act", "silu") != "silu":
@@ -108,9 +109,10 @@ class GPT2MLP(nn.Module):
         super().__init__()
         self.c_fc = Conv1D(cfg["hidden_size"], cfg["ffn_size"])
         self.c_proj = Conv1D(cfg["ffn_size"], cfg["hidden_size"])
+        self.approximate = cfg["gelu_approximate"]  # "gelu": exact (erf); "gelu_new": tanh
 
     def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))  # "gelu_new"
+        return self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate))
 
 
 class GPT2Block(nn.Module):

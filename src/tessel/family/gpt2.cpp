@@ -1,5 +1,5 @@
-// GPT-2 (transformers' GPT2LMHeadModel): learned positions, LayerNorm, gelu_new MLP, tied
-// embeddings. Weights under tessel's names; GPT-2's own files omit "transformer.".
+// GPT-2 (transformers' GPT2LMHeadModel): learned positions, LayerNorm, a GELU MLP (GPT-2's own
+// gelu_new, or the exact "gelu" of Megatron's default GPT), tied embeddings. Weights under tessel's names; GPT-2's own files omit "transformer.".
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
@@ -27,9 +27,11 @@ ModelConfig read(const nlohmann::json& j, const std::string&, const std::string&
   cfg.ffn_hidden_size = optional_value(j, "n_inner", source, 0);  // null: 4·n_embd
   cfg.norm_epsilon = optional_value(j, "layer_norm_epsilon", source, 1e-5f);
   const std::string act = optional_value<std::string>(j, "activation_function", source, "gelu_new");
-  TESSEL_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh",
-               "{}: activation_function '{}' is not supported (tessel's gpt2 uses gelu_new)",
+  TESSEL_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu",
+               "{}: activation_function '{}' is not supported (tessel's gpt2 has gelu, gelu_new or "
+               "gelu_pytorch_tanh)",
                source, act);
+  cfg.openai_gelu = act != "gelu";  // the tanh forms
   TESSEL_CHECK(optional_value(j, "tie_word_embeddings", source, true),
                "{}: untied embeddings (tie_word_embeddings false) are not supported for gpt2",
                source);
@@ -53,12 +55,12 @@ nlohmann::json write(const ModelConfig& cfg, const std::string&) {
           {"n_layer", cfg.num_layers},
           {"n_head", cfg.num_attention_heads},
           {"n_inner", default_ffn ? nlohmann::json(nullptr) : nlohmann::json(cfg.ffn_size())},
-          {"activation_function", "gelu_new"},
+          {"activation_function", cfg.openai_gelu ? "gelu_new" : "gelu"},
           {"layer_norm_epsilon", json_float(cfg.norm_epsilon)},
           {"resid_pdrop", 0.0},
           {"embd_pdrop", 0.0},
           {"attn_pdrop", 0.0},
-          {"initializer_range", 0.02},
+          {"initializer_range", json_float(cfg.init_method_std)},
           {"tie_word_embeddings", true},
           // tessel defines no special tokens; 0 keeps the ids inside any vocabulary.
           {"bos_token_id", 0},

@@ -209,7 +209,7 @@ nlohmann::json qwen3_next_config_json(const ModelConfig& cfg, const std::string&
                       {"hidden_act", "silu"},
                       {"attention_bias", false},
                       {"attention_dropout", 0.0},
-                      {"initializer_range", 0.02},
+                      {"initializer_range", json_float(cfg.init_method_std)},
                       {"tie_word_embeddings", false},
                       {"bos_token_id", 0},
                       {"eos_token_id", 0},

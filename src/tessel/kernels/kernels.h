@@ -28,7 +28,8 @@ namespace tessel {
   X(residual_forward)                                                                           \
   X(layernorm_forward) X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward)             \
   X(gated_rmsnorm_forward) X(gated_rmsnorm_backward) X(l2norm_forward) X(l2norm_backward)       \
-  X(gelu_forward) X(gelu_backward) X(sigmoid_gate_forward) X(sigmoid_gate_backward)             \
+  X(gelu_forward) X(gelu_backward) X(gelu_erf_forward) X(gelu_erf_backward)                     \
+  X(sigmoid_gate_forward) X(sigmoid_gate_backward)                                              \
   X(output_gate_forward) X(output_gate_backward) X(swiglu_forward) X(swiglu_backward)           \
   X(linear_forward) X(linear_backward) X(bias_forward) X(bias_backward)                         \
   X(rope_tables) X(rope_forward) X(rope_backward)                                               \

@@ -37,7 +37,7 @@ Attention::Attention(const LayerContext& ctx, int layer)
   const ModelConfig& cfg = ctx.cfg;
   const TensorParallel& tp = ctx.tp;
   const LayerBuffers& buffers = ctx.buffers;
-  const float out_std = output_init_std(cfg.num_layers);
+  const float out_std = output_init_std(cfg);
   const int64_t C = C_;
   const int64_t HD = static_cast<int64_t>(cfg.num_attention_heads) * D_;
   const int64_t GD = static_cast<int64_t>(cfg.query_groups()) * D_;
@@ -53,7 +53,7 @@ Attention::Attention(const LayerContext& ctx, int layer)
   };
   if (fused_) {
     const std::string p = fmt::format("transformer.h.{}.attn.", layer);
-    qkv_w_ = weight(p + "c_attn.weight", {C, 3 * C}, kInitStd, split(1, {C, C, C}));
+    qkv_w_ = weight(p + "c_attn.weight", {C, 3 * C}, cfg.init_method_std, split(1, {C, C, C}));
     qkv_b_ = bias(p + "c_attn.bias", 3 * C, split(0, {C, C, C}));
     proj_w_ = weight(p + "c_proj.weight", {C, C}, out_std, split(0));
     proj_b_ = bias(p + "c_proj.bias", C, ShardSpec{});
@@ -61,11 +61,11 @@ Attention::Attention(const LayerContext& ctx, int layer)
   }
   const std::string p = cfg.layer_prefix(layer) + "self_attn.";
   // With the gate, each head's 2·D rows [q_h | g_h] stay together on its TP rank.
-  q_w_ = weight(p + "q_proj.weight", {gated_ ? 2 * HD : HD, C}, kInitStd, split(0));
+  q_w_ = weight(p + "q_proj.weight", {gated_ ? 2 * HD : HD, C}, cfg.init_method_std, split(0));
   if (cfg.add_qkv_bias) q_b_ = bias(p + "q_proj.bias", HD, split(0));
-  k_w_ = weight(p + "k_proj.weight", {GD, C}, kInitStd, split(0));
+  k_w_ = weight(p + "k_proj.weight", {GD, C}, cfg.init_method_std, split(0));
   if (cfg.add_qkv_bias) k_b_ = bias(p + "k_proj.bias", GD, split(0));
-  v_w_ = weight(p + "v_proj.weight", {GD, C}, kInitStd, split(0));
+  v_w_ = weight(p + "v_proj.weight", {GD, C}, cfg.init_method_std, split(0));
   if (cfg.add_qkv_bias) v_b_ = bias(p + "v_proj.bias", GD, split(0));
   proj_w_ = weight(p + "o_proj.weight", {C, HD}, out_std, split(1));
   if (kv_replicas_ > 1) {

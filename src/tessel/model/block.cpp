@@ -47,12 +47,13 @@ FeedForward make_ffn(const LayerContext& ctx, int layer, LayerRecompute recomput
   return FeedForward(std::in_place_type<Mlp>, ctx.k, ctx.registry,
                      Mlp::Spec{.prefix = gpt2 ? fmt::format("transformer.h.{}.mlp.", layer)
                                               : cfg.layer_prefix(layer) + "mlp.",
-                               .activation = gpt2 ? Activation::Gelu : Activation::SwiGlu,
+                               .activation = !gpt2 ? Activation::SwiGlu : cfg.openai_gelu ? Activation::GeluTanh : Activation::Gelu,
                                .C = cfg.hidden_size,
                                .F = cfg.ffn_size(),
                                .F_l = cfg.ffn_size() / tp.size(),
                                .split = split,
-                               .out_std = output_init_std(cfg.num_layers)});
+                               .in_std = cfg.init_method_std,
+                               .out_std = output_init_std(cfg)});
 }
 }  // namespace
 

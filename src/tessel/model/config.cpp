@@ -82,6 +82,9 @@ std::vector<std::string> ModelConfig::violations() const {
   llama_only(rotary_percent != 1.0f, "--rotary-percent below 1");
   llama_only(rotary_base != 10000.0f, "--rotary-base other than 10000");
   llama_only(mtp_num_layers > 0, "--mtp-num-layers");
+  if (arch == Arch::Llama && openai_gelu)
+    v.push_back("--openai-gelu needs a GELU MLP (gpt2): llama's MLP is SwiGLU");
+  if (!(init_method_std > 0)) v.push_back(fmt::format("--init-method-std {} must be positive", init_method_std));
   if (attention_output_gate && add_qkv_bias)
     v.push_back("--attention-output-gate takes no --add-qkv-bias (Qwen3-Next's q_proj has no bias)");
   if (arch == Arch::GPT2 && kv_channels > 0 && num_attention_heads > 0 &&
@@ -224,6 +227,10 @@ const ModelField kModelFields[] = {
      "zero-centred norms: (1 + weight), weights initialised 0 (llama)"},
     {"--untie-embeddings-and-output-weights", &ModelConfig::untie_embeddings,
      "an LM head of its own (gpt2; llama's is always its own)"},
+    {"--openai-gelu", &ModelConfig::openai_gelu,
+     "GELU by its tanh approximation (GPT-2's gelu_new) instead of the exact erf form (gpt2)"},
+    {"--init-method-std", &ModelConfig::init_method_std,
+     "initial weights' normal std (output projections: std / sqrt(2 · layers))", kRunSetting},
     {"--experimental-attention-variant", AttentionVariant{},
      "none | gdn: Gated DeltaNet layers (llama; Qwen3-Next)"},
     {"--linear-attention-freq", &LinearAttentionConfig::layer_pattern,

@@ -102,6 +102,10 @@ struct ModelConfig {
   // --untie-embeddings-and-output-weights: Megatron ties by default and so does gpt2; a llama
   // model is always untied (its Hugging Face families are), whatever the flag says.
   bool untie_embeddings = false;
+  // gpt2's MLP activation: exact GELU (erf; Megatron's default, Hugging Face "gelu"), or its tanh
+  // approximation with --openai-gelu (GPT-2's own, Hugging Face "gelu_new").
+  bool openai_gelu = false;
+  float init_method_std = 0.02f;  // --init-method-std: the weights' initial normal std
 
   int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   // The dimensions RoPE rotates of each head's D: Megatron's int(D · --rotary-percent).

@@ -24,7 +24,7 @@ int Embedding::declare_word_embeddings(ParamRegistry& registry, const ModelConfi
   const ShardSpec vocab{.dim = 0, .group = ShardGroup::TP, .index = tp.rank(), .count = tp.size(),
                         .padded_size = cfg.padded_vocab(tp.size())};
   return registry.add(word_embeddings_name(cfg), {cfg.vocab_size, cfg.hidden_size}, ParamInit::Normal,
-                      kInitStd, true, vocab);
+                      cfg.init_method_std, true, vocab);
 }
 
 Embedding::Embedding(const LayerContext& ctx, int word_embeddings)
@@ -48,7 +48,7 @@ Embedding::Embedding(const LayerContext& ctx, int word_embeddings)
   wte_ = declare_word_embeddings(registry, cfg, tp);
   if (cfg.arch == Arch::GPT2)
     wpe_ = registry.add("transformer.wpe.weight", {cfg.max_positions(), C_}, ParamInit::Normal,
-                        kInitStd, true);
+                        cfg.init_method_std, true);
 }
 
 void Embedding::list_saved(Saved& s, TensorList& buffers) const {

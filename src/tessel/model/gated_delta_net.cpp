@@ -53,7 +53,7 @@ GatedDeltaNet::GatedDeltaNet(const LayerContext& ctx, int layer)
   };
   const std::vector<int64_t> qkv_sections = {key_dim, key_dim, value_dim};
   auto weight = [&](const std::string& name, Shape shape, ShardSpec shard) {
-    return registry.add(p + name, std::move(shape), ParamInit::Normal, kInitStd, true, std::move(shard));
+    return registry.add(p + name, std::move(shape), ParamInit::Normal, ctx.cfg.init_method_std, true, std::move(shard));
   };
   qkv_w_ = weight("in_proj_qkv.weight", {cfg.linear.conv_dim(), C_}, split(0, qkv_sections));
   z_w_ = weight("in_proj_z.weight", {value_dim, C_}, split(0));

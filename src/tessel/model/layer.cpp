@@ -6,7 +6,7 @@
 
 namespace tessel {
 
-float output_init_std(int num_layers) { return kInitStd / std::sqrt(2.0f * num_layers); }
+float output_init_std(const ModelConfig& cfg) { return cfg.init_method_std / std::sqrt(2.0f * cfg.num_layers); }
 
 void report_ready(const GradReady& ready, std::initializer_list<int> params) {
   if (!ready) return;

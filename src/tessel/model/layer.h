@@ -22,14 +22,14 @@
 #include "tessel/core/params.h"
 #include "tessel/core/tensor.h"
 #include "tessel/kernels/kernels.h"
+#include "tessel/model/config.h"
 
 namespace tessel {
 
-// Initialisation as Megatron: normal(0, --init-method-std 0.02) for weights, the output
-// projections (attention's and the MLPs' down) normal(0, 0.02 / sqrt(2 · layers)); norms 1,
-// biases 0.
-inline constexpr float kInitStd = 0.02f;
-float output_init_std(int num_layers);
+// Initialisation as Megatron: normal(0, --init-method-std) for weights (ModelConfig's
+// init_method_std), the output projections (attention's and the MLPs' down) normal(0, std /
+// sqrt(2 · layers)) (output_init_std); norms 1, biases 0.
+float output_init_std(const ModelConfig& cfg);
 
 // grad_ready(index): parameter `index`'s gradient is final for this step (data parallelism starts
 // reducing there). Empty: nobody listens.

@@ -6,7 +6,7 @@ Mlp::Mlp(const Kernels& k, ParamRegistry& registry, const Spec& spec)
     : k_(k),
       params_(registry),
       activation_(spec.activation),
-      layout_(spec.activation == Activation::Gelu ? WeightLayout::InOut : WeightLayout::OutIn),
+      layout_(spec.activation != Activation::SwiGlu ? WeightLayout::InOut : WeightLayout::OutIn),
       C_(spec.C),
       F_l_(spec.F_l) {
   const std::string& prefix = spec.prefix;
@@ -18,14 +18,14 @@ Mlp::Mlp(const Kernels& k, ParamRegistry& registry, const Spec& spec)
   auto bias = [&](const std::string& name, int64_t n, ShardSpec shard) {
     return registry.add(prefix + name, {n}, ParamInit::Zeros, 0, false, shard);
   };
-  if (spec.activation == Activation::Gelu) {
-    fc_w_ = weight("c_fc.weight", {C, F}, kInitStd, split(1));
+  if (spec.activation != Activation::SwiGlu) {
+    fc_w_ = weight("c_fc.weight", {C, F}, spec.in_std, split(1));
     fc_b_ = bias("c_fc.bias", F, split(0));
     down_w_ = weight("c_proj.weight", {F, C}, spec.out_std, split(0));
     down_b_ = bias("c_proj.bias", C, ShardSpec{});
   } else {
-    fc_w_ = weight("gate_proj.weight", {F, C}, kInitStd, split(0));
-    up_w_ = weight("up_proj.weight", {F, C}, kInitStd, split(0));
+    fc_w_ = weight("gate_proj.weight", {F, C}, spec.in_std, split(0));
+    up_w_ = weight("up_proj.weight", {F, C}, spec.in_std, split(0));
     down_w_ = weight("down_proj.weight", {C, F}, spec.out_std, split(1));
   }
 }
@@ -53,6 +53,8 @@ void Mlp::list_saved(Saved& s, TensorList& activations, TensorList& gradients, i
 void Mlp::hidden_forward(const MlpRows& r, const float* in, int64_t M) const {
   k_.linear_forward(r.hidden, in, params_.value(fc_w_), params_.value(fc_b_), M, C_, F_l_, layout_);
   if (activation_ == Activation::Gelu) {
+    k_.gelu_erf_forward(r.act, r.hidden, M * F_l_);
+  } else if (activation_ == Activation::GeluTanh) {
     k_.gelu_forward(r.act, r.hidden, M * F_l_);
   } else {
     k_.linear_forward(r.up, in, params_.value(up_w_), nullptr, M, C_, F_l_, layout_);
@@ -73,6 +75,8 @@ void Mlp::backward_input_rows(const MlpRows& r, float* d_in, const float* in, in
                      layout_);
   k_.zero(r.d_hidden, n);
   if (activation_ == Activation::Gelu) {
+    k_.gelu_erf_backward(r.d_hidden, d_act, r.hidden, n);
+  } else if (activation_ == Activation::GeluTanh) {
     k_.gelu_backward(r.d_hidden, d_act, r.hidden, n);
   } else {
     k_.zero(r.d_up, n);

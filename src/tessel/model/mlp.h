@@ -19,7 +19,8 @@
 
 namespace tessel {
 
-enum class Activation : uint8_t { Gelu, SwiGlu };
+// GELU exact (erf, Megatron's default) or by its tanh approximation (--openai-gelu, GPT-2's), or SwiGLU.
+enum class Activation : uint8_t { Gelu, GeluTanh, SwiGlu };
 
 // The buffers of one MLP pass over M rows, F = this rank's neurons.
 struct MlpRows {
@@ -51,12 +52,13 @@ class Mlp {
     Activation activation = Activation::SwiGlu;
     int64_t C = 0, F = 0, F_l = 0;
     Split split;
-    float out_std = 0;
+    float in_std = 0;   // the first projections' initial std (--init-method-std)
+    float out_std = 0;  // the down projection's
   };
 
   // Declares the weights under spec.prefix with Hugging Face's names (GELU: c_fc.weight [C, F],
   // c_fc.bias, c_proj.weight [F, C], c_proj.bias; SwiGLU: gate_proj.weight, up_proj.weight
-  // [F, C], down_proj.weight [C, F]). Initialised normal(0, 0.02), the down projection
+  // [F, C], down_proj.weight [C, F]). Initialised normal(0, in_std), the down projection
   // normal(0, out_std).
   Mlp(const Kernels& k, ParamRegistry& registry, const Spec& spec);
 

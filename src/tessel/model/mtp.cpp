@@ -24,7 +24,7 @@ MultiTokenPrediction::MultiTokenPrediction(const LayerContext& ctx, int word_emb
     m.embedding.emplace(ctx, word_embeddings);
     m.enorm.emplace(k, registry, model_norm(cfg, kind, module_name(d, "pre_fc_norm_embedding"), C_));
     m.hnorm.emplace(k, registry, model_norm(cfg, kind, module_name(d, "pre_fc_norm_hidden"), C_));
-    m.fc = registry.add(module_name(d, "fc"), {C_, 2 * C_}, ParamInit::Normal, kInitStd, true);
+    m.fc = registry.add(module_name(d, "fc"), {C_, 2 * C_}, ParamInit::Normal, cfg.init_method_std, true);
     m.layer = std::make_unique<TransformerBlock>(ctx, cfg.num_layers + d, recompute);
     m.head.emplace(ctx, lm_head, module_name(d, "norm"));
   }

@@ -1,5 +1,6 @@
-// Element-wise activations: GELU (tanh form, Hugging Face "gelu_new"), SwiGLU (Llama's MLP) and
-// the sigmoid gates (the shared expert's, gated attention's output gate).
+// Element-wise activations: GELU in its two forms — exact (erf; Megatron's default F.gelu, Hugging
+// Face "gelu") and tanh (--openai-gelu; Hugging Face "gelu_new") — SwiGLU (Llama's MLP) and the
+// sigmoid gates (the shared expert's, gated attention's output gate).
 #include <cmath>
 
 #include "tessel/kernels/cpu/kernels.h"
@@ -29,6 +30,29 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
     const float s = sigmoid(2.0f * kSqrt2OverPi * (x + kGeluCubic * x * x * x));
     const float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
     dinp[i] += dout[i] * (s + 2.0f * x * s * (1.0f - s) * du_dx);
+  }
+}
+
+// The exact GELU: gelu(x) = x · Φ(x), Φ(x) = 0.5·(1 + erf(x / sqrt(2))), and
+// gelu'(x) = Φ(x) + x · φ(x), φ(x) = exp(-x²/2) / sqrt(2π).
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+void gelu_erf_forward(float* out, const float* inp, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    out[i] = x * 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+  }
+}
+
+void gelu_erf_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  if (dinp == nullptr) return;
+#pragma omp parallel for simd schedule(static) if (worth_parallel(n))
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+    dinp[i] += dout[i] * (cdf + x * kInvSqrt2Pi * std::exp(-0.5f * x * x));
   }
 }
 

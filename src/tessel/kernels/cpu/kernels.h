@@ -84,6 +84,8 @@ void l2norm_backward(float* dinp, const float* dout, const float* out, const flo
 // GELU, tanh form: 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))). n elements.
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+void gelu_erf_forward(float* out, const float* inp, int64_t n);
+void gelu_erf_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 // The shared expert's gate (Qwen-MoE, Qwen3-Next's shared_expert_gate): gate (N) holds logits on entry and sigmoid(logits) on
 // exit (in place); out (N, C) += gate[n] · y[n].
 void sigmoid_gate_forward(float* out, float* gate, const float* y, int64_t N, int64_t C);

@@ -1,4 +1,4 @@
-// Element-wise activations: GELU (tanh form, Hugging Face "gelu_new"), SwiGLU (Llama's MLP) and
+// Element-wise activations: GELU (exact, erf; and the tanh form, Hugging Face "gelu_new"), SwiGLU (Llama's MLP) and
 // the sigmoid gates (the shared expert's, gated attention's output gate).
 #include "tessel/kernels/cuda/device.cuh"
 #include "tessel/kernels/cuda/kernels.h"
@@ -91,7 +91,34 @@ __global__ void output_gate_backward_kernel(float* dattn, float* dgate, const fl
   }
 }
 
+// As the CPU: gelu(x) = x · Φ(x), gelu'(x) = Φ(x) + x · φ(x).
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+__global__ void gelu_erf_forward_kernel(float* out, const float* inp, int64_t n) {
+  TESSEL_GRID_LOOP(i, n) {
+    const float x = inp[i];
+    out[i] = x * 0.5f * (1.0f + erff(x * kInvSqrt2));
+  }
+}
+
+__global__ void gelu_erf_backward_kernel(float* dinp, const float* dout, const float* inp, int64_t n) {
+  TESSEL_GRID_LOOP(i, n) {
+    const float x = inp[i];
+    const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
+    dinp[i] += dout[i] * (cdf + x * kInvSqrt2Pi * expf(-0.5f * x * x));
+  }
+}
+
 }  // namespace
+
+void gelu_erf_forward(float* out, const float* inp, int64_t n) {
+  launch_n("gelu_erf_forward", gelu_erf_forward_kernel, n, out, inp, n);
+}
+
+void gelu_erf_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  if (dinp != nullptr) launch_n("gelu_erf_backward", gelu_erf_backward_kernel, n, dinp, dout, inp, n);
+}
 
 void gelu_forward(float* out, const float* inp, int64_t n) {
   launch_n("gelu_forward", gelu_forward_kernel, n, out, inp, n);

@@ -15,7 +15,7 @@ GroupedExperts::GroupedExperts(const LayerContext& ctx, const std::string& prefi
   const int etp_rank = ctx.moe.etp.rank(), etp = ctx.moe.etp.size();
   const int64_t C = C_, F = ctx.cfg.expert_ffn_size();
   const int64_t local = ctx.cfg.moe.num_experts / ep, first = ep_rank * local;
-  const float out_std = output_init_std(ctx.cfg.num_layers);
+  const float in_std = ctx.cfg.init_method_std, out_std = output_init_std(ctx.cfg);
   // An expert's gate/up split by rows (dim 0) and down by columns (dim 1) over ETP.
   const Mlp::Split split = [&](int dim) {
     return ShardSpec{.dim = etp > 1 ? dim : -1,
@@ -26,7 +26,8 @@ GroupedExperts::GroupedExperts(const LayerContext& ctx, const std::string& prefi
   for (int64_t e = first; e < first + local; ++e)
     experts_.emplace_back(k_, ctx.registry,
                           Mlp::Spec{.prefix = fmt::format("{}experts.{}.", prefix, e), .activation = Activation::SwiGlu,
-                                    .C = C, .F = F, .F_l = F_l_, .split = split, .out_std = out_std});
+                                    .C = C, .F = F, .F_l = F_l_, .split = split, .in_std = in_std,
+                                    .out_std = out_std});
   if (shared_act_)
     ctx.buffers.shared.add_growing(act_shared_, {R_, F_l_}, "experts' activation", {RoutedRows::Received, balanced_});
 }

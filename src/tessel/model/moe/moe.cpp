@@ -83,11 +83,11 @@ MoeLayer::MoeLayer(const LayerContext& ctx, int layer, int64_t max_tokens, Layer
     };
     shared_.emplace(k_, registry,
                     Mlp::Spec{.prefix = p + "shared_expert.", .activation = Activation::SwiGlu, .C = C_,
-                              .F = F_s_, .F_l = F_sl_, .split = split,
-                              .out_std = output_init_std(model.num_layers)});
+                              .F = F_s_, .F_l = F_sl_, .split = split, .in_std = model.init_method_std,
+                              .out_std = output_init_std(model)});
     if (moe.shared_expert_gate)
       shared_gate_ = registry.add(p + "shared_expert_gate.weight", {1, C_}, ParamInit::Normal,
-                                  kInitStd, true);
+                                  model.init_method_std, true);
     if (T > 1) {
       buffers.scratch.add(shared_full_, {N * T, C_}, "shared expert partial sums");
       buffers.scratch.add(shared_local_, {N, C_}, "shared expert reduced rows");

@@ -27,7 +27,7 @@ TopKRouter::TopKRouter(const LayerContext& ctx, const std::string& prefix, int64
       max_tokens_(std::max<int64_t>(max_tokens, 1)),
       token_group_(ctx.moe.token_group) {
   TensorList& scratch = ctx.buffers.scratch;
-  weight_ = ctx.registry.add(prefix + "gate.weight", {E_, C_}, ParamInit::Normal, kInitStd, true);
+  weight_ = ctx.registry.add(prefix + "gate.weight", {E_, C_}, ParamInit::Normal, ctx.cfg.init_method_std, true);
   const int64_t n = max_tokens_ * topk_;
   scratch.add(keep_, {n}, "router capacity verdicts", DType::I32);
   scratch.add(group_counts_, {E_ + 1}, "router load-balancing counts");
