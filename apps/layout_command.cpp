@@ -275,7 +275,10 @@ void LayoutCommand::run() const {
     std::vector<std::string> b = batch_violations(config_, micro_batch, global_batch);
     v.insert(v.end(), b.begin(), b.end());
   }
-  const StageOptions stages = stage_options(config_, pipeline_);
+  ParallelConfig staged = config_;  // with the virtual stages that --num-layers-per-virtual-pipeline-stage gives
+  const std::vector<std::string> chunks = resolve_layers_per_virtual_stage(model.num_layers, pipeline_, staged);
+  v.insert(v.end(), chunks.begin(), chunks.end());
+  const StageOptions stages = stage_options(staged, pipeline_);
   const bool layers = model_.given(&ModelConfig::num_layers), experts = model_.given(&MoeConfig::num_experts);
   if (layers) {
     std::vector<std::string> st = stage_violations(model.num_layers, stages);

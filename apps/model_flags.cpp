@@ -59,10 +59,11 @@ void ModelFlags::add_to(CLI::App& app) {
       }
     }));
   }
+  architecture_.add_to(app);
 }
 
 bool ModelFlags::any_given() const {
-  return model_file_option_->count() > 0 ||
+  return model_file_option_->count() > 0 || architecture_.any_given() ||
          std::any_of(options_.begin(), options_.end(), [](const CLI::Option* o) { return o->count() > 0; });
 }
 
@@ -77,8 +78,16 @@ nlohmann::json ModelFlags::given_value(size_t field) const {
 
 void ModelFlags::apply(ModelConfig& cfg) const {
   const std::span<const ModelField> fields = model_fields();
-  for (size_t i = 0; i < fields.size(); ++i)
-    if (options_[i]->count() > 0) set_model_field(fields[i], cfg, given_value(i), "the command line");
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (options_[i]->count() > 0)
+      set_model_field(fields[i], cfg, given_value(i), "the command line");
+    else if (architecture_.gated_delta_net() && !cfg.linear.enabled() &&
+             std::holds_alternative<AttentionVariant>(fields[i].member))
+      set_model_field(fields[i], cfg, "gdn", "--linear-attention-type");
+  }
+  std::vector<std::string> v;
+  architecture_.apply(cfg, given(&ModelConfig::num_query_groups), v);
+  if (!v.empty()) throw Error(fmt::format("the model flags: {}", fmt::join(v, "; ")));
 }
 
 void ModelFlags::check_agrees(const ModelConfig& file, const ModelConfig& wanted,
@@ -98,6 +107,9 @@ void ModelFlags::check_agrees(const ModelConfig& file, const ModelConfig& wanted
       v.push_back(fmt::format("{} {} but {} has {}", f.flag, model_field_text(f, asked), init_from,
                               model_field_text(f, has)));
   }
+  if (architecture_.any_given() && wanted.arch != file.arch)
+    v.push_back(fmt::format("the architecture flags say {} but {} is {}", arch_name(wanted.arch), init_from,
+                            arch_name(file.arch)));
   if (!v.empty()) throw Error(fmt::format("--init-from does not match the flags: {}", fmt::join(v, "; ")));
 }
 

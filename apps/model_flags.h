@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "architecture_flags.h"
 #include "tessel/model/config.h"
 
 namespace tessel {
@@ -35,7 +36,9 @@ class ModelFlags {
         return options_[i]->count() > 0;
     return false;
   }
-  // Sets every field whose flag was given, in model_fields()' order.
+  // Sets every field whose flag was given, in model_fields()' order, then the architecture that
+  // Megatron's architecture flags give (apps/architecture_flags.h). Throws one Error listing
+  // every rule those break.
   void apply(ModelConfig& cfg) const;
   // The model of `tessel train` and `export`: the defaults, or --model-config's file (tessel's JSON
   // or a Hugging Face config.json), or the config.json beside `init_from` (when there is one: a
@@ -54,6 +57,7 @@ class ModelFlags {
   std::vector<std::string> texts_;     // the word and pattern flags (--arch, ...) parse here, by field
   std::vector<CLI::Option*> options_;  // one per model field
   CLI::Option* model_file_option_ = nullptr;
+  ArchitectureFlags architecture_;
   std::string model_file_;
 };
 

@@ -37,6 +37,9 @@ void add_stage_flags(CLI::App& app, PipelineOptions& p) {
                  "layers of the last pipeline stage");
   app.add_option("--pipeline-model-parallel-layout", p.layout,
                  "Megatron's layout string, e.g. \"Et*3|(tt|)*2tL\"");
+  app.add_option("--num-layers-per-virtual-pipeline-stage", p.layers_per_virtual_stage,
+                 "layers of each model chunk, instead of --num-virtual-stages-per-pipeline-rank (VPP = layers / "
+                 "PP / this)");
 }
 
 void add_schedule_flags(CLI::App& app, std::string& schedule, int& microbatch_group) {

@@ -30,7 +30,7 @@ struct LayoutFlags {
 LayoutFlags add_layout_flags(CLI::App& app, ParallelConfig& config);
 
 // Where the layers go: --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers,
-// --pipeline-model-parallel-layout.
+// --pipeline-model-parallel-layout, --num-layers-per-virtual-pipeline-stage.
 void add_stage_flags(CLI::App& app, PipelineOptions& pipeline);
 
 // How the microbatches run: --schedule, --microbatch-group-size-per-virtual-pipeline-stage.

@@ -13,6 +13,7 @@
 #include "tessel/plan/model.h"
 #include "tessel/plan/published.h"
 #include "tessel/plan/report.h"
+#include "tessel/train/plan.h"
 #include "tessel/train/planned_run.h"
 
 namespace tessel {
@@ -144,6 +145,8 @@ PlanRun PlanCommand::resolve_run(const PlanModel& model, const Cluster& cluster)
   if (tessel && (bf16_ || fp16_)) r.precision = fp16_ ? PlannedPrecision::FP16 : PlannedPrecision::BF16;  // refused by the rules
   r.attention = tessel ? AttentionBackend::Tessel
                        : attention_.empty() ? AttentionBackend::Flash : parse_attention_backend(attention_);
+  const std::vector<std::string> chunks = resolve_layers_per_virtual_stage(model.cfg.num_layers, pipeline_, r.parallel);
+  if (!chunks.empty()) throw ConfigError(fmt::format("invalid layout: {}", fmt::join(chunks, "; ")));
   r.first_stage_layers = pipeline_.first_stage_layers, r.last_stage_layers = pipeline_.last_stage_layers;
   r.pipeline_layout = pipeline_.layout;
   r.schedule = pipeline_.schedule;
@@ -204,6 +207,9 @@ void PlanCommand::search_layouts(const PlanModel& model, const Cluster& cluster,
   std::vector<std::string> fixed;
   if (vpp_opt_->count() > 0 && parallel_.vpp < 1)
     fixed.push_back(fmt::format("--num-virtual-stages-per-pipeline-rank must be at least 1 (got {})", parallel_.vpp));
+  if (pipeline_.layers_per_virtual_stage != 0)
+    fixed.push_back("--num-layers-per-virtual-pipeline-stage gives VPP for one PP: plan a layout (--pp, ...) with it, "
+                    "or search with --num-virtual-stages-per-pipeline-rank");
   if (mb_opt_->count() > 0 && batch_.micro_batch_size < 1)
     fixed.push_back(fmt::format("--micro-batch-size must be at least 1 (got {})", batch_.micro_batch_size));
   if (!fixed.empty()) throw ConfigError(fmt::format("invalid search: {}", fmt::join(fixed, "; ")));

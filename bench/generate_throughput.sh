@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-common="--arch llama --num-layers 4 --hidden-size 256 --num-attention-heads 4 --num-query-groups 2
+common="--arch llama --num-layers 4 --hidden-size 256 --num-attention-heads 4 --group-query-attention --num-query-groups 2
   --seq-length 256 --seed 7"
 "$new" export --out "$work/llama" $common >/dev/null
 "$new" export --out "$work/qwen3_next" $common --kv-channels 64 --experimental-attention-variant gdn \

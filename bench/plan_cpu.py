@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 
 GPT = "--num-layers 8 --hidden-size 384 --num-attention-heads 6 --seq-length 256"
-LLAMA = "--arch llama --num-layers 8 --hidden-size 384 --num-attention-heads 6 --num-query-groups 2 --seq-length 256"
+LLAMA = "--arch llama --num-layers 8 --hidden-size 384 --num-attention-heads 6 --group-query-attention --num-query-groups 2 --seq-length 256"
 MOE = ("--arch llama --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 256 "
        "--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 512 "
        # a capacity bounds the routed rows: an untrained router is far from balanced, and dropless
@@ -26,7 +26,7 @@ MOE = ("--arch llama --num-layers 4 --hidden-size 256 --num-attention-heads 4 --
 # own head dimension, QK-norm, partial RoPE, zero-centred norms; MoE in every layer with a gated
 # shared expert. Its routed buffers are padded to a capacity, so what they hold does not depend on
 # how six iterations of an untrained router happen to balance.
-QWEN_NEXT = ("--arch llama --num-layers 8 --hidden-size 256 --num-attention-heads 4 --num-query-groups 2 "
+QWEN_NEXT = ("--arch llama --num-layers 8 --hidden-size 256 --num-attention-heads 4 --group-query-attention --num-query-groups 2 "
              "--kv-channels 64 --seq-length 256 --experimental-attention-variant gdn --linear-attention-freq 4 "
              "--linear-num-key-heads 2 --linear-num-value-heads 4 --linear-key-head-dim 64 --linear-value-head-dim 64 "
              "--attention-output-gate --qk-layernorm --apply-layernorm-1p --rotary-percent 0.25 "

@@ -30,14 +30,14 @@ source "$root/bench/configs.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 seq=256 batch=4 total=$((warmup + iters))
-model="--arch llama --num-layers 8 --hidden-size 256 --num-attention-heads 4 --num-query-groups 2
+model="--arch llama --num-layers 8 --hidden-size 256 --num-attention-heads 4 --group-query-attention --num-query-groups 2
   --kv-channels 64 --experimental-attention-variant gdn --linear-attention-freq 4
   --linear-num-key-heads 2 --linear-num-value-heads 4 --linear-key-head-dim 64
   --linear-value-head-dim 64 --attention-output-gate --qk-layernorm --apply-layernorm-1p
   --rotary-percent 0.25 --num-experts 64 --moe-router-topk 4 --moe-ffn-hidden-size 128
   --moe-shared-expert-intermediate-size 128 --moe-shared-expert-gate
   --untie-embeddings-and-output-weights"
-train="--micro-batch-size $batch --global-batch-size $batch --seq-length $seq --train-iters $total
+train="--micro-batch-size $batch --global-batch-size $batch --seq-length $seq --train-iters $total --eval-iters 0
   --lr 1e-3 --lr-decay-style constant"
 "$tessel" export --out "$work/model" $model --seq-length $seq --seed 7 --hf-model-type qwen3_next >/dev/null
 "$tessel" data index --data-path "$corpus" --split 100,0,0 --seq-length $seq \

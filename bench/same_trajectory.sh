@@ -17,10 +17,10 @@ mpirun=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-train="--seq-length 32 --train-iters 6 --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-style cosine
+train="--seq-length 32 --train-iters 6 --eval-iters 0 --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-style cosine
        --log-interval 1 --seed 11 --threads 1 --global-batch-size 8 --micro-batch-size 2"
 gpt2="--arch gpt2 --num-layers 4 --hidden-size 64 --num-attention-heads 8 --ffn-hidden-size 128"
-llama="--arch llama --num-layers 4 --hidden-size 64 --num-attention-heads 8 --num-query-groups 4 --ffn-hidden-size 128"
+llama="--arch llama --num-layers 4 --hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 4 --ffn-hidden-size 128"
 moe="$llama --num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001
      --moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate"
 # name|ranks|flags

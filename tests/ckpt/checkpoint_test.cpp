@@ -26,7 +26,7 @@ const char* kModel =
 const std::string kCommon =
     "--seq-length 32 --global-batch-size 8 --micro-batch-size 2 --lr 3e-3 --min-lr 3e-4 "
     "--lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1 --seed 11 --threads 1 ";
-const std::string kTraining = kCommon + "--train-iters 20 ";
+const std::string kTraining = kCommon + "--train-iters 20 --eval-iters 0 ";
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("tessel_checkpoint_" + std::to_string(::getpid())) / name;
@@ -65,7 +65,7 @@ Resume straight_and_resumed(const std::string& name, int saved_ranks, const std:
   const fs::path dir = fresh_dir(name), ckpt = dir / "ckpt";
   Resume r;
   r.straight = train(dir, saved_ranks, saved, model);
-  // The first half runs with --train-iters 20 too (the schedule is the whole run's) and stops
+  // The first half runs with --train-iters 20 --eval-iters 0 too (the schedule is the whole run's) and stops
   // after the save at 10 (--exit-interval, as Megatron's).
   r.first = train(dir, saved_ranks,
                   saved + " --save " + ckpt.string() + " --load " + ckpt.string() + " --exit-interval 10",
@@ -99,7 +99,7 @@ TEST(Checkpoint, SameLayoutResumeIsBitwiseUnderTp2Pp2) {
 }
 
 const char* kMoeModel =
-    "--arch llama --num-layers 2 --hidden-size 64 --num-attention-heads 8 --num-query-groups 4 "
+    "--arch llama --num-layers 2 --hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 4 "
     "--ffn-hidden-size 128 --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 ";
 
 TEST(Checkpoint, MoeSameLayoutResumeIsBitwise) {
@@ -252,7 +252,7 @@ TEST(Checkpoint, AMegatronCheckpointIsNamed) {
   }
   const testing::CommandResult flags = testing::run_tessel(
       "train " + std::string(kModel) + kCommon +
-      "--train-iters 1 --ckpt-format torch_dist --auto-detect-ckpt-format --dist-ckpt-strictness log_all");
+      "--train-iters 1 --eval-iters 0 --ckpt-format torch_dist --auto-detect-ckpt-format --dist-ckpt-strictness log_all");
   ASSERT_EQ(flags.exit_code, 0) << flags.output;
   for (const char* said : {"--ckpt-format torch_dist: tessel saves in its own format",
                            "--auto-detect-ckpt-format: --load tells a tessel save from a Megatron-LM checkpoint",
@@ -301,7 +301,7 @@ TEST(Checkpoint, MoeEp2Tp2Etp2SaveResumesUnderEtp1AndOneProcess) {
 TEST(Checkpoint, KilledJobLeavesTheTrackerOnACompleteSave) {
   const fs::path dir = fresh_dir("killed"), ckpt = dir / "ckpt";
   const std::string cmd = std::string(TESSEL_BINARY) + " train " + kModel + kCommon +
-                          "--train-iters 100000 --save-interval 1 --save " + ckpt.string();
+                          "--train-iters 100000 --eval-iters 0 --save-interval 1 --save " + ckpt.string();
   // Killed once the third save is committed (a synchronous save commits before training goes on,
   // so the fourth's folder appears after it), in the middle of some later one.
   const testing::CommandResult r = testing::run_command(

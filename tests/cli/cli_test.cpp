@@ -49,7 +49,7 @@ TEST(Cli, UnknownFlag) { expect_clean_error("train --no-such-flag 3", "--no-such
 // unknown device is refused by name. (On a GPU machine the first case skips.)
 TEST(Cli, DeviceWithoutItsBackendIsAClearError) {
   if (tessel::available_kernels().size() > 1) GTEST_SKIP() << "a CUDA device is visible here";
-  expect_clean_error("train " + kTiny + "--device cuda", "--device cuda: ");
+  expect_clean_error("train --train-iters 1 " + kTiny + "--device cuda", "--device cuda: ");
   expect_clean_error("train " + kTiny + "--device tpu", "--device: tpu not in {cpu,cuda}");
 }
 
@@ -62,10 +62,10 @@ TEST(Cli, HeadsNotDividingHiddenListsEveryRule) {
 }
 
 TEST(Cli, MissingAndEmptyDataFile) {
-  expect_clean_error("train " + kTiny + "--data-path /nonexistent/corpus.txt", "/nonexistent/corpus.txt");
+  expect_clean_error("train --train-iters 1 " + kTiny + "--data-path /nonexistent/corpus.txt", "/nonexistent/corpus.txt");
   fs::path dir = temp_dir("empty");
   std::ofstream(dir / "empty.txt");
-  expect_clean_error("train " + kTiny + "--data-path " + (dir / "empty.txt").string(), "empty.txt");
+  expect_clean_error("train --train-iters 1 " + kTiny + "--data-path " + (dir / "empty.txt").string(), "empty.txt");
 }
 
 TEST(Cli, BadSafetensorsFiles) {
@@ -109,7 +109,8 @@ std::vector<std::string> trajectory(const fs::path& log) {
 // flags, or --lr-warmup-fraction, is the iteration-based run, bit for bit.
 TEST(Cli, SampleBasedTrainingIsTheIterationRun) {
   const fs::path dir = temp_dir("samples");
-  const std::string train = "train " + kTiny + "--log-interval 1 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine ";
+  const std::string train =
+      "train " + kTiny + "--log-interval 1 --eval-iters 0 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine ";
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"iters", "--train-iters 6 --lr-warmup-iters 2 --lr-decay-iters 5"},
       {"samples", "--train-samples 24 --lr-warmup-samples 8 --lr-decay-samples 20"},
@@ -139,9 +140,9 @@ TEST(Cli, SampleBasedTrainingIsTheIterationRun) {
 // config.json, training continues from them and the result samples text.
 TEST(Cli, ExportTrainGenerateRoundTrip) {
   fs::path init = temp_dir("init"), trained = temp_dir("trained"), log = temp_dir("log");
-  ASSERT_EQ(run("export --arch llama --num-query-groups 2 --out " + init.string() +
+  ASSERT_EQ(run("export --arch llama --group-query-attention --num-query-groups 2 --out " + init.string() +
                 " --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16").exit_code, 0);
-  Result r = run("train --train-iters 3 --log-interval 1 --micro-batch-size 2 --global-batch-size 4 "
+  Result r = run("train --train-iters 3 --eval-iters 0 --log-interval 1 --micro-batch-size 2 --global-batch-size 4 "
                  "--threads 1 --init-from " + init.string() + " --save-hf " + trained.string() +
                  " --log-json " + (log / "log.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;

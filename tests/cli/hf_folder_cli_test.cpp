@@ -23,7 +23,7 @@ using testing::run_command;
 using testing::run_tessel;
 
 const std::string kModel =
-    "--arch llama --num-layers 4 --hidden-size 32 --num-attention-heads 4 --num-query-groups 2 "
+    "--arch llama --num-layers 4 --hidden-size 32 --num-attention-heads 4 --group-query-attention --num-query-groups 2 "
     "--ffn-hidden-size 64 --num-experts 4 --moe-router-topk 2 --seq-length 16 ";
 
 std::string read(const std::string& file) {
@@ -118,7 +118,7 @@ TEST(HfFolderCli, AFolderThatDoesNotFitIsRefusedOnEveryRankInOneLine) {
     const CommandResult r = run_command(
         "timeout 120 mpirun --allow-run-as-root --oversubscribe -n 4 -x OMP_NUM_THREADS=1 " +
         std::string(TESSEL_BINARY) + " train " + kModel +
-        "--pp 2 --ep 2 --micro-batch-size 2 --global-batch-size 8 --train-iters 2 --threads 1 --init-from " +
+        "--pp 2 --ep 2 --micro-batch-size 2 --global-batch-size 8 --train-iters 2 --eval-iters 0 --threads 1 --init-from " +
         dir.path(name));
     EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.exit_code, 124) << "timed out";

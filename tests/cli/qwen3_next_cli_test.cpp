@@ -25,7 +25,7 @@ using testing::run_tessel;
 
 // Without the four settings the bad cases below change (a flag is given once).
 const std::string kBase =
-    "--arch llama --num-layers 4 --hidden-size 64 --num-attention-heads 4 --num-query-groups 2 "
+    "--arch llama --num-layers 4 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2 "
     "--kv-channels 32 --experimental-attention-variant gdn --linear-num-key-heads 2 "
     "--linear-key-head-dim 16 --linear-value-head-dim 16 --attention-output-gate --qk-layernorm "
     "--apply-layernorm-1p --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32 "
@@ -46,7 +46,7 @@ TEST(Qwen3NextCli, TinyModelTrainsAndItsLossFalls) {
   testing::TestDir dir;
   const testing::CommandResult r =
       run_tessel("train " + kQwen3Next +
-                 "--micro-batch-size 2 --global-batch-size 4 --train-iters 40 --lr 3e-3 --log-interval 1 "
+                 "--micro-batch-size 2 --global-batch-size 4 --train-iters 40 --eval-iters 0 --lr 3e-3 --log-interval 1 "
                  "--log-json " + dir.path("log.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream lines(dir.path("log.jsonl"));
@@ -68,7 +68,7 @@ void expect_rules(const std::string& args, const std::vector<std::string>& rules
 }
 
 TEST(Qwen3NextCli, BadConfigurationsListEveryRule) {
-  const std::string train = "train --train-iters 1 --micro-batch-size 2 --global-batch-size 4 ";
+  const std::string train = "train --train-iters 1 --eval-iters 0 --micro-batch-size 2 --global-batch-size 4 ";
   expect_rules(train + kBase + "--linear-attention-freq 4 --linear-num-value-heads 5 --rotary-percent 0.3",
                {"--linear-num-value-heads 5 is not a multiple of --linear-num-key-heads 2",
                 "RoPE needs an even rotary dimension: int(head dim 32 × --rotary-percent 0.3) = 9",
@@ -109,7 +109,7 @@ TEST(Qwen3NextCli, SaveHfKeepsTheFamilyOrTakesTheOneAskedFor) {
     return nlohmann::json::parse(f).value("model_type", "");
   };
   const std::string train =
-      "train " + kQwen3Next + "--micro-batch-size 2 --global-batch-size 2 --train-iters 1 --init-from " + init;
+      "train " + kQwen3Next + "--micro-batch-size 2 --global-batch-size 2 --train-iters 1 --eval-iters 0 --init-from " + init;
   for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
            {"", "qwen3_next"}, {"--save-hf-model-type qwen3_5_moe", "qwen3_5_moe"}}) {
     const std::string out = dir.path("out_" + want);
@@ -118,7 +118,7 @@ TEST(Qwen3NextCli, SaveHfKeepsTheFamilyOrTakesTheOneAskedFor) {
     EXPECT_EQ(model_type(out), want) << flag;
   }
   expect_rules("train --arch llama --num-layers 2 --hidden-size 32 --num-attention-heads 4 --ffn-hidden-size 64 "
-               "--seq-length 32 --micro-batch-size 2 --global-batch-size 2 --train-iters 1 --save-hf " +
+               "--seq-length 32 --micro-batch-size 2 --global-batch-size 2 --train-iters 1 --eval-iters 0 --save-hf " +
                    dir.path("x") + " --save-hf-model-type qwen3_next",
                {"--save-hf-model-type qwen3_next needs --save-hf and a model with Gated DeltaNet layers"});
 }
@@ -136,7 +136,7 @@ TEST(Qwen3NextCli, MtpWeightsRoundTripBitwiseInEveryFamily) {
   testing::CommandResult r = run_tessel("export " + export_flags() + mtp + "--hf-model-type qwen3_next --out " + fresh);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_tessel("train " + kQwen3Next + mtp + "--mtp-loss-scaling-factor 0.3 --micro-batch-size 2 "
-                 "--global-batch-size 2 --train-iters 2 --lr 1e-2 --init-from " + fresh + " --save-hf " + trained);
+                 "--global-batch-size 2 --train-iters 2 --eval-iters 0 --lr 1e-2 --init-from " + fresh + " --save-hf " + trained);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_NE(r.output.find("mtp_1 loss"), std::string::npos) << r.output;
 

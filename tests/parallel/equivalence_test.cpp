@@ -49,19 +49,19 @@ std::string model_flags(const std::string& arch, bool odd, int layers) {
   if (!odd) {
     return "--arch " + arch + " --num-layers " + std::to_string(layers) +
            " --hidden-size 64 --num-attention-heads 8 " +
-           "--ffn-hidden-size 128 " + (arch == "llama" ? "--num-query-groups 4 " : "");
+           "--ffn-hidden-size 128 " + (arch == "llama" ? "--group-query-attention --num-query-groups 4 " : "");
   }
   // gpt2: 63 · 33 positions makes the count odd; llama (even head dim for RoPE): hidden 66 = 2 ·
   // 33 makes it 2 mod 4. Llama's case is grouped-query attention with a single kv head.
   return arch == "gpt2" ? "--arch gpt2 --num-layers 2 --hidden-size 63 --num-attention-heads 7 "
                           "--ffn-hidden-size 128 --max-position-embeddings 33 "
                         : "--arch llama --num-layers 2 --hidden-size 66 --num-attention-heads 3 "
-                          "--num-query-groups 1 --ffn-hidden-size 128 ";
+                          "--group-query-attention --num-query-groups 1 --ffn-hidden-size 128 ";
 }
 
 // The microbatch size is the layout's (default 2): the trajectory must not depend on it.
 const char* kTraining =
-    "--seq-length 32 --train-iters 10 "
+    "--seq-length 32 --train-iters 10 --eval-iters 0 "
     "--lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1 "
     "--seed 11 --threads 1 ";
 

@@ -27,7 +27,7 @@ Profile run_profile(int ranks, const std::string& args) {
   const std::string launcher = ranks > 1 ? "timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -n " +
                                                std::to_string(ranks) + " "
                                          : "timeout 120 ";
-  const testing::CommandResult r = run_command(launcher + TESSEL_BINARY + " train --train-iters 2 --profile " + args);
+  const testing::CommandResult r = run_command(launcher + TESSEL_BINARY + " train --train-iters 2 --eval-iters 0 --profile " + args);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::smatch m;
   const std::regex line(R"(Adam m and v ([0-9.]+) \+ saved activations ([0-9.]+) \+ scratch ([0-9.]+))");
@@ -76,7 +76,7 @@ TEST(PlanMemoryCli, Gpt2OneProcess) {
 }
 
 TEST(PlanMemoryCli, LlamaTensorParallelWithSequenceParallel) {
-  const std::string args = "--arch llama --num-layers 2 --hidden-size 128 --num-attention-heads 4 --num-query-groups 2 "
+  const std::string args = "--arch llama --num-layers 2 --hidden-size 128 --num-attention-heads 4 --group-query-attention --num-query-groups 2 "
                            "--seq-length 64 --qk-layernorm --add-qkv-bias --tp 2 --sequence-parallel "
                            "--micro-batch-size 2 --global-batch-size 4";
   const Profile got = run_profile(2, args);
@@ -122,7 +122,7 @@ TEST(PlanMemoryCli, MoeExpertParallelPipelineAndContextParallel) {
 // The Qwen3-Next hybrid (Gated DeltaNet and gated attention layers, a gated shared expert) under
 // TP 2 with SP, and PP 2: its GDN layers' tensors as the planner reads them from the model.
 TEST(PlanMemoryCli, QwenNextHybrid) {
-  const std::string hybrid = "--arch llama --num-layers 4 --hidden-size 64 --num-attention-heads 4 --num-query-groups 2 "
+  const std::string hybrid = "--arch llama --num-layers 4 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2 "
                              "--kv-channels 32 --seq-length 64 --experimental-attention-variant gdn --linear-attention-freq 2 "
                              "--linear-num-key-heads 2 --linear-num-value-heads 4 --linear-key-head-dim 16 "
                              "--linear-value-head-dim 16 --attention-output-gate --qk-layernorm --apply-layernorm-1p "
@@ -153,7 +153,7 @@ TEST(PlanMemoryCli, QwenNextHybrid) {
 // chunk's recompute arena and, under full recompute, the MoE layers' own buffers) as the planner
 // counts them, for none, selective (core attention) and full (uniform, one layer) recompute.
 double executor_peak_activations_mib(const std::string& launcher, const std::string& args) {
-  const testing::CommandResult r = run_command(launcher + TESSEL_BINARY + " train --train-iters 2 " + args);
+  const testing::CommandResult r = run_command(launcher + TESSEL_BINARY + " train --train-iters 2 --eval-iters 0 " + args);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::smatch m;
   const std::regex line(R"(rank 0[^\n]*peak activations ([0-9.]+) MiB)");

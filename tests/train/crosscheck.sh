@@ -8,13 +8,13 @@
 source "$(dirname "$0")/crosscheck_prelude.sh" "$@"
 "$tessel" data index --data-path "$src/data/kjv-genesis-esther.txt" --split 100,0,0 \
   --seq-length 64 --train-samples 80 --dump-samples "$work/samples" > /dev/null
-train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
+train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --eval-iters 0 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
        --lr-decay-style cosine --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
        --adam-eps 1e-8 --clip-grad 1.0"
 for case in gpt2 llama llama_qkv_bias llama_qk_layernorm; do
   arch=${case%%_*}
   model="--arch $arch --num-layers 2 --hidden-size 64 --num-attention-heads 4"
-  [ "$arch" = llama ] && model="$model --num-query-groups 2 --ffn-hidden-size 160"
+  [ "$arch" = llama ] && model="$model --group-query-attention --num-query-groups 2 --ffn-hidden-size 160"
   [ "$case" = llama_qkv_bias ] && model="$model --add-qkv-bias"
   [ "$case" = llama_qk_layernorm ] && model="$model --qk-layernorm"
   "$tessel" export --out "$work/$case" $model --seq-length 64 --seed 7 > /dev/null

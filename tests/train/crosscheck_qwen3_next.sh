@@ -16,14 +16,14 @@ source "$(dirname "$0")/crosscheck_prelude.sh" "$@"
 cd "$work"
 corpus="$src/data/kjv-genesis-esther.txt"
 tokenizer="--tokenizer-type HuggingFaceTokenizer --tokenizer-model tok"
-model="--arch llama --num-layers 4 --hidden-size 64 --num-attention-heads 4 --num-query-groups 2
+model="--arch llama --num-layers 4 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2
        --kv-channels 32 --experimental-attention-variant gdn --linear-attention-freq 4
        --linear-num-key-heads 2 --linear-num-value-heads 4 --linear-key-head-dim 16
        --linear-value-head-dim 16 --attention-output-gate --qk-layernorm --apply-layernorm-1p
        --rotary-percent 0.25 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32
        --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate
        --untie-embeddings-and-output-weights"
-train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
+train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --eval-iters 0 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
        --lr-decay-style cosine --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
        --adam-eps 1e-8 --clip-grad 1.0"
 packed="--reset-position-ids --reset-attention-mask --eod-mask-loss"

@@ -20,7 +20,7 @@
 set -euo pipefail
 tessel=${1:-build/tessel}
 if [ $# -ge 2 ]; then work=$2; mkdir -p "$work"; else work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; fi
-model=(--arch llama --num-layers 60 --hidden-size 64 --num-attention-heads 8 --num-query-groups 2
+model=(--arch llama --num-layers 60 --hidden-size 64 --num-attention-heads 8 --group-query-attention --num-query-groups 2
        --kv-channels 16 --ffn-hidden-size 64
        --experimental-attention-variant gdn --linear-attention-freq 4
        --linear-num-key-heads 4 --linear-num-value-heads 8 --linear-key-head-dim 8 --linear-value-head-dim 8
@@ -28,7 +28,7 @@ model=(--arch llama --num-layers 60 --hidden-size 64 --num-attention-heads 8 --n
        --num-experts 512 --moe-router-topk 10 --moe-ffn-hidden-size 8
        --moe-shared-expert-intermediate-size 16 --moe-shared-expert-gate --moe-aux-loss-coeff 0.001
        --mtp-num-layers 1 --mtp-loss-scaling-factor 0.1)
-training=(--seq-length 32 --micro-batch-size 1 --global-batch-size 16 --train-iters 10
+training=(--seq-length 32 --micro-batch-size 1 --global-batch-size 16 --train-iters 10 --eval-iters 0
           --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1
           --seed 11 --threads 1)
 layout=(--tp 4 --sequence-parallel --pp 8 --ep 8 --expert-tensor-parallel-size 1 --decoder-first-pipeline-num-layers 6

@@ -184,6 +184,26 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
   return v;
 }
 
+std::vector<std::string> resolve_layers_per_virtual_stage(int num_layers, const PipelineOptions& p, ParallelConfig& c) {
+  const int per_chunk = p.layers_per_virtual_stage;
+  if (per_chunk == 0) return {};
+  std::vector<std::string> v;
+  if (per_chunk < 0) v.push_back(fmt::format("--num-layers-per-virtual-pipeline-stage {} must be positive", per_chunk));
+  if (c.vpp > 1 || !p.layout.empty())
+    v.push_back("no more than one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank "
+                "and --pipeline-model-parallel-layout may be given (Megatron's rule)");
+  if (p.first_stage_layers >= 0 || p.last_stage_layers >= 0)
+    v.push_back("--num-layers-per-virtual-pipeline-stage takes no --decoder-first/last-pipeline-num-layers: give "
+                "uneven stages with --num-virtual-stages-per-pipeline-rank (Megatron's rule)");
+  if (c.pp > 0 && num_layers % c.pp != 0)
+    v.push_back(fmt::format("--num-layers {} is not divisible by --pipeline-model-parallel-size {}", num_layers, c.pp));
+  else if (per_chunk > 0 && c.pp > 0 && num_layers / c.pp % per_chunk != 0)
+    v.push_back(fmt::format("the {} layers of a pipeline stage are not divisible by "
+                            "--num-layers-per-virtual-pipeline-stage {}", num_layers / c.pp, per_chunk));
+  if (v.empty()) c.vpp = num_layers / c.pp / per_chunk;
+  return v;
+}
+
 StageOptions stage_options(const ParallelConfig& c, const PipelineOptions& p) {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   try {
@@ -248,13 +268,14 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
     notes.push_back("--sequence-parallel: disabled, because tensor model parallelism is disabled (TP 1), as Megatron does");
   }
   o.optim.lr.global_batch = o.batch.global_batch_size;  // the schedule counts samples
+  std::vector<std::string> v = resolve_layers_per_virtual_stage(model.num_layers, o.parallel.pipeline, o.parallel.layout);
   append(notes, checkpoint_format_notes(o.checkpoint));
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
   std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);
   // As Megatron, the model's vocabulary is the tokenizer's (padded per TP) unless one is given.
   if (model.vocab_size == 0) model.vocab_size = tokenizer->vocab_size();
-  std::vector<std::string> v = model.violations();
+  append(v, model.violations());
   append(v, option_violations(model, o, *tokenizer));
   const std::vector<std::string> layout = layout_violations(c);
   append(v, layout);

@@ -36,6 +36,12 @@ int microbatch_count(const ParallelConfig& config, int64_t micro_batch, int64_t 
 std::vector<std::string> training_violations(const ParallelConfig& config, const ModelConfig& model,
                                              int64_t micro_batch, int64_t global_batch);
 
+// --num-layers-per-virtual-pipeline-stage, as Megatron's argument validation turns it into the
+// virtual stages per rank (the layers of a pipeline stage over the layers of a chunk): sets
+// config.vpp when `pipeline` gives it and returns the rules broken, one message each.
+std::vector<std::string> resolve_layers_per_virtual_stage(int num_layers, const PipelineOptions& pipeline,
+                                                          ParallelConfig& config);
+
 // The stages of a layout, as the pipeline flags ask.
 StageOptions stage_options(const ParallelConfig& config, const PipelineOptions& pipeline);
 
