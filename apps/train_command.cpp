@@ -1,6 +1,7 @@
 #include "train_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -56,9 +57,8 @@ TrainCommand::TrainCommand(CLI::App& app) {
   decay_style_ = lr_decay_style_name(t.optim.lr.style);
   model_.add_to(c);
   add_batch_flags(c, t.batch);
-  iteration_flags_.emplace_back(c.add_option("--train-iters", t.optim.lr.train_iters, "iterations")->capture_default_str(),
-                                &t.optim.lr.train_iters);
-  train_samples_ = c.add_option("--train-samples", t.optim.lr.train_samples,
+  c.add_option("--train-iters", t.optim.lr.train_iters, "iterations (or --train-samples)");
+  c.add_option("--train-samples", t.optim.lr.train_samples,
                                 "samples to train on, instead of --train-iters (iterations: samples / "
                                 "--global-batch-size)");
   c.add_option("--seed", t.seed, "seed of initialisation and of the datasets' shuffles")
@@ -101,6 +101,8 @@ TrainCommand::TrainCommand(CLI::App& app) {
                "stop once the iteration is a multiple of this (after saving)");
   c.add_option("--load", t.checkpoint.load, "resume from the newest checkpoint in this folder (any layout)");
   implementation_.add_to(c);
+  moe_.add_to(c);
+  unbuilt_.add_to(c);
   c.add_flag("--explain-flags", explain_flags_, "say at the start what tessel does with every flag given");
   c.add_option("--ckpt-format", t.checkpoint.ckpt_format,
                "Megatron-LM's checkpoint format: accepted; tessel saves and loads its own format")
@@ -113,13 +115,9 @@ TrainCommand::TrainCommand(CLI::App& app) {
                              "return_unexpected", "return_all", "ignore_all"}));
   c.add_option("--lr", t.optim.lr.lr, "peak learning rate")->capture_default_str();
   c.add_option("--min-lr", t.optim.lr.min_lr, "final learning rate")->capture_default_str();
-  iteration_flags_.emplace_back(
-      c.add_option("--lr-warmup-iters", t.optim.lr.warmup_iters, "linear warmup iterations")->capture_default_str(),
-      &t.optim.lr.warmup_iters);
-  iteration_flags_.emplace_back(
-      c.add_option("--lr-decay-iters", t.optim.lr.decay_iters, "decay iterations (0: --train-iters)")
-          ->capture_default_str(),
-      &t.optim.lr.decay_iters);
+  c.add_option("--lr-warmup-iters", t.optim.lr.warmup_iters, "linear warmup iterations")->capture_default_str();
+  c.add_option("--lr-decay-iters", t.optim.lr.decay_iters, "decay iterations (0: --train-iters)")
+      ->capture_default_str();
   c.add_option("--lr-warmup-samples", t.optim.lr.warmup_samples, "linear warmup samples (with --train-samples)");
   c.add_option("--lr-decay-samples", t.optim.lr.decay_samples, "decay samples (with --train-samples; 0: all of them)");
   c.add_option("--lr-warmup-fraction", t.optim.lr.warmup_fraction,
@@ -131,6 +129,12 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_option("--adam-beta1", t.optim.adamw.beta1, "AdamW beta1")->capture_default_str();
   c.add_option("--adam-beta2", t.optim.adamw.beta2, "AdamW beta2")->capture_default_str();
   c.add_option("--adam-eps", t.optim.adamw.eps, "AdamW epsilon")->capture_default_str();
+  c.add_flag("--apply-wd-to-qk-layernorm", t.optim.adamw.apply_wd_to_qk_layernorm,
+             "weight decay on the query and key norm weights too (Qwen3-Next's rule)");
+  c.add_option("--no-weight-decay-cond-type", no_weight_decay_cond_type_,
+               "deprecated in Megatron-LM: apply_wd_to_qk_layernorm (or the model zoo's qwen3_next) is "
+               "--apply-wd-to-qk-layernorm")
+      ->check(CLI::IsMember({"apply_wd_to_qk_layernorm", "qwen3_next"}));
   c.add_option("--clip-grad", t.optim.adamw.clip_grad, "gradient clipping by global norm (0: off)")
       ->capture_default_str();
   add_layout_flags(c, t.parallel.layout);
@@ -205,12 +209,13 @@ void TrainCommand::run(MpiRuntime& runtime) {
   if (!t.checkpoint.init_from.empty() && !tokenizer_flags_given(*cmd_))
     if (std::optional<TokenizerOptions> found = tokenizer_in_folder(t.checkpoint.init_from))
       t.data.tokenizer = *found;
-  // Sample-based training (--train-samples): tessel's iteration-based defaults step aside.
-  if (train_samples_->count() > 0)
-    for (const auto& [flag, value] : iteration_flags_)
-      if (flag->count() == 0) *value = 0;
   if (explain_flags_) t.notes = ImplementationFlags::explain(*cmd_);
   if (const std::string unused = implementation_.summary(); !unused.empty()) t.notes.push_back(unused);
+  if (!no_weight_decay_cond_type_.empty()) {
+    t.optim.adamw.apply_wd_to_qk_layernorm = true;
+    t.notes.push_back(fmt::format("--no-weight-decay-cond-type {}: deprecated in Megatron-LM, taken as "
+                                  "--apply-wd-to-qk-layernorm", no_weight_decay_cond_type_));
+  }
   t.parallel.layout.world = runtime.world_size();
   if (runtime.world_size() == 1)
     if (const std::string why = launched_without_mpi(); !why.empty()) throw ConfigError(why);
@@ -218,7 +223,17 @@ void TrainCommand::run(MpiRuntime& runtime) {
   std::optional<TrainPlan> resolved;  // every rank alike, before any other communication
   check_together(runtime.world(), [&] {
     t.optim.lr.style = parse_lr_decay_style(decay_style_);
-    resolved = plan_training(model_.resolve(t.checkpoint.init_from), t);
+    ModelConfig model = model_.resolve(t.checkpoint.init_from);
+    std::vector<std::string> v;
+    if (t.optim.lr.train_iters == 0 && t.optim.lr.train_samples == 0)
+      v.push_back("--train-iters or --train-samples is required (Megatron-LM has no default either)");
+    moe_.apply(model, t.notes, v);
+    unbuilt_.check(t.notes, v);
+    if (!v.empty()) {  // with the plan's rules, all in one message
+      for (std::string& rule : training_plan_violations(model, t)) v.push_back(std::move(rule));
+      throw ConfigError(fmt::format("invalid configuration: {}", fmt::join(v, "; ")));
+    }
+    resolved = plan_training(std::move(model), t);
   });
   const TrainPlan& plan = *resolved;
   set_distributed_timeout(t.faults.distributed_timeout());

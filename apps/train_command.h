@@ -11,6 +11,8 @@
 
 #include "implementation_flags.h"
 #include "model_flags.h"
+#include "moe_flags.h"
+#include "unbuilt_flags.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/train/options.h"
 
@@ -31,12 +33,11 @@ class TrainCommand {
   ModelFlags model_{tokenizer_sized_defaults()};
   TrainOptions options_;
   CLI::Option* data_path_ = nullptr;
-  CLI::Option* train_samples_ = nullptr;
   ImplementationFlags implementation_;
+  MoeFlags moe_;
+  UnbuiltFlags unbuilt_;
   bool explain_flags_ = false;
-  // --train-iters, --lr-warmup-iters, --lr-decay-iters and where they write: zeroed for
-  // --train-samples unless given (then Megatron's rule refuses them).
-  std::vector<std::pair<CLI::Option*, int64_t*>> iteration_flags_;
+  std::string no_weight_decay_cond_type_;  // Megatron-LM's deprecated spelling of --apply-wd-to-qk-layernorm
   std::string decay_style_;
   std::string device_ = "cpu";
   int threads_ = 0;

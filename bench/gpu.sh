@@ -95,7 +95,7 @@ gpt2=(--arch gpt2 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --v
 tessel=("$work/bin/tessel" train)
 step "tessel train --device cuda --bf16 (B 8, 30 iterations)" 150 "$OUT/train.log" \
   "${tessel[@]}" "${gpt2[@]}" --device cuda --bf16 --micro-batch-size 8 --global-batch-size 8 \
-  --train-iters 30 --log-json "$work/speed.jsonl"
+  --train-iters 30 --eval-iters 0 --log-json "$work/speed.jsonl"
 step "PyTorch bf16 + torch.compile (B 8, 20 timed iterations)" 180 "$OUT/train.log" \
   bash -c "PYTHONUNBUFFERED=1 python3 bench/pytorch_train.py --device cuda --bf16 --compile \
     --vocab 50304 --seq 1024 --hidden 768 --layers 12 --heads 12 --batch 8 --iters 20 \
@@ -104,7 +104,7 @@ step "PyTorch bf16 + torch.compile (B 8, 20 timed iterations)" 180 "$OUT/train.l
 echo >> "$report"
 echo "## 3. One process against TP2 and DP2 on this one GPU (StagedComm), --bf16" >> "$report"
 small=(--arch gpt2 --num-layers 2 --hidden-size 64 --num-attention-heads 8 --ffn-hidden-size 128
-       --seq-length 32 --global-batch-size 8 --micro-batch-size 2 --train-iters 10 --lr 3e-3
+       --seq-length 32 --global-batch-size 8 --micro-batch-size 2 --train-iters 10 --eval-iters 0 --lr 3e-3
        --data-path "$corpus" --seed 11 --log-interval 1 --device cuda --bf16)
 step "one process" 40 "$OUT/train.log" "${tessel[@]}" "${small[@]}" --log-json "$work/layout_1.jsonl"
 step "TP2, two ranks on one GPU" 60 "$OUT/train.log" "${mpirun[@]}" -n 2 "${tessel[@]}" "${small[@]}" \
@@ -115,9 +115,9 @@ echo >> "$report"
 echo "## 4. Loss: --bf16 on the GPU against fp32 on the CPU (B 1, 50 iterations, same weights)" >> "$report"
 step "tessel train --device cuda --bf16 (B 1)" 90 "$OUT/train.log" \
   "${tessel[@]}" "${gpt2[@]}" --device cuda --bf16 --micro-batch-size 1 --global-batch-size 1 \
-  --train-iters 50 --log-json "$work/loss_gpu.jsonl"
+  --train-iters 50 --eval-iters 0 --log-json "$work/loss_gpu.jsonl"
 step "tessel train on the CPU, fp32, $(nproc) threads (B 1)" 200 "$OUT/train.log" \
-  "${tessel[@]}" "${gpt2[@]}" --micro-batch-size 1 --global-batch-size 1 --train-iters 50 \
+  "${tessel[@]}" "${gpt2[@]}" --micro-batch-size 1 --global-batch-size 1 --train-iters 50 --eval-iters 0 \
   --threads "$(nproc)" --log-json "$work/loss_cpu.jsonl"
 
 python3 bench/gpu_training_report.py "$work" >> "$report"

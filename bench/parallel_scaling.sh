@@ -154,7 +154,7 @@ fi
 tessel_args() {  # $1: global batch; sets the array args
   args=(train "${model[@]}" --vocab-size "$vocab" --seq-length "$seq" --hidden-size "$hidden"
     --num-layers "$layers" --num-attention-heads "$heads" --micro-batch-size "$micro"
-    --global-batch-size "$1" --train-iters $((warmup + iters)) --log-interval 1
+    --global-batch-size "$1" --train-iters $((warmup + iters)) --eval-iters 0 --log-interval 1
     --data-path "$corpus")
 }
 

@@ -60,7 +60,7 @@ trap 'rm -rf "$work"' EXIT
 
 tessel_args=(train --arch gpt2 --vocab-size "$vocab" --seq-length "$seq" --hidden-size "$hidden"
   --num-layers "$layers" --num-attention-heads "$heads" --micro-batch-size "$batch"
-  --global-batch-size "$batch" --train-iters $((warmup + iters)) --log-interval 1
+  --global-batch-size "$batch" --train-iters $((warmup + iters)) --eval-iters 0 --log-interval 1
   --data-path "$corpus" --threads "$threads")
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }

@@ -18,7 +18,7 @@ out=$(mktemp -d)
 # the equal costs the schedules are designed for. At hidden 256 the input gradient's attention and
 # elementwise work made I 1.5 W, and ZB-H1's own idle (F + I − W)/(F + B) of 1F1B's 46 %.
 model="--arch gpt2 --num-layers 8 --hidden-size 512 --num-attention-heads 8 --vocab-size 256"
-batch="--micro-batch-size 2 --global-batch-size 16 --train-iters 8 --log-interval 8 --threads 1"
+batch="--micro-batch-size 2 --global-batch-size 16 --train-iters 8 --eval-iters 0 --log-interval 8 --threads 1"
 declare -A flags=(
   [1f1b]="--schedule 1f1b"
   [zb-h1]="--schedule zb-h1"
@@ -70,7 +70,7 @@ for r in "" "--recompute-granularity selective" \
          "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"; do
   log=$out/recompute.txt
   /usr/bin/time -q -f "%M" -o "$out/rss" "$tessel" train $model --seq-length 512 --micro-batch-size 4 \
-    --global-batch-size 16 --train-iters 3 --log-interval 3 --threads 1 $r >"$log" 2>&1
+    --global-batch-size 16 --train-iters 3 --eval-iters 0 --log-interval 3 --threads 1 $r >"$log" 2>&1
   echo "one process | recompute '${r:-none}' | $(grep -o 'peak activations [0-9.]* MiB' "$log") | peak RSS $(( $(cat "$out/rss") / 1024 )) MiB | $(grep -o '[0-9]* tok/s' "$log" | tail -1)"
 done
 rm -rf "$out"

@@ -14,7 +14,7 @@ namespace {
 
 const std::string kTiny =
     "--num-layers 1 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 1 "
-    "--global-batch-size 1 --train-iters 1 --threads 1 ";
+    "--global-batch-size 1 --train-iters 1 --eval-iters 0 --threads 1 ";
 
 // One line naming the problem, exit 1 or 2, no training.
 void expect_refused(const std::string& args, const std::string& expected) {

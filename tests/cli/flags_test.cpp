@@ -141,7 +141,7 @@ TEST(FlagsCli, TheLastOfARepeatedFlagWins) {
 // Processes that torchrun or srun started but MPI did not join would each train alone, the same
 // run N times: refused in one line naming the variable and the launch that works.
 TEST(FlagsCli, AJobMpiDoesNotJoinIsRefused) {
-  const std::string train = std::string(TESSEL_BINARY) + " train --train-iters 1";
+  const std::string train = std::string(TESSEL_BINARY) + " train --train-iters 1 --eval-iters 0";
   const testing::CommandResult torchrun = testing::run_command("WORLD_SIZE=2 " + train);
   EXPECT_EQ(torchrun.exit_code, 1) << torchrun.output;
   EXPECT_NE(torchrun.output.find("WORLD_SIZE=2 says a job of 2 processes (torchrun's)"), std::string::npos)
@@ -156,7 +156,7 @@ TEST(FlagsCli, AJobMpiDoesNotJoinIsRefused) {
 // counted in one line at the start, and explained, with every other flag given, by
 // --explain-flags.
 TEST(FlagsCli, ImplementationSwitchesAreAcceptedAndSaid) {
-  const std::string train = "train --train-iters 1 --micro-batch-size 2 --global-batch-size 2 --threads 1 "
+  const std::string train = "train --train-iters 1 --eval-iters 0 --micro-batch-size 2 --global-batch-size 2 --threads 1 "
                             "--num-layers 1 --hidden-size 32 --num-attention-heads 4 --seq-length 16 ";
   const testing::CommandResult r = testing::run_tessel(
       train + "--use-flash-attn --transformer-impl transformer_engine --num-workers 4 --no-rope-fusion --explain-flags");
@@ -180,7 +180,7 @@ TEST(FlagsCli, InitFromAPlainLlamaTakesZeroCentredNorms) {
                                 "--seq-length 16 --out " + dir.path("llama"))
                 .exit_code,
             0);
-  const std::string train = "train --train-iters 1 --micro-batch-size 2 --global-batch-size 2 --threads 1 --init-from " +
+  const std::string train = "train --train-iters 1 --eval-iters 0 --micro-batch-size 2 --global-batch-size 2 --threads 1 --init-from " +
                             dir.path("llama") + " ";
   const testing::CommandResult taken = testing::run_tessel(train + "--apply-layernorm-1p");
   EXPECT_EQ(taken.exit_code, 0) << taken.output;
@@ -200,7 +200,7 @@ TEST(FlagsCli, InitFromAgreementCoversTheMoeFields) {
   std::ifstream config(dir.path("moe/config.json"));
   EXPECT_EQ(nlohmann::json::parse(config)["num_experts"], 4);
   const std::string train =
-      "train --train-iters 1 --micro-batch-size 2 --global-batch-size 2 --threads 1 --init-from " +
+      "train --train-iters 1 --eval-iters 0 --micro-batch-size 2 --global-batch-size 2 --threads 1 --init-from " +
       dir.path("moe") + " ";
   const testing::CommandResult refused = testing::run_tessel(train + "--moe-router-topk 1 --num-layers 3");
   EXPECT_EQ(refused.exit_code, 1) << refused.output;

@@ -36,7 +36,7 @@ TEST(ModelFolderCli, TheTokenizerTravelsWithTheModel) {
             0);
   const std::string data = "--data-path " + dir.path("kjv_text_document") + " ";
   const CommandResult trained = run_tessel("train " + kModel + tokenizer + data +
-                                           "--train-iters 2 --save " + dir.path("ckpt") +
+                                           "--train-iters 2 --eval-iters 0 --save " + dir.path("ckpt") +
                                            " --save-hf " + dir.path("hf"));
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   EXPECT_TRUE(std::filesystem::exists(dir.path("hf/tokenizer.json")));
@@ -52,7 +52,7 @@ TEST(ModelFolderCli, TheTokenizerTravelsWithTheModel) {
   EXPECT_EQ(first_invalid_utf8(sampled.output), std::nullopt) << sampled.output;
 
   const CommandResult resumed =
-      run_tessel("train " + kModel + data + "--train-iters 1 --init-from " + dir.path("hf"));
+      run_tessel("train " + kModel + data + "--train-iters 1 --eval-iters 0 --init-from " + dir.path("hf"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("HuggingFaceTokenizer (vocabulary 300)"), std::string::npos)
       << resumed.output;
@@ -61,7 +61,7 @@ TEST(ModelFolderCli, TheTokenizerTravelsWithTheModel) {
   EXPECT_TRUE(std::filesystem::exists(dir.path("copy/tokenizer.json")));
 
   const CommandResult other = run_tessel("train " + kModel + data +
-                                         "--vocab-size 300 --train-iters 3 --load " + dir.path("ckpt"));
+                                         "--vocab-size 300 --train-iters 3 --eval-iters 0 --load " + dir.path("ckpt"));
   EXPECT_NE(other.exit_code, 0);
   EXPECT_NE(other.output.find("saved with the HuggingFaceTokenizer (vocabulary 300"), std::string::npos)
       << other.output;

@@ -105,7 +105,7 @@ TEST(ZeroBubbleCli, BadConfigsListEveryRule) {
   expect_one_line_error("schedule --pp 1 --microbatches 4 --schedule zb-v", {"--schedule zb-v needs --pp 2 or more"});
   expect_one_line_error(
       "train --pp 2 --schedule zb-v --num-layers 3 --recompute-granularity full --recompute-modules mlp "
-      "--train-iters 1",
+      "--train-iters 1 --eval-iters 0",
       {"--num-layers 3 does not split into the 2 × --pipeline-model-parallel-size 2 = 4 model chunks",
        "--recompute-granularity full needs --recompute-method", "--recompute-num-layers between 1 and",
        "--recompute-modules needs --recompute-granularity selective"});
@@ -114,7 +114,7 @@ TEST(ZeroBubbleCli, BadConfigsListEveryRule) {
   const auto r = tessel::testing::run_command(
       "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
       " train --pp 2 --schedule dualpipev --num-layers 4 --micro-batch-size 2 --global-batch-size 4 "
-      "--recompute-granularity selective --recompute-method block --train-iters 1 2>&1");
+      "--recompute-granularity selective --recompute-method block --train-iters 1 --eval-iters 0 2>&1");
   EXPECT_NE(r.exit_code, 0);
   const size_t line = r.output.find("tessel: error: invalid configuration");
   ASSERT_NE(line, std::string::npos) << r.output;
@@ -130,7 +130,7 @@ TEST(ZeroBubbleCli, TrainReportsTheCostOfEachAction) {
     const auto r = tessel::testing::run_command(
         "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
         " train --pp 2 --schedule " + schedule + " --num-layers 2 --hidden-size 32 --num-attention-heads 2 "
-        "--seq-length 16 --micro-batch-size 1 --global-batch-size 4 --train-iters 2 2>&1");
+        "--seq-length 16 --micro-batch-size 1 --global-batch-size 4 --train-iters 2 --eval-iters 0 2>&1");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     for (int rank = 0; rank < 2; ++rank) {
       const size_t line = r.output.find("pipeline: rank " + std::to_string(rank));
@@ -156,7 +156,7 @@ TEST(ZeroBubbleCli, TrainReportsTheCostOfEachAction) {
 // again to a plain step; plain steps go on until a norm under the threshold.
 TEST(ZeroBubbleCli, PostValidationStepsBeforeTheNormAfterAKeptStep) {
   const std::filesystem::path log = temp_file("post_validation.jsonl");
-  const auto r = train_pp2("--schedule zb-h1 --train-iters 10 --log-interval 1 --enable-optimizer-post-validation "
+  const auto r = train_pp2("--schedule zb-h1 --train-iters 10 --eval-iters 0 --log-interval 1 --enable-optimizer-post-validation "
                            "--clip-grad 3 --log-json " + log.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<double> norms;
@@ -191,7 +191,7 @@ TEST(ZeroBubbleCli, PipelineTimelineHoldsEveryActionInDependencyOrder) {
   const std::filesystem::path trace = temp_file("timeline.json");
   const std::string run = "mpirun --allow-run-as-root --oversubscribe -n 2 " TESSEL_BINARY
                           " train --pp 2 --schedule zb-h1 --num-layers 2 --hidden-size 32 --num-attention-heads 2 "
-                          "--seq-length 16 --micro-batch-size 1 --global-batch-size 4 --train-iters 2 --pipeline-timeline ";
+                          "--seq-length 16 --micro-batch-size 1 --global-batch-size 4 --train-iters 2 --eval-iters 0 --pipeline-timeline ";
   const auto r = tessel::testing::run_command(run + trace.string() + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("pipeline timeline of iteration 2: " + trace.string()), std::string::npos) << r.output;
@@ -234,7 +234,7 @@ TEST(ZeroBubbleCli, PipelineTimelineHoldsEveryActionInDependencyOrder) {
 // the timeline holds.
 TEST(ZeroBubbleCli, ReportedIdleIsTheTimelines) {
   const std::filesystem::path trace = temp_file("idle.json");
-  const auto r = train_pp2("--schedule 1f1b --train-iters 2 --pipeline-timeline " + trace.string());
+  const auto r = train_pp2("--schedule 1f1b --train-iters 2 --eval-iters 0 --pipeline-timeline " + trace.string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(trace);
   const nlohmann::json json = nlohmann::json::parse(in);

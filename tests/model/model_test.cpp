@@ -288,6 +288,7 @@ TrainOptions small_run(const ModelConfig& cfg, int64_t iters) {
   o.batch.micro_batch_size = 4;
   o.batch.global_batch_size = 8;
   o.log.interval = 1000;
+  o.eval.iters = 0;  // no validation: these runs train only
   o.optim.lr = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup_iters = 2, .decay_iters = 0, .train_iters = iters,
           .style = LrDecayStyle::Cosine};
   return o;

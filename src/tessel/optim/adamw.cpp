@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <vector>
 
 #include <fmt/ranges.h>
@@ -62,10 +63,21 @@ float AdamW::clip(float norm) {
   return scale;
 }
 
+namespace {
+
+// Megatron's rule: every weight decays but biases and norm weights (Param::weight_decay false);
+// with --apply-wd-to-qk-layernorm the query and key norms do (by name, as Megatron matches them).
+bool decays(const Param& p, const OptimizerConfig& config) {
+  const auto ends_with = [&](std::string_view tail) { return std::string_view(p.name).ends_with(tail); };
+  return p.weight_decay || (config.apply_wd_to_qk_layernorm && (ends_with("q_norm.weight") || ends_with("k_norm.weight")));
+}
+
+}  // namespace
+
 void AdamW::step(float lr) {
   ++step_;
   for_each_piece(params_.params(), owned_, [&](const Param& p, int64_t first, int64_t n, int64_t state) {
-    const float wd = p.weight_decay ? config_.weight_decay : 0.0f;
+    const float wd = decays(p, config_) ? config_.weight_decay : 0.0f;
     k_.adamw_update(p.value + first, p.grad + first, m_.get() + state, v_.get() + state, n, lr,
                       config_.beta1, config_.beta2, config_.eps, wd, step_);
   });

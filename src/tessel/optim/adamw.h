@@ -28,6 +28,9 @@ struct OptimizerConfig {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float clip_grad = 1.0f;  // max global gradient norm; 0 disables clipping
+  // --apply-wd-to-qk-layernorm (Qwen3-Next's rule): the q/k norm weights decay too, where the
+  // other norm weights and the biases do not.
+  bool apply_wd_to_qk_layernorm = false;
 };
 
 // Every rule the config breaks (betas in [0, 1), eps positive, decay and clipping not negative),

@@ -78,8 +78,6 @@ std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) 
                                : Given{"--lr-warmup-iters", config.warmup_iters};
   if (config.warmup_fraction >= 0 && warmup.second > 0)
     problems.push_back(fmt::format("--lr-warmup-fraction and {}: give one", warmup.first));
-  if (config.style != LrDecayStyle::Constant && config.decay_steps() <= 0)
-    problems.push_back("--lr-decay-iters (or --train-iters, or the _samples flags) must be positive to decay the lr");
   return problems;
 }
 

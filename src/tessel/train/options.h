@@ -34,7 +34,7 @@ struct DataOptions {
 // batches of the valid split (forward only); the test split's at the end. 0 iterations: none.
 struct EvalOptions {
   int64_t interval = 1000;  // --eval-interval
-  int64_t iters = 0;        // --eval-iters (Megatron's default is 100; tessel evaluates when asked)
+  int64_t iters = 100;      // --eval-iters
 };
 
 // Global batch = micro batch × DP × microbatches (gradient accumulation over the microbatches).
@@ -52,8 +52,9 @@ struct OptimOptions {
   bool post_validation = false;
   // --lr, --min-lr, --lr-warmup-init, --lr-warmup-iters/-samples/-fraction, --lr-decay-iters/-samples,
   // --train-iters/-samples, --lr-decay-style
-  LrScheduleConfig lr = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup_iters = 30, .decay_iters = 0,
-                         .train_iters = 600, .style = LrDecayStyle::Cosine};
+  // --train-iters or --train-samples has no default, as in Megatron-LM; the rest are Megatron's
+  // but --lr, which Megatron-LM leaves unset (a run without it fails there).
+  LrScheduleConfig lr = {.lr = 1e-3f};
 };
 
 // How the layers are cut into pipeline stages and which schedule runs them.
@@ -63,6 +64,8 @@ struct PipelineOptions {
   int first_stage_layers = -1;  // --decoder-first-pipeline-num-layers (-1: not given)
   int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers
   std::string layout;           // --pipeline-model-parallel-layout
+  int layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage (0: not given): VPP
+                                     // = layers / PP / this, as Megatron derives it
 };
 
 // Megatron's DistributedDataParallel settings: the gradient buckets and their overlap.
@@ -96,7 +99,7 @@ struct CheckpointOptions {
 };
 
 struct LogOptions {
-  int64_t interval = 10;   // --log-interval
+  int64_t interval = 100;  // --log-interval
   std::string json;        // --log-json: one JSON object per logged iteration
   bool progress = false;   // the live progress line (when stdout is a terminal, or --progress)
   bool profile = false;    // --profile: GEMM throughput, memory and communication at the end

@@ -9,7 +9,7 @@
 prefix=$work/data/kjv_text_document
 on_data=("${sizes[@]}" "${optim[@]}" --micro-batch-size 2 --global-batch-size 8 --seed 7
          --threads 1 --data-path "$prefix" --log-interval 1)
-timeout 60 "$tessel" train "${on_data[@]}" --train-iters 2 > "$work/cache.out" 2>&1 ||
+timeout 60 "$tessel" train "${on_data[@]}" --train-iters 2 --eval-iters 0 > "$work/cache.out" 2>&1 ||
   { cat "$work/cache.out"; fail "the run that builds the index cache failed"; }
 cache=$prefix/cache/GPTDataset_indices
 shuffle=$(ls "$cache"/*-GPTDataset-train-shuffle_index.npy)
@@ -23,7 +23,7 @@ header = 10 + int.from_bytes(data[8:10], "little")
 data[header:] = bytes(len(data) - header)
 open(sys.argv[1], "wb").write(data)
 PY
-expect_refused 60 "shuffle_index.npy: sample 0 appears twice" "$tessel" train "${on_data[@]}" --train-iters 2
+expect_refused 60 "shuffle_index.npy: sample 0 appears twice" "$tessel" train "${on_data[@]}" --train-iters 2 --eval-iters 0
 cp "$work/shuffle.npy" "$shuffle"
 
 # The cache of other data: the dataset rebuilt from 60 % of the corpus under the same prefix.
@@ -32,14 +32,14 @@ head -c 1100000 "$src/data/kjv-genesis-esther.txt" > "$work/part.txt"
 mv "$work/part_text_document.bin" "$prefix.bin"
 mv "$work/part_text_document.idx" "$prefix.idx"
 expect_refused 60 "built from other data than $prefix.bin/.idx now hold" \
-  "$tessel" train "${on_data[@]}" --train-iters 2
+  "$tessel" train "${on_data[@]}" --train-iters 2 --eval-iters 0
 rm -rf "$cache"
 
 # Indices past any machine's memory are refused up front, not built for hours.
-expect_refused 60 "GiB of memory" "$tessel" train "${on_data[@]}" --train-iters 2000000000
+expect_refused 60 "GiB of memory" "$tessel" train "${on_data[@]}" --train-iters 2000000000 --eval-iters 0
 
 # The .bin truncated under a run of two ranks.
-timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${on_data[@]}" --train-iters 3000 --tp 2 \
+timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${on_data[@]}" --train-iters 3000 --eval-iters 0 --tp 2 \
   --log-json "$work/run.jsonl" > "$work/run.out" 2>&1 &
 job=$!
 background+=("$job")

@@ -11,7 +11,7 @@ flags=("${base[@]}" --train-iters 16)
 timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${flags[@]}" --log-json "$work/straight.jsonl" \
   > "$work/straight.out" 2>&1 || { cat "$work/straight.out"; fail "the uninterrupted run failed"; }
 # The size of one save, measured.
-timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${base[@]}" --train-iters 1 --save "$work/one" \
+timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${base[@]}" --train-iters 1 --eval-iters 0 --save "$work/one" \
   > "$work/one.out" 2>&1 || { cat "$work/one.out"; fail "the one-save run failed"; }
 save_kib=$(du -sk "$work/one/iter_0000001" | cut -f1)
 size_kib=$((save_kib * 5 / 2 + 8))

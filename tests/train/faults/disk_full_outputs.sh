@@ -44,7 +44,7 @@ echo "ok: a resume on a full disk keeps the log whole"
 # --pipeline-timeline (PP 2, 32 microbatches: tens of KiB) on 4 KiB.
 disk=$work/timeline_disk
 on_small_disk 4 "$disk" "${mpirun[@]}" -n 2 "$tessel" train "${sizes[@]}" "${optim[@]}" --seed 7 \
-  --threads 1 --data-path "$src/data/kjv-genesis-esther.txt" --pp 2 --train-iters 2 \
+  --threads 1 --data-path "$src/data/kjv-genesis-esther.txt" --pp 2 --train-iters 2 --eval-iters 0 \
   --micro-batch-size 1 --global-batch-size 32 --pipeline-timeline "$disk/timeline.json" \
   > "$work/timeline.out" 2>&1
 expect_full_disk $? "$work/timeline.out" "--pipeline-timeline $disk/timeline.json"
@@ -53,7 +53,7 @@ echo "ok: a full disk under --pipeline-timeline is an error, nothing left"
 
 # The --save-hf export at the end of a run, and `tessel export`, on 16 KiB.
 disk=$work/export_disk
-on_small_disk 16 "$disk" "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --tp 2 --train-iters 2 \
+on_small_disk 16 "$disk" "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --tp 2 --train-iters 2 --eval-iters 0 \
   --save-hf "$disk/hf" > "$work/export.out" 2>&1
 expect_full_disk $? "$work/export.out" "model.safetensors"
 [ -z "$(ls "$disk.kept/hf")" ] || fail "the failed export left $(ls "$disk.kept/hf")"

@@ -26,7 +26,7 @@ stopped() {  # NAME TEXT... : the last run exited non-zero, its output holds eve
 
 # 1. A learning rate of 10^4 diverges: the run stops at the first non-finite loss or norm, and
 # the recomputed iteration says it is reproducible.
-timeout 120 "$tessel" train "${sizes[@]}" "${common[@]}" --train-iters 40 --lr 1e4 --lr-warmup-iters 0 \
+timeout 120 "$tessel" train "${sizes[@]}" "${common[@]}" --train-iters 40 --eval-iters 0 --lr 1e4 --lr-warmup-iters 0 \
   --save "$work/lr" --save-interval 1 --save-hf "$work/lr_hf" > "$work/lr.out" 2>&1
 rc=$?
 stopped lr "not finite (--check-for-nan-in-loss-and-grad)" "first non-finite gradient:" \
@@ -49,7 +49,7 @@ begin = header[name]["data_offsets"][0]
 data[8 + n + begin + 4 * 5:8 + n + begin + 4 * 6] = struct.pack("<f", float("nan"))
 open(path, "wb").write(data)
 EOF
-timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --tp 2 \
+timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --eval-iters 0 --tp 2 \
   --init-from "$work/init" --save "$work/init_ckpt" --save-hf "$work/init_hf" > "$work/init.out" 2>&1
 rc=$?
 stopped init "$work/init" "transformer.h.1.mlp.c_fc.weight holds a non-finite value (nan at element 5"
@@ -58,7 +58,7 @@ if grep -q "^iter " "$work/init.out"; then fail "init: it trained"; fi
 
 # 3. A NaN gradient injected on rank 1 of DP2 in iteration 4, every time it is computed: the
 # recomputation names rank 1 (before the reduction spreads it) and calls it reproducible.
-timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 8 \
+timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 8 --eval-iters 0 \
   --inject-fault nan-grad:4:1 --save "$work/inj" --save-interval 1 > "$work/inj.out" 2>&1
 rc=$?
 stopped inj "iteration 4: loss" "on rank 1 (tp 0, cp 0, pp 0, dp 1), as its backward left it" \
@@ -67,7 +67,7 @@ stopped inj "iteration 4: loss" "on rank 1 (tp 0, cp 0, pp 0, dp 1), as its back
 saves_finite "$work/inj"
 
 # 4. The same, only the first time: a transient fault.
-timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 8 \
+timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 8 --eval-iters 0 \
   --inject-fault transient-nan-grad:4:1 > "$work/transient.out" 2>&1
 rc=$?
 stopped transient "iteration 4: loss" "a transient fault (the machine), not a reproducible one" \
@@ -75,7 +75,7 @@ stopped transient "iteration 4: loss" "a transient fault (the machine), not a re
 
 # 5. A loss 1000 times too large after the first 100: reported, recomputed, training goes on.
 timeout 120 "$tessel" train --num-layers 1 --hidden-size 32 --num-attention-heads 4 \
-  --seq-length 16 "${optim[@]}" "${common[@]}" --train-iters 106 --log-interval 50 --check-for-spiky-loss --inject-fault loss-spike:104 > "$work/spike.out" 2>&1 ||
+  --seq-length 16 "${optim[@]}" "${common[@]}" --train-iters 106 --eval-iters 0 --log-interval 50 --check-for-spiky-loss --inject-fault loss-spike:104 > "$work/spike.out" 2>&1 ||
   { cat "$work/spike.out"; fail "spike: the run failed"; }
 expect_text "$work/spike.out" "warning: iteration 104: spiky loss"
 expect_text "$work/spike.out" "recomputed alike: reproducible"
@@ -84,7 +84,7 @@ echo "ok: spike: $(grep 'spiky' "$work/spike.out")"
 # The same under post-validation stepping before each norm (--clip-grad 0: no step is changed):
 # reported when the step is validated, not recomputed.
 timeout 120 "$tessel" train --num-layers 1 --hidden-size 32 --num-attention-heads 4 \
-  --seq-length 16 "${optim[@]}" "${common[@]}" --train-iters 106 --log-interval 50 --check-for-spiky-loss --inject-fault loss-spike:104 \
+  --seq-length 16 "${optim[@]}" "${common[@]}" --train-iters 106 --eval-iters 0 --log-interval 50 --check-for-spiky-loss --inject-fault loss-spike:104 \
   --enable-optimizer-post-validation --clip-grad 0 > "$work/spike_pv.out" 2>&1 ||
   { cat "$work/spike_pv.out"; fail "spike_pv: the run failed"; }
 expect_text "$work/spike_pv.out" "warning: iteration 104: spiky loss"
@@ -95,7 +95,7 @@ echo "ok: spike under post-validation: $(grep 'spiky' "$work/spike_pv.out")"
 # 6. Without the check, a NaN gradient on rank 1 of DP2 (distributed optimizer) in iteration 2:
 # the iteration is skipped (logged), the run goes on to exit 0, and the save after iteration 2
 # holds the weights, moments and step count of the save after iteration 1, bitwise.
-timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --use-distributed-optimizer \
+timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --eval-iters 0 --use-distributed-optimizer \
   --no-check-for-nan-in-loss-and-grad --inject-fault nan-grad:2:1 --save "$work/skip" --save-interval 1 \
   --log-json "$work/skip.jsonl" > "$work/skip.out" 2>&1 || { cat "$work/skip.out"; fail "skip: the run failed"; }
 expect_text "$work/skip.out" "iter 2/3 | loss"
@@ -117,11 +117,11 @@ echo "ok: skip: iteration 2 skipped, its save equals iteration 1's bitwise"
 # 7. The same under optimizer post-validation (the step taken before the norm is known, then
 # validated): without the check, the same skip and the same losses as the plain step's run;
 # with it, the run stops at iteration 2 naming it.
-timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --use-distributed-optimizer \
+timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --eval-iters 0 --use-distributed-optimizer \
   --no-check-for-nan-in-loss-and-grad --inject-fault nan-grad:2:1 --enable-optimizer-post-validation \
   --log-json "$work/skip_pv.jsonl" > "$work/skip_pv.out" 2>&1 || { cat "$work/skip_pv.out"; fail "skip_pv: the run failed"; }
 same_records "$work/skip.jsonl" "$work/skip_pv.jsonl"
-timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --use-distributed-optimizer \
+timeout 60 "${mpirun[@]}" -n 2 "$tessel" train "${model[@]}" --train-iters 3 --eval-iters 0 --use-distributed-optimizer \
   --inject-fault nan-grad:2:1 --enable-optimizer-post-validation > "$work/stop_pv.out" 2>&1
 rc=$?
 stopped stop_pv "iteration 2: loss" "not finite (--check-for-nan-in-loss-and-grad"

@@ -6,7 +6,7 @@
 # removes what unfinished saves left, and resumes to the uninterrupted run's losses bitwise.
 . "$(dirname "$0")/lib.sh"
 # long enough that the first run is still training when it is frozen, on a quiet machine too
-flags=("${model[@]}" --train-iters 300 --save-interval 5)
+flags=("${model[@]}" --train-iters 300 --eval-iters 0 --save-interval 5)
 ckpt=$work/ckpt
 
 timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${flags[@]}" --log-json "$work/straight.jsonl" \

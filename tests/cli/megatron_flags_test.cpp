@@ -1,0 +1,116 @@
+// Megatron-LM's spelling of a model and its run: the architecture traits (--normalization,
+// --swiglu, ...), grouped-query attention, the layers of a virtual pipeline stage and the MoE
+// router and dispatcher flags, checked from what a user sees: the exported config.json and the
+// messages of the runs refused.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support/fixtures.h"
+#include "support/run_command.h"
+
+namespace tessel {
+namespace {
+
+const std::string kSizes = "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 ";
+
+// The config.json `tessel export` writes for these model flags.
+nlohmann::json exported_config(testing::TestDir& dir, const std::string& flags) {
+  const testing::CommandResult r = testing::run_tessel("export " + kSizes + flags + " --out " + dir.path("m"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream config(dir.path("m/config.json"));
+  return config ? nlohmann::json::parse(config) : nlohmann::json::object();
+}
+
+// examples/llama's model flags (Megatron-LM) come to tessel's llama without --arch.
+TEST(MegatronFlagsCli, LlamaExampleFlagsBuildALlama) {
+  testing::TestDir dir;
+  const nlohmann::json c = exported_config(
+      dir, "--normalization RMSNorm --position-embedding-type rope --swiglu --disable-bias-linear "
+           "--group-query-attention --num-query-groups 2 --untie-embeddings-and-output-weights --init-method-std 0.01");
+  EXPECT_EQ(c.value("model_type", ""), "llama") << c;
+  EXPECT_EQ(c.value("num_key_value_heads", 0), 2) << c;
+  EXPECT_EQ(c.value("initializer_range", 0.0), 0.01) << c;
+}
+
+// examples/gpt3's flags (no architecture flag at all, or LayerNorm and learned positions
+// spelled out) are Megatron's GPT: erf GELU unless --openai-gelu asks for the tanh one.
+TEST(MegatronFlagsCli, Gpt3ExampleFlagsBuildAGpt2WithErfGelu) {
+  testing::TestDir dir;
+  const nlohmann::json plain = exported_config(dir, "--normalization LayerNorm --position-embedding-type learned_absolute");
+  EXPECT_EQ(plain.value("model_type", ""), "gpt2") << plain;
+  EXPECT_EQ(plain.value("activation_function", ""), "gelu") << plain;
+  testing::TestDir other;
+  const nlohmann::json openai = exported_config(other, "--openai-gelu");
+  EXPECT_EQ(openai.value("activation_function", ""), "gelu_new") << openai;
+}
+
+// A mixture of traits tessel does not build is refused in one message naming what was asked
+// and what is built, never built as the nearest architecture.
+TEST(MegatronFlagsCli, TraitsOfNoBuiltArchitectureAreRefusedInOneMessage) {
+  testing::TestDir dir;
+  const testing::CommandResult r = testing::run_tessel(
+      "export " + kSizes + "--normalization RMSNorm --squared-relu --rope-type yarn --out " + dir.path("m"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  for (const char* said : {"the model flags: ", "--rope-type yarn: tessel's attention has RoPE only",
+                           "the architecture flags ask for RMSNorm, learned_absolute positions, squared_relu MLP"})
+    EXPECT_NE(r.output.find(said), std::string::npos) << said << "\n" << r.output;
+}
+
+// Megatron-LM reads --num-query-groups only with --group-query-attention, whose groups default
+// to 1: tessel refuses the groups alone rather than ignore them as Megatron-LM does.
+TEST(MegatronFlagsCli, QueryGroupsNeedGroupQueryAttention) {
+  testing::TestDir dir;
+  const testing::CommandResult alone =
+      testing::run_tessel("export --arch llama " + kSizes + "--num-query-groups 2 --out " + dir.path("m"));
+  EXPECT_EQ(alone.exit_code, 1) << alone.output;
+  EXPECT_NE(alone.output.find("--num-query-groups 2 needs --group-query-attention"), std::string::npos)
+      << alone.output;
+  testing::TestDir other;
+  const nlohmann::json one = exported_config(other, "--arch llama --group-query-attention");
+  EXPECT_EQ(one.value("num_key_value_heads", 0), 1) << one;
+}
+
+// --num-layers-per-virtual-pipeline-stage gives the virtual stages as Megatron derives them
+// (layers / PP / this), and its rules are Megatron's.
+TEST(MegatronFlagsCli, LayersPerVirtualStageGiveTheVirtualStages) {
+  const std::string layout = "layout --world 4 --pipeline-model-parallel-size 2 --num-layers 8 ";
+  const testing::CommandResult by_layers = testing::run_tessel(layout + "--num-layers-per-virtual-pipeline-stage 2");
+  const testing::CommandResult by_stages = testing::run_tessel(layout + "--num-virtual-stages-per-pipeline-rank 2");
+  EXPECT_EQ(by_layers.exit_code, 0) << by_layers.output;
+  EXPECT_EQ(by_layers.output, by_stages.output);
+  EXPECT_NE(by_layers.output.find("VPP 2"), std::string::npos) << by_layers.output;
+  const testing::CommandResult bad = testing::run_tessel(
+      layout + "--num-layers-per-virtual-pipeline-stage 3 --num-virtual-stages-per-pipeline-rank 2");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  for (const char* said : {"no more than one of --num-layers-per-virtual-pipeline-stage",
+                           "the 4 layers of a pipeline stage are not divisible by "
+                           "--num-layers-per-virtual-pipeline-stage 3"})
+    EXPECT_NE(bad.output.find(said), std::string::npos) << said << "\n" << bad.output;
+}
+
+// The router and dispatcher flags: what tessel has is taken and said, what it has not is
+// refused in the one message of the run's rules.
+TEST(MegatronFlagsCli, MoeRouterFlagsAreTakenOrRefused) {
+  const std::string train = "train --train-iters 1 --eval-iters 0 --micro-batch-size 2 --global-batch-size 2 --threads 1 " + kSizes +
+                            "--arch llama --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 ";
+  const testing::CommandResult none =
+      testing::run_tessel(train + "--moe-router-load-balancing-type none --moe-token-dispatcher-type flex");
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  for (const char* said : {"--moe-router-load-balancing-type none: no load-balancing loss, --moe-aux-loss-coeff 0.01",
+                           "--moe-token-dispatcher-type flex: DeepEP is not present here"})
+    EXPECT_NE(none.output.find(said), std::string::npos) << said << "\n" << none.output;
+  const testing::CommandResult bad = testing::run_tessel(
+      train + "--moe-router-load-balancing-type seq_aux_loss --moe-enable-deepep --moe-router-dtype fp64 --num-layers 3 "
+              "--pipeline-model-parallel-size 2");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  for (const char* said : {"invalid configuration: --moe-router-load-balancing-type seq_aux_loss is not built",
+                           "--moe-router-dtype fp64 is not built", "--moe-enable-deepep needs --moe-token-dispatcher-type flex",
+                           "--pipeline-model-parallel-size 2"})
+    EXPECT_NE(bad.output.find(said), std::string::npos) << said << "\n" << bad.output;
+}
+
+}  // namespace
+}  // namespace tessel
