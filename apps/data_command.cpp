@@ -19,12 +19,14 @@ DataCommand::DataCommand(CLI::App& app) {
   inspect_->add_option("--doc", doc_, "which document to print")->capture_default_str();
   inspect_->add_flag("--decode", decode_, "print the document as text through the tokenizer");
   add_tokenizer_flags(*inspect_, tokenizer_);
+  inspect_->add_option("--vocab-size", tokenizer_.vocab_size, "NullTokenizer's (and TikTokenizer's) vocabulary size");
 
   index_ = cmd_->add_subcommand("index", "build the GPT datasets' indices as training will");
   index_->add_option("--data-path", data_.data_path, "PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (a blend)");
   index_->add_option("--train-data-path", data_.train_data_path, "the train split's blend");
   index_->add_option("--valid-data-path", data_.valid_data_path, "the valid split's blend");
   index_->add_option("--test-data-path", data_.test_data_path, "the test split's blend");
+  index_->add_flag("--mock-data", data_.mock_data, "Megatron's MockGPTDataset: generated documents under the split 1,1,1");
   index_->add_option("--split", data_.split, "train,valid,test proportions over --data-path")->capture_default_str();
   index_->add_option("--data-cache-path", data_.data_cache_path, "where the index files go (default: beside the data)");
   index_->add_option("--seq-length", data_.seq_length, "tokens per sample (each reads one more)")->required();
@@ -33,7 +35,9 @@ DataCommand::DataCommand(CLI::App& app) {
   index_->add_option("--valid-samples", data_.num_samples[1], "samples the valid split must deliver")->capture_default_str();
   index_->add_option("--test-samples", data_.num_samples[2], "samples the test split must deliver")->capture_default_str();
   index_->add_option("--dump-samples", dump_dir_, "write every sample to DIR/{split}_samples.npy");
+  index_->add_option("--dump-limit", dump_limit_, "dump each split's first N samples only (0: all)")->capture_default_str();
   add_tokenizer_flags(*index_, tokenizer_);
+  index_->add_option("--vocab-size", tokenizer_.vocab_size, "NullTokenizer's (and TikTokenizer's) vocabulary size");
 }
 
 void DataCommand::run() {
@@ -93,7 +97,7 @@ void DataCommand::index() {
     auto describe = [](const GptDataset& g) {
       return fmt::format("{} sequences [{}, {}) x {} epoch(s), indices {} {}", g.data().prefix(),
                          g.sequences_begin(), g.sequences_end(), g.num_epochs(), g.loaded_from_cache() ? "loaded from" : "built",
-                         g.cache_dir().empty() ? "in memory" : fmt::format("{}/{}-GPTDataset-{}-*", g.cache_dir(), g.description_hash(), split_name(g.split())));
+                         g.cache_dir().empty() ? "in memory" : fmt::format("{}/{}-{}-{}-*", g.cache_dir(), g.description_hash(), g.data().gpt_dataset_class(), split_name(g.split())));
     };
     if (const auto* g = dynamic_cast<const GptDataset*>(ds)) {
       fmt::print("{}: {} samples | {}\n", split_name(split), g->size(), describe(*g));
@@ -107,8 +111,9 @@ void DataCommand::index() {
     if (dump_dir_.empty()) continue;
     std::filesystem::create_directories(dump_dir_);
     const int64_t width = ds->seq_length() + 1;
-    std::vector<int32_t> tokens(static_cast<size_t>(ds->size() * width)), starts, row_starts;
-    for (int64_t k = 0; k < ds->size(); ++k) {
+    const int64_t count = dump_limit_ > 0 ? std::min(dump_limit_, ds->size()) : ds->size();
+    std::vector<int32_t> tokens(static_cast<size_t>(count * width)), starts, row_starts;
+    for (int64_t k = 0; k < count; ++k) {
       ds->sample(k, std::span<int32_t>(tokens).subspan(static_cast<size_t>(k * width), static_cast<size_t>(width)), &row_starts);
       for (int32_t p : row_starts) {
         starts.push_back(static_cast<int32_t>(k));
@@ -116,7 +121,7 @@ void DataCommand::index() {
       }
     }
     const std::string base = fmt::format("{}/{}", dump_dir_, split_name(split));
-    write_npy(base + "_samples.npy", tokens, {ds->size(), width});
+    write_npy(base + "_samples.npy", tokens, {count, width});
     write_npy(base + "_document_starts.npy", starts, {static_cast<int64_t>(starts.size() / 2), 2});
   }
 }

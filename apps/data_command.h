@@ -2,7 +2,8 @@
 // and one document (its token ids, or its text through the tokenizer).
 // `tessel data index --data-path ... --seq-length S --train-samples N ...`: builds (or loads) the
 // GPT datasets' indices exactly as training will, into the cache, and reports each split; with
-// --dump-samples DIR it also writes every sample of each split as DIR/{split}_samples.npy.
+// --dump-samples DIR it also writes every sample of each split (the first --dump-limit N) as
+// DIR/{split}_samples.npy. --mock-data builds Megatron's MockGPTDataset splits instead.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -36,6 +37,7 @@ class DataCommand {
   bool decode_ = false;
   GptDataOptions data_;
   std::string dump_dir_;
+  int64_t dump_limit_ = 0;
 };
 
 }  // namespace tessel

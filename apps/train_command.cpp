@@ -71,6 +71,8 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_option("--train-data-path", t.data.train_path, "the train split's blend (instead of --data-path)");
   c.add_option("--valid-data-path", t.data.valid_path, "the valid split's blend");
   c.add_option("--test-data-path", t.data.test_path, "the test split's blend");
+  c.add_flag("--mock-data", t.data.mock_data,
+             "Megatron's generated documents instead of a corpus (with --tokenizer-type NullTokenizer)");
   c.add_option("--split", t.data.split, "train,valid,test proportions of --data-path's documents")
       ->capture_default_str();
   c.add_option("--data-cache-path", t.data.cache_path,
@@ -198,10 +200,10 @@ TrainCommand::TrainCommand(CLI::App& app) {
 void TrainCommand::run(MpiRuntime& runtime) {
   if (threads_ > 0) omp_set_num_threads(threads_);
   TrainOptions& t = options_;
-  // The bundled corpus is the default for --data-path alone: per-split paths replace it.
+  // The bundled corpus is the default for --data-path alone: per-split paths or mock data replace it.
   const bool per_split =
       !t.data.train_path.empty() || !t.data.valid_path.empty() || !t.data.test_path.empty();
-  if (per_split && data_path_->count() == 0) t.data.path.clear();
+  if ((per_split || t.data.mock_data) && data_path_->count() == 0) t.data.path.clear();
   // The live progress line for a terminal. Under mpirun every rank's stdout is a pseudo-terminal
   // whatever the user's is, so there it takes --progress.
   t.log.progress = force_progress_ || (isatty(STDOUT_FILENO) != 0 && !runtime.active());

@@ -12,6 +12,7 @@
 
 #include "data_test_util.h"
 #include "tessel/data/gpt_indices.h"
+#include "tessel/data/indexed_dataset.h"
 #include "tessel/data/numpy_random.h"
 
 namespace tessel {

@@ -6,6 +6,9 @@ blended_megatron_dataset_config.py and helpers.cpp's build_sample_idx / build_bl
 with numpy.random.RandomState doing the shuffles. It reads the data with megatron_format.py.
 
   shuffle SEED N [SEED N]   print [RandomState(SEED).shuffle(arange(N)), ...] as JSON
+  integers SEED LOW HIGH N DTYPE [LOW HIGH N DTYPE ...]
+                            print [g.integers(LOW, HIGH, size=N, dtype=DTYPE), ...] as JSON, the
+                            calls in turn on one g = numpy.random.default_rng(SEED)
   check CONFIG.json         build every split as Megatron would and compare with what
                             `tessel data index` wrote: the cached .npy indices (found by the MD5 of
                             Megatron's description, so the cache names are checked too) and the
@@ -15,6 +18,10 @@ CONFIG: {"data_path": [...] | "train_data_path"/"valid_data_path"/"test_data_pat
          "split": "949,50,1", "seq_length": S, "seed": N, "num_samples": [train, valid, test],
          "cache": DIR or null (Megatron's default beside the data), "dump": DIR,
          "tokenizer": "ByteTokenizer"}
+        or {"mock": {"vocab_size": N, "eod": E}, "seq_length": ..., "seed": ..., "num_samples": ...,
+         "cache": DIR, "dump": DIR, "dump_limit": K, "tokenizer": "NullTokenizer"} for
+         MockGPTDataset (pretrain_gpt.py --mock-data); "dump_limit" compares each split's first K
+         samples only (all: 0 or absent)
 """
 import functools
 import hashlib
@@ -76,6 +83,23 @@ class LowLevel:
         return s[offset:offset + length]
 
 
+class MockLowLevel:
+    """MockGPTLowLevelDataset: its seed, size and length bound are class attributes there."""
+
+    def __init__(self, vocab_size, eod):
+        self.path_prefix = None
+        self.vocab_size, self.eod = vocab_size, eod
+        rng = np.random.default_rng(seed=0)
+        self.sequence_lengths = rng.integers(low=1, high=4096, size=100000, dtype=np.int32)
+
+    def get(self, idx, offset=0, length=None):
+        n = self.sequence_lengths[idx]
+        sample = np.int64(np.concatenate([(np.arange(n - 1) + 1) % self.vocab_size, [self.eod]]))
+        if length is None:
+            length = n - offset
+        return sample[offset:offset + length]
+
+
 def build_sample_idx(sizes, document_index, seq_length, num_epochs, tokens_per_epoch):
     """helpers.cpp build_sample_idx, drop_last_partial_sequence=True, add_extra_token=1."""
     num_samples = (num_epochs * tokens_per_epoch - 1) // seq_length
@@ -125,8 +149,9 @@ class GPTDataset:
     def __init__(self, low, dataset_path, indices, num_samples, split, config):
         self.dataset, self.indices, self.num_samples, self.split = low, indices, num_samples, split
         self.seq = config["seq_length"]
+        self.cls = "MockGPTDataset" if isinstance(low, MockLowLevel) else "GPTDataset"
         ui = OrderedDict()
-        ui["class"] = "GPTDataset"
+        ui["class"] = self.cls
         ui["dataset_path"] = dataset_path
         ui["num_samples"] = num_samples
         ui["index_split"] = split
@@ -138,7 +163,9 @@ class GPTDataset:
         self.unique_identifiers = ui
         self.unique_description = json.dumps(ui, indent=4)
         self.hash = hashlib.md5(self.unique_description.encode("utf-8")).hexdigest()
-        self.cache = config["cache"] or os.path.join(low.path_prefix, "cache", "GPTDataset_indices")
+        # Mock data is cached only under --data-cache-path.
+        self.cache = config["cache"] or (low.path_prefix and
+                                         os.path.join(low.path_prefix, "cache", "GPTDataset_indices"))
         self.build(config["seed"])
 
     def build(self, seed):
@@ -188,7 +215,9 @@ class GPTDataset:
         return np.concatenate(parts), starts
 
     def check_cache(self):
-        base = os.path.join(self.cache, f"{self.hash}-GPTDataset-{self.split}-")
+        if self.cache is None:
+            return
+        base = os.path.join(self.cache, f"{self.hash}-{self.cls}-{self.split}-")
         for name, expected in (("document_index", self.document_index),
                                ("sample_index", self.sample_index),
                                ("shuffle_index", self.shuffle_index)):
@@ -267,8 +296,8 @@ def build(config):
             lows[prefix] = LowLevel(prefix)
         return lows[prefix]
 
-    def megatron_splits(prefix, split, split_sizes, cfg):
-        ds = low(prefix)
+    def megatron_splits(prefix, split, split_sizes, cfg, ds=None):
+        ds = ds or low(prefix)
         n = ds.sequence_lengths.shape[0]
         out = []
         for i in range(3):
@@ -309,6 +338,12 @@ def build(config):
 
     cfg = {"seq_length": config["seq_length"], "seed": config["seed"], "cache": config.get("cache"),
            "tokenizer": config.get("tokenizer", "ByteTokenizer")}
+    if config.get("mock"):
+        # No blend: Megatron's config sets mock and the split "1,1,1".
+        split = split_matrix(parse_and_normalize_split("1,1,1"))
+        cfg.update(split_string="1,1,1", split_matrix=split)
+        mock = MockLowLevel(config["mock"]["vocab_size"], config["mock"]["eod"])
+        return megatron_splits(None, split, sizes, cfg, mock)
     if config.get("data_path"):
         prefixes, weights = get_blend_from_list(config["data_path"])
         split = split_matrix(parse_and_normalize_split(config["split"]))
@@ -345,10 +380,12 @@ def check(config):
             fail(f"{dump} missing: tessel built no {split} split")
         got = np.load(dump)
         starts = np.load(os.path.join(config["dump"], f"{split}_document_starts.npy"))
-        if got.shape != (len(ds), config["seq_length"] + 1):
-            fail(f"{split}: tessel has {got.shape[0]} samples, Megatron {len(ds)}")
+        count = min(config.get("dump_limit") or len(ds), len(ds))
+        if got.shape != (count, config["seq_length"] + 1):
+            fail(f"{split}: tessel dumped {got.shape[0]} samples, Megatron has {len(ds)} "
+                 f"({count} expected)")
         expected_starts = []
-        for k in range(len(ds)):
+        for k in range(count):
             tokens, doc_starts = ds[k]
             if not np.array_equal(got[k], tokens):
                 fail(f"{split} sample {k}: tessel {got[k].tolist()} != Megatron {tokens.tolist()}")
@@ -356,7 +393,7 @@ def check(config):
         expected_starts = np.array(expected_starts, dtype=np.int32).reshape(-1, 2)
         if not np.array_equal(starts, expected_starts):
             fail(f"{split}: document starts differ")
-        print(f"{split}: {len(ds)} samples equal")
+        print(f"{split}: {count} samples of {len(ds)} equal")
 
 
 if __name__ == "__main__":
@@ -367,6 +404,13 @@ if __name__ == "__main__":
             np.random.RandomState(int(seed)).shuffle(values)
             shuffled.append(values.tolist())
         print(json.dumps(shuffled))
+    elif sys.argv[1] == "integers":
+        generator, drawn = np.random.default_rng(int(sys.argv[2])), []
+        for i in range(3, len(sys.argv), 4):
+            low, high, n, dtype = sys.argv[i:i + 4]
+            drawn.append(generator.integers(int(low), int(high), size=int(n),
+                                            dtype=getattr(np, dtype)).tolist())
+        print(json.dumps(drawn))
     elif sys.argv[1] == "check":
         with open(sys.argv[2]) as f:
             check(json.load(f))

@@ -93,7 +93,7 @@ TEST(TrainPlan, EveryBrokenRuleInOneMessage) {
   EXPECT_EQ(all.rfind("invalid configuration: ", 0), 0u) << all;
   EXPECT_EQ(all.find('\n'), std::string::npos) << all;
   for (const char* rule : {"--hidden-size 30 is not divisible by --num-attention-heads 4",
-                           "--data-path (or --train-data-path) is required", "--adam-beta1 1.5 is not in [0, 1)",
+                           "--data-path (or --train-data-path, or --mock-data) is required", "--adam-beta1 1.5 is not in [0, 1)",
                            "--min-lr 1 is not within [0, --lr 0.001]",
                            "world size 6 is not divisible by TP × CP × PP",
                            "--pipeline-model-parallel-layout", "ring",

@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "tessel/core/error.h"
+#include "tessel/data/mock_dataset.h"
 #include "tessel/data/text_documents.h"
 
 namespace tessel {
@@ -40,9 +41,12 @@ std::string read_file(const std::string& path) {
 }
 
 struct LowLevel {
-  std::shared_ptr<const IndexedDataset> data;
-  bool in_memory = false;
+  std::shared_ptr<const LowLevelDataset> data;
+  bool in_memory = false;  // tokenized at start-up or generated: no cache beside it
 };
+
+// Megatron forces this split when there is no blend (mock data): an arbitrarily even one.
+constexpr const char* kMockSplit = "1,1,1";
 
 class Builder {
  public:
@@ -50,6 +54,16 @@ class Builder {
 
   GptDataSplits build() {
     GptDataSplits out;
+    if (options_.mock_data) {
+      const SplitMatrix matrix = parse_split(kMockSplit);
+      const GptDatasetConfig config = dataset_config(kMockSplit, matrix);
+      const SpecialIds ids = options_.tokenizer->special_ids();
+      const LowLevel mock{
+          std::make_shared<MockGptLowLevelDataset>(options_.tokenizer->vocab_size(), ids.eod), true};
+      for (int i = 0; i < kNumSplits; ++i)
+        if (matrix[i]) out.splits[i] = mid_level(mock, matrix, i, options_.num_samples[i], config);
+      return out;
+    }
     if (!options_.data_path.empty()) {
       const DataBlend blend = parse_data_blend(options_.data_path, "--data-path");
       const SplitMatrix matrix = parse_split(options_.split);
@@ -81,19 +95,13 @@ class Builder {
       const DataBlend& blend, const SplitMatrix& matrix,
       const std::array<std::optional<int64_t>, kNumSplits>& sizes, const std::string& split,
       const SplitMatrix& described_matrix, bool single_path_plain) {
-    GptDatasetConfig config;
-    config.seq_length = options_.seq_length;
-    config.seed = options_.seed;
-    config.split = split;
-    config.split_matrix = described_matrix;
-    config.tokenizer = options_.tokenizer ? options_.tokenizer->type() : "";
-    config.cache_path = options_.data_cache_path;
+    const GptDatasetConfig config = dataset_config(split, described_matrix);
     std::array<std::shared_ptr<const SampleDataset>, kNumSplits> out;
     const std::vector<double> weights =
         blend.weights.empty() ? std::vector<double>{} : normalize_weights(blend.weights);
     if (blend.prefixes.size() == 1 && (weights.empty() || single_path_plain)) {
       for (int i = 0; i < kNumSplits; ++i)
-        if (matrix[i]) out[i] = mid_level(blend.prefixes[0], matrix, i, sizes[i], config);
+        if (matrix[i]) out[i] = mid_level(low_level(blend.prefixes[0]), matrix, i, sizes[i], config);
       return out;
     }
     const size_t n = blend.prefixes.size();
@@ -110,7 +118,7 @@ class Builder {
           size += static_cast<int64_t>(target);
           buffer = static_cast<int64_t>(std::ceil(target * (1.0 + kMidLevelSurplus)));
         }
-        mids.push_back(mid_level(blend.prefixes[d], matrix, i, buffer, config));
+        mids.push_back(mid_level(low_level(blend.prefixes[d]), matrix, i, buffer, config));
       }
       if (weights.empty()) {  // weights from the datasets' lengths, the size capped by their sum
         for (const auto& m : mids) {
@@ -127,10 +135,20 @@ class Builder {
     return out;
   }
 
-  std::shared_ptr<const GptDataset> mid_level(const std::string& path, const SplitMatrix& matrix,
+  GptDatasetConfig dataset_config(const std::string& split, const SplitMatrix& described_matrix) const {
+    GptDatasetConfig config;
+    config.seq_length = options_.seq_length;
+    config.seed = options_.seed;
+    config.split = split;
+    config.split_matrix = described_matrix;
+    config.tokenizer = options_.tokenizer ? options_.tokenizer->type() : "";
+    config.cache_path = options_.data_cache_path;
+    return config;
+  }
+
+  std::shared_ptr<const GptDataset> mid_level(const LowLevel& low, const SplitMatrix& matrix,
                                               int split, std::optional<int64_t> num_samples,
                                               const GptDatasetConfig& config) {
-    const LowLevel& low = low_level(path);
     const double n = static_cast<double>(low.data->num_sequences());
     // Python's int(round(x)): round half to even, as nearbyint in the default rounding mode.
     const int64_t begin = static_cast<int64_t>(std::nearbyint(matrix[split]->first * n));
@@ -143,21 +161,21 @@ class Builder {
   const LowLevel& low_level(const std::string& path) {
     auto it = opened_.find(path);
     if (it != opened_.end()) return it->second;
-    LowLevel low;
+    std::shared_ptr<IndexedDataset> data;
+    bool in_memory = false;
     if (fs::exists(path + ".idx") || fs::exists(path + ".bin")) {
-      auto data = std::make_shared<IndexedDataset>(IndexedDataset::open(path));
+      data = std::make_shared<IndexedDataset>(IndexedDataset::open(path));
       if (options_.tokenizer) data->set_vocab_size(options_.tokenizer->vocab_size());
-      low.data = data;
     } else {
       TESSEL_CHECK(fs::is_regular_file(path),
                    "{}: no such dataset (neither {}.idx/.bin nor a text file)", path, path);
       TESSEL_CHECK(options_.tokenizer != nullptr, "{}: a text dataset needs a tokenizer", path);
-      low.data = std::make_shared<IndexedDataset>(
+      data = std::make_shared<IndexedDataset>(
           tokenize_text_file(path, *options_.tokenizer, options_.append_eod));
-      low.in_memory = true;
+      in_memory = true;
     }
-    TESSEL_CHECK(low.data->num_tokens() > 0, "{}: empty dataset (no tokens)", path);
-    return opened_.emplace(path, low).first->second;
+    TESSEL_CHECK(data->num_tokens() > 0, "{}: empty dataset (no tokens)", path);
+    return opened_.emplace(path, LowLevel{data, in_memory}).first->second;
   }
 
   const GptDataOptions& options_;
@@ -253,15 +271,31 @@ std::array<int64_t, kNumSplits> megatron_num_samples(int64_t train_iters, int64_
           eval_iters * global_batch};
 }
 
+std::vector<std::string> data_source_violations(bool data_path, bool per_split, bool mock_data,
+                                                const Tokenizer* tokenizer) {
+  std::vector<std::string> v;
+  if (data_path && per_split)
+    v.push_back("--data-path excludes --train-data-path, --valid-data-path and --test-data-path");
+  if (mock_data && (data_path || per_split))
+    v.push_back("--mock-data generates the data: it excludes --data-path, --train-data-path, "
+                "--valid-data-path and --test-data-path");
+  if (mock_data && (tokenizer == nullptr || tokenizer->special_ids().eod < 0))
+    v.push_back(fmt::format("--mock-data ends every document with the tokenizer's end-of-document "
+                            "token, which {} has none of (give --tokenizer-type NullTokenizer "
+                            "--vocab-size N: its token is N - 1)",
+                            tokenizer ? "the " + tokenizer->type() : "no tokenizer"));
+  return v;
+}
+
 GptDataSplits build_gpt_datasets(const GptDataOptions& options,
                                  const DataBuildCoordination& coordination) {
-  std::vector<std::string> problems;
   const bool per_split = !options.train_data_path.empty() || !options.valid_data_path.empty() ||
                          !options.test_data_path.empty();
-  if (!options.data_path.empty() && per_split)
-    problems.push_back("--data-path excludes --train-data-path, --valid-data-path and --test-data-path");
-  if (options.data_path.empty() && !per_split)
-    problems.push_back("no data: give --data-path or --train-data-path (and --valid/--test-data-path)");
+  std::vector<std::string> problems = data_source_violations(!options.data_path.empty(), per_split,
+                                                             options.mock_data, options.tokenizer);
+  if (options.data_path.empty() && !per_split && !options.mock_data)
+    problems.push_back("no data: give --data-path or --train-data-path (and --valid/--test-data-path), "
+                       "or --mock-data");
   if (options.seq_length < 2) problems.push_back(fmt::format("--seq-length must be at least 2 (got {})", options.seq_length));
   for (int i = 0; i < kNumSplits; ++i)
     if (options.num_samples[i] < 0)

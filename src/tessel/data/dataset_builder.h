@@ -5,6 +5,8 @@
 // A path P names Megatron's P.bin/P.idx when either exists; otherwise a text file P (JSONL when
 // it ends in .jsonl or .json, key "text"; plain text otherwise: text_documents.h), tokenized at
 // start-up into an in-memory dataset that goes through the same split, indices and blending.
+// --mock-data instead: Megatron's MockGPTDataset splits over generated documents (mock_dataset.h),
+// under the split "1,1,1" that Megatron forces for mock data.
 #pragma once
 
 #include <array>
@@ -17,6 +19,7 @@
 
 #include "tessel/data/blended_dataset.h"
 #include "tessel/data/gpt_dataset.h"
+#include "tessel/data/indexed_dataset.h"
 #include "tessel/data/tokenizer.h"
 
 namespace tessel {
@@ -43,6 +46,7 @@ struct GptDataOptions {
   std::vector<std::string> data_path;  // --data-path: a blend for all three splits under --split
   std::vector<std::string> train_data_path, valid_data_path, test_data_path;  // or one per split
   std::string split = "969, 30, 1";                                            // --split
+  bool mock_data = false;                                                      // --mock-data
   std::string data_cache_path;                                                 // --data-cache-path
   int64_t seq_length = 0;                                                      // --seq-length
   uint32_t seed = 1234;                                                        // --seed
@@ -71,8 +75,14 @@ struct GptDataSplits {
   const SampleDataset* get(Split s) const { return splits[static_cast<int>(s)].get(); }
 };
 
-// Throws ConfigError for bad flags (both --data-path and a per-split path, an odd blend, weights
-// <= 0, a bad --split), Error naming the file for bad data (see IndexedDataset::open, an empty
+// Megatron's rule of a single data source (--mock-data, --data-path, or the per-split paths) and
+// what mock data needs of the tokenizer (an end-of-document token): each rule broken, a sentence.
+std::vector<std::string> data_source_violations(bool data_path, bool per_split, bool mock_data,
+                                                const Tokenizer* tokenizer);
+
+// Throws ConfigError for bad flags (both --data-path and a per-split path, --mock-data with
+// either, or with a tokenizer that has no end-of-document token, an odd blend, weights <= 0, a
+// bad --split), Error naming the file for bad data (see IndexedDataset::open, an empty
 // dataset, a split that must deliver samples but has no tokens).
 GptDataSplits build_gpt_datasets(const GptDataOptions& options,
                                  const DataBuildCoordination& coordination = {});

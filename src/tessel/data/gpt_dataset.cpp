@@ -59,7 +59,7 @@ std::string md5_hex(const std::string& text) {
   return hex;
 }
 
-GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memory,
+GptDataset::GptDataset(std::shared_ptr<const LowLevelDataset> data, bool in_memory,
                        GptSplitDocuments documents, std::optional<int64_t> num_samples,
                        const GptDatasetConfig& config)
     : data_(std::move(data)),
@@ -74,8 +74,9 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memor
   // Megatron's unique_description: the class, the data, the request and the config attributes
   // that decide the indices, as json.dumps(..., indent=4) writes them.
   nlohmann::ordered_json d;
-  d["class"] = "GPTDataset";
-  d["dataset_path"] = data_->prefix();
+  d["class"] = data_->gpt_dataset_class();
+  const std::optional<std::string> path = data_->dataset_path();
+  d["dataset_path"] = path ? nlohmann::ordered_json(*path) : nlohmann::ordered_json();
   d["num_samples"] = num_samples ? nlohmann::ordered_json(*num_samples) : nlohmann::ordered_json();
   d["index_split"] = split_name(split_);
   d["random_seed"] = config.seed;
@@ -102,7 +103,7 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memor
   if (!config.cache_path.empty())
     cache_dir_ = config.cache_path;
   else if (!in_memory)
-    cache_dir_ = data_->prefix() + "/cache/GPTDataset_indices";
+    cache_dir_ = data_->prefix() + "/cache/" + data_->gpt_dataset_class() + "_indices";
 
   bool cached = false;
   try {
@@ -121,7 +122,8 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memor
 }
 
 std::string GptDataset::cache_file(const std::string& affix) const {
-  return (fs::path(cache_dir_) / fmt::format("{}-GPTDataset-{}-{}", hash_, split_name(split_), affix))
+  return (fs::path(cache_dir_) /
+          fmt::format("{}-{}-{}-{}", hash_, data_->gpt_dataset_class(), split_name(split_), affix))
       .string();
 }
 

@@ -1,6 +1,7 @@
-// Megatron-Core's GPTDataset: one split (train, valid or test) of one IndexedDataset, cut into
-// samples of seq_length + 1 tokens through the document, sample and shuffle indices
-// (gpt_indices.h), cached on disk as Megatron caches them, and the interface the trainer reads.
+// Megatron-Core's GPTDataset (and MockGPTDataset, the same over generated data): one split
+// (train, valid or test) of one LowLevelDataset, cut into samples of seq_length + 1 tokens
+// through the document, sample and shuffle indices (gpt_indices.h), cached on disk as Megatron
+// caches them, and the interface the trainer reads.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "tessel/data/indexed_dataset.h"
+#include "tessel/data/low_level_dataset.h"
 
 namespace tessel {
 
@@ -46,8 +47,8 @@ struct GptDatasetConfig {
   SplitMatrix split_matrix;       // parsed from it (part of the description too)
   std::string tokenizer;          // what made the tokens, e.g. "ByteTokenizer" (description)
   // Where the index files go: --data-cache-path, or "" for Megatron's default beside the data
-  // (PREFIX/cache/GPTDataset_indices). Datasets tokenized in memory are cached only under
-  // --data-cache-path.
+  // (PREFIX/cache/GPTDataset_indices). Datasets tokenized in memory or generated are cached
+  // only under --data-cache-path.
   std::string cache_path;
 };
 
@@ -64,7 +65,7 @@ class GptDataset final : public SampleDataset {
   // (nullopt: one epoch). The indices are loaded from the cache when all four files
   // are there, else built (and written to the cache when there is one). Throws tessel::Error
   // naming the file and split when the split has no tokens to draw samples from.
-  GptDataset(std::shared_ptr<const IndexedDataset> data, bool in_memory, GptSplitDocuments documents,
+  GptDataset(std::shared_ptr<const LowLevelDataset> data, bool in_memory, GptSplitDocuments documents,
              std::optional<int64_t> num_samples, const GptDatasetConfig& config);
 
   int64_t size() const override { return static_cast<int64_t>(sample_index_.size() / 2) - 1; }
@@ -78,7 +79,7 @@ class GptDataset final : public SampleDataset {
   // The split's documents: sequences [sequences_begin, sequences_end) of data().
   int64_t sequences_begin() const { return begin_; }
   int64_t sequences_end() const { return end_; }
-  const IndexedDataset& data() const { return *data_; }
+  const LowLevelDataset& data() const { return *data_; }
   // Megatron's unique_description (a JSON object) and its MD5, which names the cache files.
   const std::string& description() const { return description_; }
   const std::string& description_hash() const { return hash_; }
@@ -97,7 +98,7 @@ class GptDataset final : public SampleDataset {
   void build();
   void save_cache() const;
 
-  std::shared_ptr<const IndexedDataset> data_;
+  std::shared_ptr<const LowLevelDataset> data_;
   Split split_;
   int64_t begin_, end_;
   std::optional<int64_t> num_samples_;

@@ -55,7 +55,7 @@ std::vector<int32_t> build_document_index(int64_t first, int64_t count, int64_t 
   return index;
 }
 
-std::vector<int64_t> build_sample_index(const IndexedDataset& data,
+std::vector<int64_t> build_sample_index(const LowLevelDataset& data,
                                         std::span<const int32_t> document_index,
                                         int64_t seq_length, int64_t num_epochs,
                                         int64_t tokens_per_epoch) {

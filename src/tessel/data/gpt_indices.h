@@ -1,7 +1,7 @@
 // The three indices of Megatron-Core's GPTDataset, built as gpt_dataset.py and helpers.cpp build
 // them, so that the same seed, data, split and sequence length give the same samples:
 //
-// - the document index: the split's documents (sequences of the IndexedDataset) repeated once per
+// - the document index: the split's documents (sequences of the LowLevelDataset) repeated once per
 //   epoch and shuffled by numpy's RandomState(seed) — all epochs together, or, when the last epoch
 //   is needed for less than 80 % of its samples ("separate final epoch"), the first epochs
 //   together and the last one on its own, so the partial epoch still draws across all documents;
@@ -19,7 +19,7 @@
 #include <span>
 #include <vector>
 
-#include "tessel/data/indexed_dataset.h"
+#include "tessel/data/low_level_dataset.h"
 #include "tessel/data/numpy_random.h"
 
 namespace tessel {
@@ -43,7 +43,7 @@ std::vector<int32_t> build_document_index(int64_t first, int64_t count, int64_t 
 
 // helpers.cpp's build_sample_idx with drop_last_partial_sequence and the extra token: a row-major
 // (samples + 1, 2) array of (document index position, offset).
-std::vector<int64_t> build_sample_index(const IndexedDataset& data,
+std::vector<int64_t> build_sample_index(const LowLevelDataset& data,
                                         std::span<const int32_t> document_index,
                                         int64_t seq_length, int64_t num_epochs,
                                         int64_t tokens_per_epoch);

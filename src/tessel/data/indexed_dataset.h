@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tessel/core/writable.h"
+#include "tessel/data/low_level_dataset.h"
 #include "tessel/data/mapped_file.h"
 
 namespace tessel {
@@ -40,7 +41,7 @@ TokenDType optimal_token_dtype(int64_t vocab_size);
 
 constexpr int64_t kIndexHeaderBytes = 34;
 
-class IndexedDataset {
+class IndexedDataset final : public LowLevelDataset {
  public:
   // Maps PREFIX.idx and PREFIX.bin and validates the index against itself and the .bin: magic,
   // version, dtype code, the sizes of both files, every size, pointer and document boundary.
@@ -50,15 +51,15 @@ class IndexedDataset {
   // names them in messages.
   static IndexedDataset from_bytes(const std::string& prefix, std::string idx, std::string bin);
 
-  const std::string& prefix() const { return prefix_; }
+  const std::string& prefix() const override { return prefix_; }
   TokenDType dtype() const { return dtype_; }
-  int64_t num_sequences() const { return num_sequences_; }
+  int64_t num_sequences() const override { return num_sequences_; }
   // Documents (the document index holds one more entry).
   int64_t num_documents() const { return document_index_count_ - 1; }
   int64_t num_tokens() const { return bin_.size() / token_dtype_size(dtype_); }
   int64_t bin_bytes() const { return bin_.size(); }
 
-  int32_t sequence_length(int64_t i) const { return load<int32_t>(sizes_offset() + 4 * i); }
+  int32_t sequence_length(int64_t i) const override { return load<int32_t>(sizes_offset() + 4 * i); }
   int64_t sequence_pointer(int64_t i) const { return load<int64_t>(pointers_offset() + 8 * i); }
   // Entry i of the document index: document d holds sequences [entry d, entry d+1).
   int64_t document_index(int64_t i) const { return load<int64_t>(documents_offset() + 8 * i); }
@@ -70,7 +71,7 @@ class IndexedDataset {
 
   // Copies tokens [offset, offset + out.size()) of sequence `sequence` into `out`. Throws
   // tessel::Error naming the .bin and the token's byte offset for an id outside the vocabulary.
-  void read(int64_t sequence, int64_t offset, std::span<int32_t> out) const;
+  void read(int64_t sequence, int64_t offset, std::span<int32_t> out) const override;
   std::vector<int32_t> sequence(int64_t i) const;
 
  private:

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "tessel/core/error.h"
+#include "tessel/data/null_tokenizer.h"
 #include "tessel/data/tokenizers/loaders.h"
 
 namespace tessel {
@@ -51,16 +52,17 @@ namespace {
 // A file flag the tokenizer type does not read is refused, never ignored: --vocab-file and
 // --merge-file without --tokenizer-type would otherwise train the byte tokenizer.
 void check_files_are_read(const TokenizerOptions& options, const std::string& type) {
-  const bool bpe = type == "GPT2BPETokenizer", byte = type == "ByteTokenizer";
+  const bool bpe = type == "GPT2BPETokenizer";
+  const bool no_files = type == "ByteTokenizer" || type == "NullTokenizer";
   std::vector<std::string> unread;
   if (!bpe && !options.vocab_file.empty()) unread.push_back("--vocab-file");
   if (!bpe && !options.merge_file.empty()) unread.push_back("--merge-file");
-  if ((bpe || byte) && !options.tokenizer_model.empty()) unread.push_back("--tokenizer-model");
+  if ((bpe || no_files) && !options.tokenizer_model.empty()) unread.push_back("--tokenizer-model");
   if (unread.empty()) return;
   fail("--tokenizer-type {} reads no {}{}", type, fmt::join(unread, " or "),
-       byte ? " (give the tokenizer's type: GPT2BPETokenizer for --vocab-file and --merge-file, "
-              "HuggingFaceTokenizer, TikTokenizer or a SentencePiece type for --tokenizer-model)"
-            : "");
+       no_files ? " (give the tokenizer's type: GPT2BPETokenizer for --vocab-file and --merge-file, "
+                  "HuggingFaceTokenizer, TikTokenizer or a SentencePiece type for --tokenizer-model)"
+                : "");
 }
 
 }  // namespace
@@ -69,6 +71,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& options) {
   const std::string type = canonical_tokenizer_type(options.type);
   check_files_are_read(options, type);
   if (type == "ByteTokenizer") return std::make_unique<ByteTokenizer>();
+  if (type == "NullTokenizer") return std::make_unique<NullTokenizer>(options.vocab_size);
   if (type == "GPT2BPETokenizer") return load_gpt2_bpe(options.vocab_file, options.merge_file);
   if (type == "HuggingFaceTokenizer") return load_hf_tokenizer(options.tokenizer_model);
   if (type == "TikTokenizer") return load_tiktoken(options);
@@ -78,7 +81,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& options) {
     return load_sentencepiece(named);
   }
   throw Error(fmt::format("--tokenizer-type {}: unknown (known: ByteTokenizer, GPT2BPETokenizer, HuggingFaceTokenizer, "
-                          "TikTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer; "
+                          "TikTokenizer, SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer, "
+                          "NullTokenizer; "
                           "short names byte, gpt2, hf, tiktoken, sentencepiece)", type));
 }
 

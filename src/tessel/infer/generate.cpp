@@ -110,21 +110,23 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
   TESSEL_CHECK(!prompt.empty(), "the prompt encodes to no tokens");
   const SpecialIds ids = tokenizer->special_ids();
   const int32_t stop = o.ignore_eos ? -1 : ids.eos >= 0 ? ids.eos : ids.eod;
-  // The new tokens are decoded together, so that a character split over tokens (byte-level BPE,
-  // byte fallback) comes out whole; only text no later token can change is emitted, and bytes
-  // that are no text as U+FFFD.
-  std::vector<int32_t> generated;
-  size_t shown = 0;
+  // The new tokens are decoded together and after the prompt, so that a character split over
+  // tokens (byte-level BPE, byte fallback) comes out whole, and what joins them to the prompt
+  // too (NullTokenizer's space between ids, a SentencePiece word's leading space); what follows
+  // the prompt's own text is emitted once no later token can change it, and bytes that are no
+  // text as U+FFFD.
+  std::vector<int32_t> tokens = prompt;
+  size_t shown = tokenizer->decode(prompt).size();
   sample_continuation(k, model, prompt, tokenizer->vocab_size(), o, stop, [&](int32_t token) {
-    generated.push_back(token);
-    const std::string text = tokenizer->decode(generated);
+    tokens.push_back(token);
+    const std::string text = tokenizer->decode(tokens);
     const size_t complete = complete_utf8_prefix(text);
     if (complete > shown) {
       emit(replace_invalid_utf8(std::string_view(text).substr(shown, complete - shown)));
       shown = complete;
     }
   });
-  const std::string text = tokenizer->decode(generated);
+  const std::string text = tokenizer->decode(tokens);
   if (text.size() > shown) emit(replace_invalid_utf8(std::string_view(text).substr(shown)));
 }
 

@@ -12,6 +12,7 @@ GptDataSplits build_training_data(const TrainPlan& plan, ProcessGroups& groups) 
   g.train_data_path = d.train_path;
   g.valid_data_path = d.valid_path;
   g.test_data_path = d.test_path;
+  g.mock_data = d.mock_data;
   g.split = d.split;
   g.data_cache_path = d.cache_path;
   g.seq_length = plan.model.seq_length;

@@ -131,9 +131,11 @@ std::string hf_export_model_type(const ModelConfig& cfg, const std::string& requ
   return std::find(offered.begin(), offered.end(), beside) != offered.end() ? beside : "";
 }
 
-int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tokenizer_options,
+int64_t export_model(ModelConfig cfg, std::optional<TokenizerOptions> tokenizer_options,
                      const ExportSource& source, const std::string& out_dir,
                      const std::string& hf_model_type, int64_t max_shard_bytes) {
+  // The model's --vocab-size is the tokenizer's too where it reads one (NullTokenizer), as in `train`.
+  if (tokenizer_options && tokenizer_options->vocab_size == 0) tokenizer_options->vocab_size = cfg.vocab_size;
   const std::unique_ptr<Tokenizer> tokenizer =
       tokenizer_options ? make_tokenizer(*tokenizer_options) : std::make_unique<ByteTokenizer>();
   if (cfg.vocab_size == 0) cfg.vocab_size = tokenizer->vocab_size();

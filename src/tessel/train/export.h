@@ -30,7 +30,7 @@ struct ExportSource {
 // save was trained with). --vocab-size 0 takes the tokenizer's size (the
 // byte tokenizer's without one). A model whose family offers several model_types is written as
 // `hf_model_type` (ckpt/hf.h's export_hf). Returns the parameter count; throws naming the bad input.
-int64_t export_model(ModelConfig cfg, const std::optional<TokenizerOptions>& tokenizer,
+int64_t export_model(ModelConfig cfg, std::optional<TokenizerOptions> tokenizer,
                      const ExportSource& source, const std::string& out_dir,
                      const std::string& hf_model_type = "", int64_t max_shard_bytes = 0);
 

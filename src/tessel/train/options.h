@@ -22,6 +22,7 @@ namespace tessel {
 struct DataOptions {
   std::vector<std::string> path;                                   // --data-path [W1] P1 [W2 P2 ...]
   std::vector<std::string> train_path, valid_path, test_path;      // --{train,valid,test}-data-path
+  bool mock_data = false;  // --mock-data: Megatron's MockGPTDataset (data/mock_dataset.h) instead
   std::string split = "969, 30, 1";                                // --split
   std::string cache_path;                                          // --data-cache-path
   TokenizerOptions tokenizer;                                      // --tokenizer-type, ... 

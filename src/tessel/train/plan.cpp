@@ -9,6 +9,7 @@
 
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
+#include "tessel/data/dataset_builder.h"
 #include "tessel/data/tokenizer.h"
 #include "tessel/train/numerics.h"
 
@@ -54,8 +55,11 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
     v.push_back(fmt::format("--vocab-size {} is smaller than the {}'s {}", model.vocab_size,
                             tokenizer.type(), tokenizer.vocab_size()));
   const DataOptions& d = o.data;
-  if (d.path.empty() && d.train_path.empty())
-    v.push_back("--data-path (or --train-data-path) is required");
+  append(v, data_source_violations(!d.path.empty(),
+                                   !d.train_path.empty() || !d.valid_path.empty() || !d.test_path.empty(),
+                                   d.mock_data, &tokenizer));
+  if (d.path.empty() && d.train_path.empty() && !d.mock_data)
+    v.push_back("--data-path (or --train-data-path, or --mock-data) is required");
   if ((d.reset_position_ids || d.reset_attention_mask || d.eod_mask_loss) &&
       tokenizer.special_ids().eod < 0)
     v.push_back(fmt::format("--reset-position-ids, --reset-attention-mask and --eod-mask-loss find "
@@ -272,6 +276,8 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
   append(notes, checkpoint_format_notes(o.checkpoint));
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
+  // The model's --vocab-size is the tokenizer's too where it reads one (NullTokenizer), as Megatron.
+  if (o.data.tokenizer.vocab_size == 0) o.data.tokenizer.vocab_size = static_cast<int32_t>(model.vocab_size);
   std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);
   // As Megatron, the model's vocabulary is the tokenizer's (padded per TP) unless one is given.
   if (model.vocab_size == 0) model.vocab_size = tokenizer->vocab_size();

@@ -115,7 +115,8 @@ void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
       splits.push_back(fmt::format("{} {}", split_name(static_cast<Split>(i)), s->size()));
   log.message(fmt::format("data: {} | {} (vocabulary {}) | samples of {}: {} | global batch {} = "
                           "micro batch {} × DP {} × {} microbatches",
-                          fmt::join(d.path.empty() ? d.train_path : d.path, " "),
+                          d.mock_data ? "mock data (Megatron's MockGPTDataset, split 1,1,1)"
+                                      : fmt::format("{}", fmt::join(d.path.empty() ? d.train_path : d.path, " ")),
                           plan.tokenizer->type(), plan.tokenizer->vocab_size(), cfg.seq_length,
                           fmt::join(splits, ", "), batch.global_batch_size,
                           batch.micro_batch_size, plan.dp, plan.microbatches));
