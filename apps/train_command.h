@@ -32,6 +32,8 @@ class TrainCommand {
   TrainOptions options_;
   CLI::Option* data_path_ = nullptr;
   CLI::Option* train_samples_ = nullptr;
+  CLI::Option* global_batch_ = nullptr;
+  std::vector<int64_t> rampup_batch_size_;  // --rampup-batch-size START INCREMENT SAMPLES: ignored
   ImplementationFlags implementation_;
   bool explain_flags_ = false;
   // --train-iters, --lr-warmup-iters, --lr-decay-iters and where they write: zeroed for
