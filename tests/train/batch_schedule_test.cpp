@@ -78,13 +78,14 @@ TEST(BatchSchedule, ABatchCrossingAThresholdEndsAtTheOldSize) {
 }
 
 // Samples (no sequence length), suffixes in either case, commas, unsorted entries, Python's
-// int(float(x) · multiplier): 4.35 · 1000 is 4349.999999999999 in doubles, so 4349.
+// int(float(x) · multiplier), as /usr/bin/python3 computes it: 1.005 · 1000 is
+// 1004.9999999999999 in doubles, so 1004; 4.1 · 10^9 is 4099999999.9999995, so 4099999999.
 TEST(BatchSchedule, NumbersAsMegatronReadsThem) {
-  const BatchSchedule s = parsed("1k:16, 0:8  4.35K:32,2M:1K 1_000_000:64", 0);
-  EXPECT_EQ(thresholds(s), (std::vector<int64_t>{0, 1000, 4349, 1000000, 2000000}));
+  const BatchSchedule s = parsed("1k:16, 0:8  1.005K:32,2M:1K 1_000_000:64", 0);
+  EXPECT_EQ(thresholds(s), (std::vector<int64_t>{0, 1000, 1004, 1000000, 2000000}));
   EXPECT_EQ(s.steps()[4].global_batch, 1000);
-  EXPECT_EQ(thresholds(parsed("0:1 1e3:2 +2.5e3:4 3T:8", 0)),
-            (std::vector<int64_t>{0, 1000, 2500, 3000000000000}));
+  EXPECT_EQ(thresholds(parsed("0:1 1e3:2 +2.5e3:4 4.1B:8 3T:16", 0)),
+            (std::vector<int64_t>{0, 1000, 2500, 4099999999, 3000000000000}));
   // A threshold below one sequence becomes sample 0; floor division, as Python's //.
   EXPECT_EQ(thresholds(parsed("0:1 4095:2 4096:3", 2048)), (std::vector<int64_t>{0, 1, 2}));
   EXPECT_TRUE(BatchSchedule::constant(32).is_constant());
