@@ -147,6 +147,25 @@ TEST(BatchLoader, PrefetchedBatchesEqualBatchesReadOnDemand) {
   EXPECT_GT(ahead.read_seconds_per_batch(), 0.0);
 }
 
+// A step batch-size schedule's batches: the same first sample with another count of microbatches
+// is another batch, its rows dealt out alike.
+TEST(BatchLoader, BatchesOfAnotherMicrobatchCount) {
+  const FixedSamples data(64, 16);
+  const BatchShape shape{.micro_batch = 2, .data_parallel = 2, .dp_rank = 1, .microbatches = 1};
+  BatchLoader loader(data, shape, {});
+  loader.prefetch(8, 3);
+  const HostBatch one = loader.get(8, 1);  // a copy: read now, not the prefetched batch
+  EXPECT_EQ(one.inputs.size(), 1u * 2 * 16);
+  const HostBatch& three = loader.get(8, 3);
+  EXPECT_EQ(three.microbatches, 3);
+  ASSERT_EQ(three.inputs.size(), 3u * 2 * 16);
+  EXPECT_TRUE(std::equal(one.inputs.begin(), one.inputs.end(), three.inputs.begin()));
+  // Microbatch 2, row 1 of DP rank 1: position 2·(2·2) + 1·2 + 1 = 11, sample 8 + 11.
+  std::vector<int32_t> tokens(17);
+  data.sample(19, tokens, nullptr);
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end() - 1, three.inputs.begin() + 5 * 16));
+}
+
 TEST(BatchLoader, AReadErrorSurfacesAtGet) {
   const FixedSamples data(10, 8);
   BatchLoader loader(data, {.micro_batch = 4, .data_parallel = 1, .dp_rank = 0, .microbatches = 1},
