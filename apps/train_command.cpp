@@ -56,7 +56,16 @@ TrainCommand::TrainCommand(CLI::App& app) {
   t.data.path = {TESSEL_DEFAULT_DATA};
   decay_style_ = lr_decay_style_name(t.optim.lr.style);
   model_.add_to(c);
-  add_batch_flags(c, t.batch);
+  global_batch_ = add_batch_flags(c, t.batch).global_batch;
+  c.add_option("--step-batch-size-schedule", t.batch.step_schedule,
+               "\"THRESHOLD:BATCH ...\": the global batch from each threshold of tokens consumed on (suffixes K, M, "
+               "B, T), instead of --global-batch-size");
+  c.add_flag("--decrease-batch-size-if-needed", t.batch.decrease_if_needed,
+             "Megatron's rounding of the global batch down to a multiple of micro batch × DP: its evaluation "
+             "batch must divide too, so here a batch that does not divide is refused (not with a schedule)");
+  c.add_option("--rampup-batch-size", rampup_batch_size_,
+               "deprecated and ignored, as in Megatron-LM: use --step-batch-size-schedule")
+      ->expected(3);
   c.add_option("--train-iters", t.optim.lr.train_iters, "iterations (or --train-samples)");
   c.add_option("--train-samples", t.optim.lr.train_samples,
                                 "samples to train on, instead of --train-iters (iterations: samples / "
@@ -211,7 +220,11 @@ void TrainCommand::run(MpiRuntime& runtime) {
   if (!t.checkpoint.init_from.empty() && !tokenizer_flags_given(*cmd_))
     if (std::optional<TokenizerOptions> found = tokenizer_in_folder(t.checkpoint.init_from))
       t.data.tokenizer = *found;
+  // With a schedule the global batch is not given: micro batch × DP, as Megatron (train/plan.h).
+  if (!t.batch.step_schedule.empty() && global_batch_->count() == 0) t.batch.global_batch_size = 0;
   if (explain_flags_) t.notes = ImplementationFlags::explain(*cmd_);
+  if (!rampup_batch_size_.empty())
+    t.notes.push_back("--rampup-batch-size is deprecated and ignored, as in Megatron-LM: use --step-batch-size-schedule");
   if (const std::string unused = implementation_.summary(); !unused.empty()) t.notes.push_back(unused);
   if (!no_weight_decay_cond_type_.empty()) {
     t.optim.adamw.apply_wd_to_qk_layernorm = true;

@@ -33,6 +33,8 @@ class TrainCommand {
   ModelFlags model_{tokenizer_sized_defaults()};
   TrainOptions options_;
   CLI::Option* data_path_ = nullptr;
+  CLI::Option* global_batch_ = nullptr;
+  std::vector<int64_t> rampup_batch_size_;  // --rampup-batch-size START INCREMENT SAMPLES: ignored
   ImplementationFlags implementation_;
   MoeFlags moe_;
   UnbuiltFlags unbuilt_;

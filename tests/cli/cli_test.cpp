@@ -136,6 +136,57 @@ TEST(Cli, SampleBasedTrainingIsTheIterationRun) {
                      "--train-iters with --train-samples: sample-based training takes");
 }
 
+// Megatron's step batch-size schedule by samples: thresholds of 64 and 128 tokens of 16 are samples
+// 4 and 8, so the batches are 2, 2, 4, 8, 8, 8 (the last from 24 to 32: update_train_iters runs
+// until --train-samples 30 are consumed), and the rate of each step is the scheduler's at the
+// samples consumed before it (0, 2, 4, 8, 16, 24): warmup to 8 samples, then linear decay to 24.
+// Stopped after iteration 3 and resumed, the run goes on as the uninterrupted one, bit for bit.
+TEST(Cli, StepBatchSizeSchedule) {
+  const fs::path dir = temp_dir("steps");
+  const std::string train =
+      "train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2 "
+      "--threads 1 --log-interval 1 --step-batch-size-schedule '0:2 64:4 128:8' --train-samples 30 "
+      "--lr-warmup-samples 8 --lr-decay-samples 24 --lr 3e-3 --min-lr 3e-4 --lr-decay-style linear ";
+  const Result r = run(train + "--rampup-batch-size 16 8 300000 --log-json " + (dir / "full.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--rampup-batch-size is deprecated and ignored"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("global batch 2 from sample 0 (0 tokens), 4 from sample 4 (64 tokens), 8 from sample 8 "
+                          "(128 tokens)"),
+            std::string::npos)
+      << r.output;
+  std::vector<int64_t> batches;
+  std::vector<float> rates;
+  std::ifstream log(dir / "full.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    batches.push_back(j["global_batch_size"].get<int64_t>());
+    rates.push_back(j["lr"].get<float>());
+  }
+  EXPECT_EQ(batches, (std::vector<int64_t>{2, 2, 4, 8, 8, 8}));
+  const std::vector<float> want = {0.0f, 7.5e-4f, 1.5e-3f, 3e-3f, 1.65e-3f, 3e-4f};
+  ASSERT_EQ(rates.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(rates[i], want[i]) << "iteration " << i + 1;
+
+  const std::string resumable = train + "--save " + (dir / "ckpt").string() + " --load " + (dir / "ckpt").string() +
+                                " --log-json " + (dir / "resumed.jsonl").string();
+  const Result stopped = run(resumable + " --exit-interval 3");
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.output;
+  const Result resumed = run(resumable);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("after iteration 3"), std::string::npos) << resumed.output;
+  EXPECT_EQ(trajectory(dir / "resumed.jsonl"), trajectory(dir / "full.jsonl"));
+
+  const std::string model = "train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 ";
+  expect_clean_error(model + "--micro-batch-size 2 --global-batch-size 4 --step-batch-size-schedule 0:4",
+                     "--step-batch-size-schedule and --global-batch-size: give one");
+  expect_clean_error(model + "--micro-batch-size 2 --train-iters 3 --step-batch-size-schedule 0:6,16:3",
+                     "--step-batch-size-schedule: global batch 3 (from sample 1) is not divisible by "
+                     "--micro-batch-size 2 × DP 1 = 2; --step-batch-size-schedule: the global batch falls from 6 to "
+                     "3 at sample 1; the number of microbatches must not decrease");
+  expect_clean_error(model + "--micro-batch-size 2 --step-batch-size-schedule '0:2 1.5:x' --decrease-batch-size-if-needed",
+                     "'x' in entry '1.5:x' is not a number");
+}
+
 // export -> train --init-from -> --save-hf -> generate: the weights travel, the sizes come from
 // config.json, training continues from them and the result samples text.
 TEST(Cli, ExportTrainGenerateRoundTrip) {

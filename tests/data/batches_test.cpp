@@ -129,8 +129,8 @@ TEST(BatchLoader, PrefetchedBatchesEqualBatchesReadOnDemand) {
   BatchLoader ahead(data, shape, packing), on_demand(data, shape, packing);
   for (int64_t it = 0; it < 4; ++it) {
     const int64_t first = it * shape.global_batch();
-    const HostBatch& a = ahead.get(first);
-    const HostBatch want = on_demand.get(first);  // a copy: on_demand reads no further
+    const HostBatch& a = ahead.get(first, shape.microbatches);
+    const HostBatch want = on_demand.get(first, shape.microbatches);  // a copy: on_demand reads no further
     EXPECT_EQ(a.first, first);
     EXPECT_EQ(a.inputs, want.inputs);
     EXPECT_EQ(a.targets, want.targets);
@@ -142,18 +142,37 @@ TEST(BatchLoader, PrefetchedBatchesEqualBatchesReadOnDemand) {
     std::vector<int32_t> tokens(17);
     data.sample(first + 6, tokens, nullptr);
     EXPECT_TRUE(std::equal(tokens.begin(), tokens.end() - 1, a.inputs.begin() + 2 * 16));
-    ahead.prefetch(first + shape.global_batch());
+    ahead.prefetch(first + shape.global_batch(), shape.microbatches);
   }
   EXPECT_GT(ahead.read_seconds_per_batch(), 0.0);
+}
+
+// A step batch-size schedule's batches: the same first sample with another count of microbatches
+// is another batch, its rows dealt out alike.
+TEST(BatchLoader, BatchesOfAnotherMicrobatchCount) {
+  const FixedSamples data(64, 16);
+  const BatchShape shape{.micro_batch = 2, .data_parallel = 2, .dp_rank = 1, .microbatches = 1};
+  BatchLoader loader(data, shape, {});
+  loader.prefetch(8, 3);
+  const HostBatch one = loader.get(8, 1);  // a copy: read now, not the prefetched batch
+  EXPECT_EQ(one.inputs.size(), 1u * 2 * 16);
+  const HostBatch& three = loader.get(8, 3);
+  EXPECT_EQ(three.microbatches, 3);
+  ASSERT_EQ(three.inputs.size(), 3u * 2 * 16);
+  EXPECT_TRUE(std::equal(one.inputs.begin(), one.inputs.end(), three.inputs.begin()));
+  // Microbatch 2, row 1 of DP rank 1: position 2·(2·2) + 1·2 + 1 = 11, sample 8 + 11.
+  std::vector<int32_t> tokens(17);
+  data.sample(19, tokens, nullptr);
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end() - 1, three.inputs.begin() + 5 * 16));
 }
 
 TEST(BatchLoader, AReadErrorSurfacesAtGet) {
   const FixedSamples data(10, 8);
   BatchLoader loader(data, {.micro_batch = 4, .data_parallel = 1, .dp_rank = 0, .microbatches = 1},
                      {});
-  loader.prefetch(8);  // samples 8..11: past the end
-  EXPECT_THROW(loader.get(8), Error);
-  EXPECT_EQ(loader.get(0).inputs.size(), 32u);  // the loader goes on working
+  loader.prefetch(8, 1);  // samples 8..11: past the end
+  EXPECT_THROW(loader.get(8, 1), Error);
+  EXPECT_EQ(loader.get(0, 1).inputs.size(), 32u);  // the loader goes on working
 }
 
 }  // namespace

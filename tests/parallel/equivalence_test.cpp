@@ -156,15 +156,16 @@ fs::path hf_folder(const std::string& arch, const Layout& layout) {
 }
 
 // Everything that defines a run of `arch` under `layout` with `flags`: the binary, the model, the
-// training, the batch, the data and the weights it starts from; where it writes is added by
-// whoever runs it.
+// training, the batch (8 samples unless the case's model flags give one, or a step schedule), the
+// data and the weights it starts from; where it writes is added by whoever runs it.
 std::string train_command(const std::string& arch, const Layout& layout, const std::string& flags) {
+  const std::string extra = layout.model_extra;
+  const bool batch_given = extra.find("--global-batch-size") != std::string::npos ||
+                           extra.find("--step-batch-size-schedule") != std::string::npos;
   return std::string(TESSEL_BINARY) + " train " + model_flags(arch, layout.odd_model, layout.layers) +
          layout.model_extra + " " + kTraining + flags +
          (layout.init_from != nullptr ? " --init-from " + hf_folder(arch, layout).string() : std::string()) +
-         (std::string(layout.model_extra).find("--global-batch-size") == std::string::npos
-              ? " --global-batch-size 8"
-              : "") +
+         (batch_given ? "" : " --global-batch-size 8") +
          (layout.real_data ? " " + real_data_flags() : std::string());
 }
 
@@ -388,6 +389,27 @@ const Layout kScheduleLayouts[] = {
 INSTANTIATE_TEST_SUITE_P(Schedules, Equivalence,
                          ::testing::Combine(::testing::Values("gpt2", "llama"),
                                             ::testing::ValuesIn(kScheduleLayouts)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+                         });
+
+// Megatron's step batch-size schedule: the global batch grows from 4 to 8 to 16 samples at 128
+// and 512 tokens (samples 4 and 16 of 32 tokens), so iterations 1, 2-3 and 4-10 run 2, 4 and 8
+// microbatches of 2 samples, each from the samples consumed before it. Micro batch × DP stays the
+// reference's 2: the learning-rate flags count iterations of that many samples (Megatron's
+// default --global-batch-size), the same in every case.
+#define TESSEL_STEP_SCHEDULE "--step-batch-size-schedule 0:4,128:8,512:16"
+const Layout kBatchScheduleLayouts[] = {
+    {"steps_dp2", 2, "--micro-batch-size 1", false, 2, TESSEL_STEP_SCHEDULE},
+    {"steps_pp2", 2, "--pp 2", false, 4, TESSEL_STEP_SCHEDULE},
+    {"steps_pp2_vpp2", 2, "--pp 2 --vpp 2", false, 4, TESSEL_STEP_SCHEDULE},
+    {"steps_pp2_zbv", 2, "--pp 2 --schedule zb-v", false, 4, TESSEL_STEP_SCHEDULE},
+    {"steps_tp2_sp", 2, "--tp 2 --sequence-parallel", false, 2, TESSEL_STEP_SCHEDULE},
+};
+
+INSTANTIATE_TEST_SUITE_P(BatchSchedule, Equivalence,
+                         ::testing::Combine(::testing::Values("gpt2", "llama"),
+                                            ::testing::ValuesIn(kBatchScheduleLayouts)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
                          });

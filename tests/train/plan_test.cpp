@@ -55,7 +55,7 @@ TEST(TrainPlan, ResolvesLayoutStagesScheduleAndBatch) {
   EXPECT_EQ(rank1.position(1, 1), 7);
   EXPECT_EQ(rank1.position(3, 0), 14);
   EXPECT_EQ(rank1.global_batch(), 16);
-  EXPECT_EQ(plan.batch_tokens(), 16.0 * 16);
+  EXPECT_EQ(plan.batch_tokens(16), 16.0 * 16);
   EXPECT_EQ(plan.cp_comm, CpCommType::P2P);
 
   o.parallel.pipeline.schedule = "gpipe";

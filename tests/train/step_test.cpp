@@ -65,7 +65,7 @@ struct StepRun {
   StepRun(const std::vector<Norm>& n, bool post_validation, FaultOptions f, bool quiet = true)
       : norms(n), optim(optim_options(post_validation)), faults(std::move(f)), log(200, 1, "", false, quiet),
         optimizer(cpu_kernels(), params, optim.adamw), numerics(cpu_kernels(), faults, params, groups, log),
-        step(cpu_kernels(), optim, optimizer, numerics, groups,
+        step(cpu_kernels(), optim, batches, optimizer, numerics, groups,
              {.compute = [this] { return compute(); },
               .stage_sq_sum = [this] { return optimizer.grad_sq_sum(); },
               .gather_params = [this] { ++gathers; },
@@ -93,6 +93,7 @@ struct StepRun {
 
   std::vector<Norm> norms;
   OptimOptions optim;
+  BatchSchedule batches = BatchSchedule::constant(optim.lr.global_batch);
   FaultOptions faults;
   ParamRegistry params = testing::weight_and_bias();
   ProcessGroups groups = ProcessGroups::single();

@@ -54,8 +54,8 @@ BatchLoader::~BatchLoader() {
   thread_.join();
 }
 
-void BatchLoader::read(HostBatch& batch, int64_t first) const {
-  const int64_t S = data_.seq_length(), B = shape_.micro_batch, M = shape_.microbatches;
+void BatchLoader::read(HostBatch& batch, int64_t first, int64_t microbatches) const {
+  const int64_t S = data_.seq_length(), B = shape_.micro_batch, M = microbatches;
   const int64_t rows = M * B * S;
   batch.first = -1;
   batch.inputs.resize(rows);
@@ -74,6 +74,7 @@ void BatchLoader::read(HostBatch& batch, int64_t first) const {
                       packing_.documents() ? batch.key_start.data() + at : nullptr);
     }
   batch.first = first;
+  batch.microbatches = M;
 }
 
 void BatchLoader::worker() {
@@ -81,14 +82,14 @@ void BatchLoader::worker() {
   for (;;) {
     cv_.wait(lock, [this] { return stop_ || wanted_ >= 0; });
     if (stop_) return;
-    const int64_t first = wanted_;
+    const int64_t first = wanted_, microbatches = wanted_microbatches_;
     HostBatch& batch = batches_[1 - current_];
     reading_ = true;
     lock.unlock();
     const auto start = std::chrono::steady_clock::now();
     std::exception_ptr error;
     try {
-      read(batch, first);
+      read(batch, first, microbatches);
     } catch (...) {
       error = std::current_exception();
     }
@@ -102,15 +103,17 @@ void BatchLoader::worker() {
   }
 }
 
-void BatchLoader::prefetch(int64_t first) {
+void BatchLoader::prefetch(int64_t first, int64_t microbatches) {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return !reading_ && wanted_ < 0; });  // one read at a time
-  if (batches_[current_].first == first || batches_[1 - current_].first == first) return;
+  const auto is_it = [&](const HostBatch& b) { return b.first == first && b.microbatches == microbatches; };
+  if (is_it(batches_[current_]) || is_it(batches_[1 - current_])) return;
   wanted_ = first;
+  wanted_microbatches_ = microbatches;
   cv_.notify_all();
 }
 
-const HostBatch& BatchLoader::get(int64_t first) {
+const HostBatch& BatchLoader::get(int64_t first, int64_t microbatches) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [this] { return !reading_ && wanted_ < 0; });
@@ -119,9 +122,10 @@ const HostBatch& BatchLoader::get(int64_t first) {
     error_ = nullptr;
     std::rethrow_exception(error);
   }
-  if (batches_[current_].first != first) {
+  const auto is_it = [&](const HostBatch& b) { return b.first == first && b.microbatches == microbatches; };
+  if (!is_it(batches_[current_])) {
     current_ = 1 - current_;
-    if (batches_[current_].first != first) read(batches_[current_], first);
+    if (!is_it(batches_[current_])) read(batches_[current_], first, microbatches);
   }
   wait_seconds_ += seconds_since(start);
   return batches_[current_];

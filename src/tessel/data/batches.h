@@ -39,12 +39,13 @@ int64_t sample_rows(std::span<const int32_t> tokens, const Packing& packing, int
                     int32_t* targets, int32_t* position_ids, int32_t* key_start);
 
 // Where this DP rank's rows come from: global batch position m·(B·DP) + r·B + b is microbatch m's
-// row b on DP rank r, as Megatron's MegatronPretrainingSampler deals the samples out.
+// row b on DP rank r, as Megatron's MegatronPretrainingSampler deals the samples out. A batch of
+// another count of microbatches (a step batch-size schedule's) is dealt out alike.
 struct BatchShape {
   int64_t micro_batch = 1;
   int64_t data_parallel = 1;
   int64_t dp_rank = 0;
-  int64_t microbatches = 1;
+  int64_t microbatches = 1;  // of a batch at the run's --global-batch-size
 
   int64_t global_batch() const { return micro_batch * data_parallel * microbatches; }
   int64_t position(int64_t microbatch, int64_t row) const {
@@ -52,10 +53,17 @@ struct BatchShape {
   }
 };
 
+// A global batch: its first dataset sample (-1: none) and its microbatches per DP rank.
+struct BatchSpan {
+  int64_t first = -1;
+  int64_t microbatches = 0;
+};
+
 // This rank's rows of one global batch: (microbatches, B, S) each; position_ids and key_start
 // empty without packed documents.
 struct HostBatch {
   int64_t first = -1;  // the dataset sample at global batch position 0
+  int64_t microbatches = 0;
   std::vector<int32_t> inputs, targets, position_ids, key_start;
   int64_t counted_targets = 0;  // this rank's targets counted in the loss
 };
@@ -74,11 +82,11 @@ class BatchLoader {
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
 
-  // Starts reading the batch whose position 0 is sample `first`, in the background.
-  void prefetch(int64_t first);
+  // Starts reading the batch of `microbatches` whose position 0 is sample `first`, in the background.
+  void prefetch(int64_t first, int64_t microbatches);
   // That batch: the prefetched one (waiting for it if still being read), or read now. Valid until
   // the next get(). Throws what reading it threw (a token outside the vocabulary, ...).
-  const HostBatch& get(int64_t first);
+  const HostBatch& get(int64_t first, int64_t microbatches);
 
   const BatchShape& shape() const { return shape_; }
   int64_t seq_length() const { return data_.seq_length(); }
@@ -88,7 +96,7 @@ class BatchLoader {
   double read_seconds_per_batch() const;
 
  private:
-  void read(HostBatch& batch, int64_t first) const;
+  void read(HostBatch& batch, int64_t first, int64_t microbatches) const;
   void worker();
 
   const SampleDataset& data_;
@@ -99,6 +107,7 @@ class BatchLoader {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   int64_t wanted_ = -1;        // the sample the thread is asked to read from (-1: nothing)
+  int64_t wanted_microbatches_ = 0;
   bool reading_ = false, stop_ = false;
   std::exception_ptr error_;   // what the thread's read threw
   double wait_seconds_ = 0, read_seconds_ = 0;

@@ -19,8 +19,12 @@ GptDataSplits build_training_data(const TrainPlan& plan, ProcessGroups& groups) 
   g.seed = static_cast<uint32_t>(o.seed);
   g.num_samples = megatron_num_samples(plan.train_iters(), o.batch.global_batch_size,
                                        o.eval.interval, o.eval.iters);
-  // Sample-based training reads --train-samples samples, not iterations × G (as Megatron).
-  if (o.optim.lr.sample_based()) g.num_samples[static_cast<int>(Split::Train)] = o.optim.lr.train_samples;
+  // Sample-based training reads --train-samples samples, not iterations × G (as Megatron); a step
+  // schedule's iterations what they consume (Megatron's iterations × micro batch × DP would run
+  // out).
+  int64_t& train = g.num_samples[static_cast<int>(Split::Train)];
+  if (o.optim.lr.sample_based()) train = o.optim.lr.train_samples;
+  else if (!o.batch.step_schedule.empty()) train = plan.batches.consumed_before(plan.train_iters() + 1);
   g.tokenizer = plan.tokenizer.get();
   Comm& world = groups.world();
   const DataBuildCoordination coordination{

@@ -7,14 +7,15 @@ namespace tessel {
 Evaluator::Evaluator(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups, const GptDataSplits& data,
                      PipelineExecutor& pipeline, const std::vector<std::unique_ptr<TransformerChunk>>& chunks)
     : k_(k), plan_(plan), groups_(groups), cp_(&groups.cp(), plan.cp_comm, k), data_(data), pipeline_(pipeline),
-      chunks_(chunks) {
-  forwards_ = lower(forward_only_schedule(generate_schedule(plan.schedule)),
-                    plan.schedule)[groups.coords().pp];
-}
+      chunks_(chunks) {}
 
 std::optional<double> Evaluator::loss(Split split, int64_t index) {
   const SampleDataset* data = data_.get(split);
   if (data == nullptr) return std::nullopt;
+  // Made at the first evaluation: a run without any (a step schedule's, whose evaluation batch
+  // may be too small for its pipeline schedule) needs none.
+  if (forwards_.empty())
+    forwards_ = lower(forward_only_schedule(generate_schedule(plan_.schedule)), plan_.schedule)[groups_.coords().pp];
   SplitLoader& loader = loaders_[static_cast<int>(split)];
   if (!loader.batches) {
     loader.batches = std::make_unique<BatchLoader>(*data, plan_.batch_shape(groups_.coords().dp),
@@ -30,7 +31,8 @@ std::optional<double> Evaluator::loss(Split split, int64_t index) {
     const int64_t first = (index * iters + e) * G;
     // A batch that fails to read fails on its DP rank alone: agreed, as training's.
     check_together(groups_.world(), [&] {
-      loader.microbatches->start_batch(first, e + 1 < iters ? first + G : -1);
+      const int m = plan_.microbatches;
+      loader.microbatches->start_batch({first, m}, e + 1 < iters ? BatchSpan{first + G, m} : BatchSpan{});
     });
     sums[0] += pipeline_.run_forward(forwards_, plan_.microbatches, fill);
     sums[1] += static_cast<double>(loader.microbatches->counted_targets());

@@ -104,15 +104,17 @@ void TrainLog::iteration(const IterationStats& s) {
   if (logged) {
     std::string after_loss, at_end;
     for (const StepFigure& f : s.figures) (f.after_loss ? after_loss : at_end) += " | " + f.text;
-    message(fmt::format("iter {:>{}}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f} | "
+    message(fmt::format("iter {:>{}}/{} | loss {:.4f}{} | lr {:.3e} | global batch {} | grad norm {:.3f} | "
                         "{:.0f} tok/s | {:.1f} ms{}{}",
                         s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,
-                        s.loss, after_loss, s.lr, s.grad_norm, s.tokens_per_s, s.iteration_time_ms, at_end,
+                        s.loss, after_loss, s.lr, s.global_batch, s.grad_norm, s.tokens_per_s, s.iteration_time_ms,
+                        at_end,
                         s.skipped ? " | skipped: not finite, no optimizer step" : ""));
     if (json_ != nullptr) {
       nlohmann::json j = {{"iteration", s.iteration},
                           {"loss", s.loss},
                           {"lr", s.lr},
+                          {"global_batch_size", s.global_batch},
                           {"grad_norm", s.grad_norm},
                           {"tokens_per_s", s.tokens_per_s},
                           {"iteration_time_ms", s.iteration_time_ms},

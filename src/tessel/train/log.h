@@ -18,6 +18,7 @@ struct IterationStats {
   double loss = 0;
   double grad_norm = 0;
   double lr = 0;
+  int64_t global_batch = 0;  // the iteration's samples (Megatron's 'global batch size')
   double tokens_per_s = 0;
   double iteration_time_ms = 0;
   double data_wait_ms = 0;  // of which waiting for the data loader's batch

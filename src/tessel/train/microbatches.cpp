@@ -13,9 +13,9 @@ MicrobatchLoader::MicrobatchLoader(const Kernels& k, BatchLoader& batches,
       T_(batches.seq_length()),
       staging_(k.zeros({B_ * T_}, DType::I32)) {}
 
-void MicrobatchLoader::start_batch(int64_t first, int64_t next) {
-  batch_ = &batches_.get(first);
-  if (next >= 0) batches_.prefetch(next);
+void MicrobatchLoader::start_batch(BatchSpan current, BatchSpan next) {
+  batch_ = &batches_.get(current.first, current.microbatches);
+  if (next.first >= 0) batches_.prefetch(next.first, next.microbatches);
 }
 
 void MicrobatchLoader::copy_rows(const std::vector<int32_t>& host, int microbatch, int32_t* rows) {

@@ -27,9 +27,9 @@ class MicrobatchLoader {
   // `batches` and `cp` must outlive the loader.
   MicrobatchLoader(const Kernels& k, BatchLoader& batches, const ContextParallel& cp);
 
-  // The global batch whose position 0 is dataset sample `first` becomes the current one; the
-  // batch at `next` (-1: none) starts reading in the background.
-  void start_batch(int64_t first, int64_t next);
+  // The global batch `current` becomes the current one; `next` (if any) starts reading in the
+  // background.
+  void start_batch(BatchSpan current, BatchSpan next);
   // Writes microbatch m of the current batch into `inputs`, each made by its name
   // (pipeline/executor.h's FillFn).
   void fill(int microbatch, const std::vector<InputBuffer>& inputs);

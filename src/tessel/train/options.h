@@ -41,7 +41,15 @@ struct EvalOptions {
 // Global batch = micro batch × DP × microbatches (gradient accumulation over the microbatches).
 struct BatchOptions {
   int64_t micro_batch_size = 16;   // --micro-batch-size
-  int64_t global_batch_size = 32;  // --global-batch-size
+  int64_t global_batch_size = 32;  // --global-batch-size (0: micro batch × DP, Megatron's default)
+  // --step-batch-size-schedule "THRESHOLD:BATCH ...": each iteration's global batch by the tokens
+  // consumed before it (train/batch_schedule.h), instead of --global-batch-size, which is then
+  // Megatron's default: the evaluation's batch and the unit of the _iters learning-rate flags.
+  std::string step_schedule;
+  // --decrease-batch-size-if-needed: Megatron rounds a global batch not divisible by micro batch
+  // × DP down, but its evaluation batch must divide (with no --eval-global-batch-size here, the
+  // global batch): tessel refuses the batch, as Megatron ends up doing. Not with a schedule.
+  bool decrease_if_needed = false;
 };
 
 // AdamW and Megatron's learning-rate schedule; lr.train_iters (--train-iters) is the run's length.

@@ -48,7 +48,8 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
   std::vector<std::string> v = non_finite_violations(model, o);
   append(v, fault_violations(o.faults));
   if (o.log.straggler_minmax_count < 1) v.push_back("--straggler-minmax-count must be at least 1");
-  if (o.optim.lr.sample_based() && o.batch.global_batch_size > 0 && o.optim.lr.iterations() == 0)
+  if (o.optim.lr.sample_based() && o.batch.step_schedule.empty() && o.batch.global_batch_size > 0 &&
+      o.optim.lr.iterations() == 0)
     v.push_back(fmt::format("--train-samples {} is less than one --global-batch-size {}: no iteration",
                             o.optim.lr.train_samples, o.batch.global_batch_size));
   if (model.vocab_size < tokenizer.vocab_size())
@@ -234,8 +235,24 @@ Packing TrainPlan::packing() const {
           .eod_mask_loss = d.eod_mask_loss, .eod = tokenizer->special_ids().eod};
 }
 
-double TrainPlan::batch_tokens() const {
-  return static_cast<double>(options.batch.global_batch_size) * model.seq_length;
+double TrainPlan::batch_tokens(int64_t global_batch) const {
+  return static_cast<double>(global_batch) * model.seq_length;
+}
+
+int64_t TrainPlan::train_iters() const {
+  const LrScheduleConfig& lr = options.optim.lr;
+  if (lr.sample_based() && !options.batch.step_schedule.empty()) return batches.iterations_for(lr.train_samples);
+  return lr.iterations();
+}
+
+BatchSpan TrainPlan::batch_span(int64_t it) const {
+  const int64_t first = batches.consumed_before(it);
+  return {.first = first, .microbatches = batches.batch_at(first) / (options.batch.micro_batch_size * dp)};
+}
+
+ScheduleConfig TrainPlan::schedule_of(int microbatches) const {
+  const PipelineOptions& p = options.parallel.pipeline;
+  return chosen_schedule(p.schedule, layout().pp, microbatches, layout().vpp, p.microbatch_group);
 }
 
 namespace {
@@ -257,6 +274,43 @@ std::vector<std::string> checkpoint_format_notes(const CheckpointOptions& c) {
   return notes;
 }
 
+// A step schedule's rules beyond its text and flags: every batch the run reaches a multiple of
+// micro batch × DP, and never below the one before (Megatron's training loop refuses fewer
+// microbatches); the pipeline schedule valid for each count of microbatches. For a plan whose
+// schedule, layout and batch are valid.
+std::vector<std::string> step_schedule_violations(const TrainPlan& plan) {
+  const BatchOptions& b = plan.options.batch;
+  std::vector<std::string> v, seen;  // seen: the pipeline schedule's messages, each said once
+  const int64_t per_step = b.micro_batch_size * plan.dp;
+  int64_t before = 0;
+  for (const BatchStep& step : plan.batches.steps_reached(plan.train_iters())) {
+    if (step.global_batch % per_step != 0)
+      v.push_back(fmt::format("--step-batch-size-schedule: global batch {} (from sample {}) is not divisible by "
+                              "--micro-batch-size {} × DP {} = {}",
+                              step.global_batch, step.from_sample, b.micro_batch_size, plan.dp, per_step));
+    else
+      for (std::string& m : schedule_violations(plan.schedule_of(static_cast<int>(step.global_batch / per_step))))
+        if (std::find(seen.begin(), seen.end(), m) == seen.end()) {
+          v.push_back(fmt::format("--step-batch-size-schedule: global batch {}: {}", step.global_batch, m));
+          seen.push_back(m);
+        }
+    if (step.global_batch < before)
+      v.push_back(fmt::format("--step-batch-size-schedule: the global batch falls from {} to {} at sample {}; "
+                              "the number of microbatches must not decrease",
+                              before, step.global_batch, step.from_sample));
+    before = step.global_batch;
+  }
+  return v;
+}
+
+// With a step schedule and --train-iters, what Megatron's learning-rate schedule counts.
+std::string iteration_unit_note(int64_t global_batch) {
+  return fmt::format("--step-batch-size-schedule with --train-iters: as Megatron, the learning-rate schedule counts "
+                     "an iteration of its flags as --global-batch-size's default, micro batch × DP = {} samples, "
+                     "so the rate depends on DP; --train-samples and the _samples flags count samples",
+                     global_batch);
+}
+
 // The plan as far as the rules allow, and every rule broken on the way.
 struct CheckedPlan {
   TrainPlan plan;
@@ -271,22 +325,39 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
     o.parallel.layout.sequence_parallel = false;
     notes.push_back("--sequence-parallel: disabled, because tensor model parallelism is disabled (TP 1), as Megatron does");
   }
-  o.optim.lr.global_batch = o.batch.global_batch_size;  // the schedule counts samples
   std::vector<std::string> v = resolve_layers_per_virtual_stage(model.num_layers, o.parallel.pipeline, o.parallel.layout);
   append(notes, checkpoint_format_notes(o.checkpoint));
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
   // The model's --vocab-size is the tokenizer's too where it reads one (NullTokenizer), as Megatron.
   if (o.data.tokenizer.vocab_size == 0) o.data.tokenizer.vocab_size = static_cast<int32_t>(model.vocab_size);
+  const std::vector<std::string> layout = layout_violations(c);
+  // Not given (a step schedule's run): Megatron's default, micro batch × DP (an invalid layout
+  // is reported on its own).
+  const bool global_batch_given = batch.global_batch_size != 0;
+  if (!global_batch_given) o.batch.global_batch_size = batch.micro_batch_size * (layout.empty() ? c.dp() : 1);
+  o.optim.lr.global_batch = o.batch.global_batch_size;  // the schedule counts samples
   std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);
   // As Megatron, the model's vocabulary is the tokenizer's (padded per TP) unless one is given.
   if (model.vocab_size == 0) model.vocab_size = tokenizer->vocab_size();
   append(v, model.violations());
   append(v, option_violations(model, o, *tokenizer));
-  const std::vector<std::string> layout = layout_violations(c);
   append(v, layout);
   append(v, training_violations(c, model, batch.micro_batch_size, batch.global_batch_size));
-  TrainPlan plan{.model = model, .options = o, .tokenizer = tokenizer, .notes = notes};
+  const bool stepped = !batch.step_schedule.empty();
+  // Megatron's training passes --seq-length: the thresholds are tokens.
+  const size_t parsed = v.size();
+  const BatchSchedule batches = stepped ? BatchSchedule::parse(batch.step_schedule, model.seq_length, v)
+                                        : BatchSchedule::constant(batch.global_batch_size);
+  const bool schedule_valid = v.size() == parsed;
+  if (stepped && global_batch_given) v.push_back("--step-batch-size-schedule and --global-batch-size: give one");
+  if (stepped && batch.decrease_if_needed)
+    v.push_back("--step-batch-size-schedule and --decrease-batch-size-if-needed: give one");
+  if (stepped) {
+    notes.push_back(batches.describe(model.seq_length));
+    if (!o.optim.lr.sample_based()) notes.push_back(iteration_unit_note(o.batch.global_batch_size));
+  }
+  TrainPlan plan{.model = model, .options = o, .tokenizer = tokenizer, .notes = notes, .batches = batches};
   plan.stages = stage_options(c, o.parallel.pipeline);
   append(v, stage_violations(model.num_layers, plan.stages));
   // The schedule's rules need the microbatch count, which needs a valid layout and batch.
@@ -294,9 +365,14 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
     plan.dp = c.dp();
     plan.microbatches = microbatch_count(c, batch.micro_batch_size, batch.global_batch_size);
     try {
-      const PipelineOptions& p = o.parallel.pipeline;
-      plan.schedule = chosen_schedule(p.schedule, c.pp, plan.microbatches, c.vpp, p.microbatch_group);
-      append(v, schedule_violations(plan.schedule));
+      plan.schedule = plan.schedule_of(plan.microbatches);
+      // With a step schedule this count is the evaluation's alone; the iterations have theirs.
+      for (const std::string& m : schedule_violations(plan.schedule))
+        if (!stepped) v.push_back(m);
+        else if (o.eval.iters > 0)
+          v.push_back(fmt::format("--eval-iters: the evaluation's batch of micro batch × DP = {} samples: {}",
+                                  o.batch.global_batch_size, m));
+      if (stepped && schedule_valid) append(v, step_schedule_violations(plan));
     } catch (const Error& e) {
       v.push_back(e.what());  // an unknown --schedule name
     }

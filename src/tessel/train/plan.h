@@ -19,6 +19,7 @@
 #include "tessel/parallel/layout.h"
 #include "tessel/pipeline/schedule.h"
 #include "tessel/pipeline/stages.h"
+#include "tessel/train/batch_schedule.h"
 #include "tessel/train/options.h"
 
 namespace tessel {
@@ -52,22 +53,33 @@ struct TrainPlan {
   std::shared_ptr<const Tokenizer> tokenizer;  // made from options.data.tokenizer
   std::vector<std::string> notes;              // what was changed from the flags, said at the start
   int dp = 1;            // world / (TP × CP × PP)
-  int microbatches = 1;  // per DP rank and iteration
+  // Per DP rank in a batch of --global-batch-size: every iteration's without a step schedule, and
+  // the evaluation's.
+  int microbatches = 1;
   StageOptions stages;
   std::vector<ChunkSpec> chunks;  // every model chunk, k = 0 .. PP·VPP − 1 (model chunk k on stage k mod PP)
-  ScheduleConfig schedule;
+  ScheduleConfig schedule;        // for `microbatches`
   CpCommType cp_comm = CpCommType::P2P;
+  // Every iteration's global batch: --global-batch-size, or --step-batch-size-schedule's.
+  BatchSchedule batches = BatchSchedule::constant(1);
 
   const ParallelConfig& layout() const { return options.parallel.layout; }
-  int64_t train_iters() const { return options.optim.lr.iterations(); }  // --train-iters, or samples / G
+  // --train-iters, or the iterations of --train-samples: samples / G, or with a step schedule
+  // until they are consumed (Megatron's update_train_iters).
+  int64_t train_iters() const;
+  // Iteration `it`'s global batch: its first sample (the samples consumed before it, which
+  // Megatron's sampler starts from) and its microbatches per DP rank.
+  BatchSpan batch_span(int64_t it) const;
+  // The pipeline schedule of an iteration of `microbatches`.
+  ScheduleConfig schedule_of(int microbatches) const;
   // The model chunks pipeline rank `stage` holds, in its chunk order.
   std::vector<ChunkSpec> stage_chunks(int stage) const;
   // DP rank r's share of every global batch, dealt out as Megatron's sampler does.
   BatchShape batch_shape(int dp_rank) const;
   // The packed documents the data flags ask for.
   Packing packing() const;
-  // Tokens of one global batch, G × S: the loss is the mean over all of them.
-  double batch_tokens() const;
+  // Tokens of a global batch of `global_batch` samples, G × S: the loss is the mean over all of them.
+  double batch_tokens(int64_t global_batch) const;
 };
 
 // Checks every rule of the model, the options (data, tokenizer, evaluation), the layout, the

@@ -113,13 +113,17 @@ void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
   for (int i = 0; i < kNumSplits; ++i)
     if (const SampleDataset* s = data.splits[i].get())
       splits.push_back(fmt::format("{} {}", split_name(static_cast<Split>(i)), s->size()));
-  log.message(fmt::format("data: {} | {} (vocabulary {}) | samples of {}: {} | global batch {} = "
-                          "micro batch {} × DP {} × {} microbatches",
+  const std::string microbatches = batch.step_schedule.empty()
+                                       ? fmt::format("{} = micro batch {} × DP {} × {} microbatches",
+                                                     batch.global_batch_size, batch.micro_batch_size, plan.dp,
+                                                     plan.microbatches)
+                                       : fmt::format("by the step schedule = micro batch {} × DP {} × its microbatches",
+                                                     batch.micro_batch_size, plan.dp);
+  log.message(fmt::format("data: {} | {} (vocabulary {}) | samples of {}: {} | global batch {}",
                           d.mock_data ? "mock data (Megatron's MockGPTDataset, split 1,1,1)"
                                       : fmt::format("{}", fmt::join(d.path.empty() ? d.train_path : d.path, " ")),
                           plan.tokenizer->type(), plan.tokenizer->vocab_size(), cfg.seq_length,
-                          fmt::join(splits, ", "), batch.global_batch_size,
-                          batch.micro_batch_size, plan.dp, plan.microbatches));
+                          fmt::join(splits, ", "), microbatches));
   if (pc.world == 1) return;
   log.message(fmt::format("parallel: world {} = TP {} × CP {} × PP {} × DP {}{}{}{}{} | order {}",
                           pc.world, pc.tp, pc.cp, pc.pp, plan.dp,

@@ -14,22 +14,26 @@ std::string PostValidationCounts::describe() const {
       kept, redone, rerun, after_norm);
 }
 
-TrainStep::TrainStep(const Kernels& k, const OptimOptions& options, AdamW& optimizer, NumericsGuard& numerics,
-                     ProcessGroups& groups, StepHooks hooks)
-    : options_(options), optimizer_(optimizer), numerics_(numerics), groups_(groups),
+TrainStep::TrainStep(const Kernels& k, const OptimOptions& options, const BatchSchedule& batches, AdamW& optimizer,
+                     NumericsGuard& numerics, ProcessGroups& groups, StepHooks hooks)
+    : options_(options), batches_(batches), optimizer_(optimizer), numerics_(numerics), groups_(groups),
       hooks_(std::move(hooks)), lr_(options.lr), step_before_norm_(options.post_validation) {
   if (options.post_validation) eager_.emplace(k, optimizer, optimizer.params());
 }
 
+double TrainStep::rate() const {
+  return lr_.at_samples(batches_.consumed_before(optimizer_.step_count() + 1));  // a skipped step does not advance it
+}
+
 void TrainStep::take(IterationStats& s, double counted) {
-  s.lr = lr_.for_step(optimizer_.step_count());  // a skipped step does not advance it
+  s.lr = rate();
   if (step_before_norm_) {
     const double loss_sum = hooks_.compute();
     if (!pending_.active || settle_pending() == StepVerdict::Plain)
       return eager_step(s.lr, loss_sum, counted);
     // This iteration ran on parameters since undone: it runs again, to the plain step.
     numerics_.iteration_rerun();
-    s.lr = lr_.for_step(optimizer_.step_count());
+    s.lr = rate();
     ++counts_.rerun;
   }
   plain_step(s, counted);

@@ -30,6 +30,7 @@
 #include "tessel/optim/lr_schedule.h"
 #include "tessel/optim/post_validation.h"
 #include "tessel/parallel/groups.h"
+#include "tessel/train/batch_schedule.h"
 #include "tessel/train/log.h"
 #include "tessel/train/numerics.h"
 #include "tessel/train/options.h"
@@ -62,9 +63,10 @@ struct PostValidationCounts {
 class TrainStep {
  public:
   // Everything must outlive the step. Post-validation's copy of the optimizer's state costs the
-  // parameters' size four times.
-  TrainStep(const Kernels& k, const OptimOptions& options, AdamW& optimizer, NumericsGuard& numerics,
-            ProcessGroups& groups, StepHooks hooks);
+  // parameters' size four times. `batches` are the iterations' global batches, which the
+  // learning-rate schedule advances by.
+  TrainStep(const Kernels& k, const OptimOptions& options, const BatchSchedule& batches, AdamW& optimizer,
+            NumericsGuard& numerics, ProcessGroups& groups, StepHooks hooks);
 
   // Iteration s.iteration on the current batch, whose loss counts `counted` tokens: computes it
   // and steps. Sets s.lr and, unless its step awaits the norm, s.loss, s.grad_norm and s.skipped.
@@ -97,8 +99,13 @@ class TrainStep {
   StepVerdict settle_pending();
   // The current computation's result summed over the stages (and the loss over DP × CP).
   NumericsGuard::Result computed(double counted);
+  // The rate of the next step. Megatron's scheduler advances by each successful step's global
+  // batch; here by the batches of the first iterations, one per successful step: the same unless
+  // a step skipped before a change of the batch size.
+  double rate() const;
 
   const OptimOptions& options_;
+  const BatchSchedule& batches_;
   AdamW& optimizer_;
   NumericsGuard& numerics_;
   ProcessGroups& groups_;

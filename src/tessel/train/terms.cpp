@@ -17,14 +17,15 @@ std::vector<StepTerm> take_step_terms(const std::vector<std::unique_ptr<Transfor
 // cross-check's case); counting over the global batch keeps every layout's objective the same
 // under --eod-mask-loss too.
 std::vector<std::vector<double>> count_term_tokens(const std::vector<StepTerm>& terms, const TrainPlan& plan,
-                                                   const MicrobatchLoader& loader, ProcessGroups& groups) {
+                                                   int64_t global_batch, const MicrobatchLoader& loader,
+                                                   ProcessGroups& groups) {
   const bool masked = plan.options.data.eod_mask_loss;
   std::vector<std::vector<double>> counted;
   for (const StepTerm& t : terms) {
     std::vector<double>& c = counted.emplace_back();
     for (int from : t.counted_from)
       c.push_back(masked ? static_cast<double>(loader.counted_targets_from(from))
-                         : static_cast<double>(plan.options.batch.global_batch_size) * (plan.model.seq_length - from));
+                         : static_cast<double>(global_batch) * (plan.model.seq_length - from));
     if (masked && !c.empty()) groups.dp().all_reduce(c.data(), static_cast<int64_t>(c.size()));
   }
   return counted;

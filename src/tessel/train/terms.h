@@ -20,10 +20,11 @@ namespace tessel {
 // rank); starts new sums.
 std::vector<StepTerm> take_step_terms(const std::vector<std::unique_ptr<TransformerChunk>>& chunks);
 
-// For each term, the tokens of the current global batch each of a side loss's values counts (none
-// for a term that is no loss). Collective over DP with --eod-mask-loss.
+// For each term, the tokens of the current global batch (of `global_batch` samples) each of a side
+// loss's values counts (none for a term that is no loss). Collective over DP with --eod-mask-loss.
 std::vector<std::vector<double>> count_term_tokens(const std::vector<StepTerm>& terms, const TrainPlan& plan,
-                                                   const MicrobatchLoader& loader, ProcessGroups& groups);
+                                                   int64_t global_batch, const MicrobatchLoader& loader,
+                                                   ProcessGroups& groups);
 
 // Each side loss's gradient scales for the next forwards, weight / its counted tokens, to every chunk.
 void set_loss_scales(const std::vector<std::unique_ptr<TransformerChunk>>& chunks,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -98,7 +99,8 @@ nlohmann::json checkpoint_run_config(const TrainPlan& plan) {
           {"distributed_optimizer", pc.distributed_optimizer},
           {"sequence_parallel", pc.sequence_parallel},
           {"micro_batch_size", o.batch.micro_batch_size},
-          {"global_batch_size", o.batch.global_batch_size}, {"train_iters", plan.train_iters()},
+          {"global_batch_size", o.batch.global_batch_size}, {"step_batch_size_schedule", o.batch.step_schedule},
+          {"train_iters", plan.train_iters()},
           {"data_path", o.data.path}, {"tokenizer", tokenizer_identity(*plan.tokenizer)}};
 }
 
@@ -110,15 +112,21 @@ void check_saved_tokenizer(const std::string& dir, const nlohmann::json& current
     throw Error(fmt::format("--load {}: {}; give the tokenizer flags it was trained with", dir, why));
 }
 
-// --save every --save-interval iterations, at --exit-interval and at the end.
-bool save_due(const CheckpointOptions& c, int64_t it, int64_t last, bool exiting) {
-  return !c.save.empty() && (exiting || it == last || (c.save_interval > 0 && it % c.save_interval == 0));
+// --save every --save-interval iterations, at --exit-interval, before the global batch changes
+// (as Megatron's training loop, when the number of microbatches does) and at the end.
+bool save_due(const TrainPlan& plan, int64_t it, bool exiting) {
+  const CheckpointOptions& c = plan.options.checkpoint;
+  const int64_t last = plan.train_iters();
+  const bool batch_changes = it < last && plan.batches.batch_of(it + 1) != plan.batches.batch_of(it);
+  return !c.save.empty() &&
+         (exiting || it == last || batch_changes || (c.save_interval > 0 && it % c.save_interval == 0));
 }
 
 // The tokens of the global batch the loss counts: all of them, or (--eod-mask-loss) those whose
 // input is no end-of-document token, counted by every DP rank over its samples.
-double counted_tokens(const TrainPlan& plan, const MicrobatchLoader& loader, ProcessGroups& groups) {
-  if (!plan.options.data.eod_mask_loss) return plan.batch_tokens();
+double counted_tokens(const TrainPlan& plan, int64_t global_batch, const MicrobatchLoader& loader,
+                      ProcessGroups& groups) {
+  if (!plan.options.data.eod_mask_loss) return plan.batch_tokens(global_batch);
   double counted = static_cast<double>(loader.counted_targets());
   groups.dp().all_reduce(&counted, 1);
   return counted;
@@ -217,18 +225,19 @@ void report_start(const TrainPlan& plan, ProcessGroups& groups, const GptDataSpl
   else if (!load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", load));
 }
 
-// Iteration `it`'s global batch in: it reads the train split's samples (it − 1)·G on, as
-// Megatron's sampler. A batch that fails to read (a token outside the vocabulary) fails on its DP
-// rank alone.
+// Iteration `it`'s global batch in: it reads the train split's samples from those consumed before
+// it on, as Megatron's sampler. A batch that fails to read (a token outside the vocabulary) fails
+// on its DP rank alone.
 IterationStats start_batch(int64_t it, const TrainPlan& plan, MicrobatchLoader& loader,
                            ProcessGroups& groups) {
-  const int64_t G = plan.options.batch.global_batch_size;
+  const BatchSpan batch = plan.batch_span(it);
   const double waited = loader.wait_seconds();
   check_together(groups.world(), [&] {
-    loader.start_batch((it - 1) * G, it < plan.train_iters() ? it * G : -1);
+    loader.start_batch(batch, it < plan.train_iters() ? plan.batch_span(it + 1) : BatchSpan{});
   });
   IterationStats s;
   s.iteration = it;
+  s.global_batch = plan.batches.batch_at(batch.first);
   s.data_wait_ms = 1e3 * (loader.wait_seconds() - waited);
   return s;
 }
@@ -290,8 +299,17 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   TrainLog& log = *setup->log;
   report_start(plan, groups, data, *setup);
 
-  // 3. The schedule: this pipeline rank's actions, walked by the executor.
-  const RankSchedule actions = lower(generate_schedule(plan.schedule), plan.schedule)[groups.coords().pp];
+  // 3. The schedule: this pipeline rank's actions for an iteration's count of microbatches (one
+  // count, or a step schedule's few), walked by the executor.
+  std::map<int, RankSchedule> actions;
+  const auto actions_of = [&](int microbatches) -> const RankSchedule& {
+    auto [at, added] = actions.try_emplace(microbatches);
+    if (added) {
+      const ScheduleConfig schedule = plan.schedule_of(microbatches);
+      at->second = lower(generate_schedule(schedule), schedule)[groups.coords().pp];
+    }
+    return at->second;
+  };
   const bool packed = plan.packing().documents();
   PipelineExecutor pipeline(k, stage.pointers(), groups.pp(), plan.schedule,
                             {.tokens = loader.local_tokens(),
@@ -304,6 +322,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   // computation's gradients and step terms are not this one's). The loss counts `counted` tokens,
   // the side losses among the step's terms `term_counted`.
   int64_t it = 0;
+  int microbatches = 0;  // the iteration's
   double counted = 0;
   const std::vector<StepTerm> terms = take_step_terms(stage.chunks);
   std::vector<std::vector<double>> term_counted;
@@ -325,7 +344,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     take_step_terms(stage.chunks);
     set_loss_scales(stage.chunks, terms, term_counted);
     const double loss_sum =
-        pipeline.run(actions, plan.microbatches, fill, static_cast<float>(1.0 / counted), arm, grad_ready);
+        pipeline.run(actions_of(microbatches), microbatches, fill, static_cast<float>(1.0 / counted), arm, grad_ready);
     sync.finish();
     return loss_sum;
   };
@@ -337,7 +356,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     stragglers.add(s, log, groups);
     history.push_back(s);
   };
-  TrainStep step(k, o.optim, setup->optimizer, numerics, groups,
+  TrainStep step(k, o.optim, plan.batches, setup->optimizer, numerics, groups,
                  {.compute = compute,
                   .stage_sq_sum = [&] { return sync.stage_sq_sum(); },
                   .gather_params = [&] { sync.gather_params(); },
@@ -352,11 +371,12 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     groups.reset_comm_stats();
     const auto start = Clock::now();
     IterationStats s = start_batch(it, plan, loader, groups);
-    counted = counted_tokens(plan, loader, groups);
-    term_counted = count_term_tokens(terms, plan, loader, groups);
+    microbatches = static_cast<int>(plan.batch_span(it).microbatches);
+    counted = counted_tokens(plan, s.global_batch, loader, groups);
+    term_counted = count_term_tokens(terms, plan, s.global_batch, loader, groups);
     step.take(s, counted);
     add_term_figures(s, take_step_terms(stage.chunks), term_counted, term_groups);
-    add_timing(s, start, plan.batch_tokens(), groups);
+    add_timing(s, start, plan.batch_tokens(s.global_batch), groups);
     totals.add(s, pipeline.stats());
     step.record(s);
     // A --log-json record that could not be written (a full disk) stops the run at its iteration.
@@ -366,7 +386,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     stop = exit_request.poll(groups.world());
     const bool exiting = stop || (ckpt.exit_interval > 0 && it % ckpt.exit_interval == 0);
     const bool evaluating = o.eval.iters > 0 && it % o.eval.interval == 0;
-    const bool saving = save_due(ckpt, it, plan.train_iters(), exiting);
+    const bool saving = save_due(plan, it, exiting);
     // An evaluation, a save and what follows the loop read the validated parameters.
     if (evaluating || saving || exiting || it == plan.train_iters()) step.settle();
     if (evaluating) evaluate(evaluator, log, numerics, Split::Valid, it, it / o.eval.interval - 1);
