@@ -59,6 +59,10 @@ std::string model_flags(const std::string& arch, bool odd, int layers) {
                           "--num-query-groups 1 --ffn-hidden-size 128 ";
 }
 
+// No dropout unless a case's model flags (which come after) ask for it
+// (equivalence_dropout_test.cpp): the other cases check the layouts alone.
+const char* kNoDropout = "--hidden-dropout 0 --attention-dropout 0 ";
+
 // The microbatch size is the layout's (default 2): the trajectory must not depend on it.
 const char* kTraining =
     "--seq-length 32 --train-iters 10 "
@@ -160,7 +164,7 @@ fs::path hf_folder(const std::string& arch, const Layout& layout) {
 // whoever runs it.
 std::string train_command(const std::string& arch, const Layout& layout, const std::string& flags) {
   return std::string(TESSEL_BINARY) + " train " + model_flags(arch, layout.odd_model, layout.layers) +
-         layout.model_extra + " " + kTraining + flags +
+         kNoDropout + layout.model_extra + " " + kTraining + flags +
          (layout.init_from != nullptr ? " --init-from " + hf_folder(arch, layout).string() : std::string()) +
          (std::string(layout.model_extra).find("--global-batch-size") == std::string::npos
               ? " --global-batch-size 8"

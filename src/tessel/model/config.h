@@ -102,6 +102,11 @@ struct ModelConfig {
   // --untie-embeddings-and-output-weights: Megatron ties by default and so does gpt2; a llama
   // model is always untied (its Hugging Face families are), whatever the flag says.
   bool untie_embeddings = false;
+  // Dropout in training (Megatron's defaults), its masks keyed by global coordinates
+  // (kernels/dropout.h): on the embedding's output and each mixer's and MLP's output before the
+  // residual add, and on the attention probabilities.
+  float hidden_dropout = 0.1f;     // --hidden-dropout
+  float attention_dropout = 0.1f;  // --attention-dropout
 
   int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   // The dimensions RoPE rotates of each head's D: Megatron's int(D · --rotary-percent).
