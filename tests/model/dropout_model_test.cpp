@@ -63,7 +63,9 @@ TEST_P(ModelDropout, GradientMatchesFiniteDifferences) {
   m.chunk.backward(m.acts, nullptr, nullptr);
   for (const Param& p : m.params.params()) {
     const auto [error, norm] = testing::check_param_gradient(p, [&] { return m.loss(true); }, 3e-3f);
-    EXPECT_LT(error, 2e-3 * norm + 1e-5) << p.name;
+    // 3e-3 where the undropped model's check allows 2e-3: the kept units' 1/(1 − p) sharpens the
+    // curvature the central difference's truncation error grows with; a wrong mask is O(1).
+    EXPECT_LT(error, 3e-3 * norm + 1e-5) << p.name;
   }
 }
 
