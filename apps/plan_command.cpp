@@ -54,14 +54,6 @@ PlanCommand::PlanCommand(CLI::App& app) {
   set_int("--qk-head-dim", [](PlanModel& m) -> int& { return m.mla.qk_head_dim; }, "MLA query/key head dimension");
   set_int("--qk-pos-emb-head-dim", [](PlanModel& m) -> int& { return m.mla.qk_pos_emb_head_dim; }, "MLA RoPE dimension");
   set_int("--v-head-dim", [](PlanModel& m) -> int& { return m.mla.v_head_dim; }, "MLA value head dimension");
-  for (auto [name, member] : {std::pair{"--hidden-dropout", &PlanModel::hidden_dropout},
-                              {"--attention-dropout", &PlanModel::attention_dropout}})
-    c.add_option_function<double>(
-        name,
-        [this, member](const double& v) {
-          overrides_.push_back([v, member](PlanModel& m) { m.*member = v; });
-        },
-        "dropout probability (its masks take memory)");
   c.add_flag_callback("--multi-latent-attention", [this]() { overrides_.push_back([](PlanModel& m) { m.multi_latent_attention = true; }); },
                       "MLA (DeepSeek-V2/V3)");
 

@@ -128,7 +128,7 @@ void ring_compute_only(const Sizes& s, int64_t T_l, int rank, int cp,
     float* out = step == 0 ? x.out.data() : block_out.data();
     float* lse = step == 0 ? x.lse.data() : block_lse.data();
     tessel::cpu_kernels().attention_block_forward(out, lse, x.q.data(), x.k.data(), x.v.data(), s.B, T_l,
-                                         T_l, s.H, s.G, s.D, s.H * s.D, kv, kv, q_pos, k_pos, nullptr);
+                                         T_l, s.H, s.G, s.D, s.H * s.D, kv, kv, q_pos, k_pos, nullptr, tessel::DropoutSite{});
     if (step > 0)
       tessel::cpu_kernels().attention_merge(x.out.data(), x.lse.data(), block_out.data(), block_lse.data(),
                                    s.B, T_l, s.H, s.D);
@@ -140,7 +140,7 @@ void ring_compute_only(const Sizes& s, int64_t T_l, int rank, int cp,
     tessel::cpu_kernels().attention_block_backward(x.dq.data(), kv_grad.data(), kv_grad.data() + half,
                                           x.dout.data(), x.q.data(), x.k.data(), x.v.data(),
                                           x.out.data(), x.lse.data(), s.B, T_l, T_l, s.H, s.G, s.D,
-                                          s.H * s.D, kv, kv, q_pos, k_pos, nullptr);
+                                          s.H * s.D, kv, kv, q_pos, k_pos, nullptr, tessel::DropoutSite{});
   }
 }
 

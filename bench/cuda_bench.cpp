@@ -154,12 +154,12 @@ int main(int argc, char** argv) {
     const double flops = 2.0 * B * H * T * T * D;
     time("attention", "causal fwd", flops, "TFLOP/s", [&] {
       k.attention_forward(out.data(), lse.data(), q, q + C, q + 2 * C, B, T, H, H, D, 3 * C, 3 * C,
-                          3 * C, true);
+                          3 * C, true, tessel::DropoutSite{});
     });
     time("attention", "causal bwd", 2.5 * flops, "TFLOP/s", [&] {
       k.attention_backward(dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, dout.data(), q, q + C,
                            q + 2 * C, out.data(), lse.data(), B, T, H, H, D, 3 * C, 3 * C, 3 * C,
-                           true);
+                           true, tessel::DropoutSite{});
     });
   }
   {  // memory-bound kernels of a step

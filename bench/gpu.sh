@@ -91,7 +91,8 @@ echo "## 2. GPT-2 124M training speed, --bf16 (T 1024, B 8)" >> "$report"
 corpus=data/kjv-genesis-esther.txt  # the bundled text's bytes, for both
 gpt2=(--arch gpt2 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --vocab-size 50304
       --seq-length 1024 --max-position-embeddings 1024 --data-path "$corpus" --seed 7 --lr 3e-4
-      --min-lr 3e-5 --lr-warmup-iters 5 --lr-decay-style cosine --log-interval 1)
+      --min-lr 3e-5 --lr-warmup-iters 5 --lr-decay-style cosine --log-interval 1
+      --hidden-dropout 0 --attention-dropout 0)  # as the PyTorch reference (and the CPU run) trains
 tessel=("$work/bin/tessel" train)
 step "tessel train --device cuda --bf16 (B 8, 30 iterations)" 150 "$OUT/train.log" \
   "${tessel[@]}" "${gpt2[@]}" --device cuda --bf16 --micro-batch-size 8 --global-batch-size 8 \
@@ -105,7 +106,8 @@ echo >> "$report"
 echo "## 3. One process against TP2 and DP2 on this one GPU (StagedComm), --bf16" >> "$report"
 small=(--arch gpt2 --num-layers 2 --hidden-size 64 --num-attention-heads 8 --ffn-hidden-size 128
        --seq-length 32 --global-batch-size 8 --micro-batch-size 2 --train-iters 10 --eval-iters 0 --lr 3e-3
-       --data-path "$corpus" --seed 11 --log-interval 1 --device cuda --bf16)
+       --data-path "$corpus" --seed 11 --log-interval 1 --device cuda --bf16 --hidden-dropout 0.1
+       --attention-dropout 0)  # hidden dropout keyed by global coordinates; attention dropout is CPU-only
 step "one process" 40 "$OUT/train.log" "${tessel[@]}" "${small[@]}" --log-json "$work/layout_1.jsonl"
 step "TP2, two ranks on one GPU" 60 "$OUT/train.log" "${mpirun[@]}" -n 2 "${tessel[@]}" "${small[@]}" \
   --tp 2 --log-json "$work/layout_tp2.jsonl"

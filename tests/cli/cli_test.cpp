@@ -49,8 +49,14 @@ TEST(Cli, UnknownFlag) { expect_clean_error("train --no-such-flag 3", "--no-such
 // unknown device is refused by name. (On a GPU machine the first case skips.)
 TEST(Cli, DeviceWithoutItsBackendIsAClearError) {
   if (tessel::available_kernels().size() > 1) GTEST_SKIP() << "a CUDA device is visible here";
-  expect_clean_error("train --train-iters 1 " + kTiny + "--device cuda", "--device cuda: ");
+  expect_clean_error("train --train-iters 1 " + kTiny + "--device cuda --attention-dropout 0", "--device cuda: ");
   expect_clean_error("train " + kTiny + "--device tpu", "--device: tpu not in {cpu,cuda}");
+}
+
+// Attention-probability dropout is built for the CPU only: on CUDA (Megatron's default 0.1) it is
+// refused up front in one line, before any device is touched; hidden dropout runs there.
+TEST(Cli, AttentionDropoutOnCudaIsRefusedInOneLine) {
+  expect_clean_error("train " + kTiny + "--device cuda", "--attention-dropout 0.1 is built for the CPU only");
 }
 
 TEST(Cli, HeadsNotDividingHiddenListsEveryRule) {

@@ -142,12 +142,12 @@ inline KernelRun run_kernels(const Kernels& k, const AttentionCase& c,
   const float* base = d_qkv.data();
   k.attention_forward(out.data(), lse.data(), base + c.q_off(), base + c.k_off(),
                       base + c.v_off(), c.B, c.T, c.H, c.G, c.D, c.q_ld(), c.k_ld(), c.v_ld(),
-                      c.causal);
+                      c.causal, tessel::DropoutSite{});
   float* g = grad.data();
   k.attention_backward(g + c.q_off(), g + c.k_off(), g + c.v_off(), d_dout.data(),
                        base + c.q_off(), base + c.k_off(), base + c.v_off(), out.data(),
                        lse.data(), c.B, c.T, c.H, c.G, c.D, c.q_ld(), c.k_ld(), c.v_ld(),
-                       c.causal);
+                       c.causal, tessel::DropoutSite{});
   return {out.host(), lse.host(), grad.host()};
 }
 

@@ -38,11 +38,11 @@ BlockResult<float> run_block_kernels(const Kernels& k, const BlockCase& c, const
   FloatBuffer dq(k, init.dq), dk(k, init.dk), dv(k, init.dv);
   k.attention_block_forward(out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), c.B,
                             c.Tq, c.Tk, c.H, c.G, c.D, c.q_ld(), c.kv_ld(), c.kv_ld(),
-                            in.q_pos.data(), in.k_pos.data(), in.starts());
+                            in.q_pos.data(), in.k_pos.data(), in.starts(), tessel::DropoutSite{});
   k.attention_block_backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(),
                              in.k.data(), in.v.data(), out.data(), lse.data(), c.B, c.Tq, c.Tk,
                              c.H, c.G, c.D, c.q_ld(), c.kv_ld(), c.kv_ld(), in.q_pos.data(),
-                             in.k_pos.data(), in.starts());
+                             in.k_pos.data(), in.starts(), tessel::DropoutSite{});
   return {out.host(), lse.host(), dq.host(), dk.host(), dv.host()};
 }
 
@@ -214,12 +214,12 @@ void causal_positions_equal_causal_kernel(const Kernels& k) {
     const float* base = d_qkv.data();
     k.attention_block_forward(d_out.data(), d_lse.data(), base + a.q_off(), base + a.k_off(),
                               base + a.v_off(), a.B, a.T, a.T, a.H, a.G, a.D, a.q_ld(), a.k_ld(),
-                              a.v_ld(), d_positions.data(), d_positions.data(), nullptr);
+                              a.v_ld(), d_positions.data(), d_positions.data(), nullptr, tessel::DropoutSite{});
     float* g = d_grad.data();
     k.attention_block_backward(g + a.q_off(), g + a.k_off(), g + a.v_off(), d_dout.data(),
                                base + a.q_off(), base + a.k_off(), base + a.v_off(), d_out.data(),
                                d_lse.data(), a.B, a.T, a.T, a.H, a.G, a.D, a.q_ld(), a.k_ld(),
-                               a.v_ld(), d_positions.data(), d_positions.data(), nullptr);
+                               a.v_ld(), d_positions.data(), d_positions.data(), nullptr, tessel::DropoutSite{});
     const std::vector<float> out = d_out.host(), lse = d_lse.host(), grad = d_grad.host();
     EXPECT_EQ(std::memcmp(out.data(), causal.out.data(), out.size() * 4), 0) << "shift " << shift;
     EXPECT_EQ(std::memcmp(lse.data(), causal.lse.data(), lse.size() * 4), 0) << "shift " << shift;
@@ -278,7 +278,7 @@ void merged_key_blocks_equal_one_call(const Kernels& k) {
                                     {&second, &second_in, &out_second, &lse_second}}) {
     k.attention_block_forward(out->data(), lse->data(), in->q.data(), in->k.data(), in->v.data(),
                               c.B, c.Tq, part->Tk, c.H, c.G, c.D, c.q_ld(), c.kv_ld(), c.kv_ld(),
-                              in->q_pos.data(), in->k_pos.data(), nullptr);
+                              in->q_pos.data(), in->k_pos.data(), nullptr, tessel::DropoutSite{});
   }
   const std::vector<float> second_lse = lse_second.host();
   ASSERT_GT(std::count(second_lse.begin(), second_lse.end(), -INFINITY), 0);  // rows to skip
@@ -305,7 +305,7 @@ void merged_key_blocks_equal_one_call(const Kernels& k) {
     k.attention_block_backward(d_dq.data(), d_dk_part.data(), d_dv_part.data(), dout.data(),
                                in->q.data(), in->k.data(), in->v.data(), whole_out.data(),
                                whole_lse.data(), c.B, c.Tq, part->Tk, c.H, c.G, c.D, c.q_ld(),
-                               c.kv_ld(), c.kv_ld(), in->q_pos.data(), in->k_pos.data(), nullptr);
+                               c.kv_ld(), c.kv_ld(), in->q_pos.data(), in->k_pos.data(), nullptr, tessel::DropoutSite{});
     const std::vector<float> dk_part = d_dk_part.host(), dv_part = d_dv_part.host();
     for (int64_t b = 0; b < c.B; ++b) {
       const int64_t to = (b * c.Tk + key_row) * c.kv_ld(), from = b * part->Tk * c.kv_ld();
@@ -373,10 +373,10 @@ void missing_positions_throw(const Kernels& k) {
   IntBuffer positions(k, 2);
   float* p = buf.data();
   EXPECT_THROW(k.attention_block_forward(p, p, p, p, p, 1, 2, 2, 2, 2, 4, 8, 8, 8, nullptr,
-                                         positions.data(), nullptr),
+                                         positions.data(), nullptr, tessel::DropoutSite{}),
                Error);
   EXPECT_THROW(k.attention_block_backward(p, p, p, p, p, p, p, p, p, 1, 2, 2, 2, 2, 4, 8, 8, 8,
-                                          positions.data(), nullptr, nullptr),
+                                          positions.data(), nullptr, nullptr, tessel::DropoutSite{}),
                Error);
 }
 

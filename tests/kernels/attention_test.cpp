@@ -130,7 +130,7 @@ void null_gradients_are_skipped(const Kernels& k) {
   const float* base = d_qkv.data();
   k.attention_backward(nullptr, nullptr, dv.data(), d_dout.data(), base + c.q_off(),
                        base + c.k_off(), base + c.v_off(), out.data(), lse.data(), c.B, c.T, c.H,
-                       c.G, c.D, c.q_ld(), c.k_ld(), c.v_ld(), c.causal);
+                       c.G, c.D, c.q_ld(), c.k_ld(), c.v_ld(), c.causal, tessel::DropoutSite{});
   const std::vector<float> got = dv.host();
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], full.grad[c.v_off() + i]) << i;
 }
@@ -173,7 +173,7 @@ void nan_in_query_propagates(const Kernels& k) {
   const float* base = d_qkv.data();
   k.attention_forward(d_out.data(), d_lse.data(), base + c.q_off(), base + c.k_off(),
                       base + c.v_off(), c.B, c.T, c.H, c.G, c.D, c.q_ld(), c.k_ld(), c.v_ld(),
-                      c.causal);
+                      c.causal, tessel::DropoutSite{});
   const std::vector<float> out = d_out.host(), lse = d_lse.host();
   EXPECT_TRUE(std::isnan(lse[h * c.T + t]));
   EXPECT_TRUE(std::isnan(out[t * c.H * c.D + h * c.D]));
@@ -184,10 +184,10 @@ void bad_shapes_throw(const Kernels& k) {
   FloatBuffer buf(k, 4 * 3 * 8);
   float* p = buf.data();
   // 3 query heads cannot share 2 kv heads
-  EXPECT_THROW(k.attention_forward(p, p, p, p, p, 1, 2, 3, 2, 4, 12, 8, 8, false), Error);
+  EXPECT_THROW(k.attention_forward(p, p, p, p, p, 1, 2, 3, 2, 4, 12, 8, 8, false, tessel::DropoutSite{}), Error);
   // q rows hold 2 heads of 4 but claim a stride of 6
-  EXPECT_THROW(k.attention_forward(p, p, p, p, p, 1, 2, 2, 2, 4, 6, 8, 8, false), Error);
-  EXPECT_THROW(k.attention_backward(p, p, p, p, p, p, p, p, p, 1, 2, 2, 1, 4, 8, 3, 4, true),
+  EXPECT_THROW(k.attention_forward(p, p, p, p, p, 1, 2, 2, 2, 4, 6, 8, 8, false, tessel::DropoutSite{}), Error);
+  EXPECT_THROW(k.attention_backward(p, p, p, p, p, p, p, p, p, 1, 2, 2, 1, 4, 8, 3, 4, true, tessel::DropoutSite{}),
                Error);
 }
 

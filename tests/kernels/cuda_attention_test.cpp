@@ -25,10 +25,10 @@ void check_attention(std::mt19937& rng, AttentionShape s, bool causal, const std
     float* base = qkv.on(k);
     float* dbase = dqkv.on(k);
     k.attention_forward(out.on(k), lse.on(k), base, base + k_off, base + v_off, s.B, T, s.H, s.G,
-                        s.D, ld, ld, ld, causal);
+                        s.D, ld, ld, ld, causal, tessel::DropoutSite{});
     k.attention_backward(dbase, dbase + k_off, dbase + v_off, dout.on(k), base, base + k_off,
                          base + v_off, out.on(k), lse.on(k), s.B, T, s.H, s.G, s.D, ld, ld, ld,
-                         causal);
+                         causal, tessel::DropoutSite{});
   });
   expect_close(out, name + " out");
   expect_close(lse, name + " lse");
@@ -82,15 +82,15 @@ TEST_F(CudaKernels, AttentionBlocks) {
       const int32_t* starts_on = c.packed ? key_start.on(kt) : nullptr;
       kt.attention_block_forward(out.on(kt), lse.on(kt), q.on(kt), k.on(kt), v.on(kt), B, Tq, Tk, H,
                                  G, D, H * D, G * D, G * D, q_pos.on(kt), k_pos.on(kt),
-                                  starts_on);
+                                  starts_on, tessel::DropoutSite{});
       kt.attention_block_backward(dq.on(kt), dk.on(kt), dv.on(kt), dout.on(kt), q.on(kt), k.on(kt),
                                   v.on(kt), out.on(kt), lse.on(kt), B, Tq, Tk, H, G, D, H * D,
                                   G * D, G * D, q_pos.on(kt), k_pos.on(kt),
-                                  starts_on);
+                                  starts_on, tessel::DropoutSite{});
       kt.attention_block_backward(nullptr, nullptr, dv_only.on(kt), dout.on(kt), q.on(kt), k.on(kt),
                                   v.on(kt), out.on(kt), lse.on(kt), B, Tq, Tk, H, G, D, H * D,
                                   G * D, G * D, q_pos.on(kt), k_pos.on(kt),
-                                  starts_on);
+                                  starts_on, tessel::DropoutSite{});
     });
     const std::string n = c.name;
     expect_close(out, n + " out");

@@ -59,6 +59,10 @@ std::string model_flags(const std::string& arch, bool odd, int layers) {
                           "--group-query-attention --num-query-groups 1 --ffn-hidden-size 128 ";
 }
 
+// No dropout unless a case's model flags (which come after) ask for it
+// (equivalence_dropout_test.cpp): the other cases check the layouts alone.
+const char* kNoDropout = "--hidden-dropout 0 --attention-dropout 0 ";
+
 // The microbatch size is the layout's (default 2): the trajectory must not depend on it.
 const char* kTraining =
     "--seq-length 32 --train-iters 10 --eval-iters 0 "
@@ -163,7 +167,7 @@ std::string train_command(const std::string& arch, const Layout& layout, const s
   const bool batch_given = extra.find("--global-batch-size") != std::string::npos ||
                            extra.find("--step-batch-size-schedule") != std::string::npos;
   return std::string(TESSEL_BINARY) + " train " + model_flags(arch, layout.odd_model, layout.layers) +
-         layout.model_extra + " " + kTraining + flags +
+         kNoDropout + layout.model_extra + " " + kTraining + flags +
          (layout.init_from != nullptr ? " --init-from " + hf_folder(arch, layout).string() : std::string()) +
          (batch_given ? "" : " --global-batch-size 8") +
          (layout.real_data ? " " + real_data_flags() : std::string());

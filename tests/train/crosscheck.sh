@@ -11,6 +11,7 @@ source "$(dirname "$0")/crosscheck_prelude.sh" "$@"
 train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --eval-iters 0 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
        --lr-decay-style cosine --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
        --adam-eps 1e-8 --clip-grad 1.0"
+nodrop="--hidden-dropout 0 --attention-dropout 0"  # the reference has no dropout; Megatron's default is 0.1
 for case in gpt2 llama llama_qkv_bias llama_qk_layernorm; do
   arch=${case%%_*}
   model="--arch $arch --num-layers 2 --hidden-size 64 --num-attention-heads 4"
@@ -18,7 +19,7 @@ for case in gpt2 llama llama_qkv_bias llama_qk_layernorm; do
   [ "$case" = llama_qkv_bias ] && model="$model --add-qkv-bias"
   [ "$case" = llama_qk_layernorm ] && model="$model --qk-layernorm"
   "$tessel" export --out "$work/$case" $model --seq-length 64 --seed 7 > /dev/null
-  "$tessel" train --init-from "$work/$case" $model $train \
+  "$tessel" train --init-from "$work/$case" $model $train $nodrop \
     --data-path "$src/data/kjv-genesis-esther.txt" --split 100,0,0 \
     --log-interval 1 --log-json "$work/$case.tessel.jsonl" > /dev/null
   "$python" "$src/tools/crosscheck/torch_reference.py" --model "$work/$case" $train \

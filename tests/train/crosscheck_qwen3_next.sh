@@ -27,6 +27,7 @@ train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 
        --lr-decay-style cosine --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
        --adam-eps 1e-8 --clip-grad 1.0"
 packed="--reset-position-ids --reset-attention-mask --eod-mask-loss"
+nodrop="--hidden-dropout 0 --attention-dropout 0"  # the reference has no dropout; Megatron's default is 0.1
 
 # The data: a byte-level BPE of 512 tokens (eod 511) and the corpus's first 3,000 lines, one
 # document each, preprocessed with an eod after each.
@@ -53,7 +54,7 @@ for family in qwen3_next qwen3_5_moe; do
       case=$family.aux$aux.$layout
       flags="--moe-aux-loss-coeff $aux"
       [ "$layout" = packed ] && flags="$flags $packed"
-      "$tessel" train --init-from "$family" $train $flags $data --log-interval 1 \
+      "$tessel" train --init-from "$family" $train $nodrop $flags $data --log-interval 1 \
         --log-json "$case.tessel.jsonl" > /dev/null
       ref_flags=$flags
       [ "$layout" = packed ] && ref_flags="$ref_flags --eod-token $eod"
@@ -69,7 +70,7 @@ for family in qwen3_next qwen3_5_moe; do
     --hf-model-type "$family" > /dev/null
   for aux in 0 0.01; do
     case=$family.mtp.aux$aux
-    "$tessel" train --init-from "$family.mtp" $train --moe-aux-loss-coeff $aux --mtp-loss-scaling-factor 0.3 \
+    "$tessel" train --init-from "$family.mtp" $train $nodrop --moe-aux-loss-coeff $aux --mtp-loss-scaling-factor 0.3 \
       $data --log-interval 1 --log-json "$case.tessel.jsonl" > /dev/null
     "$python" "$src/tools/crosscheck/qwen3_next_reference.py" --model "$family.mtp" $train \
       --moe-aux-loss-coeff $aux --mtp-loss-scaling-factor 0.3 --samples samples/train_samples.npy \

@@ -1,6 +1,10 @@
 #include "tessel/data/batches.h"
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
+
+#include "tessel/core/error.h"
 
 namespace tessel {
 
@@ -62,12 +66,16 @@ void BatchLoader::read(HostBatch& batch, int64_t first, int64_t microbatches) co
   batch.targets.resize(rows);
   batch.position_ids.resize(packing_.documents() ? rows : 0);
   batch.key_start.resize(packing_.documents() ? rows : 0);
+  batch.sample_ids.resize(rows);
   batch.counted_targets = 0;
   std::vector<int32_t> tokens(S + 1);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < B; ++b) {
-      data_.sample(first + shape_.position(m, b), tokens);
+      const int64_t sample = first + shape_.position(m, b);
+      TESSEL_CHECK(sample <= INT32_MAX, "dropout keys samples below 2^31; sample {} is past them", sample);
+      data_.sample(sample, tokens);
       const int64_t at = (m * B + b) * S;
+      std::fill_n(batch.sample_ids.begin() + at, S, static_cast<int32_t>(sample));
       batch.counted_targets +=
           sample_rows(tokens, packing_, batch.inputs.data() + at, batch.targets.data() + at,
                       packing_.documents() ? batch.position_ids.data() + at : nullptr,

@@ -60,11 +60,12 @@ struct BatchSpan {
 };
 
 // This rank's rows of one global batch: (microbatches, B, S) each; position_ids and key_start
-// empty without packed documents.
+// empty without packed documents; sample_ids each row's sample index in the run (the dropout
+// masks' key, kernels/dropout.h).
 struct HostBatch {
   int64_t first = -1;  // the dataset sample at global batch position 0
   int64_t microbatches = 0;
-  std::vector<int32_t> inputs, targets, position_ids, key_start;
+  std::vector<int32_t> inputs, targets, position_ids, key_start, sample_ids;
   int64_t counted_targets = 0;  // this rank's targets counted in the loss
 };
 

@@ -32,7 +32,6 @@ struct MlaConfig {
 // types the importer cannot load), and what only the planner models (plan/model.h's PlanModel).
 struct PlannerSizes {
   ModelConfig cfg;
-  double hidden_dropout = 0, attention_dropout = 0;
   bool multi_latent_attention = false;
   MlaConfig mla;
 };

@@ -26,6 +26,10 @@ ModelConfig read(const nlohmann::json& j, const std::string&, const std::string&
                                                           : required<int>(j, "n_ctx", source);
   cfg.ffn_hidden_size = optional_value(j, "n_inner", source, 0);  // null: 4·n_embd
   cfg.norm_epsilon = optional_value(j, "layer_norm_epsilon", source, 1e-5f);
+  // Dropout as the file names it (resid_pdrop: the residual branches; embd_pdrop: tessel keys the
+  // embedding's by the same --hidden-dropout, as Megatron).
+  cfg.hidden_dropout = optional_value(j, "resid_pdrop", source, 0.0f);
+  cfg.attention_dropout = optional_value(j, "attn_pdrop", source, 0.0f);
   const std::string act = optional_value<std::string>(j, "activation_function", source, "gelu_new");
   TESSEL_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu",
                "{}: activation_function '{}' is not supported (tessel's gpt2 has gelu, gelu_new or "
@@ -57,9 +61,9 @@ nlohmann::json write(const ModelConfig& cfg, const std::string&) {
           {"n_inner", default_ffn ? nlohmann::json(nullptr) : nlohmann::json(cfg.ffn_size())},
           {"activation_function", cfg.openai_gelu ? "gelu_new" : "gelu"},
           {"layer_norm_epsilon", json_float(cfg.norm_epsilon)},
-          {"resid_pdrop", 0.0},
-          {"embd_pdrop", 0.0},
-          {"attn_pdrop", 0.0},
+          {"resid_pdrop", json_float(cfg.hidden_dropout)},
+          {"embd_pdrop", json_float(cfg.hidden_dropout)},
+          {"attn_pdrop", json_float(cfg.attention_dropout)},
           {"initializer_range", json_float(cfg.init_method_std)},
           {"tie_word_embeddings", true},
           // tessel defines no special tokens; 0 keeps the ids inside any vocabulary.
@@ -84,8 +88,8 @@ PlannerSizes planner_sizes(const nlohmann::json& j, const std::string&, const st
   c.vocab_size = required<int>(j, "vocab_size", source);
   c.max_position_embeddings = required<int>(j, "n_positions", source);
   c.seq_length = c.max_position_embeddings;
-  m.hidden_dropout = optional_value(j, "resid_pdrop", source, 0.0);
-  m.attention_dropout = optional_value(j, "attn_pdrop", source, 0.0);
+  c.hidden_dropout = optional_value(j, "resid_pdrop", source, 0.0f);
+  c.attention_dropout = optional_value(j, "attn_pdrop", source, 0.0f);
   return m;
 }
 

@@ -76,6 +76,9 @@ ModelConfig read(const nlohmann::json& j, const std::string& model_type, const s
   const LlamaType& type = llama_type(model_type);
   ModelConfig cfg;
   cfg.arch = Arch::Llama;
+  // Hugging Face's Llama has attention dropout only; no hidden dropout.
+  cfg.hidden_dropout = 0.0f;
+  cfg.attention_dropout = optional_value(j, "attention_dropout", source, 0.0f);
   cfg.add_qkv_bias = type.qkv_bias;
   cfg.qk_layernorm = type.qk_layernorm;
   if (auto own = j.find("tessel_attention"); own != j.end()) {
@@ -139,7 +142,7 @@ nlohmann::json write(const ModelConfig& cfg, const std::string&) {
           {"rope_theta", json_float(cfg.rotary_base)},
           {"rope_scaling", nullptr},
           {"hidden_act", "silu"},
-          {"attention_dropout", 0.0},
+          {"attention_dropout", json_float(cfg.attention_dropout)},
           {"mlp_bias", false},
           {"initializer_range", json_float(cfg.init_method_std)},
           {"tie_word_embeddings", false},
@@ -176,6 +179,8 @@ void read_llama_planner_sizes(const nlohmann::json& j, const std::string& model_
                               const std::string& source, PlannerSizes& m) {
   ModelConfig& c = m.cfg;
   c.arch = Arch::Llama;
+  c.hidden_dropout = 0.0f;
+  c.attention_dropout = optional_value(j, "attention_dropout", source, 0.0f);
   read_sizes(j, source, c);
   c.seq_length = c.max_position_embeddings;
   c.add_qkv_bias = model_type.starts_with("qwen2") || optional_value(j, "attention_bias", source, false);

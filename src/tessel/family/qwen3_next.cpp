@@ -111,6 +111,8 @@ ModelConfig read(const nlohmann::json& j, const std::string& model_type, const s
   refuse_unsupported(j, t, source);
   ModelConfig cfg;
   cfg.arch = Arch::Llama;
+  cfg.hidden_dropout = 0.0f;  // attention dropout only, as Hugging Face's Llama
+  cfg.attention_dropout = optional_value(t, "attention_dropout", source, 0.0f);
   cfg.hidden_size = required<int>(t, "hidden_size", source);
   cfg.num_layers = required<int>(t, "num_hidden_layers", source);
   cfg.num_attention_heads = required<int>(t, "num_attention_heads", source);
@@ -208,7 +210,7 @@ nlohmann::json qwen3_next_config_json(const ModelConfig& cfg, const std::string&
                         {"partial_rotary_factor", json_float(cfg.rotary_percent)}}},
                       {"hidden_act", "silu"},
                       {"attention_bias", false},
-                      {"attention_dropout", 0.0},
+                      {"attention_dropout", json_float(cfg.attention_dropout)},
                       {"initializer_range", json_float(cfg.init_method_std)},
                       {"tie_word_embeddings", false},
                       {"bos_token_id", 0},

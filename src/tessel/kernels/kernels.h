@@ -25,7 +25,7 @@ namespace tessel {
 #define TESSEL_KERNEL_SLOTS(X)                                                                  \
   X(scale) X(sum_squares) X(find_out_of_range)                                                  \
   X(embedding_forward) X(embedding_backward) X(embedding_shard_ids)                             \
-  X(residual_forward)                                                                           \
+  X(residual_forward) X(dropout_add_forward) X(dropout_add_backward)                            \
   X(layernorm_forward) X(layernorm_backward) X(rmsnorm_forward) X(rmsnorm_backward)             \
   X(gated_rmsnorm_forward) X(gated_rmsnorm_backward) X(l2norm_forward) X(l2norm_backward)       \
   X(gelu_forward) X(gelu_backward) X(gelu_erf_forward) X(gelu_erf_backward)                     \

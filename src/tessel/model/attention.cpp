@@ -32,7 +32,10 @@ Attention::Attention(const LayerContext& ctx, int layer)
       kv_replicas_(ctx.tp.size() > ctx.cfg.query_groups() ? ctx.tp.size() / ctx.cfg.query_groups() : 1),
       positions_(ctx.positions),
       rope_cos_(ctx.rope_cos),
-      rope_sin_(ctx.rope_sin) {
+      rope_sin_(ctx.rope_sin),
+      layer_(layer),
+      attention_dropout_(ctx.cfg.attention_dropout),
+      seed_(ctx.seed) {
   ParamRegistry& registry = ctx.registry;
   const ModelConfig& cfg = ctx.cfg;
   const TensorParallel& tp = ctx.tp;
@@ -125,10 +128,10 @@ void Attention::core_forward(Saved& s) const {
   if (fused_) {
     const float* qkv = s.qkv.data();  // (N, 3·H_l·D): q | k | v of this rank's heads
     cp_.attention_forward(s.attn.data(), s.lse.data(), qkv, qkv + HD, qkv + 2 * HD, B_, T_, H_l_, H_l_, D_,
-                          3 * HD, 3 * HD, 3 * HD, s.packed.key_start);
+                          3 * HD, 3 * HD, 3 * HD, s.packed.key_start, probs_dropout(s));
   } else {
     cp_.attention_forward(s.attn.data(), s.lse.data(), s.q.data(), s.k.data(), s.v.data(), B_, T_, H_l_, G_l_,
-                          D_, HD, GD, GD, s.packed.key_start);
+                          D_, HD, GD, GD, s.packed.key_start, probs_dropout(s));
   }
 }
 
@@ -210,7 +213,7 @@ void Attention::decode(Saved& s, KvCache& c, float* out, const float* in, int64_
     v = c.v.data();
   }
   k_.attention_block_forward(s.attn.data(), s.lse.data(), q, k, v, 1, n, start + n, H_l_, G_l_, D_, q_ld,
-                             kv_ld, kv_ld, pos + start, pos, nullptr);
+                             kv_ld, kv_ld, pos + start, pos, nullptr, DropoutSite{});
   if (gated_) k_.output_gate_forward(s.gated.data(), s.attn.data(), s.gate.data(), n, H_l_, D_, HD, D_);
   k_.linear_forward(out, proj_input(s), params_.value(proj_w_), nullptr, n, HD, C_, layout_);
   if (proj_b_ >= 0) k_.bias_forward(out, params_.value(proj_b_), n, C_);
@@ -236,7 +239,7 @@ void Attention::backward_input(Saved& s, float* d_in, const float* d_out_local, 
     s.d_qkv.zero();
     cp_.attention_backward(dqkv, dqkv + HD, dqkv + 2 * HD, d_heads, qkv, qkv + HD, qkv + 2 * HD,
                            s.attn.data(), s.lse.data(), B_, T_, H_l_, H_l_, D_, 3 * HD, 3 * HD,
-                           3 * HD, s.packed.key_start);
+                           3 * HD, s.packed.key_start, probs_dropout(s));
     k_.linear_backward(d_in, nullptr, nullptr, dqkv, in, params_.value(qkv_w_), N_, C_, 3 * HD,
                        layout_);
     return;
@@ -246,7 +249,7 @@ void Attention::backward_input(Saved& s, float* d_in, const float* d_out_local, 
   s.d_v.zero();
   cp_.attention_backward(s.d_q.data(), s.d_k.data(), s.d_v.data(), d_core, s.q.data(), s.k.data(),
                          s.v.data(), s.attn.data(), s.lse.data(), B_, T_, H_l_, G_l_, D_, HD, GD,
-                         GD, s.packed.key_start);
+                         GD, s.packed.key_start, probs_dropout(s));
   const int32_t* pos = rope_positions(s);
   k_.rope_backward(s.d_q.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, H_l_, D_, rot_, HD);
   k_.rope_backward(s.d_k.data(), pos, rope_cos_.data(), rope_sin_.data(), N_, G_l_, D_, rot_, GD);

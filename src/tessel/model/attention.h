@@ -118,6 +118,13 @@ class Attention {
   const int32_t* rope_positions(const Saved& s) const {
     return s.packed.position_ids != nullptr ? s.packed.position_ids : positions_.ints();
   }
+  // The dropout of the forward's attention probabilities (--attention-dropout; none without the
+  // rows' samples), keyed by this rank's first query head.
+  DropoutSite probs_dropout(const Saved& s) const {
+    if (attention_dropout_ <= 0 || s.packed.sample_ids == nullptr) return {};
+    return {.p = attention_dropout_, .seed = seed_, .site = dropout_site(layer_, DropoutKind::AttentionProbs),
+            .samples = s.packed.sample_ids, .positions = nullptr, .feature_offset = tp_.rank() * H_l_};
+  }
 
   const Kernels& k_;
   ParamView params_;
@@ -135,6 +142,9 @@ class Attention {
   // written by the const forward and backward passes.
   mutable Tensor kv_w_full_, kv_b_full_, d_kv_w_full_, d_kv_b_full_, d_kv_w_local_, d_kv_b_local_;
   Tensor positions_, rope_cos_, rope_sin_;
+  int layer_;
+  float attention_dropout_;  // --attention-dropout
+  uint64_t seed_;
   int qkv_w_ = -1, qkv_b_ = -1;  // gpt2 c_attn
   int q_w_ = -1, k_w_ = -1, v_w_ = -1, q_b_ = -1, k_b_ = -1, v_b_ = -1;  // llama
   int proj_w_ = -1, proj_b_ = -1;  // c_proj / o_proj

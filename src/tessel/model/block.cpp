@@ -68,7 +68,10 @@ TransformerBlock::TransformerBlock(const LayerContext& ctx, int layer, LayerReco
       mixer_(make_mixer(ctx, layer)),
       norm2_(ctx.k, ctx.registry, block_norm(ctx.cfg, layer, 2)),
       ffn_(make_ffn(ctx, layer, recompute)),
-      recompute_(recompute) {}
+      recompute_(recompute),
+      layer_(layer),
+      hidden_dropout_(ctx.cfg.hidden_dropout),
+      dropout_keys_(ctx.dropout_keys()) {}
 
 // Under full recompute everything goes to the shared memory (the chunk keeps the layer's input);
 // selectively, what the chosen modules recompute, and the output gradients when the weight
@@ -110,15 +113,15 @@ void TransformerBlock::norm2_forward(Saved& s, ChunkScratch& scratch) {
 
 void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_scale,
                                const PackedRows& packed, ChunkScratch& scratch, bool recomputing) {
+  s.sample_ids = packed.sample_ids;
   const bool sp = tp_.sequence_parallel;
-  const int64_t n = N_l_ * C_;
   float* branch = scratch.local.data();  // (N_l, C) a mixer or MLP output
   // The mixer: norm on this rank's rows, gathered to all rows for the column-parallel projections.
   float* in1 = sp ? scratch.norm_out.data() : s.in1.data();
   norm1_.forward(s.norm1, in1, x, N_l_);
   tp_.gather_rows(in1, s.in1.data(), N_, C_);
   with_mixer(s, [&](auto& m, auto& ms) { m.forward(ms, branch, s.in1.data(), scratch.full.data(), packed); });
-  k_.residual_forward(s.mid.data(), x, branch, n);
+  k_.dropout_add_forward(s.mid.data(), x, branch, N_l_, C_, dropout(s, DropoutKind::Mixer));
   norm2_forward(s, scratch);
   with_ffn(s, Overloaded{[&](Mlp& mlp, Mlp::Saved& f) {
                            mlp.forward(f, branch, s.in2.data(), N_, tp_, scratch.full.data());
@@ -127,7 +130,16 @@ void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_
                            if (recomputing) moe.recompute(f, branch, s.in2.data());
                            else moe.forward(f, branch, s.in2.data(), N_l_, grad_scale);
                          }});
-  k_.residual_forward(out, s.mid.data(), branch, n);
+  k_.dropout_add_forward(out, s.mid.data(), branch, N_l_, C_, dropout(s, DropoutKind::Mlp));
+}
+
+const float* TransformerBlock::branch_gradient(const Saved& s, DropoutKind kind, const float* dres,
+                                               ChunkScratch& scratch) const {
+  const DropoutSite drop = dropout(s, kind);
+  if (!drop.active()) return dres;
+  k_.zero(scratch.d_branch.data(), N_l_ * C_);
+  k_.dropout_add_backward(scratch.d_branch.data(), dres, N_l_, C_, drop);
+  return scratch.d_branch.data();
 }
 
 void TransformerBlock::list_decode_state(DecodeState& d, TensorList& list) const {
@@ -182,19 +194,21 @@ void TransformerBlock::backward_input(Saved& s, float* dres, const float* x,
   if (recompute_.any() && !recompute_.full) recompute_modules(s, x, scratch);
   float* d_full = scratch.full_grad.data();    // (N, C)
   float* d_local = scratch.local_grad.data();  // (N_l, C), a view of d_full without SP
+  const float* d_mlp = branch_gradient(s, DropoutKind::Mlp, dres, scratch);
   with_ffn(s, Overloaded{[&](Mlp& mlp, Mlp::Saved& f) {  // on all rows, reduced over TP
                            k_.zero(d_full, N_ * C_);
-                           mlp.backward_input(f, d_full, dres, s.in2.data(), N_, tp_, scratch.d_hidden.data());
+                           mlp.backward_input(f, d_full, d_mlp, s.in2.data(), N_, tp_, scratch.d_hidden.data());
                            tp_.reduce_rows(d_full, d_local, N_, C_);
                          },
                          [&](MoeLayer& moe, MoeLayer::Saved& f) {  // on this rank's rows
                            k_.zero(d_local, N_l_ * C_);
-                           moe.backward_input(f, d_local, dres, s.in2.data());
+                           moe.backward_input(f, d_local, d_mlp, s.in2.data());
                          }});
   norm2_.backward(s.norm2, dres, d_local, s.mid.data(), N_l_);
 
   k_.zero(d_full, N_ * C_);
-  with_mixer(s, [&](auto& m, auto& ms) { m.backward_input(ms, d_full, dres, s.in1.data(), scratch); });
+  const float* d_mixer = branch_gradient(s, DropoutKind::Mixer, dres, scratch);
+  with_mixer(s, [&](auto& m, auto& ms) { m.backward_input(ms, d_full, d_mixer, s.in1.data(), scratch); });
   tp_.reduce_rows(d_full, d_local, N_, C_);
   norm1_.backward(s.norm1, dres, d_local, x, N_l_);
   report_ready(ready, {norm1_.weight(), norm1_.bias(), norm2_.weight(), norm2_.bias()});

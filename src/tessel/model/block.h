@@ -1,4 +1,5 @@
-// One Transformer layer, pre-norm: x → x + Mixer(Norm(x)) → · + MLP(Norm(·)), the mixer
+// One Transformer layer, pre-norm: x → x + Drop(Mixer(Norm(x))) → · + Drop(MLP(Norm(·))) (Drop:
+// --hidden-dropout in training, Megatron's bias-dropout-add), the mixer
 // attention or, on the layers --linear-attention-freq picks, Gated DeltaNet (by the global layer
 // index), the MLP an MoE layer on the layers --moe-layer-freq picks. Under tensor parallelism the residual stream
 // and the norms hold this rank's rows (all of them without sequence parallel); each norm's
@@ -58,6 +59,7 @@ class TransformerBlock {
     Tensor mid;                // (N_l, C) the residual stream after the mixer
     Tensor in2;                // (N, C) MLP input, gathered; an MoE layer's (N_l, C) own rows
     SavedOf<FeedForward>::type ffn;
+    const int32_t* sample_ids = nullptr;  // the forward's rows' samples: the dropout's key (none: no dropout)
 
     // The MoE layer's buffers that grow with the routing load (none for a dense MLP).
     int64_t growing_bytes() const {
@@ -109,6 +111,12 @@ class TransformerBlock {
   // The selected modules' forward again, from x and what the layer kept (selective recompute).
   void recompute_modules(Saved& s, const float* x, ChunkScratch& scratch);
   void weight_gradients(Saved& s, const GradReady& ready);
+  // The hidden dropout of the mixer's or the MLP's output (kind) over this rank's rows.
+  DropoutSite dropout(const Saved& s, DropoutKind kind) const {
+    return dropout_keys_.rows(hidden_dropout_, dropout_site(layer_, kind), s.sample_ids);
+  }
+  // The gradient of a dropped branch's output from dres (N_l, C): dres itself without dropout.
+  const float* branch_gradient(const Saved& s, DropoutKind kind, const float* dres, ChunkScratch& scratch) const;
   // f(mixer, its Saved) / f(MLP, its Saved) on the layer's alternative.
   template <class F>
   void with_mixer(Saved& s, F&& f) {
@@ -130,6 +138,9 @@ class TransformerBlock {
   Norm norm2_;
   FeedForward ffn_;
   LayerRecompute recompute_;
+  int layer_;
+  float hidden_dropout_;  // --hidden-dropout
+  DropoutKeys dropout_keys_;
 };
 
 }  // namespace tessel

@@ -41,6 +41,11 @@ std::vector<std::string> ModelConfig::violations() const {
   positive("--num-attention-heads", num_attention_heads);
   positive("--seq-length", seq_length);
   positive("--vocab-size", vocab_size);
+  for (auto [flag, p] : {std::pair{"--hidden-dropout", hidden_dropout}, {"--attention-dropout", attention_dropout}})
+    if (!(p >= 0.0f && p < 1.0f)) v.push_back(fmt::format("{} {} must be in [0, 1)", flag, p));
+  // The dropout site word (kernels/dropout.h) holds the layer below 2^16 − 1 and the head below 2^14.
+  if ((hidden_dropout > 0 || attention_dropout > 0) && (num_layers + mtp_num_layers >= 65535 || num_attention_heads >= 16384))
+    v.push_back("dropout keys hold at most 65534 layers and 16383 attention heads");
   if (kv_channels < 0) v.push_back(fmt::format("--kv-channels {} must not be negative", kv_channels));
   if (num_attention_heads > 0 && kv_channels == 0 && hidden_size % num_attention_heads != 0)
     v.push_back(fmt::format("--hidden-size {} is not divisible by --num-attention-heads {}",
@@ -231,6 +236,10 @@ const ModelField kModelFields[] = {
      "GELU by its tanh approximation (GPT-2's gelu_new) instead of the exact erf form (gpt2)"},
     {"--init-method-std", &ModelConfig::init_method_std,
      "initial weights' normal std (output projections: std / sqrt(2 · layers))", kRunSetting},
+    {"--hidden-dropout", &ModelConfig::hidden_dropout,
+     "dropout on the embedding's, each attention's (or GDN's) and each MLP's output in training", kRunSetting},
+    {"--attention-dropout", &ModelConfig::attention_dropout, "dropout on the attention probabilities in training",
+     kRunSetting},
     {"--experimental-attention-variant", AttentionVariant{},
      "none | gdn: Gated DeltaNet layers (llama; Qwen3-Next)"},
     {"--linear-attention-freq", &LinearAttentionConfig::layer_pattern,

@@ -106,6 +106,11 @@ struct ModelConfig {
   // approximation with --openai-gelu (GPT-2's own, Hugging Face "gelu_new").
   bool openai_gelu = false;
   float init_method_std = 0.02f;  // --init-method-std: the weights' initial normal std
+  // Dropout in training (Megatron's defaults), its masks keyed by global coordinates
+  // (kernels/dropout.h): on the embedding's output and each mixer's and MLP's output before the
+  // residual add, and on the attention probabilities.
+  float hidden_dropout = 0.1f;     // --hidden-dropout
+  float attention_dropout = 0.1f;  // --attention-dropout
 
   int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   // The dimensions RoPE rotates of each head's D: Megatron's int(D · --rotary-percent).

@@ -27,14 +27,17 @@ int Embedding::declare_word_embeddings(ParamRegistry& registry, const ModelConfi
                       cfg.init_method_std, true, vocab);
 }
 
-Embedding::Embedding(const LayerContext& ctx, int word_embeddings)
+Embedding::Embedding(const LayerContext& ctx, int word_embeddings, int layer)
     : k_(ctx.k),
       params_(ctx.registry),
       tp_(ctx.tp),
       N_(ctx.rows()),
       C_(ctx.cfg.hidden_size),
       vocab_size_(ctx.cfg.vocab_size),
-      positions_(ctx.positions) {
+      positions_(ctx.positions),
+      dropout_(ctx.cfg.hidden_dropout),
+      dropout_site_(dropout_site(layer, DropoutKind::Embedding)),
+      dropout_keys_(ctx.dropout_keys()) {
   const ModelConfig& cfg = ctx.cfg;
   const TensorParallel& tp = ctx.tp;
   ParamRegistry& registry = ctx.registry;
@@ -58,17 +61,21 @@ void Embedding::list_saved(Saved& s, TensorList& buffers) const {
 void Embedding::forward(Saved& s, float* out_local, const int32_t* tokens,
                         const PackedRows& packed, ChunkScratch& scratch) const {
   s.position_ids = packed.position_ids != nullptr ? packed.position_ids : positions_.ints();
+  s.sample_ids = packed.sample_ids;
   check_token_ids(k_, tokens, N_, static_cast<int32_t>(vocab_size_), "token", 0);
   k_.embedding_shard_ids(s.vocab_ids.ints(), tokens, N_, vocab_start_, V_valid_);
   float* full = scratch.full_grad.data();  // (N, C) this shard's rows, zeros for the others
   k_.embedding_forward(full, s.vocab_ids.ints(), nullptr, params_.value(wte_), nullptr, N_, C_);
   tp_.reduce_rows(full, out_local, N_, C_);
-  if (wpe_ < 0) return;
   const int64_t rows = tp_.local_rows(N_);
-  const int32_t* pos = s.position_ids + tp_.first_row(N_);
-  float* wpe_rows = scratch.norm_out.data();  // (N_l, C)
-  k_.embedding_forward(wpe_rows, pos, nullptr, params_.value(wpe_), nullptr, rows, C_);
-  k_.residual_forward(out_local, out_local, wpe_rows, rows * C_);
+  if (wpe_ >= 0) {
+    const int32_t* pos = s.position_ids + tp_.first_row(N_);
+    float* wpe_rows = scratch.norm_out.data();  // (N_l, C)
+    k_.embedding_forward(wpe_rows, pos, nullptr, params_.value(wpe_), nullptr, rows, C_);
+    k_.residual_forward(out_local, out_local, wpe_rows, rows * C_);
+  }
+  const DropoutSite drop = dropout_keys_.rows(dropout_, dropout_site_, s.sample_ids);
+  if (drop.active()) k_.dropout_add_forward(out_local, nullptr, out_local, rows, C_, drop);
 }
 
 void Embedding::decode(Saved& s, float* out, const int32_t* tokens, int64_t start, int64_t n) const {
@@ -83,6 +90,13 @@ void Embedding::decode(Saved& s, float* out, const int32_t* tokens, int64_t star
 // The word embeddings' gradient is a scatter-add of the output gradient itself (gathered to all
 // rows under sequence parallel).
 void Embedding::backward(const Saved& s, const float* d_out_local, ChunkScratch& scratch) const {
+  const DropoutSite drop = dropout_keys_.rows(dropout_, dropout_site_, s.sample_ids);
+  if (drop.active()) {  // the gradient of the embeddings before dropout
+    const int64_t rows = tp_.local_rows(N_);
+    k_.zero(scratch.d_branch.data(), rows * C_);
+    k_.dropout_add_backward(scratch.d_branch.data(), d_out_local, rows, C_, drop);
+    d_out_local = scratch.d_branch.data();
+  }
   if (wpe_ >= 0) {
     const int32_t* pos = s.position_ids + tp_.first_row(N_);
     k_.embedding_backward(params_.grad(wpe_), nullptr, d_out_local, pos, nullptr,

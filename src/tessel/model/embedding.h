@@ -19,12 +19,14 @@ class Embedding {
   struct Saved {
     Tensor vocab_ids;  // (N) i32: each token's row in this rank's shard, or -1
     const int32_t* position_ids = nullptr;  // (N) the learned positions' rows
+    const int32_t* sample_ids = nullptr;    // (N) the rows' samples: the dropout's key (none: no dropout)
   };
 
   // Declares the word embeddings and, for gpt2, transformer.wpe.weight [max positions, C]. N rows
   // (ctx.rows(), B·T_l) at ctx.positions. `word_embeddings` ≥ 0: a lookup of those already
-  // declared (multi-token prediction's, llama), declaring nothing.
-  explicit Embedding(const LayerContext& ctx, int word_embeddings = -1);
+  // declared (multi-token prediction's, llama), declaring nothing. `layer`: where its dropout
+  // site lies (kernels/dropout.h: −1 the model's, multi-token prediction's after the layers).
+  explicit Embedding(const LayerContext& ctx, int word_embeddings = -1, int layer = -1);
   // The word embeddings alone (gpt2 transformer.wte.weight / llama model.embed_tokens.weight
   // [V, C], split over TP by rows, padded as Megatron's --make-vocab-size-divisible-by): also a
   // last pipeline stage's copy of GPT-2's tied LM head. Returns the registry index.
@@ -33,8 +35,8 @@ class Embedding {
   static std::string word_embeddings_name(const ModelConfig& cfg);
 
   void list_saved(Saved& s, TensorList& buffers) const;
-  // out_local (N_l, C) = the embeddings of tokens (N) i32. Throws for a token outside the
-  // vocabulary.
+  // out_local (N_l, C) = the embeddings of tokens (N) i32, dropped by --hidden-dropout when
+  // packed.sample_ids are given (training). Throws for a token outside the vocabulary.
   // packed.position_ids, when given, are the rows' positions (else their place in the sequence).
   void forward(Saved& s, float* out_local, const int32_t* tokens, const PackedRows& packed,
                ChunkScratch& scratch) const;
@@ -54,6 +56,9 @@ class Embedding {
   int64_t N_, C_, vocab_size_, vocab_start_, V_valid_;
   Tensor positions_;
   int wte_ = -1, wpe_ = -1;
+  float dropout_;  // --hidden-dropout
+  uint32_t dropout_site_;
+  DropoutKeys dropout_keys_;
 };
 
 // Token ids (tokens or targets) must lie in the vocabulary: a clear error naming the id, never a

@@ -59,6 +59,9 @@ struct PackedRows {
   // Under context parallelism, (B, T) the whole sequences' key_start in global position order, for
   // the layers that run whole sequences (Gated DeltaNet); without CP unused (key_start is that).
   const int32_t* sequence_key_start = nullptr;
+  // (N) each row's sample index in the run, which keys the dropout masks (kernels/dropout.h);
+  // nullptr in a forward without gradients (evaluation, inference): no dropout.
+  const int32_t* sample_ids = nullptr;
 };
 
 // The memory a tensor holds: none for one never allocated (a default Tensor's shape is a scalar's).
@@ -157,6 +160,7 @@ struct ChunkScratch {
   Tensor d_heads;     // (N, H_l·D) the attention output's gradient
   Tensor d_attn;      // (N, H_l·D) the core attention output's, under the output gate
   Tensor d_hidden;    // (N, F_l) an MLP activation's gradient
+  Tensor d_branch;    // (N_l, C) a dropped output's gradient (--hidden-dropout > 0)
 };
 
 }  // namespace tessel

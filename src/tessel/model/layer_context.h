@@ -35,6 +35,23 @@ inline CommGroup communicating(const CommGroup& group, const Kernels& k) {
   return group.communicates() || group.size() > 1 ? group : CommGroup(local_comm(k.memory));
 }
 
+// What a layer keys its hidden dropout by besides the microbatch's samples (kernels/dropout.h):
+// the seed and the global positions of this rank's rows, those from chunk row first_row (its
+// share under sequence parallel).
+struct DropoutKeys {
+  uint64_t seed = 0;
+  const int32_t* positions = nullptr;  // (N) the chunk's row positions
+  int64_t first_row = 0;
+
+  // The mask of dropout p at `site` over this rank's rows, for the rows' samples (PackedRows::
+  // sample_ids; nullptr, or p = 0: none).
+  DropoutSite rows(float p, uint32_t site, const int32_t* sample_ids) const {
+    if (p <= 0 || sample_ids == nullptr) return {};
+    return {.p = p, .seed = seed, .site = site, .samples = sample_ids + first_row,
+            .positions = positions + first_row, .feature_offset = 0};
+  }
+};
+
 struct LayerContext {
   const Kernels& k;
   ParamRegistry& registry;
@@ -49,8 +66,11 @@ struct LayerContext {
   Tensor positions, rope_cos, rope_sin;
   LayerBuffers buffers;
 
+  uint64_t seed = 0;  // --seed: dropout's key
+
   int64_t rows() const { return B * T_l; }                      // N
   int64_t local_rows() const { return tp.local_rows(rows()); }  // N_l, this rank's under SP
+  DropoutKeys dropout_keys() const { return {seed, positions.ints(), tp.first_row(rows())}; }
 };
 
 // One process (no TP, CP or expert parallelism), B sequences of T rows: what a layer's test or

@@ -21,7 +21,7 @@ MultiTokenPrediction::MultiTokenPrediction(const LayerContext& ctx, int word_emb
   depths_.resize(cfg.mtp_num_layers);
   for (int d = 0; d < cfg.mtp_num_layers; ++d) {
     Module& m = depths_[d];
-    m.embedding.emplace(ctx, word_embeddings);
+    m.embedding.emplace(ctx, word_embeddings, cfg.num_layers + d);
     m.enorm.emplace(k, registry, model_norm(cfg, kind, module_name(d, "pre_fc_norm_embedding"), C_));
     m.hnorm.emplace(k, registry, model_norm(cfg, kind, module_name(d, "pre_fc_norm_hidden"), C_));
     m.fc = registry.add(module_name(d, "fc"), {C_, 2 * C_}, ParamInit::Normal, cfg.init_method_std, true);

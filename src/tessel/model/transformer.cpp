@@ -36,7 +36,7 @@ TransformerChunk::TransformerChunk(const Kernels& k, ParamRegistry& registry, co
   declare_scratch(scratch);
   const LayerContext ctx{.k = k_, .registry = registry, .cfg = cfg_, .tp = tp_, .cp = cp_, .moe = groups.moe,
                          .B = B_, .T_l = T_, .positions = positions_, .rope_cos = rope_cos_,
-                         .rope_sin = rope_sin_, .buffers = LayerBuffers{scratch, shared}};
+                         .rope_sin = rope_sin_, .buffers = LayerBuffers{scratch, shared}, .seed = build.seed};
   declare_embeddings(ctx);
   bool full_recompute = build_layers(ctx, build.recompute);
   if (spec_.has_head) full_recompute |= build_head(ctx, build.recompute);
@@ -111,6 +111,7 @@ void TransformerChunk::declare_scratch(TensorList& scratch) {
     scratch.add(s.d_attn, {N_, cfg.num_attention_heads / t * cfg.head_dim()}, "core attention output gradient");
   scratch.add(s.d_hidden, {N_, cfg.ffn_size() / t}, "MLP activation gradient");
   scratch.add(d_resid_, {N_l_, C_}, "residual gradient");
+  if (cfg.hidden_dropout > 0) scratch.add(s.d_branch, {N_l_, C_}, "dropped output gradient");
 }
 
 // Parameters in Hugging Face order, the word embeddings first. A tied head on another stage keeps
@@ -190,6 +191,8 @@ std::vector<MicrobatchInput> TransformerChunk::microbatch_inputs(const ModelConf
     if (shape.sequence_tokens > 0)
       inputs.push_back({"sequence_key_start", "packed documents' starts, whole sequences", {shape.sequence_tokens}});
   }
+  if (cfg.hidden_dropout > 0 || cfg.attention_dropout > 0)
+    inputs.push_back({"sample_ids", "sample indices (dropout's key)", {n}, InputRead::WithGradients});
   const int64_t D = cfg.mtp_num_layers;
   if (spec.has_head && D > 0) {
     inputs.push_back({"shifted_tokens", "MTP shifted token ids", {D, n}, InputRead::WithGradients});
@@ -274,7 +277,7 @@ double TransformerChunk::forward(ChunkActivations& acts, const InputRows& rows, 
                                  float grad_scale) {
   const int32_t* targets = input_rows(rows, "targets");
   const PackedRows packed{input_rows(rows, "position_ids"), input_rows(rows, "key_start"),
-                          input_rows(rows, "sequence_key_start")};
+                          input_rows(rows, "sequence_key_start"), input_rows(rows, "sample_ids")};
   if (embedding_) {
     embedding_->forward(acts.embedding, acts.resid[0].data(), input_rows(rows, "tokens"), packed, scratch_);
   } else {

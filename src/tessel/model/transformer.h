@@ -62,6 +62,7 @@ struct ChunkBuild {
   ChunkSpec spec;
   int64_t micro_batch = 1;
   RecomputeOptions recompute = {};
+  uint64_t seed = 0;  // --seed: the dropout masks' key (kernels/dropout.h)
 };
 
 // The groups a chunk is split over, whose communicators must outlive it: TP (attention heads and
@@ -140,7 +141,8 @@ class TransformerChunk {
   // The rows a microbatch brings the chunk of `spec` (model/microbatch_inputs.h): the tokens and
   // targets (read by the first chunk and the last), the packed documents' position ids and
   // attention starts (every chunk), and on a last chunk with multi-token prediction its D depths'
-  // shifted tokens and targets, D rows each (model/mtp.h), read by a forward with gradients.
+  // shifted tokens and targets, D rows each (model/mtp.h), read by a forward with gradients; with
+  // dropout, each row's sample index in the run (its masks' key), read by a forward with gradients.
   static std::vector<MicrobatchInput> microbatch_inputs(const ModelConfig& cfg, const ChunkSpec& spec,
                                                         const MicrobatchShape& shape);
   std::vector<MicrobatchInput> microbatch_inputs(const MicrobatchShape& shape) const {

@@ -61,6 +61,7 @@ void check_sequence(int64_t T, int cp) {
 struct AttentionShape {
   int64_t B, T_l, H, G, D;
   const int32_t* key_start;  // (B, T_l) packed documents' first positions, or nullptr
+  DropoutSite dropout = {};  // attention dropout, keyed by global positions: the same on every block
   int64_t kv_rows() const { return B * T_l; }
   int64_t kv_width() const { return G * D; }
   int64_t kv_count() const { return 2 * B * T_l * G * D; }  // one packed K/V block
@@ -141,7 +142,7 @@ void ring_forward(const ContextParallel& cp, float* out, float* lse, const float
     float* step_out = step == 0 ? out : block_out;
     float* step_lse = step == 0 ? lse : block_lse;
     K.attention_block_forward(step_out, step_lse, q, held, held + count / 2, s.B, s.T_l, s.T_l,
-                              s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos, s.key_start);
+                              s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos, s.key_start, s.dropout);
     if (step > 0) K.attention_merge(out, lse, block_out, block_lse, s.B, s.T_l, s.H, s.D);
     send.wait();
     recv.wait();
@@ -177,7 +178,7 @@ void ring_backward(const ContextParallel& cp, float* dq, float* dk, float* dv, c
     K.zero(share, count);
     K.attention_block_backward(dq, share, share + count / 2, dout, q, held, held + count / 2, out,
                                lse, s.B, s.T_l, s.T_l, s.H, s.G, s.D, q_ld, width, width, q_pos,
-                               k_pos, s.key_start);
+                               k_pos, s.key_start, s.dropout);
     if (step > 0) {
       grad_recv.wait();
       K.residual_forward(share, share, incoming, count);
@@ -244,7 +245,7 @@ void all_gather_forward(const ContextParallel& cp, float* out, float* lse, const
   const int32_t* q_pos = rank_positions(cp, T) + cp.rank() * s.T_l;
   cp.kernels->attention_block_forward(out, lse, q, global, global + s.B * T * width, s.B, s.T_l, T,
                                       s.H, s.G, s.D, q_ld, width, width, q_pos,
-                                      cp.workspace->all_keys.ints(), s.key_start);
+                                      cp.workspace->all_keys.ints(), s.key_start, s.dropout);
 }
 
 void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float* dv,
@@ -264,7 +265,7 @@ void all_gather_backward(const ContextParallel& cp, float* dq, float* dk, float*
   K.attention_block_backward(dq, global_grad, global_grad + s.B * T * width, dout, q, global,
                              global + s.B * T * width, out, lse, s.B, s.T_l, T, s.H, s.G, s.D,
                              q_ld, width, width, positions + cp.rank() * s.T_l,
-                             ws.all_keys.ints(), s.key_start);
+                             ws.all_keys.ints(), s.key_start, s.dropout);
   // Every rank holds a share of every key's gradient: back to rank-major, summed at the owners.
   kv_from_global(cp, rank_major, global_grad, s);
   cp.comm().reduce_scatter(rank_major, own_grad, count);
@@ -390,13 +391,14 @@ void ContextParallel::take_local_rows(const int32_t* in, int32_t* out, int64_t B
 void ContextParallel::attention_forward(float* out, float* lse, const float* q, const float* k,
                                         const float* v, int64_t B, int64_t T_l, int64_t H,
                                         int64_t G, int64_t D, int64_t q_ld, int64_t k_ld,
-                                        int64_t v_ld, const int32_t* key_start) const {
+                                        int64_t v_ld, const int32_t* key_start,
+                                        const DropoutSite& dropout) const {
   // One rank without packed documents: the causal kernel; with them, the ring of one block.
   if (size() == 1 && key_start == nullptr) {
-    kernels->attention_forward(out, lse, q, k, v, B, T_l, H, G, D, q_ld, k_ld, v_ld, true);
+    kernels->attention_forward(out, lse, q, k, v, B, T_l, H, G, D, q_ld, k_ld, v_ld, true, dropout);
     return;
   }
-  const AttentionShape shape{B, T_l, H, G, D, key_start};
+  const AttentionShape shape{B, T_l, H, G, D, key_start, dropout};
   check_shape(shape, size(), q_ld, k_ld, v_ld);
   if (comm_type == CpCommType::P2P) {
     ring_forward(*this, out, lse, q, k, v, shape, q_ld, k_ld, v_ld);
@@ -410,13 +412,13 @@ void ContextParallel::attention_backward(float* dq, float* dk, float* dv, const 
                                          const float* out, const float* lse, int64_t B, int64_t T_l,
                                          int64_t H, int64_t G, int64_t D, int64_t q_ld,
                                          int64_t k_ld, int64_t v_ld,
-                                         const int32_t* key_start) const {
+                                         const int32_t* key_start, const DropoutSite& dropout) const {
   if (size() == 1 && key_start == nullptr) {
     kernels->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T_l, H, G, D, q_ld, k_ld, v_ld,
-                            true);
+                            true, dropout);
     return;
   }
-  const AttentionShape shape{B, T_l, H, G, D, key_start};
+  const AttentionShape shape{B, T_l, H, G, D, key_start, dropout};
   check_shape(shape, size(), q_ld, k_ld, v_ld);
   TESSEL_CHECK(dq != nullptr && dk != nullptr && dv != nullptr,
                "context_parallel.cpp: attention_backward needs all of dq, dk and dv");

@@ -65,14 +65,17 @@ struct ContextParallel {
   // out (B, T_l, H·D) contiguous, lse (B, H, T_l). Causal by global position. With one CP rank
   // these are exactly the kernels'. Backward accumulates into dq, dk, dv (same layouts as q, k, v).
   // Packed documents: key_start (B, T_l), each row's document's first global position: a row
-  // sees only keys from there on (nullptr: one document per sequence).
+  // sees only keys from there on (nullptr: one document per sequence). Attention dropout
+  // (kernels.h): its samples are the rows' (B, T_l), keyed by global positions on every block.
   void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t B, int64_t T_l, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                         int64_t k_ld, int64_t v_ld, const int32_t* key_start = nullptr) const;
+                         int64_t k_ld, int64_t v_ld, const int32_t* key_start = nullptr,
+                         const DropoutSite& dropout = {}) const;
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                           const float* k, const float* v, const float* out, const float* lse,
                           int64_t B, int64_t T_l, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                          int64_t k_ld, int64_t v_ld, const int32_t* key_start = nullptr) const;
+                          int64_t k_ld, int64_t v_ld, const int32_t* key_start = nullptr,
+                          const DropoutSite& dropout = {}) const;
 
   // `local`: sections over this rank's rows (B, T_l), each of CP·width columns that hold every CP
   // rank's heads in rank order -> `whole`: the same sections over whole sequences (B, T = CP·T_l)

@@ -212,9 +212,9 @@ double layer_bytes(const RunShape& x, int layer, Recompute mode, bool sp_branch,
       if (x.run.attention != AttentionBackend::Unfused) d.push_back({"flash attention's log-sum-exp (fp32)", sb * 4 * a / t});
       if (mode == Recompute::None && x.run.attention == AttentionBackend::Unfused)
         d.push_back({"no recompute keeps the attention scores (softmax, and dropout mask and output; the formula drops them)",
-                     sb * (2 * a * s + (m.attention_dropout > 0 ? 3 * a * s : 0)) / t});
+                     sb * (2 * a * s + (m.cfg.attention_dropout > 0 ? 3 * a * s : 0)) / t});
     }
-    if (m.hidden_dropout == 0) d.push_back({"no dropout: none of the formula's two 1-byte masks a layer", -sb * 2 * h * rows});
+    if (m.cfg.hidden_dropout == 0) d.push_back({"no dropout: none of the formula's two 1-byte masks a layer", -sb * 2 * h * rows});
   }
   double bytes = formula;
   for (const Correction& c : d) {
@@ -241,7 +241,7 @@ void activation_corrections(const RunShape& x, FormulaComparison& out) {
   const std::vector<ChunkSpec> chunks = x.stage_chunks(0);
   std::vector<double> chunk_bytes;
   for (const ChunkSpec& c : chunks) {
-    double bytes = c.has_embedding && m.hidden_dropout > 0 ? sb * h * rows : 0;
+    double bytes = c.has_embedding && m.cfg.hidden_dropout > 0 ? sb * h * rows : 0;
     for (int l = c.first_layer; l < c.first_layer + c.num_layers; ++l) bytes += layer_bytes(x, l, x.run.recompute_kind(), branch, nullptr);
     chunk_bytes.push_back(bytes);
   }
@@ -270,7 +270,7 @@ void activation_corrections(const RunShape& x, FormulaComparison& out) {
                   layers_in_flight, factor, m.cfg.num_layers * factor),
       per_layer * (layers_in_flight - m.cfg.num_layers * factor));
   const double embedding_formula = (8 * sb * p + sb * h * p) * factor / (branch ? t : 1);
-  const double embedding_planner = m.hidden_dropout > 0 ? sb * h * rows * at_peak[0] : 0;
+  const double embedding_planner = m.cfg.hidden_dropout > 0 ? sb * h * rows * at_peak[0] : 0;
   add(out.activations, "the embedding: its dropout mask per microbatch in flight (the formula: p × (8 B token ids + the mask))",
       embedding_planner - embedding_formula);
   double transient = 0;

@@ -94,7 +94,7 @@ std::vector<Saved> layer_items(const RunShape& x, int layer, bool linear, bool c
       {"norm inputs", 2 * e * h, rows, "2·e·h"},
       {"QKV and MLP inputs", 2 * e * h, rows, "2·e·h"},
   };
-  if (m.hidden_dropout > 0) items.push_back({"dropout masks", 2 * h, rows, "2·h (1 B each)"});
+  if (m.cfg.hidden_dropout > 0) items.push_back({"dropout masks", 2 * h, rows, "2·h (1 B each)"});
   if (linear) {
     for (const MemoryItem& i : gdn_mixer_items(x)) items.push_back({i.name, i.per_token, N, i.formula});
   } else {
@@ -103,7 +103,7 @@ std::vector<Saved> layer_items(const RunShape& x, int layer, bool linear, bool c
     for (const MemoryItem& i : attention_extra_items(x)) items.push_back({i.name, i.per_token, N, i.formula});
     if (core_attention_kept && x.run.attention == AttentionBackend::Unfused) {
       items.push_back({"softmax output", e * a * s / t, N, "e·a·s/t"});
-      if (m.attention_dropout > 0)
+      if (m.cfg.attention_dropout > 0)
         items.push_back({"attention dropout mask and output", (1 + e) * a * s / t, N, "(1 + e)·a·s/t"});
     } else if (x.run.attention != AttentionBackend::Unfused) {
       items.push_back({"log-sum-exp (fp32)", 4 * a / t, N, "4·a/t"});
@@ -164,7 +164,7 @@ ChunkMemory megatron_chunk(const RunShape& x, const ChunkSpec& c) {
     add_saved(m, {{"embedding and hidden norms' inputs, fc input", 4 * e * h, rows, "4·e·h"}}, mtp, "MTP: ");
     add_layers(model.cfg.num_layers - 1, false, mtp, "MTP layer: ");
   }
-  if (c.has_embedding && model.hidden_dropout > 0)
+  if (c.has_embedding && model.cfg.hidden_dropout > 0)
     add_saved(m, {{"embedding dropout mask", h, rows, "h"}}, 1, "embedding: ");
   // Alive for one microbatch at a time: the layer being recomputed, the head's logits.
   if (rc == Recompute::Full) {

@@ -36,8 +36,6 @@ std::vector<std::string> PlanModel::violations() const {
     sizes.kv_channels = 0;
   }
   std::vector<std::string> v = sizes.violations();
-  if (hidden_dropout < 0 || hidden_dropout >= 1 || attention_dropout < 0 || attention_dropout >= 1)
-    v.push_back("--hidden-dropout and --attention-dropout must be in [0, 1)");
   if (multi_latent_attention) {
     if (cfg.arch != Arch::Llama) v.push_back("--multi-latent-attention needs --arch llama");
     if (mla.q_lora_rank < 0 || mla.kv_lora_rank <= 0 || mla.qk_head_dim <= 0 ||

@@ -1,7 +1,8 @@
 // The model as the planner sees it: tessel's ModelConfig (the sizes `tessel train` takes, with
 // the same flag and JSON names: dense, MoE, and the Qwen3-Next hybrid of Gated DeltaNet and gated
-// attention layers with MTP) plus what only the planner models — Megatron-LM features tessel does
-// not train yet (multi-latent attention, dropout masks) — and the counts every estimate is built
+// attention layers with MTP; its dropout, whose masks Megatron keeps and tessel redraws) plus what
+// only the planner models — Megatron-LM features tessel does not train yet (multi-latent
+// attention) — and the counts every estimate is built
 // on: parameters per layer and how they split over TP, EP and ETP, and matrix-multiply FLOPs per
 // token. Layer kinds (Gated DeltaNet or attention, MoE or dense) follow the global layer index,
 // so any pipeline split counts each stage's own layers.
@@ -21,8 +22,6 @@ namespace tessel {
 struct PlanModel {
   std::string name;  // the preset or file it came from
   ModelConfig cfg;
-  double hidden_dropout = 0;       // --hidden-dropout: > 0 keeps a 1-byte mask per residual element
-  double attention_dropout = 0;    // --attention-dropout: > 0 keeps a mask per attention score
   bool multi_latent_attention = false;  // --multi-latent-attention
   MlaConfig mla;  // family/family.h
 

@@ -20,8 +20,6 @@ using nlohmann::json;
 bool planner_key(PlanModel& m, const std::string& key, const json& value) {
   if (key == "name")
     m.name = value.get<std::string>();
-  else if (key == "hidden_dropout") m.hidden_dropout = value.get<double>();
-  else if (key == "attention_dropout") m.attention_dropout = value.get<double>();
   else if (key == "multi_latent_attention") m.multi_latent_attention = value.get<bool>();
   else if (key == "q_lora_rank") m.mla.q_lora_rank = value.get<int>();
   else if (key == "kv_lora_rank") m.mla.kv_lora_rank = value.get<int>();
@@ -38,8 +36,6 @@ PlanModel model_from_hf(const json& j, const std::string& source) {
   PlanModel m;
   m.name = j.at("model_type").get<std::string>();
   m.cfg = std::move(sizes.cfg);
-  m.hidden_dropout = sizes.hidden_dropout;
-  m.attention_dropout = sizes.attention_dropout;
   m.multi_latent_attention = sizes.multi_latent_attention;
   m.mla = sizes.mla;
   return m;
@@ -75,8 +71,6 @@ PlanModel load_plan_model(const std::string& path) {
 json plan_model_to_json(const PlanModel& m) {
   json j = model_config_to_json(m.cfg);
   j["name"] = m.name;
-  if (m.hidden_dropout > 0) j["hidden_dropout"] = m.hidden_dropout;
-  if (m.attention_dropout > 0) j["attention_dropout"] = m.attention_dropout;
   if (m.multi_latent_attention) {
     j["multi_latent_attention"] = true;
     j["q_lora_rank"] = m.mla.q_lora_rank;

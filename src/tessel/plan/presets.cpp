@@ -20,6 +20,7 @@ PlanModel sized(const std::string& name, Arch arch, int layers, int hidden, int 
   c.num_layers = layers, c.hidden_size = hidden, c.num_attention_heads = heads;
   c.vocab_size = vocab;
   c.seq_length = c.max_position_embeddings = seq;
+  c.hidden_dropout = c.attention_dropout = 0.0f;  // a preset's dropout is its source's: none unless it says
   return m;
 }
 
@@ -27,7 +28,7 @@ PlanModel sized(const std::string& name, Arch arch, int layers, int hidden, int 
 // GELU MLP of 4·h, tied embeddings, vocabulary 51,200, sequence 2048, dropout 0.1.
 PlanModel megatron_gpt(const std::string& name, int heads, int hidden, int layers) {
   PlanModel m = sized(name, Arch::GPT2, layers, hidden, heads, 51200, 2048);
-  m.hidden_dropout = m.attention_dropout = 0.1;
+  m.cfg.hidden_dropout = m.cfg.attention_dropout = 0.1f;
   return m;
 }
 

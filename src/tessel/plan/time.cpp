@@ -64,7 +64,7 @@ double layer_traffic(const RunShape& x, int layer, bool linear, double norm_rows
   const double e = x.e, h = m.cfg.hidden_size, t = x.t, N = static_cast<double>(x.N);
   const double q = static_cast<double>(m.q_width()), kv = static_cast<double>(m.kv_width()),
                vw = static_cast<double>(m.v_width()), a = m.cfg.num_attention_heads, s = static_cast<double>(x.s);
-  double per_row = 2 * 2 * e * h + 2 * (3 * e * h + (m.hidden_dropout > 0 ? h : 0));
+  double per_row = 2 * 2 * e * h + 2 * (3 * e * h + (m.cfg.hidden_dropout > 0 ? h : 0));
   double per_token = 0;
   if (linear) {  // conv read + write, q and k l2-normed in place, gated norm reads o and z and writes
     const LinearAttentionConfig& g = m.cfg.linear;
@@ -72,7 +72,7 @@ double layer_traffic(const RunShape& x, int layer, bool linear, double norm_rows
   } else {
     if (m.swiglu() && !m.multi_latent_attention) per_token += 2 * e * (q + kv) / t;  // RoPE
     if (x.run.attention == AttentionBackend::Unfused)
-      per_token += a * s / t * (4 * e + (m.attention_dropout > 0 ? 2 * e + 1 : 0));
+      per_token += a * s / t * (4 * e + (m.cfg.attention_dropout > 0 ? 2 * e + 1 : 0));
     else
       per_token += e * (q + 2 * kv + vw) / t;
     if (m.cfg.attention_output_gate) per_token += 3 * e * vw / t;

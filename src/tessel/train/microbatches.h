@@ -3,7 +3,8 @@
 // The data loader (data/batches.h) reads this DP rank's rows of a global batch on the host,
 // ahead of time. They cross to the backend's memory once — (micro batch, T) rows of the inputs a
 // chunk asks for by name (model/microbatch_inputs.h: tokens, targets and, with packed documents,
-// position ids and attention starts, and rows shifted within their sequences) — and there context
+// position ids and attention starts, rows shifted within their sequences, and each row's sample
+// index in the run, which keys dropout) — and there context
 // parallelism keeps this CP rank's T/CP rows of every sequence (its two chunks of 2·CP,
 // parallel/context_parallel.h) straight into the pipeline slot's buffers: the selection runs as
 // a kernel of the table in the memory it reads, on any backend, and the host never indexes

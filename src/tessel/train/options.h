@@ -139,7 +139,7 @@ struct FaultOptions {
 };
 
 struct TrainOptions {
-  uint64_t seed = 1234;  // --seed: initialisation and the datasets' shuffles
+  uint64_t seed = 1234;  // --seed: initialisation, the datasets' shuffles and the dropout masks
   // --bf16: every GEMM on bf16 operands with fp32 accumulation (kernels/bf16.h); master weights,
   // gradients and their reductions, the optimizer, norms, softmax and loss stay fp32.
   Precision precision = Precision::FP32;

@@ -68,6 +68,9 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
                             tokenizer.type()));
   if (o.seed > 0xffffffffull)  // numpy's RandomState, which the datasets' shuffles reproduce
     v.push_back(fmt::format("--seed {} must be below 2^32", o.seed));
+  if (o.device == Device::CUDA && model.attention_dropout > 0)  // hidden dropout runs on CUDA
+    v.push_back(fmt::format("--attention-dropout {} is built for the CPU only: give --attention-dropout 0 with "
+                            "--device cuda", model.attention_dropout));
   if (o.eval.iters < 0) v.push_back(fmt::format("--eval-iters {} is negative", o.eval.iters));
   if (o.eval.interval < 1)
     v.push_back(fmt::format("--eval-interval {} must be at least 1", o.eval.interval));

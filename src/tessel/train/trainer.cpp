@@ -52,7 +52,7 @@ struct StageModel {
       chunks.push_back(std::make_unique<TransformerChunk>(
           k, params, plan.model,
           ChunkBuild{.spec = spec, .micro_batch = plan.options.batch.micro_batch_size,
-                     .recompute = plan.options.recompute},
+                     .recompute = plan.options.recompute, .seed = plan.options.seed},
           ChunkGroups{.tp = tp, .cp = cp, .moe = moe}));
     params.finalize(k.memory);
     for (auto& c : chunks) c->bind(params);

@@ -136,10 +136,10 @@ void check_against_full_attention(const ContextParallel& cp, const AttentionCase
   std::vector<float> out(B * T * H * D), lse(B * H * T);
   std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
   cpu_kernels().attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, G, D, H * D,
-                         G * D, G * D, true);
+                         G * D, G * D, true, tessel::DropoutSite{});
   cpu_kernels().attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
                           v.data(), out.data(), lse.data(), B, T, H, G, D, H * D, G * D, G * D,
-                          true);
+                          true, tessel::DropoutSite{});
 
   // This rank's rows: fused qkv (B, T_l, ld), dout (B, T_l, H·D); expected values alike.
   const std::vector<int32_t> positions = cp.local_positions(T);
@@ -287,7 +287,7 @@ TEST(ContextParallel, OneRankIsTheKernel) {
   const std::vector<float> kv = random_vector(B * T * G * D, 2, 1.0f);
   std::vector<float> out(B * T * H * D), lse(B * H * T), want_out(out.size()), want_lse(lse.size());
   cpu_kernels().attention_forward(want_out.data(), want_lse.data(), q.data(), kv.data(), kv.data(), B, T, H,
-                         G, D, H * D, G * D, G * D, true);
+                         G, D, H * D, G * D, G * D, true, tessel::DropoutSite{});
   cp.attention_forward(out.data(), lse.data(), q.data(), kv.data(), kv.data(), B, T, H, G, D, H * D,
                        G * D, G * D);
   EXPECT_EQ(out, want_out);

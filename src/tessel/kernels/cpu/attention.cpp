@@ -34,7 +34,7 @@ namespace {
 void forward_query_block(float* out, float* lse, const float* q, const float* k, const float* v,
                          const AttentionPlan& plan, const QueryBlock& block, int64_t b, int64_t h,
                          int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                         int64_t k_ld, int64_t v_ld) {
+                         int64_t k_ld, int64_t v_ld, const DropoutSite& dropout) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t g = h / (H / G);
   const int64_t out_ld = H * D;
@@ -79,6 +79,11 @@ void forward_query_block(float* out, float* lse, const float* q, const float* k,
     std::fill(row + span, row + ld, 0.0f);
     lse_block[r] = max + std::log(sum);
     inv_sum[r] = 1.0f / sum;
+    if (dropout.active()) {  // after the sum: dropout leaves the normalisation alone
+      const int32_t q_position = query_position(plan, t0 + r);
+      for (int64_t s = 0; s < span; ++s)
+        row[s] *= attention_dropout_factor(dropout, b * Tq + t0 + r, q_position, h, key_position(plan, block, s));
+    }
   }
   // out = (unnormalised P) · v, then each row divided by its sum
   gemm(false, false, rows, D, keys, 1.0f, probs, ld, v_head, v_ld, 0.0f, out_block, out_ld);
@@ -91,7 +96,8 @@ void forward_query_block(float* out, float* lse, const float* q, const float* k,
 
 void forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B,
              int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, int64_t q_ld, int64_t k_ld,
-             int64_t v_ld, const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start) {
+             int64_t v_ld, const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start,
+             const DropoutSite& dropout) {
   const AttentionPlan& plan = plan_attention(Tq, Tk, q_pos, k_pos, key_start);
   const int64_t blocks = static_cast<int64_t>(plan.blocks.size());
   const int64_t tasks = B * H * blocks;
@@ -102,7 +108,7 @@ void forward(float* out, float* lse, const float* q, const float* k, const float
     const int64_t b = task % (B * H) / H;
     const int64_t h = task % H;
     const QueryBlock block = narrow_to_documents(plan, plan.blocks[blocks - 1 - task / (B * H)], b);
-    forward_query_block(out, lse, q, k, v, plan, block, b, h, Tq, Tk, H, G, D, q_ld, k_ld, v_ld);
+    forward_query_block(out, lse, q, k, v, plan, block, b, h, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, dropout);
   }
 }
 
@@ -110,20 +116,20 @@ void forward(float* out, float* lse, const float* q, const float* k, const float
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                       int64_t k_ld, int64_t v_ld, bool causal) {
+                       int64_t k_ld, int64_t v_ld, bool causal, const DropoutSite& dropout) {
   check_attention_args("attention_forward", B, T, T, H, G, D, q_ld, k_ld, v_ld, nullptr, nullptr,
                        false);
   const int32_t* positions = causal ? causal_positions(T) : nullptr;
-  forward(out, lse, q, k, v, B, T, T, H, G, D, q_ld, k_ld, v_ld, positions, positions, nullptr);
+  forward(out, lse, q, k, v, B, T, T, H, G, D, q_ld, k_ld, v_ld, positions, positions, nullptr, dropout);
 }
 
 void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                              int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                             const int32_t* k_pos, const int32_t* key_start) {
+                             const int32_t* k_pos, const int32_t* key_start, const DropoutSite& dropout) {
   check_attention_args("attention_block_forward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos,
                        true);
-  forward(out, lse, q, k, v, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos, key_start);
+  forward(out, lse, q, k, v, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos, key_start, dropout);
 }
 
 void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,

@@ -34,7 +34,7 @@ void backward_query_block(float* dq, KvGrads kv, const float* dout, const float*
                           const float* v, const float* out, const float* lse,
                           const AttentionPlan& plan, const QueryBlock& block, int64_t b, int64_t h,
                           int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                          int64_t k_ld, int64_t v_ld) {
+                          int64_t k_ld, int64_t v_ld, const DropoutSite& dropout) {
   const int64_t keys = block.keys();
   if (keys == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -81,11 +81,26 @@ void backward_query_block(float* dq, KvGrads kv, const float* dout, const float*
     std::fill(row + span, row + ld, 0.0f);
     spans[r] = span;
   }
-  // dv += Pᵀ · dout
+  // Attention dropout: the forward's factors F redrawn; dv takes the dropped P ∘ F, and dS below
+  // P ∘ (F ∘ dP − D_t) (D_t = Σ dout·out is Σ_s (P ∘ F) ∘ dP, the dropped output's).
+  const bool drops = dropout.active();
+  float* factors = scratch.factors.data();  // (rows, ld)
+  if (drops) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t q_position = query_position(plan, t0 + r);
+      float* f = factors + r * ld;
+      for (int64_t s = 0; s < spans[r]; ++s)
+        f[s] = attention_dropout_factor(dropout, b * Tq + t0 + r, q_position, h, key_position(plan, block, s));
+      for (int64_t s = 0; s < spans[r]; ++s) dprobs[r * ld + s] = probs[r * ld + s] * f[s];
+      std::fill(dprobs + r * ld + spans[r], dprobs + (r + 1) * ld, 0.0f);
+    }
+  }
+  const float* dropped = drops ? dprobs : probs;  // (rows, ld) P ∘ F, or P
+  // dv += (P ∘ F)ᵀ · dout
   float* dk_rows = kv.dk != nullptr ? kv.dk + block.key_begin * kv.dk_ld : nullptr;  // (keys, D)
   float* dv_rows = kv.dv != nullptr ? kv.dv + block.key_begin * kv.dv_ld : nullptr;  // (keys, D)
   if (dv_rows != nullptr) {
-    gemm(true, false, keys, D, rows, 1.0f, probs, ld, dout_block, out_ld, 1.0f, dv_rows, kv.dv_ld);
+    gemm(true, false, keys, D, rows, 1.0f, dropped, ld, dout_block, out_ld, 1.0f, dv_rows, kv.dv_ld);
   }
   if (dq == nullptr && dk_rows == nullptr) return;
   // dP = dout · vᵀ; dS = P ∘ (dP - D_t) in place, 0 where P is (the masked keys)
@@ -95,8 +110,14 @@ void backward_query_block(float* dq, KvGrads kv, const float* dout, const float*
     float* ds = dprobs + r * ld;
     const int64_t span = spans[r];
     const float row_d = out_dot_dout[r];
+    if (drops) {
+      const float* f = factors + r * ld;
 #pragma omp simd
-    for (int64_t s = 0; s < span; ++s) ds[s] = p[s] * (ds[s] - row_d);
+      for (int64_t s = 0; s < span; ++s) ds[s] = p[s] * (f[s] * ds[s] - row_d);
+    } else {
+#pragma omp simd
+      for (int64_t s = 0; s < span; ++s) ds[s] = p[s] * (ds[s] - row_d);
+    }
     std::fill(ds + span, ds + ld, 0.0f);
   }
   // dq += scale · dS · k; dk += scale · dSᵀ · q
@@ -112,7 +133,8 @@ void backward_query_block(float* dq, KvGrads kv, const float* dout, const float*
 void backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
               const float* v, const float* out, const float* lse, int64_t B, int64_t Tq, int64_t Tk,
               int64_t H, int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
-              const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start) {
+              const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start,
+              const DropoutSite& dropout) {
   if (B == 0 || Tq == 0 || Tk == 0) return;
   const AttentionPlan& plan = plan_attention(Tq, Tk, q_pos, k_pos, key_start);
   const int64_t heads_per_group = H / G;
@@ -156,7 +178,7 @@ void backward(float* dq, float* dk, float* dv, const float* dout, const float* q
       const QueryBlock block =
           narrow_to_documents(plan, plan.blocks[blocks - 1 - item / heads_per_group], b);
       backward_query_block(dq, kv, dout, q, k, v, out, lse, plan, block, b, h, Tq, Tk, H, G, D,
-                           q_ld, k_ld, v_ld);
+                           q_ld, k_ld, v_ld, dropout);
     }
   }
   if (!use_partials) return;
@@ -190,23 +212,23 @@ void backward(float* dq, float* dk, float* dv, const float* dout, const float* q
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                         const float* k, const float* v, const float* out, const float* lse,
                         int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                        int64_t k_ld, int64_t v_ld, bool causal) {
+                        int64_t k_ld, int64_t v_ld, bool causal, const DropoutSite& dropout) {
   check_attention_args("attention_backward", B, T, T, H, G, D, q_ld, k_ld, v_ld, nullptr, nullptr,
                        false);
   const int32_t* positions = causal ? causal_positions(T) : nullptr;
   backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, H, G, D, q_ld, k_ld, v_ld, positions,
-           positions, nullptr);
+           positions, nullptr, dropout);
 }
 
 void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                               const float* k, const float* v, const float* out, const float* lse,
                               int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                               int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                              const int32_t* k_pos, const int32_t* key_start) {
+                              const int32_t* k_pos, const int32_t* key_start, const DropoutSite& dropout) {
   check_attention_args("attention_block_backward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos,
                        true);
   backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos, k_pos,
-           key_start);
+           key_start, dropout);
 }
 
 }  // namespace tessel::cpu

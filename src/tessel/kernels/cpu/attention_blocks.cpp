@@ -14,6 +14,7 @@ AttentionScratch& attention_scratch(int64_t ld) {
   if (scratch.probs.size() < n) {
     scratch.probs.resize(n);
     scratch.dprobs.resize(n);
+    scratch.factors.resize(n);
     scratch.row_values.resize(kQueryRows);
     scratch.spans.resize(kQueryRows);
   }

@@ -29,6 +29,7 @@ inline float row_max(const float* row, int64_t n) {
 struct AttentionScratch {
   std::vector<float> probs;       // (kQueryRows, ld): scores, then probabilities
   std::vector<float> dprobs;      // (kQueryRows, ld): dP, then dS (backward)
+  std::vector<float> factors;     // (kQueryRows, ld): attention dropout's factors (backward)
   std::vector<float> row_values;  // (kQueryRows): 1/Σ (forward) or Σ_d dout·out (backward)
   std::vector<int64_t> spans;     // (kQueryRows): columns of each row that may be non-zero
 };
@@ -74,6 +75,14 @@ const AttentionPlan& plan_attention(int64_t Tq, int64_t Tk, const int32_t* q_pos
 // `block` for batch item b under packed documents (plan.key_start): row t sees only keys at
 // positions ≥ key_start[b·Tq + t], its document's first. Keys before the block's earliest start
 // leave the range; the block is masked when some row starts after the range's first key.
+// The global positions of query row t and of key column s of a block (the plan's, or the index).
+inline int32_t query_position(const AttentionPlan& plan, int64_t t) {
+  return plan.q_pos != nullptr ? plan.q_pos[t] : static_cast<int32_t>(t);
+}
+inline int32_t key_position(const AttentionPlan& plan, const QueryBlock& block, int64_t s) {
+  return plan.k_pos != nullptr ? plan.k_pos[block.key_begin + s] : static_cast<int32_t>(block.key_begin + s);
+}
+
 QueryBlock narrow_to_documents(const AttentionPlan& plan, QueryBlock block, int64_t b);
 
 // Masks the scores row of query row t of batch item b (block-local columns [0, block.keys())):

@@ -32,6 +32,25 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+void dropout_add_forward(float* out, const float* a, const float* b, int64_t R, int64_t C,
+                         const DropoutSite& site) {
+  const bool active = site.active();
+#pragma omp parallel for schedule(static) if (worth_parallel(R * C))
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      const float kept = b[r * C + c] * (active ? dropout_factor(site, r, c) : 1.0f);
+      out[r * C + c] = a != nullptr ? a[r * C + c] + kept : kept;
+    }
+  }
+}
+
+void dropout_add_backward(float* db, const float* dout, int64_t R, int64_t C, const DropoutSite& site) {
+  const bool active = site.active();
+#pragma omp parallel for schedule(static) if (worth_parallel(R * C))
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) db[r * C + c] += dout[r * C + c] * (active ? dropout_factor(site, r, c) : 1.0f);
+}
+
 void scale(float* x, float factor, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= factor;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "tessel/kernels/dropout.h"
 #include "tessel/kernels/types.h"
 
 namespace tessel::cpu {
@@ -45,6 +46,14 @@ void embedding_shard_ids(int32_t* local, const int32_t* tokens, int64_t N, int64
 // out = a + b, n elements (the residual connection; its backward is the identity, so the model
 // lets the gradient flow through one buffer without a kernel). out may be a (an accumulation).
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
+// Dropout then the residual add (Megatron's bias-dropout-add without the bias), on rows (R, C):
+// out[r, c] = a[r, c] + b[r, c] · m[r, c], m = dropout_factor(site, r, c) (kernels/dropout.h: 0
+// or 1/(1 − p), keyed by the row's sample and position and the feature c + site.feature_offset);
+// a nullptr: out = b · m (the embedding's output). out may be a or b. Without an active site m = 1.
+void dropout_add_forward(float* out, const float* a, const float* b, int64_t R, int64_t C,
+                         const DropoutSite& site);
+// db (R, C) += dout · m, the same m; a's gradient is dout itself, which the caller lets flow on.
+void dropout_add_backward(float* db, const float* dout, int64_t R, int64_t C, const DropoutSite& site);
 
 // ---- norms ---------------------------------------------------------------------------------
 // out (N, C) = (inp - mean) · rstd · weight + bias; saves mean (N), rstd (N).
@@ -207,14 +216,19 @@ void gated_delta_rule_step(float* out, float* state, const float* q, const float
 // their own ld and G heads. out (B, T, H·D) contiguous; lse (B, H, T) = log Σ exp(scores),
 // saved for backward (flash-attention style: probabilities are recomputed, never stored).
 // causal: key s visible to query t iff s ≤ t. scale = 1/sqrt(D).
+// Attention dropout (an active `dropout`, kernels/dropout.h): the normalised probabilities are
+// multiplied by attention_dropout_factor(dropout, b·T + t, query position, h, key position) before
+// P·V, positions global (0..T−1 here; q_pos and k_pos in the block kernels); lse stays that of the
+// probabilities before dropout, so partial results still merge by it. The backward redraws the
+// same factors.
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                       int64_t k_ld, int64_t v_ld, bool causal);
+                       int64_t k_ld, int64_t v_ld, bool causal, const DropoutSite& dropout);
 // dq, dk, dv use the same layouts and ld as q, k, v (they may be views of one fused buffer).
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                         const float* k, const float* v, const float* out, const float* lse,
                         int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                        int64_t k_ld, int64_t v_ld, bool causal);
+                        int64_t k_ld, int64_t v_ld, bool causal, const DropoutSite& dropout);
 // The same over a block of keys, for context parallelism: Tq query rows against Tk key rows
 // (q, out, dq, dout rows b·Tq + t; k, v, dk, dv rows b·Tk + s; lse (B, H, Tq)). q_pos (Tq) and
 // k_pos (Tk) are global positions, the same for every batch item: key s is visible to query t
@@ -227,12 +241,13 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 void attention_block_forward(float* out, float* lse, const float* q, const float* k,
                              const float* v, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                              int64_t G, int64_t D, int64_t q_ld, int64_t k_ld, int64_t v_ld,
-                             const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start);
+                             const int32_t* q_pos, const int32_t* k_pos, const int32_t* key_start,
+                             const DropoutSite& dropout);
 void attention_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                               const float* k, const float* v, const float* out, const float* lse,
                               int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                               int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                              const int32_t* k_pos, const int32_t* key_start);
+                              const int32_t* k_pos, const int32_t* key_start, const DropoutSite& dropout);
 // Merges the partial attention of another key block into (out, lse), row by row, by log-sum-exp:
 // lse' = log(e^lse + e^block_lse), out' = (e^lse·out + e^block_lse·block_out) / e^lse'. Rows of
 // either side with lse = -inf (no key seen) add nothing. out, block_out (B, T, H·D); lse,

@@ -160,7 +160,8 @@ void forward(float* out, float* lse, const float* q, const float* k, const float
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                       int64_t k_ld, int64_t v_ld, bool causal) {
+                       int64_t k_ld, int64_t v_ld, bool causal, const DropoutSite& dropout) {
+  refuse_dropout("attention_forward", dropout);
   check_attention_args("attention_forward", B, T, T, H, G, D, q_ld, k_ld, v_ld);
   forward(out, lse, q, k, v, B, T, T, H, G, D, q_ld, k_ld, v_ld,
           Visibility{nullptr, nullptr, causal});
@@ -169,7 +170,8 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 void attention_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                              int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                             const int32_t* k_pos, const int32_t* key_start) {
+                             const int32_t* k_pos, const int32_t* key_start, const DropoutSite& dropout) {
+  refuse_dropout("attention_block_forward", dropout);
   forward(out, lse, q, k, v, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld,
           block_visibility("attention_block_forward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld, q_pos,
                            k_pos, key_start));

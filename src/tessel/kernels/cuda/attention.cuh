@@ -10,6 +10,7 @@
 #pragma once
 
 #include "tessel/kernels/cuda/device.cuh"
+#include "tessel/kernels/dropout.h"
 
 namespace tessel::cuda {
 
@@ -76,6 +77,12 @@ __device__ inline void accumulate_rows(float (&acc)[kColumnsPerLane], float weig
       if (d < D) acc[j] += w * tile[i * (D + 1) + d];
     }
   }
+}
+
+// Attention-probability dropout is built for the CPU only: an active one stops here (training
+// refuses it on CUDA up front, train/plan.cpp; hidden dropout runs on CUDA).
+inline void refuse_dropout(const char* which, const DropoutSite& dropout) {
+  if (dropout.active()) cuda_fail(which, "attention dropout is not built for CUDA; give --attention-dropout 0");
 }
 
 // Shapes the kernels cannot run throw, naming the call (the CPU reference's checks, and the

@@ -172,7 +172,8 @@ void backward(float* dq, float* dk, float* dv, const float* dout, const float* q
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                         const float* k, const float* v, const float* out, const float* lse,
                         int64_t B, int64_t T, int64_t H, int64_t G, int64_t D, int64_t q_ld,
-                        int64_t k_ld, int64_t v_ld, bool causal) {
+                        int64_t k_ld, int64_t v_ld, bool causal, const DropoutSite& dropout) {
+  refuse_dropout("attention_backward", dropout);
   check_attention_args("attention_backward", B, T, T, H, G, D, q_ld, k_ld, v_ld);
   backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, H, G, D, q_ld, k_ld, v_ld,
            Visibility{nullptr, nullptr, causal});
@@ -182,7 +183,8 @@ void attention_block_backward(float* dq, float* dk, float* dv, const float* dout
                               const float* k, const float* v, const float* out, const float* lse,
                               int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t G, int64_t D,
                               int64_t q_ld, int64_t k_ld, int64_t v_ld, const int32_t* q_pos,
-                              const int32_t* k_pos, const int32_t* key_start) {
+                              const int32_t* k_pos, const int32_t* key_start, const DropoutSite& dropout) {
+  refuse_dropout("attention_block_backward", dropout);
   backward(dq, dk, dv, dout, q, k, v, out, lse, B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld,
            block_visibility("attention_block_backward", B, Tq, Tk, H, G, D, q_ld, k_ld, v_ld,
                             q_pos, k_pos, key_start));

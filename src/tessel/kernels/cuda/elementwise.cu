@@ -20,6 +20,23 @@ __global__ void residual_kernel(float* out, const float* a, const float* b, int6
   TESSEL_GRID_LOOP(i, n) out[i] = a[i] + b[i];
 }
 
+// One thread per element; the mask is kernels/dropout.h's function of the element's coordinates,
+// the same bits the CPU reference draws.
+__global__ void dropout_add_kernel(float* out, const float* a, const float* b, int64_t R, int64_t C,
+                                   DropoutSite site) {
+  const bool active = site.active();
+  TESSEL_GRID_LOOP(i, R * C) {
+    const float kept = b[i] * (active ? dropout_factor(site, i / C, i % C) : 1.0f);
+    out[i] = a != nullptr ? a[i] + kept : kept;
+  }
+}
+
+__global__ void dropout_add_backward_kernel(float* db, const float* dout, int64_t R, int64_t C,
+                                            DropoutSite site) {
+  const bool active = site.active();
+  TESSEL_GRID_LOOP(i, R * C) db[i] += dout[i] * (active ? dropout_factor(site, i / C, i % C) : 1.0f);
+}
+
 __global__ void sum_squares_kernel(double* partial, const float* x, int64_t n) {
   __shared__ double shared[kWarp];
   double sum = 0.0;
@@ -73,6 +90,15 @@ void scale(float* x, float factor, int64_t n) { launch_n("scale", scale_kernel, 
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   launch_n("residual_forward", residual_kernel, n, out, a, b, n);
+}
+
+void dropout_add_forward(float* out, const float* a, const float* b, int64_t R, int64_t C,
+                         const DropoutSite& site) {
+  launch_n("dropout_add_forward", dropout_add_kernel, R * C, out, a, b, R, C, site);
+}
+
+void dropout_add_backward(float* db, const float* dout, int64_t R, int64_t C, const DropoutSite& site) {
+  launch_n("dropout_add_backward", dropout_add_backward_kernel, R * C, db, dout, R, C, site);
 }
 
 double sum_squares(const float* x, int64_t n, double sum) {
