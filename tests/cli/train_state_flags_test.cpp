@@ -149,18 +149,22 @@ TEST(TrainStateCli, PerTokenLossChangesTheGradientWhereTokensAreMasked) {
   const std::string corpus = TESSEL_SOURCE_DIR "/data/kjv-genesis-esther.txt";
   ASSERT_EQ(run_tessel("tokenizer train --input " + corpus + " --vocab-size 300 --model-type byte-bpe --output " +
                        dir.path("tok")).exit_code, 0);
-  // One document per verse (a blank line after each): an end of document in most samples.
+  // One document per verse (a blank line after each): an end of document in most samples, and
+  // microbatches of one sample, whose counts of masked tokens differ.
   std::ifstream verses(corpus);
   std::string documents;
   for (std::string line; documents.size() < 20000 && std::getline(verses, line);) documents += line + "\n\n";
   const std::string data = "--vocab-size 300 --tokenizer-type HuggingFaceTokenizer --tokenizer-model " +
-                           dir.path("tok") + " --eod-mask-loss --data-path " + dir.write("docs.txt", documents) + " ";
+                           dir.path("tok") + " --eod-mask-loss --micro-batch-size 1 --global-batch-size 8 --data-path " +
+                           dir.write("docs.txt", documents) + " ";
   train(data + "--log-json " + dir.path("mean.jsonl"));
   train(data + "--calculate-per-token-loss --log-json " + dir.path("token.jsonl"));
   const std::vector<Record> mean = records(dir.path("mean.jsonl")), token = records(dir.path("token.jsonl"));
   ASSERT_EQ(mean.size(), 4u);
   ASSERT_EQ(token.size(), 4u);
-  EXPECT_EQ(mean[0].loss, token[0].loss);  // iteration 1 steps at the warmup's rate 0: iteration 2 too
+  // Iteration 1 steps at the warmup's rate 0: the first two losses are the same.
+  EXPECT_EQ(mean[0].loss, token[0].loss);
+  EXPECT_EQ(mean[1].loss, token[1].loss);
   EXPECT_NE(mean[2].loss, token[2].loss);
   EXPECT_NE(mean[3].loss, token[3].loss);
 }
