@@ -55,8 +55,9 @@ void CheckpointCommand::inspect(const nlohmann::json& meta) const {
     fmt::print("tensor {} {} {} | {} slice(s)\n", name, shape_str(shape),
                t.at("dtype").get<std::string>(), t.at("shards").size());
   }
-  fmt::print("{} tensors, {} values (+ Adam m and v), {:.2f} MiB on disk\n",
-             meta.at("tensors").size(), values, bytes / 1048576.0);
+  fmt::print("{} tensors, {} values ({}), {:.2f} MiB on disk\n", meta.at("tensors").size(), values,
+             has_optimizer_state(meta) ? "+ Adam m and v" : "weights only: saved with --no-save-optim",
+             bytes / 1048576.0);
 }
 
 }  // namespace tessel

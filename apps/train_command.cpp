@@ -91,6 +91,9 @@ TrainCommand::TrainCommand(CLI::App& app) {
              "positions restart after each end-of-document token");
   c.add_flag("--reset-attention-mask", t.data.reset_attention_mask, "attention stays within each document");
   c.add_flag("--eod-mask-loss", t.data.eod_mask_loss, "no loss where the input is an end-of-document token");
+  c.add_flag("--calculate-per-token-loss", t.batch.calculate_per_token_loss,
+             "the gradient of the loss summed over the global batch's loss tokens and divided by their count "
+             "(default: the mean of each microbatch's mean token loss); they differ only with masked tokens");
   c.add_option("--eval-interval", t.eval.interval, "iterations between evaluations on the valid split")
       ->capture_default_str();
   c.add_option("--eval-iters", t.eval.iters, "global batches per evaluation (0: none)")
@@ -111,6 +114,19 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_option("--exit-interval", t.checkpoint.exit_interval,
                "stop once the iteration is a multiple of this (after saving)");
   c.add_option("--load", t.checkpoint.load, "resume from the newest checkpoint in this folder (any layout)");
+  CheckpointOptions& ckpt = t.checkpoint;
+  c.add_flag("--finetune", ckpt.finetune,
+             "take --load's weights alone and train from iteration 0: the first samples, a fresh optimizer and "
+             "learning-rate schedule");
+  c.add_flag("--no-load-optim", ckpt.no_load_optim,
+             "resume --load's weights and iteration with a fresh optimizer: zero Adam moments, the learning-rate "
+             "schedule from its start");
+  c.add_flag("--no-save-optim", ckpt.no_save_optim,
+             "save the weights without Adam's moments (a resume from such a save starts the optimizer afresh)");
+  c.add_flag("--no-load-rng", ckpt.no_load_rng,
+             "no effect: tessel keeps no generator state to load (every draw is a function of --seed)");
+  c.add_flag("--no-save-rng", ckpt.no_save_rng,
+             "no effect: tessel keeps no generator state to save (every draw is a function of --seed)");
   implementation_.add_to(c);
   moe_.add_to(c);
   unbuilt_.add_to(c);
@@ -126,6 +142,12 @@ TrainCommand::TrainCommand(CLI::App& app) {
                              "return_unexpected", "return_all", "ignore_all"}));
   c.add_option("--lr", t.optim.lr.lr, "peak learning rate")->capture_default_str();
   c.add_option("--min-lr", t.optim.lr.min_lr, "final learning rate")->capture_default_str();
+  c.add_option_function<float>(
+      "--decoupled-lr", [&t](const float& lr) { t.optim.decoupled_lr = lr; },
+      "peak learning rate of the input embedding and the output layer (default: --lr), on the same schedule");
+  c.add_option_function<float>(
+      "--decoupled-min-lr", [&t](const float& lr) { t.optim.decoupled_min_lr = lr; },
+      "final learning rate of the input embedding and the output layer (default: --min-lr)");
   c.add_option("--lr-warmup-iters", t.optim.lr.warmup_iters, "linear warmup iterations")->capture_default_str();
   c.add_option("--lr-decay-iters", t.optim.lr.decay_iters, "decay iterations (0: --train-iters)")
       ->capture_default_str();

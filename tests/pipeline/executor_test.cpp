@@ -123,8 +123,8 @@ TrainRun train(Arch arch, const RankSchedule& actions, int iterations) {
       ++run.reports[index];
       at_report[index].assign(p.grad, p.grad + p.numel());
     };
-    const float grad_scale = 1.0f / (tokens * kMicrobatches);
-    run.losses.push_back(executor.run(actions, kMicrobatches, fill, grad_scale,
+    const std::vector<float> grad_scales(kMicrobatches, 1.0f / (tokens * kMicrobatches));
+    run.losses.push_back(executor.run(actions, kMicrobatches, fill, grad_scales,
                                       [&] { ++run.arms; }, grad_ready));
     for (const Param& p : params.params()) {
       const std::vector<float>& g = at_report[&p - params.params().data()];

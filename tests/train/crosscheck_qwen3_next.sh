@@ -54,7 +54,11 @@ for family in qwen3_next qwen3_5_moe; do
       case=$family.aux$aux.$layout
       flags="--moe-aux-loss-coeff $aux"
       [ "$layout" = packed ] && flags="$flags $packed"
-      "$tessel" train --init-from "$family" $train $nodrop $flags $data --log-interval 1 \
+      # The reference divides the summed token losses by the global batch's count: tessel's
+      # --calculate-per-token-loss (its default averages the microbatches' means instead).
+      per_token=""
+      [ "$layout" = packed ] && per_token="--calculate-per-token-loss"
+      "$tessel" train --init-from "$family" $train $nodrop $flags $per_token $data --log-interval 1 \
         --log-json "$case.tessel.jsonl" > /dev/null
       ref_flags=$flags
       [ "$layout" = packed ] && ref_flags="$ref_flags --eod-token $eod"

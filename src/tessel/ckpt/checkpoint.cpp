@@ -123,6 +123,7 @@ struct CheckpointSaver::Pending {
   std::string dir, iter_dir, path;
   int64_t iteration = 0, step_count = 0;
   uint64_t seed = 0;
+  bool optimizer_state = true;  // the moments written beside the values
   json model, run_config;
   std::vector<float> values, m, v;  // (registry numel) each
   std::vector<SafetensorsEntry> entries;  // into values, m and v
@@ -148,6 +149,7 @@ struct CheckpointSaver::Pending {
                  {"iteration", iteration},
                  {"data_position", iteration},  // sampling depends on (seed, iteration) only
                  {"step_count", step_count},
+                 {"optimizer_state", optimizer_state},
                  {"seed", seed},
                  {"model", model},
                  {"run_config", run_config},
@@ -177,7 +179,8 @@ struct CheckpointSaver::Pending {
   }
 };
 
-CheckpointSaver::CheckpointSaver(bool async) : async_(async) {}
+CheckpointSaver::CheckpointSaver(bool async, bool optimizer_state)
+    : async_(async), optimizer_state_(optimizer_state) {}
 
 CheckpointSaver::~CheckpointSaver() {
   if (writer_.joinable()) writer_.join();
@@ -196,6 +199,7 @@ void CheckpointSaver::save(const std::string& dir, int64_t iteration, const Para
   s->iteration = iteration;
   s->step_count = optimizer.step_count();
   s->seed = seed;
+  s->optimizer_state = optimizer_state_;
   s->model = hf_config_json(cfg);
   s->run_config = run_config;
   try {
@@ -210,8 +214,8 @@ void CheckpointSaver::save(const std::string& dir, int64_t iteration, const Para
   } catch (const JobError& e) {
     fail_save(e.what());
   }
-  spread_moments(optimizer, params.numel(), s->m, s->v);
-  if (distributed_optimizer) {
+  if (optimizer_state_) spread_moments(optimizer, params.numel(), s->m, s->v);
+  if (optimizer_state_ && distributed_optimizer) {
     gather_moments(params, s->m, groups);
     gather_moments(params, s->v, groups);
   }
@@ -227,6 +231,7 @@ void CheckpointSaver::save(const std::string& dir, int64_t iteration, const Para
     if (slices.contains(name)) continue;  // a tied embedding's second copy
     slices[name] = slice_json(p);
     s->entries.push_back({name, p.local_shape, s->values.data() + p.offset});
+    if (!optimizer_state_) continue;
     s->entries.push_back({kExpAvg + name, p.local_shape, s->m.data() + p.offset});
     s->entries.push_back({kExpAvgSq + name, p.local_shape, s->v.data() + p.offset});
   }

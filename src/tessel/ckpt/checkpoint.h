@@ -7,7 +7,8 @@
 // its global name, with the slice it holds (ShardSpec) in the file's metadata. metadata.json
 // (written by rank 0 once every file is complete) lists each tensor's global shape and the files
 // holding its slices, the iteration, step count, seed, the run's configuration and a CRC-32 per
-// file. DIR/latest_checkpointed_iteration.txt names the newest complete save; it is replaced
+// file, and whether the Adam moments are there ("optimizer_state": a save under --no-save-optim
+// holds the weights alone). DIR/latest_checkpointed_iteration.txt names the newest complete save; it is replaced
 // atomically after metadata.json, so it never points at a half-written save.
 //
 // Loading rebuilds each global tensor from its saved slices and takes this rank's slice, so any
@@ -55,9 +56,12 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegis
 // A save not yet committed is not a save: the tracker still names the one before. A failed
 // write or commit throws tessel::JobError on every rank at once (the next poll() for a
 // background write), naming the file, the error and the save the tracker still names.
+//
+// `optimizer_state` false (--no-save-optim): the saves hold the weights without Adam's moments,
+// and a load of them starts the optimizer afresh, as Megatron's does.
 class CheckpointSaver {
  public:
-  explicit CheckpointSaver(bool async);
+  explicit CheckpointSaver(bool async, bool optimizer_state = true);
   ~CheckpointSaver();  // waits for a write in flight, which stays uncommitted
   CheckpointSaver(const CheckpointSaver&) = delete;
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
@@ -78,6 +82,7 @@ class CheckpointSaver {
   [[noreturn]] void fail_save(const std::string& error);
 
   bool async_;
+  bool optimizer_state_;
   std::unique_ptr<Pending> pending_;
   std::thread writer_;
 };
@@ -86,9 +91,15 @@ class CheckpointSaver {
 // step count and returns the saved iteration (training resumes at the next one). `iteration` < 0
 // reads the tracker. Throws Error naming the file for a missing, truncated or altered file, for a
 // save of another model, and for moments or a step count Adam cannot resume from (non-finite,
-// a negative second moment or step count).
+// a negative second moment or step count). Without `with_optimizer` (--no-load-optim,
+// --finetune), or from a save without the moments (--no-save-optim), the weights alone: the
+// optimizer is left as it is (fresh: zero moments, step 0).
 int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& optimizer,
-                        const ModelConfig& cfg, int64_t iteration = -1);
+                        const ModelConfig& cfg, int64_t iteration = -1, bool with_optimizer = true);
+
+// Whether a save's metadata.json (read_checkpoint_metadata) says it holds Adam's moments and step
+// count; saves from before the field always do.
+bool has_optimizer_state(const nlohmann::json& meta);
 
 // metadata.json of a save (iteration < 0: the tracker's), with the fields the readers index
 // there with their types; throws Error naming the file and the field otherwise.

@@ -249,9 +249,12 @@ json read_checkpoint_metadata(const std::string& dir, int64_t iteration) {
   for (const char* key : {"iteration", "step_count", "seed", "world_size", "data_position"})
     field(meta, key, &json::is_number, "a number", path);
   field(meta, "files", &json::is_array, "an array", path);
+  if (meta.contains("optimizer_state")) field(meta, "optimizer_state", &json::is_boolean, "true or false", path);
   for (const char* key : {"tensors", "model", "run_config"}) field(meta, key, &json::is_object, "an object", path);
   return meta;
 }
+
+bool has_optimizer_state(const json& meta) { return meta.value("optimizer_state", true); }
 
 json saved_tokenizer(const std::string& dir) {
   const int64_t iteration = latest_checkpointed_iteration(dir);
@@ -261,7 +264,7 @@ json saved_tokenizer(const std::string& dir) {
 }
 
 int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& optimizer,
-                        const ModelConfig& cfg, int64_t iteration) {
+                        const ModelConfig& cfg, int64_t iteration, bool with_optimizer) {
   if (iteration < 0) iteration = latest_checkpointed_iteration(dir);
   const json meta = read_checkpoint_metadata(dir, iteration);
   const std::string iter_dir = checkpoint_iteration_dir(dir, iteration);
@@ -274,6 +277,7 @@ int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& op
   const json& tensors = meta["tensors"];
   check_shapes(tensors, params, iter_dir);
   const int64_t step_count = saved_step_count(meta, iter_dir);
+  const bool moments = with_optimizer && has_optimizer_state(meta);
 
   ShardFiles files(iter_dir, meta);
   std::vector<float> m(params.numel()), v(params.numel()), values;
@@ -283,10 +287,12 @@ int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& op
     values.resize(p.numel());
     assemble(entry, name, "", p, values.data(), files, iter_dir);
     params.from_host(p, values.data());
+    if (!moments) continue;
     assemble(entry, name, kExpAvg, p, m.data() + p.offset, files, iter_dir);
     assemble(entry, name, kExpAvgSq, p, v.data() + p.offset, files, iter_dir);
     check_saved_values(iter_dir, name, nullptr, m.data() + p.offset, v.data() + p.offset, p.numel());
   }
+  if (!moments) return iteration;
   std::vector<FlatRange> owned = optimizer.owned();
   if (owned.empty()) owned.push_back({0, params.numel()});
   int64_t state = 0;
@@ -319,6 +325,7 @@ int verify_checkpoint(const std::string& dir, int64_t iteration) {
   ParamRegistry model;
   TransformerChunk::declare(cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}}, ChunkPlace{}, model);
   check_shapes(meta["tensors"], model, iter_dir);
+  const bool moments = has_optimizer_state(meta);
   std::vector<float> values, m, v;
   for (const Param& declared : model.params()) {
     Param whole;  // the global tensor, as one rank would hold it whole
@@ -328,8 +335,10 @@ int verify_checkpoint(const std::string& dir, int64_t iteration) {
     values.resize(n), m.resize(n), v.resize(n);
     const json& entry = meta["tensors"][whole.name];
     assemble(entry, whole.name, "", whole, values.data(), files, iter_dir);
-    assemble(entry, whole.name, kExpAvg, whole, m.data(), files, iter_dir);
-    assemble(entry, whole.name, kExpAvgSq, whole, v.data(), files, iter_dir);
+    if (moments) {
+      assemble(entry, whole.name, kExpAvg, whole, m.data(), files, iter_dir);
+      assemble(entry, whole.name, kExpAvgSq, whole, v.data(), files, iter_dir);
+    }
     check_saved_values(iter_dir, whole.name, values.data(), m.data(), v.data(), n);
   }
   return checked;

@@ -4,6 +4,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/model/embedding.h"
+#include "tessel/model/param_groups.h"
 
 namespace tessel {
 
@@ -31,7 +32,7 @@ Head::Head(const LayerContext& ctx, int tied_embedding, const std::string& mtp_n
   const ShardSpec vocab{.dim = 0, .group = ShardGroup::TP, .index = tp.rank(), .count = tp.size(),
                         .padded_size = cfg.padded_vocab(tp.size())};
   lm_head_ = tied_embedding >= 0 ? tied_embedding
-                                 : registry.add("lm_head.weight", {cfg.vocab_size, C_},
+                                 : registry.add(kOutputLayerName, {cfg.vocab_size, C_},
                                                 ParamInit::Normal, cfg.init_method_std, true, vocab);
   if (mtp_norm.empty()) scratch.add(logits_, {N, V_l_}, "logits (without gradients)");
   scratch.add(loss_stats_, {4, N}, "cross-entropy statistics");

@@ -74,10 +74,11 @@ bool decays(const Param& p, const OptimizerConfig& config) {
 
 }  // namespace
 
-void AdamW::step(float lr) {
+void AdamW::step(StepRates rates) {
   ++step_;
   for_each_piece(params_.params(), owned_, [&](const Param& p, int64_t first, int64_t n, int64_t state) {
     const float wd = decays(p, config_) ? config_.weight_decay : 0.0f;
+    const float lr = decoupled_ && decoupled_(p) ? rates.decoupled : rates.lr;
     k_.adamw_update(p.value + first, p.grad + first, m_.get() + state, v_.get() + state, n, lr,
                       config_.beta1, config_.beta2, config_.eps, wd, step_);
   });

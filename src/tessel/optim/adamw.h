@@ -37,6 +37,16 @@ struct OptimizerConfig {
 // one message each naming the flag; empty when valid.
 std::vector<std::string> optimizer_violations(const OptimizerConfig& config);
 
+// The learning rates of one step, one per parameter group (Megatron's param groups, each with
+// its max_lr and min_lr under one schedule): `decoupled` for the decoupled group's parameters
+// (--decoupled-lr: the input embedding and the output layer), `lr` for the others. One rate
+// alone is every group's.
+struct StepRates {
+  StepRates(float rate) : lr(rate), decoupled(rate) {}  // NOLINT: one rate is every group's
+  StepRates(float rate, float decoupled_rate) : lr(rate), decoupled(decoupled_rate) {}
+  float lr, decoupled;
+};
+
 class AdamW {
  public:
   // `params` must be finalized and outlive the optimizer. Throws tessel::Error on a bad config.
@@ -60,7 +70,9 @@ class AdamW {
 
   // One AdamW update of the owned parameters at learning rate `lr`; the step count goes up
   // first, so the first call uses step 1 in the bias corrections.
-  void step(float lr);
+  void step(StepRates rates);
+  // The parameters that step at StepRates::decoupled (none until set).
+  void set_decoupled_group(std::function<bool(const Param&)> in_group) { decoupled_ = std::move(in_group); }
 
   // State, for checkpoints: m and v hold numel() floats each, the owned ranges in order, in
   // memory() (read and written through its to_host and from_host).
@@ -84,6 +96,7 @@ class AdamW {
   int64_t state_numel_ = 0;
   std::shared_ptr<float> m_, v_;  // (numel)
   int64_t step_ = 0;
+  std::function<bool(const Param&)> decoupled_;
 };
 
 }  // namespace tessel

@@ -81,6 +81,30 @@ std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) 
   return problems;
 }
 
+LrScheduleConfig decoupled_schedule(const LrScheduleConfig& config, float lr, std::optional<float> min_lr) {
+  LrScheduleConfig decoupled = config;
+  decoupled.lr = lr;
+  decoupled.min_lr = min_lr.value_or(config.min_lr);
+  return decoupled;
+}
+
+std::vector<std::string> decoupled_lr_violations(const LrScheduleConfig& config, std::optional<float> lr,
+                                                 std::optional<float> min_lr) {
+  if (!lr) return {};
+  std::vector<std::string> problems;
+  if (!(std::isfinite(*lr) && *lr >= 0.0f))
+    problems.push_back(fmt::format("--decoupled-lr {} must be a finite number ≥ 0", *lr));
+  const float floor = min_lr.value_or(config.min_lr);
+  if (!(floor >= 0.0f && floor <= *lr))
+    problems.push_back(fmt::format("{} {} is not within [0, --decoupled-lr {}]",
+                                   min_lr ? "--decoupled-min-lr" : "--min-lr (the decoupled group's floor)",
+                                   floor, *lr));
+  if (!(config.warmup_init <= *lr))
+    problems.push_back(fmt::format("--lr-warmup-init {} is above --decoupled-lr {}: the decoupled group's "
+                                   "warmup starts there too", config.warmup_init, *lr));
+  return problems;
+}
+
 LrSchedule::LrSchedule(const LrScheduleConfig& config)
     : config_(config), decay_(config.decay_steps()), warmup_(config.warmup_steps()) {
   const std::vector<std::string> problems = lr_schedule_violations(config);

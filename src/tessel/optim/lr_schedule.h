@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,15 @@ struct LrScheduleConfig {
 // Every rule the config breaks, one message each naming the flags (Megatron's assertions among
 // them: iteration- and sample-based flags not mixed, one warmup length); empty when valid.
 std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config);
+
+// The schedule of Megatron's --decoupled-lr parameter group (the input embedding and the output
+// layer): `config`'s, peaking at `lr` and ending at `min_lr` (--min-lr when not given), as
+// OptimizerParamScheduler.get_lr reads a group's max_lr and min_lr.
+LrScheduleConfig decoupled_schedule(const LrScheduleConfig& config, float lr, std::optional<float> min_lr);
+// Every rule --decoupled-lr and --decoupled-min-lr break with `config` (the main schedule's), one
+// message each naming the flags: the rules of --lr and --min-lr. Empty without --decoupled-lr.
+std::vector<std::string> decoupled_lr_violations(const LrScheduleConfig& config, std::optional<float> lr,
+                                                 std::optional<float> min_lr);
 
 class LrSchedule {
  public:

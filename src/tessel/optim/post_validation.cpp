@@ -9,11 +9,11 @@ StepVerdict step_verdict(const AdamW& optimizer, double norm) {
   return optimizer.clip_factor(static_cast<float>(norm)) < 1.0f ? StepVerdict::Clipped : StepVerdict::Plain;
 }
 
-StepVerdict checked_step(AdamW& optimizer, double norm, float lr) {
+StepVerdict checked_step(AdamW& optimizer, double norm, StepRates rates) {
   const StepVerdict verdict = step_verdict(optimizer, norm);
   if (verdict == StepVerdict::Skipped) return verdict;
   optimizer.clip(static_cast<float>(norm));
-  optimizer.step(lr);
+  optimizer.step(rates);
   return verdict;
 }
 
@@ -51,17 +51,17 @@ void EagerStep::copy_state(bool save) {
   }
 }
 
-void EagerStep::step(float lr) {
+void EagerStep::step(StepRates rates) {
   copy_state(true);
-  lr_ = lr;
-  optimizer_.step(lr);
+  rates_ = rates;
+  optimizer_.step(rates);
 }
 
 StepVerdict EagerStep::validate(double norm) {
   const StepVerdict verdict = step_verdict(optimizer_, norm);
   if (verdict == StepVerdict::Plain) return verdict;
   copy_state(false);
-  return checked_step(optimizer_, norm, lr_);
+  return checked_step(optimizer_, norm, rates_);
 }
 
 }  // namespace tessel

@@ -26,7 +26,7 @@ enum class StepVerdict : uint8_t { Plain, Clipped, Skipped };
 StepVerdict step_verdict(const AdamW& optimizer, double norm);
 
 // The plain step for global gradient norm `norm`: clip then step, or nothing.
-StepVerdict checked_step(AdamW& optimizer, double norm, float lr);
+StepVerdict checked_step(AdamW& optimizer, double norm, StepRates rates);
 
 class EagerStep {
  public:
@@ -34,8 +34,8 @@ class EagerStep {
   // parameters and gradients, the moments and the step count.
   EagerStep(const Kernels& k, AdamW& optimizer, ParamRegistry& params);
 
-  // Saves that state, then steps at lr without clipping.
-  void step(float lr);
+  // Saves that state, then steps at `rates` without clipping.
+  void step(StepRates rates);
   // Once the norm is known: keeps the step (Plain), or restores the saved state and redoes the
   // step as checked_step would (Clipped, Skipped). The gradients are the step's again either way
   // (they may have been overwritten since).
@@ -49,7 +49,7 @@ class EagerStep {
   ParamRegistry& params_;
   std::shared_ptr<float> values_, grads_, exp_avg_, exp_avg_sq_;  // (owned) each
   int64_t step_count_ = 0;
-  float lr_ = 0;
+  StepRates rates_ = 0.0f;
 };
 
 }  // namespace tessel

@@ -125,7 +125,7 @@ double PipelineExecutor::forward(Slot& s, int chunk, int microbatch, const FillF
 }
 
 double PipelineExecutor::run(const RankSchedule& actions, int microbatches, const FillFn& fill,
-                             float grad_scale, const std::function<void()>& arm,
+                             const std::vector<float>& grad_scales, const std::function<void()>& arm,
                              const std::function<void(int)>& grad_ready) {
   const auto start = Clock::now();
   stats_ = {};
@@ -179,7 +179,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
       case ActionKind::Forward: {
         s.recv.wait();
         compute_start = Clock::now();
-        loss_sum += forward(s, a.chunk, a.microbatch, fill, grad_scale);
+        loss_sum += forward(s, a.chunk, a.microbatch, fill, grad_scales.at(a.microbatch));
         stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
         computed(a);
         break;

@@ -68,9 +68,11 @@ class PipelineExecutor {
   // Runs `actions` for `microbatches` microbatches. Before the first backward (B or I) of the last
   // microbatch `arm` is called, and that microbatch's backwards (B, I and W) report finished
   // gradients to `grad_ready` (data parallelism's hook): so on every chunk the last microbatch's
-  // I and W must come after the other microbatches' (checked). Returns Σ token losses computed on
-  // this rank.
-  double run(const RankSchedule& actions, int microbatches, const FillFn& fill, float grad_scale,
+  // I and W must come after the other microbatches' (checked). Microbatch m's token losses weigh
+  // grad_scales[m] in the gradient (train/loss_scales.h). Returns Σ token losses computed on this
+  // rank.
+  double run(const RankSchedule& actions, int microbatches, const FillFn& fill,
+             const std::vector<float>& grad_scales,
              const std::function<void()>& arm, const std::function<void(int)>& grad_ready);
   // Forwards only (evaluation): `actions` holds no backward (forward_only_schedule); a slot is
   // free again once its output has left. Returns Σ token losses computed on this rank.

@@ -63,4 +63,8 @@ int64_t MicrobatchLoader::counted_targets_from(int from) const {
   return count_targets_from(batch_->targets.data(), static_cast<int64_t>(batch_->targets.size()) / T_, T_, from);
 }
 
+int64_t MicrobatchLoader::counted_targets_of(int microbatch) const {
+  return count_targets_from(batch_->targets.data() + microbatch * B_ * T_, B_, T_, 0);
+}
+
 }  // namespace tessel

@@ -38,6 +38,8 @@ class MicrobatchLoader {
   int64_t counted_targets() const { return batch_->counted_targets; }
   // Of those, the ones at positions `from` and later of their samples.
   int64_t counted_targets_from(int from) const;
+  // Of those, microbatch m's, whole sequences (every CP rank's share).
+  int64_t counted_targets_of(int microbatch) const;
   // Seconds start_batch has waited for batches, summed (the loader's get: data/batches.h), and
   // that the loader's thread spends reading one.
   double wait_seconds() const { return batches_.wait_seconds(); }

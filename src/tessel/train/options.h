@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,11 @@ struct BatchOptions {
   // × DP down, but its evaluation batch must divide (with no --eval-global-batch-size here, the
   // global batch): tessel refuses the batch, as Megatron ends up doing. Not with a schedule.
   bool decrease_if_needed = false;
+  // --calculate-per-token-loss: the gradient is that of Σ token losses / the loss tokens of the
+  // whole global batch; without it (Megatron's default), of the mean over the global batch's
+  // microbatches of each one's mean token loss (train/loss_scales.h). The same with no masked
+  // token; the logged loss is the per-token one either way, as Megatron's.
+  bool calculate_per_token_loss = false;
 };
 
 // AdamW and Megatron's learning-rate schedule; lr.train_iters (--train-iters) is the run's length.
@@ -64,6 +70,10 @@ struct OptimOptions {
   // --train-iters or --train-samples has no default, as in Megatron-LM; the rest are Megatron's
   // but --lr, which Megatron-LM leaves unset (a run without it fails there).
   LrScheduleConfig lr = {.lr = 1e-3f};
+  // --decoupled-lr, --decoupled-min-lr: the peak and final rates of the input embedding and the
+  // output layer (Megatron's param group of both), on the same schedule (its warmup from
+  // --lr-warmup-init included). The minimum defaults to --min-lr; nothing without --decoupled-lr.
+  std::optional<float> decoupled_lr, decoupled_min_lr;
 };
 
 // How the layers are cut into pipeline stages and which schedule runs them.
@@ -95,6 +105,13 @@ struct CheckpointOptions {
   std::string save;            // --save: checkpoint folder (ckpt/checkpoint.h)
   int64_t save_interval = 0;   // --save-interval: every N iterations (and at the end)
   std::string load;            // --load: resume from this folder's newest save
+  // Megatron's checkpoint-loading switches. --finetune: --load's weights alone, from iteration 0
+  // (the first samples, a fresh optimizer and schedule). --no-load-optim: the weights and the
+  // iteration, a fresh optimizer (Adam's moments and step count: the schedule starts again).
+  // --no-save-optim: saves without the moments. --no-load-rng, --no-save-rng: no effect, as
+  // tessel keeps no generator state (every draw is a function of --seed and its coordinates).
+  bool finetune = false, no_load_optim = false, no_save_optim = false;
+  bool no_load_rng = false, no_save_rng = false;
   bool async_save = false;     // --async-save: write on a background thread
   int64_t exit_interval = 0;   // --exit-interval: stop (after a save) at a multiple of this
   std::string init_from;       // --init-from: Hugging Face safetensors file or folder to start from

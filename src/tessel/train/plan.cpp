@@ -82,6 +82,7 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
                             o.checkpoint.save_hf_model_type));
   append(v, optimizer_violations(o.optim.adamw));
   append(v, lr_schedule_violations(o.optim.lr));
+  append(v, decoupled_lr_violations(o.optim.lr, o.optim.decoupled_lr, o.optim.decoupled_min_lr));
   return v;
 }
 
@@ -314,6 +315,20 @@ std::string iteration_unit_note(int64_t global_batch) {
                      global_batch);
 }
 
+// Megatron's loading and saving switches that change nothing in this run, one line each given.
+std::vector<std::string> unused_switch_notes(const TrainOptions& o) {
+  const CheckpointOptions& c = o.checkpoint;
+  std::vector<std::string> notes;
+  if (c.no_load_rng || c.no_save_rng)
+    notes.push_back("--no-load-rng, --no-save-rng: no effect: tessel keeps no generator state (the data order and "
+                    "the initialisation are functions of --seed and the iteration)");
+  if (c.finetune && c.load.empty()) notes.push_back("--finetune: no effect without --load");
+  if (c.no_load_optim && c.load.empty()) notes.push_back("--no-load-optim: no effect without --load");
+  if (o.optim.decoupled_min_lr && !o.optim.decoupled_lr)
+    notes.push_back("--decoupled-min-lr: no effect without --decoupled-lr, as in Megatron");
+  return notes;
+}
+
 // The plan as far as the rules allow, and every rule broken on the way.
 struct CheckedPlan {
   TrainPlan plan;
@@ -330,6 +345,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
   }
   std::vector<std::string> v = resolve_layers_per_virtual_stage(model.num_layers, o.parallel.pipeline, o.parallel.layout);
   append(notes, checkpoint_format_notes(o.checkpoint));
+  append(notes, unused_switch_notes(o));
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
   // The model's --vocab-size is the tokenizer's too where it reads one (NullTokenizer), as Megatron.

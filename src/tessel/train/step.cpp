@@ -19,27 +19,34 @@ TrainStep::TrainStep(const Kernels& k, const OptimOptions& options, const BatchS
     : options_(options), batches_(batches), optimizer_(optimizer), numerics_(numerics), groups_(groups),
       hooks_(std::move(hooks)), lr_(options.lr), step_before_norm_(options.post_validation) {
   if (options.post_validation) eager_.emplace(k, optimizer, optimizer.params());
+  if (options.decoupled_lr)
+    decoupled_lr_.emplace(decoupled_schedule(options.lr, *options.decoupled_lr, options.decoupled_min_lr));
 }
 
-double TrainStep::rate() const {
-  return lr_.at_samples(batches_.consumed_before(optimizer_.step_count() + 1));  // a skipped step does not advance it
+StepRates TrainStep::rates() const {
+  // A skipped step does not advance the schedule. Megatron's scheduler advances by each
+  // successful step's global batch; here by the batches of the first iterations, one per
+  // successful step: the same unless a step skipped before a change of the batch size.
+  const int64_t samples = batches_.consumed_before(optimizer_.step_count() + 1);
+  const float lr = lr_.at_samples(samples);
+  return {lr, decoupled_lr_ ? decoupled_lr_->at_samples(samples) : lr};
 }
 
 void TrainStep::take(IterationStats& s, double counted) {
-  s.lr = rate();
+  s.lr = rates().lr;
   if (step_before_norm_) {
     const double loss_sum = hooks_.compute();
     if (!pending_.active || settle_pending() == StepVerdict::Plain)
-      return eager_step(s.lr, loss_sum, counted);
+      return eager_step(rates(), loss_sum, counted);
     // This iteration ran on parameters since undone: it runs again, to the plain step.
     numerics_.iteration_rerun();
-    s.lr = rate();
+    s.lr = rates().lr;
     ++counts_.rerun;
   }
   plain_step(s, counted);
 }
 
-void TrainStep::eager_step(double lr, double loss_sum, double counted) {
+void TrainStep::eager_step(StepRates rates, double loss_sum, double counted) {
   // The stage's sums are in; their sum over the stages starts (the loss's over DP × CP first).
   pending_.active = true;
   pending_.counted = counted;
@@ -48,7 +55,7 @@ void TrainStep::eager_step(double lr, double loss_sum, double counted) {
   groups_.dp_cp().all_reduce(&pending_.loss, 1);
   pending_.sq_sum = groups_.pp().all_reduce_async(&pending_.sq, 1);
   pending_.loss_sum = groups_.pp().all_reduce_async(&pending_.loss, 1);
-  eager_->step(static_cast<float>(lr));
+  eager_->step(rates);
   hooks_.gather_params();
 }
 
@@ -71,7 +78,7 @@ void TrainStep::plain_step(IterationStats& s, double counted) {
   s.loss = result.loss;
   s.grad_norm = result.grad_norm;
   const StepVerdict verdict =
-      finite ? checked_step(optimizer_, s.grad_norm, static_cast<float>(s.lr)) : StepVerdict::Skipped;
+      finite ? checked_step(optimizer_, s.grad_norm, rates()) : StepVerdict::Skipped;
   if (verdict != StepVerdict::Skipped) hooks_.gather_params();
   s.skipped = verdict == StepVerdict::Skipped;
   step_before_norm_ = options_.post_validation && verdict == StepVerdict::Plain;

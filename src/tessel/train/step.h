@@ -92,17 +92,16 @@ class TrainStep {
   };
 
   // Steps at once; the iteration's norm and loss start their sums over the stages.
-  void eager_step(double lr, double loss_sum, double counted);
+  void eager_step(StepRates rates, double loss_sum, double counted);
+  // The rates of the step after the optimizer's successful ones: --lr's schedule, and the
+  // decoupled group's (--decoupled-lr) on the same.
+  StepRates rates() const;
   // The norm, then NumericsGuard::check, then clip and step, or skip.
   void plain_step(IterationStats& s, double counted);
   // The pending step's norm and loss are in: keep it, or redo it as the plain step would.
   StepVerdict settle_pending();
   // The current computation's result summed over the stages (and the loss over DP × CP).
   NumericsGuard::Result computed(double counted);
-  // The rate of the next step. Megatron's scheduler advances by each successful step's global
-  // batch; here by the batches of the first iterations, one per successful step: the same unless
-  // a step skipped before a change of the batch size.
-  double rate() const;
 
   const OptimOptions& options_;
   const BatchSchedule& batches_;
@@ -111,6 +110,7 @@ class TrainStep {
   ProcessGroups& groups_;
   StepHooks hooks_;
   LrSchedule lr_;
+  std::optional<LrSchedule> decoupled_lr_;  // with --decoupled-lr
   std::optional<EagerStep> eager_;  // under post-validation
   PendingStep pending_;
   bool step_before_norm_;

@@ -19,12 +19,14 @@
 #include "tessel/data/tokenizer_files.h"
 #include "tessel/core/writable.h"
 #include "tessel/kernels/kernels.h"
+#include "tessel/model/param_groups.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/grad_sync.h"
 #include "tessel/pipeline/executor.h"
 #include "tessel/train/data.h"
 #include "tessel/train/evaluate.h"
 #include "tessel/train/export.h"
+#include "tessel/train/loss_scales.h"
 #include "tessel/train/microbatches.h"
 #include "tessel/train/numerics.h"
 #include "tessel/train/report.h"
@@ -132,6 +134,18 @@ double counted_tokens(const TrainPlan& plan, int64_t global_batch, const Microba
   return counted;
 }
 
+// The weight of each of this rank's `microbatches` token losses in the gradient, the batch's loss
+// counting `counted` tokens (train/loss_scales.h).
+std::vector<float> microbatch_scales(const TrainPlan& plan, const MicrobatchLoader& loader, int microbatches,
+                                     double counted) {
+  std::vector<int64_t> tokens;
+  for (int m = 0; m < microbatches; ++m)
+    tokens.push_back(plan.options.data.eod_mask_loss ? loader.counted_targets_of(m)
+                                                     : plan.options.batch.micro_batch_size * plan.model.seq_length);
+  return microbatch_loss_scales(plan.options.batch.calculate_per_token_loss, tokens, int64_t{microbatches} * plan.dp,
+                                counted);
+}
+
 // The iteration's time, throughput and this rank's communication by group and kind of call.
 void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens,
                 ProcessGroups& groups) {
@@ -156,6 +170,8 @@ struct RunSetup {
         stage(k, plan, groups, tp, cp),
         sync(k, stage.params, groups, grad_sync_config(plan, stage, groups.coords().pp)),
         optimizer(k, stage.params, plan.options.optim.adamw, sync.owned_ranges()) {
+    if (plan.options.optim.decoupled_lr)
+      optimizer.set_decoupled_group([&model = plan.model](const Param& p) { return is_embedding_or_output_param(p, model); });
     const CheckpointOptions& ckpt = plan.options.checkpoint;
     if (!ckpt.init_from.empty()) require_finite_weights(k, stage.params, ckpt.init_from);
     if (!ckpt.save.empty()) {
@@ -170,10 +186,15 @@ struct RunSetup {
     // resumes it after a crash.
     has_save = !ckpt.load.empty() &&
                std::filesystem::exists(ckpt.load + "/latest_checkpointed_iteration.txt");
+    // --finetune takes the weights alone and starts at iteration 0; --no-load-optim, or a save
+    // without the moments (--no-save-optim), leaves the optimizer fresh, its schedule from the start.
     if (has_save) {
       check_saved_tokenizer(ckpt.load, tokenizer_identity(*plan.tokenizer));
-      resumed = load_checkpoint(ckpt.load, stage.params, optimizer, plan.model);
-      require_finite_weights(k, stage.params, checkpoint_iteration_dir(ckpt.load, resumed));
+      const bool with_optimizer = !ckpt.finetune && !ckpt.no_load_optim;
+      saved = load_checkpoint(ckpt.load, stage.params, optimizer, plan.model, -1, with_optimizer);
+      require_finite_weights(k, stage.params, checkpoint_iteration_dir(ckpt.load, saved));
+      resumed = ckpt.finetune ? 0 : saved;
+      loaded_optimizer = with_optimizer && has_optimizer_state(read_checkpoint_metadata(ckpt.load, saved));
     }
     const bool first_rank = groups.world_rank() == 0;
     const LogOptions& l = plan.options.log;
@@ -188,7 +209,9 @@ struct RunSetup {
   AdamW optimizer;
   std::unique_ptr<SaveLock> save_lock;  // on world rank 0, with --save
   bool has_save = false;
-  int64_t resumed = 0;
+  int64_t saved = 0;    // the iteration of the save loaded
+  int64_t resumed = 0;  // the iteration training goes on after (0 under --finetune)
+  bool loaded_optimizer = false;
   std::unique_ptr<TrainLog> log;
 };
 
@@ -221,7 +244,17 @@ void report_start(const TrainPlan& plan, ProcessGroups& groups, const GptDataSpl
                             o.checkpoint.save, setup.save_lock->stale_holder(),
                             setup.save_lock->removed_leftovers()));
   const std::string& load = o.checkpoint.load;
-  if (setup.has_save) log.message(fmt::format("resumed from {} after iteration {}", load, setup.resumed));
+  if (setup.has_save && o.checkpoint.finetune)
+    log.message(fmt::format("--finetune: the weights of {} (iteration {}), trained from iteration 0 with a fresh "
+                            "optimizer", load, setup.saved));
+  else if (setup.has_save)
+    log.message(fmt::format("resumed from {} after iteration {}{}", load, setup.resumed,
+                            setup.loaded_optimizer ? ""
+                            : o.checkpoint.no_load_optim
+                                ? " with a fresh optimizer (--no-load-optim): Adam's moments and the learning-rate "
+                                  "schedule start again"
+                                : " with a fresh optimizer: the save holds no optimizer state (--no-save-optim); "
+                                  "Adam's moments and the learning-rate schedule start again"));
   else if (!load.empty()) log.message(fmt::format("no save in {} yet: starting from scratch", load));
 }
 
@@ -320,10 +353,12 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   // 4–7. One computation of iteration `it` on its batch: the microbatches in, forward and
   // backward, the gradients reduced as they are finished; from the start each time (an earlier
   // computation's gradients and step terms are not this one's). The loss counts `counted` tokens,
-  // the side losses among the step's terms `term_counted`.
+  // each microbatch's token losses weigh `scales` in the gradient, the side losses among the
+  // step's terms count `term_counted`.
   int64_t it = 0;
   int microbatches = 0;  // the iteration's
   double counted = 0;
+  std::vector<float> scales;  // each microbatch's weight in the gradient
   const std::vector<StepTerm> terms = take_step_terms(stage.chunks);
   std::vector<std::vector<double>> term_counted;
   const TermGroups term_groups{.tokens = stage.token_group,
@@ -344,7 +379,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     take_step_terms(stage.chunks);
     set_loss_scales(stage.chunks, terms, term_counted);
     const double loss_sum =
-        pipeline.run(actions_of(microbatches), microbatches, fill, static_cast<float>(1.0 / counted), arm, grad_ready);
+        pipeline.run(actions_of(microbatches), microbatches, fill, scales, arm, grad_ready);
     sync.finish();
     return loss_sum;
   };
@@ -363,7 +398,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
                   .record = record});
 
   const CheckpointOptions& ckpt = o.checkpoint;
-  CheckpointSaver saver(ckpt.async_save);
+  CheckpointSaver saver(ckpt.async_save, !ckpt.no_save_optim);
   RunTotals totals(k, plan, groups);
   std::optional<std::string> stop;  // why the run ends early (a signal, the time limit)
   for (it = setup->resumed + 1; it <= plan.train_iters(); ++it) {
@@ -373,6 +408,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     IterationStats s = start_batch(it, plan, loader, groups);
     microbatches = static_cast<int>(plan.batch_span(it).microbatches);
     counted = counted_tokens(plan, s.global_batch, loader, groups);
+    scales = microbatch_scales(plan, loader, microbatches, counted);
     term_counted = count_term_tokens(terms, plan, s.global_batch, loader, groups);
     step.take(s, counted);
     add_term_figures(s, take_step_terms(stage.chunks), term_counted, term_groups);
