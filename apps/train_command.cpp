@@ -139,6 +139,9 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_option("--cp-comm-type", t.parallel.cp_comm_type,
                "context parallel attention: p2p (ring) | all-gather")
       ->capture_default_str();
+  c.add_option("--moe-token-dispatcher-type", t.parallel.moe_token_dispatcher_type,
+               "MoE tokens to the experts: alltoall | allgather (over ETP × EP) | flex (all-to-all here)")
+      ->capture_default_str();
   c.add_option("--ddp-bucket-size", t.parallel.ddp.bucket_size, "gradients per DP reduction bucket (floats)")
       ->capture_default_str();
   add_overlap_flags(c, t.parallel.ddp.overlap_grad_reduce, t.optim.post_validation);

@@ -15,6 +15,7 @@
 #include "tessel/data/batches.h"
 #include "tessel/data/tokenizer.h"
 #include "tessel/model/config.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/layout.h"
 #include "tessel/pipeline/schedule.h"
@@ -51,6 +52,7 @@ struct TrainPlan {
   std::vector<ChunkSpec> chunks;  // every model chunk, k = 0 .. PP·VPP − 1 (model chunk k on stage k mod PP)
   ScheduleConfig schedule;
   CpCommType cp_comm = CpCommType::P2P;
+  MoeDispatcherType moe_dispatcher = MoeDispatcherType::AllToAll;  // --moe-token-dispatcher-type
 
   const ParallelConfig& layout() const { return options.parallel.layout; }
   int64_t train_iters() const { return options.optim.lr.iterations(); }  // --train-iters, or samples / G
