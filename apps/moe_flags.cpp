@@ -5,7 +5,7 @@
 
 namespace tessel {
 
-void MoeFlags::add_to(CLI::App& app) {
+void MoeFlags::add_to(CLI::App& app, std::string& dispatcher) {
   const char* group = "Megatron-LM's MoE routing flags";
   load_balancing_opt_ =
       app.add_option("--moe-router-load-balancing-type", load_balancing_,
@@ -19,11 +19,13 @@ void MoeFlags::add_to(CLI::App& app) {
                                      "fp32: the router's scores and the experts' weighted sum (tessel's always are)")
                           ->check(CLI::IsMember({"fp32", "fp64"}))
                           ->group(group);
-  dispatcher_opt_ = app.add_option("--moe-token-dispatcher-type", dispatcher_,
-                                   "allgather | alltoall | flex: how routed tokens reach their experts' ranks")
-                        ->check(CLI::IsMember({"allgather", "alltoall", "flex"}))
-                        ->capture_default_str()
-                        ->group(group);
+  app.add_option("--moe-token-dispatcher-type", dispatcher,
+                 "allgather (over ETP × EP) | alltoall | flex (all-to-all here): how routed tokens reach their "
+                 "experts' ranks")
+      ->check(CLI::IsMember({"allgather", "alltoall", "flex"}))
+      ->capture_default_str()
+      ->group(group);
+  dispatcher_ = &dispatcher;
   backend_opt_ = app.add_option("--moe-flex-dispatcher-backend", backend_,
                                 "deepep | hybridep | ncclep: the flex dispatcher's kernels (none is present here)")
                      ->check(CLI::IsMember({"deepep", "hybridep", "ncclep"}))
@@ -36,7 +38,6 @@ void MoeFlags::add_to(CLI::App& app) {
 }
 
 void MoeFlags::apply(ModelConfig& cfg, std::vector<std::string>& notes, std::vector<std::string>& v) const {
-  const bool moe = cfg.moe.num_experts > 0;
   // Megatron-LM takes several types (one per loss it adds); tessel has GShard's loss or none.
   for (const std::string& type : load_balancing_)
     if (type != "aux_loss" && type != "none")
@@ -53,19 +54,11 @@ void MoeFlags::apply(ModelConfig& cfg, std::vector<std::string>& notes, std::vec
   }
   if (router_dtype_ == "fp64")
     v.push_back("--moe-router-dtype fp64 is not built: tessel's router computes in fp32 (--moe-router-dtype fp32)");
-  if (deepep_->count() > 0 && dispatcher_ != "flex")
+  if (deepep_->count() > 0 && *dispatcher_ != "flex")
     v.push_back("--moe-enable-deepep needs --moe-token-dispatcher-type flex (Megatron-LM's rule)");
-  if (!moe) return;
-  if (dispatcher_ == "flex")
-    notes.push_back(fmt::format("--moe-token-dispatcher-type flex: {} is not present here; routed tokens go "
-                                "all-to-all over the expert-parallel group",
-                                backend_opt_->count() > 0 ? backend_ : std::string("DeepEP")));
-  else if (backend_opt_->count() + hybridep_sms_->count() > 0)
+  if (*dispatcher_ != "flex" && backend_opt_->count() + hybridep_sms_->count() > 0)
     notes.push_back("--moe-flex-dispatcher-backend, --moe-hybridep-num-sms: no effect without "
                     "--moe-token-dispatcher-type flex (as in Megatron-LM)");
-  else if (dispatcher_ == "allgather" && dispatcher_opt_->count() > 0)
-    notes.push_back("--moe-token-dispatcher-type allgather: tessel's dispatcher sends each rank only the tokens "
-                    "routed to its experts (all-to-all); the experts see the same tokens, the result is the same");
 }
 
 }  // namespace tessel

@@ -128,7 +128,7 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_flag("--no-save-rng", ckpt.no_save_rng,
              "no effect: tessel keeps no generator state to save (every draw is a function of --seed)");
   implementation_.add_to(c);
-  moe_.add_to(c);
+  moe_.add_to(c, t.parallel.moe_token_dispatcher_type);
   unbuilt_.add_to(c);
   c.add_flag("--explain-flags", explain_flags_, "say at the start what tessel does with every flag given");
   c.add_option("--ckpt-format", t.checkpoint.ckpt_format,

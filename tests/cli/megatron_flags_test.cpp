@@ -100,7 +100,7 @@ TEST(MegatronFlagsCli, MoeRouterFlagsAreTakenOrRefused) {
       testing::run_tessel(train + "--moe-router-load-balancing-type none --moe-token-dispatcher-type flex");
   ASSERT_EQ(none.exit_code, 0) << none.output;
   for (const char* said : {"--moe-router-load-balancing-type none: no load-balancing loss, --moe-aux-loss-coeff 0.01",
-                           "--moe-token-dispatcher-type flex: DeepEP is not present here"})
+                           "--moe-token-dispatcher-type flex: its DeepEP and HybridEP backends are not present here"})
     EXPECT_NE(none.output.find(said), std::string::npos) << said << "\n" << none.output;
   const testing::CommandResult bad = testing::run_tessel(
       train + "--moe-router-load-balancing-type seq_aux_loss --moe-enable-deepep --moe-router-dtype fp64 --num-layers 3 "

@@ -25,6 +25,10 @@ struct Layout {
   // (--hf-model-type, --max-shard-size) and another seed than training's. nullptr: from tessel's
   // own initialisation.
   const char* init_from = nullptr;
+  // Another run of the same ranks whose trajectory this one must follow too, within the same
+  // tolerances: these flags in place of `flags` (the all-to-all run of an all-gather MoE case).
+  // nullptr: none.
+  const char* twin_flags = nullptr;
 };
 
 void PrintTo(const Layout& layout, std::ostream* os);

@@ -18,6 +18,9 @@ const char* kMoeCapacityPadded =
     "0.01 "
     "--moe-pad-expert-input-to-capacity";
 
+#define TESSEL_ALLGATHER " --moe-token-dispatcher-type allgather"
+#define TESSEL_ALLTOALL " --moe-token-dispatcher-type alltoall"
+
 const Layout kMoeLayouts[] = {
     {"moe_ep2", 2, "--ep 2", false, 2, kMoe},
     {"moe_ep4", 4, "--ep 4", false, 2, kMoe},
@@ -50,6 +53,23 @@ const Layout kMoeLayouts[] = {
      "moe_act shared_experts layernorm core_attn", false, 2, kMoeShared},
     {"moe_ep2_recompute_moe", 2, "--ep 2 --recompute-granularity selective --recompute-modules moe", false, 2,
      kMoe},
+    // Megatron's all-gather dispatcher: every rank's tokens gathered over ETP × EP, each rank's
+    // experts' weighted outputs reduce-scattered back. Each case also follows the all-to-all run
+    // of its layout: under EP, with DP, with TP (SP) and experts split over ETP 2 or whole (ETP 1,
+    // with a shared expert), with PP, and with a capacity that drops (the all-to-all pads).
+    {.name = "moe_allgather_ep2", .ranks = 2, .flags = "--ep 2" TESSEL_ALLGATHER, .model_extra = kMoe,
+     .twin_flags = "--ep 2" TESSEL_ALLTOALL},
+    {.name = "moe_allgather_ep2_dp2", .ranks = 4, .flags = "--ep 2" TESSEL_ALLGATHER, .model_extra = kMoe,
+     .twin_flags = "--ep 2" TESSEL_ALLTOALL},
+    {.name = "moe_allgather_ep2_tp2_sp", .ranks = 4, .flags = "--ep 2 --tp 2 --sequence-parallel" TESSEL_ALLGATHER,
+     .model_extra = kMoe, .twin_flags = "--ep 2 --tp 2 --sequence-parallel" TESSEL_ALLTOALL},
+    {.name = "moe_allgather_shared_ep2_tp2_sp_etp1", .ranks = 4,
+     .flags = "--ep 2 --tp 2 --sequence-parallel --etp 1" TESSEL_ALLGATHER, .model_extra = kMoeShared,
+     .twin_flags = "--ep 2 --tp 2 --sequence-parallel --etp 1" TESSEL_ALLTOALL},
+    {.name = "moe_allgather_ep2_pp2", .ranks = 4, .flags = "--ep 2 --pp 2" TESSEL_ALLGATHER, .model_extra = kMoe,
+     .twin_flags = "--ep 2 --pp 2" TESSEL_ALLTOALL},
+    {.name = "moe_allgather_capacity_padded_ep2", .ranks = 2, .flags = "--ep 2" TESSEL_ALLGATHER,
+     .model_extra = kMoeCapacityPadded, .twin_flags = "--ep 2" TESSEL_ALLTOALL},
 };
 
 INSTANTIATE_TEST_SUITE_P(Moe, Equivalence,

@@ -37,6 +37,7 @@ void PrintTo(const Layout& layout, std::ostream* os) {
   if (*layout.model_extra != '\0') *os << ", model \"" << layout.model_extra << "\"";
   if (layout.real_data) *os << ", preprocessed blend";
   if (layout.init_from != nullptr) *os << ", from a Hugging Face folder (export " << layout.init_from << ")";
+  if (layout.twin_flags != nullptr) *os << ", and as the run with flags \"" << layout.twin_flags << "\"";
 }
 
 namespace {
@@ -207,9 +208,10 @@ TrainRun read_run(const fs::path& dir) {
   return r;
 }
 
-// The layout's run, afresh in this process's folder.
-TrainRun run_layout(const std::string& arch, const Layout& layout, const std::string& flags) {
-  const fs::path dir = work_dir() / (arch + "_" + layout.name);
+// The layout's run (`run` names it among the case's runs), afresh in this process's folder.
+TrainRun run_layout(const std::string& arch, const Layout& layout, const std::string& flags,
+                    const std::string& run = "") {
+  const fs::path dir = work_dir() / (arch + "_" + layout.name + run);
   fs::remove_all(dir);
   fs::create_directories(dir);
   run_into(train_command(arch, layout, flags), layout.real_data, layout.ranks, dir);
@@ -234,13 +236,9 @@ TEST(EquivalenceData, Build) {
     EXPECT_TRUE(fs::exists(dir / file)) << (dir / file);
 }
 
-TEST_P(Equivalence, FollowsTheSingleProcess) {
-  const auto& [arch, layout] = GetParam();
-  const TrainRun want = single_process(arch, layout);
-  ASSERT_EQ(want.losses.size(), 10u);
-  std::string flags = layout.flags;
-  if (flags.find("--micro-batch-size") == std::string::npos) flags += " --micro-batch-size 2";
-  const TrainRun got = run_layout(arch, layout, flags);
+// `got` follows `want`: the losses, the evaluations and the final weights within the suite's
+// tolerances.
+void expect_follows(const TrainRun& got, const TrainRun& want, const Layout& layout) {
   ASSERT_EQ(got.losses.size(), want.losses.size());
   for (size_t i = 0; i < want.losses.size(); ++i) {
     const double rel = std::abs(got.losses[i] - want.losses[i]) / want.losses[i];
@@ -281,6 +279,27 @@ TEST_P(Equivalence, FollowsTheSingleProcess) {
     double worst = 0;
     for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, double(std::abs(x[i] - y[i])));
     EXPECT_LT(worst, layout.weight_tolerance) << t.name;
+  }
+}
+
+// The layout's flags with the suite's microbatch unless they set one.
+std::string with_micro_batch(std::string flags) {
+  if (flags.find("--micro-batch-size") == std::string::npos) flags += " --micro-batch-size 2";
+  return flags;
+}
+
+TEST_P(Equivalence, FollowsTheSingleProcess) {
+  const auto& [arch, layout] = GetParam();
+  const TrainRun want = single_process(arch, layout);
+  ASSERT_EQ(want.losses.size(), 10u);
+  const TrainRun got = run_layout(arch, layout, with_micro_batch(layout.flags));
+  {
+    SCOPED_TRACE("against the single process");
+    expect_follows(got, want, layout);
+  }
+  if (layout.twin_flags != nullptr) {
+    SCOPED_TRACE(std::string("against the run with ") + layout.twin_flags);
+    expect_follows(got, run_layout(arch, layout, with_micro_batch(layout.twin_flags), "_twin"), layout);
   }
 }
 

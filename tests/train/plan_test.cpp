@@ -89,6 +89,7 @@ TEST(TrainPlan, EveryBrokenRuleInOneMessage) {
   o.parallel.layout.tp = 4;  // 6 ranks do not split into TP 4
   o.parallel.pipeline.layout = "Et|tX";
   o.parallel.cp_comm_type = "ring";
+  o.parallel.moe_token_dispatcher_type = "deepep";
   const std::string all = violations_of(model, o);
   EXPECT_EQ(all.rfind("invalid configuration: ", 0), 0u) << all;
   EXPECT_EQ(all.find('\n'), std::string::npos) << all;
@@ -97,8 +98,28 @@ TEST(TrainPlan, EveryBrokenRuleInOneMessage) {
                            "--min-lr 1 is not within [0, --lr 0.001]",
                            "world size 6 is not divisible by TP × CP × PP",
                            "--pipeline-model-parallel-layout", "ring",
-                           "--num-experts needs --arch llama"})
+                           "--num-experts needs --arch llama",
+                           "--moe-token-dispatcher-type deepep: not one of allgather, alltoall, flex"})
     EXPECT_NE(all.find(rule), std::string::npos) << rule << " missing from: " << all;
+}
+
+// --moe-token-dispatcher-type: all-to-all unless allgather is asked; flex runs all-to-all, said once.
+TEST(TrainPlan, MoeTokenDispatcherType) {
+  ModelConfig model;
+  model.seq_length = 16;
+  TrainOptions o = options_for(1);
+  o.batch = {.micro_batch_size = 1, .global_batch_size = 1};
+  EXPECT_EQ(plan_training(model, o).moe_dispatcher, MoeDispatcherType::AllToAll);
+  o.parallel.moe_token_dispatcher_type = "allgather";
+  EXPECT_EQ(plan_training(model, o).moe_dispatcher, MoeDispatcherType::AllGather);
+  EXPECT_TRUE(plan_training(model, o).notes.empty());
+  o.parallel.moe_token_dispatcher_type = "flex";
+  const TrainPlan flex = plan_training(model, o);
+  EXPECT_EQ(flex.moe_dispatcher, MoeDispatcherType::AllToAll);
+  ASSERT_EQ(flex.notes.size(), 1u);
+  EXPECT_NE(flex.notes[0].find("--moe-token-dispatcher-type flex: its DeepEP and HybridEP backends are not present"),
+            std::string::npos)
+      << flex.notes[0];
 }
 
 // The schedule's rules need the microbatch count, which needs a valid layout and batch.

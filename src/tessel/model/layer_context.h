@@ -20,13 +20,21 @@
 
 namespace tessel {
 
-// The groups an MoE layer talks over besides TP; a default group is one process.
+// How an MoE layer's routed tokens reach its experts (--moe-token-dispatcher-type): Megatron's
+// all-to-all over EP (model/moe/dispatch.h) or its all-gather over ETP × EP
+// (model/moe/allgather_dispatch.h).
+enum class MoeDispatcherType : uint8_t { AllToAll, AllGather };
+
+// The groups an MoE layer talks over besides TP, and which dispatcher moves its tokens; a default
+// group is one process.
 struct MoeGroups {
   CommGroup ep;   // expert parallel: the experts are split over it
   CommGroup etp;  // expert tensor parallel: each expert's F is split over it
   // The ranks holding parts of the same sequences (TP under sequence parallel, × CP: Megatron's
   // tp_cp group): the load-balancing loss counts tokens over it, as Megatron's.
   CommGroup token_group;
+  CommGroup tp_ep;  // ETP × EP (Megatron's tp_ep group): the all-gather dispatcher's
+  MoeDispatcherType dispatcher = MoeDispatcherType::AllToAll;
 };
 
 // `group`, or for a default group (one process, no communicator) the process's LocalComm in k's

@@ -97,6 +97,9 @@ struct ParallelOptions {
   ParallelConfig layout;               // sizes, order, --sequence-parallel, --use-distributed-optimizer
   PipelineOptions pipeline;
   std::string cp_comm_type = "p2p";    // --cp-comm-type p2p | all-gather
+  // --moe-token-dispatcher-type alltoall | allgather | flex (flex: all-to-all, DeepEP and
+  // HybridEP are not here)
+  std::string moe_token_dispatcher_type = "alltoall";
   DdpOptions ddp;
 };
 

@@ -401,6 +401,15 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
   } catch (const Error& e) {
     v.push_back(e.what());
   }
+  const std::string& dispatcher = o.parallel.moe_token_dispatcher_type;
+  if (dispatcher == "allgather") {
+    plan.moe_dispatcher = MoeDispatcherType::AllGather;
+  } else if (dispatcher == "flex") {
+    plan.notes.push_back("--moe-token-dispatcher-type flex: its DeepEP and HybridEP backends are not present here; "
+                         "the tokens travel by all-to-all");
+  } else if (dispatcher != "alltoall") {
+    v.push_back(fmt::format("--moe-token-dispatcher-type {}: not one of allgather, alltoall, flex", dispatcher));
+  }
   append(v, expert_violations(c, model));
   // Recompute's layer count is bounded by the largest model chunk, known once the split is valid.
   int chunk_layers = model.num_layers;

@@ -15,6 +15,7 @@
 #include "tessel/data/batches.h"
 #include "tessel/data/tokenizer.h"
 #include "tessel/model/config.h"
+#include "tessel/model/layer_context.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/layout.h"
 #include "tessel/pipeline/schedule.h"
@@ -62,6 +63,7 @@ struct TrainPlan {
   CpCommType cp_comm = CpCommType::P2P;
   // Every iteration's global batch: --global-batch-size, or --step-batch-size-schedule's.
   BatchSchedule batches = BatchSchedule::constant(1);
+  MoeDispatcherType moe_dispatcher = MoeDispatcherType::AllToAll;  // --moe-token-dispatcher-type
 
   const ParallelConfig& layout() const { return options.parallel.layout; }
   // --train-iters, or the iterations of --train-samples: samples / G, or with a step schedule

@@ -49,7 +49,8 @@ struct StageModel {
     // The ranks holding other rows of the same sequences (TP under sequence parallel, CP) count
     // the MoE auxiliary losses' tokens together.
     token_group = moe_rows_split(tp, cp.size()) ? &groups.tp_cp() : nullptr;
-    const MoeGroups moe{.ep = &groups.ep(), .etp = &groups.etp(), .token_group = token_group};
+    const MoeGroups moe{.ep = &groups.ep(), .etp = &groups.etp(), .token_group = token_group,
+                        .tp_ep = &groups.tp_ep(), .dispatcher = plan.moe_dispatcher};
     for (const ChunkSpec& spec : plan.stage_chunks(groups.coords().pp))
       chunks.push_back(std::make_unique<TransformerChunk>(
           k, params, plan.model,

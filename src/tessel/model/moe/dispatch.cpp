@@ -54,8 +54,10 @@ void TokenDispatcher::list_saved(Saved& s, TensorList& buffers) const {
 
 // The counts per (rank, expert) travel first, so each rank learns what will arrive from whom,
 // then over ETP what its ETP peers received; then the statistics are summed over EP.
-void TokenDispatcher::plan(Saved& s, const int32_t* experts, const int32_t* keep, int64_t N,
-                           int64_t capacity, RouterStats& stats) {
+void TokenDispatcher::plan(Saved& s, const TopKRouter::Saved& routing, const int32_t* keep, int64_t N,
+                           RouterStats& stats) {
+  const int32_t* experts = routing.experts.ints();
+  const int64_t capacity = routing.capacity;
   std::vector<float>& counts = host_counts_;   // (E) rows per expert out, then (ETP·EP·E_l) in
   std::vector<double>& kept = kept_;           // (E + 1) kept per expert, then the dropped
   float* device_counts = count_buffer_.data();

@@ -1,7 +1,8 @@
 // The MoE layer's token dispatch, as Megatron's MoEAlltoAllTokenDispatcher: where every routed
 // row goes, the all-to-all(v) over EP that takes the rows to the ranks holding their experts and
 // back, and with expert tensor parallelism the all-gather of the received rows over ETP and the
-// reduce-scatter of the experts' partial results.
+// reduce-scatter of the experts' partial results. (The other dispatcher, Megatron's all-gather:
+// allgather_dispatch.h.)
 //
 // Rank r of the EP group holds experts [r·E/EP, (r+1)·E/EP). Dispatch order groups a rank's
 // kept rows by expert (so by destination rank), tokens in order within an expert, each expert's
@@ -15,6 +16,7 @@
 #include "tessel/comm/comm.h"
 #include "tessel/model/layer.h"
 #include "tessel/model/layer_context.h"
+#include "tessel/model/moe/router.h"
 
 namespace tessel {
 
@@ -47,11 +49,10 @@ class TokenDispatcher {
   TokenDispatcher(const LayerContext& ctx, int64_t max_tokens, int64_t routed_rows);
 
   void list_saved(Saved& s, TensorList& buffers) const;
-  // Where every kept assignment goes (experts (N·k) i32, keep (N·k) i32 from the router,
-  // capacity the padded block size); the counts travel first over EP and ETP. Fills
+  // Where every kept assignment of the N rows goes (routing's experts, and capacity the padded
+  // block size; keep (N·k) i32 from the router); the counts travel first over EP and ETP. Fills
   // stats.tokens_per_expert and stats.dropped, summed over EP.
-  void plan(Saved& s, const int32_t* experts, const int32_t* keep, int64_t N, int64_t capacity,
-            RouterStats& stats);
+  void plan(Saved& s, const TopKRouter::Saved& routing, const int32_t* keep, int64_t N, RouterStats& stats);
   // x (N, C) → the experts' input rows in expert order, expert_in (R, C).
   void dispatch(Saved& s, float* expert_in, const float* x, int64_t N);
   // dx (N, C) += the rows' gradients d_expert_in (R, C, expert order) brought back.

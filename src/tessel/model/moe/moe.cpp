@@ -35,6 +35,22 @@ int64_t checked_hidden_size(const LayerContext& ctx, int layer, int64_t max_toke
 int64_t routed_rows(int64_t max_tokens, const LayerContext& ctx) {
   return moe_first_routed_rows(std::max<int64_t>(max_tokens, 1), ctx.cfg.moe, ctx.moe.token_group.size());
 }
+
+// The dispatcher ctx.moe.dispatcher names, built in place (its scratch is declared by address).
+std::variant<TokenDispatcher, AllGatherDispatcher> make_dispatcher(const LayerContext& ctx, int64_t max_tokens) {
+  using Dispatcher = std::variant<TokenDispatcher, AllGatherDispatcher>;
+  if (ctx.moe.dispatcher == MoeDispatcherType::AllGather)
+    return Dispatcher(std::in_place_type<AllGatherDispatcher>, ctx, max_tokens);
+  return Dispatcher(std::in_place_type<TokenDispatcher>, ctx, max_tokens, routed_rows(max_tokens, ctx));
+}
+
+// The rows the experts compute, and per local expert, as the dispatch planned them.
+int64_t rows_in(const MoeLayer::Saved& s) {
+  return std::visit([](const auto& d) { return d.rows_in; }, s.dispatch);
+}
+const std::vector<int64_t>& expert_rows(const MoeLayer::Saved& s) {
+  return std::visit([](const auto& d) -> const std::vector<int64_t>& { return d.expert_rows; }, s.dispatch);
+}
 }  // namespace
 
 void RouterTotals::add(const RouterTotals& other) {
@@ -61,7 +77,7 @@ MoeLayer::MoeLayer(const LayerContext& ctx, int layer, int64_t max_tokens, Layer
       max_tokens_(max_tokens),
       tp_(ctx.tp),
       router_(ctx, ctx.cfg.layer_prefix(layer) + "mlp.", max_tokens),
-      dispatcher_(ctx, max_tokens, routed_rows(max_tokens, ctx)),
+      dispatcher_(make_dispatcher(ctx, max_tokens)),
       // Every ETP rank's routed rows reach each ETP rank (N·k of them at a balanced load).
       experts_(ctx, ctx.cfg.layer_prefix(layer) + "mlp.",
                {routed_rows(max_tokens, ctx) * etp_size_, std::max<int64_t>(max_tokens, 1) * topk_ * etp_size_},
@@ -132,7 +148,9 @@ void MoeLayer::list_all(Saved& s, SavedLists& lists) const {
   TensorList& kept = lists.kept;
   TensorList& grads = lists.pick(recompute_.weights_in_input_pass());
   router_.list_saved(s.routing, kept);
-  dispatcher_.list_saved(s.dispatch, kept);
+  std::visit(
+      [&](const auto& d) { d.list_saved(s.dispatch.template emplace<typename std::decay_t<decltype(d)>::Saved>(), kept); },
+      dispatcher_);
   experts_.list_saved(s.experts, kept);
   if (shared_) {
     if (tp_.size() > 1) kept.add(s.shared_in, {N_g, C_}, "shared expert input (gathered)");
@@ -160,7 +178,7 @@ int64_t MoeLayer::shared_activation_bytes() const {
 }
 
 int64_t MoeLayer::Saved::growing_bytes() const {
-  int64_t n = held_bytes(dispatch.combined);
+  int64_t n = std::visit([](const auto& d) { return held_bytes(d.combined); }, dispatch);
   for (const Tensor* t : {&experts.in, &experts.gate, &experts.up, &experts.act, &experts.d_gate,
                           &experts.d_up, &experts.d_out})
     n += held_bytes(*t);
@@ -193,7 +211,7 @@ void MoeLayer::recompute(Saved& slot, float* out, const float* x) {
     run_forward(s, out, x, slot.N, slot.grad_scale);
     return;
   }
-  if (recompute_.moe_act) experts_.recompute_act(s.experts, s.dispatch.rows_in);
+  if (recompute_.moe_act) experts_.recompute_act(s.experts, rows_in(s));
   if (recompute_.shared_experts && shared_ && s.N > 0)
     shared_->hidden_forward(s.shared.rows(), shared_input(s, x), s.N * tp_.size());
 }
@@ -203,13 +221,14 @@ double MoeLayer::run_forward(Saved& s, float* out, const float* x, int64_t N, fl
   const int64_t tokens = router_.forward(s.routing, x, N, grad_scale);
   s.stats.aux_loss = s.routing.aux_loss;
   s.stats.z_loss = s.routing.z_loss;
-  dispatcher_.plan(s.dispatch, s.routing.experts.ints(), router_.keep(), N, s.routing.capacity,
-                   s.stats);
-  const int64_t R = s.dispatch.rows_in;
-  dispatcher_.dispatch(s.dispatch, k_.reserve(s.experts.in, R, C_), x, N);
-  float* y = k_.reserve(expert_out_, R, C_);
-  experts_.forward(s.experts, y, s.dispatch.expert_rows, R);
-  dispatcher_.combine(s.dispatch, out, y, s.routing.probs.data(), N);
+  with_dispatcher(s, [&](auto& dispatcher, auto& d) {
+    dispatcher.plan(d, s.routing, router_.keep(), N, s.stats);
+    const int64_t R = d.rows_in;
+    dispatcher.dispatch(d, k_.reserve(s.experts.in, R, C_), x, N);
+    float* y = k_.reserve(expert_out_, R, C_);
+    experts_.forward(s.experts, y, d.expert_rows, R);
+    dispatcher.combine(d, out, y, s.routing.probs.data(), N);
+  });
   if (shared_) shared_forward(s, out, x);
   return static_cast<double>(tokens) * (s.stats.aux_loss + s.stats.z_loss);
 }
@@ -243,14 +262,16 @@ void MoeLayer::backward(Saved& s, float* dx, const float* dout, const float* x,
 
 void MoeLayer::backward_input(Saved& slot, float* dx, const float* dout, const float* x) {
   Saved& s = state(slot);
-  const int64_t N = s.N, R = s.dispatch.rows_in;
+  const int64_t N = s.N, R = rows_in(s);
   float* d_probs = k_.reserve(d_probs_, N, topk_);
-  float* d_y = k_.reserve(s.experts.d_out, R, C_);
-  dispatcher_.combine_backward(s.dispatch, d_probs, d_y, dout, s.routing.probs.data(), N);
-  float* d_in = k_.reserve(expert_out_, R, C_);
-  float* d_act = k_.reserve(d_act_, std::max(R, N * tp_.size()), std::max(experts_.ffn_local(), F_sl_));
-  experts_.backward_input(s.experts, d_in, s.dispatch.expert_rows, R, d_act);
-  dispatcher_.dispatch_backward(s.dispatch, dx, d_in, N);
+  with_dispatcher(s, [&](auto& dispatcher, auto& d) {
+    float* d_y = k_.reserve(s.experts.d_out, R, C_);
+    dispatcher.combine_backward(d, d_probs, d_y, dout, s.routing.probs.data(), N);
+    float* d_in = k_.reserve(expert_out_, R, C_);
+    float* d_act = k_.reserve(d_act_, std::max(R, N * tp_.size()), std::max(experts_.ffn_local(), F_sl_));
+    experts_.backward_input(s.experts, d_in, d.expert_rows, R, d_act);
+    dispatcher.dispatch_backward(d, dx, d_in, N);
+  });
   if (shared_) shared_backward_input(s, dx, dout, x);
   router_.backward_input(s.routing, dx, d_probs, x);
 }
@@ -283,7 +304,7 @@ void MoeLayer::backward_weight(Saved& slot, const float* x, const GradReady& rea
   Saved& s = state(slot);
   const int64_t N = s.N;
   router_.backward_weight(s.routing, x);
-  experts_.backward_weight(s.experts, s.dispatch.expert_rows);
+  experts_.backward_weight(s.experts, expert_rows(s));
   if (shared_ && N > 0) {
     shared_->backward_weight_rows(s.shared.rows(), shared_input(s, x), N * tp_.size());
     if (shared_gate_ >= 0)

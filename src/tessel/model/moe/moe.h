@@ -1,6 +1,7 @@
 // Mixture of Experts, split as Megatron-Core's transformer/moe/: the MLP of chosen layers
 // replaced by E expert MLPs (SwiGLU, as Qwen-MoE) and a router that sends each token to its top-k
-// experts (router.h), the token dispatch over expert parallelism (dispatch.h), the grouped
+// experts (router.h), the token dispatch over expert parallelism (dispatch.h: all-to-all, or
+// allgather_dispatch.h: all-gather, as --moe-token-dispatcher-type chooses), the grouped
 // experts (experts.h), and optionally a shared expert every token goes through (model/mlp.h;
 // with --moe-shared-expert-gate scaled by a sigmoid gate, as Qwen2-MoE and Qwen3-Next). This layer composes them and keeps the router statistics.
 //
@@ -30,6 +31,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include "tessel/comm/comm.h"
@@ -37,6 +39,7 @@
 #include "tessel/model/layer.h"
 #include "tessel/model/layer_context.h"
 #include "tessel/model/mlp.h"
+#include "tessel/model/moe/allgather_dispatch.h"
 #include "tessel/model/moe/dispatch.h"
 #include "tessel/model/moe/experts.h"
 #include "tessel/model/moe/router.h"
@@ -73,7 +76,7 @@ class MoeLayer {
     int64_t N = 0;
     float grad_scale = 0;  // the forward's, for a recompute
     TopKRouter::Saved routing;
-    TokenDispatcher::Saved dispatch;
+    std::variant<TokenDispatcher::Saved, AllGatherDispatcher::Saved> dispatch;  // the dispatcher's
     GroupedExperts::Saved experts;
     Mlp::Saved shared;      // over N_g rows, F_s/TP neurons
     Tensor shared_in;       // (N_g, C) the gathered input (TP > 1 only)
@@ -136,8 +139,12 @@ class MoeLayer {
   // from the same x, leaving the router statistics alone. Collective like forward when whole.
   void recompute(Saved& s, float* out, const float* x);
 
-  int64_t num_local_experts() const { return dispatcher_.local_experts(); }
-  int64_t first_local_expert() const { return dispatcher_.first_expert(); }
+  int64_t num_local_experts() const {
+    return std::visit([](const auto& d) { return d.local_experts(); }, dispatcher_);
+  }
+  int64_t first_local_expert() const {
+    return std::visit([](const auto& d) { return d.first_expert(); }, dispatcher_);
+  }
   // Registry indices of all this layer's parameters, in declaration (Hugging Face) order.
   std::vector<int> param_indices() const;
   // Memory of the recomputed activations all microbatches share (recompute), as held now.
@@ -150,6 +157,15 @@ class MoeLayer {
   double run_forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale);
   void list_all(Saved& s, SavedLists& lists) const;
   Saved& state(Saved& s) { return whole_ ? shared_saved_ : s; }
+  // f(dispatcher, its Saved in s): the layer's steps are the same for every dispatcher.
+  template <class F>
+  decltype(auto) with_dispatcher(Saved& s, F&& f) {
+    return std::visit(
+        [&](auto& d) -> decltype(auto) {
+          return f(d, std::get<typename std::decay_t<decltype(d)>::Saved>(s.dispatch));
+        },
+        dispatcher_);
+  }
   void shared_forward(Saved& s, float* out, const float* x);
   void shared_backward_input(Saved& s, float* dx, const float* dout, const float* x);
   const float* shared_input(const Saved& s, const float* x) const {
@@ -162,7 +178,7 @@ class MoeLayer {
   int64_t C_, E_, F_s_, F_sl_, topk_, etp_size_, max_tokens_;
   TensorParallel tp_;
   TopKRouter router_;
-  TokenDispatcher dispatcher_;
+  std::variant<TokenDispatcher, AllGatherDispatcher> dispatcher_;  // ctx.moe.dispatcher's
   GroupedExperts experts_;
   std::optional<Mlp> shared_;
   int shared_gate_ = -1;  // mlp.shared_expert_gate.weight (-1: an ungated shared expert)
