@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "implementation_flags.h"
+#include "logging_flags.h"
 #include "model_flags.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/train/options.h"
@@ -33,6 +34,7 @@ class TrainCommand {
   CLI::Option* data_path_ = nullptr;
   CLI::Option* train_samples_ = nullptr;
   ImplementationFlags implementation_;
+  LoggingFlags logging_;
   bool explain_flags_ = false;
   // --train-iters, --lr-warmup-iters, --lr-decay-iters and where they write: zeroed for
   // --train-samples unless given (then Megatron's rule refuses them).
