@@ -106,7 +106,7 @@ void TrainLog::iteration(const IterationStats& s) {
     for (const StepFigure& f : s.figures) (f.after_loss ? after_loss : at_end) += " | " + f.text;
     if (s.num_zeros) at_end += fmt::format(" | num zeros {:.0f}", *s.num_zeros);
     if (s.params_norm) at_end += fmt::format(" | params norm {:.3f}", *s.params_norm);
-    if (s.throughput) at_end += fmt::format(" | {:.3f} TFLOP/s per rank", *s.throughput);
+    if (s.throughput) at_end += fmt::format(" | {:.3g} TFLOP/s per rank", *s.throughput);
     message(fmt::format("iter {:>{}}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f} | "
                         "{:.0f} tok/s | {:.1f} ms{}{}",
                         s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,

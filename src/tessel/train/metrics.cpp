@@ -27,10 +27,12 @@ std::pair<double, double> resident_memory() {
 
 RunMetrics::RunMetrics(const TrainPlan& plan, ProcessGroups& groups, const GradSync& sync, int64_t first_iteration)
     : plan_(plan), groups_(groups), sync_(sync), first_iteration_(first_iteration) {
-  PlanModel model;
-  model.cfg = plan.model;
-  model_flops_ = model_flops_per_iteration(model, plan.options.batch.global_batch_size);
   const TensorBoardOptions& tb = plan.options.log.tensorboard;
+  if (tb.throughput) {
+    PlanModel model;
+    model.cfg = plan.model;
+    model_flops_ = model_flops_per_iteration(model, plan.options.batch.global_batch_size);
+  }
   if (!tb.dir.empty() && groups.world_rank() == groups.world().size() - 1)
     writer_ = std::make_unique<EventFileWriter>(tb.dir, tb.queue_size);
 }
