@@ -192,11 +192,7 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_flag_callback(
       "--bf16", [&t] { t.precision = Precision::BF16; },
       "bf16 mixed precision: GEMMs on bf16 operands, fp32 accumulation, fp32 master weights");
-  c.add_flag("--profile", t.log.profile, "report GEMM throughput and memory at the end");
-  c.add_option(
-      "--pipeline-timeline", t.log.pipeline_timeline,
-      "write the last iteration's F, B, I and W actions on every rank as a Chrome trace (chrome://tracing, "
-      "Perfetto)");
+  logging_.add_to(c, t.log);
   c.add_option("--threads", threads_, "threads per process (default: OMP_NUM_THREADS or all cores)");
   FaultOptions& f = t.faults;
   c.add_flag("--check-for-nan-in-loss-and-grad,!--no-check-for-nan-in-loss-and-grad", f.check_nan,
@@ -247,6 +243,7 @@ void TrainCommand::run(MpiRuntime& runtime) {
   if (explain_flags_) t.notes = ImplementationFlags::explain(*cmd_);
   if (!rampup_batch_size_.empty())
     t.notes.push_back("--rampup-batch-size is deprecated and ignored, as in Megatron-LM: use --step-batch-size-schedule");
+  for (std::string& note : logging_.resolve(t.log)) t.notes.push_back(std::move(note));
   if (const std::string unused = implementation_.summary(); !unused.empty()) t.notes.push_back(unused);
   if (!no_weight_decay_cond_type_.empty()) {
     t.optim.adamw.apply_wd_to_qk_layernorm = true;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "implementation_flags.h"
+#include "logging_flags.h"
 #include "model_flags.h"
 #include "moe_flags.h"
 #include "unbuilt_flags.h"
@@ -38,6 +39,7 @@ class TrainCommand {
   ImplementationFlags implementation_;
   MoeFlags moe_;
   UnbuiltFlags unbuilt_;
+  LoggingFlags logging_;
   bool explain_flags_ = false;
   std::string no_weight_decay_cond_type_;  // Megatron-LM's deprecated spelling of --apply-wd-to-qk-layernorm
   std::string decay_style_;

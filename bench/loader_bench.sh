@@ -1,8 +1,8 @@
 #!/bin/bash
 # The data loader's cost per training iteration as a fraction of the step, on the main job's
 # pipeline: a byte-level BPE tokenizer (2048 tokens) trained on the bundled corpus, the corpus
-# preprocessed to .bin/.idx, then `tessel train --profile` of the default model, one process and
-# the main job's TP 2 × PP 2 × DP 2 on 8 ranks, alternating. --profile reports (iterations 2 on)
+# preprocessed to .bin/.idx, then `tessel train --profile-report` of the default model, one process and
+# the main job's TP 2 × PP 2 × DP 2 on 8 ranks, alternating. --profile-report reports (iterations 2 on)
 # the time the trainer waited for its batch (the loader reads the next one on its own thread
 # while this one trains) and the time that thread took to read one batch, both as a share of the
 # step measured in the same run.
@@ -28,7 +28,7 @@ corpus=$root/data/kjv-genesis-esther.txt
 "$tessel" tokenizer train --input "$corpus" --vocab-size 2048 --model-type byte-bpe --output "$work/tok" >/dev/null
 tokenizer=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$work/tok")
 "$tessel" preprocess --input "$corpus" --output-prefix "$work/kjv" --append-eod "${tokenizer[@]}" >/dev/null
-train=(train "${tokenizer[@]}" --data-path "$work/kjv_text_document" --train-iters "$iters" --profile)
+train=(train "${tokenizer[@]}" --data-path "$work/kjv_text_document" --train-iters "$iters" --profile-report)
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 # "waited W ms per iteration, X% of the S ms step; reading a batch took R ms on its thread (Y%)"

@@ -13,10 +13,10 @@
 # its median_step_ms (the same statistic), with its own tokens_per_s (total tokens / total time)
 # shown beside the mean-based tessel figure.
 #
-# --gemm instead alternates `tessel train --profile` (under /usr/bin/time -v) with
+# --gemm instead alternates `tessel train --profile-report` (under /usr/bin/time -v) with
 # build/bench/gemm_bench on the same model: tessel's GFLOP/s inside gemm calls as a percentage of
 # oneDNN's on the model's shapes as gemm_bench measures them alone, and tessel's peak RSS against
-# the analytic sum --profile prints.
+# the analytic sum --profile-report prints.
 #
 # --against OTHER_TESSEL alternates this build's tessel with another tessel binary (e.g. one built
 # from the commit before a change) on the same run: tok/s and peak RSS (/usr/bin/time -v) of
@@ -164,7 +164,7 @@ if [ "$mode" = against ]; then
   exit 0
 fi
 
-# --gemm: tessel --profile under /usr/bin/time -v, alternating with gemm_bench on the same model.
+# --gemm: tessel --profile-report under /usr/bin/time -v, alternating with gemm_bench on the same model.
 [ -x "$gemm_bench" ] || { echo "train_throughput.sh: $gemm_bench not found" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "train_throughput.sh: /usr/bin/time not found (apt-get install time)" >&2; exit 1; }
 printf '%-5s %10s %10s %10s %7s   %9s %9s %9s %6s   %s\n' round "tessel" "oneDNN,all" \
@@ -172,7 +172,7 @@ printf '%-5s %10s %10s %10s %7s   %9s %9s %9s %6s   %s\n' round "tessel" "oneDNN
 : >"$work/rows"
 for r in $(seq 1 "$rounds"); do
   (cd "$work" && OMP_NUM_THREADS=$threads /usr/bin/time -v -o "$work/time_$r" "$tessel" \
-    "${tessel_args[@]}" --profile >"$work/profile_$r")
+    "${tessel_args[@]}" --profile-report >"$work/profile_$r")
   "$gemm_bench" --model "$config" --threads "$threads" --min-seconds 0.2 >"$work/gemm_$r"
   # The step-weighted oneDNN rate: every product at gemm_bench's rate, weighted by how often a
   # training step does it: each linear product once per layer, the LM head's once, and each of
@@ -207,6 +207,6 @@ done
 echo "summary over $rounds rounds (GFLOP/s inside gemm calls; oneDNN alone on the model's shapes)," \
   "cpu $cpu:"
 summary "tessel gemm GFLOP/s" "oneDNN, products once" "oneDNN, step-weighted" \
-  "tessel % of step-weighted" "peak RSS MiB (--profile)" "peak RSS MiB (time -v)" \
+  "tessel % of step-weighted" "peak RSS MiB (--profile-report)" "peak RSS MiB (time -v)" \
   "analytic MiB" "RSS / analytic" <"$work/rows"
 echo "last tessel profile:"; grep '^profile' "$work/profile_$rounds"

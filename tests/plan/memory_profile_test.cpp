@@ -1,5 +1,5 @@
 // tessel's own memory as the planner counts it, checked black-box against what `tessel train
-// --profile` reports for rank 0 (the parameters, gradients and Adam moments; one microbatch's
+// --profile-report` reports for rank 0 (the parameters, gradients and Adam moments; one microbatch's
 // saved activations of its first chunk; that chunk's scratch), for several architectures and
 // layouts: the run prints the numbers, this test parses them, so a change of the model's
 // internals that the planner does not follow fails here.
@@ -27,7 +27,7 @@ Profile run_profile(int ranks, const std::string& args) {
   const std::string launcher = ranks > 1 ? "timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -n " +
                                                std::to_string(ranks) + " "
                                          : "timeout 120 ";
-  const testing::CommandResult r = run_command(launcher + TESSEL_BINARY + " train --train-iters 2 --eval-iters 0 --profile " + args);
+  const testing::CommandResult r = run_command(launcher + TESSEL_BINARY + " train --train-iters 2 --eval-iters 0 --profile-report " + args);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::smatch m;
   const std::regex line(R"(Adam m and v ([0-9.]+) \+ saved activations ([0-9.]+) \+ scratch ([0-9.]+))");
@@ -50,7 +50,7 @@ void expect_planned(const ModelConfig& cfg, const ParallelConfig& p, int64_t mic
   const RunShape x(model, run, cpu);
   const StageParams params = stage_params(x, 0);
   const ChunkSpec first = x.stage_chunks(0).front();
-  // --profile prints MiB with one decimal.
+  // --profile-report prints MiB with one decimal.
   EXPECT_NEAR((params.dense + params.experts) * 16.0 / kMiB, got.state_mib, 0.051);
   EXPECT_NEAR(tessel_chunk_activations(x, first).saved / kMiB, got.saved_mib, 0.051);
   // The first chunk's scratch: its own, and its MoE layers' (the terms before the next chunk's).

@@ -22,7 +22,7 @@ constexpr int64_t kDeltaChunk = 64;
 inline int64_t delta_rule_chunks(int64_t T) { return (T + kDeltaChunk - 1) / kDeltaChunk; }
 
 // Every gemm call's floating-point operations and the seconds spent, summed over calling threads,
-// since accounting was switched on (tessel train --profile).
+// since accounting was switched on (tessel train --profile-report).
 struct GemmStats {
   double flops = 0;
   double seconds = 0;

@@ -79,7 +79,7 @@ struct Growth {
 
 // A tensor as a layer declares it: which part of the chunk holds it, what it is, its shape, and
 // the bytes it takes (64-byte aligned inside a list's one allocation; a growing buffer's own, at
-// its balanced-load size). The declare-only build of a chunk reads these (the planner, --profile).
+// its balanced-load size). The declare-only build of a chunk reads these (the planner, --profile-report).
 struct DeclaredTensor {
   std::string part;  // "layers", "MoE layers", "embedding", "head", "residual stream", ...
   std::string name;  // "attention q", "MLP hidden", ...

@@ -22,7 +22,7 @@
 // The model answers its own shapes: TransformerChunk::declare runs the same constructors without
 // allocating or computing anything, for the parameters (names, global shapes, shard specs) and
 // every tensor the chunk would hold (ChunkTensors): what `tessel plan` counts on CPU ranks, what
-// --profile reports and the names --save-hf writes.
+// --profile-report reports and the names --save-hf writes.
 #pragma once
 
 #include <cstdint>

@@ -57,10 +57,10 @@ void GradSync::finish() {
   experts_.finish_grad_reduction();
 }
 
-double GradSync::local_sq_sum(const std::function<bool(const Param&)>& counted) const {
+double GradSync::local_sum(const std::function<bool(const Param&)>& counted, const PieceSum& f) const {
   double sum = 0.0;
   for_each_piece(params_.params(), owned_, [&](const Param& p, int64_t first, int64_t n, int64_t) {
-    if (counted(p)) sum = k_.sum_squares(p.grad + first, n, sum);
+    if (counted(p)) sum = f(p, first, n, sum);
   });
   return sum;
 }
@@ -76,20 +76,46 @@ double GradSync::global_norm() const {
 }
 
 double GradSync::stage_sq_sum() const {
+  return stage_sum([this](const Param& p, int64_t first, int64_t n, double sum) {
+    return k_.sum_squares(p.grad + first, n, sum);
+  });
+}
+
+double GradSync::stage_sum(const PieceSum& f) const {
   const std::vector<Param>& ps = params_.params();
   const bool tp_first = groups_.tp().rank() == 0;
-  double sq = local_sq_sum([&](const Param& p) {
-    return !config_.is_expert(p) && (tp_first || !p.replicated()) &&
-           &p - ps.data() != config_.tied_copy;
-  });
-  double sq_experts = local_sq_sum(config_.is_expert);
+  double sum = local_sum(
+      [&](const Param& p) {
+        return !config_.is_expert(p) && (tp_first || !p.replicated()) && &p - ps.data() != config_.tied_copy;
+      },
+      f);
+  double sum_experts = local_sum(config_.is_expert, f);
   if (config_.distributed_optimizer) {
-    groups_.dp_cp().all_reduce(&sq, 1);
-    groups_.edp().all_reduce(&sq_experts, 1);
+    groups_.dp_cp().all_reduce(&sum, 1);
+    groups_.edp().all_reduce(&sum_experts, 1);
   }
-  groups_.tp().all_reduce(&sq, 1);
-  groups_.tp_ep().all_reduce(&sq_experts, 1);
-  return sq + sq_experts;
+  groups_.tp().all_reduce(&sum, 1);
+  groups_.tp_ep().all_reduce(&sum_experts, 1);
+  return sum + sum_experts;
+}
+
+double GradSync::params_norm() const {
+  double sq = stage_sum([this](const Param& p, int64_t first, int64_t n, double sum) {
+    return k_.sum_squares(p.value + first, n, sum);
+  });
+  groups_.pp().all_reduce(&sq, 1);
+  return std::sqrt(sq);
+}
+
+double GradSync::grad_zeros() const {
+  std::vector<float> host;  // the gradients may live on a device
+  double zeros = stage_sum([&](const Param& p, int64_t first, int64_t n, double sum) {
+    host.resize(n);
+    k_.memory.to_host(host.data(), p.grad + first, n * static_cast<int64_t>(sizeof(float)));
+    return sum + static_cast<double>(std::count(host.begin(), host.end(), 0.0f));
+  });
+  groups_.pp().all_reduce(&zeros, 1);
+  return zeros;
 }
 
 void GradSync::gather_params() {

@@ -68,10 +68,19 @@ class GradSync {
   // After the optimizer step, with the distributed optimizer: every rank gets every updated
   // parameter. Collective.
   void gather_params();
+  // Counted as the gradient norm counts, every parameter once: the L2 norm of the parameters
+  // (Megatron's --log-params-norm; after gather_params), and the zeros among the reduced
+  // gradients (--log-num-zeros-in-grad). The same on every rank. Collective.
+  double params_norm() const;
+  double grad_zeros() const;
 
  private:
-  // Σ g² over this rank's owned gradients of the parameters `counted` accepts, in flat order.
-  double local_sq_sum(const std::function<bool(const Param&)>& counted) const;
+  // Adds f(p, first, n) of a piece of parameter p's flat storage to `sum`.
+  using PieceSum = std::function<double(const Param& p, int64_t first, int64_t n, double sum)>;
+  // The sum over this rank's owned pieces of the parameters `counted` accepts, in flat order.
+  double local_sum(const std::function<bool(const Param&)>& counted, const PieceSum& f) const;
+  // The sum over this stage's parameters, each once (stage_sq_sum's rule). Collective in the stage.
+  double stage_sum(const PieceSum& f) const;
 
   const Kernels& k_;
   ParamRegistry& params_;

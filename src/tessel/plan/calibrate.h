@@ -4,7 +4,7 @@
 // running this binary under mpirun (`plan --calibrate-comm` on 2 ranks); then one short
 // `tessel train` under mpirun (one rank): its step time fits the memory efficiency (everything
 // that is not a GEMM), its peak RSS (GNU time) against the planner's sum gives the runtime
-// memory of a rank, and the same run with --profile gives the achieved GEMM rate.
+// memory of a rank, and the same run with --profile-report gives the achieved GEMM rate.
 #pragma once
 
 #include <string>

@@ -3,7 +3,7 @@
 // group of the stage holding it, its MoE buffers grown to the run's routing load by the rule the
 // kernels' reserve follows (reserved_rows); the executor's slot buffers (pipeline/executor.h) and
 // the context-parallel workspace (parallel/context_parallel.h). Checked against `tessel train
-// --profile` and the executor's peak activations (tests/plan/memory_profile_test.cpp).
+// --profile-report` and the executor's peak activations (tests/plan/memory_profile_test.cpp).
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -104,6 +104,9 @@ void TrainLog::iteration(const IterationStats& s) {
   if (logged) {
     std::string after_loss, at_end;
     for (const StepFigure& f : s.figures) (f.after_loss ? after_loss : at_end) += " | " + f.text;
+    if (s.num_zeros) at_end += fmt::format(" | num zeros {:.0f}", *s.num_zeros);
+    if (s.params_norm) at_end += fmt::format(" | params norm {:.3f}", *s.params_norm);
+    if (s.throughput) at_end += fmt::format(" | {:.3g} TFLOP/s per rank", *s.throughput);
     message(fmt::format("iter {:>{}}/{} | loss {:.4f}{} | lr {:.3e} | global batch {} | grad norm {:.3f} | "
                         "{:.0f} tok/s | {:.1f} ms{}{}",
                         s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,
@@ -119,6 +122,17 @@ void TrainLog::iteration(const IterationStats& s) {
                           {"tokens_per_s", s.tokens_per_s},
                           {"iteration_time_ms", s.iteration_time_ms},
                           {"data_wait_ms", s.data_wait_ms}};
+      j["consumed_samples"] = s.consumed_samples;
+      j["world_size"] = s.world_size;
+      const auto optional = [&j](const char* key, const std::optional<double>& value) {
+        if (value) j[key] = *value;
+      };
+      optional("params_norm", s.params_norm);
+      optional("num_zeros", s.num_zeros);
+      optional("interval_time_s", s.interval_time_s);
+      optional("throughput", s.throughput);
+      optional("memory_bytes", s.memory_bytes);
+      optional("peak_memory_bytes", s.peak_memory_bytes);
       if (s.skipped) j["skipped"] = true;
       for (const StepFigure& f : s.figures)
         for (const auto& [key, value] : f.json) add_json_figure(j, key, value);

@@ -27,6 +27,17 @@ struct IterationStats {
   bool skipped = false;
   // The figures of the step's terms besides `loss` (model/step_terms.h), in their order.
   std::vector<StepFigure> figures;
+  // Megatron's figures of the iteration (train/metrics.h), as TensorBoard gets them.
+  int64_t consumed_samples = 0;  // the train split's samples read, this iteration's included
+  int world_size = 1;
+  std::optional<double> params_norm;  // --log-params-norm
+  std::optional<double> num_zeros;    // --log-num-zeros-in-grad
+  // At --log-interval's iterations with --log-timers-to-tensorboard or --log-throughput: the
+  // slowest rank's mean iteration time since the last such iteration (seconds), and the model
+  // TFLOP/s per rank it gives (--log-throughput).
+  std::optional<double> interval_time_s, throughput;
+  // --log-memory-to-tensorboard: the largest rank's resident memory now and its peak (bytes).
+  std::optional<double> memory_bytes, peak_memory_bytes;
   // This rank's communication in the iteration (comm.h's counters), one entry per group kind and
   // kind of call that had any calls.
   struct Comm {

@@ -127,11 +127,40 @@ struct CheckpointOptions {
   std::string dist_ckpt_strictness;    // --dist-ckpt-strictness
 };
 
+// Megatron's TensorBoard flags: which scalars go to --tensorboard-dir's event files, and when
+// (train/metrics.h names the tags). The figures behind them also go to --log-json.
+struct TensorBoardOptions {
+  std::string dir;                 // --tensorboard-dir: event files, written by the last rank
+  int64_t interval = 1;            // --tensorboard-log-interval: the per-iteration scalars' cadence
+  int64_t queue_size = 1000;       // --tensorboard-queue-size: events kept before a write to disk
+  bool timers = false;             // --log-timers-to-tensorboard: iteration-time (and throughput)
+  bool loss_scale = true;          // --no-log-loss-scale-to-tensorboard turns loss-scale off
+  bool world_size = false;         // --log-world-size-to-tensorboard
+  bool memory = false;             // --log-memory-to-tensorboard: resident memory, the largest rank's
+  bool validation_ppl = false;     // --log-validation-ppl-to-tensorboard
+  bool params_norm = false;        // --log-params-norm: the L2 norm of every parameter, once
+  bool num_zeros_in_grad = false;  // --log-num-zeros-in-grad: zeros among the reduced gradients
+  bool throughput = false;         // --log-throughput: model TFLOP/s per rank
+};
+
+// Megatron's profiler window (--profile): the compute actions of iterations step_start + 1 to
+// step_end (1-based; Megatron starts its profiler after step_start iterations and stops it after
+// step_end) on `ranks` (every rank when empty), written as one Chrome trace.
+struct ProfileWindow {
+  bool on = false;                  // --profile
+  int64_t step_start = 10;          // --profile-step-start
+  int64_t step_end = 12;            // --profile-step-end
+  std::vector<int> ranks;           // --profile-ranks
+  std::string path = "profile_trace.json";  // --pipeline-timeline's file when given
+};
+
 struct LogOptions {
   int64_t interval = 100;  // --log-interval
   std::string json;        // --log-json: one JSON object per logged iteration
   bool progress = false;   // the live progress line (when stdout is a terminal, or --progress)
-  bool profile = false;    // --profile: GEMM throughput, memory and communication at the end
+  bool profile_report = false;  // --profile-report: GEMM throughput, memory and communication at the end
+  ProfileWindow profile;        // --profile, --profile-step-start/-end, --profile-ranks
+  TensorBoardOptions tensorboard;
   std::string pipeline_timeline;  // --pipeline-timeline: the last iteration's actions, a Chrome trace
   bool straggler = false;  // --log-straggler: each rank's step time against the median
   int64_t straggler_minmax_count = 1;  // --straggler-minmax-count: slowest and fastest ranks named

@@ -48,6 +48,13 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
   std::vector<std::string> v = non_finite_violations(model, o);
   append(v, fault_violations(o.faults));
   if (o.log.straggler_minmax_count < 1) v.push_back("--straggler-minmax-count must be at least 1");
+  if (o.log.tensorboard.interval < 1)
+    v.push_back(fmt::format("--tensorboard-log-interval {} must be at least 1", o.log.tensorboard.interval));
+  if (o.log.tensorboard.queue_size < 1)
+    v.push_back(fmt::format("--tensorboard-queue-size {} must be at least 1", o.log.tensorboard.queue_size));
+  for (int rank : o.log.profile.ranks)
+    if (rank < 0 || rank >= o.parallel.layout.world)
+      v.push_back(fmt::format("--profile-ranks {}: the job's ranks are 0 to {}", rank, o.parallel.layout.world - 1));
   if (o.optim.lr.sample_based() && o.batch.step_schedule.empty() && o.batch.global_batch_size > 0 &&
       o.optim.lr.iterations() == 0)
     v.push_back(fmt::format("--train-samples {} is less than one --global-batch-size {}: no iteration",

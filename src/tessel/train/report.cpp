@@ -137,14 +137,14 @@ void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
 }
 
 void RunTotals::start_iteration(int64_t it) {
-  if (plan_.options.log.profile && it == 2) {
+  if (plan_.options.log.profile_report && it == 2) {
     k_.gemm_stats_reset();
     k_.gemm_stats_enable(true);
   }
 }
 
 void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipeline) {
-  if (plan_.options.log.profile && s.iteration >= 2) {
+  if (plan_.options.log.profile_report && s.iteration >= 2) {
     profiled_seconds_ += s.iteration_time_ms / 1000.0;
     profiled_data_wait_seconds_ += s.data_wait_ms / 1000.0;
     profiled_iterations_ += 1;
@@ -172,10 +172,11 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
       actions_.compute_count[kind] += pipeline.compute_count[kind];
     }
   }
-  if (!plan_.options.log.pipeline_timeline.empty()) {
-    last_ = pipeline;
-    last_iteration_ = s.iteration;
-  }
+  if (!plan_.options.log.pipeline_timeline.empty()) last_ = {{s.iteration, pipeline}};
+  // Megatron's window: its profiler starts after step_start iterations and stops after step_end.
+  const ProfileWindow& window = plan_.options.log.profile;
+  if (window.on && s.iteration > window.step_start && s.iteration <= window.step_end)
+    profiled_.push_back({s.iteration, pipeline});
   peak_in_flight_ = std::max(peak_in_flight_, pipeline.peak_in_flight);
   peak_activation_bytes_ = std::max(peak_activation_bytes_, pipeline.peak_activation_bytes);
 }
@@ -191,6 +192,22 @@ void RunTotals::add_span() {
   last_end_ = std::max(last_end_, end);
 }
 
+void RunTotals::report_profile_window(TrainLog& log) {
+  const ProfileWindow& window = plan_.options.log.profile;
+  if (!window.on) return;
+  if (profiled_.empty()) {
+    log.message(fmt::format("--profile: no trace, the run ended before iteration {} (--profile-step-start {})",
+                            window.step_start + 1, window.step_start));
+    return;
+  }
+  const std::vector<int>& ranks = window.ranks;
+  const bool shown = ranks.empty() || std::find(ranks.begin(), ranks.end(), groups_.world_rank()) != ranks.end();
+  write_pipeline_timeline(window.path, "--profile", profiled_, shown, groups_);
+  log.message(fmt::format("--profile: iterations {} to {} of {}: {}", profiled_.front().iteration,
+                          profiled_.back().iteration, ranks.empty() ? "every rank" : fmt::format("ranks {}", fmt::join(ranks, ", ")),
+                          window.path));
+}
+
 void RunTotals::report(TrainLog& log, const ParamRegistry& params, const TransformerChunk& chunk,
                        double read_seconds) {
   add_span();
@@ -199,12 +216,13 @@ void RunTotals::report(TrainLog& log, const ParamRegistry& params, const Transfo
   if (plan_.train_iters() > 0)
     report_pipeline(log, groups_, span_seconds_ > 0 ? 1 - computed / span_seconds_ : 0, peak_in_flight_,
                     actions_, peak_activation_bytes_);
-  if (!plan_.options.log.pipeline_timeline.empty() && last_iteration_ > 0) {
-    write_pipeline_timeline(plan_.options.log.pipeline_timeline, last_, last_iteration_, groups_);
-    log.message(fmt::format("pipeline timeline of iteration {}: {}", last_iteration_,
-                            plan_.options.log.pipeline_timeline));
+  const LogOptions& o = plan_.options.log;
+  if (!o.pipeline_timeline.empty() && !last_.empty()) {
+    write_pipeline_timeline(o.pipeline_timeline, "--pipeline-timeline", last_, true, groups_);
+    log.message(fmt::format("pipeline timeline of iteration {}: {}", last_.front().iteration, o.pipeline_timeline));
   }
-  if (!plan_.options.log.profile) return;
+  report_profile_window(log);
+  if (!o.profile_report) return;
   report_profile(k_, log, profiled_seconds_, params, chunk);
   report_communication(log, profiled_comm_, profiled_iterations_, profiled_seconds_);
   report_data_loader(log, profiled_data_wait_seconds_, read_seconds, profiled_iterations_,

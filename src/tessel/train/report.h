@@ -1,5 +1,6 @@
 // What a training run reports besides its iteration lines: the run's shape at the start, and at
-// the end the pipeline's bubble and (--profile) GEMM throughput, memory and communication.
+// the end the pipeline's bubble, (--profile-report) GEMM throughput, memory and communication,
+// and the Chrome traces of --pipeline-timeline and --profile (train/timeline.h).
 #pragma once
 
 #include <array>
@@ -16,6 +17,7 @@
 #include "tessel/pipeline/executor.h"
 #include "tessel/train/log.h"
 #include "tessel/train/plan.h"
+#include "tessel/train/timeline.h"
 
 namespace tessel {
 
@@ -35,9 +37,9 @@ class RunTotals {
   // After it: its statistics and the pipeline's.
   void add(const IterationStats& s, const PipelineExecutor::Stats& pipeline);  // collective
   // Each rank's peak saved activations, with PP > 1 its idle fraction, peak microbatches in
-  // flight and mean time per compute action (F, B, I, W); then with --profile GEMM throughput,
-  // peak memory against the analytic sum and communication; with --pipeline-timeline the last
-  // iteration's actions. Collective over the world.
+  // flight and mean time per compute action (F, B, I, W); then with --profile-report GEMM
+  // throughput, peak memory against the analytic sum and communication; with --pipeline-timeline
+  // the last iteration's actions, with --profile the profiler window's. Collective over the world.
   // `read_seconds`: the data loader's thread's reading of one batch.
   void report(TrainLog& log, const ParamRegistry& params, const TransformerChunk& chunk,
               double read_seconds);
@@ -52,13 +54,14 @@ class RunTotals {
   // The spans of the iterations' pipelines over the world: the pending one's, the latest end so
   // far, and the time the counted ones cover.
   void add_span();  // adds the pending span once it has arrived
+  void report_profile_window(TrainLog& log);  // --profile's trace; collective
   std::array<double, 2> span_{};
   Request span_request_;
   bool span_pending_ = false, span_counted_ = false;
   double last_end_ = 0, span_seconds_ = 0;
   PipelineExecutor::Stats actions_;  // compute time and count per action kind, summed
-  PipelineExecutor::Stats last_;     // the last iteration's, for --pipeline-timeline
-  int64_t last_iteration_ = 0;
+  std::vector<TimedIteration> last_;     // the last iteration's, for --pipeline-timeline
+  std::vector<TimedIteration> profiled_;  // the --profile window's
   int peak_in_flight_ = 0;
   int64_t peak_activation_bytes_ = 0;
 };

@@ -27,6 +27,7 @@
 #include "tessel/train/evaluate.h"
 #include "tessel/train/export.h"
 #include "tessel/train/loss_scales.h"
+#include "tessel/train/metrics.h"
 #include "tessel/train/microbatches.h"
 #include "tessel/train/numerics.h"
 #include "tessel/train/report.h"
@@ -277,25 +278,27 @@ IterationStats start_batch(int64_t it, const TrainPlan& plan, MicrobatchLoader& 
 }
 
 // Evaluation number `index` on `split` after iteration `after`, logged and checked; nothing when
-// the split has no data.
-void evaluate(Evaluator& evaluator, TrainLog& log, const NumericsGuard& numerics, Split split,
-              int64_t after, int64_t index) {
+// the split has no data. TensorBoard gets the test split's too, under the validation's tags, as
+// Megatron writes it.
+void evaluate(Evaluator& evaluator, TrainLog& log, RunMetrics& metrics, const NumericsGuard& numerics,
+              Split split, int64_t after, int64_t index) {
   const std::optional<double> loss = evaluator.loss(split, index);
   if (!loss) return;
   log.evaluation(after, split_name(split), *loss);
+  metrics.evaluation(after, *loss);
   numerics.check_evaluation(after, split_name(split), *loss);
 }
 
 // After the last iteration: as Megatron, the valid split once more (its next batches), then the
 // test split; the end report; the Hugging Face export.
 void end_of_run(const TrainPlan& plan, ProcessGroups& groups, RunSetup& setup, Evaluator& evaluator,
-                const NumericsGuard& numerics, RunTotals& totals) {
+                RunMetrics& metrics, const NumericsGuard& numerics, RunTotals& totals) {
   const TrainOptions& o = plan.options;
   TrainLog& log = *setup.log;
   if (o.eval.iters > 0) {
     const int64_t last = plan.train_iters();
-    evaluate(evaluator, log, numerics, Split::Valid, last, last / o.eval.interval);
-    evaluate(evaluator, log, numerics, Split::Test, last, 0);
+    evaluate(evaluator, log, metrics, numerics, Split::Valid, last, last / o.eval.interval);
+    evaluate(evaluator, log, metrics, numerics, Split::Test, last, 0);
   }
   ParamRegistry& params = setup.stage.params;
   totals.report(log, params, *setup.stage.chunks.front(), setup.loader.read_seconds_per_batch());
@@ -384,13 +387,18 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     sync.finish();
     return loss_sum;
   };
-  // 8. The step, and where its iterations go once final.
+  // 8. The step, and where its iterations go once final: Megatron's figures added, the log and
+  // TensorBoard.
   std::vector<IterationStats> history;
   StragglerLog stragglers(o.log);
+  std::unique_ptr<RunMetrics> metrics;
+  check_together(groups.world(), [&] { metrics = std::make_unique<RunMetrics>(plan, groups, sync, setup->resumed + 1); });
   const auto record = [&](const IterationStats& s) {
-    log.iteration(s);
-    stragglers.add(s, log, groups);
-    history.push_back(s);
+    IterationStats& done = history.emplace_back(s);
+    metrics->complete(done);
+    log.iteration(done);
+    metrics->write(done);
+    stragglers.add(done, log, groups);
   };
   TrainStep step(k, o.optim, plan.batches, setup->optimizer, numerics, groups,
                  {.compute = compute,
@@ -426,7 +434,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     const bool saving = save_due(plan, it, exiting);
     // An evaluation, a save and what follows the loop read the validated parameters.
     if (evaluating || saving || exiting || it == plan.train_iters()) step.settle();
-    if (evaluating) evaluate(evaluator, log, numerics, Split::Valid, it, it / o.eval.interval - 1);
+    if (evaluating) evaluate(evaluator, log, *metrics, numerics, Split::Valid, it, it / o.eval.interval - 1);
     if (saving) {
       check_together(groups.world(), [&] {
         require_finite_weights(k, params, fmt::format("the save of iteration {}", it));
@@ -443,8 +451,9 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
                     ? fmt::format("{}: stopped after iteration {}, without a save (no --save)", *stop, it)
                     : fmt::format("{}: stopped after iteration {}, saved {}", *stop, it,
                                   checkpoint_iteration_dir(ckpt.save, it)));
-  else end_of_run(plan, groups, *setup, evaluator, numerics, totals);
+  else end_of_run(plan, groups, *setup, evaluator, *metrics, numerics, totals);
   if (!o.log.json.empty()) check_together(groups.world(), [&] { log.check(); });
+  check_together(groups.world(), [&] { metrics->flush(); });
   return history;
 }
 
