@@ -49,6 +49,7 @@ ModelConfig small_model() {
   cfg.moe.shared_expert_size = 10;
   cfg.moe.shared_expert_gate = true;
   cfg.moe.aux_loss_coeff = 0.001f;
+  cfg.hidden_dropout = 0.0f;  // a Qwen config.json has attention dropout only
   return cfg;
 }
 

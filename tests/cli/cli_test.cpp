@@ -151,7 +151,7 @@ TEST(Cli, StepBatchSizeSchedule) {
   const fs::path dir = temp_dir("steps");
   const std::string train =
       "train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 2 "
-      "--threads 1 --log-interval 1 --step-batch-size-schedule '0:2 64:4 128:8' --train-samples 30 "
+      "--threads 1 --log-interval 1 --eval-iters 0 --step-batch-size-schedule '0:2 64:4 128:8' --train-samples 30 "
       "--lr-warmup-samples 8 --lr-decay-samples 24 --lr 3e-3 --min-lr 3e-4 --lr-decay-style linear ";
   const Result r = run(train + "--rampup-batch-size 16 8 300000 --log-json " + (dir / "full.jsonl").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;

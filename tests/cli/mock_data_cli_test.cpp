@@ -24,7 +24,7 @@ using testing::run_tessel;
 const std::string kMock =
     "train --mock-data --tokenizer-type NullTokenizer --vocab-size 512 --arch gpt2 --num-layers 2 "
     "--hidden-size 32 --num-attention-heads 4 --seq-length 64 --micro-batch-size 2 "
-    "--global-batch-size 4 --train-iters 3 --log-interval 1 --lr 1e-2 --lr-warmup-iters 0 --threads 1 ";
+    "--global-batch-size 4 --train-iters 3 --eval-iters 0 --log-interval 1 --lr 1e-2 --lr-warmup-iters 0 --threads 1 ";
 
 std::vector<double> losses(const std::string& log) {
   std::vector<double> out;

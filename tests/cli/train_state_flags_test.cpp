@@ -24,7 +24,7 @@ using testing::run_tessel;
 const std::string kTrain =
     "train --arch gpt2 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
     "--micro-batch-size 2 --global-batch-size 4 --threads 1 --log-interval 1 --lr 3e-3 --min-lr 3e-4 "
-    "--lr-warmup-iters 2 --train-iters 4 ";
+    "--lr-warmup-iters 2 --train-iters 4 --eval-iters 0 ";
 
 // Each --log-json record: iteration, loss and learning rate.
 struct Record {

@@ -28,9 +28,19 @@ vocab=$work/vocab.json merges=$work/merges.txt
 spm_train --input="$corpus" --model_prefix="$work/spm" --vocab_size=1000 --model_type=bpe \
   --minloglevel=2 > /dev/null 2>&1
 spm=$work/spm.model
-"$tessel" preprocess --input "$corpus" --output-prefix "$work/kjv" --append-eod \
+# One document per line of the corpus, thrice over (39,918 documents): enough that a split as thin
+# as Mixtral's 99990,8,2 keeps a document for its valid and test parts.
+/usr/bin/python3 - "$corpus" "$work/lines.jsonl" <<'PY'
+import json, sys
+lines = [l.strip() for l in open(sys.argv[1], encoding="utf-8") if l.strip()]
+with open(sys.argv[2], "w", encoding="utf-8") as out:
+    for _ in range(3):
+        for l in lines:
+            out.write(json.dumps({"text": l}) + "\n")
+PY
+"$tessel" preprocess --input "$work/lines.jsonl" --json-keys text --output-prefix "$work/kjv" --append-eod \
   --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$tokenizer" > /dev/null
-"$tessel" preprocess --input "$corpus" --output-prefix "$work/spm" --append-eod \
+"$tessel" preprocess --input "$work/lines.jsonl" --json-keys text --output-prefix "$work/spm" --append-eod \
   --tokenizer-type Llama2Tokenizer --tokenizer-model "$spm" > /dev/null
 data=$work/kjv_text_document spm_data=$work/spm_text_document
 out=$work/out
@@ -45,11 +55,10 @@ log=$(timeout 900 "${mpirun[@]}" -n "$ranks" "$tessel" train "${args[@]}" 2>&1) 
 fail() { printf '%s\n---- %s\n' "$log" "$1" >&2; exit 1; }
 if [ -n "$refused" ]; then
   [ "$status" -eq 1 ] || fail "expected a refusal, got exit code $status"
-  grep -q "invalid configuration: .*$refused" <<< "$log" || fail "the refusal does not name: $refused"
-  [ "$(grep -c "invalid configuration:" <<< "$log")" -ge 1 ] || fail "no one-line refusal"
-  echo "refused as expected: $(grep -m1 -o "invalid configuration: .*" <<< "$log")"
+  grep -q "tessel: error: .*$refused" <<< "$log" || fail "the refusal does not name: $refused"
+  echo "refused as expected: $(grep -m1 -o "tessel: error: .*" <<< "$log")"
 else
   [ "$status" -eq 0 ] || fail "exit code $status"
-  grep -Eq "iteration +$iterations/ *$iterations " <<< "$log" || fail "the run did not reach iteration $iterations"
+  grep -Eq "iter +$iterations/$iterations \|" <<< "$log" || fail "the run did not reach iteration $iterations"
   echo "ran to iteration $iterations"
 fi

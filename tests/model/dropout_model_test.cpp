@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "support/param_gradient_check.h"
+#include "support/printers.h"
 #include "support/tiny_model.h"
 #include "tessel/core/philox.h"
 
