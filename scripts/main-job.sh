@@ -20,6 +20,7 @@ progress=()
 mpirun --allow-run-as-root --oversubscribe -n 8 -x OMP_NUM_THREADS=1 \
   build/tessel train --tp 2 --pp 2 --micro-batch-size 4 --global-batch-size 32 "${tokenizer[@]}" \
   --train-iters 600 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 30 --lr-decay-style cosine --log-interval 10 \
+  --openai-gelu --hidden-dropout 0 --attention-dropout 0 \
   --data-path out/data/kjv_text_document --split 969,30,1 --eval-interval 200 --eval-iters 4 \
   --save-hf out/default-model "${progress[@]}" "$@"
 echo
