@@ -8,10 +8,10 @@
 source "$(dirname "$0")/crosscheck_prelude.sh" "$@"
 "$tessel" data index --data-path "$src/data/kjv-genesis-esther.txt" --split 100,0,0 \
   --seq-length 64 --train-samples 80 --dump-samples "$work/samples" > /dev/null
-train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --eval-iters 0 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
+train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
        --lr-decay-style cosine --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
        --adam-eps 1e-8 --clip-grad 1.0"
-nodrop="--hidden-dropout 0 --attention-dropout 0"  # the reference has no dropout; Megatron's default is 0.1
+nodrop="--hidden-dropout 0 --attention-dropout 0 --eval-iters 0"  # the reference has no dropout (Megatron's default is 0.1) and no evaluation
 for case in gpt2 llama llama_qkv_bias llama_qk_layernorm; do
   arch=${case%%_*}
   model="--arch $arch --num-layers 2 --hidden-size 64 --num-attention-heads 4"

@@ -23,11 +23,11 @@ model="--arch llama --num-layers 4 --hidden-size 64 --num-attention-heads 4 --gr
        --rotary-percent 0.25 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 32
        --moe-shared-expert-intermediate-size 32 --moe-shared-expert-gate
        --untie-embeddings-and-output-weights"
-train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --eval-iters 0 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
+train="--micro-batch-size 2 --global-batch-size 8 --seq-length 64 --train-iters 10 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3
        --lr-decay-style cosine --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95
        --adam-eps 1e-8 --clip-grad 1.0"
 packed="--reset-position-ids --reset-attention-mask --eod-mask-loss"
-nodrop="--hidden-dropout 0 --attention-dropout 0"  # the reference has no dropout; Megatron's default is 0.1
+nodrop="--hidden-dropout 0 --attention-dropout 0 --eval-iters 0"  # the reference has no dropout (Megatron's default is 0.1) and no evaluation
 
 # The data: a byte-level BPE of 512 tokens (eod 511) and the corpus's first 3,000 lines, one
 # document each, preprocessed with an eod after each.

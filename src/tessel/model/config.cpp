@@ -43,9 +43,6 @@ std::vector<std::string> ModelConfig::violations() const {
   positive("--vocab-size", vocab_size);
   for (auto [flag, p] : {std::pair{"--hidden-dropout", hidden_dropout}, {"--attention-dropout", attention_dropout}})
     if (!(p >= 0.0f && p < 1.0f)) v.push_back(fmt::format("{} {} must be in [0, 1)", flag, p));
-  // The dropout site word (kernels/dropout.h) holds the layer below 2^16 − 1 and the head below 2^14.
-  if ((hidden_dropout > 0 || attention_dropout > 0) && (num_layers + mtp_num_layers >= 65535 || num_attention_heads >= 16384))
-    v.push_back("dropout keys hold at most 65534 layers and 16383 attention heads");
   if (kv_channels < 0) v.push_back(fmt::format("--kv-channels {} must not be negative", kv_channels));
   if (num_attention_heads > 0 && kv_channels == 0 && hidden_size % num_attention_heads != 0)
     v.push_back(fmt::format("--hidden-size {} is not divisible by --num-attention-heads {}",
