@@ -104,7 +104,7 @@ TrainMeasure measure_train(const std::string& self, PlanModel& model, PlanRun& r
   // change of speed between two runs (a shared machine) cannot set the one against the other;
   // GNU time reports the peak RSS of a second run without --profile-report (its report allocates one
   // more set of activations at the end).
-  const std::string args = " train --train-iters 12 --log-interval 1 --micro-batch-size 8 --global-batch-size 16";
+  const std::string args = " train --train-iters 12 --eval-iters 0 --log-interval 1 --micro-batch-size 8 --global-batch-size 16";
   const std::string profiled = run_capture(mpirun(1) + self + args + " --profile-report");
   std::vector<double> ms;
   for (size_t at = profiled.find("iter "); at != std::string::npos; at = profiled.find("iter ", at + 1)) {
