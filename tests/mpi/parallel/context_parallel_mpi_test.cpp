@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessel/comm/mpi.h"
+#include "support/attention_error_bound.h"
 #include "support/world_copy.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
@@ -115,14 +116,11 @@ std::vector<float> random_vector(int64_t n, uint64_t stream, float scale) {
   return x;
 }
 
-// max |a - ref| / max(1, max |ref|)
-double relative_error(const std::vector<float>& a, const std::vector<float>& ref) {
-  double err = 0, scale = 1;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    err = std::max(err, std::abs(static_cast<double>(a[i]) - ref[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(ref[i])));
-  }
-  return err / scale;
+// max |a| over the elements, at least 1
+double scale_of(const std::vector<float>& a) {
+  double scale = 1;
+  for (float x : a) scale = std::max(scale, std::abs(static_cast<double>(x)));
+  return scale;
 }
 
 void check_against_full_attention(const ContextParallel& cp, const AttentionCase& c,
@@ -147,6 +145,15 @@ void check_against_full_attention(const ContextParallel& cp, const AttentionCase
   std::vector<float> qkv(B * T_l * ld, 0.0f), local_dout(B * T_l * H * D);
   std::vector<float> want_out(B * T_l * H * D), want_lse(B * H * T_l);
   std::vector<float> want_grad(B * T_l * ld, 0.0f);
+  // What each element may differ by: twice the bound on either computation's fp32 error, the
+  // ring's sums over keys cut into 2·CP chunks (tests/support/attention_error_bound.h).
+  const testing::AttentionErrorBound bound =
+      testing::attention_error_bound(q, k, v, dout, B, T, H, G, D, 2 * cp.size());
+  std::vector<double> allowed_out(want_out.size()), allowed_lse(want_lse.size()),
+      allowed_grad(want_grad.size(), 0.0);
+  const auto twice = [](const double* from, int64_t n, double* to) {
+    for (int64_t i = 0; i < n; ++i) to[i] = 2 * from[i];
+  };
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T_l; ++t) {
       const int64_t row = b * T + positions[t], local = b * T_l + t;
@@ -158,8 +165,14 @@ void check_against_full_attention(const ContextParallel& cp, const AttentionCase
       std::copy_n(&dq[row * H * D], H * D, &want_grad[local * ld]);
       std::copy_n(&dk[row * G * D], G * D, &want_grad[local * ld + H * D]);
       std::copy_n(&dv[row * G * D], G * D, &want_grad[local * ld + (H + G) * D]);
-      for (int64_t h = 0; h < H; ++h)
+      twice(&bound.out[row * H * D], H * D, &allowed_out[local * H * D]);
+      twice(&bound.dq[row * H * D], H * D, &allowed_grad[local * ld]);
+      twice(&bound.dk[row * G * D], G * D, &allowed_grad[local * ld + H * D]);
+      twice(&bound.dv[row * G * D], G * D, &allowed_grad[local * ld + (H + G) * D]);
+      for (int64_t h = 0; h < H; ++h) {
         want_lse[(b * H + h) * T_l + t] = lse[(b * H + h) * T + positions[t]];
+        allowed_lse[(b * H + h) * T_l + t] = 2 * bound.lse[(b * H + h) * T + positions[t]];
+      }
     }
 
   std::vector<float> cp_out(want_out.size()), cp_lse(want_lse.size());
@@ -171,9 +184,14 @@ void check_against_full_attention(const ContextParallel& cp, const AttentionCase
   cp.attention_backward(g, g + H * D, g + (H + G) * D, local_dout.data(), base, base + H * D,
                         base + (H + G) * D, cp_out.data(), cp_lse.data(), B, T_l, H, G, D, ld, ld,
                         ld);
-  EXPECT_LT(relative_error(cp_out, want_out), 1e-6);
-  EXPECT_LT(relative_error(cp_lse, want_lse), 1e-6);
-  EXPECT_LT(relative_error(grad, want_grad), 1e-6);
+  EXPECT_LE(testing::worst_excess(cp_out, want_out, allowed_out), 1.0);
+  EXPECT_LE(testing::worst_excess(cp_lse, want_lse, allowed_lse), 1.0);
+  EXPECT_LE(testing::worst_excess(grad, want_grad, allowed_grad), 1.0);
+  // The bound is pessimistic (the differences measured stay under 2 % of it, on AVX2 and AVX-512
+  // alike) but small beside the values, at most 0.5 % of the largest for these cases: a chunk's
+  // share dropped, counted twice or masked wrongly moves them far more.
+  const double widest = *std::max_element(allowed_grad.begin(), allowed_grad.end());
+  EXPECT_LT(widest / scale_of(want_grad), 1e-2);
   // The gradient must not be zero where the expected one is not (a dropped share would be caught
   // above; this guards a test that compares zeros with zeros).
   double norm = 0;
@@ -181,7 +199,7 @@ void check_against_full_attention(const ContextParallel& cp, const AttentionCase
   EXPECT_GT(norm, 1.0);
 }
 
-class CpAttention : public testing::TestWithParam<CpCommType> {};
+class CpAttention : public ::testing::TestWithParam<CpCommType> {};
 
 TEST_P(CpAttention, MatchesSingleProcessAttention) {
   auto comm = world_copy();
@@ -189,7 +207,7 @@ TEST_P(CpAttention, MatchesSingleProcessAttention) {
   uint64_t stream = 100;
   for (int64_t T : {16, 32})
     for (int64_t G : {2, 4}) {  // grouped-query and plain multi-head
-      SCOPED_TRACE(testing::Message() << "CP " << cp.size() << " T " << T << " G " << G);
+      SCOPED_TRACE(::testing::Message() << "CP " << cp.size() << " T " << T << " G " << G);
       check_against_full_attention(cp, {.B = 2, .T = T, .H = 4, .G = G, .D = 8}, stream);
       stream += 10;
     }
@@ -216,8 +234,8 @@ void PrintTo(CpCommType type, std::ostream* os) { *os << (type == CpCommType::P2
 namespace {
 
 INSTANTIATE_TEST_SUITE_P(CommTypes, CpAttention,
-                         testing::Values(CpCommType::P2P, CpCommType::AllGather),
-                         [](const testing::TestParamInfo<CpCommType>& info) {
+                         ::testing::Values(CpCommType::P2P, CpCommType::AllGather),
+                         [](const ::testing::TestParamInfo<CpCommType>& info) {
                            return info.param == CpCommType::P2P ? "P2p" : "AllGather";
                          });
 
