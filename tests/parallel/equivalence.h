@@ -1,7 +1,7 @@
 // The equivalence suite's case description and its fixture (the test itself and the layouts of
-// the dense models are in equivalence_test.cpp; the MoE and Qwen3-Next layouts in
-// equivalence_hybrid_test.cpp; the layouts started from Hugging Face folders in
-// equivalence_hf_test.cpp).
+// the dense models are in equivalence_test.cpp; the schedules' in equivalence_schedules_test.cpp;
+// the MoE and Qwen3-Next layouts in equivalence_hybrid_test.cpp; the layouts started from Hugging
+// Face folders in equivalence_hf_test.cpp).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -20,7 +20,9 @@ struct Layout {
   int layers = 2;
   const char* model_extra = "";  // flags for the reference too (the MoE settings, the batch)
   bool real_data = false;  // the blend of preprocessed datasets (real_data_flags), with evaluation
-  double weight_tolerance = 1e-4;  // the final weights' largest difference
+  // A --bf16 case: its final weights are held to the bf16 run's own distance from fp32
+  // (expect_bf16_weights_follow) rather than elementwise within 1e-4.
+  bool bf16 = false;
   // Both runs start from a Hugging Face folder of the model: `tessel export` with these flags
   // (--hf-model-type, --max-shard-size) and another seed than training's. nullptr: from tessel's
   // own initialisation.
