@@ -1,5 +1,5 @@
-// TESSEL_HOST_DEVICE: a function that the CPU kernels call and CUDA threads run alike (the shared
-// math of kernels/, one definition for both backends).
+// TESSEL_HOST_DEVICE: a function that the CPU code calls and CUDA threads run alike (the shared
+// math of kernels/ and core's Philox generator, one definition for both backends).
 #pragma once
 
 #ifdef __CUDACC__

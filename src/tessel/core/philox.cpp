@@ -5,15 +5,6 @@
 namespace tessel {
 
 namespace {
-constexpr uint32_t kMul0 = 0xD2511F53, kMul1 = 0xCD9E8D57;    // round multipliers
-constexpr uint32_t kWeyl0 = 0x9E3779B9, kWeyl1 = 0xBB67AE85;  // key schedule increments
-
-inline void mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
-  uint64_t p = static_cast<uint64_t>(a) * b;
-  hi = static_cast<uint32_t>(p >> 32);
-  lo = static_cast<uint32_t>(p);
-}
-
 PhiloxCounter block(uint64_t seed, uint64_t stream, uint64_t element) {
   PhiloxCounter ctr = {static_cast<uint32_t>(element), static_cast<uint32_t>(element >> 32),
                        static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
@@ -23,14 +14,7 @@ PhiloxCounter block(uint64_t seed, uint64_t stream, uint64_t element) {
 }  // namespace
 
 PhiloxCounter philox4x32(PhiloxCounter c, PhiloxKey k) {
-  for (int round = 0; round < 10; ++round) {
-    uint32_t hi0, lo0, hi1, lo1;
-    mulhilo(kMul0, c[0], hi0, lo0);
-    mulhilo(kMul1, c[2], hi1, lo1);
-    c = {hi1 ^ c[1] ^ k[0], lo1, hi0 ^ c[3] ^ k[1], lo0};
-    k[0] += kWeyl0;
-    k[1] += kWeyl1;
-  }
+  philox4x32_rounds(c[0], c[1], c[2], c[3], k[0], k[1]);
   return c;
 }
 

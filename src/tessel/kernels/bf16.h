@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "tessel/kernels/host_device.h"
+#include "tessel/core/host_device.h"
 
 namespace tessel {
 

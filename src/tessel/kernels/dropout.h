@@ -9,7 +9,8 @@
 
 #include <cstdint>
 
-#include "tessel/kernels/host_device.h"
+#include "tessel/core/host_device.h"
+#include "tessel/core/philox.h"
 
 namespace tessel {
 
@@ -47,22 +48,10 @@ struct DropoutSite {
   TESSEL_HOST_DEVICE float keep_scale() const { return 1.0f / (1.0f - p); }
 };
 
-// Philox-4x32-10 (Salmon et al., SC'11; Random123's philox4x32 with 10 rounds), lane `lane` of
-// the output block of counter (c0, c1, c2, c3) under key (k0, k1).
+// Lane `lane` of the Philox-4x32-10 block of counter (c0, c1, c2, c3) under key (k0, k1).
 TESSEL_HOST_DEVICE inline uint32_t philox4x32_lane(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
                                                    uint32_t k0, uint32_t k1, int lane) {
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
-    const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
-    const uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
-    const uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
+  philox4x32_rounds(c0, c1, c2, c3, k0, k1);
   return lane == 0 ? c0 : lane == 1 ? c1 : lane == 2 ? c2 : c3;
 }
 

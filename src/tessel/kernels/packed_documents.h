@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "tessel/kernels/host_device.h"
+#include "tessel/core/host_device.h"
 
 namespace tessel {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "tessel/kernels/host_device.h"
+#include "tessel/core/host_device.h"
 #include "tessel/kernels/types.h"
 
 namespace tessel::router_rows {
