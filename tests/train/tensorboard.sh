@@ -36,4 +36,15 @@ for off in "" --no-log-loss-scale-to-tensorboard; do
   /usr/bin/python3 "$src/tests/train/tensorboard_events.py" "$work/tb" "$work/run.jsonl" \
     --tensorboard-log-interval 2 --log-interval 1 $off || fail "the events of the run $off are not --log-json's"
 done
+# A MoE model with a z-loss and two MTP depths: load_balancing_loss, z_loss and mtp_<d> loss every
+# iteration.
+rm -rf "$work/tb"
+timeout 120 "$@" -n 2 "$tessel" train "${flags[@]}" --arch llama --num-experts 4 --moe-router-topk 2 \
+  --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001 --mtp-num-layers 2 --tensorboard-dir "$work/tb" \
+  --log-json "$work/run.jsonl" > "$work/out" 2>&1 || { cat "$work/out"; fail "the MoE and MTP run failed"; }
+for key in load_balancing_loss z_loss mtp_losses; do
+  grep -q "\"$key\"" "$work/run.jsonl" || fail "--log-json of the MoE and MTP run has no $key"
+done
+/usr/bin/python3 "$src/tests/train/tensorboard_events.py" "$work/tb" "$work/run.jsonl" \
+  --tensorboard-log-interval 2 --log-interval 1 || fail "the events of the MoE and MTP run are not --log-json's"
 echo "ok: every event file reads, each tag, step and value is --log-json's"

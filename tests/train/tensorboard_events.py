@@ -116,6 +116,13 @@ def expected(log, a):
             if a.log_memory_to_tensorboard:
                 want += [("mem-reserved-bytes", it, r["memory_bytes"]),
                          ("mem-max-allocated-bytes", it, r["peak_memory_bytes"])]
+        # Every iteration: the MoE routers' losses and each MTP depth's (Megatron's
+        # track_moe_metrics and track_mtp_metrics).
+        for tag in ("load_balancing_loss", "z_loss"):
+            if tag in r:
+                want.append((tag, it, r[tag]))
+        for d, loss in enumerate(r.get("mtp_losses", [])):
+            want.append((f"mtp_{d + 1} loss", it, loss))
         if (it % a.log_interval == 0 or it == first) and a.log_timers_to_tensorboard:
             if it != first:
                 want.append(("iteration-time", it, r["interval_time_s"]))

@@ -23,22 +23,21 @@ void add_step_terms(std::vector<StepTerm>& into, const std::vector<StepTerm>& fr
 }
 
 // sums: aux loss, z loss, layer-forwards, dropped assignments, then tokens per expert.
-StepTerm router_statistics(const RouterTotals& totals) {
+StepTerm router_statistics(const RouterTotals& totals, bool z_loss) {
   StepTerm t{.name = "router"};
   t.sums = {totals.aux_loss, totals.z_loss, static_cast<double>(totals.forwards),
             static_cast<double>(totals.dropped)};
   t.sums.insert(t.sums.end(), totals.tokens_per_expert.begin(), totals.tokens_per_expert.end());
-  t.figures = [](std::vector<double> sums, const std::vector<double>&, const TermGroups& groups) {
-    double aux = sums[0] + sums[1];
+  t.figures = [z_loss](std::vector<double> sums, const std::vector<double>&, const TermGroups& groups) {
     const int64_t forwards = static_cast<int64_t>(sums[2]), dropped = static_cast<int64_t>(sums[3]);
     const std::vector<double> tokens(sums.begin() + 4, sums.end());
-    if (groups.tokens != nullptr) groups.tokens->all_reduce(&aux, 1);
     // The auxiliary losses are the model's, as one process reports them (and Megatron, which
     // reduces them over the pipeline): the mean over every MoE layer-forward of every stage and
     // every data-parallel replica's microbatches.
-    double model_aux[2] = {aux, static_cast<double>(forwards)};
-    groups.pipeline.all_reduce(model_aux, 2);
-    groups.data.all_reduce(model_aux, 2);
+    double model_aux[3] = {sums[0], sums[1], static_cast<double>(forwards)};  // load balancing, z, forwards
+    if (groups.tokens != nullptr) groups.tokens->all_reduce(model_aux, 2);
+    groups.pipeline.all_reduce(model_aux, 3);
+    groups.data.all_reduce(model_aux, 3);
     if (forwards == 0) return std::vector<StepFigure>();
     // Each layer-forward's counts cover the rows of the EP group's ranks: per microbatch, divide
     // by EP and, when the token group splits the microbatch's rows (TP under sequence parallel,
@@ -51,12 +50,19 @@ StepTerm router_statistics(const RouterTotals& totals) {
     for (double x : tokens) sum += x;
     const double mean = sum / tokens.size() * per_microbatch;
     const double dropped_tokens = static_cast<double>(dropped) * per_microbatch;
-    const double aux_loss = model_aux[0] / model_aux[1];
+    const double balancing = model_aux[0] / model_aux[2], z = model_aux[1] / model_aux[2];
+    StepFigure aux{fmt::format("aux {:.4f}", balancing + z), false,
+                   {{"aux_loss", balancing + z}, {"load_balancing_loss", balancing}},
+                   {{"load_balancing_loss", balancing}}};
+    if (z_loss) {
+      aux.json.emplace_back("z_loss", z);
+      aux.tensorboard.emplace_back("z_loss", z);
+    }
     return std::vector<StepFigure>{
         {fmt::format("experts {:.0f}/{:.1f}/{:.0f} tok", min, mean, max), false,
          {{"expert_tokens.min", min}, {"expert_tokens.mean", mean}, {"expert_tokens.max", max}}},
         {fmt::format("dropped {:.1f}", dropped_tokens), false, {{"dropped_tokens", dropped_tokens}}},
-        {fmt::format("aux {:.4f}", aux_loss), false, {{"aux_loss", aux_loss}}}};
+        aux};
   };
   return t;
 }
@@ -72,7 +78,8 @@ StepTerm mtp_losses(std::vector<double> sums, float scaling_factor) {
     std::vector<StepFigure> figures;
     for (size_t d = 0; d < sums.size(); ++d) {
       const double loss = sums[d] / std::max(counted[d], 1.0);
-      figures.push_back({fmt::format("mtp_{} loss {:.4f}", d + 1, loss), true, {{"mtp_losses[]", loss}}});
+      figures.push_back({fmt::format("mtp_{} loss {:.4f}", d + 1, loss), true, {{"mtp_losses[]", loss}},
+                         {{fmt::format("mtp_{} loss", d + 1), loss}}});
     }
     return figures;
   };

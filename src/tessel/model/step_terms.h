@@ -24,11 +24,13 @@ struct TermGroups {
 
 // One figure of the iteration's log: " | {text}" in its line, right after the loss (a side loss)
 // or at its end, and its numbers in --log-json, each under a key: "a" a number, "a[]" appended to
-// the list a, "a.b" member b of the object a.
+// the list a, "a.b" member b of the object a; and the scalars Megatron-LM writes of it to
+// TensorBoard every iteration (its tag, the value).
 struct StepFigure {
   std::string text;
   bool after_loss = false;
   std::vector<std::pair<std::string, double>> json;
+  std::vector<std::pair<std::string, double>> tensorboard;
 };
 
 struct StepTerm {
@@ -55,8 +57,9 @@ struct RouterTotals;  // moe/moe.h
 // The MoE routers' statistics: tokens per expert as the first rank sees them (summed over its EP
 // group), the assignments dropped, and the auxiliary losses the model's (the mean over all layers
 // and microbatches, as one process logs it). Every model has the term: a rank without MoE layers
-// takes part in its reductions with zeros.
-StepTerm router_statistics(const RouterTotals& totals);
+// takes part in its reductions with zeros. TensorBoard gets Megatron's load_balancing_loss and,
+// with a z-loss (z_loss), z_loss: each the mean over the layers and microbatches.
+StepTerm router_statistics(const RouterTotals& totals, bool z_loss);
 // Multi-token prediction's D depths' losses (model/mtp.h): depth d's sum of token losses, its mean
 // over the targets at positions ≥ d, weighted s / D in the objective (--mtp-loss-scaling-factor s).
 StepTerm mtp_losses(std::vector<double> sums, float scaling_factor);

@@ -207,7 +207,7 @@ std::vector<StepTerm> TransformerChunk::take_step_terms() {
     if (MoeLayer* moe = b->moe()) totals.add(moe->take_router_totals());
   for (int d = 0; d < mtp_depths(); ++d)
     if (MoeLayer* moe = mtp_->layer(d).moe()) totals.add(moe->take_router_totals());
-  std::vector<StepTerm> terms{router_statistics(totals)};
+  std::vector<StepTerm> terms{router_statistics(totals, cfg_.moe.z_loss_coeff != 0)};
   if (cfg_.mtp_num_layers > 0) {
     std::vector<double> sums(cfg_.mtp_num_layers, 0.0);
     if (mtp_) std::swap(sums, mtp_loss_sums_);

@@ -92,6 +92,9 @@ void RunMetrics::write(const IterationStats& s) {
       writer_->add_scalar("mem-max-allocated-bytes", *s.peak_memory_bytes, it);
     }
   }
+  // The MoE routers' losses and MTP's, every iteration as Megatron writes them.
+  for (const StepFigure& f : s.figures)
+    for (const auto& [tag, value] : f.tensorboard) writer_->add_scalar(tag, value, it);
   if (s.interval_time_s && tb.timers) {
     if (it != first_iteration_) writer_->add_scalar("iteration-time", *s.interval_time_s, it);
     if (s.throughput) writer_->add_scalar("throughput", *s.throughput, it);

@@ -8,7 +8,9 @@
 // --no-log-loss-scale-to-tensorboard; always 1), world-size (--log-world-size-to-tensorboard),
 // grad-norm, num-zeros (--log-num-zeros-in-grad), params-norm (--log-params-norm); and, at the
 // iteration alone, mem-reserved-bytes and mem-max-allocated-bytes (--log-memory-to-tensorboard).
-// Every --log-interval iterations (and the
+// Every iteration, a MoE model's load_balancing_loss and z_loss (with --moe-z-loss-coeff) and each
+// MTP depth's "mtp_<d> loss" (the step terms' figures, model/step_terms.h; Megatron's acceptance
+// rates are not written). Every --log-interval iterations (and the
 // run's first, which does not write iteration-time), with --log-timers-to-tensorboard:
 // iteration-time (seconds) and, with --log-throughput, throughput (TFLOP/s per rank). After each
 // evaluation: lm loss validation (+ vs samples), and lm loss validation ppl (+ vs samples) with
