@@ -16,7 +16,7 @@ if ! grep -qw avx512f /proc/cpuinfo; then
 fi
 cmake -S . -B build-avx2 -DCMAKE_BUILD_TYPE=Release -DTESSEL_NATIVE=OFF -DCMAKE_CXX_FLAGS="-mavx2 -mfma" \
       -DTESSEL_CUDA=OFF > /dev/null
-cmake --build build-avx2 -j "$(nproc)"
+cmake --build build-avx2 -j "$(nproc)" --target tessel tessel_tests tessel_mpi_tests
 cd build-avx2
 export ONEDNN_MAX_CPU_ISA=AVX2
 if [ "${1:-}" = all ]; then
