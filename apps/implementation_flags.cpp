@@ -7,6 +7,12 @@ namespace tessel {
 
 namespace {
 
+// The kinds of switch, each its own --help group and its own line of the run's notes.
+enum class Kind { Implementation, Logging };
+const char* kind_name(Kind kind) {
+  return kind == Kind::Implementation ? "implementation switches" : "logging flags";
+}
+
 // A switch as Megatron-LM declares it (megatron/training/arguments.py and the config dataclasses
 // its ArgumentGroupFactory turns into flags): a flag, or one taking a value among `choices`
 // (empty: any), and what it comes to here.
@@ -15,10 +21,15 @@ struct Switch {
   bool takes_value;
   std::vector<std::string> choices;
   const char* here;
+  Kind kind = Kind::Implementation;
 };
 
 const std::vector<Switch>& switches() {
   static const char* kKernels = "no effect: tessel computes each layer with its own kernels";
+  static const char* kTimers =
+      "no effect: tessel times the iteration (iteration-time) and, with --profile-report, GEMMs and communication";
+  static const char* kTrace = "no effect: router decisions are not traced";
+  constexpr Kind kLog = Kind::Logging;
   static const char* kFusion = "no effect: tessel's kernels are what they are, with or without Megatron's fusions";
   static const std::vector<Switch> table = {
       {"--use-mcore-models", false, {}, "no effect: Megatron-Core's models are the only kind (deprecated in Megatron too)"},
@@ -68,6 +79,22 @@ const std::vector<Switch>& switches() {
       {"--memory-snapshot-path", true, {}, "no effect: PyTorch's allocator history is not recorded here"},
       {"--no-create-attention-mask-in-dataloader", false, {},
        "no effect: attention is causal by position (and by document with packing); no mask is built"},
+      {"--timing-log-level", true, {"0", "1", "2"}, kTimers, kLog},
+      {"--timing-log-option", true, {"max", "minmax", "all"}, kTimers, kLog},
+      {"--no-barrier-with-level-1-timing", false, {}, kTimers, kLog},
+      {"--logging-level", true, {}, "no effect: tessel's log is its iteration lines; there is no Python logging", kLog},
+      {"--log-progress", false, {}, "no effect: no progress.txt is written; --log-json holds every logged iteration",
+       kLog},
+      {"--log-memory-interval", true, {},
+       "no effect: --log-memory-to-tensorboard writes memory at --tensorboard-log-interval", kLog},
+      {"--log-device-memory-used", false, {}, "no effect: there is no nvidia-smi reading here", kLog},
+      {"--log-max-attention-logit", false, {}, "no effect: the attention kernel does not track its largest logit", kLog},
+      {"--log-energy", false, {}, "no effect: there is no energy monitor here", kLog},
+      {"--moe-routing-trace-path", true, {}, kTrace, kLog},
+      {"--moe-routing-trace-max-training-iters", true, {}, kTrace, kLog},
+      {"--moe-routing-trace-capture-logits", false, {}, kTrace, kLog},
+      {"--moe-routing-trace-capture-hidden-states", false, {}, kTrace, kLog},
+      {"--moe-routing-trace-dump-weights", false, {}, kTrace, kLog},
   };
   return table;
 }
@@ -86,19 +113,23 @@ void ImplementationFlags::add_to(CLI::App& app) {
     const Switch& s = switches()[i];
     CLI::Option* option = s.takes_value ? app.add_option(s.flag, values_[i], s.here) : app.add_flag(s.flag, s.here);
     if (!s.choices.empty()) option->check(CLI::IsMember(s.choices));
-    option->group("Megatron-LM implementation switches");
+    option->group(s.kind == Kind::Logging ? "Megatron-LM logging" : "Megatron-LM implementation switches");
     options_.push_back(option);
   }
 }
 
-std::string ImplementationFlags::summary() const {
-  std::vector<std::string> given;
-  for (const CLI::Option* option : options_)
-    if (option->count() > 0) given.push_back(option->get_name());
-  if (given.empty()) return "";
-  return fmt::format("{} of Megatron-LM's implementation switches have no effect here: {} (--explain-flags says "
-                     "what each means)",
-                     given.size(), fmt::join(given, ", "));
+std::vector<std::string> ImplementationFlags::summary() const {
+  std::vector<std::string> lines;
+  for (Kind kind : {Kind::Implementation, Kind::Logging}) {
+    std::vector<std::string> given;
+    for (size_t i = 0; i < options_.size(); ++i)
+      if (switches()[i].kind == kind && options_[i]->count() > 0) given.push_back(options_[i]->get_name());
+    if (!given.empty())
+      lines.push_back(fmt::format("{} of Megatron-LM's {} have no effect here: {} (--explain-flags says what each "
+                                  "means)",
+                                  given.size(), kind_name(kind), fmt::join(given, ", ")));
+  }
+  return lines;
 }
 
 std::vector<std::string> ImplementationFlags::explain(const CLI::App& app) {

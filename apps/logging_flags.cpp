@@ -5,44 +5,9 @@
 
 namespace tessel {
 
-namespace {
-
-// A flag of Megatron's logging group that names machinery tessel does not have: accepted with
-// Megatron's form and choices, and named at the start as changing nothing.
-struct AcceptedOnly {
-  const char* flag;
-  bool takes_value;
-  std::vector<std::string> choices;
-  const char* here;
-};
-
-const std::vector<AcceptedOnly>& accepted_only() {
-  static const char* kTimers =
-      "no effect: tessel times the iteration (iteration-time) and, with --profile-report, GEMMs and communication";
-  static const std::vector<AcceptedOnly> table = {
-      {"--timing-log-level", true, {"0", "1", "2"}, kTimers},
-      {"--timing-log-option", true, {"max", "minmax", "all"}, kTimers},
-      {"--no-barrier-with-level-1-timing", false, {}, kTimers},
-      {"--logging-level", true, {}, "no effect: tessel's log is its iteration lines; there is no Python logging"},
-      {"--log-progress", false, {}, "no effect: no progress.txt is written; --log-json holds every logged iteration"},
-      {"--log-memory-interval", true, {}, "no effect: --log-memory-to-tensorboard writes memory at --tensorboard-log-interval"},
-      {"--log-device-memory-used", false, {}, "no effect: there is no nvidia-smi reading here"},
-      {"--log-max-attention-logit", false, {}, "no effect: the attention kernel does not track its largest logit"},
-      {"--log-energy", false, {}, "no effect: there is no energy monitor here"},
-      {"--moe-routing-trace-path", true, {}, "no effect: router decisions are not traced"},
-      {"--moe-routing-trace-max-training-iters", true, {}, "no effect: router decisions are not traced"},
-      {"--moe-routing-trace-capture-logits", false, {}, "no effect: router decisions are not traced"},
-      {"--moe-routing-trace-capture-hidden-states", false, {}, "no effect: router decisions are not traced"},
-      {"--moe-routing-trace-dump-weights", false, {}, "no effect: router decisions are not traced"},
-  };
-  return table;
-}
-
-}  // namespace
-
 void LoggingFlags::add_to(CLI::App& c, LogOptions& log) {
   const std::string group = "Megatron-LM logging";
-  values_.reserve(4 + accepted_only().size());  // the options hold references into it
+  values_.reserve(4);  // the options hold references into it
   TensorBoardOptions& tb = log.tensorboard;
   const auto add = [&](CLI::Option* option) { option->group(group); };
   add(c.add_option("--tensorboard-dir", tb.dir, "write TensorBoard event files here (the last rank writes them)"));
@@ -71,12 +36,6 @@ void LoggingFlags::add_to(CLI::App& c, LogOptions& log) {
     add(option);
     wandb_.push_back(option);
   }
-  for (const AcceptedOnly& a : accepted_only()) {
-    CLI::Option* option = a.takes_value ? c.add_option(a.flag, values_.emplace_back(), a.here) : c.add_flag(a.flag, a.here);
-    if (!a.choices.empty()) option->check(CLI::IsMember(a.choices));
-    add(option);
-    no_effect_.push_back(option);
-  }
   ProfileWindow& p = log.profile;
   add(c.add_flag("--profile", p.on,
                  "write the compute actions of iterations --profile-step-start + 1 to --profile-step-end as a "
@@ -99,11 +58,9 @@ std::vector<std::string> LoggingFlags::resolve(LogOptions& log) const {
     log.pipeline_timeline.clear();
   }
   std::vector<std::string> notes;
-  std::vector<std::string> wandb, unused;
+  std::vector<std::string> wandb;
   for (const CLI::Option* option : wandb_)
     if (option->count() > 0) wandb.push_back(option->get_name());
-  for (const CLI::Option* option : no_effect_)
-    if (option->count() > 0) unused.push_back(option->get_name());
   if (!wandb.empty()) {
     std::vector<std::string> instead;
     if (!log.tensorboard.dir.empty()) instead.push_back("--tensorboard-dir " + log.tensorboard.dir);
@@ -112,9 +69,6 @@ std::vector<std::string> LoggingFlags::resolve(LogOptions& log) const {
                                 instead.empty() ? std::string("the log lines only (give --tensorboard-dir or --log-json)")
                                                 : fmt::format("{}", fmt::join(instead, " and "))));
   }
-  if (!unused.empty())
-    notes.push_back(fmt::format("{} of Megatron-LM's logging flags have no effect here: {} (--explain-flags says why)",
-                                unused.size(), fmt::join(unused, ", ")));
   return notes;
 }
 

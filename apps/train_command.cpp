@@ -244,7 +244,7 @@ void TrainCommand::run(MpiRuntime& runtime) {
   if (!rampup_batch_size_.empty())
     t.notes.push_back("--rampup-batch-size is deprecated and ignored, as in Megatron-LM: use --step-batch-size-schedule");
   for (std::string& note : logging_.resolve(t.log)) t.notes.push_back(std::move(note));
-  if (const std::string unused = implementation_.summary(); !unused.empty()) t.notes.push_back(unused);
+  for (std::string& unused : implementation_.summary()) t.notes.push_back(std::move(unused));
   if (!no_weight_decay_cond_type_.empty()) {
     t.optim.adamw.apply_wd_to_qk_layernorm = true;
     t.notes.push_back(fmt::format("--no-weight-decay-cond-type {}: deprecated in Megatron-LM, taken as "
