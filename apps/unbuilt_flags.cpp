@@ -1,5 +1,7 @@
 #include "unbuilt_flags.h"
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -25,6 +27,15 @@ struct Feature {
   const char* here;
   std::vector<Flag> flags;
 };
+
+// A value given equals the flag's `off`: as numbers when both read as numbers (0, 0.0 and 0e0 alike),
+// else as text.
+bool is_off(const std::string& value, const char* off) {
+  char *value_end = nullptr, *off_end = nullptr;
+  const double a = std::strtod(value.c_str(), &value_end), b = std::strtod(off, &off_end);
+  if (!value.empty() && *value_end == '\0' && *off != '\0' && *off_end == '\0') return a == b;
+  return value == off;
+}
 
 const std::vector<Feature>& features() {
   static const std::vector<std::string> kDtypes = {"fp32", "bf16", "fp16", "auto"};
@@ -134,7 +145,7 @@ void UnbuiltFlags::check(std::vector<std::string>& notes, std::vector<std::strin
     for (const Flag& flag : f.flags) {
       if (options_[i]->count() > 0) {
         given.push_back(flag.takes_value ? fmt::format("{} {}", flag.flag, values_[i]) : flag.flag);
-        asked = asked || (flag.asks && (flag.off == nullptr || values_[i] != flag.off));
+        asked = asked || (flag.asks && (flag.off == nullptr || !is_off(values_[i], flag.off)));
       }
       ++i;
     }

@@ -112,5 +112,19 @@ TEST(MegatronFlagsCli, MoeRouterFlagsAreTakenOrRefused) {
     EXPECT_NE(bad.output.find(said), std::string::npos) << said << "\n" << bad.output;
 }
 
+// A setting of a feature tessel does not build, given at its off value in any spelling, changes
+// nothing (a note says so); any other value asks for the feature and is refused.
+TEST(MegatronFlagsCli, AnUnbuiltFeaturesOffValueIsReadAsANumber) {
+  const std::string run = "train " + kSizes + "--micro-batch-size 1 --global-batch-size 1 --train-iters 1 --eval-iters 0 ";
+  for (const char* off : {"0", "0.0", "0e0", "-0"}) {
+    const testing::CommandResult r = testing::run_tessel(run + "--glu-linear-offset " + off);
+    EXPECT_EQ(r.exit_code, 0) << off << "\n" << r.output;
+    EXPECT_NE(r.output.find("--glu-linear-offset " + std::string(off) + ": no effect"), std::string::npos) << r.output;
+  }
+  const testing::CommandResult on = testing::run_tessel(run + "--glu-linear-offset 1.0");
+  EXPECT_EQ(on.exit_code, 1) << on.output;
+  EXPECT_NE(on.output.find("is not built (--glu-linear-offset 1.0)"), std::string::npos) << on.output;
+}
+
 }  // namespace
 }  // namespace tessel
