@@ -13,16 +13,24 @@ tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
 [ -e "$tcmalloc" ] && preload=$tcmalloc || preload=
 best= best_rate=0
 for candidate in unset Cooperlake SkylakeX Haswell; do
+  # A core type this CPU cannot run (SkylakeX's or Cooperlake's AVX-512 kernels on an AVX2-only
+  # CPU) dies with SIGILL: it is skipped with a line, never ending the bench.
   if [ "$candidate" = unset ]; then
-    out=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE LD_PRELOAD="$preload" \
-      OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" /usr/bin/python3 "$probe" "$threads")
+    set -- env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
   else
-    out=$(env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE="$candidate" LD_PRELOAD="$preload" \
-      OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" /usr/bin/python3 "$probe" "$threads")
+    set -- env -u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE="$candidate"
+  fi
+  status=0
+  out=$("$@" LD_PRELOAD="$preload" OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" \
+    /usr/bin/python3 "$probe" "$threads" 2> /dev/null) || status=$?
+  if [ "$status" != 0 ]; then
+    echo "openblas_coretype: $candidate skipped: the probe failed (exit $status; 132 is SIGILL, an instruction this CPU lacks)" >&2
+    continue
   fi
   core=${out% *} rate=${out##* }
   echo "openblas_coretype: $candidate -> $core kernels, sgemm 1024^3 $rate GFLOP/s ($threads thread(s))" >&2
   if awk "BEGIN {exit !($rate > $best_rate)}"; then best=$candidate best_rate=$rate; fi
 done
+[ -n "$best" ] || { echo "openblas_coretype: no core type ran" >&2; exit 1; }
 echo "openblas_coretype: chosen $best ($best_rate GFLOP/s)" >&2
 echo "$best"
