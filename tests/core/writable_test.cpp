@@ -122,5 +122,61 @@ TEST(AtomicFile, ALinkAtTheTemporaryNameIsNotFollowed) {
   EXPECT_FALSE(std::filesystem::exists(target));
 }
 
+// The folder swapped for a link between the temporary's creation and the commit: the file is
+// committed in the folder it was begun in (held open), and nothing is written through the link.
+TEST(AtomicFile, AFolderSwappedForALinkIsNotWrittenThrough) {
+  TestDir dir;
+  std::filesystem::create_directories(dir.path("out"));
+  std::filesystem::create_directories(dir.path("elsewhere"));
+  AtomicFile file(dir.path("out/f.txt"), Durability::kDurable);
+  file.write("new");
+  std::filesystem::rename(dir.path("out"), dir.path("moved"));
+  std::filesystem::create_directory_symlink(dir.path("elsewhere"), dir.path("out"));
+  file.commit();
+  EXPECT_EQ(read_file(dir.path("moved/f.txt")), "new");
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path("elsewhere")));
+}
+
+// The start-up probe never writes through a link at its name (a killed run's, or planted).
+TEST(RequireWritableDir, ALinkAtTheProbesNameIsNotFollowed) {
+  TestDir dir;
+  const std::string victim = dir.write("victim", "untouched");
+  std::filesystem::create_directories(dir.path("out"));
+  const std::string probe = dir.path(fmt::format("out/.tessel-write-probe-{}-3", ::getpid()));
+  std::filesystem::create_symlink(victim, probe);
+  require_writable_dir("--save", dir.path("out"), 3);
+  EXPECT_EQ(read_file(victim), "untouched");
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path("out")));
+}
+
+// A file written late (a trace at the end, a save's tracker) is checked at start-up: a folder at
+// its name, or a name that ends in a folder, is refused naming the flag.
+TEST(RequireWritableFile, AFolderIsRefusedNamingTheFlag) {
+  TestDir dir;
+  std::filesystem::create_directories(dir.path("trace"));
+  expect_error([&] { require_writable_file("--pipeline-timeline", dir.path("trace")); },
+               {"--pipeline-timeline " + dir.path("trace") + ": a folder, not a file"});
+  expect_error([&] { require_writable_file("--pipeline-timeline", dir.path("new") + "/"); },
+               {"--pipeline-timeline " + dir.path("new") + "/: names a folder"});
+  require_writable_file("--pipeline-timeline", dir.path("new/trace.json"));  // its folder made
+  EXPECT_TRUE(std::filesystem::is_directory(dir.path("new")));
+}
+
+// A folder written whole must lie apart from the folders it reads: the same folder, or one that
+// holds a source, is refused naming both flags; a folder below a source's is not.
+TEST(RequireApartFromSources, AFolderThatHoldsASourceIsRefused) {
+  TestDir dir;
+  const std::string tok = dir.write("tok.json", "{}");
+  expect_error([&] { require_apart_from_sources("--out", dir.path(), {{"--tokenizer-model", tok}}); },
+               {"--out " + dir.path() + ": --tokenizer-model " + tok + " is read from this folder"});
+  expect_error([&] { require_apart_from_sources("--out", dir.path() + "/./", {{"--init-from", dir.path()}}); },
+               {"--init-from " + dir.path() + " is read from this folder"});
+  std::filesystem::create_directories(dir.path("hf"));
+  expect_error([&] { require_apart_from_sources("--save-hf", dir.path(), {{"--load", dir.path("hf")}}); },
+               {"--save-hf " + dir.path() + ": --load " + dir.path("hf") + " is read from inside it"});
+  require_apart_from_sources("--out", dir.path("hf/export"), {{"--init-from", dir.path("hf")}, {"--load", ""}});
+  require_apart_from_sources("--out", dir.path("hf2"), {{"--init-from", dir.path("hf")}});
+}
+
 }  // namespace
 }  // namespace tessel

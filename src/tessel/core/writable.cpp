@@ -1,44 +1,51 @@
 #include "tessel/core/writable.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "tessel/core/error.h"
 
 namespace tessel {
 
-void require_writable_dir(const std::string& flag, const std::string& dir, int tag) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  TESSEL_CHECK(!error, "{} {}: cannot create the folder ({})", flag, dir, error.message());
-  TESSEL_CHECK(std::filesystem::is_directory(dir), "{} {}: not a folder", flag, dir);
-  const std::string probe = fmt::format("{}/.tessel-write-probe-{}-{}", dir, ::getpid(), tag);
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  TESSEL_CHECK(fd >= 0, "{} {}: cannot write into the folder ({})", flag, dir, std::strerror(errno));
-  const bool written = ::write(fd, "t", 1) == 1 && ::fsync(fd) == 0;
-  const int write_error = errno;
-  ::close(fd);
-  ::unlink(probe.c_str());
-  TESSEL_CHECK(written, "{} {}: cannot write into the folder ({})", flag, dir,
-               std::strerror(write_error));
-}
-
 namespace {
 
-// PATH.tmp.HOST.PID.N: the host and pid name the writer (ranks of several nodes share a file
-// system), N this process's files (threads, or one path written twice, never meet).
-std::string temporary_name(const std::string& path) {
-  static std::atomic<uint64_t> count{0};
+namespace fs = std::filesystem;
+
+std::string host_name() {
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
-  return fmt::format("{}.tmp.{}.{}.{}", path, host, ::getpid(), count++);
+  return host;
 }
+
+// The folder that holds `path` ("." for a bare name) and the name in it ("" for a path that ends
+// in a folder: "out/", "..").
+std::pair<std::string, std::string> folder_and_name(const std::string& path) {
+  const fs::path p(path);
+  const std::string dir = p.parent_path().string(), name = p.filename().string();
+  return {dir.empty() ? std::string(".") : dir, name == "." || name == ".." ? std::string() : name};
+}
+
+// `path` absolute, its links resolved as far as it exists, without a trailing '/'.
+fs::path resolved(const std::string& path) {
+  std::error_code error;
+  fs::path p = fs::weakly_canonical(path, error);
+  if (error) p = fs::absolute(path, error).lexically_normal();
+  if (p.filename().empty() && p.has_relative_path()) p = p.parent_path();
+  return p;
+}
+
+// A folder held to create, rename and remove names in (O_PATH: a folder this user may write but
+// not list will do), whatever its path names later.
+int open_folder(const std::string& dir) { return ::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC); }
 
 int fsync_past_signals(int fd) {
   int synced;
@@ -47,35 +54,90 @@ int fsync_past_signals(int fd) {
   return synced;
 }
 
-// The rename is on disk only once the folder that holds the name is.
-void sync_folder(const std::string& path) {
-  const std::string parent = std::filesystem::path(path).parent_path().string();
-  const std::string dir = parent.empty() ? std::string(".") : parent;
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  TESSEL_CHECK(fd >= 0, "{}: cannot open its folder {} to sync it ({})", path, dir,
-               std::strerror(errno));
-  const int synced = fsync_past_signals(fd);
-  const int error = errno;
-  ::close(fd);
-  // Some file systems (FUSE mounts, some network ones) cannot sync a folder: EINVAL says so, and
-  // there is nothing more this writer can do to make the name durable there.
-  TESSEL_CHECK(synced == 0 || error == EINVAL, "{}: cannot sync its folder {} ({})", path, dir,
-               std::strerror(error));
-}
-
 }  // namespace
 
+void require_writable_dir(const std::string& flag, const std::string& dir, int tag) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  TESSEL_CHECK(!error, "{} {}: cannot create the folder ({})", flag, dir, error.message());
+  TESSEL_CHECK(fs::is_directory(dir), "{} {}: not a folder", flag, dir);
+  const int dir_fd = open_folder(dir);
+  TESSEL_CHECK(dir_fd >= 0, "{} {}: cannot open the folder ({})", flag, dir, std::strerror(errno));
+  // One a killed run of the same pid left (pids repeat in containers) is removed first: unlink
+  // never follows a link.
+  const std::string probe = fmt::format(".tessel-write-probe-{}-{}", ::getpid(), tag);
+  ::unlinkat(dir_fd, probe.c_str(), 0);
+  const int fd = ::openat(dir_fd, probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const int open_error = errno;
+  const bool written = fd >= 0 && ::write(fd, "t", 1) == 1 && ::fsync(fd) == 0;
+  const int write_error = fd < 0 ? open_error : errno;
+  if (fd >= 0) ::close(fd);
+  ::unlinkat(dir_fd, probe.c_str(), 0);
+  ::close(dir_fd);
+  TESSEL_CHECK(written, "{} {}: cannot write into the folder ({})", flag, dir, std::strerror(write_error));
+}
+
+void require_writable_file(const std::string& flag, const std::string& path, int tag) {
+  const auto [dir, name] = folder_and_name(path);
+  TESSEL_CHECK(!name.empty(), "{} {}: names a folder: give the file to write", flag, path);
+  require_writable_dir(flag, dir, tag);
+  struct stat file {};
+  if (::lstat(path.c_str(), &file) != 0) return;  // made new
+  TESSEL_CHECK(!S_ISDIR(file.st_mode), "{} {}: a folder, not a file: give the file to write", flag, path);
+  // In a sticky folder (/tmp) rename(2) replaces no other user's file (EPERM) unless this user
+  // owns the folder or is root.
+  struct stat folder {};
+  const uid_t me = ::geteuid();
+  const bool replaceable = ::stat(dir.c_str(), &folder) == 0 &&
+                           (!(folder.st_mode & S_ISVTX) || me == 0 || file.st_uid == me || folder.st_uid == me);
+  TESSEL_CHECK(replaceable,
+               "{} {}: the file belongs to another user (uid {}) in a sticky folder, where this user "
+               "cannot replace it: remove it, or write elsewhere", flag, path, file.st_uid);
+}
+
+void require_apart_from_sources(const std::string& flag, const std::string& dir,
+                                const std::vector<std::pair<std::string, std::string>>& sources) {
+  const fs::path out = resolved(dir);
+  for (const auto& [source_flag, source] : sources) {
+    if (source.empty()) continue;
+    const fs::path read = resolved(source);
+    std::error_code error;
+    const fs::path folder = fs::is_directory(read, error) ? read : read.parent_path();
+    // `folder` is `out` or below it when `out` is a leading part of it.
+    const bool inside = std::mismatch(out.begin(), out.end(), folder.begin(), folder.end()).first == out.end();
+    TESSEL_CHECK(!inside, "{} {}: {} {} is read from {}: writing there would replace what is still to be "
+                 "read; give {} another folder", flag, dir, source_flag, source,
+                 folder == out ? "this folder" : "inside it", flag);
+  }
+}
+
 AtomicFile::AtomicFile(std::string path, Durability durability)
-    : path_(std::move(path)), temp_(temporary_name(path_)), durability_(durability) {
+    : path_(std::move(path)), durability_(durability) {
+  // PATH.tmp.HOST.PID.N: the host and pid name the writer (ranks of several nodes share a file
+  // system), N this process's files (threads, or one path written twice, never meet).
+  static std::atomic<uint64_t> count{0};
+  const std::string suffix = fmt::format(".tmp.{}.{}.{}", host_name(), ::getpid(), count++);
+  const auto [dir, name] = folder_and_name(path_);
+  name_ = name;
+  temp_ = path_ + suffix;
+  temp_name_ = name_ + suffix;
+  TESSEL_CHECK(!name_.empty(), "{}: names a folder, not a file to write", path_);
+  dir_fd_ = open_folder(dir);
   // O_EXCL: never a file another writer has open; O_NOFOLLOW with it: never through a link
   // planted at the name. 0666 less the umask, as fopen and ofstream create files.
-  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-  TESSEL_CHECK(fd_ >= 0, "{}: cannot create ({})", temp_, std::strerror(errno));
+  if (dir_fd_ >= 0)
+    fd_ = ::openat(dir_fd_, temp_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd_ >= 0) return;
+  const int error = errno;
+  if (dir_fd_ >= 0) ::close(dir_fd_);
+  fail("{}: cannot create ({})", temp_, std::strerror(error));
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(temp_.c_str());
+  if (dir_fd_ < 0) return;
+  if (!committed_) ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
+  ::close(dir_fd_);
 }
 
 void AtomicFile::write(const void* data, size_t size) {
@@ -115,10 +177,19 @@ void AtomicFile::commit() {
   const int closed = ::close(fd_);
   fd_ = -1;
   TESSEL_CHECK(closed == 0, "{}: write failed at close ({})", temp_, std::strerror(errno));
-  TESSEL_CHECK(::rename(temp_.c_str(), path_.c_str()) == 0, "{}: cannot rename {} over it ({})",
-               path_, temp_, std::strerror(errno));
+  TESSEL_CHECK(::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) == 0,
+               "{}: cannot rename {} over it ({})", path_, temp_, std::strerror(errno));
   committed_ = true;
-  if (durability_ == Durability::kDurable) sync_folder(path_);
+  if (durability_ != Durability::kDurable) return;
+  // The rename is on disk only once the folder that holds the name is. Some file systems (FUSE
+  // mounts, some network ones) cannot sync a folder: EINVAL says so, and there is nothing more
+  // this writer can do to make the name durable there.
+  const int folder = ::openat(dir_fd_, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  TESSEL_CHECK(folder >= 0, "{}: cannot open its folder to sync it ({})", path_, std::strerror(errno));
+  const int synced = fsync_past_signals(folder);
+  const int error = errno;
+  ::close(folder);
+  TESSEL_CHECK(synced == 0 || error == EINVAL, "{}: cannot sync its folder ({})", path_, std::strerror(error));
 }
 
 void write_file_atomically(const std::string& path, std::string_view bytes, Durability durability) {

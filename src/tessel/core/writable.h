@@ -7,13 +7,28 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace tessel {
 
-// Creates `dir` (with its parents) and writes, flushes and removes a small probe file in it.
-// Throws tessel::Error naming the flag, the folder and the system's reason otherwise. `tag`
-// keeps the probes of several processes writing into one folder apart (the rank).
+// Creates `dir` (with its parents) and writes, flushes and removes a small probe file in it,
+// created exclusively and never through a link. Throws tessel::Error naming the flag, the folder
+// and the system's reason otherwise. `tag` keeps the probes of several processes writing into one
+// folder apart (the rank).
 void require_writable_dir(const std::string& flag, const std::string& dir, int tag = 0);
+
+// A file a run writes (through AtomicFile) only late, at a save or at its end, checked before it
+// starts: its folder writable (require_writable_dir), and `path`, where it exists, a file that
+// rename can replace: not a folder, and in a sticky folder (/tmp) one this user owns.
+void require_writable_file(const std::string& flag, const std::string& path, int tag = 0);
+
+// A folder a command writes whole (an export) must not be, or hold, a folder it reads from: the
+// writes would replace the files still to be read (a tokenizer, weights), leaving both half
+// done. Throws tessel::Error naming both flags unless every source (flag and path, a file or a
+// folder; an empty path is none) is read from outside `dir`.
+void require_apart_from_sources(const std::string& flag, const std::string& dir,
+                                const std::vector<std::pair<std::string, std::string>>& sources);
 
 // What a committed file survives. Every commit is atomic against a crash of the process (a reader
 // sees the old file or the new one); only a durable one also survives a power loss, at the cost
@@ -26,7 +41,9 @@ enum class Durability {
 // A file written under a temporary name next to `path` and renamed over it by commit():
 // PATH.tmp.HOST.PID.N, N counting this process's files, so that ranks of several nodes writing
 // one path on a shared file system never write into each other's temporaries. The temporary is
-// created exclusively and never through a link. Dropped without commit() (an error on the way),
+// created exclusively and never through a link, and both it and the rename are relative to the
+// folder held open from the start, so a folder swapped for a link meanwhile is not written
+// through. Dropped without commit() (an error on the way),
 // the temporary is removed and `path` is untouched. Every error throws tessel::Error naming the
 // file and the system's reason.
 class AtomicFile {
@@ -52,7 +69,9 @@ class AtomicFile {
 
   std::string path_;
   std::string temp_;
+  std::string name_, temp_name_;  // in the folder
   Durability durability_;
+  int dir_fd_ = -1;
   int fd_ = -1;
   std::string buffer_;
   bool committed_ = false;
