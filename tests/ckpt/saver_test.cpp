@@ -12,6 +12,7 @@
 #include "support/fixtures.h"
 #include "support/tiny_model.h"
 #include "tessel/ckpt/checkpoint.h"
+#include "tessel/ckpt/save_lock.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/groups.h"
@@ -29,6 +30,7 @@ struct SaverFixture {
   std::unique_ptr<AdamW> optimizer;
 
   SaverFixture() {  // the parameters of the model `cfg` (verify_checkpoint checks a save against it)
+    fs::create_directories(dir.path("ckpt"));  // as a run makes its --save folder at its start
     TransformerChunk::declare(cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}}, ChunkPlace{}, params);
     params.finalize();
     params.init_values(3);
@@ -105,6 +107,54 @@ TEST(CheckpointSaver, FailedBackgroundWriteIsRaisedByThePoll) {
   }
   EXPECT_TRUE(raised);
   saver.finish(f.groups);  // nothing left in flight
+}
+
+// The --save folder deleted (or replaced) under a run that holds its lock stops the run at its
+// next save, which does not make the folder again: made again, it would be unlocked, and a second
+// run could write its saves beside this one's.
+TEST(CheckpointSaver, AFolderDeletedUnderTheRunIsNotMadeAgain) {
+  SaverFixture f;
+  const std::string ckpt = f.dir.path("ckpt");
+  const SaveLock lock(ckpt);
+  CheckpointSaver saver(false, true, &lock);
+  f.save(saver, 2);
+  fs::remove_all(ckpt);
+  const std::string deleted = testing::error_of([&] { f.save(saver, 4); });
+  EXPECT_NE(deleted.find("--save " + ckpt + ": the folder was deleted or replaced while this run held its lock"),
+            std::string::npos) << deleted;
+  EXPECT_FALSE(fs::exists(ckpt));
+  fs::create_directories(ckpt);  // another folder under the same name
+  const std::string replaced = testing::error_of([&] { f.save(saver, 6); });
+  EXPECT_NE(replaced.find("deleted or replaced"), std::string::npos) << replaced;
+  EXPECT_TRUE(fs::is_empty(ckpt));
+}
+
+// The file names in metadata.json are plain names in the save's folder: a save naming another
+// run's files ("../", an absolute path) holds no weights of its own, and neither `checkpoint
+// verify` nor --load takes it.
+TEST(CheckpointSaver, FileNamesLeadingOutOfTheSaveAreRefused) {
+  SaverFixture f;
+  CheckpointSaver saver(false);
+  f.save(saver, 2);
+  const std::string real = f.dir.path("ckpt/iter_0000002");
+  const std::string hollow = f.dir.path("hollow/iter_0000002");
+  fs::create_directories(hollow);
+  std::ofstream(f.dir.path("hollow/latest_checkpointed_iteration.txt")) << "2\n";
+  for (const std::string name : {std::string("../../ckpt/iter_0000002/rank_00000.safetensors"), real + "/rank_00000.safetensors"}) {
+    nlohmann::json meta = nlohmann::json::parse(std::ifstream(real + "/metadata.json"));
+    meta["files"][0]["name"] = name;
+    for (auto& [tensor, t] : meta["tensors"].items())
+      for (auto& shard : t["shards"]) shard["file"] = name;
+    std::ofstream(hollow + "/metadata.json") << meta.dump();
+    const std::string expected = hollow + "/metadata.json: an entry of \"files\" names the file \"" + name +
+                                 "\", which is not a file name in this folder";
+    const std::string verified = testing::error_of([&] { verify_checkpoint(f.dir.path("hollow")); });
+    EXPECT_NE(verified.find(expected), std::string::npos) << verified;
+    const std::string loaded = testing::error_of([&] {
+      load_checkpoint(f.dir.path("hollow"), f.params, *f.optimizer, f.cfg);
+    });
+    EXPECT_NE(loaded.find(expected), std::string::npos) << loaded;
+  }
 }
 
 }  // namespace

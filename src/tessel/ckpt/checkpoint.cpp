@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tessel/ckpt/hf.h"
+#include "tessel/ckpt/save_lock.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/comm/comm.h"
 #include "tessel/parallel/groups.h"
@@ -179,8 +180,8 @@ struct CheckpointSaver::Pending {
   }
 };
 
-CheckpointSaver::CheckpointSaver(bool async, bool optimizer_state)
-    : async_(async), optimizer_state_(optimizer_state) {}
+CheckpointSaver::CheckpointSaver(bool async, bool optimizer_state, const SaveLock* lock)
+    : async_(async), optimizer_state_(optimizer_state), lock_(lock) {}
 
 CheckpointSaver::~CheckpointSaver() {
   if (writer_.joinable()) writer_.join();
@@ -204,8 +205,13 @@ void CheckpointSaver::save(const std::string& dir, int64_t iteration, const Para
   s->run_config = run_config;
   try {
     check_together(groups.world(), [&] {
+      // The save folder is never made here (the run made it at its start): one deleted under
+      // the run stops it, named by the lock's holder, instead of being made again unlocked.
+      if (lock_ != nullptr) lock_->check();
       std::error_code error;
-      fs::create_directories(s->iter_dir, error);
+      TESSEL_CHECK(!fs::is_symlink(fs::symlink_status(s->iter_dir, error)),
+                   "{}: a symbolic link: tessel writes no save through a link", s->iter_dir);
+      fs::create_directory(s->iter_dir, error);
       TESSEL_CHECK(!error, "{}: cannot create the folder ({})", s->iter_dir, error.message());
       // A save of this iteration made before (an earlier run) stops being complete before any
       // of its files is replaced: its checksums would no longer match.
@@ -278,6 +284,7 @@ void CheckpointSaver::commit(ProcessGroups& groups) {
   world.all_gather(mine, crcs.data(), 2);
   try {
     check_together(world, [&] {
+      if (lock_ != nullptr) lock_->check();
       if (groups.world_rank() == 0) pending_->write_metadata(crcs, world.size());
     });
   } catch (const JobError& e) {

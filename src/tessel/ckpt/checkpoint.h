@@ -29,6 +29,7 @@
 namespace tessel {
 
 class ProcessGroups;
+class SaveLock;
 
 // CRC-32 (zlib's crc32) of `size` bytes, continuing from `crc`.
 uint32_t crc32_update(uint32_t crc, const void* data, size_t size);
@@ -58,10 +59,12 @@ void save_checkpoint(const std::string& dir, int64_t iteration, const ParamRegis
 // background write), naming the file, the error and the save the tracker still names.
 //
 // `optimizer_state` false (--no-save-optim): the saves hold the weights without Adam's moments,
-// and a load of them starts the optimizer afresh, as Megatron's does.
+// and a load of them starts the optimizer afresh, as Megatron's does. The save folder must exist:
+// a save makes its iteration's folder only, never the save folder again. `lock` (on the rank
+// that holds the folder's lock; null elsewhere) is checked before each save is begun and committed.
 class CheckpointSaver {
  public:
-  explicit CheckpointSaver(bool async, bool optimizer_state = true);
+  explicit CheckpointSaver(bool async, bool optimizer_state = true, const SaveLock* lock = nullptr);
   ~CheckpointSaver();  // waits for a write in flight, which stays uncommitted
   CheckpointSaver(const CheckpointSaver&) = delete;
   CheckpointSaver& operator=(const CheckpointSaver&) = delete;
@@ -83,6 +86,7 @@ class CheckpointSaver {
 
   bool async_;
   bool optimizer_state_;
+  const SaveLock* lock_;
   std::unique_ptr<Pending> pending_;
   std::thread writer_;
 };
