@@ -18,6 +18,7 @@
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/ckpt/shards.h"
 #include "tessel/core/error.h"
+#include "tessel/core/file_names.h"
 #include "tessel/core/json_values.h"
 #include "tessel/model/transformer.h"
 
@@ -56,17 +57,19 @@ class ShardFiles {
     const std::string source = dir_ + "/metadata.json";
     for (const json& f : meta.at("files")) {
       const std::string where = source + " (an entry of \"files\")";
-      crc_[field(f, "name", &json::is_string, "a file name", where).get<std::string>()] =
-          json_integer<uint32_t>(field(f, "crc32", &json::is_number, "a number", where), source, "crc32");
+      const std::string name = field(f, "name", &json::is_string, "a file name", where).get<std::string>();
+      file_in_folder(dir_, name, source, "an entry of \"files\"");
+      crc_[name] = json_integer<uint32_t>(field(f, "crc32", &json::is_number, "a number", where), source, "crc32");
     }
   }
+  // Only the files listed, each a plain name in the save's folder, are ever opened.
   const SafetensorsReader& get(const std::string& name) {
     auto it = readers_.find(name);
     if (it != readers_.end()) return *it->second;
-    const std::string path = dir_ + "/" + name;
-    TESSEL_CHECK(fs::exists(path), "{}: missing checkpoint file", path);
     auto crc = crc_.find(name);
     TESSEL_CHECK(crc != crc_.end(), "{}/metadata.json: file {} is not listed", dir_, name);
+    const std::string path = dir_ + "/" + name;
+    TESSEL_CHECK(fs::exists(path), "{}: missing checkpoint file", path);
     const uint32_t actual = file_crc32(path);
     TESSEL_CHECK(actual == crc->second,
                  "{}: checksum mismatch (CRC-32 {:08x}, metadata.json says {:08x}): the file is "

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "tessel/core/error.h"
+#include "tessel/core/file_names.h"
 #include "tessel/core/writable.h"
 
 namespace tessel {
@@ -29,13 +30,6 @@ nlohmann::json read_index(const std::string& index) {
     std::replace(what.begin(), what.end(), '\n', ' ');
     fail("{}: not valid JSON ({})", index, what);
   }
-}
-
-// A shard is named by a plain file name inside the index's folder: a path that leads elsewhere
-// is refused, not followed.
-bool plain_file_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-         name.find('\0') == std::string::npos;
 }
 
 // The shard files save_pretrained names: model-00001-of-00004.safetensors.
@@ -109,11 +103,12 @@ HfWeightFiles::HfWeightFiles(const std::string& path) {
                "{}: no weight_map object naming each tensor's file", source_);
   std::unordered_map<std::string, int> shard_index;
   for (const auto& [name, file] : map->items()) {
-    TESSEL_CHECK(file.is_string() && plain_file_name(file.get<std::string>()),
-                 "{}: weight_map places tensor '{}' in {}, which is not a file name in this folder",
-                 source_, name, file.dump());
+    TESSEL_CHECK(file.is_string(), "{}: weight_map places tensor '{}' in {}, not a file name", source_, name,
+                 file.dump());
+    const std::string shard = file_in_folder(folder.string(), file.get<std::string>(), source_,
+                                             fmt::format("weight_map (tensor '{}')", name));
     auto [it, added] = shard_index.emplace(file.get<std::string>(), static_cast<int>(shard_files_.size()));
-    if (added) shard_files_.push_back((folder / it->first).string()), shard_tensors_.push_back(0);
+    if (added) shard_files_.push_back(shard), shard_tensors_.push_back(0);
     shard_of_.emplace(name, it->second);
     ++shard_tensors_[it->second];
     names_.push_back(name);

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "tessel/core/error.h"
+#include "tessel/core/file_names.h"
 #include "tessel/core/philox.h"
+#include "tessel/core/writable.h"
 #include "tessel/data/npy.h"
 #include "tessel/data/tokenizers/loaders.h"
 #include "tessel/data/utf8.h"
@@ -29,10 +31,9 @@ bool is_type(const std::string& type, std::initializer_list<const char*> names) 
   return false;
 }
 
+// Whole or not at all, and never through a link at `to` (AtomicFile).
 void copy_into(const std::string& from, const fs::path& to) {
-  std::error_code ec;
-  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
-  TESSEL_CHECK(!ec, "cannot copy {} to {}: {}", from, to.string(), ec.message());
+  write_file_atomically(to.string(), read_text_file(from), Durability::kDurable);
 }
 
 json read_json_file(const fs::path& path) {
@@ -118,7 +119,9 @@ std::optional<TokenizerOptions> tokenizer_in_folder(const std::string& path) {
       try {
         o.type = e.at("tokenizer_type").get<std::string>();
         auto file = [&](const char* key) {
-          return e.contains(key) ? (dir / e.at(key).get<std::string>()).string() : std::string();
+          return e.contains(key) ? file_in_folder(dir.string(), e.at(key).get<std::string>(),
+                                                  (dir / kConfigName).string(), fmt::format("{}.{}", kEntry, key))
+                                 : std::string();
         };
         o.tokenizer_model = file("tokenizer_model");
         o.vocab_file = file("vocab_file");

@@ -106,6 +106,23 @@ TEST(TokenizerFiles, FoundByHuggingFacesFileNames) {
             std::string::npos);
 }
 
+// The files tokenizer_config.json names are plain names in its folder: a path leading out of it
+// (another run's tokenizer, an absolute path) is refused naming the file and the entry.
+TEST(TokenizerFiles, FileNamesLeadingOutOfTheFolderAreRefused) {
+  TestDir dir;
+  std::filesystem::create_directories(dir.path("model"));
+  dir.write("tokenizer.json", testing::tiny_tokenizer_json(true).dump());
+  for (const std::string name : {std::string("../tokenizer.json"), dir.path("tokenizer.json"), std::string(), std::string("..")}) {
+    const nlohmann::json entry = {{"tokenizer_type", "HuggingFaceTokenizer"}, {"tokenizer_model", name}};
+    dir.write("model/tokenizer_config.json", nlohmann::json{{"tessel_tokenizer", entry}}.dump());
+    const std::string error = testing::error_of([&] { tokenizer_in_folder(dir.path("model")); });
+    EXPECT_NE(error.find(dir.path("model/tokenizer_config.json") + ": tessel_tokenizer.tokenizer_model names the file \"" +
+                         name + "\", which is not a file name in this folder"),
+              std::string::npos)
+        << error;
+  }
+}
+
 // The same tokenizer in two spellings of its file (merges as strings, as pairs) is one; fewer
 // merges or another vocabulary make another, and the message says how they differ.
 TEST(TokenizerFiles, IdentityTellsTokenizersApart) {
