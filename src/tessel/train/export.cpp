@@ -11,6 +11,7 @@
 #include "tessel/ckpt/finite_weights.h"
 #include "tessel/ckpt/hf.h"
 #include "tessel/ckpt/hf_import.h"
+#include "tessel/ckpt/save_lock.h"
 #include "tessel/ckpt/shards.h"
 #include "tessel/core/error.h"
 #include "tessel/core/writable.h"
@@ -95,6 +96,17 @@ bool gather_stages(const TrainPlan& plan, Comm& pp, HostTensors& tensors) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> export_sources(const std::optional<TokenizerOptions>& tokenizer,
+                                                                const std::string& init_from,
+                                                                const std::string& load) {
+  std::vector<std::pair<std::string, std::string>> sources = {{"--init-from", init_from}, {"--load", load}};
+  if (!tokenizer) return sources;
+  sources.insert(sources.end(), {{"--tokenizer-model", tokenizer->tokenizer_model},
+                                 {"--vocab-file", tokenizer->vocab_file},
+                                 {"--merge-file", tokenizer->merge_file}});
+  return sources;
+}
+
 void export_gathered(const ParamRegistry& params, const TrainPlan& plan, ProcessGroups& groups) {
   HostTensors tensors;
   for (const Param& p : params.params())
@@ -145,7 +157,10 @@ int64_t export_model(ModelConfig cfg, std::optional<TokenizerOptions> tokenizer_
   // Every reason a model has no Hugging Face form, before any weights are read.
   const std::vector<std::string> refused = hf_export_violations(cfg);
   TESSEL_CHECK(refused.empty(), "export to {}: {}", out_dir, fmt::join(refused, "; "));
+  require_apart_from_sources("--out", out_dir, export_sources(tokenizer_options, source.init_from, source.load));
   require_writable_dir("--out", out_dir);
+  // Held until the folder is whole: a second export into it is refused, not mixed in.
+  const SaveLock lock(out_dir, "--out");
   const Kernels& k = cpu_kernels();
   ParamRegistry params;
   declare_chunks(cfg, {ChunkSpec{0, cfg.num_layers, true, true}}, params);

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tessel/core/params.h"
 #include "tessel/data/tokenizer.h"
@@ -33,6 +35,12 @@ struct ExportSource {
 int64_t export_model(ModelConfig cfg, std::optional<TokenizerOptions> tokenizer,
                      const ExportSource& source, const std::string& out_dir,
                      const std::string& hf_model_type = "", int64_t max_shard_bytes = 0);
+
+// The flags and paths a Hugging Face folder is made from (the weights' --init-from or --load, the
+// tokenizer's files): the folder written must lie apart from them (require_apart_from_sources).
+std::vector<std::pair<std::string, std::string>> export_sources(const std::optional<TokenizerOptions>& tokenizer,
+                                                                const std::string& init_from,
+                                                                const std::string& load);
 
 // The model_type a model whose family offers several (family/family.h's export_types: Qwen3-Next's)
 // is written as: `requested` when given, else that of the folder it was read from (`init_from`,

@@ -177,11 +177,16 @@ struct RunSetup {
     const CheckpointOptions& ckpt = plan.options.checkpoint;
     if (!ckpt.init_from.empty()) require_finite_weights(k, stage.params, ckpt.init_from);
     if (!ckpt.save.empty()) {
-      require_writable_dir("--save", ckpt.save, groups.world_rank());
+      // The tracker too: in a sticky folder, another user's would fail only at the first save.
+      require_writable_file("--save", ckpt.save + "/latest_checkpointed_iteration.txt", groups.world_rank());
       // One writer per folder: the rank that writes its metadata and tracker holds the lock.
       if (groups.world_rank() == 0) save_lock = std::make_unique<SaveLock>(ckpt.save);
     }
-    if (!ckpt.save_hf.empty()) require_writable_dir("--save-hf", ckpt.save_hf, groups.world_rank());
+    if (!ckpt.save_hf.empty()) {
+      require_apart_from_sources("--save-hf", ckpt.save_hf,
+                                 export_sources(plan.options.data.tokenizer, ckpt.init_from, ckpt.load));
+      require_writable_dir("--save-hf", ckpt.save_hf, groups.world_rank());
+    }
     // The data order and the learning rate depend on (seed, iteration) only: resuming needs no
     // more than the weights, the moments and the step count. As Megatron, a --load folder without
     // a save yet starts from scratch: the same command line (--save X --load X) starts a run and
@@ -200,6 +205,9 @@ struct RunSetup {
     }
     const bool first_rank = groups.world_rank() == 0;
     const LogOptions& l = plan.options.log;
+    // The traces written at the end (by the first rank), checked before training, not after.
+    if (first_rank && !l.pipeline_timeline.empty()) require_writable_file("--pipeline-timeline", l.pipeline_timeline);
+    if (first_rank && l.profile.on) require_writable_file("--profile", l.profile.path);
     log = std::make_unique<TrainLog>(plan.train_iters(), l.interval, first_rank ? l.json : std::string(),
                                      l.progress && first_rank, !first_rank, resumed);
   }
@@ -407,7 +415,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
                   .record = record});
 
   const CheckpointOptions& ckpt = o.checkpoint;
-  CheckpointSaver saver(ckpt.async_save, !ckpt.no_save_optim);
+  CheckpointSaver saver(ckpt.async_save, !ckpt.no_save_optim, setup->save_lock.get());
   RunTotals totals(k, plan, groups);
   std::optional<std::string> stop;  // why the run ends early (a signal, the time limit)
   for (it = setup->resumed + 1; it <= plan.train_iters(); ++it) {

@@ -2,14 +2,15 @@
 
 #include <sentencepiece_trainer.h>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <thread>
 #include <unordered_map>
 
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 #include "tessel/data/tokenizers/loaders.h"
 #include "tessel/data/utf8.h"
 
@@ -23,18 +24,26 @@ namespace tessel {
 
 namespace {
 
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  TESSEL_CHECK(out, "{}: cannot write", path.string());
+// The input files' texts, each valid UTF-8, and not all blank: libsentencepiece stops on an
+// assertion of its own for an empty input, and a tokenizer learnt from nothing is none.
+std::vector<std::string> read_inputs(const TokenizerTrainOptions& o) {
+  std::vector<std::string> texts;
+  bool any_text = false;
+  for (const std::string& f : o.inputs) {
+    texts.push_back(read_text_file(f));
+    check_utf8(texts.back(), f);
+    any_text = any_text || texts.back().find_first_not_of(" \t\r\n") != std::string::npos;
+  }
+  TESSEL_CHECK(any_text, "tokenizer train: --input {}: no text to train on (empty, or white space only)",
+               fmt::join(o.inputs, " "));
+  return texts;
 }
 
 TokenizerOptions train_sentencepiece(const TokenizerTrainOptions& o, const std::filesystem::path& dir) {
+  read_inputs(o);
   std::string inputs;
   for (const std::string& f : o.inputs) {
     TESSEL_CHECK(f.find(',') == std::string::npos, "{}: libsentencepiece cannot take a file name with a comma", f);
-    check_utf8(read_text_file(f), f);
     inputs += (inputs.empty() ? "" : ",") + f;
   }
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -42,7 +51,6 @@ TokenizerOptions train_sentencepiece(const TokenizerTrainOptions& o, const std::
   // (identity normalization, white space runs kept), digits one per piece.
   const std::unordered_map<std::string, std::string> args = {
       {"input", inputs},
-      {"model_prefix", (dir / "tokenizer").string()},
       {"vocab_size", std::to_string(o.vocab_size)},
       {"model_type", o.model_type},
       {"character_coverage", std::to_string(o.character_coverage)},
@@ -54,26 +62,28 @@ TokenizerOptions train_sentencepiece(const TokenizerTrainOptions& o, const std::
       {"num_threads", std::to_string(threads)},
   };
   sentencepiece::logging::SetMinLogLevel(1);
-  const sentencepiece::util::Status status = sentencepiece::SentencePieceTrainer::Train(args);
+  // The model comes back in memory (without a model_prefix the library writes no file), to be
+  // written whole.
+  std::string model;
+  const sentencepiece::util::Status status = sentencepiece::SentencePieceTrainer::Train(args, nullptr, &model);
   TESSEL_CHECK(status.ok(), "tokenizer train: libsentencepiece: {}", status.ToString());
   TokenizerOptions result;
   result.type = "GPTSentencePieceTokenizer";
   result.tokenizer_model = (dir / "tokenizer.model").string();
+  // Every file written whole or not at all: a failed train leaves the folder's old tokenizer.
+  write_file_atomically(result.tokenizer_model, model, Durability::kDurable);
   return result;
 }
 
 TokenizerOptions train_byte_level(const TokenizerTrainOptions& o, const std::filesystem::path& dir) {
-  std::vector<std::string> texts;
-  for (const std::string& f : o.inputs) {
-    texts.push_back(read_text_file(f));
-    check_utf8(texts.back(), f);
-  }
+  const std::vector<std::string> texts = read_inputs(o);
   const std::vector<std::string_view> views(texts.begin(), texts.end());
-  write_file(dir / "tokenizer.json", train_byte_bpe_json(views, o.vocab_size, o.min_frequency));
+  write_file_atomically((dir / "tokenizer.json").string(), train_byte_bpe_json(views, o.vocab_size, o.min_frequency),
+                        Durability::kDurable);
   const nlohmann::json config = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"bos_token", "<|endoftext|>"},
                                  {"eos_token", "<|endoftext|>"}, {"unk_token", nullptr},
                                  {"clean_up_tokenization_spaces", false}, {"add_prefix_space", false}};
-  write_file(dir / "tokenizer_config.json", config.dump(2) + "\n");
+  write_file_atomically((dir / "tokenizer_config.json").string(), config.dump(2) + "\n", Durability::kDurable);
   TokenizerOptions result;
   result.type = "HuggingFaceTokenizer";
   result.tokenizer_model = dir.string();

@@ -1,0 +1,172 @@
+// The files commands write, as a user meets them: never through a link planted in a folder
+// (a save folder's lock), never half a file where a whole one was (a tokenizer train whose write
+// fails), never into the folder the command reads from or beside a second writer (an export),
+// and an output that cannot be written refused before the work rather than after it.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "support/fixtures.h"
+#include "support/run_command.h"
+#include "tessel/ckpt/save_lock.h"
+#include "tessel/data/tokenizers/loaders.h"
+
+namespace tessel {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::CommandResult;
+using testing::run_command;
+using testing::run_tessel;
+
+const std::string kCorpus = TESSEL_SOURCE_DIR "/data/kjv-genesis-esther.txt";
+const std::string kModel =
+    "--arch gpt2 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 ";
+const std::string kTrain = "train " + kModel +
+                           "--micro-batch-size 2 --global-batch-size 4 --threads 1 --eval-iters 0 "
+                           "--data-path " + kCorpus + " ";
+
+// Every file of a folder with its bytes.
+std::map<std::string, std::string> files_in(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files[e.path().filename()] = read_text_file(e.path());
+  return files;
+}
+
+void expect_in(const CommandResult& r, const std::string& text) {
+  EXPECT_NE(r.output.find(text), std::string::npos) << "no \"" << text << "\" in:\n" << r.output;
+}
+
+// A resumed save folder whose lock file is a link (a folder received from someone else): the run
+// is refused and the file the link names keeps its bytes; the lock used to truncate it, write its
+// "pid ... on host ..." line there and empty it at the end.
+TEST(OutputFilesCli, ALockFileThatIsALinkIsRefusedNotWrittenThrough) {
+  testing::TestDir dir;
+  const std::string save = " --save " + dir.path("ckpt") + " --load " + dir.path("ckpt");
+  ASSERT_EQ(run_tessel(kTrain + "--train-iters 2" + save).exit_code, 0);
+  const std::string victim = dir.write("victim.txt", "someone's data\n");
+  fs::remove(dir.path("ckpt/.tessel-save.lock"));
+  fs::create_symlink(victim, dir.path("ckpt/.tessel-save.lock"));
+  const CommandResult r = run_tessel(kTrain + "--train-iters 4" + save);
+  EXPECT_NE(r.exit_code, 0);
+  expect_in(r, "--save " + dir.path("ckpt") + ": the lock file " + dir.path("ckpt/.tessel-save.lock") +
+                   " is a symbolic link");
+  EXPECT_EQ(read_text_file(victim), "someone's data\n");
+  EXPECT_TRUE(fs::is_symlink(dir.path("ckpt/.tessel-save.lock")));
+}
+
+// `tokenizer train` whose writes fail (a file size limit: EFBIG) leaves the folder's earlier
+// tokenizer whole, for the byte-level BPE and for SentencePiece; it used to leave the first
+// kilobyte of a new tokenizer.json or tokenizer.model.
+TEST(OutputFilesCli, AFailedTokenizerTrainLeavesTheOldFilesWhole) {
+  testing::TestDir dir;
+  const std::string corpus = read_text_file(kCorpus);
+  const std::string input = dir.write("input.txt", corpus.substr(0, corpus.find('\n', 200000) + 1));
+  for (const auto& [type, vocab] : {std::pair{"byte-bpe", 300}, std::pair{"bpe", 500}}) {
+    const std::string out = dir.path(type);
+    const std::string train = fmt::format("tokenizer train --model-type {} --threads 1 --input {} --output {} "
+                                          "--vocab-size ", type, input, out);
+    ASSERT_EQ(run_tessel(train + std::to_string(vocab)).exit_code, 0);
+    const std::map<std::string, std::string> before = files_in(out);
+    // The shell ignores SIGXFSZ, so that a write past the limit fails with EFBIG instead.
+    const CommandResult r = run_command("trap '' XFSZ; ulimit -f 1; " + std::string(TESSEL_BINARY) + " " + train +
+                                        std::to_string(vocab + 100));
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    expect_in(r, "File too large");
+    EXPECT_EQ(files_in(out), before) << type;
+  }
+}
+
+// An empty input is refused by tessel, naming the files, not by libsentencepiece's assertion
+// ("Internal: ./src/trainer_interface.cc(428) [!sentences_.empty()]").
+TEST(OutputFilesCli, AnEmptyInputToTokenizerTrainIsRefusedByName) {
+  testing::TestDir dir;
+  const std::string empty = dir.write("empty.txt", "\n\n");
+  for (const std::string type : {"bpe", "unigram", "byte-bpe"}) {
+    const CommandResult r = run_tessel("tokenizer train --model-type " + type + " --vocab-size 300 --input " + empty +
+                                       " --output " + dir.path("tok"));
+    EXPECT_EQ(r.exit_code, 1) << type << ": " << r.output;
+    expect_in(r, "tokenizer train: --input " + empty + ": no text to train on");
+    EXPECT_EQ(r.output.find("libsentencepiece"), std::string::npos) << r.output;
+  }
+}
+
+// An export into the folder its tokenizer is read from is refused before anything is written
+// there; it used to write the weights and config.json, then fail copying the tokenizer onto
+// itself ("File exists").
+TEST(OutputFilesCli, AnExportIntoItsTokenizersFolderIsRefusedBeforeAnyWrite) {
+  testing::TestDir dir;
+  const std::string tok = dir.path("tok");
+  ASSERT_EQ(run_tessel("tokenizer train --model-type byte-bpe --vocab-size 300 --input " + kCorpus + " --output " + tok)
+                .exit_code,
+            0);
+  const std::map<std::string, std::string> before = files_in(tok);
+  const CommandResult r =
+      run_tessel("export " + kModel + "--tokenizer-type hf --tokenizer-model " + tok + "/tokenizer.json --out " + tok);
+  EXPECT_NE(r.exit_code, 0);
+  expect_in(r, "--out " + tok + ": --tokenizer-model " + tok + "/tokenizer.json is read from this folder");
+  EXPECT_EQ(files_in(tok), before);
+  // A folder below the output one is read from too.
+  const CommandResult above = run_tessel("export " + kModel + "--tokenizer-type hf --tokenizer-model " + tok +
+                                         " --out " + dir.path(""));
+  EXPECT_NE(above.exit_code, 0);
+  expect_in(above, "is read from inside it");
+  EXPECT_EQ(files_in(tok), before);
+}
+
+// A second export into a folder another one is writing (its lock held here) is refused and
+// writes nothing; the two used to mix one model's config with the other's weights, both exiting 0.
+TEST(OutputFilesCli, ASecondExportIntoOneFolderIsRefused) {
+  testing::TestDir dir;
+  const std::string out = dir.path("out");
+  fs::create_directories(out);
+  {
+    const SaveLock first(out, "--out");
+    const CommandResult r = run_tessel("export " + kModel + "--out " + out);
+    EXPECT_NE(r.exit_code, 0);
+    expect_in(r, "--out " + out + ": another run is writing this folder (pid ");
+    EXPECT_FALSE(fs::exists(out + "/config.json"));
+    EXPECT_FALSE(fs::exists(out + "/model.safetensors"));
+  }
+  const CommandResult alone = run_tessel("export " + kModel + "--out " + out);
+  ASSERT_EQ(alone.exit_code, 0) << alone.output;
+  EXPECT_TRUE(fs::exists(out + "/config.json"));
+}
+
+// --pipeline-timeline naming a folder is refused before the first iteration, not after training.
+TEST(OutputFilesCli, APipelineTimelineThatIsAFolderIsRefusedBeforeTraining) {
+  testing::TestDir dir;
+  fs::create_directories(dir.path("trace"));
+  const CommandResult r = run_tessel(kTrain + "--train-iters 2 --pipeline-timeline " + dir.path("trace"));
+  EXPECT_NE(r.exit_code, 0);
+  expect_in(r, "--pipeline-timeline " + dir.path("trace") + ": a folder, not a file");
+  EXPECT_EQ(r.output.find("iter "), std::string::npos) << r.output;
+}
+
+// A save tracker of another user in a sticky shared folder (/tmp), which rename cannot replace:
+// the run (of another user: setpriv) is refused before training, not at its first save after it.
+TEST(OutputFilesCli, AnotherUsersTrackerInAStickyFolderIsRefusedBeforeTraining) {
+  if (::geteuid() != 0 || !fs::exists("/usr/bin/setpriv")) GTEST_SKIP() << "needs root and setpriv";
+  testing::TestDir dir;
+  const std::string shared = dir.path("shared");
+  fs::create_directories(shared);
+  fs::permissions(dir.path(), fs::perms(0755));
+  fs::permissions(shared, fs::perms(01777));
+  const std::string tracker = dir.write("shared/latest_checkpointed_iteration.txt", "5\n");
+  const CommandResult r = run_command(
+      "setpriv --reuid 65534 --regid 65534 --clear-groups " + std::string(TESSEL_BINARY) + " train --mock-data " +
+      kModel + "--tokenizer-type NullTokenizer --vocab-size 512 --micro-batch-size 2 --global-batch-size 4 "
+               "--threads 1 --eval-iters 0 --train-iters 2 --save " + shared);
+  EXPECT_NE(r.exit_code, 0);
+  expect_in(r, "--save " + tracker + ": the file belongs to another user (uid 0) in a sticky folder");
+  EXPECT_EQ(r.output.find("iter "), std::string::npos) << r.output;
+  EXPECT_EQ(files_in(shared), (std::map<std::string, std::string>{{"latest_checkpointed_iteration.txt", "5\n"}}));
+}
+
+}  // namespace
+}  // namespace tessel
