@@ -150,7 +150,7 @@ TEST(RequireWritableDir, ALinkAtTheProbesNameIsNotFollowed) {
 }
 
 // A file written late (a trace at the end, a save's tracker) is checked at start-up: a folder at
-// its name, or a name that ends in a folder, is refused naming the flag.
+// its name, a name that ends in a folder, or a folder that is not there is refused naming the flag.
 TEST(RequireWritableFile, AFolderIsRefusedNamingTheFlag) {
   TestDir dir;
   std::filesystem::create_directories(dir.path("trace"));
@@ -158,8 +158,12 @@ TEST(RequireWritableFile, AFolderIsRefusedNamingTheFlag) {
                {"--pipeline-timeline " + dir.path("trace") + ": a folder, not a file"});
   expect_error([&] { require_writable_file("--pipeline-timeline", dir.path("new") + "/"); },
                {"--pipeline-timeline " + dir.path("new") + "/: names a folder"});
-  require_writable_file("--pipeline-timeline", dir.path("new/trace.json"));  // its folder made
-  EXPECT_TRUE(std::filesystem::is_directory(dir.path("new")));
+  expect_error([&] { require_writable_file("--pipeline-timeline", dir.path("new/trace.json")); },
+               {"--pipeline-timeline " + dir.path("new/trace.json") + ": cannot write into its folder " +
+                dir.path("new") + " (No such file or directory)"});
+  EXPECT_FALSE(std::filesystem::exists(dir.path("new")));  // probed, not made
+  require_writable_file("--pipeline-timeline", dir.path("trace.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path("trace.json")));  // the probe leaves nothing
 }
 
 // A folder written whole must lie apart from the folders it reads: the same folder, or one that

@@ -54,17 +54,13 @@ int fsync_past_signals(int fd) {
   return synced;
 }
 
-}  // namespace
-
-void require_writable_dir(const std::string& flag, const std::string& dir, int tag) {
-  std::error_code error;
-  fs::create_directories(dir, error);
-  TESSEL_CHECK(!error, "{} {}: cannot create the folder ({})", flag, dir, error.message());
-  TESSEL_CHECK(fs::is_directory(dir), "{} {}: not a folder", flag, dir);
+// Writes, flushes and removes a small probe file in the folder `dir`: the system's reason when
+// that fails, "" otherwise. The probe is created exclusively and never through a link; one a
+// killed run of the same pid left (pids repeat in containers) is removed first: unlink never
+// follows a link.
+std::string probe_folder(const std::string& dir, int tag) {
   const int dir_fd = open_folder(dir);
-  TESSEL_CHECK(dir_fd >= 0, "{} {}: cannot open the folder ({})", flag, dir, std::strerror(errno));
-  // One a killed run of the same pid left (pids repeat in containers) is removed first: unlink
-  // never follows a link.
+  if (dir_fd < 0) return std::strerror(errno);
   const std::string probe = fmt::format(".tessel-write-probe-{}-{}", ::getpid(), tag);
   ::unlinkat(dir_fd, probe.c_str(), 0);
   const int fd = ::openat(dir_fd, probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -74,13 +70,25 @@ void require_writable_dir(const std::string& flag, const std::string& dir, int t
   if (fd >= 0) ::close(fd);
   ::unlinkat(dir_fd, probe.c_str(), 0);
   ::close(dir_fd);
-  TESSEL_CHECK(written, "{} {}: cannot write into the folder ({})", flag, dir, std::strerror(write_error));
+  return written ? std::string() : std::strerror(write_error);
+}
+
+}  // namespace
+
+void require_writable_dir(const std::string& flag, const std::string& dir, int tag) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  TESSEL_CHECK(!error, "{} {}: cannot create the folder ({})", flag, dir, error.message());
+  TESSEL_CHECK(fs::is_directory(dir), "{} {}: not a folder", flag, dir);
+  const std::string why = probe_folder(dir, tag);
+  TESSEL_CHECK(why.empty(), "{} {}: cannot write into the folder ({})", flag, dir, why);
 }
 
 void require_writable_file(const std::string& flag, const std::string& path, int tag) {
   const auto [dir, name] = folder_and_name(path);
   TESSEL_CHECK(!name.empty(), "{} {}: names a folder: give the file to write", flag, path);
-  require_writable_dir(flag, dir, tag);
+  const std::string why = probe_folder(dir, tag);
+  TESSEL_CHECK(why.empty(), "{} {}: cannot write into its folder {} ({})", flag, path, dir, why);
   struct stat file {};
   if (::lstat(path.c_str(), &file) != 0) return;  // made new
   TESSEL_CHECK(!S_ISDIR(file.st_mode), "{} {}: a folder, not a file: give the file to write", flag, path);

@@ -19,8 +19,8 @@ namespace tessel {
 void require_writable_dir(const std::string& flag, const std::string& dir, int tag = 0);
 
 // A file a run writes (through AtomicFile) only late, at a save or at its end, checked before it
-// starts: its folder writable (require_writable_dir), and `path`, where it exists, a file that
-// rename can replace: not a folder, and in a sticky folder (/tmp) one this user owns.
+// starts: its folder there and writable (probed, not made), and `path`, where it exists, a file
+// that rename can replace: not a folder, and in a sticky folder (/tmp) one this user owns.
 void require_writable_file(const std::string& flag, const std::string& path, int tag = 0);
 
 // A folder a command writes whole (an export) must not be, or hold, a folder it reads from: the

@@ -177,6 +177,7 @@ struct RunSetup {
     const CheckpointOptions& ckpt = plan.options.checkpoint;
     if (!ckpt.init_from.empty()) require_finite_weights(k, stage.params, ckpt.init_from);
     if (!ckpt.save.empty()) {
+      require_writable_dir("--save", ckpt.save, groups.world_rank());
       // The tracker too: in a sticky folder, another user's would fail only at the first save.
       require_writable_file("--save", ckpt.save + "/latest_checkpointed_iteration.txt", groups.world_rank());
       // One writer per folder: the rank that writes its metadata and tracker holds the lock.
