@@ -121,6 +121,12 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_flag("--no-load-optim", ckpt.no_load_optim,
              "resume --load's weights and iteration with a fresh optimizer: zero Adam moments, the learning-rate "
              "schedule from its start");
+  c.add_flag("--override-opt_param-scheduler,--override-opt-param-scheduler", ckpt.override_opt_param_scheduler,
+             "resume with the learning-rate schedule the flags give where it differs from --load's save's");
+  c.add_flag("--use-checkpoint-opt_param-scheduler,--use-checkpoint-opt-param-scheduler",
+             ckpt.use_checkpoint_opt_param_scheduler,
+             "resume with --load's save's learning-rate schedule (--lr, --min-lr, warmup, decay, --weight-decay) "
+             "whatever the flags give");
   c.add_flag("--no-save-optim", ckpt.no_save_optim,
              "save the weights without Adam's moments (a resume from such a save starts the optimizer afresh)");
   c.add_flag("--no-load-rng", ckpt.no_load_rng,

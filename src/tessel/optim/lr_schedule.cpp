@@ -33,11 +33,13 @@ int64_t LrScheduleConfig::iterations() const {
 }
 
 int64_t LrScheduleConfig::decay_steps() const {
+  if (saved_decay_steps >= 0) return saved_decay_steps;
   if (sample_based()) return decay_samples > 0 ? decay_samples : train_samples;
   return (decay_iters > 0 ? decay_iters : train_iters) * global_batch;
 }
 
 double LrScheduleConfig::warmup_steps() const {
+  if (saved_warmup_steps >= 0) return saved_warmup_steps;
   if (warmup_fraction >= 0) return warmup_fraction * static_cast<double>(decay_steps());
   return static_cast<double>(sample_based() ? warmup_samples : warmup_iters * global_batch);
 }

@@ -34,6 +34,10 @@ struct LrScheduleConfig {
   double warmup_fraction = -1;   // --lr-warmup-fraction of the decay (< 0: not given)
   LrDecayStyle style = LrDecayStyle::Linear;  // --lr-decay-style
   int64_t global_batch = 1;      // samples per iteration (--global-batch-size): the schedule's unit
+  // A resumed save's lengths in samples, under --use-checkpoint-opt_param-scheduler: they stand
+  // for what the flags above give (< 0: the flags').
+  int64_t saved_decay_steps = -1;
+  double saved_warmup_steps = -1;
 
   bool sample_based() const { return train_samples > 0; }
   // The run's iterations: --train-iters, or --train-samples / G (Megatron's update_train_iters

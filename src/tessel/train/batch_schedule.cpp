@@ -123,6 +123,10 @@ int64_t BatchSchedule::batch_at(int64_t consumed) const {
 BatchSchedule::Walk BatchSchedule::walk(int64_t iterations) const {
   Walk w;
   int64_t left = iterations;
+  if (iterations >= resumed_iteration_) {  // a step below the resumed consumption takes none
+    w.consumed = resumed_consumed_;
+    left -= resumed_iteration_;
+  }
   for (size_t k = 0; k < steps_.size() && left > 0; ++k) {
     const int64_t batch = steps_[k].global_batch;
     const int64_t here =
@@ -143,6 +147,13 @@ int64_t BatchSchedule::iterations_for(int64_t samples) const {
     iterations += here;
   }
   return iterations;
+}
+
+BatchSchedule BatchSchedule::resumed_after(int64_t iteration, int64_t consumed) const {
+  BatchSchedule s = *this;
+  s.resumed_iteration_ = iteration;
+  s.resumed_consumed_ = consumed;
+  return s;
 }
 
 std::string BatchSchedule::describe(int64_t seq_length) const {

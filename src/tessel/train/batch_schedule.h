@@ -46,6 +46,10 @@ class BatchSchedule {
   std::vector<BatchStep> steps_reached(int64_t iterations) const { return walk(iterations).reached; }
   // One line for the start of the run: each step's batch from its threshold on.
   std::string describe(int64_t seq_length) const;
+  // This schedule for a run resumed from the save of iteration `iteration`, which had consumed
+  // `consumed` samples (Megatron's consumed_train_samples): the iterations after it start there,
+  // whatever batches the saved run took; the ones up to it are walked as before.
+  BatchSchedule resumed_after(int64_t iteration, int64_t consumed) const;
 
  private:
   // Iterations 1 .. iterations: the samples they consume and the steps they take batches from.
@@ -56,6 +60,7 @@ class BatchSchedule {
   Walk walk(int64_t iterations) const;
 
   std::vector<BatchStep> steps_;
+  int64_t resumed_iteration_ = 0, resumed_consumed_ = 0;  // where the walk starts (0, 0: the first)
 };
 
 }  // namespace tessel

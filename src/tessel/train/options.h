@@ -115,6 +115,10 @@ struct CheckpointOptions {
   // tessel keeps no generator state (every draw is a function of --seed and its coordinates).
   bool finetune = false, no_load_optim = false, no_save_optim = false;
   bool no_load_rng = false, no_save_rng = false;
+  // A resumed save's learning-rate schedule differs from the flags' (train/resume.h): use the
+  // flags' (--override-opt_param-scheduler) or the save's (--use-checkpoint-opt_param-scheduler);
+  // neither: refused, as Megatron's OptimizerParamScheduler.
+  bool override_opt_param_scheduler = false, use_checkpoint_opt_param_scheduler = false;
   bool async_save = false;     // --async-save: write on a background thread
   int64_t exit_interval = 0;   // --exit-interval: stop (after a save) at a multiple of this
   std::string init_from;       // --init-from: Hugging Face safetensors file or folder to start from

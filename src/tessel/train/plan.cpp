@@ -12,6 +12,7 @@
 #include "tessel/data/dataset_builder.h"
 #include "tessel/data/tokenizer.h"
 #include "tessel/train/numerics.h"
+#include "tessel/train/resume.h"
 
 namespace tessel {
 
@@ -443,6 +444,7 @@ TrainPlan plan_training(ModelConfig model, const TrainOptions& o) {
   if (!v.empty()) throw ConfigError(fmt::format("invalid configuration: {}", fmt::join(v, "; ")));
   TrainPlan& plan = checked.plan;
   plan.chunks = assign_layers(plan.model.num_layers, plan.stages);
+  resume_from_save(plan);  // --load's consumed samples and schedule
   return plan;
 }
 

@@ -31,6 +31,7 @@
 #include "tessel/train/microbatches.h"
 #include "tessel/train/numerics.h"
 #include "tessel/train/report.h"
+#include "tessel/train/resume.h"
 #include "tessel/train/signals.h"
 #include "tessel/train/terms.h"
 #include "tessel/train/step.h"
@@ -188,8 +189,9 @@ struct RunSetup {
                                  export_sources(plan.options.data.tokenizer, ckpt.init_from, ckpt.load));
       require_writable_dir("--save-hf", ckpt.save_hf, groups.world_rank());
     }
-    // The data order and the learning rate depend on (seed, iteration) only: resuming needs no
-    // more than the weights, the moments and the step count. As Megatron, a --load folder without
+    // The data order and the learning rate depend on (seed, the plan's batches, step count) only:
+    // resuming needs the weights, the moments and the step count, the plan having taken the
+    // save's consumed samples and schedule (train/resume.h). As Megatron, a --load folder without
     // a save yet starts from scratch: the same command line (--save X --load X) starts a run and
     // resumes it after a crash.
     has_save = !ckpt.load.empty() &&
@@ -448,8 +450,10 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
       check_together(groups.world(), [&] {
         require_finite_weights(k, params, fmt::format("the save of iteration {}", it));
       });
-      saver.save(ckpt.save, it, params, setup->optimizer, plan.model, pc.distributed_optimizer, o.seed,
-                 run_config, groups);
+      nlohmann::json config = run_config;
+      config.update(resume_state(plan, it));
+      saver.save(ckpt.save, it, params, setup->optimizer, plan.model, pc.distributed_optimizer, o.seed, config,
+                 groups);
     }
     if (exiting) break;
   }

@@ -1,0 +1,162 @@
+#include "tessel/train/resume.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tessel/ckpt/checkpoint.h"
+#include "tessel/core/error.h"
+#include "tessel/core/json_values.h"
+
+namespace tessel {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// Megatron's OptimizerParamScheduler.state_dict, without num_steps: the schedule's position is
+// the optimizer's step count, saved beside it. tessel's weight decay is constant (start = end).
+json scheduler_state(const TrainOptions& o) {
+  const LrScheduleConfig& lr = o.optim.lr;
+  return {{"max_lr", lr.lr}, {"min_lr", lr.min_lr},
+          {"lr_warmup_steps", lr.warmup_steps()}, {"lr_decay_steps", lr.decay_steps()},
+          {"lr_decay_style", lr_decay_style_name(lr.style)},
+          {"start_wd", o.optim.adamw.weight_decay}, {"end_wd", o.optim.adamw.weight_decay},
+          {"wd_incr_style", "constant"}};
+}
+
+// One parameter of the schedule: its state_dict key, the flags that set it, and its values.
+struct SchedulerValue {
+  const char* key;
+  const char* flags;
+  json current, saved;
+};
+
+// The values the save's schedule and the flags' disagree on.
+std::vector<SchedulerValue> scheduler_differences(const json& current, const json& saved, const std::string& source) {
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"max_lr", "--lr"},
+      {"min_lr", "--min-lr"},
+      {"lr_warmup_steps", "--lr-warmup-iters × --global-batch-size, --lr-warmup-samples or --lr-warmup-fraction"},
+      {"lr_decay_steps", "--lr-decay-iters (else --train-iters) × --global-batch-size, or --lr-decay-samples "
+                         "(else --train-samples)"},
+      {"lr_decay_style", "--lr-decay-style"},
+      {"start_wd", "--weight-decay"},
+      {"end_wd", "--weight-decay"},
+      {"wd_incr_style", "the weight decay's increment (constant in tessel)"}};
+  std::vector<SchedulerValue> differ;
+  for (const auto& [key, flags] : kFlags) {
+    TESSEL_CHECK(saved.contains(key), "{}: opt_param_scheduler has no {}", source, key);
+    // Unchanged values are equal bits: a float's double written by nlohmann reads back exact.
+    if (saved[key] != current[key]) differ.push_back({key, flags, current[key], saved[key]});
+  }
+  return differ;
+}
+
+// A value as the flags spell it: a rate as the float it is, not its double's digits.
+std::string shown(const json& value) {
+  if (value.is_number_float()) return fmt::format("{}", static_cast<float>(value.get<double>()));
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+// "max_lr: the flags' 0.001 (--lr), the save's 0.003; ...".
+std::string describe(const std::vector<SchedulerValue>& differ) {
+  std::vector<std::string> parts;
+  for (const SchedulerValue& d : differ)
+    parts.push_back(fmt::format("{}: the flags' {} ({}), the save's {}", d.key, shown(d.current), d.flags,
+                                shown(d.saved)));
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+// The save's schedule against the flags': refused, or one side taken and stated.
+void check_scheduler(TrainPlan& plan, const json& saved, const std::string& where) {
+  CheckpointOptions& c = plan.options.checkpoint;
+  const std::vector<SchedulerValue> differ = scheduler_differences(scheduler_state(plan.options), saved, where);
+  if (differ.empty()) return;
+  if (c.override_opt_param_scheduler) {
+    plan.notes.push_back(fmt::format("--override-opt_param-scheduler: the learning-rate schedule of the flags, "
+                                     "not of the save {}: {}", where, describe(differ)));
+    return;
+  }
+  if (!c.use_checkpoint_opt_param_scheduler)
+    throw ConfigError(fmt::format(
+        "--load {}: the learning-rate schedule differs from the save's: {}; give the save's values, "
+        "--override-opt_param-scheduler to use the flags', or --use-checkpoint-opt_param-scheduler to keep the "
+        "save's", c.load, describe(differ)));
+  LrScheduleConfig& lr = plan.options.optim.lr;
+  lr.lr = json_number<float>(saved["max_lr"], where, "max_lr");
+  lr.min_lr = json_number<float>(saved["min_lr"], where, "min_lr");
+  lr.saved_warmup_steps = json_number<double>(saved["lr_warmup_steps"], where, "lr_warmup_steps");
+  lr.saved_decay_steps = json_whole_number(saved["lr_decay_steps"], where, "lr_decay_steps", 1, kMax);
+  TESSEL_CHECK(saved["lr_decay_style"].is_string(), "{}: lr_decay_style is not a string", where);
+  lr.style = parse_lr_decay_style(saved["lr_decay_style"].get<std::string>());
+  plan.options.optim.adamw.weight_decay = json_number<float>(saved["start_wd"], where, "start_wd");
+  TESSEL_CHECK(saved["start_wd"] == saved["end_wd"] && saved["wd_incr_style"] == "constant",
+               "{}: a weight decay that changes over the run (start_wd {}, end_wd {}, {}) is not built here", where,
+               saved["start_wd"].dump(), saved["end_wd"].dump(), saved["wd_incr_style"].dump());
+  const std::vector<std::string> broken = lr_schedule_violations(lr);
+  TESSEL_CHECK(broken.empty(), "{}: its learning-rate schedule: {}", where, fmt::join(broken, "; "));
+  plan.notes.push_back(fmt::format("--use-checkpoint-opt_param-scheduler: the learning-rate schedule of the save {}: {}",
+                                   where, describe(differ)));
+}
+
+// Samples consumed by the save's `iteration` iterations under its own batch flags: a save from
+// before consumed_train_samples was recorded.
+int64_t consumed_by_old_save(const TrainPlan& plan, const json& run_config, int64_t iteration, const std::string& where) {
+  const std::string schedule = run_config.value("step_batch_size_schedule", std::string());
+  if (schedule.empty())
+    return iteration * json_whole_number(run_config.value("global_batch_size", json(0)), where, "global_batch_size",
+                                         1, kMax);
+  std::vector<std::string> broken;
+  const BatchSchedule saved = BatchSchedule::parse(schedule, plan.model.seq_length, broken);
+  TESSEL_CHECK(broken.empty(), "{}: {}", where, fmt::join(broken, "; "));
+  return saved.consumed_before(iteration + 1);
+}
+
+}  // namespace
+
+json resume_state(const TrainPlan& plan, int64_t iteration) {
+  const EvalOptions& eval = plan.options.eval;
+  const int64_t evaluations = eval.iters > 0 ? iteration / eval.interval : 0;
+  return {{"consumed_train_samples", plan.batches.consumed_before(iteration + 1)},
+          {"consumed_valid_samples", evaluations * eval.iters * plan.options.batch.global_batch_size},
+          {"opt_param_scheduler", scheduler_state(plan.options)}};
+}
+
+void resume_from_save(TrainPlan& plan) {
+  const CheckpointOptions& c = plan.options.checkpoint;
+  if (c.override_opt_param_scheduler && c.use_checkpoint_opt_param_scheduler)
+    throw ConfigError("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler: give one "
+                      "(the flags' schedule or the save's), as Megatron");
+  if (c.load.empty() || c.finetune || !std::filesystem::exists(c.load + "/latest_checkpointed_iteration.txt")) return;
+  const int64_t iteration = latest_checkpointed_iteration(c.load);
+  const json meta = read_checkpoint_metadata(c.load, iteration);
+  const std::string where = checkpoint_iteration_dir(c.load, iteration) + "/metadata.json";
+  const json& run_config = meta["run_config"];
+  const bool recorded = run_config.contains("consumed_train_samples");
+  const int64_t consumed = recorded ? json_whole_number(run_config["consumed_train_samples"], where,
+                                                        "consumed_train_samples", 0, kMax)
+                                    : consumed_by_old_save(plan, run_config, iteration, where);
+  if (consumed != plan.batches.consumed_before(iteration + 1))
+    plan.notes.push_back(fmt::format(
+        "--load {}: its {} iterations consumed {} samples{}; the next global batch ({}) starts at sample {}, as "
+        "Megatron's consumed_train_samples", c.load, iteration, consumed,
+        recorded ? "" : " (its global batch's count: a save from before consumed_train_samples was recorded)",
+        plan.batches.resumed_after(iteration, consumed).batch_of(iteration + 1), consumed));
+  plan.batches = plan.batches.resumed_after(iteration, consumed);
+  if (c.no_load_optim || !has_optimizer_state(meta)) return;  // the schedule starts again
+  if (!run_config.contains("opt_param_scheduler")) {
+    plan.notes.push_back(fmt::format("--load {}: a save from before its learning-rate schedule was recorded: the "
+                                     "flags' schedule is taken to be its", c.load));
+    return;
+  }
+  check_scheduler(plan, run_config["opt_param_scheduler"], where);
+}
+
+}  // namespace tessel

@@ -1,0 +1,142 @@
+// Resuming with other flags than the save's (train/resume.h), as Megatron does: a changed global
+// batch goes on at the save's consumed samples, so the resumed run is the run whose batch changed
+// at that sample (a step schedule) bit for bit; a changed learning-rate schedule is refused naming
+// the flag, unless --override-opt_param-scheduler (the flags') or
+// --use-checkpoint-opt_param-scheduler (the save's) says which to take. A save from before these
+// fields were recorded resumes as its own global batch had consumed.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "support/fixtures.h"
+#include "support/run_command.h"
+
+namespace tessel {
+namespace {
+
+using testing::CommandResult;
+using testing::run_tessel;
+
+// Sample-based, so the schedule's lengths (warmup 8, decay 64 samples) do not change with the batch.
+const std::string kTrain =
+    "train --arch gpt2 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
+    "--micro-batch-size 2 --threads 1 --log-interval 1 --min-lr 3e-4 --lr-warmup-samples 8 --train-samples 64 "
+    "--eval-iters 0 ";
+
+struct Record {
+  int64_t iteration;
+  double loss, lr;
+  int64_t batch;
+};
+std::vector<Record> records(const std::string& log) {
+  std::vector<Record> out;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    out.push_back({j["iteration"].get<int64_t>(), j["loss"].get<double>(), j["lr"].get<double>(),
+                   j["global_batch_size"].get<int64_t>()});
+  }
+  return out;
+}
+
+CommandResult train(const std::string& flags) { return run_tessel(kTrain + flags); }
+
+bool says(const CommandResult& r, const std::string& text) { return r.output.find(text) != std::string::npos; }
+
+// A run at --lr 3e-3 whose global batch is 4 for its first 20 samples (5 iterations), then 8:
+// once as a step schedule (320 tokens = 20 samples), once saved after iteration 5 at batch 4.
+struct ChangedBatch {
+  testing::TestDir dir;
+  std::vector<Record> straight;
+  std::string save = dir.path("ckpt");
+
+  ChangedBatch() {
+    const CommandResult whole =
+        train("--lr 3e-3 --step-batch-size-schedule '0:4 320:8' --log-json " + dir.path("straight.jsonl"));
+    EXPECT_EQ(whole.exit_code, 0) << whole.output;
+    straight = records(dir.path("straight.jsonl"));
+    const CommandResult stopped = train("--lr 3e-3 --global-batch-size 4 --exit-interval 5 --save " + save);
+    EXPECT_EQ(stopped.exit_code, 0) << stopped.output;
+  }
+
+  // Resumed at global batch 8 with `flags`: its records (iterations 6 to 8: 64 samples / 8).
+  std::vector<Record> resume(const std::string& name, const std::string& flags, CommandResult* result = nullptr) {
+    const CommandResult r = train("--global-batch-size 8 --load " + save + " --log-json " + dir.path(name) + " " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    if (result != nullptr) *result = r;
+    return records(dir.path(name));
+  }
+
+  // The resumed iterations equal the step schedule's, bit for bit.
+  void expect_straight(const std::vector<Record>& resumed) const {
+    ASSERT_GE(straight.size(), 8u);
+    ASSERT_EQ(resumed.size(), 3u);
+    for (size_t i = 0; i < resumed.size(); ++i) {
+      const Record& want = straight[5 + i];
+      EXPECT_EQ(resumed[i].iteration, want.iteration);
+      EXPECT_EQ(resumed[i].batch, 8);
+      EXPECT_EQ(resumed[i].loss, want.loss) << "iteration " << want.iteration;
+      EXPECT_EQ(resumed[i].lr, want.lr) << "iteration " << want.iteration;
+    }
+  }
+};
+
+TEST(ResumeCli, AnotherGlobalBatchGoesOnAtTheConsumedSample) {
+  ChangedBatch run;
+  CommandResult r;
+  run.expect_straight(run.resume("resumed.jsonl", "--lr 3e-3", &r));
+  EXPECT_TRUE(says(r, "its 5 iterations consumed 20 samples; the next global batch (8) starts at sample 20"))
+      << r.output;
+}
+
+TEST(ResumeCli, AChangedScheduleIsRefusedNamingTheFlag) {
+  ChangedBatch run;
+  const CommandResult r = train("--lr 1e-3 --global-batch-size 8 --load " + run.save);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(says(r, "the learning-rate schedule differs from the save's: max_lr: the flags' 0.001 (--lr), the "
+                      "save's 0.003; give the save's values, --override-opt_param-scheduler"))
+      << r.output;
+  const CommandResult both = train("--lr 1e-3 --load " + run.save +
+                                   " --override-opt_param-scheduler --use-checkpoint-opt_param-scheduler");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_TRUE(says(both, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler: give one"))
+      << both.output;
+}
+
+TEST(ResumeCli, TheCheckpointsScheduleIsKeptOnRequest) {
+  ChangedBatch run;
+  CommandResult r;
+  run.expect_straight(run.resume("kept.jsonl", "--lr 1e-3 --use-checkpoint-opt_param-scheduler", &r));
+  EXPECT_TRUE(says(r, "--use-checkpoint-opt_param-scheduler: the learning-rate schedule of the save")) << r.output;
+}
+
+TEST(ResumeCli, TheFlagsScheduleOverridesOnRequest) {
+  ChangedBatch run;
+  CommandResult r;
+  // Megatron's spelling with dashes is the same flag.
+  const std::vector<Record> resumed = run.resume("override.jsonl", "--lr 1e-3 --override-opt-param-scheduler", &r);
+  EXPECT_TRUE(says(r, "--override-opt_param-scheduler: the learning-rate schedule of the flags")) << r.output;
+  ASSERT_EQ(resumed.size(), 3u);
+  // After 20 samples of a linear decay from 1e-3 at sample 8 to 3e-4 at sample 64.
+  EXPECT_NEAR(resumed[0].lr, 3e-4 + (1.0 - 12.0 / 56.0) * 7e-4, 1e-9);
+}
+
+TEST(ResumeCli, ASaveWithoutTheNewFieldsConsumedItsOwnBatches) {
+  ChangedBatch run;
+  const std::string meta = run.save + "/iter_0000005/metadata.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(meta));
+  j["run_config"].erase("consumed_train_samples");
+  j["run_config"].erase("consumed_valid_samples");
+  j["run_config"].erase("opt_param_scheduler");
+  std::ofstream(meta) << j.dump();
+  CommandResult r;
+  run.expect_straight(run.resume("old.jsonl", "--lr 3e-3", &r));
+  EXPECT_TRUE(says(r, "a save from before consumed_train_samples was recorded")) << r.output;
+  EXPECT_TRUE(says(r, "a save from before its learning-rate schedule was recorded")) << r.output;
+}
+
+}  // namespace
+}  // namespace tessel
