@@ -27,6 +27,7 @@
 #include "schedule_command.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
+#include "tessel/train/signals.h"
 #include "tokenizer_command.h"
 #include "train_command.h"
 #include "whole_numbers.h"
@@ -110,6 +111,8 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
 // rank alone while the others wait for it in a collective, so it ends the whole job (DESIGN
 // invariant 6).
 int main(int argc, char** argv) {
+  // Before MPI_Init (train/signals.h): a pre-emption's SIGTERM during start-up is noted, not fatal.
+  if (tessel::asks_exit_signal_handler(argc, argv)) tessel::install_exit_signal_handlers();
   tessel::MpiRuntime runtime(&argc, &argv);
   try {
     return tessel::run(argc, argv, runtime);
