@@ -148,7 +148,7 @@ struct CheckpointSaver::Pending {
     json meta = {{"format", "tessel-checkpoint"},
                  {"version", 1},
                  {"iteration", iteration},
-                 {"data_position", iteration},  // sampling depends on (seed, iteration) only
+                 {"data_position", iteration},  // the samples consumed: run_config's consumed_train_samples
                  {"step_count", step_count},
                  {"optimizer_state", optimizer_state},
                  {"seed", seed},
