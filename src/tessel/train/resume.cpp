@@ -11,6 +11,7 @@
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/core/error.h"
 #include "tessel/core/json_values.h"
+#include "tessel/data/tokenizer_files.h"
 
 namespace tessel {
 
@@ -134,7 +135,12 @@ void resume_from_save(TrainPlan& plan) {
   if (c.override_opt_param_scheduler && c.use_checkpoint_opt_param_scheduler)
     throw ConfigError("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler: give one "
                       "(the flags' schedule or the save's), as Megatron");
-  if (c.load.empty() || c.finetune || !std::filesystem::exists(c.load + "/latest_checkpointed_iteration.txt")) return;
+  if (c.load.empty() || !std::filesystem::exists(c.load + "/latest_checkpointed_iteration.txt")) return;
+  // The tokenizer first, under --finetune too: the weights mean nothing under another.
+  const std::string why = tokenizer_mismatch(saved_tokenizer(c.load), tokenizer_identity(*plan.tokenizer));
+  if (!why.empty())
+    throw Error(fmt::format("--load {}: {}; give the tokenizer flags it was trained with", c.load, why));
+  if (c.finetune) return;
   const int64_t iteration = latest_checkpointed_iteration(c.load);
   const json meta = read_checkpoint_metadata(c.load, iteration);
   const std::string where = checkpoint_iteration_dir(c.load, iteration) + "/metadata.json";

@@ -23,11 +23,12 @@ namespace tessel {
 // the schedule's parameters, under Megatron's names.
 nlohmann::json resume_state(const TrainPlan& plan, int64_t iteration);
 
-// Resolves `plan` against --load's newest save (nothing without one, or under --finetune): its
-// batches start after the save at its consumed samples; its schedule is checked against the
+// Resolves `plan` against --load's newest save (nothing without one): its tokenizer must be the
+// save's (under --finetune too, which takes nothing else); its batches start after the save at
+// its consumed samples; its schedule is checked against the
 // save's (only where the optimizer is resumed: not under --no-load-optim, nor from a save without
-// Adam's state, whose schedule starts again). What changed goes to plan.notes. Throws
-// ConfigError naming the flag that differs, or both override flags given.
+// Adam's state, whose schedule starts again). What changed goes to plan.notes. Throws Error for
+// another tokenizer, ConfigError naming the flag that differs, or both override flags given.
 void resume_from_save(TrainPlan& plan);
 
 }  // namespace tessel

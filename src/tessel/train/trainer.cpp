@@ -109,14 +109,6 @@ nlohmann::json checkpoint_run_config(const TrainPlan& plan) {
           {"data_path", o.data.path}, {"tokenizer", tokenizer_identity(*plan.tokenizer)}};
 }
 
-// A run resumes with the tokenizer its save was trained with.
-void check_saved_tokenizer(const std::string& dir, const nlohmann::json& current) {
-  const nlohmann::json saved = saved_tokenizer(dir);
-  const std::string why = tokenizer_mismatch(saved, current);
-  if (!why.empty())
-    throw Error(fmt::format("--load {}: {}; give the tokenizer flags it was trained with", dir, why));
-}
-
 // --save every --save-interval iterations, at --exit-interval, before the global batch changes
 // (as Megatron's training loop, when the number of microbatches does) and at the end.
 bool save_due(const TrainPlan& plan, int64_t it, bool exiting) {
@@ -198,8 +190,8 @@ struct RunSetup {
                std::filesystem::exists(ckpt.load + "/latest_checkpointed_iteration.txt");
     // --finetune takes the weights alone and starts at iteration 0; --no-load-optim, or a save
     // without the moments (--no-save-optim), leaves the optimizer fresh, its schedule from the start.
+    // The plan checked the save's tokenizer (train/resume.h).
     if (has_save) {
-      check_saved_tokenizer(ckpt.load, tokenizer_identity(*plan.tokenizer));
       const bool with_optimizer = !ckpt.finetune && !ckpt.no_load_optim;
       saved = load_checkpoint(ckpt.load, stage.params, optimizer, plan.model, -1, with_optimizer);
       require_finite_weights(k, stage.params, checkpoint_iteration_dir(ckpt.load, saved));

@@ -21,7 +21,8 @@ damaged() {  # NAME TEXT EDIT...: a copy of the save edited by edit_save.py EDIT
   local it=$copy/iter_0000002
   (cd "$it" && python3 "$edit" "$@") || fail "$name: cannot damage the save"
   expect_refused 60 "$text" "$tessel" checkpoint verify "$copy"
-  expect_refused 60 "$text" "$tessel" train "${model[@]}" --train-iters 4 --eval-iters 0 --load "$copy"
+  expect_refused 60 "$text" "$tessel" train "${model[@]}" --train-iters 4 --eval-iters 0 \
+    --override-opt_param-scheduler --load "$copy"  # a longer run: another decay, said to be meant
 }
 wte=transformer.wte.weight
 damaged negative_moment "Adam's second moment" value rank_00000.safetensors "optim.exp_avg_sq/$wte" 7 -1 metadata.json
