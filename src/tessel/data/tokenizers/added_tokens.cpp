@@ -2,7 +2,7 @@
 
 #include <utf8proc.h>
 
-#include <algorithm>
+#include <cstdint>
 
 namespace tessel {
 
@@ -44,27 +44,51 @@ bool is_word_char(int32_t cp) {
 
 }  // namespace
 
-AddedTokenSplitter::AddedTokenSplitter(const std::vector<AddedToken>& tokens) {
+AddedTokenSplitter::AddedTokenSplitter(const std::vector<AddedToken>& tokens) : nodes_(1) {
   for (const AddedToken& t : tokens) {
     if (t.content.empty()) continue;
-    if (by_content_.emplace(t.content, tokens_.size()).second) tokens_.push_back(t);
+    int32_t node = 0;
+    for (const char c : t.content) {
+      int32_t next = child(node, static_cast<unsigned char>(c));
+      if (next < 0) {
+        next = static_cast<int32_t>(nodes_.size());
+        if (node == 0) root_[static_cast<unsigned char>(c)] = next;
+        else nodes_[node].next.emplace_back(static_cast<unsigned char>(c), next);
+        nodes_.emplace_back();
+      }
+      node = next;
+    }
+    if (nodes_[node].token >= 0) continue;  // the same content again: the first one holds
+    nodes_[node].token = static_cast<int32_t>(tokens_.size());
+    tokens_.push_back(t);
   }
-  for (const AddedToken& t : tokens_) {
-    first_byte_[static_cast<unsigned char>(t.content[0])] = true;
-    if (std::find(lengths_.begin(), lengths_.end(), t.content.size()) == lengths_.end())
-      lengths_.push_back(t.content.size());
+}
+
+int32_t AddedTokenSplitter::child(int32_t node, unsigned char c) const {
+  if (node == 0) return root_[c] > 0 ? root_[c] : -1;
+  for (const auto& [byte, next] : nodes_[node].next)
+    if (byte == c) return next;
+  return -1;
+}
+
+std::pair<int32_t, size_t> AddedTokenSplitter::longest_at(std::string_view text, size_t p, size_t below) const {
+  std::pair<int32_t, size_t> best{-1, 0};
+  int32_t node = 0;
+  for (size_t len = 1; p + len <= text.size() && len < below; ++len) {
+    node = child(node, static_cast<unsigned char>(text[p + len - 1]));
+    if (node < 0) break;
+    if (nodes_[node].token >= 0) best = {nodes_[node].token, len};
   }
-  std::sort(lengths_.rbegin(), lengths_.rend());
+  return best;
 }
 
 bool AddedTokenSplitter::find(std::string_view text, size_t from, Match& m) const {
   for (size_t p = from; p < text.size(); ++p) {
-    if (!first_byte_[static_cast<unsigned char>(text[p])]) continue;
-    for (size_t len : lengths_) {
-      if (p + len > text.size()) continue;
-      const auto it = by_content_.find(text.substr(p, len));
-      if (it == by_content_.end()) continue;
-      const AddedToken& t = tokens_[it->second];
+    if (root_[static_cast<unsigned char>(text[p])] == 0) continue;
+    // The longest token here, else the next shorter one, that single_word allows.
+    for (std::pair<int32_t, size_t> at = longest_at(text, p, SIZE_MAX); at.first >= 0; at = longest_at(text, p, at.second)) {
+      const AddedToken& t = tokens_[at.first];
+      const size_t len = at.second;
       size_t n = 0;
       if (t.single_word && ((p > 0 && is_word_char(code_point_at(text, previous_start(text, p), &n))) ||
                             (p + len < text.size() && is_word_char(code_point_at(text, p + len, &n)))))
