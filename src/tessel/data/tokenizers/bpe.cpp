@@ -89,6 +89,10 @@ BpeModel::BpeModel(BpeVocab vocab, const std::vector<BpeMerge>& merges, bool ign
     byte_tokens_[b] = symbols_.by_character ? index_.find(fmt::format("<0x{:02X}>", b)).value_or(-1)
                                             : index_.find(std::string_view(&c, 1)).value_or(-1);
   }
+  for (int c = 0; c < 128; ++c) {
+    const char ch = static_cast<char>(c);
+    ascii_tokens_[c] = symbols_.by_character ? index_.find(std::string_view(&ch, 1)).value_or(-1) : -1;
+  }
   // Byte fallback holds only where every byte has its token (Hugging Face falls back to unk).
   if (symbols_.byte_fallback) symbols_.byte_fallback = std::all_of(byte_tokens_, byte_tokens_ + 256, [](int32_t id) { return id >= 0; });
   build_pairs(merges);
@@ -207,7 +211,7 @@ void BpeModel::find_joins(const std::vector<BpeMerge>& merges) {
 }
 
 void BpeModel::merge(std::span<const int32_t> symbols, std::vector<int32_t>& out) const {
-  if (symbols.size() <= kHeapThreshold) return merge_by_scan(symbols, out);
+  if (symbols.size() <= kUncut) return merge_by_scan(symbols, out);
   size_t start = 0;
   for (size_t i = 1; i <= symbols.size(); ++i) {
     if (i < symbols.size() && joins_.find(symbols[i - 1], symbols[i])) continue;
@@ -248,7 +252,14 @@ void BpeModel::first_symbols(std::string_view piece, std::vector<int32_t>& ids) 
   }
   bool unk_pending = false;  // the last symbol is an unknown token that a next one may fuse with
   for (size_t i = 0; i < piece.size();) {
-    const size_t n = std::min(utf8_char_length(static_cast<unsigned char>(piece[i])), piece.size() - i);
+    const auto lead = static_cast<unsigned char>(piece[i]);
+    if (lead < 0x80 && ascii_tokens_[lead] >= 0) {
+      ids.push_back(ascii_tokens_[lead]);
+      unk_pending = false;
+      ++i;
+      continue;
+    }
+    const size_t n = std::min(utf8_char_length(lead), piece.size() - i);
     const std::string_view ch = piece.substr(i, n);
     i += n;
     if (const std::optional<int32_t> id = index_.find(ch)) {

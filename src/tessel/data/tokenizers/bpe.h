@@ -95,14 +95,17 @@ class BpeModel final : public TokenModel {
 
   // Parts longer than this merge through a heap (O(n log n)) instead of a scan per merge.
   static constexpr size_t kHeapThreshold = 96;
+  // Pieces up to this long merge without looking for cuts (a byte-level word, mostly).
+  static constexpr size_t kUncut = 8;
 
   // The piece's first symbols, before any merge.
   void first_symbols(std::string_view piece, std::vector<int32_t>& ids) const;
-  // Merges first symbols into the piece's ids. A long piece (a whole text is one for Llama 2,
-  // Mistral and Gemma, which have no pre-tokenizer that splits) is cut between each two
-  // neighbours that no merge can join (no merge's left part ends with the one and its right
-  // part starts with the other), and each part merges alone: no merge crosses a cut, so the ids
-  // are those of merging the whole.
+  // Merges first symbols into the piece's ids. A piece longer than kUncut (a whole text or line
+  // is one for Llama 2, Mistral and Gemma, which have no pre-tokenizer that splits) is cut
+  // between each two neighbours that no merge can join (no merge's left part ends with the one
+  // and its right part starts with the other), and each part merges alone: no merge crosses a
+  // cut, so the ids are those of merging the whole, and each scan per merge runs over a part,
+  // not the piece (a scan is quadratic in its length: a line of source code is one piece).
   void merge(std::span<const int32_t> symbols, std::vector<int32_t>& out) const;
   // The two merge loops over first symbols, exposed so that a test can check they agree.
   void merge_by_scan(std::span<const int32_t> symbols, std::vector<int32_t>& out) const;
@@ -135,6 +138,7 @@ class BpeModel final : public TokenModel {
   PairTable pairs_;  // the merges
   PairTable joins_;  // the pairs of first symbols some merge joins (its rank and token unused)
   int32_t byte_tokens_[256];    // the byte's token (byte-level), or its "<0xNN>" token (byte fallback)
+  int32_t ascii_tokens_[128];   // by character: the ASCII character's token, or -1 (a lookup saved per character)
   bool ignore_merges_;
   BpeSymbols symbols_;
   std::vector<bool> whole_;  // whole_[id]: merging the token's bytes gives the token itself
