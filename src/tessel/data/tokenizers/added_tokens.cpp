@@ -71,13 +71,13 @@ int32_t AddedTokenSplitter::child(int32_t node, unsigned char c) const {
   return -1;
 }
 
-std::pair<int32_t, size_t> AddedTokenSplitter::longest_at(std::string_view text, size_t p, size_t below) const {
+std::pair<int32_t, size_t> AddedTokenSplitter::longest_at(std::string_view text, size_t p) const {
   std::pair<int32_t, size_t> best{-1, 0};
   int32_t node = 0;
-  for (size_t len = 1; p + len <= text.size() && len < below; ++len) {
-    node = child(node, static_cast<unsigned char>(text[p + len - 1]));
+  for (size_t i = p; i < text.size(); ++i) {
+    node = child(node, static_cast<unsigned char>(text[i]));
     if (node < 0) break;
-    if (nodes_[node].token >= 0) best = {nodes_[node].token, len};
+    if (nodes_[node].token >= 0) best = {nodes_[node].token, i - p + 1};
   }
   return best;
 }
@@ -85,23 +85,25 @@ std::pair<int32_t, size_t> AddedTokenSplitter::longest_at(std::string_view text,
 bool AddedTokenSplitter::find(std::string_view text, size_t from, Match& m) const {
   for (size_t p = from; p < text.size(); ++p) {
     if (root_[static_cast<unsigned char>(text[p])] == 0) continue;
-    // The longest token here, else the next shorter one, that single_word allows.
-    for (std::pair<int32_t, size_t> at = longest_at(text, p, SIZE_MAX); at.first >= 0; at = longest_at(text, p, at.second)) {
-      const AddedToken& t = tokens_[at.first];
-      const size_t len = at.second;
-      size_t n = 0;
-      if (t.single_word && ((p > 0 && is_word_char(code_point_at(text, previous_start(text, p), &n))) ||
-                            (p + len < text.size() && is_word_char(code_point_at(text, p + len, &n)))))
-        continue;
-      m = {p, p + len, t.id};
-      while (t.lstrip && m.begin > from) {
-        const size_t prev = previous_start(text, m.begin);
-        if (!is_white_space(code_point_at(text, prev, &n))) break;
-        m.begin = prev;
-      }
-      while (t.rstrip && m.end < text.size() && is_white_space(code_point_at(text, m.end, &n))) m.end += n;
-      return true;
+    const auto [index, len] = longest_at(text, p);
+    if (index < 0) continue;
+    const AddedToken& t = tokens_[index];
+    size_t n = 0;
+    // Refused by single_word, the match is passed over whole, as the library's search for
+    // non-overlapping leftmost-longest matches does: no shorter token here, none inside it.
+    if (t.single_word && ((p > 0 && is_word_char(code_point_at(text, previous_start(text, p), &n))) ||
+                          (p + len < text.size() && is_word_char(code_point_at(text, p + len, &n))))) {
+      p += len - 1;
+      continue;
     }
+    m = {p, p + len, t.id};
+    while (t.lstrip && m.begin > from) {
+      const size_t prev = previous_start(text, m.begin);
+      if (!is_white_space(code_point_at(text, prev, &n))) break;
+      m.begin = prev;
+    }
+    while (t.rstrip && m.end < text.size() && is_white_space(code_point_at(text, m.end, &n))) m.end += n;
+    return true;
   }
   return false;
 }

@@ -1,6 +1,6 @@
 // Added and special tokens (tokenizer.json's "added_tokens", SentencePiece's <EOD> & co.): text
 // equal to one is cut out before normalization and pre-tokenization and becomes its id, the
-// longest at the leftmost place where one matches.
+// longest at the leftmost place where one matches (one that single_word refuses stays text).
 #pragma once
 
 #include <cstdint>
@@ -47,9 +47,8 @@ class AddedTokenSplitter {
     int32_t id;
   };
   bool find(std::string_view text, size_t from, Match& m) const;
-  // The longest token that text[p..] starts with and that is shorter than `below` bytes: its
-  // index into tokens_ (-1: none) and its length.
-  std::pair<int32_t, size_t> longest_at(std::string_view text, size_t p, size_t below) const;
+  // The longest token that text[p..] starts with: its index into tokens_ (-1: none) and length.
+  std::pair<int32_t, size_t> longest_at(std::string_view text, size_t p) const;
 
   // The tokens' contents as a trie of bytes (node 0 the root, its children in root_): finding
   // the longest match at a place is one walk, however many tokens and lengths there are (Gemma 3
