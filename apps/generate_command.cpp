@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "standard_output.h"
+#include "thread_flags.h"
 #include "tokenizer_flags.h"
 
 namespace tessel {
@@ -20,7 +22,7 @@ GenerateCommand::GenerateCommand(CLI::App& app) {
   c.add_option("--seed", g.seed, "sampling seed")->capture_default_str();
   c.add_flag("--ignore-eos", g.ignore_eos, "go on past the end-of-sequence token");
   add_tokenizer_flags(c, tokenizer_);
-  c.add_option("--threads", threads_, "threads");
+  add_thread_count_flag(c, "--threads", threads_, "threads");
 }
 
 void GenerateCommand::run() {
@@ -30,7 +32,7 @@ void GenerateCommand::run() {
   std::fwrite(options_.prompt.data(), 1, options_.prompt.size(), stdout);
   generate(model_dir_, options_, [](const std::string& text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    flush_standard_output();  // shown as it comes; a failed write stops generating
   });
   std::fputs("\n", stdout);
 }

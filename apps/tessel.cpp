@@ -25,6 +25,7 @@
 #include "preprocess_command.h"
 #include "repeated_flags.h"
 #include "schedule_command.h"
+#include "standard_output.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/train/signals.h"
@@ -100,6 +101,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
     data_cmd.run();
   else if (plan_cmd.selected())
     plan_cmd.run(runtime);
+  flush_standard_output();
   return 0;
 }
 
