@@ -1,6 +1,6 @@
 // Incremental decoding (infer/decoder.h, TransformerChunk::decode) against the forward of the
-// whole sequence, for every family tessel builds: the logits at every position a prefill or a
-// decoding step gives equal the full forward's there; greedy generation draws the tokens the
+// whole sequence, for every family tessel builds: the logits a prefill or a decoding step gives
+// (its last position's) equal the full forward's there; greedy generation draws the tokens the
 // full-context generation it replaced drew; a prompt longer than one delta-rule chunk (64) is
 // prefilled by the chunked rule across chunks and decoding goes on from its final state; a full
 // context slides.
@@ -167,29 +167,33 @@ double max_abs_difference(const std::vector<float>& a, const std::vector<float>&
 class Decoding : public ::testing::TestWithParam<Family> {};
 
 // The prompt in two prefills (the second continues the first's conv history and delta-rule
-// state through the chunked rule), then one greedy token per step; every position's logits
-// against the full forward's.
-TEST_P(Decoding, EveryPositionsLogitsAreTheFullForwards) {
+// state through the chunked rule), then one greedy token per step; the logits of each read's last
+// position (all a decode gives) against the full forward's.
+TEST_P(Decoding, EachReadsLogitsAreTheFullForwards) {
   Model m(GetParam().config());
   const int64_t P = GetParam().prompt, L = P + kGenerated;
   ASSERT_LE(L, m.T);
   std::vector<int32_t> tokens = prompt_tokens(P, m.cfg.vocab_size);
   ChunkActivations acts = m.chunk.make_activations();
   ChunkDecodeState state = m.chunk.make_decode_state();
-  std::vector<float> incremental;
+  std::vector<float> incremental;  // (reads, V) each read's last position's
+  std::vector<int64_t> positions;
   auto read = [&](std::span<const int32_t> piece) {
     m.chunk.decode(acts, state, piece.data(), static_cast<int64_t>(piece.size()));
-    incremental.insert(incremental.end(), m.chunk.logits(), m.chunk.logits() + piece.size() * m.V);
+    incremental.insert(incremental.end(), m.chunk.logits(), m.chunk.logits() + m.V);
+    positions.push_back(state.length - 1);
   };
   const int64_t first = P - 4;  // 96 rows of a long prompt: two delta-rule chunks
   read(std::span<const int32_t>(tokens).first(first));
   read(std::span<const int32_t>(tokens).subspan(first));
   while (static_cast<int64_t>(tokens.size()) < L) {
-    tokens.push_back(argmax(incremental.data() + (tokens.size() - 1) * m.V, m.cfg.vocab_size));
+    tokens.push_back(argmax(incremental.data() + incremental.size() - m.V, m.cfg.vocab_size));
     read(std::span<const int32_t>(tokens).last(1));
   }
   EXPECT_EQ(state.length, L);
-  const std::vector<float> full = m.full_forward(tokens, L);
+  const std::vector<float> all = m.full_forward(tokens, L);
+  std::vector<float> full;
+  for (int64_t p : positions) full.insert(full.end(), all.begin() + p * m.V, all.begin() + (p + 1) * m.V);
   const double diff = max_abs_difference(incremental, full);
   EXPECT_LE(diff, 1e-5) << L << " positions";
   RecordProperty("max_abs_difference", std::to_string(diff));
@@ -244,6 +248,26 @@ TEST(Decoder, AFullContextSlidesToItsLastHalf) {
     Decoder fresh(cpu_kernels(), m.chunk);
     fresh.read(tokens);
     EXPECT_EQ(fresh.context(), std::vector<int32_t>(tokens.end() - 16, tokens.end()));
+  }
+}
+
+// A model built for decoding holds one vocabulary's logits, whatever its context: 151,936 tokens
+// at a context of 4,096 held 2.5 GB of logits and as much again for their gradient. Declared
+// only: nothing is allocated.
+TEST(Decoder, LogitsAreOneRowWhateverTheContext) {
+  ModelConfig c = base(Arch::Llama);
+  c.vocab_size = 151936;
+  c.seq_length = 4096;
+  for (const bool decoding : {false, true}) {
+    ParamRegistry params;
+    const ChunkTensors t = TransformerChunk::declare(
+        c, {.spec = ChunkSpec{0, c.num_layers, true, true}, .decoding = decoding}, ChunkPlace{}, params);
+    int64_t largest = 0;
+    for (const std::vector<DeclaredTensor>* list : {&t.slot, &t.shared, &t.scratch})
+      for (const DeclaredTensor& d : *list) largest = std::max(largest, d.bytes);
+    const int64_t context_logits = int64_t{4} * c.seq_length * c.padded_vocab(1);
+    if (decoding) EXPECT_LT(largest, context_logits / 64) << "a tensor of " << largest << " bytes";
+    else EXPECT_GE(largest, context_logits);  // a training build's, for the loss of every position
   }
 }
 

@@ -37,7 +37,7 @@ void Decoder::decode(std::span<const int32_t> tokens) {
   context_.insert(context_.end(), tokens.begin(), tokens.end());
   const int64_t V = model_.vocab_shard_size();
   logits_.resize(V);
-  k_.memory.to_host(logits_.data(), model_.logits() + (n - 1) * V, V * 4);
+  k_.memory.to_host(logits_.data(), model_.logits(), V * 4);
 }
 
 }  // namespace tessel

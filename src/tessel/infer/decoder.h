@@ -22,7 +22,8 @@ namespace tessel {
 class Decoder {
  public:
   // `model`: a whole model (embedding and head) in one process, built for micro batch 1 with
-  // `k`, which computes and holds the state; it must outlive the decoder.
+  // `k`, which computes and holds the state (ChunkBuild::decoding: no memory for what decoding
+  // does not use); it must outlive the decoder.
   Decoder(const Kernels& k, TransformerChunk& model);
 
   // Reads `tokens` after those read so far (sliding first when they do not fit, as above) and
@@ -35,7 +36,7 @@ class Decoder {
   int64_t context_size() const { return capacity_; }
 
  private:
-  // Decodes `tokens`, which fit after the state's, and takes the last row's logits.
+  // Decodes `tokens`, which fit after the state's, and takes the last one's logits.
   void decode(std::span<const int32_t> tokens);
 
   TransformerChunk& model_;

@@ -99,7 +99,7 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
   cfg.moe.pad_to_capacity = false;
   const Kernels& k = cpu_kernels();
   ParamRegistry params;
-  TransformerChunk model(k, params, cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}},
+  TransformerChunk model(k, params, cfg, {.spec = ChunkSpec{0, cfg.num_layers, true, true}, .decoding = true},
                          ChunkGroups::one_process(k));
   params.finalize(k.memory);
   model.bind(params);

@@ -20,7 +20,8 @@ Head::Head(const LayerContext& ctx, int tied_embedding, const std::string& mtp_n
                        ctx.cfg.hidden_size, "transformer.ln_f.bias")),
       N_(ctx.rows()),
       C_(ctx.cfg.hidden_size),
-      vocab_size_(ctx.cfg.vocab_size) {
+      vocab_size_(ctx.cfg.vocab_size),
+      decoding_(ctx.decoding) {
   const ModelConfig& cfg = ctx.cfg;
   const TensorParallel& tp = ctx.tp;
   const int64_t N = N_;
@@ -34,7 +35,7 @@ Head::Head(const LayerContext& ctx, int tied_embedding, const std::string& mtp_n
   lm_head_ = tied_embedding >= 0 ? tied_embedding
                                  : registry.add(kOutputLayerName, {cfg.vocab_size, C_},
                                                 ParamInit::Normal, cfg.init_method_std, true, vocab);
-  if (mtp_norm.empty()) scratch.add(logits_, {N, V_l_}, "logits (without gradients)");
+  if (mtp_norm.empty()) scratch.add(logits_, {decoding_ ? 1 : N, V_l_}, "logits (without gradients)");
   scratch.add(loss_stats_, {4, N}, "cross-entropy statistics");
   scratch.add(lse_, {N}, "cross-entropy log-sum-exp");
 }
@@ -44,11 +45,12 @@ void Head::list_saved(Saved& s, TensorList& buffers) const {
   norm_.list_saved(s.norm, buffers, N_l, "final norm");
   buffers.add(s.out, {N_, C_}, "final norm output (gathered)");
   buffers.add(s.d_out, {N_l, C_}, "final norm output gradient");
-  buffers.add(s.d_logits, {N_, V_l_}, "logits' gradient, for the head's weight gradient");
+  if (!decoding_) buffers.add(s.d_logits, {N_, V_l_}, "logits' gradient, for the head's weight gradient");
 }
 
 double Head::forward(Saved& s, const float* x_local, const int32_t* targets, float grad_scale,
                      ChunkScratch& scratch) {
+  TESSEL_CHECK(!decoding_, "head forward: this model is built for decoding alone (one row of logits)");
   const int64_t N_l = tp_.local_rows(N_);
   float* out_local = tp_.sequence_parallel ? scratch.norm_out.data() : s.out.data();
   norm_.forward(s.norm, out_local, x_local, N_l);
@@ -77,9 +79,11 @@ double Head::forward(Saved& s, const float* x_local, const int32_t* targets, flo
 }
 
 void Head::decode(Saved& s, const float* x, int64_t n) {
-  TESSEL_CHECK(tp_.size() == 1 && n <= N_, "head decode: one process, {} rows within {}", n, N_);
-  norm_.forward(s.norm, s.out.data(), x, n);
-  k_.linear_forward(logits_.data(), s.out.data(), params_.value(lm_head_), nullptr, n, C_, V_l_,
+  TESSEL_CHECK(tp_.size() == 1 && n >= 1 && n <= N_, "head decode: one process, {} rows within {}", n, N_);
+  // The next token is drawn from the last row's logits alone: one row through the norm and the
+  // LM head keeps generation's logits at one vocabulary's size, whatever the context.
+  norm_.forward(s.norm, s.out.data(), x + (n - 1) * C_, 1);
+  k_.linear_forward(logits_.data(), s.out.data(), params_.value(lm_head_), nullptr, 1, C_, V_l_,
                     WeightLayout::OutIn);
 }
 

@@ -27,7 +27,7 @@ class Head {
     Norm::Saved norm;  // (N_l) statistics
     Tensor out;        // (N, C) the final norm's output, gathered to all rows
     Tensor d_out;      // (N_l, C) its gradient, from the loss
-    Tensor d_logits;   // (N, V_l) the loss's gradient by this rank's logits
+    Tensor d_logits;   // (N, V_l) the loss's gradient by this rank's logits (none when decoding)
   };
 
   // Declares the final norm and, unless `tied_embedding` (GPT-2's word embedding index, -1 for
@@ -43,8 +43,8 @@ class Head {
   // rank's (N, V_l) logits afterwards; returns 0.
   double forward(Saved& s, const float* x_local, const int32_t* targets, float grad_scale,
                  ChunkScratch& scratch);
-  // Incremental decoding (one process): logits() holds the (n, V_l) logits of x (n, C), the last
-  // layer's output for n rows.
+  // Incremental decoding (one process): logits() holds the (1, V_l) logits of the last of the n
+  // rows of x (n, C), the last layer's output.
   void decode(Saved& s, const float* x, int64_t n);
   // dx (N_l, C) += d(x) through the final norm (its weight gradients too).
   void backward_input(const Saved& s, float* dx, const float* x_local) const;
@@ -66,7 +66,8 @@ class Head {
   Norm norm_;
   int64_t N_, C_, vocab_size_, V_l_, V_valid_, vocab_start_;
   int lm_head_ = -1;
-  Tensor logits_;      // (N, V_l) without gradients
+  bool decoding_;      // LayerContext::decoding
+  Tensor logits_;      // (N, V_l) without gradients; (1, V_l) when decoding
   Tensor loss_stats_;  // (4, N) vocab_parallel_cross_entropy's scratch
   Tensor lse_;         // (N)
 };

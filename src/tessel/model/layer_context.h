@@ -75,6 +75,7 @@ struct LayerContext {
   LayerBuffers buffers;
 
   uint64_t seed = 0;  // --seed: dropout's key
+  bool decoding = false;  // built for incremental decoding alone (ChunkBuild::decoding)
 
   int64_t rows() const { return B * T_l; }                      // N
   int64_t local_rows() const { return tp.local_rows(rows()); }  // N_l, this rank's under SP

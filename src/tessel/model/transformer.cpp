@@ -36,7 +36,8 @@ TransformerChunk::TransformerChunk(const Kernels& k, ParamRegistry& registry, co
   declare_scratch(scratch);
   const LayerContext ctx{.k = k_, .registry = registry, .cfg = cfg_, .tp = tp_, .cp = cp_, .moe = groups.moe,
                          .B = B_, .T_l = T_, .positions = positions_, .rope_cos = rope_cos_,
-                         .rope_sin = rope_sin_, .buffers = LayerBuffers{scratch, shared}, .seed = build.seed};
+                         .rope_sin = rope_sin_, .buffers = LayerBuffers{scratch, shared}, .seed = build.seed,
+                         .decoding = build.decoding};
   declare_embeddings(ctx);
   bool full_recompute = build_layers(ctx, build.recompute);
   if (spec_.has_head) full_recompute |= build_head(ctx, build.recompute);

@@ -63,6 +63,9 @@ struct ChunkBuild {
   int64_t micro_batch = 1;
   RecomputeOptions recompute = {};
   uint64_t seed = 0;  // --seed: the dropout masks' key (kernels/dropout.h)
+  // Built for incremental decoding alone (infer/decoder.h): the head keeps the logits of one row,
+  // and nothing for gradients, instead of (N, vocabulary) twice; forward() is refused.
+  bool decoding = false;
 };
 
 // The groups a chunk is split over, whose communicators must outlive it: TP (attention heads and
@@ -193,9 +196,10 @@ class TransformerChunk {
   // sequence (micro batch 1): its context is seq_length positions. The state starts empty.
   ChunkDecodeState make_decode_state() const;
   // Reads n tokens (n) i32 at positions state.length … state.length+n−1 (at most seq_length in
-  // all) with every layer's decode step, acts serving as scratch; logits() then holds their
-  // (n, V_l) logits, equal to those the forward of the whole sequence gives at these positions.
-  // A prefill reads the prompt at once, each decoding step one token.
+  // all) with every layer's decode step, acts serving as scratch; logits() then holds the (1, V_l)
+  // logits of the last of them, equal to those the forward of the whole sequence gives at its
+  // position (the next token is drawn from them alone). A prefill reads the prompt at once, each
+  // decoding step one token.
   void decode(ChunkActivations& acts, ChunkDecodeState& state, const int32_t* tokens, int64_t n);
 
   const float* logits() const { return head_->logits(); }
