@@ -15,6 +15,7 @@
 #include "tessel/plan/report.h"
 #include "tessel/train/plan.h"
 #include "tessel/train/planned_run.h"
+#include "thread_flags.h"
 
 namespace tessel {
 
@@ -72,7 +73,7 @@ PlanCommand::PlanCommand(CLI::App& app) {
   c.add_flag("--bf16", bf16_, "bf16 mixed precision (the default on GPU clusters)");
   c.add_flag("--fp16", fp16_, "fp16 mixed precision");
   c.add_option("--attention-backend", attention_, "GPU core attention: flash (default) | unfused");
-  c.add_option("--threads", threads_, "CPU: threads per rank")->capture_default_str();
+  add_thread_count_flag(c, "--threads", threads_, "CPU: threads per rank")->capture_default_str();
   c.add_option("--moe-load-factor", moe_load_factor_,
                "dropless MoE: the busiest rank's routed rows over a balanced load")
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fmt/format.h>
 
+#include "thread_flags.h"
 #include "tokenizer_flags.h"
 
 namespace tessel {
@@ -40,7 +41,7 @@ PreprocessCommand::PreprocessCommand(CLI::App& app) {
   cmd_->add_option("--output-prefix", options_.output_prefix,
                    "writes PREFIX_{key}_document.bin/.idx")->required();
   cmd_->add_flag("--append-eod", options_.append_eod, "append the tokenizer's end-of-document token to each document");
-  cmd_->add_option("--workers", options_.workers, "tokenizing threads")->capture_default_str();
+  add_thread_count_flag(*cmd_, "--workers", options_.workers, "tokenizing threads")->capture_default_str();
   add_tokenizer_flags(*cmd_, tokenizer_);
 }
 

@@ -12,6 +12,7 @@
 #include "tessel/data/tokenizers/loaders.h"
 #include "tessel/data/tokenizers/unicode_classes.h"
 #include "tessel/data/utf8.h"
+#include "thread_flags.h"
 #include "tokenizer_flags.h"
 
 namespace tessel {
@@ -75,7 +76,7 @@ TokenizerCommand::TokenizerCommand(CLI::App& app) {
                    "SentencePiece: byte pieces for characters outside the vocabulary (default on)");
   train_->add_option("--min-frequency", train_options_.min_frequency, "byte-bpe: fewest occurrences of a merged pair")
       ->capture_default_str();
-  train_->add_option("--threads", train_options_.threads, "SentencePiece trainer threads (0: all cores)");
+  add_thread_count_flag(*train_, "--threads", train_options_.threads, "SentencePiece trainer threads (0: all cores)");
 
   encode_ = cmd_->add_subcommand("encode", "print the token ids of standard input (or --input) read as one text");
   decode_ = cmd_->add_subcommand("decode", "write the text of token ids (whitespace-separated or a JSON array)");

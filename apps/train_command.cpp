@@ -17,6 +17,7 @@
 #include "tessel/parallel/groups.h"
 #include "tessel/train/plan.h"
 #include "tessel/train/trainer.h"
+#include "thread_flags.h"
 #include "tokenizer_flags.h"
 
 #ifndef TESSEL_DEFAULT_DATA
@@ -199,7 +200,7 @@ TrainCommand::TrainCommand(CLI::App& app) {
       "--bf16", [&t] { t.precision = Precision::BF16; },
       "bf16 mixed precision: GEMMs on bf16 operands, fp32 accumulation, fp32 master weights");
   logging_.add_to(c, t.log);
-  c.add_option("--threads", threads_, "threads per process (default: OMP_NUM_THREADS or all cores)");
+  add_thread_count_flag(c, "--threads", threads_, "threads per process (default: OMP_NUM_THREADS or all cores)");
   FaultOptions& f = t.faults;
   c.add_flag("--check-for-nan-in-loss-and-grad,!--no-check-for-nan-in-loss-and-grad", f.check_nan,
              "stop before the optimizer step when the loss or the gradient norm is not finite (default on; "

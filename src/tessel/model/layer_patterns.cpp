@@ -41,6 +41,9 @@ class PatternParser {
     std::vector<int> v = atom();
     while (accept('*')) {
       const int64_t times = integer();
+      // A layer per entry, and layers are fewer: refused before "([1]*999999)*999999" fills memory.
+      if (static_cast<int64_t>(v.size()) * times > kMaxEntries)
+        error("the list grows past {} entries at position {}", kMaxEntries, pos_);
       std::vector<int> repeated;
       for (int64_t i = 0; i < times; ++i) repeated.insert(repeated.end(), v.begin(), v.end());
       v = std::move(repeated);
@@ -49,8 +52,11 @@ class PatternParser {
   }
   std::vector<int> atom() {
     if (accept('(')) {
+      // Each parenthesis recurses: bounded before the stack runs out.
+      if (++depth_ > kMaxDepth) error("parentheses nested deeper than {}", kMaxDepth);
       std::vector<int> v = expr();
       expect(')');
+      --depth_;
       return v;
     }
     expect('[');
@@ -85,12 +91,18 @@ class PatternParser {
   }
   template <typename... Args>
   [[noreturn]] void error(fmt::format_string<Args...> format, Args&&... args) {
-    fail("{} \"{}\": {}", flag_, text_, fmt::format(format, std::forward<Args>(args)...));
+    // A long expression is shown by its start: the message stays one readable line.
+    const std::string shown = text_.size() <= 80 ? text_ : text_.substr(0, 60) + "…";
+    fail("{} \"{}\": {}", flag_, shown, fmt::format(format, std::forward<Args>(args)...));
   }
+
+  static constexpr int kMaxDepth = 64;
+  static constexpr int64_t kMaxEntries = 1 << 16;  // the dropout keys' bound on layers (train/plan.cpp)
 
   const std::string& text_;
   const char* flag_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 bool all_digits(const std::string& text) {

@@ -39,8 +39,16 @@ nlohmann::json parse_json_text(std::string_view text, std::string_view name) {
     const size_t tag = what.find("] ");
     return tag == std::string::npos ? what : what.substr(tag + 2);
   };
+  // The readers of a tokenizer's components recurse into a Sequence's members: the nesting is
+  // bounded while parsing, before anything recurses (a file 100,000 deep would exhaust the stack).
+  const auto bounded = [&](int depth, nlohmann::json::parse_event_t event, const nlohmann::json&) {
+    if (depth >= kMaxJsonDepth && (event == nlohmann::json::parse_event_t::object_start ||
+                                   event == nlohmann::json::parse_event_t::array_start))
+      fail("{}: JSON nested deeper than {} levels (objects and lists within each other)", name, kMaxJsonDepth);
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text, bounded);
   } catch (const nlohmann::json::parse_error& e) {
     fail("{}: not valid JSON at byte {}: {}", name, e.byte, message(e));
   } catch (const nlohmann::json::exception& e) {

@@ -27,7 +27,9 @@ constexpr int64_t kMaxIdGap = int64_t{1} << 20;
 std::string read_text_file(const std::string& path);
 // Calls fn(line number from 1, line without its "\n" or "\r\n") for each line of `text`.
 void for_each_line(std::string_view text, const std::function<void(size_t, std::string_view)>& fn);
-// Throws "NAME: not valid JSON at byte N: reason".
+// Objects and lists within each other, at most: a real tokenizer.json nests about 6 deep.
+inline constexpr int kMaxJsonDepth = 64;
+// Throws "NAME: not valid JSON at byte N: reason", or naming kMaxJsonDepth for a deeper file.
 nlohmann::json parse_json_text(std::string_view text, std::string_view name);
 // A byte-level vocabulary (vocab.json, encoder.json, a tokenizer.json's model.vocab): token text
 // in GPT-2's alphabet -> id; text outside it stands for its own UTF-8 bytes, as Hugging Face's
