@@ -3,6 +3,8 @@
 // errors, which name the file and the line or offset.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -161,6 +163,39 @@ TEST(TikTokenizer, RankFile) {
   EXPECT_EQ(t->id_to_token(258), " the");
   EXPECT_CONTAINS(error_of([&] { make_tokenizer({.type = "tiktoken", .tokenizer_model = o.tokenizer_model}); }),
                   "needs --tiktoken-pattern");
+}
+
+// The merges a rank file implies are found in time linear in each token's length: a token of
+// 300 KB took minutes (every split hashed its two halves afresh), and takes milliseconds.
+TEST(TikTokenizer, ALongTokenLoadsInLinearTime) {
+  TestDir dir;
+  std::string ranks = testing::tiny_ranks();
+  std::string token;
+  for (size_t i = 0; token.size() < 300'000; ++i) token += static_cast<char>('a' + i * 7 % 26);
+  ranks += testing::base64(token) + " " + std::to_string(std::count(ranks.begin(), ranks.end(), '\n')) + "\n";
+  const TokenizerOptions o{.type = "TikTokenizer", .tokenizer_model = dir.write("long.tiktoken", ranks),
+                           .tiktoken_pattern = "cl100k"};
+  const auto start = std::chrono::steady_clock::now();
+  const auto t = make_tokenizer(o);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));  // ~0.1 s alone
+  EXPECT_EQ(t->encode(" the aa"), (Ids{258, ' ', 259}));
+}
+
+// A pre-tokenizer pattern's backtracking is bounded over the whole text, not only per start
+// position: this one stays under PCRE2's limit at each of 46,000 positions and ran for hours; it
+// is refused once the text's budget is spent, in about a second.
+TEST(HuggingFaceTokenizer, ABacktrackingPatternIsRefusedWithinTheTextsBudget) {
+  TestDir dir;
+  nlohmann::json j = testing::tiny_tokenizer_json(true);
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(?:a|a){0,20}[^a]"}}}, {"behavior", "Isolated"},
+                        {"invert", false}};
+  const auto t = make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = dir.write("t.json", j.dump())});
+  EXPECT_EQ(t->encode(" aab").size(), 3u);  // short texts are fine
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_CONTAINS(error_of([&] { t->encode(std::string(46'000, 'a')); }),
+                  "takes more than 56000000 backtracking steps on a text of 46000 bytes (the budget of a text: "
+                  "10000000 + 1000 a byte)");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));  // ~2 s alone
 }
 
 TEST(TikTokenizer, RankFileErrors) {

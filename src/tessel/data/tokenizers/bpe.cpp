@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstring>
 #include <queue>
+#include <unordered_set>
 
 #include "tessel/core/error.h"
 
@@ -120,12 +121,35 @@ BpeModel::BpeModel(BpeVocab vocab, const std::vector<BpeMerge>& merges, bool ign
   }
 }
 
+// Every split of a token into two tokens is a merge. Looking each split's halves up afresh hashes
+// the whole token once per split: quadratic in its length (a token of 1 MB, hours). Polynomial
+// hashes of every prefix and suffix come from one pass instead, and only a split whose halves
+// both hash as some token does is looked up, exactly, in the index.
 std::vector<BpeMerge> BpeModel::merges_from_ranks(const BpeVocab& vocab, const TokenIndex& index) {
+  constexpr uint64_t kBase = 0x100000001b3;  // hashes mod 2^64: a collision costs a lookup, never a merge
+  auto hash = [&](std::string_view b) {
+    uint64_t h = 0;
+    for (unsigned char c : b) h = h * kBase + c + 1;
+    return h;
+  };
+  std::unordered_set<uint64_t> token_hashes;
+  for (int32_t id = 0; id < vocab.size(); ++id)
+    if (vocab.present[id]) token_hashes.insert(hash(vocab.bytes[id]));
   std::vector<BpeMerge> merges;
+  std::vector<uint64_t> prefix, power;  // prefix[k]: hash of b[0, k); power[k]: kBase^k
   for (int32_t id = 0; id < vocab.size(); ++id) {
     if (!vocab.present[id]) continue;
     const std::string_view b = vocab.bytes[id];
-    for (size_t k = 1; k < b.size(); ++k) {
+    const size_t n = b.size();
+    prefix.assign(n + 1, 0);
+    power.assign(n + 1, 1);
+    for (size_t k = 0; k < n; ++k) {
+      prefix[k + 1] = prefix[k] * kBase + static_cast<unsigned char>(b[k]) + 1;
+      power[k + 1] = power[k] * kBase;
+    }
+    for (size_t k = 1; k < n; ++k) {
+      const uint64_t suffix = prefix[n] - prefix[k] * power[n - k];  // hash of b[k, n)
+      if (!token_hashes.contains(prefix[k]) || !token_hashes.contains(suffix)) continue;
       const std::optional<int32_t> left = index.find(b.substr(0, k));
       if (!left) continue;
       const std::optional<int32_t> right = index.find(b.substr(k));

@@ -115,7 +115,8 @@ std::string strip(std::string_view text, bool left, bool right) {
 std::string replace_regex(std::string_view text, const Regex& regex, std::string_view to) {
   std::string out;
   size_t pos = 0, search = 0, b = 0, e = 0;
-  while (search <= text.size() && regex.find(text, search, b, e)) {
+  MatchBudget budget(text.size());
+  while (search <= text.size() && regex.find(text, search, b, e, budget)) {
     out.append(text.substr(pos, b - pos));
     out += to;
     if (e == b) {  // an empty match: step over one character

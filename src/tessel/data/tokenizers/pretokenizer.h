@@ -30,15 +30,16 @@ class PreTokenizer {
   std::vector<SplitRule> rules;
 
   // Calls piece(std::string_view) for every non-empty piece of `text`, in order; with no rules
-  // the whole text is one piece.
+  // the whole text is one piece. Every rule's searches share the text's budget (regex.h).
   template <typename F>
   void for_each_piece(std::string_view text, F&& piece) const {
-    split(0, text, piece);
+    MatchBudget budget(text.size());
+    split(0, text, piece, budget);
   }
 
  private:
   template <typename F>
-  void split(size_t r, std::string_view text, F& piece) const;
+  void split(size_t r, std::string_view text, F& piece, MatchBudget& budget) const;
 };
 
 // ---- implementation ----
@@ -46,7 +47,7 @@ class PreTokenizer {
 // One pass of rule r over `text`: segments alternate between delimiters (what the rule cuts on)
 // and the text between them; the behaviour decides which become pieces and what they join.
 template <typename F>
-void PreTokenizer::split(size_t r, std::string_view text, F& piece) const {
+void PreTokenizer::split(size_t r, std::string_view text, F& piece, MatchBudget& budget) const {
   if (text.empty()) return;
   if (r == rules.size()) {
     piece(text);
@@ -54,7 +55,7 @@ void PreTokenizer::split(size_t r, std::string_view text, F& piece) const {
   }
   const SplitRule& rule = rules[r];
   auto emit = [&](size_t b, size_t e) {
-    if (e > b) split(r + 1, text.substr(b, e - b), piece);
+    if (e > b) split(r + 1, text.substr(b, e - b), piece, budget);
   };
   size_t run_begin = 0, run_end = 0;  // the pending piece (MergedWith*, Contiguous)
   bool run_is_delim = false;
@@ -90,7 +91,7 @@ void PreTokenizer::split(size_t r, std::string_view text, F& piece) const {
     }
   };
   size_t pos = 0, search = 0, mb = 0, me = 0;
-  while (search <= text.size() && rule.regex.find(text, search, mb, me)) {
+  while (search <= text.size() && rule.regex.find(text, search, mb, me, budget)) {
     if (me == mb) {  // an empty match cuts nothing: look again one character further
       search = mb + 1;
       while (search < text.size() && (static_cast<unsigned char>(text[search]) & 0xC0) == 0x80) ++search;

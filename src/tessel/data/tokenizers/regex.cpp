@@ -23,14 +23,17 @@ std::string pcre2_message(int code) {
 
 // Per-thread match state: the match data (one pair of offsets), and a JIT stack that grows when
 // a pattern backtracks deeper than the default 32 KiB machine stack allows.
+// `counted`: the counted search's, its callout charging the budget.
 struct ThreadMatchState {
   pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
   pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_match_context* counted = pcre2_match_context_create(nullptr);
   pcre2_jit_stack* stack = nullptr;
   size_t stack_size = 0;
   ~ThreadMatchState() {
     pcre2_match_data_free(data);
     pcre2_match_context_free(context);
+    pcre2_match_context_free(counted);
     if (stack) pcre2_jit_stack_free(stack);
   }
   bool grow_stack() {
@@ -48,6 +51,17 @@ struct ThreadMatchState {
 ThreadMatchState& thread_state() {
   thread_local ThreadMatchState state;
   return state;
+}
+
+// Called before every item of the counted pattern: one step of the budget; a negative return
+// ends the search with that code.
+int charge_step(pcre2_callout_block*, void* budget) {
+  return --static_cast<MatchBudget*>(budget)->left < 0 ? PCRE2_ERROR_CALLOUT : 0;
+}
+
+pcre2_code* compile(const std::string& translated, uint32_t options, int& error, PCRE2_SIZE& offset) {
+  return pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                       PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C | options, &error, &offset, nullptr);
 }
 
 }  // namespace
@@ -190,9 +204,9 @@ Regex::Regex(std::string_view pattern, std::string_view where) : pattern_(patter
   const std::string translated = unicode_pattern(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                        PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &error, &offset, nullptr);
-  if (!code_) {
+  code_ = compile(translated, 0, error, offset);
+  if (code_) counted_ = compile(translated, PCRE2_AUTO_CALLOUT, error, offset);
+  if (!code_ || !counted_) {
     // The offset is into the rewritten pattern; give the original beside the reason.
     fail("{}: bad regular expression {:?}: {} (offset {} of the PCRE2 form)", where,
          std::string(pattern), pcre2_message(error), offset);
@@ -201,28 +215,32 @@ Regex::Regex(std::string_view pattern, std::string_view where) : pattern_(patter
 }
 
 Regex::~Regex() {
-  if (code_) pcre2_code_free(code_);
+  pcre2_code_free(code_);  // null: nothing
+  pcre2_code_free(counted_);
 }
 
 Regex::Regex(Regex&& other) noexcept
-    : pattern_(std::move(other.pattern_)), code_(other.code_), jit_(other.jit_) {
-  other.code_ = nullptr;
+    : pattern_(std::move(other.pattern_)), code_(other.code_), counted_(other.counted_), jit_(other.jit_) {
+  other.code_ = other.counted_ = nullptr;
 }
 
 Regex& Regex::operator=(Regex&& other) noexcept {
   if (this != &other) {
-    if (code_) pcre2_code_free(code_);
+    pcre2_code_free(code_);
+    pcre2_code_free(counted_);
     pattern_ = std::move(other.pattern_);
     code_ = other.code_;
+    counted_ = other.counted_;
     jit_ = other.jit_;
-    other.code_ = nullptr;
+    other.code_ = other.counted_ = nullptr;
   }
   return *this;
 }
 
-bool Regex::find(std::string_view text, size_t start, size_t& begin, size_t& end) const {
+bool Regex::find(std::string_view text, size_t start, size_t& begin, size_t& end, MatchBudget& budget) const {
   ThreadMatchState& state = thread_state();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  pcre2_set_match_limit(state.context, kFastSteps);
   for (;;) {
     const int rc = jit_ ? pcre2_jit_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK,
                                           state.data, state.context)
@@ -236,8 +254,29 @@ bool Regex::find(std::string_view text, size_t start, size_t& begin, size_t& end
     }
     if (rc == PCRE2_ERROR_NOMATCH) return false;
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT && state.grow_stack()) continue;
+    if (rc == PCRE2_ERROR_MATCHLIMIT) return find_counted(text, start, begin, end, budget);
     fail("regular expression {:?} failed at byte {}: {}", pattern_, start, pcre2_message(rc));
   }
+}
+
+bool Regex::find_counted(std::string_view text, size_t start, size_t& begin, size_t& end,
+                         MatchBudget& budget) const {
+  ThreadMatchState& state = thread_state();
+  pcre2_set_callout(state.counted, charge_step, &budget);
+  const int rc = pcre2_match(counted_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
+                             PCRE2_NO_UTF_CHECK, state.data, state.counted);
+  if (rc >= 0) {
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
+    begin = ovector[0];
+    end = ovector[1];
+    return true;
+  }
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc == PCRE2_ERROR_CALLOUT)
+    fail("regular expression {:?} takes more than {} backtracking steps on a text of {} bytes (the budget "
+         "of a text: {} + {} a byte): a pattern this slow is refused",
+         pattern_, budget.total, budget.bytes, MatchBudget::kBase, MatchBudget::kPerByte);
+  fail("regular expression {:?} failed at byte {}: {}", pattern_, start, pcre2_message(rc));
 }
 
 }  // namespace tessel

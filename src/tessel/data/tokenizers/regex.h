@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,6 +15,20 @@
 struct pcre2_real_code_8;
 
 namespace tessel {
+
+// The backtracking work the searches over one text may take together, in PCRE2's steps: a search
+// tries every start position in turn, and PCRE2's own limit applies to each alone, so a crafted
+// pattern 2^20 steps short of it at every position of 46 KB would run for hours. A text gets
+// kBase + kPerByte × its bytes; the pre-tokenizer's rules and a normalizer's Replace share one
+// budget per text.
+struct MatchBudget {
+  static constexpr int64_t kBase = 10'000'000;  // PCRE2's default limit for one start position
+  static constexpr int64_t kPerByte = 1'000;
+  explicit MatchBudget(size_t text_bytes)
+      : bytes(static_cast<int64_t>(text_bytes)), total(kBase + kPerByte * bytes), left(total) {}
+  int64_t bytes, total;
+  int64_t left;  // below 0 once spent
+};
 
 class Regex {
  public:
@@ -27,14 +42,29 @@ class Regex {
 
   // The leftmost match starting at or after `start` in `text` (valid UTF-8, not checked here):
   // true with [begin, end), or false. Lookbehind may see the text before `start`. Safe to call
-  // from several threads at once.
-  bool find(std::string_view text, size_t start, size_t& begin, size_t& end) const;
+  // from several threads at once. Each search runs first with a small limit per start position
+  // (kFastSteps, ample for every pre-tokenizer pattern in use); one that needs more runs again
+  // counted step by step against `budget`, and throws tessel::Error naming the pattern and the
+  // budget once the text's is spent.
+  bool find(std::string_view text, size_t start, size_t& begin, size_t& end, MatchBudget& budget) const;
+  // One search alone, with a budget of its own.
+  bool find(std::string_view text, size_t start, size_t& begin, size_t& end) const {
+    MatchBudget budget(text.size());
+    return find(text, start, begin, end, budget);
+  }
 
   const std::string& pattern() const { return pattern_; }
 
  private:
+  // The fast search's limit per start position. The searches over a text try each position once,
+  // so their work is at most this times the text's positions, whatever the pattern.
+  static constexpr uint32_t kFastSteps = 10'000;
+  // Counted against the budget: the pattern compiled with a callout before every item.
+  bool find_counted(std::string_view text, size_t start, size_t& begin, size_t& end, MatchBudget& budget) const;
+
   std::string pattern_;  // as given
   pcre2_real_code_8* code_ = nullptr;
+  pcre2_real_code_8* counted_ = nullptr;
   bool jit_ = false;
 };
 
