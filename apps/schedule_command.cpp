@@ -64,6 +64,8 @@ void print_table(const Simulation& sim, const ScheduleConfig& config, int column
 
 std::string number(double x) { return fmt::format("{:.4g}", x); }
 
+constexpr int64_t kMaxTableCells = int64_t{1} << 24;
+
 void print_rank_stats(const Simulation& sim, const ScheduleConfig& config, bool forward_only) {
   fmt::print("\n{:<6}{:>9}{:>7}{:>15}{:>17}", "rank", "compute", "idle", "bubble/ideal", "idle/iteration");
   if (!forward_only) fmt::print("{:>17}", "peak in flight");
@@ -299,6 +301,11 @@ void ScheduleCommand::run() const {
     return;
   }
 
+  // The table holds a string per rank and time unit: --forward-cost 1000000000 would fill memory.
+  const double cells = static_cast<double>(sim.ranks.size()) * sim.makespan;
+  if (cells > static_cast<double>(kMaxTableCells))
+    fail("the table would have {} ranks × {} time units = {:.0f} cells, past the bound of {}: --json prints the "
+         "schedule without it", sim.ranks.size(), number(sim.makespan), cells, kMaxTableCells);
   const int p = config.pipeline_size, m = config.microbatches, vpp = config.virtual_stages;
   const bool split = std::any_of(compute.begin(), compute.end(), [](const RankSchedule& s) {
     return std::any_of(s.begin(), s.end(), [](const Action& a) { return a.kind == ActionKind::BackwardInput; });

@@ -1,14 +1,30 @@
 #include "tessel/core/device.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
+
+#include "tessel/core/error.h"
 
 namespace tessel {
 
 namespace {
 
+// The machine's memory, in bytes (0 when unknown).
+double physical_memory() {
+  static const double bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  return bytes > 0 ? bytes : 0;
+}
+
 void* host_alloc(int64_t bytes) {
+  // A request past the machine's memory is granted (overcommit) and fails page by page while it
+  // is zeroed: minutes, then a bare "out of memory" or the OOM killer. Refused at once instead.
+  const double memory = physical_memory();
+  if (bytes < 0 || (memory > 0 && static_cast<double>(bytes) > memory))
+    fail("cannot allocate {:.1f} GiB at once: more than this machine's memory of {:.1f} GiB",
+         static_cast<double>(bytes) / (1 << 30), memory / (1 << 30));
   size_t size = (static_cast<size_t>(bytes) + 63) / 64 * 64;
   if (size == 0) size = 64;
   void* p = std::aligned_alloc(64, size);

@@ -19,7 +19,8 @@ const char* dtype_name(DType dtype);  // "f32", "i32"
 
 struct DeviceMemory {
   Device device = Device::CPU;
-  // Zero-filled, 64-byte aligned; throws std::bad_alloc. release(nullptr) does nothing.
+  // Zero-filled, 64-byte aligned; throws std::bad_alloc, or tessel::Error for more than the
+  // machine's memory at once. release(nullptr) does nothing.
   void* (*alloc)(int64_t bytes) = nullptr;
   void (*release)(void* p) = nullptr;
   // Within the device; the ranges may not overlap.

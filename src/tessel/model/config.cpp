@@ -41,6 +41,31 @@ std::vector<std::string> ModelConfig::violations() const {
   positive("--num-attention-heads", num_attention_heads);
   positive("--seq-length", seq_length);
   positive("--vocab-size", vocab_size);
+  // Sizes far past any model's (8 times the largest published where there is one), refused before
+  // a product of two overflows or a build asks for terabytes: the other rules compute with them.
+  const size_t before = v.size();
+  auto at_most = [&](const char* flag, int value, int bound) {
+    if (value > bound) v.push_back(fmt::format("{} {} is past tessel's bound of {}", flag, value, bound));
+  };
+  at_most("--num-layers", num_layers, 1 << 16);
+  at_most("--mtp-num-layers", mtp_num_layers, 1 << 16);
+  at_most("--hidden-size", hidden_size, 1 << 17);
+  at_most("--ffn-hidden-size", ffn_hidden_size, 1 << 20);
+  at_most("--num-attention-heads", num_attention_heads, 1 << 14);
+  at_most("--num-query-groups", num_query_groups, 1 << 14);
+  at_most("--kv-channels", kv_channels, 1 << 16);
+  at_most("--seq-length", seq_length, 1 << 24);
+  at_most("--max-position-embeddings", max_position_embeddings, 1 << 24);
+  at_most("--vocab-size", vocab_size, 1 << 24);
+  at_most("--num-experts", moe.num_experts, 1 << 16);
+  at_most("--moe-ffn-hidden-size", moe.ffn_hidden_size, 1 << 20);
+  at_most("--moe-shared-expert-intermediate-size", moe.shared_expert_size, 1 << 20);
+  at_most("--linear-key-head-dim", linear.key_head_dim, 1 << 16);
+  at_most("--linear-value-head-dim", linear.value_head_dim, 1 << 16);
+  at_most("--linear-num-key-heads", linear.num_key_heads, 1 << 14);
+  at_most("--linear-num-value-heads", linear.num_value_heads, 1 << 14);
+  at_most("--linear-conv-kernel-dim", linear.conv_kernel_dim, 1 << 10);
+  if (v.size() > before) return v;
   for (auto [flag, p] : {std::pair{"--hidden-dropout", hidden_dropout}, {"--attention-dropout", attention_dropout}})
     if (!(p >= 0.0f && p < 1.0f)) v.push_back(fmt::format("{} {} must be in [0, 1)", flag, p));
   if (kv_channels < 0) v.push_back(fmt::format("--kv-channels {} must not be negative", kv_channels));
@@ -97,6 +122,11 @@ std::vector<std::string> ModelConfig::violations() const {
     for (std::string& m : linear.violations(num_layers)) v.push_back(std::move(m));
   }
   if (mtp_num_layers < 0) v.push_back(fmt::format("--mtp-num-layers {} must not be negative", mtp_num_layers));
+  // Depth k's targets are the sequence's shifted k + 1 to the left (model/mtp.h): the last depth
+  // predicts seq_length − D positions, none when the sequence is no longer than D.
+  if (mtp_num_layers > 0 && seq_length > 0 && seq_length <= mtp_num_layers)
+    v.push_back(fmt::format("--mtp-num-layers {} needs --seq-length above it: a sequence of {} leaves depth {} "
+                            "no token to predict", mtp_num_layers, seq_length, seq_length));
   if (mtp_num_layers > 0 && !(mtp_loss_scaling_factor > 0))
     v.push_back(fmt::format("--mtp-loss-scaling-factor {} must be positive with --mtp-num-layers (a weight of 0 "
                             "trains the MTP layers nothing)", mtp_loss_scaling_factor));

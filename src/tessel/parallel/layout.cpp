@@ -169,11 +169,16 @@ std::vector<std::string> layout_violations(const ParallelConfig& c) {
   at_least("--expert-model-parallel-size", c.ep, 1);
   at_least("--expert-tensor-parallel-size", c.etp, 0);  // 0: same as TP
   at_least("--num-virtual-stages-per-pipeline-rank", c.vpp, 1);
+  // The layout lists every rank's groups: a world far past any job's (the largest run on ~100,000
+  // GPUs) is refused before they fill memory, and with it the sizes that divide it.
+  if (c.world > kMaxWorld)
+    v.push_back(fmt::format("world size {} is past tessel's bound of {} ranks", c.world, kMaxWorld));
   const bool sizes_ok = v.empty();
 
   bool divisible = false;
   if (sizes_ok) {
-    const int dense = c.tp * c.cp * c.pp, expert = c.expert_tp() * c.ep * c.pp;
+    // In 64 bits: three sizes up to the world's each.
+    const int64_t dense = int64_t{c.tp} * c.cp * c.pp, expert = int64_t{c.expert_tp()} * c.ep * c.pp;
     if (c.world % dense != 0)
       v.push_back(fmt::format("world size {} is not divisible by TP × CP × PP = {} × {} × {} = {} "
                               "(--tensor-model-parallel-size, --context-parallel-size, "

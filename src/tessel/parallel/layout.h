@@ -45,8 +45,9 @@ struct RankCoords {
 };
 
 // Every rule the parallel sizes break, one message each (empty when valid): world not divisible,
-// a bad order string, sizes below 1, ... Model- and batch-dependent rules are in
+// a bad order string, sizes below 1, a world past kMaxWorld, ... Model- and batch-dependent rules are in
 // train/plan.h's training_violations().
+inline constexpr int kMaxWorld = 1 << 20;
 std::vector<std::string> layout_violations(const ParallelConfig& config);
 
 class Layout {

@@ -68,6 +68,12 @@ std::vector<std::string> schedule_violations(const ScheduleConfig& c) {
   if (c.microbatch_group < 0)
     v.push_back(fmt::format("--microbatch-group-size-per-virtual-pipeline-stage must be positive (got {})",
                             c.microbatch_group));
+  // The ranks' lists hold a forward and a backward per (microbatch, chunk): a count far past any
+  // run's would take minutes and gigabytes to generate and simulate before failing.
+  const int64_t pairs = int64_t{std::max(p, 0)} * std::max(m, 0) * std::max(vpp, 0);
+  if (pairs > kMaxSchedulePairs)
+    v.push_back(fmt::format("--pp {} × --microbatches {} × --vpp {} = {} (microbatch, chunk) pairs, past the bound "
+                            "of {}", p, m, vpp, pairs, kMaxSchedulePairs));
   if (schedule_placement(c.kind) == Placement::V) {
     const std::string name = schedule_kind_name(c.kind);
     if (vpp != 2)

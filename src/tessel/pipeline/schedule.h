@@ -60,9 +60,10 @@ ScheduleConfig chosen_schedule(const std::string& name, int pp, int microbatches
 
 using RankSchedule = std::vector<Action>;
 
-// Every rule the config breaks (p ≥ 1, m ≥ 1; interleaved: v ≥ 2, p ≥ 2, p ≤ g ≤ m, m mod g == 0
-// or ≥ p, as Megatron; ZB-V and DualPipeV: v = 2, p ≥ 2; DualPipeV: m ≥ 2p, as DeepSeek's), one
-// message each naming the flags; empty when valid.
+// Every rule the config breaks (p ≥ 1, m ≥ 1, p·m·v ≤ kMaxSchedulePairs; interleaved: v ≥ 2,
+// p ≥ 2, p ≤ g ≤ m, m mod g == 0 or ≥ p, as Megatron; ZB-V and DualPipeV: v = 2, p ≥ 2;
+// DualPipeV: m ≥ 2p, as DeepSeek's), one message each naming the flags; empty when valid.
+inline constexpr int64_t kMaxSchedulePairs = int64_t{1} << 22;
 std::vector<std::string> schedule_violations(const ScheduleConfig& config);
 
 // Compute actions only (F and B, or I and W where the schedule splits a backward), per pipeline
