@@ -241,30 +241,16 @@ bool Regex::find(std::string_view text, size_t start, size_t& begin, size_t& end
   ThreadMatchState& state = thread_state();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   pcre2_set_match_limit(state.context, kFastSteps);
-  for (;;) {
-    const int rc = jit_ ? pcre2_jit_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK,
-                                          state.data, state.context)
-                        : pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK,
-                                      state.data, state.context);
-    if (rc >= 0) {
-      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
-      begin = ovector[0];
-      end = ovector[1];
-      return true;
-    }
-    if (rc == PCRE2_ERROR_NOMATCH) return false;
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT && state.grow_stack()) continue;
-    if (rc == PCRE2_ERROR_MATCHLIMIT) return find_counted(text, start, begin, end, budget);
-    fail("regular expression {:?} failed at byte {}: {}", pattern_, start, pcre2_message(rc));
+  int rc = 0;
+  do {
+    rc = jit_ ? pcre2_jit_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, state.data, state.context)
+              : pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, state.data, state.context);
+  } while (rc == PCRE2_ERROR_JIT_STACKLIMIT && state.grow_stack());
+  // A start position needed more than the fast limit: the search again, each step counted.
+  if (rc == PCRE2_ERROR_MATCHLIMIT) {
+    pcre2_set_callout(state.counted, charge_step, &budget);
+    rc = pcre2_match(counted_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, state.data, state.counted);
   }
-}
-
-bool Regex::find_counted(std::string_view text, size_t start, size_t& begin, size_t& end,
-                         MatchBudget& budget) const {
-  ThreadMatchState& state = thread_state();
-  pcre2_set_callout(state.counted, charge_step, &budget);
-  const int rc = pcre2_match(counted_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), start,
-                             PCRE2_NO_UTF_CHECK, state.data, state.counted);
   if (rc >= 0) {
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.data);
     begin = ovector[0];

@@ -59,12 +59,9 @@ class Regex {
   // The fast search's limit per start position. The searches over a text try each position once,
   // so their work is at most this times the text's positions, whatever the pattern.
   static constexpr uint32_t kFastSteps = 10'000;
-  // Counted against the budget: the pattern compiled with a callout before every item.
-  bool find_counted(std::string_view text, size_t start, size_t& begin, size_t& end, MatchBudget& budget) const;
-
   std::string pattern_;  // as given
   pcre2_real_code_8* code_ = nullptr;
-  pcre2_real_code_8* counted_ = nullptr;
+  pcre2_real_code_8* counted_ = nullptr;  // compiled with a callout before every item: steps counted
   bool jit_ = false;
 };
 
