@@ -15,6 +15,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+
 #include "checkpoint_command.h"
 #include "data_command.h"
 #include "demo_command.h"
@@ -119,7 +121,8 @@ int main(int argc, char** argv) {
   try {
     return tessel::run(argc, argv, runtime);
   } catch (const tessel::JobError& e) {
-    if (runtime.world_rank() == 0) fmt::print(stderr, "tessel: error: {}\n", e.what());
+    // fputs: a stderr that cannot be written either must not turn the error into a crash.
+    if (runtime.world_rank() == 0) std::fputs(fmt::format("tessel: error: {}\n", e.what()).c_str(), stderr);
     return 1;
   } catch (const std::bad_alloc&) {
     tessel::abort_job("out of memory");

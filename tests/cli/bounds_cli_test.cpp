@@ -47,7 +47,8 @@ TEST(BoundsCli, OutputThatCannotBeWrittenIsAnError) {
         "tokenizer inspect --tokenizer-type HuggingFaceTokenizer --tokenizer-model " + tokenizer}) {
     const CommandResult fine = run_tessel(command + " > /dev/null");
     EXPECT_EQ(fine.exit_code, 0) << command << ": " << fine.output;
-    const CommandResult full = run_tessel(command + " > /dev/full");
+    // The group's stderr comes back (run_command adds 2>&1 after it); its stdout is /dev/full.
+    const CommandResult full = run_command("{ " + std::string(TESSEL_BINARY) + " " + command + " > /dev/full; }");
     expect_refused(full, "No space left on device", command);
   }
 }
@@ -67,12 +68,12 @@ TEST(BoundsCli, MtpDepthsWithNothingToPredictAreRefused) {
 TEST(BoundsCli, DeepNestingIsRefusedNamingTheBound) {
   testing::TestDir dir;
   nlohmann::json j = testing::tiny_tokenizer_json(true);
-  j["normalizer"] = "@";
+  j["normalizer"] = "@NESTED@";
   std::string text = j.dump(), nested;
   const int depth = 100000;
   for (int i = 0; i < depth; ++i) nested += R"({"type":"Sequence","normalizers":[)";
   for (int i = 0; i < depth; ++i) nested += "]}";
-  text.replace(text.find("\"@\""), 3, nested);
+  text.replace(text.find("\"@NESTED@\""), 10, nested);
   const std::string file = dir.write("tokenizer.json", text);
   expect_refused(run_tessel("tokenizer inspect --tokenizer-type HuggingFaceTokenizer --tokenizer-model " + file),
                  file + ": JSON nested deeper than 64 levels", "Sequence 100,000 deep");

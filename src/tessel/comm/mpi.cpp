@@ -351,7 +351,8 @@ void abort_job(const std::string& message, int code) {
   if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (!printed.exchange(true)) {
     std::string prefix = rank == 0 ? "" : fmt::format("[rank {}] ", rank);
-    fmt::print(stderr, "{}tessel: error: {}\n", prefix, message);
+    // fputs, not fmt::print: an error writing stderr itself must not throw out of the handler.
+    std::fputs(fmt::format("{}tessel: error: {}\n", prefix, message).c_str(), stderr);
     std::fflush(stderr);
   }
   // A zero code would let mpirun report success for a failed job.

@@ -187,10 +187,12 @@ TEST(TikTokenizer, ALongTokenLoadsInLinearTime) {
 TEST(HuggingFaceTokenizer, ABacktrackingPatternIsRefusedWithinTheTextsBudget) {
   TestDir dir;
   nlohmann::json j = testing::tiny_tokenizer_json(true);
-  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(?:a|a){0,20}[^a]"}}}, {"behavior", "Isolated"},
-                        {"invert", false}};
+  const nlohmann::json split = {{"type", "Split"}, {"pattern", {{"Regex", "(?:a|a){0,20}[^a]"}}},
+                                {"behavior", "Isolated"}, {"invert", false}};
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
+  j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {split, byte_level}}};
   const auto t = make_tokenizer({.type = "HuggingFaceTokenizer", .tokenizer_model = dir.write("t.json", j.dump())});
-  EXPECT_EQ(t->encode(" aab").size(), 3u);  // short texts are fine
+  EXPECT_NO_THROW(t->encode(" aab"));  // short texts are fine
   const auto start = std::chrono::steady_clock::now();
   EXPECT_CONTAINS(error_of([&] { t->encode(std::string(46'000, 'a')); }),
                   "takes more than 56000000 backtracking steps on a text of 46000 bytes (the budget of a text: "
