@@ -34,8 +34,10 @@ for flag in --tp --pp --cp --vpp; do
   expect_refused 60 "must be at least 1 (got 0)" "$tessel" plan "$flag" 0 --num-gpus 8
 done
 # tessel plan: a model whose weights alone exceed every device's memory, refused before a search
-# that would declare every stage of every layout (10^8 layers searched for 40 minutes).
+# that would declare every stage of every layout (10^8 layers searched for 40 minutes); past the
+# model's bound on layers, refused by the bound before anything is sized.
+expect_refused 60 "weights alone, more than all" "$tessel" plan --num-layers 60000
 for layers in 1000000 100000000; do
-  expect_refused 60 "weights alone, more than all" "$tessel" plan --num-layers "$layers"
+  expect_refused 60 "--num-layers $layers is past tessel's bound of 65536" "$tessel" plan --num-layers "$layers"
 done
 echo "ok: every hostile value is refused in one line"
