@@ -9,6 +9,11 @@ bench_config() {
   esac
 }
 
+# The GPT-2 model both sides train (bench/pytorch_train.py builds the same): the tanh GELU (GPT-2's
+# gelu_new, Megatron's --openai-gelu) and no dropout, as llm.c and Hugging Face's GPT-2 train and as
+# every row of bench/RESULTS.md before Megatron's defaults (erf GELU, dropout 0.1) came to tessel.
+gpt2_bench_model=(--arch gpt2 --openai-gelu --hidden-dropout 0 --attention-dropout 0)
+
 # lscpu's model name: every result names the CPU it was measured on.
 cpu_model() { lscpu | sed -n 's/^Model name: *//p'; }
 

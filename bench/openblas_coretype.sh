@@ -5,14 +5,15 @@
 # Each candidate — unset (OpenBLAS's own detection), Cooperlake, SkylakeX, Haswell — times a
 # 1024³ sgemm through torch (bench/openblas_probe.py) in a fresh process with THREADS threads.
 # The table goes to stderr; the last line on stdout is the fastest: an OPENBLAS_CORETYPE value,
-# or "unset". Usage: bench/openblas_coretype.sh THREADS
+# or "unset". Usage: bench/openblas_coretype.sh THREADS. BENCH_OPENBLAS_CANDIDATES replaces the
+# candidates (train_throughput.sh --isa avx2: "Haswell Zen", the AVX2 kernels).
 set -eu
 threads=${1:-1}
 probe="$(dirname "$0")/openblas_probe.py"
 tcmalloc=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
 [ -e "$tcmalloc" ] && preload=$tcmalloc || preload=
 best= best_rate=0
-for candidate in unset Cooperlake SkylakeX Haswell; do
+for candidate in ${BENCH_OPENBLAS_CANDIDATES:-unset Cooperlake SkylakeX Haswell}; do
   # A core type this CPU cannot run (SkylakeX's or Cooperlake's AVX-512 kernels on an AVX2-only
   # CPU) dies with SIGILL: it is skipped with a line, never ending the bench.
   if [ "$candidate" = unset ]; then
@@ -22,7 +23,7 @@ for candidate in unset Cooperlake SkylakeX Haswell; do
   fi
   status=0
   out=$("$@" LD_PRELOAD="$preload" OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" \
-    /usr/bin/python3 "$probe" "$threads" 2> /dev/null) || status=$?
+    /usr/bin/python3 "$probe" "$threads" 2> /dev/null) 2> /dev/null || status=$?
   if [ "$status" != 0 ]; then
     echo "openblas_coretype: $candidate skipped: the probe failed (exit $status; 132 is SIGILL, an instruction this CPU lacks)" >&2
     continue

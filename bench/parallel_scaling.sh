@@ -146,10 +146,10 @@ fi
 [ -x "$tessel" ] || { echo "parallel_scaling.sh: $tessel not found (build first)" >&2; exit 1; }
 # The moe mode's models are llama (SwiGLU MLPs); the others GPT-2.
 if [ "$mode" = moe ]; then
-  model=(--arch llama --ffn-hidden-size $((4 * hidden)))
+  model=(--arch llama --ffn-hidden-size $((4 * hidden)) --hidden-dropout 0 --attention-dropout 0)
   moe_flags=(--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size $((2 * hidden)))
 else
-  model=(--arch gpt2)
+  model=("${gpt2_bench_model[@]}")
 fi
 tessel_args() {  # $1: global batch; sets the array args
   args=(train "${model[@]}" --vocab-size "$vocab" --seq-length "$seq" --hidden-size "$hidden"

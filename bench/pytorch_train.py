@@ -51,7 +51,8 @@ def main():
     torch.set_num_threads(args.threads)
     cfg = {"arch": "gpt2", "vocab_size": args.vocab, "hidden_size": args.hidden,
            "num_layers": args.layers, "num_heads": args.heads, "num_kv_heads": args.heads,
-           "ffn_size": 4 * args.hidden, "max_positions": args.seq, "norm_eps": 1e-5}
+           "ffn_size": 4 * args.hidden, "max_positions": args.seq, "norm_eps": 1e-5,
+           "gelu_approximate": "tanh"}  # GPT-2's gelu_new, tessel's --openai-gelu (bench/configs.sh)
     device = torch.device(args.device)
     if device.type == "cuda":  # PyTorch's fused attention, as any GPU user has it
         ref.causal_attention = lambda q, k, v: F.scaled_dot_product_attention(q, k, v,

@@ -38,7 +38,7 @@ model="--arch llama --num-layers 8 --hidden-size 256 --num-attention-heads 4 --g
   --moe-shared-expert-intermediate-size 128 --moe-shared-expert-gate
   --untie-embeddings-and-output-weights"
 train="--micro-batch-size $batch --global-batch-size $batch --seq-length $seq --train-iters $total --eval-iters 0
-  --lr 1e-3 --lr-decay-style constant"
+  --lr 1e-3 --lr-decay-style constant --hidden-dropout 0 --attention-dropout 0"  # as the reference
 "$tessel" export --out "$work/model" $model --seq-length $seq --seed 7 --hf-model-type qwen3_next >/dev/null
 "$tessel" data index --data-path "$corpus" --split 100,0,0 --seq-length $seq \
   --train-samples $((batch * total)) --dump-samples "$work/samples" >/dev/null

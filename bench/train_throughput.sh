@@ -7,6 +7,7 @@
 #   bench/train_throughput.sh [--rounds R] [--iters N] [--warmup W] CONFIG THREADS
 #   bench/train_throughput.sh --gemm [--rounds R] CONFIG THREADS
 #   bench/train_throughput.sh --against OTHER_TESSEL [--rounds R] CONFIG THREADS
+#   bench/train_throughput.sh --isa avx2 [any of the above]
 #
 # CONFIG is tiny or small. Each run does W untimed iterations, then N timed ones. tessel's rate is
 # the median tokens_per_s of the timed iterations in its --log-json; PyTorch's is batch·seq over
@@ -21,6 +22,11 @@
 # --against OTHER_TESSEL alternates this build's tessel with another tessel binary (e.g. one built
 # from the commit before a change) on the same run: tok/s and peak RSS (/usr/bin/time -v) of
 # each, and their ratios.
+#
+# --isa avx2 measures what a user with an AVX2-only CPU gets, on any x86-64 machine: tessel from
+# build-avx2/ (scripts/test-avx2.sh builds it; on a CPU without AVX-512 the native build already
+# is one) with oneDNN capped at AVX2 (ONEDNN_MAX_CPU_ISA), PyTorch with the faster of OpenBLAS's
+# AVX2 kernels (Haswell, Zen), gemm_bench from build-avx2/ too.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,15 +34,16 @@ tessel=${TESSEL:-$root/build/tessel}
 gemm_bench=${GEMM_BENCH:-$root/build/bench/gemm_bench}
 corpus=$root/data/kjv-genesis-esther.txt
 
-mode=throughput rounds= iters= warmup= other=
+mode=throughput rounds= iters= warmup= other= isa=native
 while [ $# -gt 0 ]; do
   case $1 in
     --gemm) mode=gemm; shift ;;
     --against) mode=against; other=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --isa) isa=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "train_throughput.sh: unknown flag $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -46,6 +53,15 @@ if [ $# -ne 2 ]; then
   exit 2
 fi
 config=$1 threads=$2
+case $isa in
+  native) ;;
+  avx2)
+    if grep -qw avx512f /proc/cpuinfo; then
+      tessel=${TESSEL:-$root/build-avx2/tessel} gemm_bench=${GEMM_BENCH:-$root/build-avx2/bench/gemm_bench}
+    fi
+    export ONEDNN_MAX_CPU_ISA=AVX2 BENCH_OPENBLAS_CANDIDATES="Haswell Zen" ;;
+  *) echo "train_throughput.sh: --isa must be native or avx2, not $isa" >&2; exit 2 ;;
+esac
 
 source "$root/bench/configs.sh"
 bench_config "$config" train_throughput.sh
@@ -58,7 +74,7 @@ done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-tessel_args=(train --arch gpt2 --vocab-size "$vocab" --seq-length "$seq" --hidden-size "$hidden"
+tessel_args=(train "${gpt2_bench_model[@]}" --vocab-size "$vocab" --seq-length "$seq" --hidden-size "$hidden"
   --num-layers "$layers" --num-attention-heads "$heads" --micro-batch-size "$batch"
   --global-batch-size "$batch" --train-iters $((warmup + iters)) --eval-iters 0 --log-interval 1
   --data-path "$corpus" --threads "$threads")
@@ -68,7 +84,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 cpu=$(cpu_model)
 echo "config $config: gpt2 V$vocab T$seq d$hidden L$layers H$heads B$batch, $threads thread(s)," \
   "$warmup warm-up + $iters timed iterations, $rounds rounds, $(nproc) CPUs, $(date -u '+%F %T') UTC"
-echo "cpu: $cpu"
+echo "cpu: $cpu; ISA $isa ($tessel)"
 echo "load before: $(load)"
 
 run_tessel() {  # $1: log file [$2: binary, $3: /usr/bin/time -v output]; prints "median mean" tok/s
@@ -135,7 +151,7 @@ tessel, torch, ratio, _, load = zip(*rows)
 print(f"RESULTS.md row: | `{command}` | {cpu} | OpenBLAS {core} | {min(load):.1f}–{max(load):.1f} | "
       f"{statistics.median(tessel):,.0f} | {statistics.median(torch):,.0f} | "
       f"{min(ratio):.2f} / **{statistics.median(ratio):.2f}** / {max(ratio):.2f} |")
-' "$config $threads" "$cpu" "$BENCH_OPENBLAS_CORETYPE" <"$work/rows"
+' "$([ "$isa" = avx2 ] && echo '--isa avx2 ')$config $threads" "$cpu" "$BENCH_OPENBLAS_CORETYPE" <"$work/rows"
   exit 0
 fi
 
