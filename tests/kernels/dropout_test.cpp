@@ -88,15 +88,15 @@ TEST(DropoutMask, AShardDrawsItsPartOfTheWholeMask) {
 
 // out = a + b ∘ m, m the site's factors; out may be a or b; a nullptr: out = b ∘ m; without an
 // active site m = 1. The backward adds dout ∘ m.
-void dropout_add(const Kernels& k) {
-  const int64_t R = 37, C = 29, n = R * C;
+void dropout_add_case(const Kernels& k, int64_t R, int64_t C, int64_t feature_offset) {
+  const int64_t n = R * C;
   const Floats a = random_floats(n, 110), b = random_floats(n, 111), dout = random_floats(n, 112);
   Ints samples(R), positions(R);
   for (int64_t r = 0; r < R; ++r) samples[r] = static_cast<int32_t>(1000 + r / 5), positions[r] = static_cast<int32_t>(r % 5 + 60);
   const IntBuffer d_samples(k, samples), d_positions(k, positions);
   const float p = 0.25f;
   DropoutSite host{.p = p, .seed = 99, .site = dropout_site(2, DropoutKind::Mixer), .samples = samples.data(),
-                   .positions = positions.data(), .feature_offset = 64};
+                   .positions = positions.data(), .feature_offset = feature_offset};
   DropoutSite site = host;
   site.samples = d_samples.data();
   site.positions = d_positions.data();
@@ -105,7 +105,7 @@ void dropout_add(const Kernels& k) {
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t c = 0; c < C; ++c) {
       const int64_t i = r * C + c;
-      const uint32_t bits = dropout_bits(99, host.site, samples[r], positions[r], 64 + c);
+      const uint32_t bits = dropout_bits(99, host.site, samples[r], positions[r], feature_offset + c);
       const double m = bits < host.threshold() ? 0.0 : 1.0 / (1.0 - p);
       dropped += m == 0.0;
       want[i] = a[i] + b[i] * m;
@@ -132,6 +132,13 @@ void dropout_add(const Kernels& k) {
     for (int64_t i = 0; i < n; ++i) sum[i] = double{b[i]} + dout[i];
     EXPECT_LT(max_relative_error(out.host(), sum), kForwardTolerance);
   }
+}
+
+// Short rows at a whole block of features; long rows (the CPU draws 256 features at a time,
+// sixteen Philox blocks of four) starting mid-block, so that runs begin and end anywhere.
+void dropout_add(const Kernels& k) {
+  dropout_add_case(k, 37, 29, 64);
+  dropout_add_case(k, 5, 613, 6);
 }
 
 const bool kRegistered = add_kernel_cases({

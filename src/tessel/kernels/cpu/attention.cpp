@@ -80,9 +80,10 @@ void forward_query_block(float* out, float* lse, const float* q, const float* k,
     lse_block[r] = max + std::log(sum);
     inv_sum[r] = 1.0f / sum;
     if (dropout.active()) {  // after the sum: dropout leaves the normalisation alone
-      const int32_t q_position = query_position(plan, t0 + r);
-      for (int64_t s = 0; s < span; ++s)
-        row[s] *= attention_dropout_factor(dropout, b * Tq + t0 + r, q_position, h, key_position(plan, block, s));
+      float* factors = scratch.factors.data();  // (span)
+      attention_dropout_row(factors, dropout, plan, block, b * Tq + t0 + r, query_position(plan, t0 + r), h, span);
+#pragma omp simd
+      for (int64_t s = 0; s < span; ++s) row[s] *= factors[s];
     }
   }
   // out = (unnormalised P) · v, then each row divided by its sum

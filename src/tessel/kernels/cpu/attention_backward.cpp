@@ -87,10 +87,8 @@ void backward_query_block(float* dq, KvGrads kv, const float* dout, const float*
   float* factors = scratch.factors.data();  // (rows, ld)
   if (drops) {
     for (int64_t r = 0; r < rows; ++r) {
-      const int32_t q_position = query_position(plan, t0 + r);
       float* f = factors + r * ld;
-      for (int64_t s = 0; s < spans[r]; ++s)
-        f[s] = attention_dropout_factor(dropout, b * Tq + t0 + r, q_position, h, key_position(plan, block, s));
+      attention_dropout_row(f, dropout, plan, block, b * Tq + t0 + r, query_position(plan, t0 + r), h, spans[r]);
       for (int64_t s = 0; s < spans[r]; ++s) dprobs[r * ld + s] = probs[r * ld + s] * f[s];
       std::fill(dprobs + r * ld + spans[r], dprobs + (r + 1) * ld, 0.0f);
     }

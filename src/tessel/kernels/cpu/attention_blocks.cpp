@@ -1,4 +1,5 @@
 #include "tessel/kernels/cpu/attention_blocks.h"
+#include "tessel/kernels/cpu/dropout_factors.h"
 
 #include <algorithm>
 #include <climits>
@@ -122,6 +123,24 @@ int64_t mask_row(float* row, const AttentionPlan& plan, const QueryBlock& block,
   const int64_t span = padded(visible);
   std::fill(row + visible, row + span, -INFINITY);
   return span;
+}
+
+void attention_dropout_row(float* factors, const DropoutSite& site, const AttentionPlan& plan,
+                           const QueryBlock& block, int64_t row, int32_t q_position, int64_t h, int64_t span) {
+  const int64_t keys = std::min(span, block.keys());
+  const int32_t first = key_position(plan, block, 0);
+  bool consecutive = true;
+  for (int64_t s = 1; s < keys && consecutive && plan.k_pos != nullptr; ++s)
+    consecutive = plan.k_pos[block.key_begin + s] == first + s;
+  if (consecutive) {
+    const uint32_t head_site = site.site + static_cast<uint32_t>(site.feature_offset + h);
+    dropout_factors(factors, site.seed, head_site, site.samples[row], q_position, first, keys, site.threshold(),
+                    site.keep_scale());
+  } else {
+    for (int64_t s = 0; s < keys; ++s)
+      factors[s] = attention_dropout_factor(site, row, q_position, h, key_position(plan, block, s));
+  }
+  std::fill(factors + keys, factors + span, 0.0f);
 }
 
 const int32_t* causal_positions(int64_t T) {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tessel/kernels/dropout.h"
+
 namespace tessel::cpu::attention_detail {
 
 // Query rows per block: large enough for the gemms to run near peak, small enough that the
@@ -91,6 +93,14 @@ QueryBlock narrow_to_documents(const AttentionPlan& plan, QueryBlock block, int6
 // exponential. Span 0: the row sees no key of the block.
 int64_t mask_row(float* row, const AttentionPlan& plan, const QueryBlock& block, int64_t b,
                  int64_t t);
+
+// Attention dropout's factors (kernels/dropout.h) of query row `row` (its index b·Tq + t in the
+// site's rows, at global position q_position) of head h for the block's key columns [0, span);
+// columns past the block's keys (a row's padding, probability 0) get 0. Keys at consecutive
+// positions, as in every causal or context-parallel block, are drawn as one run of features
+// (dropout_factors.h), others one by one.
+void attention_dropout_row(float* factors, const DropoutSite& site, const AttentionPlan& plan,
+                           const QueryBlock& block, int64_t row, int32_t q_position, int64_t h, int64_t span);
 
 // Positions 0..T-1, the causal special case of the block kernels; the calling thread's, grown once.
 const int32_t* causal_positions(int64_t T);

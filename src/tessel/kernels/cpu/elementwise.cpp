@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "tessel/kernels/cpu/dropout_factors.h"
 #include "tessel/kernels/cpu/kernels.h"
 #include "tessel/kernels/cpu/vec_math.h"
 
@@ -32,23 +33,53 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-void dropout_add_forward(float* out, const float* a, const float* b, int64_t R, int64_t C,
-                         const DropoutSite& site) {
-  const bool active = site.active();
+namespace {
+// Calls apply(i0, n, m) for each piece of up to 256 features of every row of an (R, C) buffer:
+// elements [i0, i0 + n) and their dropout factors m, drawn at once (dropout_factors.h) so that
+// both the drawing and the arithmetic run in vector loops.
+template <class Apply>
+void for_each_dropout_piece(const DropoutSite& site, int64_t R, int64_t C, Apply apply) {
+  constexpr int64_t kPiece = 256;
 #pragma omp parallel for schedule(static) if (worth_parallel(R * C))
   for (int64_t r = 0; r < R; ++r) {
-    for (int64_t c = 0; c < C; ++c) {
-      const float kept = b[r * C + c] * (active ? dropout_factor(site, r, c) : 1.0f);
-      out[r * C + c] = a != nullptr ? a[r * C + c] + kept : kept;
+    float factors[kPiece];
+    for (int64_t c0 = 0; c0 < C; c0 += kPiece) {
+      const int64_t n = std::min(kPiece, C - c0);
+      dropout_row_factors(factors, site, r, c0, n);
+      apply(r * C + c0, n, factors);
     }
   }
 }
+}  // namespace
+
+void dropout_add_forward(float* out, const float* a, const float* b, int64_t R, int64_t C,
+                         const DropoutSite& site) {
+  if (!site.active()) {
+    if (a != nullptr) residual_forward(out, a, b, R * C);
+    else if (out != b) std::copy_n(b, R * C, out);
+    return;
+  }
+  for_each_dropout_piece(site, R, C, [&](int64_t i0, int64_t n, const float* m) {
+    if (a != nullptr) {
+#pragma omp simd
+      for (int64_t i = i0; i < i0 + n; ++i) out[i] = a[i] + b[i] * m[i - i0];
+    } else {
+#pragma omp simd
+      for (int64_t i = i0; i < i0 + n; ++i) out[i] = b[i] * m[i - i0];
+    }
+  });
+}
 
 void dropout_add_backward(float* db, const float* dout, int64_t R, int64_t C, const DropoutSite& site) {
-  const bool active = site.active();
-#pragma omp parallel for schedule(static) if (worth_parallel(R * C))
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t c = 0; c < C; ++c) db[r * C + c] += dout[r * C + c] * (active ? dropout_factor(site, r, c) : 1.0f);
+  if (!site.active()) {
+#pragma omp parallel for simd schedule(static) if (worth_parallel(R * C))
+    for (int64_t i = 0; i < R * C; ++i) db[i] += dout[i];
+    return;
+  }
+  for_each_dropout_piece(site, R, C, [&](int64_t i0, int64_t n, const float* m) {
+#pragma omp simd
+    for (int64_t i = i0; i < i0 + n; ++i) db[i] += dout[i] * m[i - i0];
+  });
 }
 
 void scale(float* x, float factor, int64_t n) {
