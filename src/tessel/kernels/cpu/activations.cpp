@@ -42,7 +42,7 @@ void gelu_erf_forward(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    out[i] = x * 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+    out[i] = x * 0.5f * (1.0f + erf_approx(x * kInvSqrt2));
   }
 }
 
@@ -51,8 +51,8 @@ void gelu_erf_backward(float* dinp, const float* dout, const float* inp, int64_t
 #pragma omp parallel for simd schedule(static) if (worth_parallel(n))
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-    dinp[i] += dout[i] * (cdf + x * kInvSqrt2Pi * std::exp(-0.5f * x * x));
+    const float cdf = 0.5f * (1.0f + erf_approx(x * kInvSqrt2));
+    dinp[i] += dout[i] * (cdf + x * kInvSqrt2Pi * exp_approx(-0.5f * x * x));
   }
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 
 namespace tessel::cpu {
@@ -37,6 +38,38 @@ inline float exp_approx(float x) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   return p * std::bit_cast<float>(exponent << 23);
+}
+
+// erf(x) in plain arithmetic, so that loops over it vectorise (glibc's erff stays a scalar call,
+// and was 6 % of a small GPT's step with the exact GELU). For |x| < 1, x · p(x²); from 1 on,
+// 1 − exp(−x²) · q(x), q fitting exp(x²)·erfc(x) on [1, 4] (in u = (x − 2.5) / 1.5); both least-
+// squares fits on Chebyshev nodes, made for tessel. Past 4, erf is 1 in float. Absolute error
+// below 1.3e-7 and relative below 1.8e-7 (every float of [−6, 6] against double erf; glibc's
+// erff 7.7e-8). NaN stays NaN.
+inline float erf_approx(float x) {
+  const float a = std::fabs(x) > 4.0f ? 4.0f : std::fabs(x);  // the comparison keeps NaN
+  const float s = a * a;
+  float p = 7.882500446e-05f;
+  p = p * s - 8.018859014e-04f;
+  p = p * s + 5.189312812e-03f;
+  p = p * s - 2.685432954e-02f;
+  p = p * s + 1.128359749e-01f;
+  p = p * s - 3.761262691e-01f;
+  p = p * s + 1.128379166e+00f;
+  const float u = (a - 2.5f) * (1.0f / 1.5f);
+  float q = -3.692937449e-05f;
+  q = q * u + 9.640629660e-05f;
+  q = q * u - 1.439469706e-04f;
+  q = q * u + 3.678646644e-04f;
+  q = q * u - 1.017119239e-03f;
+  q = q * u + 2.425888219e-03f;
+  q = q * u - 5.567332340e-03f;
+  q = q * u + 1.248403471e-02f;
+  q = q * u - 2.700572538e-02f;
+  q = q * u + 5.611095852e-02f;
+  q = q * u - 1.115210047e-01f;
+  q = q * u + 2.108063575e-01f;
+  return std::copysign(a < 1.0f ? a * p : 1.0f - exp_approx(-s) * q, x);
 }
 
 inline float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
