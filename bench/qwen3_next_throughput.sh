@@ -37,8 +37,10 @@ model="--arch llama --num-layers 8 --hidden-size 256 --num-attention-heads 4 --g
   --rotary-percent 0.25 --num-experts 64 --moe-router-topk 4 --moe-ffn-hidden-size 128
   --moe-shared-expert-intermediate-size 128 --moe-shared-expert-gate
   --untie-embeddings-and-output-weights"
-train="--micro-batch-size $batch --global-batch-size $batch --seq-length $seq --train-iters $total --eval-iters 0
-  --lr 1e-3 --lr-decay-style constant --hidden-dropout 0 --attention-dropout 0"  # as the reference
+train="--micro-batch-size $batch --global-batch-size $batch --seq-length $seq --train-iters $total
+  --lr 1e-3 --lr-decay-style constant"
+# tessel's flags for what the reference does anyway: no evaluation, no dropout (Megatron's 0.1).
+tessel_only="--eval-iters 0 --hidden-dropout 0 --attention-dropout 0"
 "$tessel" export --out "$work/model" $model --seq-length $seq --seed 7 --hf-model-type qwen3_next >/dev/null
 "$tessel" data index --data-path "$corpus" --split 100,0,0 --seq-length $seq \
   --train-samples $((batch * total)) --dump-samples "$work/samples" >/dev/null
@@ -65,7 +67,7 @@ PY
 printf '%-5s %12s %12s %7s   %s\n' round "tessel tok/s" "torch tok/s" ratio "load (1 5 15 min)"
 : >"$work/ratios"
 for r in $(seq 1 "$rounds"); do
-  OMP_NUM_THREADS=1 "$tessel" train --init-from "$work/model" $train --data-path "$corpus" \
+  OMP_NUM_THREADS=1 "$tessel" train --init-from "$work/model" $train $tessel_only --data-path "$corpus" \
     --split 100,0,0 --log-interval 1 --threads 1 --log-json "$work/tessel_$r.jsonl" >/dev/null
   BENCH_PYTORCH_SCRIPT=$root/tools/crosscheck/qwen3_next_reference.py \
     "$root/bench/run_pytorch.sh" --threads 1 --model "$work/model" $train \
