@@ -52,10 +52,14 @@ void add_schedule_flags(CLI::App& app, std::string& schedule, int& microbatch_gr
 }
 
 BatchFlags add_batch_flags(CLI::App& app, BatchOptions& b) {
+  CLI::Option* global_batch = app.add_option("--global-batch-size", b.global_batch_size, "samples per iteration");
+  if (b.global_batch_size == 0)  // not given: Megatron's default, said in words rather than as 0
+    global_batch->default_str("micro batch × DP");
+  else
+    global_batch->capture_default_str();
   return {app.add_option("--micro-batch-size", b.micro_batch_size, "samples per microbatch")
               ->capture_default_str(),
-          app.add_option("--global-batch-size", b.global_batch_size, "samples per iteration")
-              ->capture_default_str()};
+          global_batch};
 }
 
 CLI::Option* add_microbatches_flag(CLI::App& app, int& microbatches) {

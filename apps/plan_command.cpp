@@ -64,6 +64,9 @@ PlanCommand::PlanCommand(CLI::App& app) {
   etp_opt_ = layout.etp;
   vpp_opt_ = layout.vpp;
   dist_opt_ = layout.distributed_optimizer;
+  // A search compares every layout at one global batch, where Megatron's default (micro batch ×
+  // DP) would change with each layout's DP: the plan keeps a fixed one.
+  batch_.global_batch_size = 32;
   mb_opt_ = add_batch_flags(c, batch_).micro_batch;
   recompute_opt_ = add_recompute_flags(c, recompute_);
   add_stage_flags(c, pipeline_);

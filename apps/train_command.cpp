@@ -245,8 +245,6 @@ void TrainCommand::run(MpiRuntime& runtime) {
   if (!t.checkpoint.init_from.empty() && !tokenizer_flags_given(*cmd_))
     if (std::optional<TokenizerOptions> found = tokenizer_in_folder(t.checkpoint.init_from))
       t.data.tokenizer = *found;
-  // With a schedule the global batch is not given: micro batch × DP, as Megatron (train/plan.h).
-  if (!t.batch.step_schedule.empty() && global_batch_->count() == 0) t.batch.global_batch_size = 0;
   if (explain_flags_) t.notes = ImplementationFlags::explain(*cmd_);
   if (!rampup_batch_size_.empty())
     t.notes.push_back("--rampup-batch-size is deprecated and ignored, as in Megatron-LM: use --step-batch-size-schedule");
@@ -268,6 +266,9 @@ void TrainCommand::run(MpiRuntime& runtime) {
     std::vector<std::string> v;
     if (t.optim.lr.train_iters == 0 && t.optim.lr.train_samples == 0)
       v.push_back("--train-iters or --train-samples is required (Megatron-LM has no default either)");
+    // 0 stands for a global batch not given (micro batch × DP); given, it is refused as Megatron's.
+    if (global_batch_->count() > 0 && t.batch.global_batch_size == 0)
+      v.push_back("--global-batch-size must be positive (got 0)");
     moe_.apply(model, t.notes, v);
     unbuilt_.check(t.notes, v);
     if (!v.empty()) {  // with the plan's rules, all in one message

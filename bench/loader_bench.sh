@@ -28,7 +28,8 @@ corpus=$root/data/kjv-genesis-esther.txt
 "$tessel" tokenizer train --input "$corpus" --vocab-size 2048 --model-type byte-bpe --output "$work/tok" >/dev/null
 tokenizer=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$work/tok")
 "$tessel" preprocess --input "$corpus" --output-prefix "$work/kjv" --append-eod "${tokenizer[@]}" >/dev/null
-train=(train "${tokenizer[@]}" --data-path "$work/kjv_text_document" --train-iters "$iters" --eval-iters 0 --profile-report)
+train=(train "${tokenizer[@]}" --data-path "$work/kjv_text_document" --global-batch-size 32 --train-iters "$iters" --eval-iters 0
+       --profile-report)
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 # "waited W ms per iteration, X% of the S ms step; reading a batch took R ms on its thread (Y%)"

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "support/fixtures.h"
 #include "support/run_command.h"
@@ -124,6 +125,34 @@ TEST(MegatronFlagsCli, AnUnbuiltFeaturesOffValueIsReadAsANumber) {
   const testing::CommandResult on = testing::run_tessel(run + "--glu-linear-offset 1.0");
   EXPECT_EQ(on.exit_code, 1) << on.output;
   EXPECT_NE(on.output.find("is not built (--glu-linear-offset 1.0)"), std::string::npos) << on.output;
+}
+
+// The global batch of a run that does not give --global-batch-size (Megatron's default, micro
+// batch × DP): each logged iteration's samples, under one process and under DP 2.
+std::vector<int64_t> logged_global_batches(const std::string& launcher, const std::string& log) {
+  const testing::CommandResult r = testing::run_command(
+      launcher + TESSEL_BINARY " train " + kSizes + "--micro-batch-size 2 --train-iters 2 --eval-iters 0 "
+      "--log-interval 1 --threads 1 --log-json " + log);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<int64_t> batches;
+  std::ifstream lines(log);
+  for (std::string line; std::getline(lines, line);)
+    batches.push_back(nlohmann::json::parse(line)["global_batch_size"].get<int64_t>());
+  return batches;
+}
+
+TEST(MegatronFlagsCli, GlobalBatchDefaultsToMicroBatchTimesDataParallel) {
+  testing::TestDir dir;
+  EXPECT_EQ(logged_global_batches("", dir.path("one.jsonl")), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(logged_global_batches("timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2 -x OMP_NUM_THREADS=1 ",
+                                  dir.path("dp2.jsonl")),
+            (std::vector<int64_t>{4, 4}));
+  // Given, it must be positive, as Megatron asserts: 0 is not taken for the default.
+  const testing::CommandResult zero = testing::run_tessel(
+      "train " + kSizes + "--micro-batch-size 2 --global-batch-size 0 --train-iters 1 --min-lr 1");
+  EXPECT_EQ(zero.exit_code, 1) << zero.output;
+  for (const char* said : {"invalid configuration: ", "--global-batch-size must be positive (got 0)", "--min-lr 1 is not within"})
+    EXPECT_NE(zero.output.find(said), std::string::npos) << said << "\n" << zero.output;
 }
 
 }  // namespace

@@ -41,11 +41,12 @@ struct EvalOptions {
 
 // Global batch = micro batch × DP × microbatches (gradient accumulation over the microbatches).
 struct BatchOptions {
-  int64_t micro_batch_size = 16;   // --micro-batch-size
-  int64_t global_batch_size = 32;  // --global-batch-size (0: micro batch × DP, Megatron's default)
+  int64_t micro_batch_size = 16;  // --micro-batch-size (required by Megatron-LM; README says why not here)
+  // --global-batch-size; 0, not given: micro batch × DP, Megatron's default (train/plan.h resolves it)
+  int64_t global_batch_size = 0;
   // --step-batch-size-schedule "THRESHOLD:BATCH ...": each iteration's global batch by the tokens
-  // consumed before it (train/batch_schedule.h), instead of --global-batch-size, which is then
-  // Megatron's default: the evaluation's batch and the unit of the _iters learning-rate flags.
+  // consumed before it (train/batch_schedule.h), instead of --global-batch-size, which then takes
+  // its default: the evaluation's batch and the unit of the _iters learning-rate flags.
   std::string step_schedule;
   // --decrease-batch-size-if-needed: Megatron rounds a global batch not divisible by micro batch
   // × DP down, but its evaluation batch must divide (with no --eval-global-batch-size here, the

@@ -364,8 +364,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
   // The model's --vocab-size is the tokenizer's too where it reads one (NullTokenizer), as Megatron.
   if (o.data.tokenizer.vocab_size == 0) o.data.tokenizer.vocab_size = static_cast<int32_t>(model.vocab_size);
   const std::vector<std::string> layout = layout_violations(c);
-  // Not given (a step schedule's run): Megatron's default, micro batch × DP (an invalid layout
-  // is reported on its own).
+  // Not given: Megatron's default, micro batch × DP (an invalid layout is reported on its own).
   const bool global_batch_given = batch.global_batch_size != 0;
   if (!global_batch_given) o.batch.global_batch_size = batch.micro_batch_size * (layout.empty() ? c.dp() : 1);
   o.optim.lr.global_batch = o.batch.global_batch_size;  // the schedule counts samples
