@@ -1,11 +1,11 @@
 #include "data_command.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <fmt/format.h>
 
 #include "tokenizer_flags.h"
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 #include "tessel/data/indexed_dataset.h"
 #include "tessel/data/npy.h"
 
@@ -86,6 +86,7 @@ void DataCommand::inspect() const {
 void DataCommand::index() {
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(tokenizer_);
   data_.tokenizer = tokenizer.get();
+  if (!dump_dir_.empty()) require_writable_dir("--dump-samples", dump_dir_);  // before the build
   const GptDataSplits splits = build_gpt_datasets(data_);
   for (int i = 0; i < kNumSplits; ++i) {
     const Split split = static_cast<Split>(i);
@@ -109,7 +110,6 @@ void DataCommand::index() {
                    describe(*b->datasets()[d]));
     }
     if (dump_dir_.empty()) continue;
-    std::filesystem::create_directories(dump_dir_);
     const int64_t width = ds->seq_length() + 1;
     const int64_t count = dump_limit_ > 0 ? std::min(dump_limit_, ds->size()) : ds->size();
     std::vector<int32_t> tokens(static_cast<size_t>(count * width)), starts, row_starts;

@@ -258,6 +258,7 @@ ScheduleCommand::ScheduleCommand(CLI::App& app) {
 }
 
 void ScheduleCommand::run() const {
+  if (!svg_path_.empty()) require_writable_file("--svg", svg_path_);  // a folder or none: said first
   ScheduleConfig config = config_;
   std::vector<std::string> v;
   config.kind = config.virtual_stages > 1 ? ScheduleKind::Interleaved : ScheduleKind::OneFOneB;

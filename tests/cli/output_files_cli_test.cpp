@@ -1,5 +1,5 @@
 // The files commands write, as a user meets them: never through a link planted in a folder
-// (a save folder's lock), never half a file where a whole one was (a tokenizer train whose write
+// (a save folder's lock, a log), never half a file where a whole one was (a tokenizer train whose write
 // fails), never into the folder the command reads from or beside a second writer (an export),
 // and an output that cannot be written refused before the work rather than after it.
 #include <fmt/format.h>
@@ -146,6 +146,58 @@ TEST(OutputFilesCli, APipelineTimelineThatIsAFolderIsRefusedBeforeTraining) {
   EXPECT_NE(r.exit_code, 0);
   expect_in(r, "--pipeline-timeline " + dir.path("trace") + ": a folder, not a file");
   EXPECT_EQ(r.output.find("iter "), std::string::npos) << r.output;
+}
+
+// Outputs of the quick commands that cannot be written are named by their flag before any work:
+// the --svg used to fail renaming its temporary over the folder, --dump-samples with the
+// library's "filesystem error" after the indices were built.
+TEST(OutputFilesCli, OutputsThatCannotBeWrittenAreNamedByTheirFlag) {
+  testing::TestDir dir;
+  fs::create_directories(dir.path("plot"));
+  const CommandResult svg = run_tessel("schedule --pp 2 --microbatches 4 --svg " + dir.path("plot"));
+  EXPECT_NE(svg.exit_code, 0);
+  expect_in(svg, "--svg " + dir.path("plot") + ": a folder, not a file");
+  const std::string file = dir.write("file.txt", "text\n");
+  const CommandResult dump = run_tessel("data index --data-path " + kCorpus + " --seq-length 32 --train-samples 10 "
+                                        "--data-cache-path " + dir.path("cache") + " --dump-samples " + file);
+  EXPECT_NE(dump.exit_code, 0);
+  expect_in(dump, "--dump-samples " + file + ": cannot create the folder");
+  EXPECT_FALSE(fs::exists(dir.path("cache"))) << dump.output;
+}
+
+// A --log-json that is a link, in a new run and in a resumed one: the link is replaced by the log
+// and the file it names keeps its bytes; a new run's log used to be opened through it, truncating
+// that file and writing the records there.
+TEST(OutputFilesCli, ALogJsonThatIsALinkIsReplacedNotWrittenThrough) {
+  testing::TestDir dir;
+  const std::string victim = dir.write("victim.txt", "someone's data\n"), log = dir.path("log.jsonl");
+  const std::string save = " --save " + dir.path("ckpt") + " --load " + dir.path("ckpt");
+  for (const int iterations : {2, 4}) {
+    fs::remove(log);
+    fs::create_symlink(victim, log);
+    const CommandResult r = run_tessel(kTrain + save + " --override-opt_param-scheduler --log-json " + log +
+                                       " --train-iters " + std::to_string(iterations));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(read_text_file(victim), "someone's data\n") << iterations;
+    EXPECT_FALSE(fs::is_symlink(log)) << iterations;
+    EXPECT_NE(read_text_file(log).find(fmt::format("\"iteration\":{},", iterations)), std::string::npos) << iterations;
+  }
+}
+
+// A second run given the --log-json a first one is writing is refused; it used to truncate the
+// file under the first, whose next records landed past a hole of zero bytes.
+TEST(OutputFilesCli, ALogJsonAnotherRunWritesIsRefused) {
+  testing::TestDir dir;
+  const std::string log = dir.path("log.jsonl"), tessel = std::string(TESSEL_BINARY) + " ";
+  const CommandResult r = run_command(
+      "{ " + tessel + kTrain + "--train-iters 1000000 --log-interval 1 --log-json " + log + " > /dev/null 2>&1 & " +
+      "first=$!; for i in $(seq 1200); do [ -s " + log + " ] && break; sleep 0.05; done; " + tessel + kTrain +
+      "--train-iters 2 --log-json " + log + "; second=$?; kill $first; wait $first; exit $second; }");
+  EXPECT_NE(r.exit_code, 0);
+  expect_in(r, "--log-json " + log + ": cannot create it (" + log + ": another process is writing it");
+  const std::string records = read_text_file(log);
+  EXPECT_EQ(records.find('\0'), std::string::npos);
+  EXPECT_NE(records.find("\"iteration\":1,"), std::string::npos) << records.substr(0, 400);
 }
 
 // A save tracker of another user in a sticky shared folder (/tmp), which rename cannot replace:

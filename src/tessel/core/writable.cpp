@@ -1,6 +1,7 @@
 #include "tessel/core/writable.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -204,6 +205,29 @@ void write_file_atomically(const std::string& path, std::string_view bytes, Dura
   AtomicFile file(path, durability);
   file.write(bytes);
   file.commit();
+}
+
+std::FILE* open_growing_file(const std::string& path, std::string_view initial) {
+  // One writer: the process growing the file holds a lock on it; a second one would replace it
+  // under the first, whose records would then go to a file without a name.
+  const int current = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (current >= 0) {
+    const bool held = ::flock(current, LOCK_SH | LOCK_NB) != 0;
+    ::close(current);
+    TESSEL_CHECK(!held, "{}: another process is writing it: give this one its own file", path);
+  }
+  write_file_atomically(path, initial, Durability::kReplaceable);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  TESSEL_CHECK(fd >= 0, "{}: cannot open to append to ({})", path, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    fail("{}: another process is writing it: give this one its own file", path);
+  }
+  std::FILE* file = ::fdopen(fd, "a");
+  if (file != nullptr) return file;
+  const int error = errno;
+  ::close(fd);
+  fail("{}: cannot open to append to ({})", path, std::strerror(error));
 }
 
 }  // namespace tessel

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -79,5 +80,12 @@ class AtomicFile {
 
 // Writes `bytes` to `path` through an AtomicFile.
 void write_file_atomically(const std::string& path, std::string_view bytes, Durability durability);
+
+// A file a run grows as it goes (a log, an event file): `initial` put in place through an
+// AtomicFile, so that a link planted at `path` is replaced and never written through, then opened
+// to append to, again never through a link (one planted meanwhile is an error), and locked while
+// open: a file another process grows is refused, not replaced under it. Throws tessel::Error
+// naming the file and the reason.
+std::FILE* open_growing_file(const std::string& path, std::string_view initial);
 
 }  // namespace tessel

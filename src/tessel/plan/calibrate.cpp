@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/parallel/groups.h"
 #include "tessel/plan/estimate.h"
@@ -167,6 +168,8 @@ void measure_comm(MpiRuntime& runtime) {
 }
 
 Cluster calibrate_cpu(const std::string& out_path) {
+  // Written after a minute of measuring: a file that cannot be is found first.
+  require_writable_file("--out", out_path);
   const std::string self = self_executable();
   Cluster c = cluster_preset("cpu");
   c.name = "cpu";
@@ -206,10 +209,7 @@ Cluster calibrate_cpu(const std::string& out_path) {
   nlohmann::json j = cluster_to_json(c);
   j["measured"] = {{"cpu_model", cpu_model_name()}, {"train_step_s", t.step_s}, {"train_peak_rss_mib", t.rss_bytes / 1048576.0},
                    {"train_gemm_gflops", t.gemm_flops / 1e9}};
-  std::ofstream out(out_path);
-  TESSEL_CHECK(out.good(), "{}: cannot create the cluster file", out_path);
-  out << j.dump(2) << "\n";
-  TESSEL_CHECK(out.good(), "{}: write failed", out_path);
+  write_file_atomically(out_path, j.dump(2) + "\n", Durability::kReplaceable);
   fmt::print("calibrate: wrote {} (use it as --cluster cpu, or --cluster {})\n", out_path, out_path);
   return c;
 }

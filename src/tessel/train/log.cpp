@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -38,15 +37,17 @@ std::string records_until(const std::string& path, int64_t iteration) {
   return kept;
 }
 
-// Replaces `path` with `text` through a temporary file, so that a failed write (a full disk)
-// leaves the old file whole; throws Error naming the file and the error. Replaceable, not durable:
-// the records appended after it are not synced either, and each resume writes the file anew.
-void replace_file(const std::string& path, const std::string& text) {
+// The log, put in place holding `kept` (a resumed run's records up to its save, else none) and
+// opened to append to, never through a link; a failed write (a full disk) leaves the old file
+// whole. Replaceable, not durable: the records appended after it are not synced either, and each
+// resume writes the file anew.
+std::FILE* open_log(const std::string& path, const std::string& kept) {
   try {
-    write_file_atomically(path, text, Durability::kReplaceable);
+    return open_growing_file(path, kept);
   } catch (const Error& e) {
+    if (kept.empty()) fail("--log-json {}: cannot create it ({})", path, e.what());
     fail("--log-json {}: cannot rewrite the {} bytes of records it keeps ({}); the file is left as "
-         "it was", path, text.size(), e.what());
+         "it was", path, kept.size(), e.what());
   }
 }
 
@@ -58,17 +59,12 @@ TrainLog::TrainLog(int64_t train_iters, int64_t log_interval, const std::string&
       progress_(progress && !quiet), quiet_(quiet) {
   if (json_path.empty()) return;
   json_path_ = json_path;
-  // A resumed run keeps the records up to its save: rewritten whole or not at all, then appended to.
-  const bool keeps = resumed_after > 0 && std::filesystem::exists(json_path);
-  if (keeps) {
-    const std::string kept = records_until(json_path, resumed_after);
-    replace_file(json_path, kept);
-    json_bytes_ = static_cast<int64_t>(kept.size());
-    json_records_ = std::count(kept.begin(), kept.end(), '\n');
-  }
-  json_ = std::fopen(json_path.c_str(), keeps ? "a" : "w");
-  TESSEL_CHECK(json_ != nullptr, "--log-json {}: cannot open for writing ({})", json_path,
-               std::strerror(errno));
+  // A resumed run keeps the records up to its save (a new one none): rewritten whole or not at
+  // all, then appended to.
+  const std::string kept = records_until(json_path, resumed_after);
+  json_ = open_log(json_path, kept);
+  json_bytes_ = static_cast<int64_t>(kept.size());
+  json_records_ = std::count(kept.begin(), kept.end(), '\n');
 }
 
 void TrainLog::write_json(const nlohmann::json& record) {
@@ -82,10 +78,14 @@ void TrainLog::write_json(const nlohmann::json& record) {
   write_error_ = fmt::format("--log-json {}: write failed ({}); it keeps the {} records before it",
                              json_path_, std::strerror(errno), json_records_);
   // Whatever part of the line reached the disk goes: the file ends with its last whole record.
+  // Cut after the close, which may still write what was buffered; through the file opened, not
+  // its name.
+  const int file = ::dup(::fileno(json_));
   std::fclose(json_);
   json_ = nullptr;
-  if (::truncate(json_path_.c_str(), json_bytes_) != 0)
+  if (file < 0 || ::ftruncate(file, json_bytes_) != 0)
     *write_error_ += fmt::format(" (and its last line may be cut: {})", std::strerror(errno));
+  if (file >= 0) ::close(file);
 }
 
 void TrainLog::check() const {

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 
 namespace tessel {
 
@@ -115,10 +116,11 @@ EventFileWriter::EventFileWriter(const std::string& dir, int64_t queue_size, dou
   path_ = (std::filesystem::path(dir) /
            fmt::format("events.out.tfevents.{:010d}.{}.{}.0", static_cast<int64_t>(last_flush_), host, getpid()))
               .string();
-  file_ = std::fopen(path_.c_str(), "wb");
-  TESSEL_CHECK(file_ != nullptr, "--tensorboard-dir: cannot create {} ({})", path_, std::strerror(errno));
-  add(file_version_event(last_flush_));
-  flush();
+  try {
+    file_ = open_growing_file(path_, tfrecord(file_version_event(last_flush_)));
+  } catch (const Error& e) {
+    fail("--tensorboard-dir: cannot create {} ({})", path_, e.what());
+  }
 }
 
 EventFileWriter::~EventFileWriter() {

@@ -22,7 +22,7 @@ refused() {  # NAME TEXT FLAGS...: a 2-rank run that must stop before iteration 
 
 refused save "--save $work/plain-file/ckpt: cannot create the folder" --save "$work/plain-file/ckpt"
 refused save_hf "--save-hf $work/plain-file/hf: cannot create the folder" --save-hf "$work/plain-file/hf"
-refused log_json "--log-json $work/plain-file/log.jsonl: cannot open" --log-json "$work/plain-file/log.jsonl"
+refused log_json "--log-json $work/plain-file/log.jsonl: cannot create it" --log-json "$work/plain-file/log.jsonl"
 flags=("${flags[@]//kjv-genesis-esther.txt/missing.txt}")  # a data file that does not exist
 refused data "missing.txt"
 flags=("${model[@]}" --train-iters 3)
