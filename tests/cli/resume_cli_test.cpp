@@ -3,7 +3,8 @@
 // at that sample (a step schedule) bit for bit; a changed learning-rate schedule is refused naming
 // the flag, unless --override-opt_param-scheduler (the flags') or
 // --use-checkpoint-opt_param-scheduler (the save's) says which to take. A save from before these
-// fields were recorded resumes as its own global batch had consumed.
+// fields were recorded resumes as its own global batch had consumed. A resumed run reads its data
+// as far as it consumes, and its validation goes on at the save's consumed validation samples.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -136,6 +137,62 @@ TEST(ResumeCli, ASaveWithoutTheNewFieldsConsumedItsOwnBatches) {
   run.expect_straight(run.resume("old.jsonl", "--lr 3e-3", &r));
   EXPECT_TRUE(says(r, "a save from before consumed_train_samples was recorded")) << r.output;
   EXPECT_TRUE(says(r, "a save from before its learning-rate schedule was recorded")) << r.output;
+}
+
+// Iteration-based runs on a corpus of 37 samples of 32 tokens (one document, one epoch), so that
+// the train split is sized in whole epochs close to what it asks for.
+struct SmallCorpus {
+  testing::TestDir dir;
+  std::string save = dir.path("ckpt");
+  std::string flags;
+
+  SmallCorpus() {
+    std::ifstream in(TESSEL_SOURCE_DIR "/data/kjv-genesis-esther.txt");
+    std::string text(1200, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    flags = "train --arch gpt2 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 "
+            "--micro-batch-size 1 --threads 1 --lr 3e-3 --log-interval 1 --save " + save +
+            " --data-path " + dir.write("small.txt", text) + " ";
+  }
+};
+
+// 4 iterations of 8 samples saved, resumed at a global batch of 1 up to iteration 74: Megatron's
+// size for the train split, 74 × 1 samples (two epochs), ends before the 32 + 70 samples the run
+// consumes; the run used to stop at sample 74 after training 42 iterations.
+TEST(ResumeCli, ASmallerGlobalBatchReadsAsFarAsItConsumes) {
+  SmallCorpus run;
+  const std::string train = run.flags + "--split 100,0,0 --eval-iters 0 ";
+  const CommandResult first = run_tessel(train + "--global-batch-size 8 --train-iters 4");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const CommandResult resumed = run_tessel(train + "--global-batch-size 1 --train-iters 74 --override-opt_param-scheduler "
+                                           "--load " + run.save + " --log-json " + run.dir.path("log.jsonl"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  std::ifstream log(run.dir.path("log.jsonl"));
+  std::string last;
+  for (std::string line; std::getline(log, line);) last = line;
+  EXPECT_EQ(nlohmann::json::parse(last)["consumed_samples"], 32 + 70) << last;
+}
+
+// Megatron's validation iterator goes on at the save's consumed_valid_samples: 2 evaluations of
+// 1 batch of 4 consumed 8 validation samples; resumed at a global batch of 8, the evaluations of
+// iterations 6 and 8 read 8 samples each from sample 8 on (not from 16, where these flags' batch
+// would have put them), and the save of iteration 8 records 24.
+TEST(ResumeCli, TheValidationGoesOnAtTheSavesConsumedSamples) {
+  testing::TestDir dir;
+  const std::string save = dir.path("ckpt");
+  const std::string train = "train --arch gpt2 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 "
+                            "--micro-batch-size 2 --threads 1 --lr 3e-3 --eval-iters 1 --eval-interval 2 --data-path "
+                            TESSEL_SOURCE_DIR "/data/kjv-genesis-esther.txt --save " + save + " ";
+  const CommandResult first = run_tessel(train + "--global-batch-size 4 --train-iters 4");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const CommandResult resumed =
+      run_tessel(train + "--global-batch-size 8 --train-iters 8 --override-opt_param-scheduler --load " + save);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(says(resumed, "its evaluations consumed 8 validation samples; the next evaluation starts there, as "
+                            "Megatron's consumed_valid_samples (these flags would have consumed 16)"))
+      << resumed.output;
+  const nlohmann::json meta = nlohmann::json::parse(std::ifstream(save + "/iter_0000008/metadata.json"));
+  EXPECT_EQ(meta["run_config"]["consumed_valid_samples"], 8 + 2 * 8);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "tessel/train/data.h"
 
+#include <algorithm>
+
 #include "tessel/comm/comm.h"
 
 namespace tessel {
@@ -17,14 +19,18 @@ GptDataSplits build_training_data(const TrainPlan& plan, ProcessGroups& groups) 
   g.data_cache_path = d.cache_path;
   g.seq_length = plan.model.seq_length;
   g.seed = static_cast<uint32_t>(o.seed);
-  g.num_samples = megatron_num_samples(plan.train_iters(), o.batch.global_batch_size,
-                                       o.eval.interval, o.eval.iters);
-  // Sample-based training reads --train-samples samples, not iterations × G (as Megatron); a step
-  // schedule's iterations what they consume (Megatron's iterations × micro batch × DP would run
-  // out).
+  const int64_t iterations = plan.train_iters();
+  g.num_samples = megatron_num_samples(iterations, o.batch.global_batch_size, o.eval.interval, o.eval.iters);
+  // Sample-based training reads --train-samples samples, not iterations × G (as Megatron). Else
+  // the iterations read up to what they consume and the evaluations up to what they do: more than
+  // Megatron's sizes for a step schedule (iterations × micro batch × DP) or a run resumed with a
+  // smaller global batch (its consumed samples, then iterations × the new G), where Megatron's
+  // sampler would run out; Megatron's sizes, and so its data order, wherever they suffice.
   int64_t& train = g.num_samples[static_cast<int>(Split::Train)];
+  int64_t& valid = g.num_samples[static_cast<int>(Split::Valid)];
   if (o.optim.lr.sample_based()) train = o.optim.lr.train_samples;
-  else if (!o.batch.step_schedule.empty()) train = plan.batches.consumed_before(plan.train_iters() + 1);
+  else train = std::max(train, plan.batches.consumed_before(iterations + 1));
+  if (o.eval.iters > 0) valid = std::max(valid, plan.valid_samples_before(iterations / o.eval.interval + 1));
   g.tokenizer = plan.tokenizer.get();
   Comm& world = groups.world();
   const DataBuildCoordination coordination{

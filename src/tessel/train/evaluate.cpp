@@ -9,7 +9,7 @@ Evaluator::Evaluator(const Kernels& k, const TrainPlan& plan, ProcessGroups& gro
     : k_(k), plan_(plan), groups_(groups), cp_(&groups.cp(), plan.cp_comm, k), data_(data), pipeline_(pipeline),
       chunks_(chunks) {}
 
-std::optional<double> Evaluator::loss(Split split, int64_t index) {
+std::optional<double> Evaluator::loss(Split split, int64_t first_sample) {
   const SampleDataset* data = data_.get(split);
   if (data == nullptr) return std::nullopt;
   // Made at the first evaluation: a run without any (a step schedule's, whose evaluation batch
@@ -28,7 +28,7 @@ std::optional<double> Evaluator::loss(Split split, int64_t index) {
   };
   double sums[2] = {0, 0};  // Σ token losses here, targets counted on this DP rank
   for (int64_t e = 0; e < iters; ++e) {
-    const int64_t first = (index * iters + e) * G;
+    const int64_t first = first_sample + e * G;
     // A batch that fails to read fails on its DP rank alone: agreed, as training's.
     check_together(groups_.world(), [&] {
       const int m = plan_.microbatches;

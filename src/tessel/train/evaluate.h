@@ -27,9 +27,9 @@ class Evaluator {
   Evaluator(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups, const GptDataSplits& data,
             PipelineExecutor& pipeline, const std::vector<std::unique_ptr<TransformerChunk>>& chunks);
 
-  // The mean loss of evaluation number `index` on `split`; nullopt when the split has no data.
-  // Collective over the world.
-  std::optional<double> loss(Split split, int64_t index);
+  // The mean loss over --eval-iters global batches of `split` from sample `first_sample` on;
+  // nullopt when the split has no data. Collective over the world.
+  std::optional<double> loss(Split split, int64_t first_sample);
 
  private:
   struct SplitLoader {

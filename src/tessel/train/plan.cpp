@@ -262,6 +262,11 @@ int64_t TrainPlan::train_iters() const {
   return lr.iterations();
 }
 
+int64_t TrainPlan::valid_samples_before(int64_t evaluation) const {
+  return resumed_valid_samples +
+         (evaluation - resumed_evaluations) * options.eval.iters * options.batch.global_batch_size;
+}
+
 BatchSpan TrainPlan::batch_span(int64_t it) const {
   const int64_t first = batches.consumed_before(it);
   return {.first = first, .microbatches = batches.batch_at(first) / (options.batch.micro_batch_size * dp)};

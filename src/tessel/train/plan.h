@@ -63,6 +63,10 @@ struct TrainPlan {
   CpCommType cp_comm = CpCommType::P2P;
   // Every iteration's global batch: --global-batch-size, or --step-batch-size-schedule's.
   BatchSchedule batches = BatchSchedule::constant(1);
+  // A resumed run's validation goes on where its save's stopped: the evaluations before the save
+  // (counted under these flags) and the validation samples they consumed (Megatron's
+  // consumed_valid_samples); 0, 0 for a new run.
+  int64_t resumed_evaluations = 0, resumed_valid_samples = 0;
   MoeDispatcherType moe_dispatcher = MoeDispatcherType::AllToAll;  // --moe-token-dispatcher-type
 
   const ParallelConfig& layout() const { return options.parallel.layout; }
@@ -72,6 +76,9 @@ struct TrainPlan {
   // Iteration `it`'s global batch: its first sample (the samples consumed before it, which
   // Megatron's sampler starts from) and its microbatches per DP rank.
   BatchSpan batch_span(int64_t it) const;
+  // The validation samples consumed before evaluation number `evaluation` (0: the first, after
+  // iteration --eval-interval): --eval-iters × G each, from where a resumed run's save left off.
+  int64_t valid_samples_before(int64_t evaluation) const;
   // The pipeline schedule of an iteration of `microbatches`.
   ScheduleConfig schedule_of(int microbatches) const;
   // The model chunks pipeline rank `stage` holds, in its chunk order.

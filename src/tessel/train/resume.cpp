@@ -120,13 +120,29 @@ int64_t consumed_by_old_save(const TrainPlan& plan, const json& run_config, int6
   return saved.consumed_before(iteration + 1);
 }
 
+// The validation goes on at the save's consumed_valid_samples, as Megatron's validation iterator;
+// a save without it (or with 0, as Megatron reads that) at the count these flags give its
+// evaluations.
+void resume_validation(TrainPlan& plan, const json& run_config, int64_t iteration, const std::string& where) {
+  const int64_t evaluations = iteration / plan.options.eval.interval;
+  const int64_t counted = plan.valid_samples_before(evaluations);
+  const int64_t saved = run_config.contains("consumed_valid_samples")
+                            ? json_whole_number(run_config["consumed_valid_samples"], where, "consumed_valid_samples",
+                                                0, kMax)
+                            : 0;
+  plan.resumed_evaluations = evaluations;
+  plan.resumed_valid_samples = saved > 0 ? saved : counted;
+  if (plan.resumed_valid_samples != counted && plan.options.eval.iters > 0)
+    plan.notes.push_back(fmt::format(
+        "--load {}: its evaluations consumed {} validation samples; the next evaluation starts there, as Megatron's "
+        "consumed_valid_samples (these flags would have consumed {})", plan.options.checkpoint.load, saved, counted));
+}
+
 }  // namespace
 
 json resume_state(const TrainPlan& plan, int64_t iteration) {
-  const EvalOptions& eval = plan.options.eval;
-  const int64_t evaluations = eval.iters > 0 ? iteration / eval.interval : 0;
   return {{"consumed_train_samples", plan.batches.consumed_before(iteration + 1)},
-          {"consumed_valid_samples", evaluations * eval.iters * plan.options.batch.global_batch_size},
+          {"consumed_valid_samples", plan.valid_samples_before(iteration / plan.options.eval.interval)},
           {"opt_param_scheduler", scheduler_state(plan.options)}};
 }
 
@@ -156,6 +172,7 @@ void resume_from_save(TrainPlan& plan) {
         recorded ? "" : " (its global batch's count: a save from before consumed_train_samples was recorded)",
         plan.batches.resumed_after(iteration, consumed).batch_of(iteration + 1), consumed));
   plan.batches = plan.batches.resumed_after(iteration, consumed);
+  resume_validation(plan, run_config, iteration, where);
   if (c.no_load_optim || !has_optimizer_state(meta)) return;  // the schedule starts again
   if (!run_config.contains("opt_param_scheduler")) {
     plan.notes.push_back(fmt::format("--load {}: a save from before its learning-rate schedule was recorded: the "

@@ -280,12 +280,12 @@ IterationStats start_batch(int64_t it, const TrainPlan& plan, MicrobatchLoader& 
   return s;
 }
 
-// Evaluation number `index` on `split` after iteration `after`, logged and checked; nothing when
-// the split has no data. TensorBoard gets the test split's too, under the validation's tags, as
-// Megatron writes it.
+// An evaluation on `split` from its sample `first_sample` after iteration `after`, logged and
+// checked; nothing when the split has no data. TensorBoard gets the test split's too, under the
+// validation's tags, as Megatron writes it.
 void evaluate(Evaluator& evaluator, TrainLog& log, RunMetrics& metrics, const NumericsGuard& numerics,
-              Split split, int64_t after, int64_t index) {
-  const std::optional<double> loss = evaluator.loss(split, index);
+              Split split, int64_t after, int64_t first_sample) {
+  const std::optional<double> loss = evaluator.loss(split, first_sample);
   if (!loss) return;
   log.evaluation(after, split_name(split), *loss);
   metrics.evaluation(after, *loss);
@@ -300,7 +300,7 @@ void end_of_run(const TrainPlan& plan, ProcessGroups& groups, RunSetup& setup, E
   TrainLog& log = *setup.log;
   if (o.eval.iters > 0) {
     const int64_t last = plan.train_iters();
-    evaluate(evaluator, log, metrics, numerics, Split::Valid, last, last / o.eval.interval);
+    evaluate(evaluator, log, metrics, numerics, Split::Valid, last, plan.valid_samples_before(last / o.eval.interval));
     evaluate(evaluator, log, metrics, numerics, Split::Test, last, 0);
   }
   ParamRegistry& params = setup.stage.params;
@@ -437,7 +437,8 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     const bool saving = save_due(plan, it, exiting);
     // An evaluation, a save and what follows the loop read the validated parameters.
     if (evaluating || saving || exiting || it == plan.train_iters()) step.settle();
-    if (evaluating) evaluate(evaluator, log, *metrics, numerics, Split::Valid, it, it / o.eval.interval - 1);
+    if (evaluating)
+      evaluate(evaluator, log, *metrics, numerics, Split::Valid, it, plan.valid_samples_before(it / o.eval.interval - 1));
     if (saving) {
       check_together(groups.world(), [&] {
         require_finite_weights(k, params, fmt::format("the save of iteration {}", it));
