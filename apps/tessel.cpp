@@ -73,10 +73,10 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+  } catch (const CLI::Success& e) {  // --help: printed, and written or an error as any output
+    const int code = app.exit(e);
+    flush_standard_output();
+    return code;
   } catch (const CLI::ParseError& e) {
     return report_parse_error(e, runtime);
   }

@@ -251,6 +251,10 @@ json read_checkpoint_metadata(const std::string& dir, int64_t iteration) {
                "{}: not a tessel checkpoint", path);
   for (const char* key : {"iteration", "step_count", "seed", "world_size", "data_position"})
     field(meta, key, &json::is_number, "a number", path);
+  // Its files are the iteration's its own field names: one moved or copied into another save's
+  // folder would resume the tracker's iteration with another's weights.
+  TESSEL_CHECK(meta["iteration"] == iteration, "{}: a save of iteration {} in the folder of iteration {}", path,
+               meta["iteration"].dump(), iteration);
   field(meta, "files", &json::is_array, "an array", path);
   if (meta.contains("optimizer_state")) field(meta, "optimizer_state", &json::is_boolean, "true or false", path);
   for (const char* key : {"tensors", "model", "run_config"}) field(meta, key, &json::is_object, "an object", path);

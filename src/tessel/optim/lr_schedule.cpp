@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <utility>
 #include <vector>
@@ -59,6 +60,13 @@ std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) 
                                     {"--lr-decay-samples", config.decay_samples},
                                     {"--train-samples", config.train_samples}})
     if (value < 0) problems.push_back(fmt::format("{} {} is negative", flag, value));
+  // The schedule counts samples: iterations × G must be a number (2^63 − 1 at most).
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--train-iters", config.train_iters},
+                                    {"--lr-decay-iters", config.decay_iters},
+                                    {"--lr-warmup-iters", config.warmup_iters}})
+    if (config.global_batch > 0 && value > std::numeric_limits<int64_t>::max() / config.global_batch)
+      problems.push_back(fmt::format("{} {} × --global-batch-size {} is past 2^63 samples", flag, value,
+                                     config.global_batch));
   if (config.warmup_fraction >= 0 && !(config.warmup_fraction <= 1))
     problems.push_back(fmt::format("--lr-warmup-fraction {} is not within [0, 1]", config.warmup_fraction));
   // Megatron's assertions: one kind of training (the other kind's flags not given), one warmup length.

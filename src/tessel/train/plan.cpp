@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "tessel/ckpt/hf.h"
@@ -87,6 +88,10 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
   if (o.eval.iters < 0) v.push_back(fmt::format("--eval-iters {} is negative", o.eval.iters));
   if (o.eval.interval < 1)
     v.push_back(fmt::format("--eval-interval {} must be at least 1", o.eval.interval));
+  else if (const int64_t runs = o.optim.lr.iterations() / o.eval.interval + 1, G = o.batch.global_batch_size;
+           o.eval.iters > 0 && G > 0 && o.eval.iters > std::numeric_limits<int64_t>::max() / runs / G)
+    v.push_back(fmt::format("--eval-iters {} × {} evaluations × --global-batch-size {} is past 2^63 samples",
+                            o.eval.iters, runs, G));
   if (o.parallel.ddp.bucket_size <= 0) v.push_back("--ddp-bucket-size must be positive");
   if (!o.checkpoint.save_hf.empty())
     for (const std::string& m : hf_export_violations(model)) v.push_back("--save-hf: " + m);

@@ -95,6 +95,10 @@ void check_scheduler(TrainPlan& plan, const json& saved, const std::string& wher
   lr.min_lr = json_number<float>(saved["min_lr"], where, "min_lr");
   lr.saved_warmup_steps = json_number<double>(saved["lr_warmup_steps"], where, "lr_warmup_steps");
   lr.saved_decay_steps = json_whole_number(saved["lr_decay_steps"], where, "lr_decay_steps", 1, kMax);
+  // Megatron's OptimizerParamScheduler asserts 0 ≤ warmup < decay.
+  TESSEL_CHECK(lr.saved_warmup_steps >= 0 && lr.saved_warmup_steps < static_cast<double>(lr.saved_decay_steps),
+               "{}: lr_warmup_steps {} is not within [0, lr_decay_steps {})", where, lr.saved_warmup_steps,
+               lr.saved_decay_steps);
   TESSEL_CHECK(saved["lr_decay_style"].is_string(), "{}: lr_decay_style is not a string", where);
   lr.style = parse_lr_decay_style(saved["lr_decay_style"].get<std::string>());
   plan.options.optim.adamw.weight_decay = json_number<float>(saved["start_wd"], where, "start_wd");

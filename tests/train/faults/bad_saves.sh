@@ -2,8 +2,10 @@
 # Hostile saves, one process each (issue 26): copies of a save damaged one way each — Adam moments
 # that are not finite or negative, a negative or huge step count, a wrong shape, slices that do
 # not cover a tensor, NaN weights under a matching CRC, metadata.json lacking a field or being a
-# folder, a tracker with trailing garbage — are refused by --load and `checkpoint verify` alike,
-# in one line naming the file and the field, with a non-zero exit and no signal.
+# folder, a tracker with trailing garbage, files moved into another iteration's folder — are
+# refused by --load and `checkpoint verify` alike, and a kept learning-rate schedule Megatron's
+# scheduler would not take by --load, in one line naming the file and the field, with a non-zero
+# exit and no signal.
 . "$(dirname "$0")/lib.sh"
 edit=$src/tests/train/faults/edit_save.py
 one=("${model[@]}" --train-iters 2)
@@ -34,6 +36,18 @@ damaged wrong_shape "has shape [2048, 32]" key metadata.json "tensors.$wte.shape
 damaged uncovered "do not cover" key metadata.json "tensors.$wte.shards" "[]"
 for key in files tensors run_config; do
   damaged "no_$key" "no \"$key\"" key metadata.json "$key" --delete
+done
+# A save's files copied into another iteration's folder: the tracker's iteration with another's weights.
+damaged moved "a save of iteration 7 in the folder of iteration 2" key metadata.json iteration 7
+# A learning-rate schedule kept from the save is held to Megatron's assertions (0 ≤ warmup <
+# decay): a negative warmup trained at lr 0 without a word.
+for warmup in -5 20; do
+  damaged_copy=$work/warmup_$warmup
+  rm -rf "$damaged_copy" && cp -r "$work/save" "$damaged_copy"
+  (cd "$damaged_copy/iter_0000002" && python3 "$edit" key metadata.json run_config.opt_param_scheduler.lr_warmup_steps "$warmup") ||
+    fail "cannot damage the save's schedule"
+  expect_refused 60 "lr_warmup_steps $warmup is not within [0, lr_decay_steps 16)" "$tessel" train "${model[@]}" \
+    --train-iters 4 --eval-iters 0 --use-checkpoint-opt_param-scheduler --load "$damaged_copy"
 done
 # A folder where metadata.json or a model file belongs.
 rm -rf "$work/folder_meta" && cp -r "$work/save" "$work/folder_meta"
