@@ -1,6 +1,6 @@
 // Megatron-LM's flags for features tessel has not built yet: fp16 and FP8 mixed precision, fully
 // sharded data parallelism, multi-latent attention and DeepSeek-V3's router, gpt-oss's attention
-// and MLP, the router's forced load balancing. A Megatron script that uses one is refused in one
+// and MLP. A Megatron script that uses one is refused in one
 // line per feature, naming it and the flags that asked for it, rather than stopped by the parser
 // at the first unknown flag or run as something else. A setting of such a feature given while the
 // feature is off changes nothing in Megatron-LM either: it is accepted and said.

@@ -7,6 +7,7 @@
 
 #include "kernels/harness.h"
 #include "support/reference.h"
+#include "tessel/kernels/router_rows.h"
 
 namespace tessel::testing {
 namespace {
@@ -158,7 +159,53 @@ void capacity_drop_matches_brute_force(const Kernels& k) {
   }
 }
 
+// --moe-router-force-load-balancing's logits: exactly the row math's values (the CUDA threads run
+// it as the CPU does), which are Box-Muller on the Philox block of counter (expert, position,
+// sample, site) under the seed; standard normal in mean, variance and the mass within one
+// standard deviation; the same for the same coordinates wherever the row sits, and others for
+// another layer's site or another seed.
+void random_logits_are_keyed_standard_normals(const Kernels& k) {
+  const int64_t N = 512, E = 16;
+  const uint64_t seed = 0x0000000900000011ull;
+  const uint32_t site = router_rows::random_logits_site(2);
+  EXPECT_EQ(site, (3u << 16) | (2u << 14) | 1u);  // layer 2's MLP site, index 1 (dropout's: 0)
+  Ints samples(N), positions(N);
+  for (int64_t n = 0; n < N; ++n) samples[n] = static_cast<int32_t>(7 + n / 64), positions[n] = static_cast<int32_t>(n % 64);
+  const IntBuffer d_samples(k, samples), d_positions(k, positions);
+  FloatBuffer logits(k, N * E);
+  k.moe_random_logits(logits.data(), d_samples.data(), d_positions.data(), N, E, seed, site);
+  const Floats got = logits.host();
+
+  const PhiloxCounter block = philox4x32({5, 17, 7, site}, {0x11, 0x9});
+  const double u1 = (block[0] + 1.0) / 4294967296.0, u2 = block[1] / 4294967296.0;
+  EXPECT_FLOAT_EQ(got[17 * E + 5], static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2)));
+  double sum = 0, squares = 0, within_one = 0, same_other_layer = 0, same_other_seed = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t e = 0; e < E; ++e) {
+      const float v = got[n * E + e];
+      EXPECT_EQ(v, router_rows::random_logit(seed, site, samples[n], positions[n], e)) << n << ", " << e;
+      sum += v, squares += static_cast<double>(v) * v, within_one += std::abs(v) < 1.0f;
+      same_other_layer += v == router_rows::random_logit(seed, router_rows::random_logits_site(3), samples[n],
+                                                         positions[n], e);
+      same_other_seed += v == router_rows::random_logit(seed + 1, site, samples[n], positions[n], e);
+    }
+  const double count = static_cast<double>(N * E), mean = sum / count;
+  EXPECT_LT(std::abs(mean), 0.05);  // 6 standard errors of 8192 draws' mean
+  EXPECT_NEAR(squares / count - mean * mean, 1.0, 0.1);
+  EXPECT_NEAR(within_one / count, 0.6827, 0.03);
+  EXPECT_EQ(same_other_layer, 0);
+  EXPECT_EQ(same_other_seed, 0);
+
+  // Row 3's coordinates given as row 0's: row 0 draws row 3's values.
+  const IntBuffer moved_samples(k, {samples[3]}), moved_positions(k, {positions[3]});
+  FloatBuffer one_row(k, E);
+  k.moe_random_logits(one_row.data(), moved_samples.data(), moved_positions.data(), 1, E, seed, site);
+  EXPECT_EQ(one_row.host(), Floats(got.begin() + 3 * E, got.begin() + 4 * E));
+}
+
 const bool kRegistered = add_kernel_cases({
+    {"moe_random_logits_are_keyed_standard_normals", {"moe_random_logits"},
+     random_logits_are_keyed_standard_normals},
     {"moe_topk_matches_reference", {"moe_topk_forward"}, topk_matches_reference},
     {"moe_topk_backward_matches_finite_differences", {"moe_topk_forward", "moe_topk_backward"},
      topk_backward_matches_finite_differences},

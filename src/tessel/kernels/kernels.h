@@ -42,6 +42,7 @@ namespace tessel {
   X(cross_entropy_backward)                                                                     \
   X(moe_topk_forward) X(moe_topk_backward) X(moe_aux_scores_forward) X(moe_aux_loss_forward)    \
   X(moe_aux_loss_backward) X(moe_z_loss_forward) X(moe_z_loss_backward) X(moe_capacity_drop)    \
+  X(moe_random_logits)                                                                          \
   X(moe_count_assignments) X(moe_assign_slots) X(moe_permute_forward) X(moe_permute_backward)   \
   X(moe_unpermute_forward) X(moe_unpermute_backward) X(moe_pack_choices) X(moe_unpack_choices)  \
   X(cp_take_rows) X(cp_pack_kv) X(cp_unpack_add_kv) X(cp_rows_to_global) X(cp_rows_from_global) \

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "tessel/core/host_device.h"
+#include "tessel/kernels/dropout.h"
 #include "tessel/kernels/types.h"
 
 namespace tessel::router_rows {
@@ -154,6 +155,29 @@ TESSEL_HOST_DEVICE inline float log_sum_exp(const float* l, int64_t E) {
 TESSEL_HOST_DEVICE inline void z_loss_backward(float* dl, const float* l, float lse, int64_t E,
                                                float scale) {
   for (int64_t e = 0; e < E; ++e) dl[e] += scale * expf(l[e] - lse);
+}
+
+// ---- forced load balancing (--moe-router-force-load-balancing) ------------------------------------
+// The site word of layer `layer`'s random logits: its MLP dropout site with index 1, where the
+// residual sites' masks use index 0 (kernels/dropout.h), so the logits read no mask's bits.
+TESSEL_HOST_DEVICE inline uint32_t random_logits_site(int layer) {
+  return dropout_site(layer, DropoutKind::Mlp, 1);
+}
+
+// Expert e's logit for the token at (sample, position): a standard normal value by Box-Muller
+// on lanes 0 and 1 of the Philox-4x32-10 block of counter (e, position, sample, site) under the
+// key (seed), in double as core/philox.cpp's random_normal. Keyed by global coordinates only,
+// so every layout draws the values one process draws (Megatron's come from its expert-parallel
+// RNG tracker, and change with the layout).
+TESSEL_HOST_DEVICE inline float random_logit(uint64_t seed, uint32_t site, int32_t sample, int32_t position,
+                                             int64_t e) {
+  uint32_t c0 = static_cast<uint32_t>(e), c1 = static_cast<uint32_t>(position), c2 = static_cast<uint32_t>(sample),
+           c3 = site;
+  philox4x32_rounds(c0, c1, c2, c3, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  const double u1 = (static_cast<double>(c0) + 1.0) / 4294967296.0;  // (0, 1]: log(u1) is finite
+  const double u2 = static_cast<double>(c1) / 4294967296.0;          // [0, 1)
+  constexpr double kTwoPi = 6.283185307179586;
+  return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(kTwoPi * u2));
 }
 
 }  // namespace tessel::router_rows

@@ -128,7 +128,7 @@ void TransformerBlock::forward(Saved& s, float* out, const float* x, float grad_
                          },
                          [&](MoeLayer& moe, MoeLayer::Saved& f) {
                            if (recomputing) moe.recompute(f, branch, s.in2.data());
-                           else moe.forward(f, branch, s.in2.data(), N_l_, grad_scale);
+                           else moe.forward(f, branch, s.in2.data(), N_l_, grad_scale, packed.routing_sample_ids);
                          }});
   k_.dropout_add_forward(out, s.mid.data(), branch, N_l_, C_, dropout(s, DropoutKind::Mlp));
 }

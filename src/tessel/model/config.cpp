@@ -297,6 +297,10 @@ const ModelField kModelFields[] = {
      kRunSetting},
     {"--moe-pad-expert-input-to-capacity", &MoeConfig::pad_to_capacity,
      "pad every expert's input to its capacity", kRunSetting},
+    {"--moe-router-force-load-balancing", &MoeConfig::force_load_balancing,
+     "benchmarks: route by standard normal random logits (keyed by seed, layer, sample, position, expert), "
+     "the gradient straight through to the router's",
+     kRunSetting},
 };
 
 const ModelField* find_model_field(const std::string& key) {

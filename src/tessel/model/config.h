@@ -31,6 +31,10 @@ struct MoeConfig {
   bool pad_to_capacity = false;    // --moe-pad-expert-input-to-capacity
   bool shared_expert_gate = false; // --moe-shared-expert-gate: the shared expert's output times
                                    // sigmoid(x · w), w [1, C] (Qwen2-MoE, Qwen3-Next)
+  // --moe-router-force-load-balancing (Megatron's benchmark setting): the router's logits replaced
+  // by standard normal values keyed by global coordinates, their gradient passed straight
+  // through to the computed logits (model/moe/router.h).
+  bool force_load_balancing = false;
 
   bool is_moe_layer(int layer) const {
     return num_experts > 0 && (layer_pattern.empty() || layer_pattern.at(layer) == 1);

@@ -145,7 +145,8 @@ class TransformerChunk {
   // targets (read by the first chunk and the last), the packed documents' position ids and
   // attention starts (every chunk), and on a last chunk with multi-token prediction its D depths'
   // shifted tokens and targets, D rows each (model/mtp.h), read by a forward with gradients; with
-  // dropout, each row's sample index in the run (its masks' key), read by a forward with gradients.
+  // dropout, each row's sample index in the run (its masks' key), read by a forward with gradients;
+  // with --moe-router-force-load-balancing by every forward (the random router logits' key).
   static std::vector<MicrobatchInput> microbatch_inputs(const ModelConfig& cfg, const ChunkSpec& spec,
                                                         const MicrobatchShape& shape);
   std::vector<MicrobatchInput> microbatch_inputs(const MicrobatchShape& shape) const {

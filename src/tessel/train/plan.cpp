@@ -51,10 +51,13 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
   append(v, fault_violations(o.faults));
   if (o.log.straggler_minmax_count < 1) v.push_back("--straggler-minmax-count must be at least 1");
   // The dropout site word (kernels/dropout.h) holds the layer below 2^16 − 1 and the head below
-  // 2^14: a rule of the masks a run draws (the planner draws none).
+  // 2^14: a rule of the masks a run draws (the planner draws none), and of the forced router's
+  // random logits, keyed by the same word.
   if ((model.hidden_dropout > 0 || model.attention_dropout > 0) &&
       (model.num_layers + model.mtp_num_layers >= 65535 || model.num_attention_heads >= 16384))
     v.push_back("dropout keys hold at most 65534 layers and 16383 attention heads");
+  if (model.moe.force_load_balancing && model.num_layers + model.mtp_num_layers >= 65535)
+    v.push_back("--moe-router-force-load-balancing keys its random logits by at most 65534 layers");
   if (o.log.tensorboard.interval < 1)
     v.push_back(fmt::format("--tensorboard-log-interval {} must be at least 1", o.log.tensorboard.interval));
   if (o.log.tensorboard.queue_size < 1)

@@ -322,6 +322,14 @@ void moe_z_loss_backward(float* dlogits, const float* logits, const float* lse, 
 int64_t moe_capacity_drop(int32_t* keep, const int32_t* experts, const float* probs, int64_t N,
                           int64_t E, int64_t k, int64_t capacity);
 
+// Megatron's RandomSTE forward (--moe-router-force-load-balancing, moe_utils.py): logits (N, E)
+// overwritten by standard normal values, row n's keyed by its sample samples[n] and position
+// positions[n] and the expert (router_rows::random_logit under seed and site). Its backward is
+// the identity: the random logits' gradient is taken as the computed logits' (straight through),
+// so it has no kernel.
+void moe_random_logits(float* logits, const int32_t* samples, const int32_t* positions, int64_t N, int64_t E,
+                       uint64_t seed, uint32_t site);
+
 // ---- Mixture-of-Experts token movement (moe_dispatch.cpp) ------------------------------------
 // n = N·k assignments (token n/k's choice n%k). counts (E) = the assignments per expert, only
 // those with keep[a] != 0 when keep is given; overwrites.

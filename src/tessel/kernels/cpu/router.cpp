@@ -95,4 +95,11 @@ int64_t moe_capacity_drop(int32_t* keep, const int32_t* experts, const float* pr
   return dropped;
 }
 
+void moe_random_logits(float* logits, const int32_t* samples, const int32_t* positions, int64_t N, int64_t E,
+                       uint64_t seed, uint32_t site) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t e = 0; e < E; ++e)
+      logits[n * E + e] = router_rows::random_logit(seed, site, samples[n], positions[n], e);
+}
+
 }  // namespace tessel::cpu

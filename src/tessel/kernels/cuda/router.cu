@@ -97,6 +97,15 @@ __global__ void capacity_drop_kernel(int32_t* keep, unsigned long long* dropped,
   }
 }
 
+// One thread per logit (n, e).
+__global__ void random_logits_kernel(float* logits, const int32_t* samples, const int32_t* positions, int64_t N,
+                                     int64_t E, uint64_t seed, uint32_t site) {
+  TESSEL_GRID_LOOP(i, N * E) {
+    const int64_t n = i / E;
+    logits[i] = router_rows::random_logit(seed, site, samples[n], positions[n], i % E);
+  }
+}
+
 CudaScratch loss_scratch, dropped_scratch;
 
 }  // namespace
@@ -159,6 +168,11 @@ int64_t moe_capacity_drop(int32_t* keep, const int32_t* experts, const float* pr
   unsigned long long host = 0;
   cuda_memory().to_host(&host, dropped, sizeof(host));
   return static_cast<int64_t>(host);
+}
+
+void moe_random_logits(float* logits, const int32_t* samples, const int32_t* positions, int64_t N, int64_t E,
+                       uint64_t seed, uint32_t site) {
+  launch_n("moe_random_logits", random_logits_kernel, N * E, logits, samples, positions, N, E, seed, site);
 }
 
 }  // namespace tessel::cuda

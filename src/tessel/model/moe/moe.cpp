@@ -76,7 +76,7 @@ MoeLayer::MoeLayer(const LayerContext& ctx, int layer, int64_t max_tokens, Layer
       etp_size_(ctx.moe.etp.size()),
       max_tokens_(max_tokens),
       tp_(ctx.tp),
-      router_(ctx, ctx.cfg.layer_prefix(layer) + "mlp.", max_tokens),
+      router_(ctx, layer, max_tokens),
       dispatcher_(make_dispatcher(ctx, max_tokens)),
       // Every ETP rank's routed rows reach each ETP rank (N·k of them at a balanced load).
       experts_(ctx, ctx.cfg.layer_prefix(layer) + "mlp.",
@@ -193,13 +193,15 @@ RouterTotals MoeLayer::take_router_totals() {
 
 // ---- forward ---------------------------------------------------------------------------------
 
-double MoeLayer::forward(Saved& slot, float* out, const float* x, int64_t N, float grad_scale) {
+double MoeLayer::forward(Saved& slot, float* out, const float* x, int64_t N, float grad_scale,
+                         const int32_t* sample_ids) {
   TESSEL_CHECK(N >= 0 && N <= max_tokens_, "MoE forward: {} rows for a layer sized for {}", N,
                max_tokens_);
   slot.N = N;
   slot.grad_scale = grad_scale;
+  slot.sample_ids = sample_ids;
   Saved& s = state(slot);
-  const double losses = run_forward(s, out, x, N, grad_scale);
+  const double losses = run_forward(s, out, x, N, grad_scale, sample_ids);
   totals_.add({.tokens_per_expert = s.stats.tokens_per_expert, .dropped = s.stats.dropped,
                .aux_loss = s.stats.aux_loss, .z_loss = s.stats.z_loss, .forwards = 1});
   return losses;
@@ -208,7 +210,7 @@ double MoeLayer::forward(Saved& slot, float* out, const float* x, int64_t N, flo
 void MoeLayer::recompute(Saved& slot, float* out, const float* x) {
   Saved& s = state(slot);
   if (whole_) {
-    run_forward(s, out, x, slot.N, slot.grad_scale);
+    run_forward(s, out, x, slot.N, slot.grad_scale, slot.sample_ids);
     return;
   }
   if (recompute_.moe_act) experts_.recompute_act(s.experts, rows_in(s));
@@ -216,9 +218,10 @@ void MoeLayer::recompute(Saved& slot, float* out, const float* x) {
     shared_->hidden_forward(s.shared.rows(), shared_input(s, x), s.N * tp_.size());
 }
 
-double MoeLayer::run_forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale) {
+double MoeLayer::run_forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale,
+                             const int32_t* sample_ids) {
   s.N = N;
-  const int64_t tokens = router_.forward(s.routing, x, N, grad_scale);
+  const int64_t tokens = router_.forward(s.routing, x, N, grad_scale, sample_ids);
   s.stats.aux_loss = s.routing.aux_loss;
   s.stats.z_loss = s.routing.z_loss;
   with_dispatcher(s, [&](auto& dispatcher, auto& d) {

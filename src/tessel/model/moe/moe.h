@@ -75,6 +75,7 @@ class MoeLayer {
   struct Saved {
     int64_t N = 0;
     float grad_scale = 0;  // the forward's, for a recompute
+    const int32_t* sample_ids = nullptr;  // the forward's, for a recompute
     TopKRouter::Saved routing;
     std::variant<TokenDispatcher::Saved, AllGatherDispatcher::Saved> dispatch;  // the dispatcher's
     GroupedExperts::Saved experts;
@@ -121,8 +122,10 @@ class MoeLayer {
   // uses, and T = the microbatch's tokens (N, or N summed over the token group), backward adds the
   // gradient of T · grad_scale · (aux + z). Returns T · (aux + z): added to the microbatch's sum
   // of token losses, it is the part of the loss sum whose gradient backward adds (saved.stats
-  // has the two losses apart, for the logs).
-  double forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale);
+  // has the two losses apart, for the logs). sample_ids: the router's (TopKRouter::forward), valid
+  // until the backward.
+  double forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale,
+                 const int32_t* sample_ids = nullptr);
   // dx (N, C) += d(x) from dout (N, C); x is the same input forward read. Collective, like
   // forward. Computes every input gradient and leaves each linear's output gradient in s for
   // backward_weight; adds to no parameter gradient.
@@ -154,7 +157,8 @@ class MoeLayer {
 
  private:
   // The forward into s (the microbatch's, or the shared one when recomputed whole); its losses.
-  double run_forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale);
+  double run_forward(Saved& s, float* out, const float* x, int64_t N, float grad_scale,
+                     const int32_t* sample_ids);
   void list_all(Saved& s, SavedLists& lists) const;
   Saved& state(Saved& s) { return whole_ ? shared_saved_ : s; }
   // f(dispatcher, its Saved in s): the layer's steps are the same for every dispatcher.

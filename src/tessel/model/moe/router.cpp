@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tessel/core/error.h"
+#include "tessel/kernels/router_rows.h"
+
 namespace tessel {
 
 int64_t moe_expert_capacity(int64_t N, int64_t E, int64_t k, double factor) {
@@ -17,7 +20,7 @@ int64_t moe_first_routed_rows(int64_t N, const MoeConfig& moe, int G) {
   return N * moe.topk;
 }
 
-TopKRouter::TopKRouter(const LayerContext& ctx, const std::string& prefix, int64_t max_tokens)
+TopKRouter::TopKRouter(const LayerContext& ctx, int layer, int64_t max_tokens)
     : k_(ctx.k),
       params_(ctx.registry),
       moe_(ctx.cfg.moe),
@@ -25,9 +28,11 @@ TopKRouter::TopKRouter(const LayerContext& ctx, const std::string& prefix, int64
       E_(moe_.num_experts),
       topk_(moe_.topk),
       max_tokens_(std::max<int64_t>(max_tokens, 1)),
-      token_group_(ctx.moe.token_group) {
+      token_group_(ctx.moe.token_group),
+      keys_(ctx.dropout_keys()),
+      random_site_(router_rows::random_logits_site(layer)) {
   TensorList& scratch = ctx.buffers.scratch;
-  weight_ = ctx.registry.add(prefix + "gate.weight", {E_, C_}, ParamInit::Normal, ctx.cfg.init_method_std, true);
+  weight_ = ctx.registry.add(ctx.cfg.layer_prefix(layer) + "mlp.gate.weight", {E_, C_}, ParamInit::Normal, ctx.cfg.init_method_std, true);
   const int64_t n = max_tokens_ * topk_;
   scratch.add(keep_, {n}, "router capacity verdicts", DType::I32);
   scratch.add(group_counts_, {E_ + 1}, "router load-balancing counts");
@@ -54,12 +59,27 @@ void TopKRouter::list_saved(Saved& s, TensorList& buffers) const {
   buffers.add(s.d_logits, {N, E_}, "router logits' gradient");
 }
 
-int64_t TopKRouter::forward(Saved& s, const float* x, int64_t N, float grad_scale) {
+// The gate's output, or under forced load balancing the random logits in its place: the gate is
+// not computed then, as nothing reads its output (backward takes the random logits' gradient for
+// it).
+void TopKRouter::logits_forward(Saved& s, const float* x, const int32_t* sample_ids) {
+  if (s.N == 0) return;
+  if (!moe_.force_load_balancing) {
+    k_.linear_forward(s.logits.data(), x, params_.value(weight_), nullptr, s.N, C_, E_, WeightLayout::OutIn);
+    return;
+  }
+  TESSEL_CHECK(sample_ids != nullptr && keys_.positions != nullptr,
+               "--moe-router-force-load-balancing keys the router's random logits by the tokens' samples, "
+               "which this forward does not have (generation)");
+  k_.moe_random_logits(s.logits.data(), sample_ids + keys_.first_row, keys_.positions + keys_.first_row, s.N,
+                       E_, keys_.seed, random_site_);
+}
+
+int64_t TopKRouter::forward(Saved& s, const float* x, int64_t N, float grad_scale, const int32_t* sample_ids) {
   s.N = N;
   const bool aux = moe_.aux_loss_coeff > 0, z = moe_.z_loss_coeff > 0;
   float* logits = s.logits.data();
-  if (N > 0)
-    k_.linear_forward(logits, x, params_.value(weight_), nullptr, N, C_, E_, WeightLayout::OutIn);
+  logits_forward(s, x, sample_ids);
   k_.moe_topk_forward(s.experts.ints(), s.probs.data(), logits, N, E_, topk_, score(),
                       moe_.pre_softmax);
 

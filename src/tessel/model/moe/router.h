@@ -7,6 +7,13 @@
 // Megatron's tp_cp group): the load-balancing loss counts the group's tokens, as Megatron's; the
 // capacity drop gathers the group's choices and drops over the whole microbatch, as one process
 // would (DESIGN invariant 1; Megatron drops per rank against a per-rank capacity instead).
+//
+// --moe-router-force-load-balancing (Megatron's RandomSTE, router.py and moe_utils.py): the logits
+// are standard normal values instead of the gate's output, and everything after them — the
+// top-k, the load-balancing loss and the z-loss — reads the random ones; their gradient is taken
+// as the gate output's (straight through), so the gate weight and the input still get one. The
+// values are keyed by (seed, layer, the token's sample and position, expert): every layout draws
+// the same, evaluation included (Megatron draws them there too).
 #pragma once
 
 #include <cstdint>
@@ -47,16 +54,17 @@ class TopKRouter {
     double aux_loss = 0, z_loss = 0;  // this rank's losses (each already times its coeff)
   };
 
-  // Declares `prefix`gate.weight [E, C] with ctx.cfg.moe's settings, and its scratch in
+  // Declares layer `layer`'s mlp.gate.weight [E, C] with ctx.cfg.moe's settings, and its scratch in
   // ctx.buffers.scratch; the load-balancing counts and the capacity's drop over ctx.moe.token_group.
-  TopKRouter(const LayerContext& ctx, const std::string& prefix, int64_t max_tokens);
+  TopKRouter(const LayerContext& ctx, int layer, int64_t max_tokens);
 
   void list_saved(Saved& s, TensorList& buffers) const;
   // Routes x (N, C): s.experts, s.probs, the losses, and keep() (the capacity's verdicts).
   // grad_scale: the main loss's scale (1 / tokens of the global batch); the auxiliary losses'
   // gradient is T · grad_scale · d(aux + z), T = the microbatch's tokens over the token group.
-  // Returns T.
-  int64_t forward(Saved& s, const float* x, int64_t N, float grad_scale);
+  // sample_ids: (chunk rows) each row's sample in the run, which keys the random logits of
+  // --moe-router-force-load-balancing (throws without them then). Returns T.
+  int64_t forward(Saved& s, const float* x, int64_t N, float grad_scale, const int32_t* sample_ids);
   // (N·k) i32 of the last forward: 1 where the assignment survived the capacity.
   const int32_t* keep() const { return keep_.ints(); }
   // s.d_logits from d_probs (N, k) and the auxiliary losses; dx (N, C) += d(x).
@@ -66,6 +74,7 @@ class TopKRouter {
   int weight() const { return weight_; }
 
  private:
+  void logits_forward(Saved& s, const float* x, const int32_t* sample_ids);
   void drop_over_capacity(Saved& s);
   float z_coeff() const;
   RouterScore score() const { return moe_.score_sigmoid ? RouterScore::Sigmoid : RouterScore::Softmax; }
@@ -75,6 +84,8 @@ class TopKRouter {
   MoeConfig moe_;
   int64_t C_, E_, topk_, max_tokens_;
   CommGroup token_group_;
+  DropoutKeys keys_;           // the random logits' seed and this rank's row positions
+  uint32_t random_site_ = 0;   // and their site word (router_rows::random_logits_site)
   int weight_ = -1;
   // Scratch of one forward: the verdicts, the counts for the load-balancing loss, and (with a
   // capacity, over a token group of G > 1 ranks) the group's choices (G·N·k each) for the drop.
