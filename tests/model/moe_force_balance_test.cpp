@@ -6,8 +6,8 @@
 // layout drawing the same: tests/parallel/equivalence_force_balance_test.cpp.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -158,21 +158,26 @@ TEST(MoeForceBalance, AForwardWithoutSamplesIsRefused) {
   EXPECT_THROW(f.layer->forward(s, out.data(), normals(N * C, 5).data(), N, 0.0f), Error);
 }
 
-// Evaluation draws them too (as Megatron's router does): the chunk reads the samples in every
-// forward, where dropout alone reads them only in forwards with gradients.
+// Evaluation draws them too (as Megatron's router does): the router reads the samples in every
+// forward, where dropout reads its own copy only in forwards with gradients.
 TEST(MoeForceBalance, EvaluationReadsTheSamples) {
   ModelConfig cfg;
   cfg.arch = Arch::Llama;
   cfg.moe = forced_config();
+  cfg.hidden_dropout = 0.1f;
   const MicrobatchShape shape{.tokens = 8};
   const ChunkSpec spec{0, cfg.num_layers, true, true};
-  const std::vector<MicrobatchInput> inputs = TransformerChunk::microbatch_inputs(cfg, spec, shape);
-  const auto samples = std::find_if(inputs.begin(), inputs.end(), [](const auto& i) { return i.name == "sample_ids"; });
-  ASSERT_NE(samples, inputs.end());
-  EXPECT_EQ(samples->read, InputRead::Always);
+  auto read_of = [&](const char* name) -> std::optional<InputRead> {
+    for (const MicrobatchInput& i : TransformerChunk::microbatch_inputs(cfg, spec, shape))
+      if (i.name == name) return i.read;
+    return std::nullopt;
+  };
+  EXPECT_EQ(read_of("routing_sample_ids"), InputRead::Always);
+  EXPECT_EQ(read_of("sample_ids"), InputRead::WithGradients);  // dropout's
   cfg.moe.force_load_balancing = false;
-  for (const MicrobatchInput& i : TransformerChunk::microbatch_inputs(cfg, spec, shape))
-    if (i.name == "sample_ids") EXPECT_EQ(i.read, InputRead::WithGradients);  // dropout's
+  EXPECT_EQ(read_of("routing_sample_ids"), std::nullopt);
+  cfg.hidden_dropout = cfg.attention_dropout = 0;
+  EXPECT_EQ(read_of("sample_ids"), std::nullopt);
 }
 
 }  // namespace

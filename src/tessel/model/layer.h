@@ -62,9 +62,9 @@ struct PackedRows {
   // (N) each row's sample index in the run, which keys the dropout masks (kernels/dropout.h);
   // nullptr in a forward without gradients (evaluation, inference): no dropout.
   const int32_t* sample_ids = nullptr;
-  // (N) the same samples in evaluation's forwards too, where the chunk reads them (TransformerChunk::
-  // microbatch_inputs): the key of the MoE router's random logits under
-  // --moe-router-force-load-balancing, which Megatron draws in evaluation as in training.
+  // (N) the same samples, in evaluation's forwards too: the key of the MoE router's random logits
+  // under --moe-router-force-load-balancing, which Megatron draws in evaluation as in training.
+  // Each reader has its own input (TransformerChunk::microbatch_inputs), read when it needs it.
   const int32_t* routing_sample_ids = nullptr;
 };
 

@@ -192,11 +192,12 @@ std::vector<MicrobatchInput> TransformerChunk::microbatch_inputs(const ModelConf
     if (shape.sequence_tokens > 0)
       inputs.push_back({"sequence_key_start", "packed documents' starts, whole sequences", {shape.sequence_tokens}});
   }
-  // Dropout draws in training alone; the forced router's random logits in evaluation too.
-  if (cfg.moe.force_load_balancing)
-    inputs.push_back({"sample_ids", "sample indices (the random router logits' and dropout's key)", {n}});
-  else if (cfg.hidden_dropout > 0 || cfg.attention_dropout > 0)
+  // The sample indices, once per reader: dropout draws in training alone, the forced router's
+  // random logits in evaluation too (Megatron draws them there).
+  if (cfg.hidden_dropout > 0 || cfg.attention_dropout > 0)
     inputs.push_back({"sample_ids", "sample indices (dropout's key)", {n}, InputRead::WithGradients});
+  if (cfg.moe.force_load_balancing)
+    inputs.push_back({"routing_sample_ids", "sample indices (the random router logits' key)", {n}});
   const int64_t D = cfg.mtp_num_layers;
   if (spec.has_head && D > 0) {
     inputs.push_back({"shifted_tokens", "MTP shifted token ids", {D, n}, InputRead::WithGradients});
@@ -280,12 +281,9 @@ ChunkActivations TransformerChunk::make_activations() const {
 double TransformerChunk::forward(ChunkActivations& acts, const InputRows& rows, const float* input,
                                  float grad_scale) {
   const int32_t* targets = input_rows(rows, "targets");
-  // The samples come to a forward with gradients alone, dropout's key (microbatch_inputs), but to
-  // every forward under forced load balancing: dropout then keeps to the forwards with gradients.
-  const int32_t* samples = input_rows(rows, "sample_ids");
-  const int32_t* dropout_samples = cfg_.moe.force_load_balancing && grad_scale <= 0 ? nullptr : samples;
   const PackedRows packed{input_rows(rows, "position_ids"), input_rows(rows, "key_start"),
-                          input_rows(rows, "sequence_key_start"), dropout_samples, samples};
+                          input_rows(rows, "sequence_key_start"), input_rows(rows, "sample_ids"),
+                          input_rows(rows, "routing_sample_ids")};
   if (embedding_) {
     embedding_->forward(acts.embedding, acts.resid[0].data(), input_rows(rows, "tokens"), packed, scratch_);
   } else {

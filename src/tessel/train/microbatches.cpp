@@ -30,7 +30,7 @@ const std::vector<int32_t>& MicrobatchLoader::host_rows(const std::string& name)
   if (name == "targets") return batch_->targets;
   if (name == "position_ids") return batch_->position_ids;
   if (name == "key_start") return batch_->key_start;
-  if (name == "sample_ids") return batch_->sample_ids;
+  if (name == "sample_ids" || name == "routing_sample_ids") return batch_->sample_ids;
   fail("microbatch input '{}' that the data loader does not make", name);
 }
 
