@@ -276,9 +276,9 @@ void LayoutCommand::run() const {
     v.insert(v.end(), b.begin(), b.end());
   }
   ParallelConfig staged = config_;  // with the virtual stages that --num-layers-per-virtual-pipeline-stage gives
-  const std::vector<std::string> chunks = resolve_layers_per_virtual_stage(model.num_layers, pipeline_, staged);
+  const std::vector<std::string> chunks = resolve_virtual_stages(model.num_layers, pipeline_, staged);
   v.insert(v.end(), chunks.begin(), chunks.end());
-  const StageOptions stages = stage_options(staged, pipeline_);
+  const StageOptions stages = stage_options(staged, pipeline_, model.mtp_num_layers);
   const bool layers = model_.given(&ModelConfig::num_layers), experts = model_.given(&MoeConfig::num_experts);
   if (layers) {
     std::vector<std::string> st = stage_violations(model.num_layers, stages);

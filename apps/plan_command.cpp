@@ -141,7 +141,7 @@ PlanRun PlanCommand::resolve_run(const PlanModel& model, const Cluster& cluster)
   if (tessel && (bf16_ || fp16_)) r.precision = fp16_ ? PlannedPrecision::FP16 : PlannedPrecision::BF16;  // refused by the rules
   r.attention = tessel ? AttentionBackend::Tessel
                        : attention_.empty() ? AttentionBackend::Flash : parse_attention_backend(attention_);
-  const std::vector<std::string> chunks = resolve_layers_per_virtual_stage(model.cfg.num_layers, pipeline_, r.parallel);
+  const std::vector<std::string> chunks = resolve_virtual_stages(model.cfg.num_layers, pipeline_, r.parallel);
   if (!chunks.empty()) throw ConfigError(fmt::format("invalid layout: {}", fmt::join(chunks, "; ")));
   r.first_stage_layers = pipeline_.first_stage_layers, r.last_stage_layers = pipeline_.last_stage_layers;
   r.pipeline_layout = pipeline_.layout;

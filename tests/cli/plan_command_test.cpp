@@ -43,12 +43,13 @@ TEST(PlanCli, ALayoutOverTheLimitShowsItsMarginAndTheFix) {
   std::string layout = "Et*1";
   for (int i = 1; i < 63; ++i) layout += "|t*2";
   layout += "|t*1L";
-  const std::string args = "plan --model llama3-405b --cluster h100 --num-gpus 16384 --tp 8 --pp 16 --vpp 4 "
+  // The layout's 64 entries over PP 16 are VPP 4, as Megatron derives it (no --vpp beside it).
+  const std::string args = "plan --model llama3-405b --cluster h100 --num-gpus 16384 --tp 8 --pp 16 "
                            "--pipeline-model-parallel-layout \"" + layout + "\" --micro-batch-size 1 --global-batch-size 2048 "
                            "--use-distributed-optimizer --sequence-parallel";
   const testing::CommandResult r = run_tessel(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* text : {"does NOT fit: over by", "% of 80.0 GiB)", "a runtime allowance of 1.00 GiB",
+  for (const char* text : {"PP16 VPP4", "does NOT fit: over by", "% of 80.0 GiB)", "a runtime allowance of 1.00 GiB",
                            "fits with --recompute-granularity full", "step time"})
     EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
   const testing::CommandResult less = run_tessel(args + " --runtime-memory-gib 0.25");

@@ -145,6 +145,7 @@ const Layout kMtpLayouts[] = {
     {"mtp_gdn_dp2", 2, "", false, 4, kGdnMtp},
     {"mtp_gdn_dp2_distopt", 2, "--use-distributed-optimizer", false, 4, kGdnMtp},
     {"mtp_gdn_pp2", 2, "--pp 2", false, 4, kGdnMtp},
+    {"mtp_gdn_pp2_layout", 2, "--pp 2 --pipeline-model-parallel-layout 'Et|tttmL'", false, 4, kGdnMtp},
     {"mtp_gdn_pp2_vpp2", 2, "--pp 2 --vpp 2", false, 8, kGdnMtp},
     {"mtp_gdn_pp2_uneven", 2, "--pp 2 --decoder-first-pipeline-num-layers 3", false, 4, kGdnMtp},
     {"mtp_gdn_pp2_zbh1", 2, "--pp 2 --schedule zb-h1", false, 4, kGdnMtp},

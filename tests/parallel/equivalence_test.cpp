@@ -373,6 +373,8 @@ const Layout kLayouts[] = {
     {"pp4_vpp2_8mb", 4, "--pp 4 --vpp 2 --micro-batch-size 1", false, 8},
     {"pp2_gpipe", 2, "--pp 2 --schedule gpipe", false, 4},
     {"pp2_uneven_7", 2, "--pp 2 --decoder-first-pipeline-num-layers 3", false, 7},
+    // Megatron's layout string alone: its four entries over PP 2 are two virtual stages each.
+    {"pp2_layout_vpp2_7", 2, "--pp 2 --pipeline-model-parallel-layout 'Et|tt|tt|ttL'", false, 7},
     {"tp2_pp2_dp2", 8, "--tp 2 --pp 2", false, 4},
     // Context parallel: every sequence's positions split over CP (ring attention), with the
     // other axes, and the all-gather variant.

@@ -48,6 +48,38 @@ TEST(Stages, LayoutString) {
   EXPECT_TRUE(chunks.back().has_head);
 }
 
+// Megatron's 'm': the MTP layers, after every Transformer layer, with the loss in the last chunk.
+TEST(Stages, LayoutWithMtpLayers) {
+  auto chunks = assign_layers(4, {.pipeline_size = 2, .virtual_stages = 2, .layout = "Et|(t|)*2tmL", .mtp_layers = 1});
+  std::vector<int> counts;
+  for (const ChunkSpec& c : chunks) counts.push_back(c.num_layers);
+  EXPECT_EQ(counts, (std::vector<int>{1, 1, 1, 1}));
+  auto names = [](const std::vector<std::string>& v, const char* rule) {
+    for (const std::string& s : v)
+      if (s.find(rule) != std::string::npos) return true;
+    return false;
+  };
+  auto v = stage_violations(4, {.pipeline_size = 2, .layout = "Ettt|tL", .mtp_layers = 1});
+  EXPECT_TRUE(names(v, "holds 0 MTP layers 'm' but --mtp-num-layers is 1")) << v.size();
+  v = stage_violations(4, {.pipeline_size = 2, .layout = "Ett|tmtL", .mtp_layers = 1});
+  EXPECT_TRUE(names(v, "every Transformer layer 't' must come before the MTP layers 'm'"));
+  v = stage_violations(4, {.pipeline_size = 2, .virtual_stages = 2, .layout = "Et|t|ttm|L", .mtp_layers = 1});
+  EXPECT_TRUE(names(v, "standalone MTP stage) are not built"));
+  EXPECT_TRUE(stage_violations(4, {.pipeline_size = 2, .layout = "Ett|ttm,L", .mtp_layers = 1}).empty());
+}
+
+// A layout is expanded only within bounds: a repeat or nesting past any model is refused, not run.
+TEST(Stages, LayoutExpansionIsBounded) {
+  auto one = [](const std::string& layout) {
+    auto v = stage_violations(8, {.pipeline_size = 2, .layout = layout});
+    return v.empty() ? std::string() : v.front();
+  };
+  EXPECT_NE(one("Et*4|t*4000000000000000000000L").find("expands past 1000000 entries"), std::string::npos);
+  EXPECT_NE(one("E(t*1000)*1001|L").find("expands past 1000000 entries"), std::string::npos);
+  EXPECT_NE(one(std::string(100000, '(') + "t").find("nested past 64 deep"), std::string::npos);
+  EXPECT_EQ(one("E((((t*4))))|t*4L"), "");
+}
+
 TEST(Stages, BadSplitsNameTheRule) {
   EXPECT_NE(stage_violations(7, {.pipeline_size = 2})[0].find("--num-layers 7 is not divisible"), std::string::npos);
   EXPECT_NE(stage_violations(8, {.pipeline_size = 2, .layout = "Ett|ttX|L"})[0].find("PP × VPP is 2"),

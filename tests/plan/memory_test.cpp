@@ -158,7 +158,7 @@ TEST(PlanMemory, QwenNextStagesCountTheirOwnLayers) {
   PlanRun r;
   r.parallel.world = 64, r.parallel.tp = 4, r.parallel.pp = 8, r.parallel.ep = 8, r.parallel.etp = 1;
   r.parallel.sequence_parallel = true, r.parallel.distributed_optimizer = true;
-  r.pipeline_layout = lighter_ends_layout(60, 8);
+  r.pipeline_layout = lighter_ends_layout(60, 8, -1, m.mtp_layers());  // "Et*6|t*8|…|t*6mL"
   r.global_batch = 512, r.micro_batch = 1, r.recompute = planned_recompute(Recompute::Selective);
   ASSERT_TRUE(run_violations(m, r, h100, planned_run_violations).empty()) << run_violations(m, r, h100, planned_run_violations).front();
   const std::vector<StageMemory> s = estimate_memory(m, r, h100);

@@ -137,5 +137,43 @@ TEST(TrainPlan, ScheduleRulesSeeTheMicrobatches) {
   EXPECT_NE(violations_of(model, o).find("zigzag"), std::string::npos) << violations_of(model, o);
 }
 
+// As Megatron's argument validation: the layout's entries over PP are the virtual stages, and at
+// most one of the three ways of asking for them is given.
+TEST(TrainPlan, VirtualStagesComeFromTheLayout) {
+  ModelConfig model;
+  model.num_layers = 6;
+  model.seq_length = 16;
+  TrainOptions o = options_for(2);
+  o.parallel.layout.pp = 2;
+  o.batch = {.micro_batch_size = 1, .global_batch_size = 4};
+  o.parallel.pipeline.layout = "Et|(tt|)*2tL";
+  const TrainPlan plan = plan_training(model, o);
+  EXPECT_EQ(plan.schedule.kind, ScheduleKind::Interleaved);
+  EXPECT_EQ(plan.schedule.virtual_stages, 2);
+  ASSERT_EQ(plan.chunks.size(), 4u);
+  EXPECT_EQ(plan.stage_chunks(1)[0].num_layers, 2);  // model chunk 1
+  EXPECT_EQ(plan.stage_chunks(0)[1].first_layer, 3);  // model chunk 2
+
+  o.parallel.pipeline.layout = "Et|t|ttttL";
+  EXPECT_NE(violations_of(model, o).find("--pipeline-model-parallel-layout has 3 stages, not divisible by "
+                                         "--pipeline-model-parallel-size 2"),
+            std::string::npos)
+      << violations_of(model, o);
+  o.parallel.pipeline.layout = "Et|(tt|)*2tL";
+  o.parallel.layout.vpp = 2;
+  EXPECT_NE(violations_of(model, o).find("no more than one of"), std::string::npos) << violations_of(model, o);
+
+  // The MTP layers 'm' go with the loss, as many as --mtp-num-layers.
+  o.parallel.layout.vpp = 1;
+  o.parallel.pipeline.layout = "Ettt|tttmL";
+  model.arch = Arch::Llama;
+  model.mtp_num_layers = 1;
+  EXPECT_EQ(violations_of(model, o), "");
+  EXPECT_EQ(plan_training(model, o).schedule.virtual_stages, 1);
+  model.mtp_num_layers = 2;
+  EXPECT_NE(violations_of(model, o).find("holds 1 MTP layers 'm' but --mtp-num-layers is 2"), std::string::npos)
+      << violations_of(model, o);
+}
+
 }  // namespace
 }  // namespace tessel

@@ -10,14 +10,23 @@ namespace tessel {
 
 namespace {
 
+constexpr size_t kMaxLayoutLength = 1'000'000;
+constexpr int kMaxLayoutDepth = 64;
+
 // Expands repeats and groups: "(tt|)*2L" -> "tt|tt|L". Appends problems to `errors`.
 std::string expand_layout(const std::string& s, size_t& i, int depth, std::vector<std::string>& errors) {
   std::string out;
   while (i < s.size() && s[i] != ')') {
     std::string item;
     if (s[i] == '(') {
+      if (depth >= kMaxLayoutDepth) {
+        errors.push_back(fmt::format("--pipeline-model-parallel-layout: parentheses nested past {} deep", kMaxLayoutDepth));
+        i = std::string::npos;  // abandoned: the callers stop without more messages
+        return out;
+      }
       ++i;
       item = expand_layout(s, i, depth + 1, errors);
+      if (i == std::string::npos) return out;
       if (i >= s.size()) {
         errors.push_back("--pipeline-model-parallel-layout: '(' without ')'");
         return out;
@@ -33,10 +42,22 @@ std::string expand_layout(const std::string& s, size_t& i, int depth, std::vecto
         errors.push_back("--pipeline-model-parallel-layout: '*' needs a repeat count");
         continue;
       }
-      const int n = std::stoi(s.substr(digits, i - digits));
+      // Bounded before expanding: a layout names each layer once, and no model has a million.
+      const std::string count = s.substr(digits, i - digits);
+      const size_t n = count.size() > 7 ? kMaxLayoutLength + 1 : std::stoul(count);
+      if (n * item.size() + out.size() > kMaxLayoutLength) {
+        errors.push_back(fmt::format("--pipeline-model-parallel-layout: '*{}' expands past {} entries", count,
+                                     kMaxLayoutLength));
+        continue;
+      }
       std::string repeated;
-      for (int r = 0; r < n; ++r) repeated += item;
+      for (size_t r = 0; r < n; ++r) repeated += item;
       item = repeated;
+    }
+    if (out.size() + item.size() > kMaxLayoutLength) {
+      errors.push_back(fmt::format("--pipeline-model-parallel-layout expands past {} entries", kMaxLayoutLength));
+      i = std::string::npos;
+      return out;
     }
     out += item;
   }
@@ -47,35 +68,52 @@ std::string expand_layout(const std::string& s, size_t& i, int depth, std::vecto
   return out;
 }
 
-struct LayoutEntries {
-  std::vector<int> layers;  // Transformer layers per model chunk
-  std::vector<std::string> errors;
-};
-
-LayoutEntries parse_layout(const std::string& layout, int chunks) {
-  LayoutEntries r;
+// The layout's '|'-separated entries, repeats and groups expanded, cosmetic commas dropped.
+std::vector<std::string> layout_entries(const std::string& layout, std::vector<std::string>& errors) {
   size_t i = 0;
-  std::string flat = expand_layout(layout, i, 0, r.errors);
-  while (i < layout.size()) flat += expand_layout(layout, ++i, 0, r.errors);
+  std::string flat = expand_layout(layout, i, 0, errors);
+  while (i < layout.size() && flat.size() <= kMaxLayoutLength) flat += expand_layout(layout, ++i, 0, errors);
   std::vector<std::string> entries(1);
   for (char c : flat) {
     if (c == '|') entries.emplace_back();
     else if (c != ',' && c != ' ') entries.back() += c;
   }
+  return entries;
+}
+
+struct LayoutEntries {
+  std::vector<int> layers;  // Transformer layers per model chunk
+  std::vector<std::string> errors;
+};
+
+// Megatron's PipelineParallelLayerLayout rules: 'E' first, 'L' last, every 'm' (an MTP layer)
+// after the last 't' and as many as --mtp-num-layers. tessel runs the MTP layers beside the head
+// they share, so every 'm' must be in the last model chunk; Megatron's standalone placement (the
+// 'm's in the last chunk of another pipeline rank) is not built.
+LayoutEntries parse_layout(const std::string& layout, int chunks, int mtp_layers) {
+  LayoutEntries r;
+  const std::vector<std::string> entries = layout_entries(layout, r.errors);
   if (static_cast<int>(entries.size()) != chunks) {
     r.errors.push_back(fmt::format("--pipeline-model-parallel-layout has {} stages but PP × VPP is {}",
                                    entries.size(), chunks));
   }
+  int mtp = 0;
+  bool t_after_m = false, m_before_last = false;
   for (size_t k = 0; k < entries.size(); ++k) {
     int t = 0;
     for (char c : entries[k]) {
-      if (c == 't') ++t;
-      else if (c == 'E' && k != 0)
+      if (c == 't') {
+        ++t;
+        t_after_m = t_after_m || mtp > 0;
+      } else if (c == 'm') {
+        ++mtp;
+        m_before_last = m_before_last || k + 1 != entries.size();
+      } else if (c == 'E' && k != 0)
         r.errors.push_back("--pipeline-model-parallel-layout: the embedding 'E' must be in the first stage");
       else if (c == 'L' && k + 1 != entries.size())
         r.errors.push_back("--pipeline-model-parallel-layout: the loss 'L' must be in the last stage");
       else if (c != 'E' && c != 'L')
-        r.errors.push_back(fmt::format("--pipeline-model-parallel-layout: unknown layer '{}' (t, E, L)", c));
+        r.errors.push_back(fmt::format("--pipeline-model-parallel-layout: unknown layer '{}' (t, m, E, L)", c));
     }
     r.layers.push_back(t);
   }
@@ -83,6 +121,14 @@ LayoutEntries parse_layout(const std::string& layout, int chunks) {
     r.errors.push_back("--pipeline-model-parallel-layout: the first stage must hold the embedding 'E'");
   if (entries.back().find('L') == std::string::npos)
     r.errors.push_back("--pipeline-model-parallel-layout: the last stage must hold the loss 'L'");
+  if (mtp != mtp_layers)
+    r.errors.push_back(fmt::format("--pipeline-model-parallel-layout holds {} MTP layers 'm' but --mtp-num-layers is {}",
+                                   mtp, mtp_layers));
+  if (t_after_m)
+    r.errors.push_back("--pipeline-model-parallel-layout: every Transformer layer 't' must come before the MTP layers 'm'");
+  if (m_before_last)
+    r.errors.push_back("--pipeline-model-parallel-layout: MTP layers 'm' outside the last stage (Megatron's standalone "
+                       "MTP stage) are not built: put them in the last stage, with 'L'");
   return r;
 }
 
@@ -98,7 +144,7 @@ std::vector<int> layer_counts(int L, const StageOptions& o, std::vector<std::str
     if (uneven)
       v.push_back("--pipeline-model-parallel-layout cannot be combined with "
                   "--decoder-first/last-pipeline-num-layers");
-    LayoutEntries e = parse_layout(o.layout, chunks);
+    LayoutEntries e = parse_layout(o.layout, chunks, o.mtp_layers);
     v.insert(v.end(), e.errors.begin(), e.errors.end());
     int total = 0;
     for (int t : e.layers) total += t;
@@ -147,6 +193,11 @@ std::vector<int> layer_counts(int L, const StageOptions& o, std::vector<std::str
 }
 
 }  // namespace
+
+int layout_stage_count(const std::string& layout) {
+  std::vector<std::string> errors;
+  return static_cast<int>(layout_entries(layout, errors).size());
+}
 
 std::vector<std::string> stage_violations(int num_layers, const StageOptions& options) {
   std::vector<std::string> v;

@@ -8,7 +8,9 @@
 //                 the first and last stages, the rest is split evenly (v = 1);
 //   layout:       --pipeline-model-parallel-layout, Megatron's string: one '|'-separated entry per
 //                 model chunk, 't' a Transformer layer, 'E' the embedding (first), 'L' the loss
-//                 (last), "X*n" repeats, parentheses group, e.g. "Et*3|(tt|)*2tL".
+//                 (last), 'm' an MTP layer (after every 't', in the last chunk), "X*n" repeats,
+//                 parentheses group, e.g. "Et*3|(tt|)*2tL"; without --num-virtual-stages-per-
+//                 pipeline-rank its entries over PP give the virtual stages (Megatron's rule).
 // The embedding lives in model chunk 0 and the final norm, LM head and loss in the last.
 #pragma once
 
@@ -27,7 +29,11 @@ struct StageOptions {
   int last_stage_layers = -1;   // --decoder-last-pipeline-num-layers
   std::string layout;           // --pipeline-model-parallel-layout
   Placement placement = Placement::Looped;  // the schedule's
+  int mtp_layers = 0;  // --mtp-num-layers: the layout's 'm' entries
 };
+
+// The model chunks a --pipeline-model-parallel-layout names (its '|'-separated entries).
+int layout_stage_count(const std::string& layout);
 
 // Every rule broken (layers not dividing, a malformed layout string, ...), one message each.
 std::vector<std::string> stage_violations(int num_layers, const StageOptions& options);

@@ -57,7 +57,7 @@ std::vector<PlanRun> options(const PublishedRun& row, const Cluster& cluster, co
       r.micro_batch = mb;
       r.parallel.vpp = vpp;
       if (row.lighter_ends) {
-        r.pipeline_layout = lighter_ends_layout(L, pp * vpp, 1);
+        r.pipeline_layout = lighter_ends_layout(L, pp * vpp, 1, row.model.mtp_layers());
         if (r.pipeline_layout.empty()) continue;
       } else if (L % (pp * vpp) != 0) {
         continue;

@@ -68,10 +68,10 @@ AttentionBackend parse_attention_backend(const std::string& name) {
   throw ConfigError(fmt::format("unknown --attention-backend '{}' (unfused | flash)", name));
 }
 
-StageOptions PlanRun::stage_options() const {
+StageOptions PlanRun::stage_options(int mtp_layers) const {
   const ScheduleConfig schedule = schedule_config();
   return {parallel.pp, schedule.virtual_stages, first_stage_layers, last_stage_layers, pipeline_layout,
-          schedule_placement(schedule.kind)};
+          schedule_placement(schedule.kind), mtp_layers};
 }
 
 ScheduleConfig PlanRun::schedule_config() const {

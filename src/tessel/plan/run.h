@@ -92,7 +92,7 @@ struct PlanRun {
   int dp() const { return parallel.dp(); }
   Recompute recompute_kind() const { return parse_recompute(recompute.effective_granularity()); }
   int microbatches() const { return static_cast<int>(global_batch / (micro_batch * parallel.dp())); }
-  StageOptions stage_options() const;
+  StageOptions stage_options(int mtp_layers) const;
   ScheduleConfig schedule_config() const;
   std::string describe() const;  // "TP 4 · PP 8 (VPP 2) · EP 8 · DP 2 · mb 1 · selective · dist-opt"
 };

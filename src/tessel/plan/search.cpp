@@ -10,7 +10,7 @@
 
 namespace tessel {
 
-std::string lighter_ends_layout(int layers, int chunks, int first_share) {
+std::string lighter_ends_layout(int layers, int chunks, int first_share, int mtp_layers) {
   if (chunks < 2 || layers % chunks == 0 || layers < chunks) return "";
   const int base = (layers + chunks - 1) / chunks;
   std::vector<int> n(chunks, base);
@@ -30,7 +30,7 @@ std::string lighter_ends_layout(int layers, int chunks, int first_share) {
     if (k > 0) s += "|";
     if (k == 0) s += "E";
     s += fmt::format("t*{}", n[k]);
-    if (k == chunks - 1) s += "L";
+    if (k == chunks - 1) s += std::string(mtp_layers, 'm') + "L";
   }
   return s;
 }
@@ -55,7 +55,7 @@ struct Split {
   std::string layout;
 };
 
-std::vector<Split> pipeline_splits(int L, int world, const SearchSpace& space) {
+std::vector<Split> pipeline_splits(int L, int mtp_layers, int world, const SearchSpace& space) {
   std::vector<Split> splits;
   for (int pp = 1; pp <= std::min(L, world); ++pp) {
     if (world % pp != 0 || (space.pp && pp != *space.pp)) continue;
@@ -71,7 +71,7 @@ std::vector<Split> pipeline_splits(int L, int world, const SearchSpace& space) {
       }
       std::vector<std::string> seen;
       for (int share = 0; share <= (L + chunks - 1) / chunks * chunks - L; ++share) {
-        std::string s = lighter_ends_layout(L, chunks, share);
+        std::string s = lighter_ends_layout(L, chunks, share, mtp_layers);
         if (s.empty() || std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
         seen.push_back(s);
         splits.push_back({pp, vpp, s});
@@ -196,7 +196,7 @@ SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpa
       cluster.cpu() ? std::vector<Recompute>{Recompute::None}
                     : fixed_or(space.recompute, {Recompute::None, Recompute::Selective, Recompute::Full});
   const int max_tp = std::min(world, 2 * cluster.devices_per_node);
-  const std::vector<Split> splits = pipeline_splits(L, world, space);
+  const std::vector<Split> splits = pipeline_splits(L, model.mtp_layers(), world, space);
   for (int tp : fixed_or(space.tp, powers_of_two_up_to(max_tp)))
     for (int cp : fixed_or(space.cp, powers_of_two_up_to(8)))
       for (const Split& split : splits) {

@@ -76,8 +76,8 @@ SearchResult search(const PlanModel& model, const PlanRun& base, const SearchSpa
 // The --pipeline-model-parallel-layout that gives the first and last model chunks the fewest
 // layers when `layers` do not divide into `chunks` (the embedding and the LM head sit there):
 // e.g. 60 layers over 8 chunks, "Et*6|t*8|t*8|t*8|t*8|t*8|t*8|t*6L"; the first chunk gives up
-// `first_share` of the missing layers (-1: half), the last the rest. Empty when they divide or
-// no such split exists.
-std::string lighter_ends_layout(int layers, int chunks, int first_share = -1);
+// `first_share` of the missing layers (-1: half), the last the rest, and holds the model's
+// `mtp_layers` MTP layers ('m'). Empty when they divide or no such split exists.
+std::string lighter_ends_layout(int layers, int chunks, int first_share = -1, int mtp_layers = 0);
 
 }  // namespace tessel

@@ -28,7 +28,7 @@ RunShape::RunShape(const PlanModel& m, const PlanRun& r, const Cluster& c)
   w_bytes = sb.weight, g_bytes = sb.grad, o_bytes = sb.optimizer;
   V_l = m.cfg.padded_vocab(t) / t;
   microbatches = r.microbatches();
-  stages = r.stage_options();
+  stages = r.stage_options(m.mtp_layers());
   v = stages.virtual_stages;  // a V schedule's two chunks per rank at --vpp 1
   chunks = assign_layers(m.cfg.num_layers, stages);
   schedule = r.schedule_config();

@@ -214,14 +214,25 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
   return v;
 }
 
-std::vector<std::string> resolve_layers_per_virtual_stage(int num_layers, const PipelineOptions& p, ParallelConfig& c) {
+std::vector<std::string> resolve_virtual_stages(int num_layers, const PipelineOptions& p, ParallelConfig& c) {
   const int per_chunk = p.layers_per_virtual_stage;
-  if (per_chunk == 0) return {};
+  const bool layout = !p.layout.empty();
   std::vector<std::string> v;
-  if (per_chunk < 0) v.push_back(fmt::format("--num-layers-per-virtual-pipeline-stage {} must be positive", per_chunk));
-  if (c.vpp > 1 || !p.layout.empty())
+  if ((per_chunk != 0) + (c.vpp > 1) + layout > 1)
     v.push_back("no more than one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank "
                 "and --pipeline-model-parallel-layout may be given (Megatron's rule)");
+  if (layout) {
+    // Megatron: the layout's entries are PP × VPP model chunks.
+    const int stages = layout_stage_count(p.layout);
+    if (c.pp > 0 && stages % c.pp != 0)
+      v.push_back(fmt::format("--pipeline-model-parallel-layout has {} stages, not divisible by "
+                              "--pipeline-model-parallel-size {}", stages, c.pp));
+    else if (v.empty() && c.pp > 0)
+      c.vpp = stages / c.pp;
+    return v;
+  }
+  if (per_chunk == 0) return v;
+  if (per_chunk < 0) v.push_back(fmt::format("--num-layers-per-virtual-pipeline-stage {} must be positive", per_chunk));
   if (p.first_stage_layers >= 0 || p.last_stage_layers >= 0)
     v.push_back("--num-layers-per-virtual-pipeline-stage takes no --decoder-first/last-pipeline-num-layers: give "
                 "uneven stages with --num-virtual-stages-per-pipeline-rank (Megatron's rule)");
@@ -234,7 +245,7 @@ std::vector<std::string> resolve_layers_per_virtual_stage(int num_layers, const 
   return v;
 }
 
-StageOptions stage_options(const ParallelConfig& c, const PipelineOptions& p) {
+StageOptions stage_options(const ParallelConfig& c, const PipelineOptions& p, int mtp_layers) {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   try {
     kind = chosen_schedule_kind(p.schedule, c.vpp);
@@ -242,7 +253,7 @@ StageOptions stage_options(const ParallelConfig& c, const PipelineOptions& p) {
     // an unknown --schedule: plan_training reports it; the stages are 1F1B's meanwhile
   }
   return {c.pp, chunks_per_rank(kind, c.vpp), p.first_stage_layers, p.last_stage_layers, p.layout,
-          schedule_placement(kind)};
+          schedule_placement(kind), mtp_layers};
 }
 
 std::vector<ChunkSpec> TrainPlan::stage_chunks(int stage) const {
@@ -369,7 +380,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
     o.parallel.layout.sequence_parallel = false;
     notes.push_back("--sequence-parallel: disabled, because tensor model parallelism is disabled (TP 1), as Megatron does");
   }
-  std::vector<std::string> v = resolve_layers_per_virtual_stage(model.num_layers, o.parallel.pipeline, o.parallel.layout);
+  std::vector<std::string> v = resolve_virtual_stages(model.num_layers, o.parallel.pipeline, o.parallel.layout);
   append(notes, checkpoint_format_notes(o.checkpoint));
   append(notes, unused_switch_notes(o));
   const ParallelConfig& c = o.parallel.layout;
@@ -402,7 +413,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
     if (!o.optim.lr.sample_based()) notes.push_back(iteration_unit_note(o.batch.global_batch_size));
   }
   TrainPlan plan{.model = model, .options = o, .tokenizer = tokenizer, .notes = notes, .batches = batches};
-  plan.stages = stage_options(c, o.parallel.pipeline);
+  plan.stages = stage_options(c, o.parallel.pipeline, model.mtp_num_layers);
   append(v, stage_violations(model.num_layers, plan.stages));
   // The schedule's rules need the microbatch count, which needs a valid layout and batch.
   if (layout.empty() && batch_violations(c, batch.micro_batch_size, batch.global_batch_size).empty()) {

@@ -38,14 +38,14 @@ int microbatch_count(const ParallelConfig& config, int64_t micro_batch, int64_t 
 std::vector<std::string> training_violations(const ParallelConfig& config, const ModelConfig& model,
                                              int64_t micro_batch, int64_t global_batch);
 
-// --num-layers-per-virtual-pipeline-stage, as Megatron's argument validation turns it into the
-// virtual stages per rank (the layers of a pipeline stage over the layers of a chunk): sets
-// config.vpp when `pipeline` gives it and returns the rules broken, one message each.
-std::vector<std::string> resolve_layers_per_virtual_stage(int num_layers, const PipelineOptions& pipeline,
-                                                          ParallelConfig& config);
+// The virtual stages per rank that --num-layers-per-virtual-pipeline-stage (the layers of a
+// pipeline stage over the layers of a chunk) or --pipeline-model-parallel-layout (its entries over
+// PP) give, as Megatron's argument validation derives them: sets config.vpp and returns the rules
+// broken, one message each (at most one of those two and --num-virtual-stages-per-pipeline-rank).
+std::vector<std::string> resolve_virtual_stages(int num_layers, const PipelineOptions& pipeline, ParallelConfig& config);
 
-// The stages of a layout, as the pipeline flags ask.
-StageOptions stage_options(const ParallelConfig& config, const PipelineOptions& pipeline);
+// The stages of a layout, as the pipeline flags ask, for a model with mtp_layers MTP layers.
+StageOptions stage_options(const ParallelConfig& config, const PipelineOptions& pipeline, int mtp_layers);
 
 // A run, resolved. Everything here follows from the model and the options.
 struct TrainPlan {
