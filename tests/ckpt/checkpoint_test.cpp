@@ -252,7 +252,7 @@ TEST(Checkpoint, AMegatronCheckpointIsNamed) {
   }
   const testing::CommandResult flags = testing::run_tessel(
       "train " + std::string(kModel) + kCommon +
-      "--train-iters 1 --eval-iters 0 --ckpt-format torch_dist --auto-detect-ckpt-format --dist-ckpt-strictness log_all");
+      "--train-iters 3 --eval-iters 0 --ckpt-format torch_dist --auto-detect-ckpt-format --dist-ckpt-strictness log_all");
   ASSERT_EQ(flags.exit_code, 0) << flags.output;
   for (const char* said : {"--ckpt-format torch_dist: tessel saves in its own format",
                            "--auto-detect-ckpt-format: --load tells a tessel save from a Megatron-LM checkpoint",

@@ -155,5 +155,28 @@ TEST(MegatronFlagsCli, GlobalBatchDefaultsToMicroBatchTimesDataParallel) {
     EXPECT_NE(zero.output.find(said), std::string::npos) << said << "\n" << zero.output;
 }
 
+// Megatron's OptimizerParamScheduler asserts lr_warmup_steps < lr_decay_steps (the decay the
+// run's length when --lr-decay-iters/-samples is not given), for every decay style: a warmup as
+// long as the run is refused, in the one message beside the run's other broken rules.
+TEST(MegatronFlagsCli, WarmupAtOrPastTheDecayIsRefusedBesideTheOtherRules) {
+  const std::string train = "train " + kSizes + "--micro-batch-size 2 --global-batch-size 4 --eval-iters 0 ";
+  const auto expect_refused = [](const testing::CommandResult& r, const std::vector<std::string>& said) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    for (const std::string& s : said) EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  };
+  expect_refused(testing::run_tessel(train + "--train-iters 2 --lr-warmup-iters 2 --lr-decay-style constant --min-lr 1"),
+                 {"invalid configuration: ", "--min-lr 1 is not within",
+                  "--lr-warmup-iters 2 is not below the decay's 2 iterations (--train-iters 2, as --lr-decay-iters is "
+                  "not given)"});
+  expect_refused(testing::run_tessel(train + "--train-iters 8 --lr-decay-iters 3 --lr-warmup-iters 5"),
+                 {"--lr-warmup-iters 5 is not below the decay's 3 iterations (--lr-decay-iters 3)"});
+  expect_refused(testing::run_tessel(train + "--train-samples 16 --lr-warmup-samples 16"),
+                 {"--lr-warmup-samples 16 is not below the decay's 16 samples (--train-samples 16, as "
+                  "--lr-decay-samples is not given)"});
+  expect_refused(testing::run_tessel(train + "--train-samples 16 --lr-decay-samples 8 --lr-warmup-fraction 1"),
+                 {"--lr-warmup-fraction 1 leaves no decay: the warmup must end before the decay's 8 samples "
+                  "(--lr-decay-samples 8)"});
+}
+
 }  // namespace
 }  // namespace tessel

@@ -114,9 +114,9 @@ TEST(TrainStateCli, FinetuneTakesTheWeightsFromIterationZero) {
 }
 
 TEST(TrainStateCli, RngSwitchesSayTheyChangeNothing) {
-  const CommandResult r = train("--train-iters 1 --no-load-rng --no-save-rng");
+  const CommandResult r = train("--train-iters 3 --no-load-rng --no-save-rng");
   EXPECT_TRUE(says(r, "--no-load-rng, --no-save-rng: no effect: tessel keeps no generator state")) << r.output;
-  EXPECT_TRUE(says(train("--train-iters 1 --finetune"), "--finetune: no effect without --load"));
+  EXPECT_TRUE(says(train("--train-iters 3 --finetune"), "--finetune: no effect without --load"));
 }
 
 TEST(TrainStateCli, DecoupledLrStepsTheEmbeddingAtItsOwnRate) {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <numbers>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -217,30 +218,74 @@ TEST(LrSchedule, CountsSamplesAsMegatronsScheduler) {
   EXPECT_FLOAT_EQ(LrSchedule(init).at_samples(5), 0.006f);  // 0.002 + 0.008 · 5/10
 }
 
+// Every rule `c` breaks, a line each.
+std::string all(const LrScheduleConfig& c) {
+  std::string text;
+  for (const std::string& m : lr_schedule_violations(c)) text += m + "\n";
+  return text;
+}
+
+// Each of `rules` among those `c` breaks.
+void expect_rules(const LrScheduleConfig& c, std::initializer_list<const char*> rules) {
+  const std::string text = all(c);
+  for (const char* rule : rules) EXPECT_NE(text.find(rule), std::string::npos) << rule << " missing from:\n" << text;
+}
+
 // Megatron's assertions: iteration- and sample-based flags are not mixed; one warmup length.
 TEST(LrSchedule, IterationAndSampleFlagsAreNotMixed) {
-  const auto all = [](const LrScheduleConfig& c) {
-    std::string text;
-    for (const std::string& m : lr_schedule_violations(c)) text += m + "\n";
-    return text;
-  };
   LrScheduleConfig c = schedule(LrDecayStyle::Linear);
   c.train_samples = 1000;
   c.warmup_fraction = 0.1;
   c.warmup_samples = 10;
-  std::string text = all(c);
-  for (const char* rule : {"--train-iters with --train-samples", "--lr-warmup-iters with --train-samples",
-                           "--lr-warmup-fraction and --lr-warmup-samples: give one"})
-    EXPECT_NE(text.find(rule), std::string::npos) << rule << " missing from:\n" << text;
+  expect_rules(c, {"--train-iters with --train-samples", "--lr-warmup-iters with --train-samples",
+                   "--lr-warmup-fraction and --lr-warmup-samples: give one"});
   c = schedule(LrDecayStyle::Linear);
   c.decay_samples = 100;
   c.warmup_fraction = 0.1;
   c.warmup_init = 0.5f;
-  text = all(c);
-  for (const char* rule : {"--lr-decay-samples without --train-samples",
-                           "--lr-warmup-fraction and --lr-warmup-iters: give one",
-                           "--lr-warmup-init 0.5 is not within [0, --lr 0.01]"})
-    EXPECT_NE(text.find(rule), std::string::npos) << rule << " missing from:\n" << text;
+  expect_rules(c, {"--lr-decay-samples without --train-samples",
+                   "--lr-warmup-fraction and --lr-warmup-iters: give one",
+                   "--lr-warmup-init 0.5 is not within [0, --lr 0.01]"});
+}
+
+// Megatron's OptimizerParamScheduler asserts 0 <= lr_warmup_steps < lr_decay_steps, the decay
+// defaulting to the run's length, whatever the style; each form of the warmup is held to it, in
+// the one list beside the other broken rules.
+TEST(LrSchedule, WarmupEndsBeforeTheDecay) {
+  LrScheduleConfig c = schedule(LrDecayStyle::Constant);
+  c.train_iters = 2;
+  c.warmup_iters = 2;
+  c.min_lr = 0.5f;
+  expect_rules(c, {"--lr-warmup-iters 2 is not below the decay's 2 iterations (--train-iters 2, as "
+                   "--lr-decay-iters is not given)",
+                   "--min-lr 0.5 is not within [0, --lr 0.01]"});
+  c = schedule(LrDecayStyle::Cosine);
+  c.decay_iters = 10;  // the decay, not the run, is the bound
+  expect_rules(c, {"--lr-warmup-iters 10 is not below the decay's 10 iterations (--lr-decay-iters 10)"});
+  EXPECT_THROW(LrSchedule{c}, Error);
+  c.decay_iters = 11;
+  EXPECT_EQ(all(c), "");
+  c.warmup_iters = 0;
+  c.warmup_fraction = 1;
+  expect_rules(c, {"--lr-warmup-fraction 1 leaves no decay: the warmup must end before the decay's 11 "
+                   "iterations (--lr-decay-iters 11)"});
+  c.warmup_fraction = 0.99;
+  EXPECT_EQ(all(c), "");
+
+  c = schedule(LrDecayStyle::Linear);
+  c.train_iters = c.warmup_iters = 0;
+  c.train_samples = 100;
+  c.warmup_samples = 100;
+  expect_rules(c, {"--lr-warmup-samples 100 is not below the decay's 100 samples (--train-samples 100, as "
+                   "--lr-decay-samples is not given)"});
+  c.decay_samples = 200;
+  EXPECT_EQ(all(c), "");
+  c.warmup_samples = 250;
+  expect_rules(c, {"--lr-warmup-samples 250 is not below the decay's 200 samples (--lr-decay-samples 200)"});
+  // A resumed save's own lengths stand for the flags' (resume.cpp holds them to the same rule).
+  c.saved_decay_steps = 300;
+  c.saved_warmup_steps = 10;
+  EXPECT_EQ(all(c), "");
 }
 
 TEST(LrSchedule, ParsesStylesAndRejectsBadConfig) {

@@ -45,6 +45,40 @@ double LrScheduleConfig::warmup_steps() const {
   return static_cast<double>(sample_based() ? warmup_samples : warmup_iters * global_batch);
 }
 
+namespace {
+
+// Megatron's OptimizerParamScheduler asserts 0 <= lr_warmup_steps < lr_decay_steps, the decay's
+// length defaulting to the run's (--lr-decay-iters to --train-iters, --lr-decay-samples to
+// --train-samples), whatever the decay style: a warmup that does not end before the decay does
+// would leave no decay (and divide by 0 where it ends exactly there). Compared in the flags' own
+// units, so that no product can wrap; empty when the rule holds or its inputs are broken already
+// (negative, mixed or missing lengths, each named by its own rule).
+std::string warmup_past_decay(const LrScheduleConfig& config) {
+  if (config.saved_decay_steps >= 0) return {};  // the save's lengths: resume.cpp checks them
+  const bool samples = config.sample_based();
+  const int64_t run = samples ? config.train_samples : config.train_iters;
+  const int64_t given = samples ? config.decay_samples : config.decay_iters;
+  const int64_t decay = given > 0 ? given : run;
+  const int64_t warmup = samples ? config.warmup_samples : config.warmup_iters;
+  if (decay <= 0 || warmup < 0 || run < 0 || given < 0) return {};
+  const char* unit = samples ? "samples" : "iterations";
+  const std::string decay_named =
+      given > 0 ? fmt::format("{} {}", samples ? "--lr-decay-samples" : "--lr-decay-iters", given)
+                : fmt::format("{} {}, as --{} is not given", samples ? "--train-samples" : "--train-iters", run,
+                              samples ? "lr-decay-samples" : "lr-decay-iters");
+  if (config.warmup_fraction >= 0) {
+    if (config.warmup_fraction < 1) return {};  // fraction × decay < decay; > 1 has its own rule
+    return fmt::format("--lr-warmup-fraction {} leaves no decay: the warmup must end before the decay's {} {} "
+                       "({}), as Megatron's scheduler asserts warmup < decay",
+                       config.warmup_fraction, decay, unit, decay_named);
+  }
+  if (warmup < decay) return {};
+  return fmt::format("{} {} is not below the decay's {} {} ({}): Megatron's scheduler asserts warmup < decay",
+                     samples ? "--lr-warmup-samples" : "--lr-warmup-iters", warmup, decay, unit, decay_named);
+}
+
+}  // namespace
+
 std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) {
   std::vector<std::string> problems;
   if (!(std::isfinite(config.lr) && config.lr >= 0.0f))
@@ -88,6 +122,7 @@ std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) 
                                : Given{"--lr-warmup-iters", config.warmup_iters};
   if (config.warmup_fraction >= 0 && warmup.second > 0)
     problems.push_back(fmt::format("--lr-warmup-fraction and {}: give one", warmup.first));
+  if (std::string broken = warmup_past_decay(config); !broken.empty()) problems.push_back(std::move(broken));
   return problems;
 }
 

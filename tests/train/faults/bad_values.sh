@@ -11,8 +11,8 @@ one=("${model[@]}" --train-iters 2)
 for split in nan,1,1 inf,1,1 1,x,1 "1,,1" 20abc,1,1; do
   expect_refused 60 "--split \"$split\": '" "$tessel" train "${one[@]}" --split "$split"
 done
-data_line() {  # SPLIT: the data line of a 1-iteration run on SPLIT
-  timeout 60 "$tessel" train "${model[@]}" --train-iters 1 --eval-iters 0 --split "$1" > "$work/split.out" 2>&1 ||
+data_line() {  # SPLIT: the data line of a 2-iteration run on SPLIT
+  timeout 60 "$tessel" train "${model[@]}" --train-iters 2 --eval-iters 0 --split "$1" > "$work/split.out" 2>&1 ||
     { cat "$work/split.out"; fail "--split $1 failed"; }
   grep "^data:" "$work/split.out"
 }

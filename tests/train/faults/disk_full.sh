@@ -11,9 +11,9 @@ flags=("${base[@]}" --train-iters 16)
 timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${flags[@]}" --log-json "$work/straight.jsonl" \
   > "$work/straight.out" 2>&1 || { cat "$work/straight.out"; fail "the uninterrupted run failed"; }
 # The size of one save, measured.
-timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${base[@]}" --train-iters 1 --eval-iters 0 --save "$work/one" \
+timeout 120 "${mpirun[@]}" -n 2 "$tessel" train "${base[@]}" --train-iters 2 --eval-iters 0 --save "$work/one" \
   > "$work/one.out" 2>&1 || { cat "$work/one.out"; fail "the one-save run failed"; }
-save_kib=$(du -sk "$work/one/iter_0000001" | cut -f1)
+save_kib=$(du -sk "$work/one/iter_0000002" | cut -f1)
 size_kib=$((save_kib * 5 / 2 + 8))
 echo "one save takes $save_kib KiB; the tmpfs has $size_kib KiB"
 
