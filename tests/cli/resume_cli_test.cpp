@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/fixtures.h"
@@ -193,6 +194,31 @@ TEST(ResumeCli, TheValidationGoesOnAtTheSavesConsumedSamples) {
       << resumed.output;
   const nlohmann::json meta = nlohmann::json::parse(std::ifstream(save + "/iter_0000008/metadata.json"));
   EXPECT_EQ(meta["run_config"]["consumed_valid_samples"], 8 + 2 * 8);
+}
+
+// A consumed-samples count no run of tessel's can have reached (its loader numbers samples below
+// 2^31) is refused by --load naming the metadata.json and the field; 2^62 used to fail as "cannot
+// draw 4611686018427387912 samples", naming neither. A count that is possible but takes the
+// iterations left past 2^31 samples is named too, not met by the loader iterations later.
+TEST(ResumeCli, AnAbsurdConsumedSampleCountIsRefusedNamingTheFile) {
+  SmallCorpus run;
+  const std::string train = run.flags + "--global-batch-size 2 --eval-iters 0 --split 100,0,0 ";
+  ASSERT_EQ(run_tessel(train + "--train-iters 2").exit_code, 0);
+  const std::string meta = run.save + "/iter_0000002/metadata.json";
+  const nlohmann::json saved = nlohmann::json::parse(std::ifstream(meta));
+  for (const auto& [key, count, said] : std::vector<std::tuple<std::string, int64_t, std::string>>{
+           {"consumed_train_samples", int64_t{1} << 62, "consumed_train_samples 4611686018427387904 is past 2^31 samples"},
+           {"consumed_valid_samples", int64_t{1} << 62, "consumed_valid_samples 4611686018427387904 is past 2^31 samples"},
+           {"consumed_train_samples", (int64_t{1} << 31) - 2,
+            "consumed_train_samples 2147483646: the iterations 3 to 4 (--train-iters) after it would read samples up "
+            "to 2147483649"}}) {
+    nlohmann::json edited = saved;
+    edited["run_config"][key] = count;
+    std::ofstream(meta) << edited.dump();
+    const CommandResult r = run_tessel(train + "--train-iters 4 --override-opt_param-scheduler --load " + run.save);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find(meta + ": " + said), std::string::npos) << key << " " << count << "\n" << r.output;
+  }
 }
 
 }  // namespace

@@ -20,6 +20,20 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+// The loader numbers a run's samples below 2^31 (a row's sample id is an int32, and dropout keys
+// its masks by it: data/batches.cpp), so no run of tessel's consumed more.
+constexpr int64_t kSampleIds = int64_t{1} << 31;
+
+// A consumed-samples count of the save's run_config: one tessel's loader could have reached,
+// else refused here naming the file and the field (a larger one, hand-edited or foreign, failed
+// later naming neither: 2^62 as "cannot draw 4611686018427387912 samples").
+int64_t saved_sample_count(const json& run_config, const char* key, const std::string& where) {
+  const int64_t count = json_whole_number(run_config[key], where, key, 0, kMax);
+  TESSEL_CHECK(count <= kSampleIds,
+               "{}: {} {} is past 2^31 samples: tessel numbers a run's samples below 2^31 (dropout keys them "
+               "by an int32), so no run consumed that many", where, key, count);
+  return count;
+}
 
 // Megatron's OptimizerParamScheduler.state_dict, without num_steps: the schedule's position is
 // the optimizer's step count, saved beside it. tessel's weight decay is constant (start = end).
@@ -131,8 +145,7 @@ void resume_validation(TrainPlan& plan, const json& run_config, int64_t iteratio
   const int64_t evaluations = iteration / plan.options.eval.interval;
   const int64_t counted = plan.valid_samples_before(evaluations);
   const int64_t saved = run_config.contains("consumed_valid_samples")
-                            ? json_whole_number(run_config["consumed_valid_samples"], where, "consumed_valid_samples",
-                                                0, kMax)
+                            ? saved_sample_count(run_config, "consumed_valid_samples", where)
                             : 0;
   plan.resumed_evaluations = evaluations;
   plan.resumed_valid_samples = saved > 0 ? saved : counted;
@@ -166,8 +179,7 @@ void resume_from_save(TrainPlan& plan) {
   const std::string where = checkpoint_iteration_dir(c.load, iteration) + "/metadata.json";
   const json& run_config = meta["run_config"];
   const bool recorded = run_config.contains("consumed_train_samples");
-  const int64_t consumed = recorded ? json_whole_number(run_config["consumed_train_samples"], where,
-                                                        "consumed_train_samples", 0, kMax)
+  const int64_t consumed = recorded ? saved_sample_count(run_config, "consumed_train_samples", where)
                                     : consumed_by_old_save(plan, run_config, iteration, where);
   if (consumed != plan.batches.consumed_before(iteration + 1))
     plan.notes.push_back(fmt::format(
@@ -175,7 +187,17 @@ void resume_from_save(TrainPlan& plan) {
         "Megatron's consumed_train_samples", c.load, iteration, consumed,
         recorded ? "" : " (its global batch's count: a save from before consumed_train_samples was recorded)",
         plan.batches.resumed_after(iteration, consumed).batch_of(iteration + 1), consumed));
-  plan.batches = plan.batches.resumed_after(iteration, consumed);
+  // The iterations left go on from the save's count: where the flags alone stay below 2^31
+  // samples and the count takes them past it, the count is named, not left to the loader's
+  // "sample 2147483650 is past them" iterations later.
+  const int64_t last = plan.train_iters();
+  const BatchSchedule resumed = plan.batches.resumed_after(iteration, consumed);
+  TESSEL_CHECK(last <= iteration || plan.batches.consumed_before(last + 1) > kSampleIds ||
+                   resumed.consumed_before(last + 1) <= kSampleIds,
+               "{}: consumed_train_samples {}: the iterations {} to {} (--train-iters) after it would read samples "
+               "up to {}, past the 2^31 tessel numbers a run's samples below", where, consumed, iteration + 1, last,
+               resumed.consumed_before(last + 1) - 1);
+  plan.batches = resumed;
   resume_validation(plan, run_config, iteration, where);
   if (c.no_load_optim || !has_optimizer_state(meta)) return;  // the schedule starts again
   if (!run_config.contains("opt_param_scheduler")) {
