@@ -92,6 +92,19 @@ TEST(ResumeCli, AnotherGlobalBatchGoesOnAtTheConsumedSample) {
   run.expect_straight(run.resume("resumed.jsonl", "--lr 3e-3", &r));
   EXPECT_TRUE(says(r, "its 5 iterations consumed 20 samples; the next global batch (8) starts at sample 20"))
       << r.output;
+  EXPECT_FALSE(says(r, "other data")) << r.output;
+}
+
+// Other data goes on from the consumed samples, as Megatron's resume does, but is said (Megatron
+// says nothing: a resumed run on another corpus looked like the same run).
+TEST(ResumeCli, OtherDataGoesOnAndIsSaid) {
+  ChangedBatch run;
+  CommandResult r;
+  const std::vector<Record> resumed = run.resume("split.jsonl", "--lr 3e-3 --split 90,9,1", &r);
+  EXPECT_EQ(resumed.size(), 3u);
+  EXPECT_TRUE(says(r, "other data than its run's: --split \"90,9,1\" (was \"969, 30, 1\"); the samples it "
+                      "consumed count into this data's order"))
+      << r.output;
 }
 
 TEST(ResumeCli, AChangedScheduleIsRefusedNamingTheFlag) {

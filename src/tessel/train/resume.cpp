@@ -155,12 +155,35 @@ void resume_validation(TrainPlan& plan, const json& run_config, int64_t iteratio
         "consumed_valid_samples (these flags would have consumed {})", plan.options.checkpoint.load, saved, counted));
 }
 
+// The flags that say which samples a run reads, as a save records them.
+json data_state(const DataOptions& d) {
+  return {{"--data-path", d.path}, {"--train-data-path", d.train_path}, {"--valid-data-path", d.valid_path},
+          {"--test-data-path", d.test_path}, {"--split", d.split}, {"--mock-data", d.mock_data}};
+}
+
+// Other data on resume goes on, as Megatron's does: the consumed samples count into the new data's
+// order. Megatron says nothing; tessel names what changed (issue 43: a silent change of the data).
+void note_data_change(TrainPlan& plan, const json& run_config) {
+  if (!run_config.contains("data")) return;  // a save from before the data was recorded
+  const json now = data_state(plan.options.data);
+  const json& saved = run_config["data"];
+  std::vector<std::string> changed;
+  for (const auto& [flag, value] : now.items())
+    if (saved.contains(flag) && saved[flag] != value)
+      changed.push_back(fmt::format("{} {} (was {})", flag, value.dump(), saved[flag].dump()));
+  if (!changed.empty())
+    plan.notes.push_back(fmt::format("--load {}: other data than its run's: {}; the samples it consumed count "
+                                     "into this data's order, as Megatron goes on", plan.options.checkpoint.load,
+                                     fmt::join(changed, ", ")));
+}
+
 }  // namespace
 
 json resume_state(const TrainPlan& plan, int64_t iteration) {
   return {{"consumed_train_samples", plan.batches.consumed_before(iteration + 1)},
           {"consumed_valid_samples", plan.valid_samples_before(iteration / plan.options.eval.interval)},
-          {"opt_param_scheduler", scheduler_state(plan.options)}};
+          {"opt_param_scheduler", scheduler_state(plan.options)},
+          {"data", data_state(plan.options.data)}};
 }
 
 void resume_from_save(TrainPlan& plan) {
@@ -198,6 +221,7 @@ void resume_from_save(TrainPlan& plan) {
                "up to {}, past the 2^31 tessel numbers a run's samples below", where, consumed, iteration + 1, last,
                resumed.consumed_before(last + 1) - 1);
   plan.batches = resumed;
+  note_data_change(plan, run_config);
   resume_validation(plan, run_config, iteration, where);
   if (c.no_load_optim || !has_optimizer_state(meta)) return;  // the schedule starts again
   if (!run_config.contains("opt_param_scheduler")) {

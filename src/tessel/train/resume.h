@@ -7,8 +7,9 @@
 // --global-batch-size (or step schedule) neither replays nor skips a sample. A schedule that
 // differs from the save's is refused naming the flag, unless --override-opt_param-scheduler (the
 // flags' values, stated) or --use-checkpoint-opt_param-scheduler (the save's, stated), as
-// Megatron's _check_and_set. A save from before these fields consumed what its own global batch
-// (run_config's) gives, and its schedule is taken to be the flags' (stated).
+// Megatron's _check_and_set. Other data (--data-path, --split, ...) goes on from the consumed
+// samples as Megatron's does, stated. A save from before these fields consumed what its own
+// global batch (run_config's) gives, and its schedule is taken to be the flags' (stated).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,7 +21,7 @@
 namespace tessel {
 
 // The run_config fields of the save of iteration `iteration`: the samples consumed by then and
-// the schedule's parameters, under Megatron's names.
+// the schedule's parameters, under Megatron's names, and the data flags.
 nlohmann::json resume_state(const TrainPlan& plan, int64_t iteration);
 
 // Resolves `plan` against --load's newest save (nothing without one): its tokenizer must be the
