@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
     AdamW optimizer(k, params, OptimizerConfig{});
     ProcessGroups groups = ProcessGroups::single();
     std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);  // as the trainer makes --save's folder before its first save
     const std::string file = checkpoint_iteration_dir(dir, 1) + "/rank_00000.safetensors";
     std::vector<double> save, load, copy;
     // What a run records besides the weights; a save's reader needs its tokenizer entry.
