@@ -190,6 +190,33 @@ TEST(FlagsCli, InitFromAPlainLlamaTakesZeroCentredNorms) {
   EXPECT_EQ(refused.output.find("--apply-layernorm-1p true but"), std::string::npos) << refused.output;
 }
 
+// Issue 38's defect: a Llama trained with --apply-layernorm-1p was exported without the +1, and
+// re-imported it had the untrained loss (6.84 against 4.91). Trained, written by --save-hf and
+// trained on from the folder at --lr 0, its validation loss is the trained run's, to the bit.
+TEST(FlagsCli, ALayernorm1pLlamaKeepsItsTrainedLossThroughAHuggingFaceFolder) {
+  testing::TestDir dir;
+  const std::string run = "train --micro-batch-size 2 --global-batch-size 4 --threads 1 --train-iters 20 "
+                          "--eval-interval 20 --eval-iters 2 --data-path " TESSEL_SOURCE_DIR
+                          "/data/kjv-genesis-esther.txt --apply-layernorm-1p ";
+  const std::string model = "--arch llama --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 ";
+  auto valid_loss = [&](const std::string& flags, const std::string& log) {
+    const testing::CommandResult r = testing::run_tessel(run + flags + " --log-json " + dir.path(log));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::ifstream in(dir.path(log));
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("split", "") == "valid") return j["loss"].get<double>();
+    }
+    ADD_FAILURE() << "no validation record in " << log;
+    return 0.0;
+  };
+  const double trained = valid_loss(model + "--lr 3e-3 --save-hf " + dir.path("hf"), "trained.jsonl");
+  const double untrained = valid_loss(model + "--lr 0", "untrained.jsonl");
+  const double reloaded = valid_loss("--lr 0 --init-from " + dir.path("hf"), "reloaded.jsonl");
+  EXPECT_LT(trained, untrained - 0.5);
+  EXPECT_EQ(reloaded, trained);
+}
+
 // An MoE model from a model file; training from its exported folder refuses a flag that says
 // otherwise about the weights' model, and takes one that sets how this run trains it.
 TEST(FlagsCli, InitFromAgreementCoversTheMoeFields) {
