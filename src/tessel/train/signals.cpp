@@ -2,10 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <mutex>
 #include <string_view>
+#include <thread>
 
 namespace tessel {
 
@@ -20,6 +24,22 @@ std::atomic<int> received{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
 void note_signal(int signal) { received.store(signal, std::memory_order_relaxed); }
+
+sigset_t exit_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int signal : kExitSignals) sigaddset(&set, signal);
+  return set;
+}
+
+// The one thread the exit signals reach: it takes each from the pending set and notes it.
+void take_exit_signals() {
+  const sigset_t set = exit_signal_set();
+  for (;;) {
+    int signal = 0;
+    if (sigwait(&set, &signal) == 0) note_signal(signal);
+  }
+}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -37,12 +57,23 @@ const char* signal_name(int signal) {
 
 }  // namespace
 
+// Blocked in the calling thread and, by inheritance, in every thread it starts after (OpenMP's,
+// oneDNN's, MPI's, the data loader's), and taken by a thread of their own with sigwait: a signal
+// delivered to a computing thread is not safe however little its handler does. oneDNN's JIT GEMM
+// kernels use rsp as a data register, pointing into the heap; the kernel pushes a signal's frame
+// below wherever rsp points, over the heap, and the save after a SIGTERM crashed in malloc. The
+// handler stays as the disposition for a thread that unblocks them (a library's): one that
+// computes no GEMM.
 void install_exit_signal_handlers() {
   struct sigaction action {};
   action.sa_handler = note_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // a write or a read in progress goes on
   for (int signal : kExitSignals) sigaction(signal, &action, nullptr);
+  const sigset_t set = exit_signal_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  static std::once_flag started;
+  std::call_once(started, [] { std::thread(take_exit_signals).detach(); });  // inherits the mask
 }
 
 bool asks_exit_signal_handler(int argc, char** argv) {
