@@ -160,8 +160,9 @@ TrainCommand::TrainCommand(CLI::App& app) {
       ->capture_default_str();
   c.add_option("--lr-warmup-samples", t.optim.lr.warmup_samples, "linear warmup samples (with --train-samples)");
   c.add_option("--lr-decay-samples", t.optim.lr.decay_samples, "decay samples (with --train-samples; 0: all of them)");
-  c.add_option("--lr-warmup-fraction", t.optim.lr.warmup_fraction,
-               "warmup as a fraction of the decay, instead of --lr-warmup-iters or --lr-warmup-samples");
+  c.add_option_function<double>(
+      "--lr-warmup-fraction", [&t](const double& fraction) { t.optim.lr.warmup_fraction = fraction; },
+      "warmup as a fraction of the decay, instead of --lr-warmup-iters or --lr-warmup-samples");
   c.add_option("--lr-warmup-init", t.optim.lr.warmup_init, "learning rate the warmup starts from")
       ->capture_default_str();
   c.add_option("--lr-decay-style", decay_style_, "constant | linear | cosine")->capture_default_str();

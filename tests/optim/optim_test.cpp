@@ -248,6 +248,19 @@ TEST(LrSchedule, IterationAndSampleFlagsAreNotMixed) {
                    "--lr-warmup-init 0.5 is not within [0, --lr 0.01]"});
 }
 
+// A given --lr-warmup-fraction outside [0, 1] is a broken flag, not "no warmup": a negative or
+// NaN fraction was read as the flag's absence and the run trained without the warmup it asked for
+// (Megatron's scheduler asserts on NaN: NaN × decay < decay is false).
+TEST(LrSchedule, WarmupFractionBelowZeroOrNanIsRefused) {
+  for (double fraction : {-0.5, -1.0, std::nan("")}) {
+    LrScheduleConfig c = schedule(LrDecayStyle::Linear);
+    c.warmup_iters = 0;
+    c.warmup_fraction = fraction;
+    expect_rules(c, {"is not within [0, 1]"});
+    EXPECT_THROW(LrSchedule{c}, Error) << fraction;
+  }
+}
+
 // Megatron's OptimizerParamScheduler asserts 0 <= lr_warmup_steps < lr_decay_steps, the decay
 // defaulting to the run's length, whatever the style; each form of the warmup is held to it, in
 // the one list beside the other broken rules.

@@ -41,7 +41,7 @@ int64_t LrScheduleConfig::decay_steps() const {
 
 double LrScheduleConfig::warmup_steps() const {
   if (saved_warmup_steps >= 0) return saved_warmup_steps;
-  if (warmup_fraction >= 0) return warmup_fraction * static_cast<double>(decay_steps());
+  if (warmup_fraction) return *warmup_fraction * static_cast<double>(decay_steps());
   return static_cast<double>(sample_based() ? warmup_samples : warmup_iters * global_batch);
 }
 
@@ -66,11 +66,12 @@ std::string warmup_past_decay(const LrScheduleConfig& config) {
       given > 0 ? fmt::format("{} {}", samples ? "--lr-decay-samples" : "--lr-decay-iters", given)
                 : fmt::format("{} {}, as --{} is not given", samples ? "--train-samples" : "--train-iters", run,
                               samples ? "lr-decay-samples" : "lr-decay-iters");
-  if (config.warmup_fraction >= 0) {
-    if (config.warmup_fraction < 1) return {};  // fraction × decay < decay; > 1 has its own rule
+  if (config.warmup_fraction) {
+    // fraction × decay < decay; a fraction past 1, below 0 or NaN has its own rule as well
+    if (!(*config.warmup_fraction >= 1)) return {};
     return fmt::format("--lr-warmup-fraction {} leaves no decay: the warmup must end before the decay's {} {} "
                        "({}), as Megatron's scheduler asserts warmup < decay",
-                       config.warmup_fraction, decay, unit, decay_named);
+                       *config.warmup_fraction, decay, unit, decay_named);
   }
   if (warmup < decay) return {};
   return fmt::format("{} {} is not below the decay's {} {} ({}): Megatron's scheduler asserts warmup < decay",
@@ -101,8 +102,8 @@ std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) 
     if (config.global_batch > 0 && value > std::numeric_limits<int64_t>::max() / config.global_batch)
       problems.push_back(fmt::format("{} {} × --global-batch-size {} is past 2^63 samples", flag, value,
                                      config.global_batch));
-  if (config.warmup_fraction >= 0 && !(config.warmup_fraction <= 1))
-    problems.push_back(fmt::format("--lr-warmup-fraction {} is not within [0, 1]", config.warmup_fraction));
+  if (config.warmup_fraction && !(*config.warmup_fraction >= 0 && *config.warmup_fraction <= 1))
+    problems.push_back(fmt::format("--lr-warmup-fraction {} is not within [0, 1]", *config.warmup_fraction));
   // Megatron's assertions: one kind of training (the other kind's flags not given), one warmup length.
   using Given = std::pair<const char*, int64_t>;
   const bool samples = config.sample_based();
@@ -120,7 +121,7 @@ std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) 
                                      samples ? "--lr-warmup-samples" : "--lr-warmup-iters"));
   const Given warmup = samples ? Given{"--lr-warmup-samples", config.warmup_samples}
                                : Given{"--lr-warmup-iters", config.warmup_iters};
-  if (config.warmup_fraction >= 0 && warmup.second > 0)
+  if (config.warmup_fraction && warmup.second > 0)
     problems.push_back(fmt::format("--lr-warmup-fraction and {}: give one", warmup.first));
   if (std::string broken = warmup_past_decay(config); !broken.empty()) problems.push_back(std::move(broken));
   return problems;

@@ -31,7 +31,9 @@ struct LrScheduleConfig {
   int64_t warmup_samples = 0;    // --lr-warmup-samples
   int64_t decay_samples = 0;     // --lr-decay-samples (0: --train-samples)
   int64_t train_samples = 0;     // --train-samples
-  double warmup_fraction = -1;   // --lr-warmup-fraction of the decay (< 0: not given)
+  // --lr-warmup-fraction of the decay. Not a sentinel such as -1: a negative or NaN fraction given
+  // would read as "not given" and train without the warmup asked for.
+  std::optional<double> warmup_fraction;
   LrDecayStyle style = LrDecayStyle::Linear;  // --lr-decay-style
   int64_t global_batch = 1;      // samples per iteration (--global-batch-size): the schedule's unit
   // A resumed save's lengths in samples, under --use-checkpoint-opt_param-scheduler: they stand
