@@ -68,6 +68,22 @@ TEST(Stages, LayoutWithMtpLayers) {
   EXPECT_TRUE(stage_violations(4, {.pipeline_size = 2, .layout = "Ett|ttm,L", .mtp_layers = 1}).empty());
 }
 
+// Megatron's validate_layer_layout: the layout's first layer is the embedding 'E' and its last the
+// loss 'L', each given once; "EEttL" and "EtLt" ran as if they were "EttL".
+TEST(Stages, LayoutHasOneEmbeddingFirstAndOneLossLast) {
+  auto names = [](const std::string& layout, const std::string& rule, int mtp = 0) {
+    for (const std::string& s : stage_violations(4, {.pipeline_size = 2, .layout = layout, .mtp_layers = mtp}))
+      if (s.find(rule) != std::string::npos) return true;
+    return false;
+  };
+  EXPECT_TRUE(names("EEtt|ttL", "the embedding 'E' is given 2 times"));
+  EXPECT_TRUE(names("Ett|ttLL", "the loss 'L' is given 2 times"));
+  EXPECT_TRUE(names("tEt|ttL", "the first layer must be the embedding 'E'"));
+  EXPECT_TRUE(names("Ett|tLt", "the last layer must be the loss 'L'"));
+  EXPECT_TRUE(names("Ett|ttLm", "the last layer must be the loss 'L'", 1));
+  EXPECT_TRUE(stage_violations(4, {.pipeline_size = 2, .layout = "E,tt|tt L"}).empty());
+}
+
 // A layout is expanded only within bounds: a repeat or nesting past any model is refused, not run.
 TEST(Stages, LayoutExpansionIsBounded) {
   auto one = [](const std::string& layout) {

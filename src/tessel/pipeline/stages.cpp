@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "tessel/core/error.h"
@@ -119,8 +120,19 @@ LayoutEntries parse_layout(const std::string& layout, int chunks, int mtp_layers
   }
   if (entries.front().find('E') == std::string::npos)
     r.errors.push_back("--pipeline-model-parallel-layout: the first stage must hold the embedding 'E'");
+  else if (entries.front().front() != 'E')
+    r.errors.push_back("--pipeline-model-parallel-layout: the first layer must be the embedding 'E' (Megatron's rule)");
   if (entries.back().find('L') == std::string::npos)
     r.errors.push_back("--pipeline-model-parallel-layout: the last stage must hold the loss 'L'");
+  else if (entries.back().back() != 'L')
+    r.errors.push_back("--pipeline-model-parallel-layout: the last layer must be the loss 'L' (Megatron's rule)");
+  for (char layer : {'E', 'L'}) {
+    size_t given = 0;
+    for (const std::string& entry : entries) given += std::count(entry.begin(), entry.end(), layer);
+    if (given > 1)
+      r.errors.push_back(fmt::format("--pipeline-model-parallel-layout: the {} '{}' is given {} times: once, as "
+                                     "Megatron's rule", layer == 'E' ? "embedding" : "loss", layer, given));
+  }
   if (mtp != mtp_layers)
     r.errors.push_back(fmt::format("--pipeline-model-parallel-layout holds {} MTP layers 'm' but --mtp-num-layers is {}",
                                    mtp, mtp_layers));
