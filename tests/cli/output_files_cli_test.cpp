@@ -220,5 +220,27 @@ TEST(OutputFilesCli, AnotherUsersTrackerInAStickyFolderIsRefusedBeforeTraining) 
   EXPECT_EQ(files_in(shared), (std::map<std::string, std::string>{{"latest_checkpointed_iteration.txt", "5\n"}}));
 }
 
+// One run's outputs against each other, before it starts (the issue 43 re-probe: the log was
+// replaced by the timeline, or by the save's tracker file, and the run exited 0).
+TEST(OutputFilesCli, ARunsOutputsMustNotOverwriteEachOther) {
+  testing::TestDir dir;
+  const std::string x = dir.path("x.json");
+  auto real = [](const std::string& path) { return fs::weakly_canonical(path).string(); };
+  CommandResult r = run_tessel(kTrain + "--train-iters 1 --log-json " + x + " --pipeline-timeline " + dir.path(".") +
+                               "/x.json");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--log-json and --pipeline-timeline name the same file " + real(x)), std::string::npos) << r.output;
+  r = run_tessel(kTrain + "--train-iters 1 --save " + dir.path("s") + " --log-json " + dir.path("s") +
+                 "/latest_checkpointed_iteration.txt --tensorboard-dir " + dir.path("tb"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--log-json " + real(dir.path("s") + "/latest_checkpointed_iteration.txt") +
+                          " is inside --save " + real(dir.path("s")) + ", a folder the run writes"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir.path("s") + "/latest_checkpointed_iteration.txt"));
+  r = run_tessel(kTrain + "--train-iters 1 --save " + dir.path("s") + " --log-json " + dir.path("s.jsonl"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;  // a sibling that shares the folder's name as a prefix
+}
+
 }  // namespace
 }  // namespace tessel

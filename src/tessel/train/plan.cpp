@@ -13,6 +13,7 @@
 #include "tessel/data/dataset_builder.h"
 #include "tessel/data/tokenizer.h"
 #include "tessel/train/numerics.h"
+#include "tessel/train/output_paths.h"
 #include "tessel/train/resume.h"
 
 namespace tessel {
@@ -49,6 +50,7 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
                                            const Tokenizer& tokenizer) {
   std::vector<std::string> v = non_finite_violations(model, o);
   append(v, fault_violations(o.faults));
+  append(v, output_path_violations(o));
   if (o.log.straggler_minmax_count < 1) v.push_back("--straggler-minmax-count must be at least 1");
   // The dropout site word (kernels/dropout.h) holds the layer below 2^16 − 1 and the head below
   // 2^14: a rule of the masks a run draws (the planner draws none), and of the forced router's
