@@ -81,5 +81,15 @@ TEST(MockDataCli, RulesAreNamedTogether) {
   EXPECT_NE(no_vocab.output.find("NullTokenizer needs --vocab-size"), std::string::npos) << no_vocab.output;
 }
 
+// Mock data takes no --split (Megatron forces an even one): resuming with another is not other data.
+TEST(MockDataCli, ASplitIsNotOtherDataOnResume) {
+  testing::TestDir dir;
+  const std::string save = " --lr-decay-iters 10 --save " + dir.path("ckpt") + " --load " + dir.path("ckpt");
+  ASSERT_EQ(run_tessel(kMock + save).exit_code, 0);
+  const CommandResult resumed = run_tessel(kMock + "--train-iters 4 --split 90,9,1" + save);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(resumed.output.find("other data"), std::string::npos) << resumed.output;
+}
+
 }  // namespace
 }  // namespace tessel

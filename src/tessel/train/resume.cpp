@@ -155,10 +155,13 @@ void resume_validation(TrainPlan& plan, const json& run_config, int64_t iteratio
         "consumed_valid_samples (these flags would have consumed {})", plan.options.checkpoint.load, saved, counted));
 }
 
-// The flags that say which samples a run reads, as a save records them.
+// The flags that say which samples a run reads, as a save records them. Mock data takes no
+// --split (Megatron forces an even one without a blend: data/dataset_builder.cpp).
 json data_state(const DataOptions& d) {
-  return {{"--data-path", d.path}, {"--train-data-path", d.train_path}, {"--valid-data-path", d.valid_path},
-          {"--test-data-path", d.test_path}, {"--split", d.split}, {"--mock-data", d.mock_data}};
+  json state = {{"--data-path", d.path}, {"--train-data-path", d.train_path}, {"--valid-data-path", d.valid_path},
+                {"--test-data-path", d.test_path}, {"--mock-data", d.mock_data}};
+  if (!d.mock_data) state["--split"] = d.split;
+  return state;
 }
 
 // Other data on resume goes on, as Megatron's does: the consumed samples count into the new data's
