@@ -72,7 +72,7 @@ void BatchLoader::read(HostBatch& batch, int64_t first, int64_t microbatches) co
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < B; ++b) {
       const int64_t sample = first + shape_.position(m, b);
-      TESSEL_CHECK(sample <= INT32_MAX, "dropout keys samples below 2^31; sample {} is past them", sample);
+      TESSEL_CHECK(sample < kSampleIdLimit, "dropout keys samples below 2^31; sample {} is past them", sample);
       data_.sample(sample, tokens);
       const int64_t at = (m * B + b) * S;
       std::fill_n(batch.sample_ids.begin() + at, S, static_cast<int32_t>(sample));

@@ -16,6 +16,10 @@
 
 namespace tessel {
 
+// A run's samples are numbered below 2^31: a row's sample id is an int32, and dropout keys its
+// masks by it. So no run consumes more than this many.
+inline constexpr int64_t kSampleIdLimit = int64_t{1} << 31;
+
 // Megatron's get_ltor_masks_and_position_ids, for one sample. End-of-document tokens (eod) end a
 // document: with reset_position_ids the positions start again at 0 after each, with
 // reset_attention_mask a token sees only its own document's earlier tokens (the eod belongs to

@@ -11,6 +11,7 @@
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/core/error.h"
 #include "tessel/core/json_values.h"
+#include "tessel/data/batches.h"
 #include "tessel/data/tokenizer_files.h"
 
 namespace tessel {
@@ -20,16 +21,12 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-// The loader numbers a run's samples below 2^31 (a row's sample id is an int32, and dropout keys
-// its masks by it: data/batches.cpp), so no run of tessel's consumed more.
-constexpr int64_t kSampleIds = int64_t{1} << 31;
-
 // A consumed-samples count of the save's run_config: one tessel's loader could have reached,
 // else refused here naming the file and the field (a larger one, hand-edited or foreign, failed
 // later naming neither: 2^62 as "cannot draw 4611686018427387912 samples").
 int64_t saved_sample_count(const json& run_config, const char* key, const std::string& where) {
   const int64_t count = json_whole_number(run_config[key], where, key, 0, kMax);
-  TESSEL_CHECK(count <= kSampleIds,
+  TESSEL_CHECK(count <= kSampleIdLimit,
                "{}: {} {} is past 2^31 samples: tessel numbers a run's samples below 2^31 (dropout keys them "
                "by an int32), so no run consumed that many", where, key, count);
   return count;
@@ -218,8 +215,8 @@ void resume_from_save(TrainPlan& plan) {
   // "sample 2147483650 is past them" iterations later.
   const int64_t last = plan.train_iters();
   const BatchSchedule resumed = plan.batches.resumed_after(iteration, consumed);
-  TESSEL_CHECK(last <= iteration || plan.batches.consumed_before(last + 1) > kSampleIds ||
-                   resumed.consumed_before(last + 1) <= kSampleIds,
+  TESSEL_CHECK(last <= iteration || plan.batches.consumed_before(last + 1) > kSampleIdLimit ||
+                   resumed.consumed_before(last + 1) <= kSampleIdLimit,
                "{}: consumed_train_samples {}: the iterations {} to {} (--train-iters) after it would read samples "
                "up to {}, past the 2^31 tessel numbers a run's samples below", where, consumed, iteration + 1, last,
                resumed.consumed_before(last + 1) - 1);

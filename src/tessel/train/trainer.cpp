@@ -105,8 +105,7 @@ nlohmann::json checkpoint_run_config(const TrainPlan& plan) {
           {"sequence_parallel", pc.sequence_parallel},
           {"micro_batch_size", o.batch.micro_batch_size},
           {"global_batch_size", o.batch.global_batch_size}, {"step_batch_size_schedule", o.batch.step_schedule},
-          {"train_iters", plan.train_iters()},
-          {"data_path", o.data.path}, {"tokenizer", tokenizer_identity(*plan.tokenizer)}};
+          {"train_iters", plan.train_iters()}, {"tokenizer", tokenizer_identity(*plan.tokenizer)}};
 }
 
 // --save every --save-interval iterations, at --exit-interval, before the global batch changes
