@@ -29,7 +29,6 @@ void GenerateCommand::run() {
   if (threads_ > 0) omp_set_num_threads(threads_);
   validate_generate_options(options_);
   if (tokenizer_flags_given(*cmd_)) options_.tokenizer = tokenizer_;
-  std::fwrite(options_.prompt.data(), 1, options_.prompt.size(), stdout);
   generate(model_dir_, options_, [](const std::string& text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     flush_standard_output();  // shown as it comes; a failed write stops generating

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <type_traits>
@@ -78,14 +79,19 @@ nlohmann::json ModelFlags::given_value(size_t field) const {
 
 void ModelFlags::apply(ModelConfig& cfg) const {
   const std::span<const ModelField> fields = model_fields();
+  std::vector<std::string> v;
   for (size_t i = 0; i < fields.size(); ++i) {
-    if (options_[i]->count() > 0)
-      set_model_field(fields[i], cfg, given_value(i), "the command line");
-    else if (architecture_.gated_delta_net() && !cfg.linear.enabled() &&
+    if (options_[i]->count() > 0) {
+      const nlohmann::json value = given_value(i);
+      // JSON has no NaN or infinity (set_model_field would see null): refused here, as typed.
+      if (value.is_number_float() && !std::isfinite(value.get<double>()))
+        v.push_back(fmt::format("{} {} is not a finite number", fields[i].flag, options_[i]->results().back()));
+      else
+        set_model_field(fields[i], cfg, value, "the command line");
+    } else if (architecture_.gated_delta_net() && !cfg.linear.enabled() &&
              std::holds_alternative<AttentionVariant>(fields[i].member))
       set_model_field(fields[i], cfg, "gdn", "--linear-attention-type");
   }
-  std::vector<std::string> v;
   architecture_.apply(cfg, given(&ModelConfig::num_query_groups), v);
   if (!v.empty()) throw Error(fmt::format("the model flags: {}", fmt::join(v, "; ")));
 }

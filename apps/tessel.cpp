@@ -12,10 +12,14 @@
 //   tessel schedule  draw a pipeline schedule
 //   tessel demo      the seed's worked examples on two ranks
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "checkpoint_command.h"
 #include "data_command.h"
@@ -70,6 +74,18 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   PlanCommand plan_cmd(app);
   require_whole_numbers(app);
   last_value_wins(app);
+
+  // CLI11 says only "A subcommand is required" for a word that names none.
+  const std::vector<CLI::App*> commands = app.get_subcommands({});
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(commands.begin(), commands.end(), [&](CLI::App* c) { return c->check_name(argv[1]); })) {
+    std::vector<std::string> names;
+    for (const CLI::App* c : commands) names.push_back(c->get_name());
+    if (runtime.world_rank() == 0)
+      fmt::print(stderr, "tessel: error: '{}' is not a tessel command; the commands are {} (see tessel --help)\n",
+                 argv[1], fmt::join(names, ", "));
+    return 2;
+  }
 
   try {
     app.parse(argc, argv);

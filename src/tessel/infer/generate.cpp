@@ -74,10 +74,20 @@ void sample_continuation(const Kernels& k, TransformerChunk& model, const std::v
 
 std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_dir,
                                            const std::optional<TokenizerOptions>& given) {
-  if (given) return make_tokenizer(*given);
-  if (std::optional<TokenizerOptions> found = tokenizer_in_folder(model_dir))
-    return make_tokenizer(*found);
-  return std::make_unique<ByteTokenizer>();
+  const auto null_type = [](const TokenizerOptions& o) { return canonical_tokenizer_type(o.type) == "NullTokenizer"; };
+  std::optional<TokenizerOptions> found;
+  if (!given || null_type(*given)) found = tokenizer_in_folder(model_dir);
+  if (!given && !found) return std::make_unique<ByteTokenizer>();
+  TokenizerOptions o = given ? *given : *found;
+  if (null_type(o)) {
+    // A NullTokenizer is only its vocabulary size, and generate has no --vocab-size: the
+    // folder's is taken (--save-hf and export write it).
+    TESSEL_CHECK(found && null_type(*found) && found->vocab_size > 0,
+                 "{}: a NullTokenizer's vocabulary size is read from the folder's tokenizer_config.json "
+                 "(tessel_tokenizer.vocab_size, written by --save-hf and export), and it has none", model_dir);
+    o.vocab_size = found->vocab_size;
+  }
+  return make_tokenizer(o);
 }
 
 void generate(const std::string& model_dir, const GenerateOptions& o,
@@ -115,6 +125,7 @@ void generate(const std::string& model_dir, const GenerateOptions& o,
   // too (NullTokenizer's space between ids, a SentencePiece word's leading space); what follows
   // the prompt's own text is emitted once no later token can change it, and bytes that are no
   // text as U+FFFD.
+  emit(o.prompt);
   std::vector<int32_t> tokens = prompt;
   size_t shown = tokenizer->decode(prompt).size();
   sample_continuation(k, model, prompt, tokenizer->vocab_size(), o, stop, [&](int32_t token) {

@@ -35,8 +35,9 @@ std::unique_ptr<Tokenizer> model_tokenizer(const std::string& model_dir,
 
 // Checks the options, loads `model_dir` (config.json + model.safetensors, as `tessel export` or
 // --save-hf write), then generates with model_tokenizer until --max-new-tokens or the
-// end-of-sequence token; the text is passed to `emit` as soon as it is whole (a character split
-// over tokens comes out once its last token is drawn).
+// end-of-sequence token. `emit` gets the prompt as given once the model has loaded (a folder it
+// cannot load prints nothing), then the text as soon as it is whole (a character split over
+// tokens comes out once its last token is drawn).
 void generate(const std::string& model_dir, const GenerateOptions& options,
               const std::function<void(const std::string&)>& emit);
 

@@ -40,4 +40,25 @@ expect_refused 60 "weights alone, more than all" "$tessel" plan --num-layers 600
 for layers in 1000000 100000000; do
   expect_refused 60 "--num-layers $layers is past tessel's bound of 65536" "$tessel" plan --num-layers "$layers"
 done
+# Messages that name the input at fault (issue 43's re-probe): a word that is no command, a float
+# model flag that is no finite number (JSON has no NaN: the flag, not its key with "null"), a
+# tokenizer vocabulary past what a model takes (libsentencepiece's unigram trainer prunes for ever
+# at 2^31 - 1), and a NullTokenizer in a folder that lacks its size (generate has no --vocab-size).
+expect_refused 60 "'frobnicate' is not a tessel command; the commands are train," "$tessel" frobnicate
+expect_refused 60 "--init-method-std nan is not a finite number; --hidden-dropout inf is not" \
+  "$tessel" train "${one[@]}" --init-method-std nan --hidden-dropout inf
+head -c 20000 "$corpus" > "$work/text.txt"
+expect_refused 60 "--vocab-size 2147483647 is more than a tessel model takes" \
+  "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 2147483647 --model-type unigram
+expect_refused 60 "--vocab-size 16777216 does not suit this text: libsentencepiece:" \
+  "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 16777216 --model-type unigram
+"$tessel" train "${sizes[@]}" --tokenizer-type NullTokenizer --vocab-size 300 --mock-data --train-iters 1 \
+  --eval-iters 0 --save-hf "$work/null" > "$work/null.out" 2>&1 || { cat "$work/null.out"; fail "NullTokenizer --save-hf failed"; }
+"$tessel" generate --model "$work/null" --tokenizer-type NullTokenizer --prompt "1 2" --max-new-tokens 2 > "$work/null.txt" ||
+  fail "generate --tokenizer-type NullTokenizer did not take the folder's vocabulary size"
+python3 -c "import json, sys; p = sys.argv[1]; j = json.load(open(p)); del j['tessel_tokenizer']['vocab_size']; json.dump(j, open(p, 'w'))" \
+  "$work/null/tokenizer_config.json"
+expect_refused 60 "null: a NullTokenizer's vocabulary size is read from the folder's tokenizer_config.json" \
+  "$tessel" generate --model "$work/null" --prompt "1 2"
+[ ! -s "$work/refused.out" ] || ! grep -q "^1 2" "$work/refused.out" || fail "generate printed the prompt before refusing"
 echo "ok: every hostile value is refused in one line"

@@ -66,7 +66,14 @@ TokenizerOptions train_sentencepiece(const TokenizerTrainOptions& o, const std::
   // written whole.
   std::string model;
   const sentencepiece::util::Status status = sentencepiece::SentencePieceTrainer::Train(args, nullptr, &model);
-  TESSEL_CHECK(status.ok(), "tokenizer train: libsentencepiece: {}", status.ToString());
+  if (!status.ok()) {
+    // The library words a vocabulary this text cannot fill ("too high", "smaller than
+    // required_chars") without the flag that asked for it.
+    const std::string what = status.ToString();
+    const bool vocabulary = what.find("ocabulary size") != std::string::npos || what.find("vocab_size") != std::string::npos;
+    fail("tokenizer train: {}libsentencepiece: {}",
+         vocabulary ? fmt::format("--vocab-size {} does not suit this text: ", o.vocab_size) : "", what);
+  }
   TokenizerOptions result;
   result.type = "GPTSentencePieceTokenizer";
   result.tokenizer_model = (dir / "tokenizer.model").string();
@@ -97,6 +104,10 @@ TokenizerOptions train_tokenizer(const TokenizerTrainOptions& o) {
   if (o.inputs.empty()) bad.push_back("--input: give at least one text file");
   if (o.output_dir.empty()) bad.push_back("--output: give the folder to write");
   if (o.vocab_size <= 0) bad.push_back("--vocab-size: give the vocabulary size");
+  // A model takes at most 2^24 (ModelConfig's bound); libsentencepiece's unigram trainer, asked
+  // for 2^31 - 1, overflows its target and prunes for ever.
+  if (o.vocab_size > (1 << 24))
+    bad.push_back(fmt::format("--vocab-size {} is more than a tessel model takes (2^24 = {})", o.vocab_size, 1 << 24));
   if (o.model_type != "bpe" && o.model_type != "unigram" && o.model_type != "byte-bpe")
     bad.push_back(fmt::format("--model-type {}: must be bpe, unigram (SentencePiece) or byte-bpe (tokenizer.json)", o.model_type));
   if (!bad.empty()) {
