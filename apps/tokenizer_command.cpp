@@ -70,12 +70,15 @@ TokenizerCommand::TokenizerCommand(CLI::App& app) {
                      "bpe | unigram (SentencePiece: DIR/tokenizer.model) | byte-bpe (GPT-2-style byte-level BPE: "
                      "DIR/tokenizer.json)")->capture_default_str();
   train_->add_option("--output", train_options_.output_dir, "folder to write")->required();
-  train_->add_option("--character-coverage", train_options_.character_coverage,
-                     "SentencePiece: share of characters the pieces must cover")->capture_default_str();
-  train_->add_flag("--byte-fallback,!--no-byte-fallback", train_options_.byte_fallback,
-                   "SentencePiece: byte pieces for characters outside the vocabulary (default on)");
-  train_->add_option("--min-frequency", train_options_.min_frequency, "byte-bpe: fewest occurrences of a merged pair")
-      ->capture_default_str();
+  // Each set only when given (TokenizerTrainOptions): the other trainer's setting is refused.
+  train_->add_option_function<double>("--character-coverage", [this](double v) { train_options_.character_coverage = v; },
+                                      "SentencePiece: share of characters the pieces must cover, in [0.98, 1] "
+                                      "(default 0.9995)");
+  train_->add_flag_function("--byte-fallback,!--no-byte-fallback",
+                            [this](int64_t count) { train_options_.byte_fallback = count > 0; },
+                            "SentencePiece: byte pieces for characters outside the vocabulary (default on)");
+  train_->add_option_function<int64_t>("--min-frequency", [this](int64_t v) { train_options_.min_frequency = v; },
+                                       "byte-bpe: fewest occurrences of a merged pair (default 2)");
   add_thread_count_flag(*train_, "--threads", train_options_.threads, "SentencePiece trainer threads (0: all cores)");
 
   encode_ = cmd_->add_subcommand("encode", "print the token ids of standard input (or --input) read as one text");

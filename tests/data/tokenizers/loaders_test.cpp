@@ -249,7 +249,7 @@ TEST(Tokenizer, EncodeRefusesInvalidUtf8AndDecodeUnknownIds) {
   EXPECT_CONTAINS(error_of([&] { make_tokenizer({.type = "Llama2Tokenizer", .tokenizer_model = dir.path("x.model")}); }),
                   "x.model: cannot read");
   EXPECT_CONTAINS(error_of([&] { make_tokenizer({.type = "Llama2Tokenizer", .tokenizer_model = dir.write("junk.model", "junk")}); }),
-                  "junk.model: cannot load the SentencePiece model");
+                  "junk.model: not a SentencePiece model, or a damaged one");
 }
 
 TEST(HuggingFaceTokenizer, NfcNormalizer) {

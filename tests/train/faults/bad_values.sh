@@ -52,6 +52,18 @@ expect_refused 60 "--vocab-size 2147483647 is more than a tessel model takes" \
   "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 2147483647 --model-type unigram
 expect_refused 60 "--vocab-size 16777216 does not suit this text: libsentencepiece:" \
   "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 16777216 --model-type unigram
+# tokenizer train's settings checked before libsentencepiece asserts them in its own words, and a
+# setting of the other trainer refused rather than ignored; all in one message.
+expect_refused 60 "--character-coverage 1.5 must be in [0.98, 1]; --min-frequency is byte-bpe's" \
+  "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 500 --character-coverage 1.5 \
+  --min-frequency 3
+expect_refused 60 "--character-coverage nan must be in [0.98, 1]" \
+  "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 500 --character-coverage nan
+expect_refused 60 "--min-frequency -1 must be at least 1; --byte-fallback is SentencePiece's" \
+  "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 500 --model-type byte-bpe \
+  --min-frequency -1 --no-byte-fallback
+expect_refused 60 "decrease character_coverage with --character-coverage" \
+  "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 60 --model-type bpe
 "$tessel" train "${sizes[@]}" --tokenizer-type NullTokenizer --vocab-size 300 --mock-data --train-iters 1 \
   --eval-iters 0 --save-hf "$work/null" > "$work/null.out" 2>&1 || { cat "$work/null.out"; fail "NullTokenizer --save-hf failed"; }
 "$tessel" generate --model "$work/null" --tokenizer-type NullTokenizer --prompt "1 2" --max-new-tokens 2 > "$work/null.txt" ||

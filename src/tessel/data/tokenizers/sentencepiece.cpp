@@ -25,7 +25,8 @@ class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::string& type, const std::string& path) : type_(type), path_(path) {
     const sentencepiece::util::Status status = sp_.Load(path);
-    TESSEL_CHECK(status.ok(), "{}: cannot load the SentencePiece model: {}", path, status.ToString());
+    TESSEL_CHECK(status.ok(), "{}: not a SentencePiece model, or a damaged one (libsentencepiece: {})", path,
+                 status.ToString());
     pieces_ = sp_.GetPieceSize();
     ids_ = {.eod = sp_.eos_id(), .bos = sp_.bos_id(), .eos = sp_.eos_id(), .pad = sp_.pad_id()};
     if (type == "SentencePieceTokenizer") add_megatron_specials();

@@ -53,8 +53,8 @@ TokenizerOptions train_sentencepiece(const TokenizerTrainOptions& o, const std::
       {"input", inputs},
       {"vocab_size", std::to_string(o.vocab_size)},
       {"model_type", o.model_type},
-      {"character_coverage", std::to_string(o.character_coverage)},
-      {"byte_fallback", o.byte_fallback ? "true" : "false"},
+      {"character_coverage", std::to_string(o.character_coverage.value_or(0.9995))},
+      {"byte_fallback", o.byte_fallback.value_or(true) ? "true" : "false"},
       {"split_digits", "true"},
       {"normalization_rule_name", "identity"},
       {"remove_extra_whitespaces", "false"},
@@ -69,7 +69,9 @@ TokenizerOptions train_sentencepiece(const TokenizerTrainOptions& o, const std::
   if (!status.ok()) {
     // The library words a vocabulary this text cannot fill ("too high", "smaller than
     // required_chars") without the flag that asked for it.
-    const std::string what = status.ToString();
+    std::string what = status.ToString();
+    const std::string library_flag = "--character_coverage option";  // the library's own trainer's name
+    if (const size_t at = what.find(library_flag); at != std::string::npos) what.replace(at, library_flag.size(), "--character-coverage");
     const bool vocabulary = what.find("ocabulary size") != std::string::npos || what.find("vocab_size") != std::string::npos;
     fail("tokenizer train: {}libsentencepiece: {}",
          vocabulary ? fmt::format("--vocab-size {} does not suit this text: ", o.vocab_size) : "", what);
@@ -85,7 +87,7 @@ TokenizerOptions train_sentencepiece(const TokenizerTrainOptions& o, const std::
 TokenizerOptions train_byte_level(const TokenizerTrainOptions& o, const std::filesystem::path& dir) {
   const std::vector<std::string> texts = read_inputs(o);
   const std::vector<std::string_view> views(texts.begin(), texts.end());
-  write_file_atomically((dir / "tokenizer.json").string(), train_byte_bpe_json(views, o.vocab_size, o.min_frequency),
+  write_file_atomically((dir / "tokenizer.json").string(), train_byte_bpe_json(views, o.vocab_size, o.min_frequency.value_or(2)),
                         Durability::kDurable);
   const nlohmann::json config = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"bos_token", "<|endoftext|>"},
                                  {"eos_token", "<|endoftext|>"}, {"unk_token", nullptr},
@@ -110,6 +112,17 @@ TokenizerOptions train_tokenizer(const TokenizerTrainOptions& o) {
     bad.push_back(fmt::format("--vocab-size {} is more than a tessel model takes (2^24 = {})", o.vocab_size, 1 << 24));
   if (o.model_type != "bpe" && o.model_type != "unigram" && o.model_type != "byte-bpe")
     bad.push_back(fmt::format("--model-type {}: must be bpe, unigram (SentencePiece) or byte-bpe (tokenizer.json)", o.model_type));
+  const bool byte_level = o.model_type == "byte-bpe";
+  // libsentencepiece asserts this range itself, in its own words.
+  if (o.character_coverage && !(*o.character_coverage >= 0.98 && *o.character_coverage <= 1.0))
+    bad.push_back(fmt::format("--character-coverage {} must be in [0.98, 1]", *o.character_coverage));
+  if (o.min_frequency && *o.min_frequency < 1)
+    bad.push_back(fmt::format("--min-frequency {} must be at least 1", *o.min_frequency));
+  if (byte_level && (o.character_coverage || o.byte_fallback))
+    bad.push_back(fmt::format("{} is SentencePiece's: --model-type byte-bpe does not read it (every byte is a token)",
+                              o.character_coverage ? "--character-coverage" : "--byte-fallback"));
+  if (!byte_level && o.min_frequency)
+    bad.push_back(fmt::format("--min-frequency is byte-bpe's: --model-type {} does not read it", o.model_type));
   if (!bad.empty()) {
     std::string msg = "tokenizer train: " + bad[0];
     for (size_t i = 1; i < bad.size(); ++i) msg += "; " + bad[i];

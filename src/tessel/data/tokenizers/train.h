@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,12 +17,13 @@ struct TokenizerTrainOptions {
   int32_t vocab_size = 0;           // with the special tokens
   std::string model_type = "bpe";   // bpe | unigram (SentencePiece) | byte-bpe (tokenizer.json)
   std::string output_dir;
+  // Each trainer's own settings, unset when not given: one given to the other trainer is refused.
   // SentencePiece (Llama-2's choices by default: pieces for unknown bytes, digits split).
-  double character_coverage = 0.9995;
-  bool byte_fallback = true;
-  int threads = 0;  // 0: all cores
+  std::optional<double> character_coverage;  // default 0.9995; libsentencepiece takes [0.98, 1]
+  std::optional<bool> byte_fallback;         // default on
+  int threads = 0;                           // 0: all cores
   // byte-bpe: a pair seen fewer times than this is never merged.
-  int64_t min_frequency = 2;
+  std::optional<int64_t> min_frequency;  // default 2
 };
 
 // Trains, writes the files and returns the flags that load the result. Throws tessel::Error
