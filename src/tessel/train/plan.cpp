@@ -62,6 +62,12 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
     v.push_back("--moe-router-force-load-balancing keys its random logits by at most 65534 layers");
   if (o.log.tensorboard.interval < 1)
     v.push_back(fmt::format("--tensorboard-log-interval {} must be at least 1", o.log.tensorboard.interval));
+  // Megatron takes each modulo the iteration: 0 divides by zero there, and a negative
+  // --save-interval saves at every iteration in Python, never here.
+  if (o.log.interval < 1) v.push_back(fmt::format("--log-interval {} must be at least 1", o.log.interval));
+  for (const auto& [flag, value] : {std::pair{"--save-interval", o.checkpoint.save_interval},
+                                    {"--exit-interval", o.checkpoint.exit_interval}})
+    if (value < 0) v.push_back(fmt::format("{} {} is negative (0: none)", flag, value));
   if (o.log.tensorboard.queue_size < 1)
     v.push_back(fmt::format("--tensorboard-queue-size {} must be at least 1", o.log.tensorboard.queue_size));
   for (int rank : o.log.profile.ranks)

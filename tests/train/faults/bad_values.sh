@@ -52,6 +52,8 @@ expect_refused 60 "--vocab-size 2147483647 is more than a tessel model takes" \
   "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 2147483647 --model-type unigram
 expect_refused 60 "--vocab-size 16777216 does not suit this text: libsentencepiece:" \
   "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 16777216 --model-type unigram
+expect_refused 60 "--log-interval 0 must be at least 1; --save-interval -1 is negative (0: none); --exit-interval -2 is" \
+  "$tessel" train "${one[@]}" --log-interval 0 --save-interval -1 --exit-interval -2
 # tokenizer train's settings checked before libsentencepiece asserts them in its own words, and a
 # setting of the other trainer refused rather than ignored; all in one message.
 expect_refused 60 "--character-coverage 1.5 must be in [0.98, 1]; --min-frequency is byte-bpe's" \
