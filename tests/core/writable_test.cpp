@@ -94,13 +94,13 @@ TEST(AtomicFile, AnUnwritableFolderFailsNamingThePath) {
   TestDir dir;
   const std::string below_file = dir.write("plain", "") + "/out.txt";
   expect_error([&] { write_file_atomically(below_file, "x", Durability::kDurable); },
-               {below_file + ".tmp.", "cannot create", "Not a directory"});
+               {below_file + ": cannot create its temporary file out.txt.tmp.", "Not a directory"});
   if (::geteuid() == 0) return;
   std::filesystem::create_directory(dir.path("ro"));
   ::chmod(dir.path("ro").c_str(), 0555);
   const std::string read_only = dir.path("ro/out.txt");
   expect_error([&] { AtomicFile file(read_only, Durability::kReplaceable); },
-               {read_only + ".tmp.", "cannot create", "Permission denied"});
+               {read_only + ": cannot create its temporary file out.txt.tmp.", "Permission denied"});
   ::chmod(dir.path("ro").c_str(), 0755);
 }
 
@@ -115,7 +115,8 @@ TEST(AtomicFile, ALinkAtTheTemporaryNameIsNotFollowed) {
       temp.substr(0, dot + 1) + std::to_string(std::stoll(temp.substr(dot + 1)) + 1);
   std::filesystem::create_symlink(victim, next);
   EXPECT_NE(error_of([&] { AtomicFile file(target, Durability::kReplaceable); })
-                .find(next + ": cannot create (File exists)"),
+                .find(target + ": cannot create its temporary file " +
+                      std::filesystem::path(next).filename().string() + " (File exists)"),
             std::string::npos);
   EXPECT_EQ(read_file(victim), "untouched");
   EXPECT_TRUE(std::filesystem::is_symlink(next));

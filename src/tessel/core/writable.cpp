@@ -139,7 +139,7 @@ AtomicFile::AtomicFile(std::string path, Durability durability)
   if (fd_ >= 0) return;
   const int error = errno;
   if (dir_fd_ >= 0) ::close(dir_fd_);
-  fail("{}: cannot create ({})", temp_, std::strerror(error));
+  fail("{}: cannot create its temporary file {} ({})", path_, temp_name_, std::strerror(error));
 }
 
 AtomicFile::~AtomicFile() {
@@ -152,7 +152,7 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::write(const void* data, size_t size) {
   // About a thousand kernel calls a GiB however small the writes (one document's tokens each).
   constexpr size_t kBuffer = size_t{1} << 20;
-  TESSEL_CHECK(fd_ >= 0, "{}: written after commit", temp_);
+  TESSEL_CHECK(fd_ >= 0, "{}: written after commit", path_);
   if (size == 0) return;
   const char* bytes = static_cast<const char*>(data);
   if (buffer_.size() + size > kBuffer) flush();
@@ -165,7 +165,8 @@ void AtomicFile::write_through(const char* data, size_t size) {
   while (done < size) {
     const ssize_t n = ::write(fd_, data + done, size - done);  // short on a signal or a full disk
     if (n < 0 && errno == EINTR) continue;
-    TESSEL_CHECK(n > 0, "{}: write failed ({})", temp_,
+    // The file a user named, not the temporary: it is left as it was, the temporary removed.
+    TESSEL_CHECK(n > 0, "{}: write failed ({})", path_,
                  n < 0 ? std::strerror(errno) : "the system wrote nothing");
     done += static_cast<size_t>(n);
   }
@@ -180,12 +181,12 @@ void AtomicFile::commit() {
   TESSEL_CHECK(fd_ >= 0, "{}: committed twice", path_);
   flush();
   if (durability_ == Durability::kDurable)
-    TESSEL_CHECK(fsync_past_signals(fd_) == 0, "{}: fsync failed ({})", temp_, std::strerror(errno));
+    TESSEL_CHECK(fsync_past_signals(fd_) == 0, "{}: fsync failed ({})", path_, std::strerror(errno));
   // NFS reports a full disk at close. Never closed twice, not even on EINTR: Linux has released
   // the descriptor either way, and a second close could close another thread's new file.
   const int closed = ::close(fd_);
   fd_ = -1;
-  TESSEL_CHECK(closed == 0, "{}: write failed at close ({})", temp_, std::strerror(errno));
+  TESSEL_CHECK(closed == 0, "{}: write failed at close ({})", path_, std::strerror(errno));
   TESSEL_CHECK(::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) == 0,
                "{}: cannot rename {} over it ({})", path_, temp_, std::strerror(errno));
   committed_ = true;

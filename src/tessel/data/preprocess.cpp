@@ -203,6 +203,15 @@ PreprocessResult preprocess(const PreprocessOptions& options, const Tokenizer& t
   if (options.input.empty()) problems.push_back("--input is required");
   if (options.output_prefix.empty()) problems.push_back("--output-prefix is required");
   if (options.json_keys.empty()) problems.push_back("--json-keys needs at least one key");
+  // Each key names its output, PREFIX_KEY_document.bin: one file per key, a plain name.
+  for (size_t i = 0; i < options.json_keys.size(); ++i) {
+    const std::string& key = options.json_keys[i];
+    if (std::find(options.json_keys.begin(), options.json_keys.begin() + i, key) != options.json_keys.begin() + i)
+      problems.push_back(fmt::format("--json-keys '{}' is given twice: each key writes its own file", key));
+    else if (key.empty() || key.find('/') != std::string::npos || key.find('\0') != std::string::npos)
+      problems.push_back(fmt::format("--json-keys '{}' cannot be part of the output's file name {}_{}_document.bin",
+                                     key, options.output_prefix, key));
+  }
   if (options.workers < 1) problems.push_back(fmt::format("--workers must be at least 1 (got {})", options.workers));
   const bool jsonl = is_jsonl_path(options.input);
   if (!jsonl && options.json_keys.size() > 1)

@@ -134,15 +134,16 @@ Cluster cluster_from_json(const nlohmann::json& j, const std::string& source) {
   TESSEL_CHECK(j.is_object(), "{}: expected a JSON object", source);
   Cluster c = j.value("device", "gpu") == "cpu" ? uncalibrated_cpu() : dgx("", 80, 312, 2.039, 300, 25, "");
   c.source = source;
-  try {
-    for (auto& [key, value] : j.items()) {
-      if (key == "measured") continue;  // --calibrate's record of what it measured
-      auto f = std::find_if(fields().begin(), fields().end(), [&](const Field& x) { return key == x.key; });
-      TESSEL_CHECK(f != fields().end(), "{}: unknown cluster key '{}'", source, key);
+  for (auto& [key, value] : j.items()) {
+    if (key == "measured") continue;  // --calibrate's record of what it measured
+    auto f = std::find_if(fields().begin(), fields().end(), [&](const Field& x) { return key == x.key; });
+    TESSEL_CHECK(f != fields().end(), "{}: unknown cluster key '{}'", source, key);
+    try {
       f->read(c, value);
+    } catch (const nlohmann::json::exception&) {  // its words name neither the key nor the value
+      fail("{}: {} {} is not of the key's type (a {})", source, key, value.dump(),
+           f->write(c).is_string() ? "string" : f->write(c).is_boolean() ? "true or false" : "number");
     }
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: {}", source, e.what());
   }
   if (c.name.empty()) c.name = source;
   std::vector<std::string> v = c.violations();

@@ -113,8 +113,10 @@ void write_pipeline_timeline(const std::string& path, const std::string& flag,
                                     .dump() +
                                 "\n",
                             Durability::kReplaceable);
-    } catch (const Error& e) {
-      fail("{} {}: {}", flag, path, e.what());
+    } catch (const Error& e) {  // "PATH: write failed (...)", said once with the flag
+      std::string why = e.what();
+      if (why.rfind(path + ": ", 0) == 0) why.erase(0, path.size() + 2);
+      fail("{} {}: {}", flag, path, why);
     }
   });
 }

@@ -54,6 +54,14 @@ expect_refused 60 "--vocab-size 16777216 does not suit this text: libsentencepie
   "$tessel" tokenizer train --input "$work/text.txt" --output "$work/tok" --vocab-size 16777216 --model-type unigram
 expect_refused 60 "--log-interval 0 must be at least 1; --save-interval -1 is negative (0: none); --exit-interval -2 is" \
   "$tessel" train "${one[@]}" --log-interval 0 --save-interval -1 --exit-interval -2
+# preprocess: each --json-keys key names one output file; a cluster file's value of the wrong type
+# is named with its key.
+printf '{"text": "a b", "a/b": "c"}\n' > "$work/keys.jsonl"
+expect_refused 60 "--json-keys 'text' is given twice: each key writes its own file; --json-keys 'a/b' cannot be" \
+  "$tessel" preprocess --input "$work/keys.jsonl" --output-prefix "$work/keys" --json-keys text text a/b
+echo '{"device": "gpu", "memory_gib": "80"}' > "$work/cluster.json"
+expect_refused 60 "cluster.json: memory_gib \"80\" is not of the key's type (a number)" \
+  "$tessel" plan --cluster "$work/cluster.json" --num-gpus 8
 # tokenizer train's settings checked before libsentencepiece asserts them in its own words, and a
 # setting of the other trainer refused rather than ignored; all in one message.
 expect_refused 60 "--character-coverage 1.5 must be in [0.98, 1]; --min-frequency is byte-bpe's" \

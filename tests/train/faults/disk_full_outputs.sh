@@ -60,3 +60,12 @@ expect_full_disk $? "$work/export.out" "model.safetensors"
 on_small_disk 16 "$disk" "$tessel" export "${sizes[@]}" --out "$disk/out" > "$work/export2.out" 2>&1
 expect_full_disk $? "$work/export2.out" "model.safetensors"
 echo "ok: a full disk under an export is an error, nothing left"
+
+# tessel tokenizer train on 8 KiB: the error names the file asked for, not its temporary.
+disk=$work/tokenizer_disk
+head -c 20000 "$src/data/kjv-genesis-esther.txt" > "$work/text.txt"
+on_small_disk 8 "$disk" "$tessel" tokenizer train --input "$work/text.txt" --vocab-size 300 --model-type byte-bpe \
+  --output "$disk/tok" > "$work/tokenizer.out" 2>&1
+expect_full_disk $? "$work/tokenizer.out" "$disk/tok/tokenizer"
+grep -q "\.tmp\." "$work/tokenizer.out" && fail "the error names a temporary file"
+echo "ok: a full disk under tokenizer train names the file it writes"

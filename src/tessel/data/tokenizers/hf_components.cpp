@@ -189,6 +189,9 @@ void read_decoder(const json& node, BpeTokenizerParts& parts, bool byte_level, s
     Metaspace m;
     const bool prepend = metaspace_prepends(node, m, name);
     steps.push_back({.kind = Kind::Metaspace, .content = m.replacement, .prepend = prepend});
+  } else if (type == "ByteLevel") {  // listed below as supported: with its pre-tokenizer
+    fail("{}: decoder ByteLevel without a ByteLevel pre-tokenizer is not supported (tessel knows a byte-level "
+         "vocabulary by its pre-tokenizer)", name);
   } else {
     fail("{}: decoder {} is not supported (supported: ByteLevel, ByteFallback, Fuse, Strip, Replace, Metaspace, Sequence)",
          name, type);
