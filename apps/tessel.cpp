@@ -35,6 +35,7 @@
 #include "tessel/comm/mpi.h"
 #include "tessel/core/error.h"
 #include "tessel/train/signals.h"
+#include "thread_flags.h"
 #include "tokenizer_command.h"
 #include "train_command.h"
 #include "whole_numbers.h"
@@ -96,6 +97,7 @@ int run(int argc, char** argv, MpiRuntime& runtime) {
   } catch (const CLI::ParseError& e) {
     return report_parse_error(e, runtime);
   }
+  check_environment_threads();  // before any command starts an OpenMP region
 
   if (train_cmd.selected())
     train_cmd.run(runtime);

@@ -18,4 +18,9 @@ inline constexpr int kMaxThreads = 1024;
 CLI::Option* add_thread_count_flag(CLI::App& app, const std::string& flag, int& threads,
                                    const std::string& description);
 
+// Refuses an OMP_NUM_THREADS past kMaxThreads (a ConfigError naming it and the bound), for every
+// command, before any OpenMP region starts: libgomp starts its thread pool at the environment's
+// count wherever a command does not set its own, and crashes the same way as with --threads.
+void check_environment_threads();
+
 }  // namespace tessel

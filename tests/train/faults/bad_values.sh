@@ -26,6 +26,11 @@ expect_refused 60 "sum past the largest number" "$tessel" train "${sizes[@]}" --
 
 # generate: NaN weights are refused before a token is sampled.
 "$tessel" export "${sizes[@]}" --out "$work/hf" > /dev/null || fail "export failed"
+# OMP_NUM_THREADS past --threads's bound, with no --threads: libgomp crashed starting 100,000 threads.
+expect_refused 60 "OMP_NUM_THREADS=100000 is past tessel's bound of 1024 threads" env OMP_NUM_THREADS=100000 \
+  "$tessel" train "${sizes[@]}" --train-iters 1 --eval-iters 0 --micro-batch-size 2 --data-path "$corpus"
+expect_refused 60 "OMP_NUM_THREADS=4,100000 is past tessel's bound" env OMP_NUM_THREADS=4,100000 \
+  "$tessel" generate --model "$work/hf" --max-new-tokens 2
 python3 "$edit" value "$work/hf/model.safetensors" transformer.wte.weight 5 nan
 expect_refused 60 "non-finite" "$tessel" generate --model "$work/hf" --max-new-tokens 4
 
