@@ -275,13 +275,16 @@ void ScheduleCommand::run() const {
   costs.forward = forward_cost_;
   costs.backward_input = backward_input_cost_;
   costs.backward_weight = backward_weight_cost_;
-  costs.backward = backward_cost_option_->count() > 0 ? backward_cost_ : backward_input_cost_ + backward_weight_cost_;
+  // The default whole backward is I + W summed as the simulation's doubles: in int, 2^30 + 2^30
+  // wrapped to a negative cost blamed on --backward-cost, which was not given.
+  const bool backward_given = backward_cost_option_->count() > 0;
+  costs.backward = backward_given ? backward_cost_ : costs.backward_input + costs.backward_weight;
   costs.communication = communication_cost_;
   auto at_least_one = [&](const char* flag, double cost) {
     if (cost < 1) v.push_back(fmt::format("{} must be at least 1 (got {})", flag, cost));
   };
   at_least_one("--forward-cost", costs.forward);
-  at_least_one("--backward-cost", costs.backward);
+  if (backward_given) at_least_one("--backward-cost", costs.backward);  // else I and W are checked
   at_least_one("--backward-input-cost", costs.backward_input);
   at_least_one("--backward-weight-cost", costs.backward_weight);
   if (communication_cost_ < 0)

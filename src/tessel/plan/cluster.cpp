@@ -3,13 +3,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "tessel/core/error.h"
+#include "tessel/parallel/layout.h"
 
 namespace tessel {
 
@@ -67,7 +71,19 @@ struct Field {
 
 template <typename T>
 Field field(const char* key, T Cluster::*member) {
-  return {key, [member](Cluster& c, const nlohmann::json& v) { c.*member = v.get<T>(); },
+  return {key,
+          [member, key](Cluster& c, const nlohmann::json& v) {
+            // A whole number is range-checked before it is narrowed: nlohmann's get<int> wraps
+            // 2147483648 to -2147483648, and 4294967297 to 1, which would pass.
+            if constexpr (std::is_integral_v<T>) {
+              const double wide = v.get<double>();
+              if (!(wide >= std::numeric_limits<T>::min() && wide <= std::numeric_limits<T>::max()) ||
+                  wide != std::trunc(wide))
+                throw ConfigError(fmt::format("{} {} is not a whole number from {} to {}", key, v.dump(),
+                                              std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+            }
+            c.*member = v.get<T>();
+          },
           [member](const Cluster& c) { return nlohmann::json(c.*member); }};
 }
 
@@ -90,6 +106,9 @@ std::vector<std::string> Cluster::violations() const {
   std::vector<std::string> v;
   if (device != "gpu" && device != "cpu") v.push_back(fmt::format("cluster device '{}' is not gpu or cpu", device));
   if (devices_per_node < 1) v.push_back(fmt::format("devices_per_node must be positive (got {})", devices_per_node));
+  // A node holds no more devices than a job's world (the planner doubles it for TP's search).
+  if (devices_per_node > kMaxWorld)
+    v.push_back(fmt::format("devices_per_node {} is past tessel's bound of {}", devices_per_node, kMaxWorld));
   for (auto [key, value] : {std::pair{"memory_gib", memory_gib}, {"peak_flops", peak_flops},
                             {"memory_bandwidth", memory_bandwidth}, {"intra_bandwidth", intra_bandwidth},
                             {"inter_bandwidth", inter_bandwidth}, {"gemm_efficiency", gemm_efficiency},
@@ -143,6 +162,8 @@ Cluster cluster_from_json(const nlohmann::json& j, const std::string& source) {
     } catch (const nlohmann::json::exception&) {  // its words name neither the key nor the value
       fail("{}: {} {} is not of the key's type (a {})", source, key, value.dump(),
            f->write(c).is_string() ? "string" : f->write(c).is_boolean() ? "true or false" : "number");
+    } catch (const ConfigError& e) {  // a whole number out of its range, named by the key
+      throw ConfigError(fmt::format("{}: {}", source, e.what()));
     }
   }
   if (c.name.empty()) c.name = source;

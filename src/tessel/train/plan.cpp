@@ -146,10 +146,18 @@ std::vector<std::string> batch_violations(const ParallelConfig& c, int64_t micro
   if (micro_batch < 1) v.push_back(fmt::format("--micro-batch-size must be positive (got {})", micro_batch));
   if (global_batch < 1) v.push_back(fmt::format("--global-batch-size must be positive (got {})", global_batch));
   if (micro_batch > 0 && global_batch > 0 && layout_violations(c).empty()) {
-    const int64_t per_step = micro_batch * c.dp();
-    if (global_batch % per_step != 0)
-      v.push_back(fmt::format("--global-batch-size {} is not divisible by --micro-batch-size {} × DP {} = {}",
-                              global_batch, micro_batch, c.dp(), per_step));
+    // Compared by division: the flags take any 64-bit number, and micro batch × DP past the
+    // global batch could wrap. The count is an int in the schedules, bounded by theirs before it
+    // is narrowed (2^32 wrapped to a negative count, 2^33 + 2 to one microbatch).
+    const int64_t dp = c.dp();
+    const bool fits = micro_batch <= global_batch / dp;
+    if (!fits || global_batch % (micro_batch * dp) != 0)
+      v.push_back(fmt::format("--global-batch-size {} is not divisible by --micro-batch-size {} × DP {}{}",
+                              global_batch, micro_batch, dp, fits ? fmt::format(" = {}", micro_batch * dp) : ""));
+    else if (global_batch / (micro_batch * dp) > kMaxSchedulePairs)
+      v.push_back(fmt::format("--global-batch-size {} is {} microbatches of --micro-batch-size {} × DP {}, past "
+                              "tessel's bound of {}", global_batch, global_batch / (micro_batch * dp),
+                              micro_batch, dp, kMaxSchedulePairs));
   }
   return v;
 }
@@ -161,6 +169,13 @@ int microbatch_count(const ParallelConfig& c, int64_t micro_batch, int64_t globa
 std::vector<std::string> training_violations(const ParallelConfig& c, const ModelConfig& model,
                                              int64_t micro_batch, int64_t global_batch) {
   std::vector<std::string> v = batch_violations(c, micro_batch, global_batch);
+  // A microbatch's tokens, bounded before the data indices or any activation is sized by them
+  // (10^9 samples built indices for a minute, then ran out of memory): 8 times the longest
+  // published training sequence, 2^20 tokens, as the model's bounds. --seq-length's own bound
+  // (2^24) is the positions' a model takes; a training microbatch holds at most this.
+  if (micro_batch > 0 && model.seq_length > 0 && micro_batch > kMaxMicrobatchTokens / model.seq_length)
+    v.push_back(fmt::format("--micro-batch-size {} × --seq-length {} is past tessel's bound of {} tokens a "
+                            "microbatch", micro_batch, model.seq_length, kMaxMicrobatchTokens));
   if (c.tp >= 1) {
     auto split_by_tp = [&](const char* flag, int count) {
       if (count > 0 && count % c.tp != 0)
@@ -201,7 +216,7 @@ std::vector<std::string> training_violations(const ParallelConfig& c, const Mode
   if (c.sequence_parallel) {
     // (With TP 1 there is nothing to split: check_training turns it off, as Megatron does.)
     if (c.tp > 1 && c.cp >= 1 && micro_batch > 0 && model.seq_length > 0 &&
-               model.seq_length % c.cp == 0) {
+        micro_batch <= kMaxMicrobatchTokens / model.seq_length && model.seq_length % c.cp == 0) {
       // Each TP rank keeps its share of the rows (micro batch × this CP rank's positions).
       int64_t rows = micro_batch * (model.seq_length / c.cp);
       if (rows % c.tp != 0)
@@ -337,6 +352,10 @@ std::vector<std::string> step_schedule_violations(const TrainPlan& plan) {
       v.push_back(fmt::format("--step-batch-size-schedule: global batch {} (from sample {}) is not divisible by "
                               "--micro-batch-size {} × DP {} = {}",
                               step.global_batch, step.from_sample, b.micro_batch_size, plan.dp, per_step));
+    else if (step.global_batch / per_step > kMaxSchedulePairs)  // checked before narrowing, as batch_violations
+      v.push_back(fmt::format("--step-batch-size-schedule: global batch {} (from sample {}) is {} microbatches, "
+                              "past tessel's bound of {}", step.global_batch, step.from_sample,
+                              step.global_batch / per_step, kMaxSchedulePairs));
     else
       for (std::string& m : schedule_violations(plan.schedule_of(static_cast<int>(step.global_batch / per_step))))
         if (std::find(seen.begin(), seen.end(), m) == seen.end()) {

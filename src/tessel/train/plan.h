@@ -29,7 +29,11 @@ namespace tessel {
 // micro batch × DP. `tessel layout` checks these alone when it is given no model.
 std::vector<std::string> batch_violations(const ParallelConfig& config, int64_t micro_batch,
                                           int64_t global_batch);
-// Microbatches per iteration, global / (micro × DP), for a batch without violations.
+// The tokens of one training microbatch, micro batch × --seq-length, at most (training_violations).
+inline constexpr int64_t kMaxMicrobatchTokens = int64_t{1} << 23;
+
+// Microbatches per iteration, global / (micro × DP), for a batch without violations (which
+// bound it to an int).
 int microbatch_count(const ParallelConfig& config, int64_t micro_batch, int64_t global_batch);
 
 // Megatron's rules that involve the model and the batch: heads, query groups, ffn and vocabulary

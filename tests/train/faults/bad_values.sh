@@ -88,4 +88,31 @@ python3 -c "import json, sys; p = sys.argv[1]; j = json.load(open(p)); del j['te
 expect_refused 60 "null: a NullTokenizer's vocabulary size is read from the folder's tokenizer_config.json" \
   "$tessel" generate --model "$work/null" --prompt "1 2"
 [ ! -s "$work/refused.out" ] || ! grep -q "^1 2" "$work/refused.out" || fail "generate printed the prompt before refusing"
+# Sizes past 32 bits (issue 43's re-probe), checked before they are narrowed and named by the flag
+# given: a global batch of 2^32 or 2^33 + 2 samples wrapped to -2^31 or 1 microbatch, a step
+# schedule's batch the same; I + W costs of 2^30 each wrapped to a negative --backward-cost (not
+# given); a cluster's devices_per_node of 2^31 wrapped to -2^31, and 2^32 + 1 to 1.
+batch=("${sizes[@]}" --train-iters 1 --eval-iters 0 --threads 1 --mock-data --tokenizer-type NullTokenizer
+       --vocab-size 300 --micro-batch-size 2)
+for global in 4294967296 8589934594; do
+  expect_refused 10 "--global-batch-size $global is $((global / 2)) microbatches of --micro-batch-size 2 × DP 1, past" \
+    "$tessel" train "${batch[@]}" --global-batch-size "$global"
+done
+expect_refused 10 "--step-batch-size-schedule: global batch 4000000000000 (from sample 3) is 2000000000000 micro" \
+  "$tessel" train "${batch[@]}" --train-iters 4 --step-batch-size-schedule "0:2 100:4000000000000"
+expect_refused 10 "--backward-input-cost must be at least 1 (got 0)" "$tessel" schedule --pp 4 --microbatches 8 \
+  --backward-input-cost 0
+"$tessel" schedule --pp 4 --microbatches 8 --forward-cost 1073741824 --backward-input-cost 1073741824 \
+  --backward-weight-cost 1073741824 --json > "$work/costs.json" || fail "costs of 2^30 were refused"
+grep -q '"backward": 2147483648' "$work/costs.json" || fail "I + W of 2^30 each is not a backward of 2^31"
+for nodes in 2147483648 4294967297 2000000000; do
+  echo "{\"device\": \"gpu\", \"devices_per_node\": $nodes}" > "$work/cluster.json"
+  expect_refused 10 "cluster.json: devices_per_node $nodes is " "$tessel" plan --cluster "$work/cluster.json" --num-gpus 8
+done
+# A microbatch past tessel's bound on its tokens, refused at once by the flags (10^9 samples built
+# data indices for a minute, then ran out of memory; 10^6 asked 42 GiB of the allocator).
+for micro in 1000000 1000000000; do
+  expect_refused 10 "--micro-batch-size $micro × --seq-length 32 is past tessel's bound of 8388608 tokens" \
+    "$tessel" train "${batch[@]}" --micro-batch-size "$micro" --global-batch-size "$micro"  # the last value wins
+done
 echo "ok: every hostile value is refused in one line"
