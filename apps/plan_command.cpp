@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "parallel_flags.h"
@@ -151,6 +152,11 @@ PlanRun PlanCommand::resolve_run(const PlanModel& model, const Cluster& cluster)
   r.post_validation = post_validation_;
   r.async_tp_allreduce = !no_async_tp_;
   r.threads = threads_;
+  // The busiest rank's routed rows over a balanced load: a maximum over the mean, never below 1.
+  // 0, a negative or NaN factor shrank the experts' time and reported an MFU past 100 %.
+  if (!(std::isfinite(moe_load_factor_) && moe_load_factor_ >= 1))
+    throw ConfigError(fmt::format("--moe-load-factor {} must be a finite number ≥ 1 (the busiest rank's routed rows "
+                                  "over a balanced load)", moe_load_factor_));
   r.moe_load_factor = moe_load_factor_;
   return r;
 }

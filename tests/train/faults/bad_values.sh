@@ -115,4 +115,9 @@ for micro in 1000000 1000000000; do
   expect_refused 10 "--micro-batch-size $micro × --seq-length 32 is past tessel's bound of 8388608 tokens" \
     "$tessel" train "${batch[@]}" --micro-batch-size "$micro" --global-batch-size "$micro"  # the last value wins
 done
+# plan --moe-load-factor: the busiest rank's rows over a balanced load, at least 1 (-5 gave MFU 602 %).
+for factor in -5 0 0.5 nan inf; do
+  expect_refused 10 "--moe-load-factor $factor must be a finite number ≥ 1" \
+    "$tessel" plan --num-gpus 8 --arch llama --num-experts 8 --moe-load-factor "$factor"
+done
 echo "ok: every hostile value is refused in one line"
