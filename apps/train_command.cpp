@@ -246,6 +246,7 @@ void TrainCommand::run(MpiRuntime& runtime) {
   if (!t.checkpoint.init_from.empty() && !tokenizer_flags_given(*cmd_))
     if (std::optional<TokenizerOptions> found = tokenizer_in_folder(t.checkpoint.init_from))
       t.data.tokenizer = *found;
+  t.model_config = model_.model_file();
   if (explain_flags_) t.notes = ImplementationFlags::explain(*cmd_);
   if (!rampup_batch_size_.empty())
     t.notes.push_back("--rampup-batch-size is deprecated and ignored, as in Megatron-LM: use --step-batch-size-schedule");

@@ -242,5 +242,53 @@ TEST(OutputFilesCli, ARunsOutputsMustNotOverwriteEachOther) {
   EXPECT_EQ(r.exit_code, 0) << r.output;  // a sibling that shares the folder's name as a prefix
 }
 
+// A run's outputs against what it reads (the issue 43 re-probe: --log-json replaced the data's
+// .bin, --pipeline-timeline a rank file of the save resumed from, --log-json the --model-config,
+// each exit 0): refused before training, every clash named by both flags, the inputs untouched.
+TEST(OutputFilesCli, ARunsOutputsMustNotOverwriteItsInputs) {
+  testing::TestDir dir;
+  ASSERT_EQ(run_tessel("preprocess --input " + kCorpus + " --output-prefix " + dir.path("kjv")).exit_code, 0);
+  const std::string data = dir.path("kjv_text_document"), bin = data + ".bin";
+  const std::string kData = "train " + kModel + "--micro-batch-size 2 --global-batch-size 4 --threads 1 "
+                            "--eval-iters 0 --lr-decay-iters 4 --data-path " + data + " ";
+  ASSERT_EQ(run_tessel(kData + "--train-iters 1 --save " + dir.path("b")).exit_code, 0);
+  const std::string rank = dir.path("b/iter_0000001/rank_00000.safetensors");
+  const std::string bin_bytes = read_text_file(bin), rank_bytes = read_text_file(rank);
+  CommandResult r = run_tessel(kData + "--train-iters 2 --load " + dir.path("b") + " --log-json " + bin +
+                               " --pipeline-timeline " + rank + " --save-hf " + dir.path());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  expect_in(r, "--log-json " + bin + ": --data-path " + bin + " is read from this file");
+  expect_in(r, "--pipeline-timeline " + rank + " is inside --load " + dir.path("b") + ", a folder the run reads");
+  expect_in(r, "--save-hf " + dir.path() + ": --data-path " + bin + " is read from this folder");
+  EXPECT_EQ(read_text_file(bin), bin_bytes);
+  EXPECT_EQ(read_text_file(rank), rank_bytes);
+  const std::string model = dir.write("model.json", R"({"num_layers": 2})");
+  r = run_tessel(kData + "--train-iters 1 --model-config " + model + " --log-json " + model);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  expect_in(r, "--log-json " + model + ": --model-config " + model + " is read from this file");
+  EXPECT_EQ(read_text_file(model), R"({"num_layers": 2})");
+  // Resuming into the folder it reads is Megatron's --save X --load X.
+  r = run_tessel(kData + "--train-iters 2 --load " + dir.path("b") + " --save " + dir.path("b"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// tokenizer train and preprocess under the same rule: an --output folder holding the --input, an
+// --output-prefix whose .bin is the --input.
+TEST(OutputFilesCli, TokenizerTrainAndPreprocessMustNotOverwriteTheirInput) {
+  testing::TestDir dir;
+  fs::create_directories(dir.path("tt"));
+  const std::string corpus = dir.write("tt/tokenizer.json", read_text_file(kCorpus).substr(0, 20000));
+  CommandResult r = run_tessel("tokenizer train --input " + corpus + " --vocab-size 300 --model-type byte-bpe "
+                               "--output " + dir.path("tt"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  expect_in(r, "--output " + dir.path("tt") + ": --input " + corpus + " is read from this folder");
+  EXPECT_EQ(read_text_file(corpus), read_text_file(kCorpus).substr(0, 20000));
+  const std::string input = dir.write("x_text_document.bin", read_text_file(kCorpus).substr(0, 20000));
+  r = run_tessel("preprocess --input " + input + " --output-prefix " + dir.path("x"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  expect_in(r, "--output-prefix " + input + ": --input " + input + " is read from this file");
+  EXPECT_EQ(read_text_file(input), read_text_file(kCorpus).substr(0, 20000));
+}
+
 }  // namespace
 }  // namespace tessel

@@ -5,7 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <fmt/ranges.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "tessel/core/error.h"
+#include "tessel/core/path_clashes.h"
 
 namespace tessel {
 
@@ -33,15 +35,6 @@ std::pair<std::string, std::string> folder_and_name(const std::string& path) {
   const fs::path p(path);
   const std::string dir = p.parent_path().string(), name = p.filename().string();
   return {dir.empty() ? std::string(".") : dir, name == "." || name == ".." ? std::string() : name};
-}
-
-// `path` absolute, its links resolved as far as it exists, without a trailing '/'.
-fs::path resolved(const std::string& path) {
-  std::error_code error;
-  fs::path p = fs::weakly_canonical(path, error);
-  if (error) p = fs::absolute(path, error).lexically_normal();
-  if (p.filename().empty() && p.has_relative_path()) p = p.parent_path();
-  return p;
 }
 
 // A folder held to create, rename and remove names in (O_PATH: a folder this user may write but
@@ -106,18 +99,10 @@ void require_writable_file(const std::string& flag, const std::string& path, int
 
 void require_apart_from_sources(const std::string& flag, const std::string& dir,
                                 const std::vector<std::pair<std::string, std::string>>& sources) {
-  const fs::path out = resolved(dir);
-  for (const auto& [source_flag, source] : sources) {
-    if (source.empty()) continue;
-    const fs::path read = resolved(source);
-    std::error_code error;
-    const fs::path folder = fs::is_directory(read, error) ? read : read.parent_path();
-    // `folder` is `out` or below it when `out` is a leading part of it.
-    const bool inside = std::mismatch(out.begin(), out.end(), folder.begin(), folder.end()).first == out.end();
-    TESSEL_CHECK(!inside, "{} {}: {} {} is read from {}: writing there would replace what is still to be "
-                 "read; give {} another folder", flag, dir, source_flag, source,
-                 folder == out ? "this folder" : "inside it", flag);
-  }
+  CommandPaths paths{.output_folders = {{flag, dir}}};
+  for (const auto& [source_flag, source] : sources) paths.inputs.push_back({source_flag, source});
+  const std::vector<std::string> clashes = path_clashes(paths);
+  TESSEL_CHECK(clashes.empty(), "{}", fmt::join(clashes, "; "));
 }
 
 AtomicFile::AtomicFile(std::string path, Durability durability)

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "tessel/core/error.h"
+#include "tessel/core/path_clashes.h"
 #include "tessel/core/writable.h"
 #include "tessel/data/text_documents.h"
 
@@ -196,6 +197,11 @@ class WorkerPool {
   bool stop_ = false;
 };
 
+// The k-th key's output, PREFIX_{key}_document (.bin/.idx), as Megatron's preprocess_data.py.
+std::string document_prefix(const PreprocessOptions& options, size_t k) {
+  return options.output_prefix + "_" + options.json_keys[k] + "_document";
+}
+
 }  // namespace
 
 PreprocessResult preprocess(const PreprocessOptions& options, const Tokenizer& tokenizer) {
@@ -220,6 +226,13 @@ PreprocessResult preprocess(const PreprocessOptions& options, const Tokenizer& t
   if (options.append_eod && eod < 0)
     problems.push_back(fmt::format("--append-eod: the tokenizer {} has no end-of-document token",
                                    tokenizer.type()));
+  // Written over its --input (x_text_document.bin as the input of --output-prefix x), the corpus
+  // would be replaced while it is read.
+  CommandPaths paths{.inputs = {{"--input", options.input}}};
+  for (size_t k = 0; k < (jsonl ? options.json_keys.size() : std::min<size_t>(options.json_keys.size(), 1)); ++k)
+    for (const char* suffix : {".bin", ".idx"})
+      paths.output_files.push_back({"--output-prefix", document_prefix(options, k) + suffix});
+  for (std::string& clash : path_clashes(paths)) problems.push_back(std::move(clash));
   if (!problems.empty()) {
     std::string message = problems[0];
     for (size_t i = 1; i < problems.size(); ++i) message += "; " + problems[i];
@@ -235,7 +248,7 @@ PreprocessResult preprocess(const PreprocessOptions& options, const Tokenizer& t
   result.dtype = optimal_token_dtype(tokenizer.vocab_size());
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (size_t k = 0; k < (jsonl ? options.json_keys.size() : 1); ++k) {
-    result.prefixes.push_back(options.output_prefix + "_" + options.json_keys[k] + "_document");
+    result.prefixes.push_back(document_prefix(options, k));
     writers.push_back(std::make_unique<IndexedDatasetWriter>(result.prefixes.back(), result.dtype));
   }
 

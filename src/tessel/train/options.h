@@ -198,6 +198,9 @@ struct TrainOptions {
   // gradients and their reductions, the optimizer, norms, softmax and loss stay fp32.
   Precision precision = Precision::FP32;
   Device device = Device::CPU;  // --device cpu | cuda: where the kernel table computes
+  // --model-config: the model's file, read by the command (apps/model_flags.h); here so that no
+  // output of the run is written over it (train/output_paths.h).
+  std::string model_config;
   DataOptions data;
   EvalOptions eval;
   BatchOptions batch;

@@ -1,63 +1,57 @@
 #include "tessel/train/output_paths.h"
 
-#include <fmt/format.h>
-
-#include <algorithm>
 #include <filesystem>
-#include <system_error>
-#include <utility>
+
+#include "tessel/core/error.h"
+#include "tessel/core/path_clashes.h"
+#include "tessel/data/dataset_builder.h"
 
 namespace tessel {
 
 namespace {
 
-namespace fs = std::filesystem;
-
-struct Output {
-  const char* flag;
-  fs::path path;  // absolute, with . and .. and the links that exist resolved
-};
-
-fs::path resolved(const std::string& path) {
-  std::error_code ec;
-  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  return ec ? fs::absolute(path).lexically_normal() : p;
-}
-
-// `inner` is `folder` or below it.
-bool within(const fs::path& inner, const fs::path& folder) {
-  auto [f, i] = std::mismatch(folder.begin(), folder.end(), inner.begin(), inner.end());
-  return f == folder.end() || (std::next(f) == folder.end() && f->empty());  // a trailing '/'
+// The files a data flag's blend reads: each prefix's .bin and .idx, or the text file itself when
+// neither exists (data/dataset_builder.h's rule).
+void add_data_inputs(const std::string& flag, const std::vector<std::string>& words, std::vector<NamedPath>& inputs) {
+  if (words.empty()) return;
+  DataBlend blend;
+  try {
+    blend = parse_data_blend(words, flag);
+  } catch (const ConfigError&) {
+    return;  // a malformed blend is the data check's to report; its words name no files yet
+  }
+  for (const std::string& prefix : blend.prefixes) {
+    const bool indexed = std::filesystem::exists(prefix + ".bin") || std::filesystem::exists(prefix + ".idx");
+    if (!indexed) inputs.push_back({flag, prefix});
+    if (indexed) inputs.insert(inputs.end(), {{flag, prefix + ".bin"}, {flag, prefix + ".idx"}});
+  }
 }
 
 }  // namespace
 
 std::vector<std::string> output_path_violations(const TrainOptions& o) {
-  std::vector<Output> files, folders;
-  auto file = [&](const char* flag, const std::string& path) {
-    if (!path.empty()) files.push_back({flag, resolved(path)});
-  };
-  auto folder = [&](const char* flag, const std::string& path) {
-    if (!path.empty()) folders.push_back({flag, resolved(path)});
-  };
-  file("--log-json", o.log.json);
-  file("--pipeline-timeline", o.log.pipeline_timeline);
-  if (o.log.profile.on && o.log.pipeline_timeline.empty()) file("--profile's trace", o.log.profile.path);
-  folder("--save", o.checkpoint.save);
-  folder("--save-hf", o.checkpoint.save_hf);
-  folder("--tensorboard-dir", o.log.tensorboard.dir);
-  std::vector<std::string> v;
-  for (size_t i = 0; i < files.size(); ++i)
-    for (size_t j = i + 1; j < files.size(); ++j)
-      if (files[i].path == files[j].path)
-        v.push_back(fmt::format("{} and {} name the same file {}: one would overwrite the other", files[i].flag,
-                                files[j].flag, files[i].path.string()));
-  for (const Output& f : files)
-    for (const Output& d : folders)
-      if (within(f.path, d.path))
-        v.push_back(fmt::format("{} {} is inside {} {}, a folder the run writes: give a file outside it", f.flag,
-                                f.path.string(), d.flag, d.path.string()));
-  return v;
+  CommandPaths paths;
+  paths.output_files = {{"--log-json", o.log.json}, {"--pipeline-timeline", o.log.pipeline_timeline}};
+  if (o.log.profile.on && o.log.pipeline_timeline.empty())
+    paths.output_files.push_back({"--profile's trace", o.log.profile.path});
+  paths.output_folders = {{"--save", o.checkpoint.save},
+                          {"--save-hf", o.checkpoint.save_hf},
+                          {"--tensorboard-dir", o.log.tensorboard.dir}};
+  const DataOptions& d = o.data;
+  add_data_inputs("--data-path", d.path, paths.inputs);
+  add_data_inputs("--train-data-path", d.train_path, paths.inputs);
+  add_data_inputs("--valid-data-path", d.valid_path, paths.inputs);
+  add_data_inputs("--test-data-path", d.test_path, paths.inputs);
+  const TokenizerOptions& t = d.tokenizer;
+  paths.inputs.insert(paths.inputs.end(), {// Megatron's resume: --save X --load X writes the new
+                                           // iterations beside the one read, once it is read.
+                                           {"--load", o.checkpoint.load, "--save"},
+                                           {"--init-from", o.checkpoint.init_from},
+                                           {"--model-config", o.model_config},
+                                           {"--tokenizer-model", t.tokenizer_model},
+                                           {"--vocab-file", t.vocab_file},
+                                           {"--merge-file", t.merge_file}});
+  return path_clashes(paths);
 }
 
 }  // namespace tessel

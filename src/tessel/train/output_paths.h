@@ -1,8 +1,8 @@
 // The files and folders one run writes (--log-json, --pipeline-timeline, --profile's trace,
-// --save, --save-hf, --tensorboard-dir), checked against each other before it starts: two flags
-// naming one file, or a file inside a folder the run fills, would have one output overwrite
-// another with every write succeeding (a --log-json named as --save's tracker file was replaced
-// by it, exit 0).
+// --save, --save-hf, --tensorboard-dir), checked before it starts against each other and against
+// every file it reads (the data's .bin/.idx, --load, --init-from, --model-config, the tokenizer's
+// files) by core/path_clashes.h: a --log-json named as --save's tracker, as the data's .bin or as
+// a rank file of the save resumed from was written over it, exit 0.
 #pragma once
 
 #include <string>

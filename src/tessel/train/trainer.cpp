@@ -175,11 +175,8 @@ struct RunSetup {
       // One writer per folder: the rank that writes its metadata and tracker holds the lock.
       if (groups.world_rank() == 0) save_lock = std::make_unique<SaveLock>(ckpt.save);
     }
-    if (!ckpt.save_hf.empty()) {
-      require_apart_from_sources("--save-hf", ckpt.save_hf,
-                                 export_sources(plan.options.data.tokenizer, ckpt.init_from, ckpt.load));
-      require_writable_dir("--save-hf", ckpt.save_hf, groups.world_rank());
-    }
+    // Apart from what the run reads: the plan checked (train/output_paths.h).
+    if (!ckpt.save_hf.empty()) require_writable_dir("--save-hf", ckpt.save_hf, groups.world_rank());
     // The data order and the learning rate depend on (seed, the plan's batches, step count) only:
     // resuming needs the weights, the moments and the step count, the plan having taken the
     // save's consumed samples and schedule (train/resume.h). As Megatron, a --load folder without

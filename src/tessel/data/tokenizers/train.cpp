@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "tessel/core/error.h"
+#include "tessel/core/path_clashes.h"
 #include "tessel/core/writable.h"
 #include "tessel/data/tokenizers/loaders.h"
 #include "tessel/data/utf8.h"
@@ -123,6 +124,10 @@ TokenizerOptions train_tokenizer(const TokenizerTrainOptions& o) {
                               o.character_coverage ? "--character-coverage" : "--byte-fallback"));
   if (!byte_level && o.min_frequency)
     bad.push_back(fmt::format("--min-frequency is byte-bpe's: --model-type {} does not read it", o.model_type));
+  // An --output folder holding an --input (tt/tokenizer.json into tt) would replace the corpus.
+  CommandPaths paths{.output_folders = {{"--output", o.output_dir}}};
+  for (const std::string& input : o.inputs) paths.inputs.push_back({"--input", input});
+  for (std::string& clash : path_clashes(paths)) bad.push_back(std::move(clash));
   if (!bad.empty()) {
     std::string msg = "tokenizer train: " + bad[0];
     for (size_t i = 1; i < bad.size(); ++i) msg += "; " + bad[i];
