@@ -13,6 +13,7 @@
 #include "tessel/ckpt/hf.h"
 #include "tessel/core/error.h"
 #include "tessel/family/family.h"
+#include "tessel/model/weight_settings.h"
 
 namespace tessel {
 
@@ -98,21 +99,16 @@ void ModelFlags::apply(ModelConfig& cfg) const {
 
 void ModelFlags::check_agrees(const ModelConfig& file, const ModelConfig& wanted,
                               const std::string& init_from) const {
-  const ModelConfig has = file.explicit_sizes(), asked = wanted.explicit_sizes();
   const std::span<const ModelField> fields = model_fields();
   // Files with plain norm weights are read as zero-centred ones too, 1 taken away from each
   // (family/weights.h): --apply-layernorm-1p chooses how the model holds the same norms.
   const bool norms_either_way = family_writing(file).layout("").plain_norms;
-  std::vector<std::string> v;
-  for (size_t i = 0; i < fields.size(); ++i) {
-    const ModelField& f = fields[i];
-    const auto* member = std::get_if<bool ModelConfig::*>(&f.member);
+  // The flags given only: the others take the file's values.
+  std::vector<std::string> v = weight_setting_differences(file, wanted, init_from, [&](size_t i) {
+    const auto* member = std::get_if<bool ModelConfig::*>(&fields[i].member);
     const bool either_way = norms_either_way && member != nullptr && *member == &ModelConfig::layernorm_1p;
-    if (options_[i]->count() > 0 && !f.run_setting && !either_way &&
-        model_field_json(f, has) != model_field_json(f, asked))
-      v.push_back(fmt::format("{} {} but {} has {}", f.flag, model_field_text(f, asked), init_from,
-                              model_field_text(f, has)));
-  }
+    return options_[i]->count() > 0 && !either_way;
+  });
   if (architecture_.any_given() && wanted.arch != file.arch)
     v.push_back(fmt::format("the architecture flags say {} but {} is {}", arch_name(wanted.arch), init_from,
                             arch_name(file.arch)));

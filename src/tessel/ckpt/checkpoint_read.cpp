@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tessel/ckpt/checkpoint_format.h"
 #include "tessel/ckpt/hf.h"
@@ -20,6 +21,8 @@
 #include "tessel/core/error.h"
 #include "tessel/core/file_names.h"
 #include "tessel/core/json_values.h"
+#include "tessel/family/family.h"
+#include "tessel/model/weight_settings.h"
 #include "tessel/model/transformer.h"
 
 namespace tessel {
@@ -270,17 +273,32 @@ json saved_tokenizer(const std::string& dir) {
                checkpoint_iteration_dir(dir, iteration) + "/metadata.json (run_config)");
 }
 
+namespace {
+
+// The save's model against this one, as --init-from's (model/weight_settings.h): the run settings
+// (dropout, --init-method-std, --seq-length) may change, under --finetune and on resume alike, as
+// Megatron's; every weight setting that differs is named by its flag, all at once. Both models
+// pass through the metadata's JSON, so that what it does not record differs in neither; a key
+// that still differs with no flag behind it is named as it stands.
+void check_saved_model(const json& saved, const ModelConfig& cfg, const std::string& where) {
+  const ModelConfig has = model_config_from_hf(saved, where);
+  const json model = hf_config_json(with_run_settings_of(cfg, has));
+  std::vector<std::string> v = weight_setting_differences(has, model_config_from_hf(model, where), "the save");
+  if (v.empty())
+    for (const auto& [key, value] : model.items())
+      if (!saved.contains(key) || saved[key] != value)
+        v.push_back(fmt::format("{} is {}, this model has {}", key, saved.value(key, json()).dump(), value.dump()));
+  TESSEL_CHECK(v.empty(), "{}: saved from another model: {}", where, fmt::join(v, "; "));
+}
+
+}  // namespace
+
 int64_t load_checkpoint(const std::string& dir, ParamRegistry& params, AdamW& optimizer,
                         const ModelConfig& cfg, int64_t iteration, bool with_optimizer) {
   if (iteration < 0) iteration = latest_checkpointed_iteration(dir);
   const json meta = read_checkpoint_metadata(dir, iteration);
   const std::string iter_dir = checkpoint_iteration_dir(dir, iteration);
-  const json model = hf_config_json(cfg);
-  const json& saved_model = meta["model"];
-  for (const auto& [key, value] : model.items())
-    TESSEL_CHECK(saved_model.contains(key) && saved_model[key] == value,
-                 "{}/metadata.json: saved from another model ({} is {}, this model has {})",
-                 iter_dir, key, saved_model.value(key, json()).dump(), value.dump());
+  check_saved_model(meta["model"], cfg, iter_dir + "/metadata.json");
   const json& tensors = meta["tensors"];
   check_shapes(tensors, params, iter_dir);
   const int64_t step_count = saved_step_count(meta, iter_dir);
