@@ -5,6 +5,8 @@
 // --use-checkpoint-opt_param-scheduler (the save's) says which to take. A save from before these
 // fields were recorded resumes as its own global batch had consumed. A resumed run reads its data
 // as far as it consumes, and its validation goes on at the save's consumed validation samples.
+// Another --seed goes on, said; changed Adam settings are refused while the optimizer is resumed;
+// dropout and --init-method-std may change.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -105,6 +107,49 @@ TEST(ResumeCli, OtherDataGoesOnAndIsSaid) {
   EXPECT_TRUE(says(r, "other data than its run's: --split \"90,9,1\" (was \"969, 30, 1\"); the samples it "
                       "consumed count into this data's order"))
       << r.output;
+}
+
+// Another --seed shuffles the data otherwise: the consumed samples count into another order (the
+// issue 43 re-probe: samples replayed or skipped without a word). Megatron goes on; so does
+// tessel, saying so.
+TEST(ResumeCli, AnotherSeedGoesOnAndIsSaid) {
+  ChangedBatch run;
+  CommandResult r;
+  EXPECT_EQ(run.resume("seed.jsonl", "--lr 3e-3 --seed 7", &r).size(), 3u);
+  EXPECT_TRUE(says(r, "other data than its run's: --seed 7 (was 1234)")) << r.output;
+}
+
+// Adam's betas and eps come back with Megatron's optimizer state, whatever the flags say: a change
+// is refused naming every flag (the re-probe: applied without a word), and taken with a fresh
+// optimizer (--no-load-optim).
+TEST(ResumeCli, ChangedAdamSettingsAreRefusedUnlessTheOptimizerIsFresh) {
+  ChangedBatch run;
+  const std::string changed = "--lr 3e-3 --global-batch-size 8 --adam-beta1 0.8 --adam-eps 1e-6 --load " + run.save;
+  const CommandResult r = train(changed);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(says(r, "--adam-beta1 0.8 (the save's 0.9), --adam-eps 1e-06 (the save's 1e-08): Megatron restores "
+                      "Adam's betas and eps with its state"))
+      << r.output;
+  const CommandResult fresh = train(changed + " --no-load-optim");
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.output;
+}
+
+// Dropout and --init-method-std are not part of the weights: a resume and a --finetune take them
+// anew, as Megatron's (the re-probe: refused as "another model" by a config.json key). A model
+// that differs is named by every flag that differs, as --init-from's check.
+TEST(ResumeCli, RunSettingsMayChangeAndAnotherModelIsNamedByEveryFlag) {
+  ChangedBatch run;
+  const std::string resume = "--lr 3e-3 --global-batch-size 8 --load " + run.save + " ";
+  CommandResult r = train(resume + "--hidden-dropout 0.2 --init-method-std 0.5");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = train(resume + "--finetune --attention-dropout 0.2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = train(resume + "--num-layers 3 --hidden-size 64 --openai-gelu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(says(r, "saved from another model: --num-layers 3 but the save has 2; --hidden-size 64 but the save "
+                      "has 32"))
+      << r.output;
+  EXPECT_TRUE(says(r, "--openai-gelu true but the save has false")) << r.output;
 }
 
 TEST(ResumeCli, AChangedScheduleIsRefusedNamingTheFlag) {

@@ -86,21 +86,21 @@ std::string describe(const std::vector<SchedulerValue>& differ) {
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
-// The save's schedule against the flags': refused, or one side taken and stated.
-void check_scheduler(TrainPlan& plan, const json& saved, const std::string& where) {
+// The save's schedule against the flags': refused (the refusal returned), or one side taken and
+// stated ("" returned).
+std::string check_scheduler(TrainPlan& plan, const json& saved, const std::string& where) {
   CheckpointOptions& c = plan.options.checkpoint;
   const std::vector<SchedulerValue> differ = scheduler_differences(scheduler_state(plan.options), saved, where);
-  if (differ.empty()) return;
+  if (differ.empty()) return "";
   if (c.override_opt_param_scheduler) {
     plan.notes.push_back(fmt::format("--override-opt_param-scheduler: the learning-rate schedule of the flags, "
                                      "not of the save {}: {}", where, describe(differ)));
-    return;
+    return "";
   }
   if (!c.use_checkpoint_opt_param_scheduler)
-    throw ConfigError(fmt::format(
-        "--load {}: the learning-rate schedule differs from the save's: {}; give the save's values, "
-        "--override-opt_param-scheduler to use the flags', or --use-checkpoint-opt_param-scheduler to keep the "
-        "save's", c.load, describe(differ)));
+    return fmt::format("the learning-rate schedule differs from the save's: {}; give the save's values, "
+                       "--override-opt_param-scheduler to use the flags', or --use-checkpoint-opt_param-scheduler "
+                       "to keep the save's", describe(differ));
   LrScheduleConfig& lr = plan.options.optim.lr;
   lr.lr = json_number<float>(saved["max_lr"], where, "max_lr");
   lr.min_lr = json_number<float>(saved["min_lr"], where, "min_lr");
@@ -120,6 +120,30 @@ void check_scheduler(TrainPlan& plan, const json& saved, const std::string& wher
   TESSEL_CHECK(broken.empty(), "{}: its learning-rate schedule: {}", where, fmt::join(broken, "; "));
   plan.notes.push_back(fmt::format("--use-checkpoint-opt_param-scheduler: the learning-rate schedule of the save {}: {}",
                                    where, describe(differ)));
+  return "";
+}
+
+// Adam's settings that Megatron's optimizer.load_state_dict restores with the moments (torch's
+// load_state_dict keeps the saved param_groups' betas and eps; the scheduler then sets only lr
+// and weight decay), so that a flag changed on resume has no effect there. tessel would apply
+// it: a resumed run that neither Megatron's nor the saved one is. Refused, naming the flag;
+// --no-load-optim (a fresh optimizer, as Megatron's) takes the flags'.
+json adam_state(const OptimizerConfig& adamw) {
+  return {{"--adam-beta1", adamw.beta1}, {"--adam-beta2", adamw.beta2}, {"--adam-eps", adamw.eps}};
+}
+
+std::string check_adam(const TrainPlan& plan, const json& run_config) {
+  if (!run_config.contains("adam")) return "";  // a save from before they were recorded
+  const json& saved = run_config["adam"];
+  const json now = adam_state(plan.options.optim.adamw);
+  std::vector<std::string> differ;
+  for (const auto& [flag, value] : now.items())
+    if (saved.contains(flag) && saved[flag] != value)
+      differ.push_back(fmt::format("{} {} (the save's {})", flag, shown(value), shown(saved[flag])));
+  if (differ.empty()) return "";
+  return fmt::format("{}: Megatron restores Adam's betas and eps with its state, so a change has no effect there; "
+                     "give the save's values, or --no-load-optim for a fresh optimizer with these",
+                     fmt::join(differ, ", "));
 }
 
 // Samples consumed by the save's `iteration` iterations under its own batch flags: a save from
@@ -152,11 +176,14 @@ void resume_validation(TrainPlan& plan, const json& run_config, int64_t iteratio
         "consumed_valid_samples (these flags would have consumed {})", plan.options.checkpoint.load, saved, counted));
 }
 
-// The flags that say which samples a run reads, as a save records them. Mock data takes no
-// --split (Megatron forces an even one without a blend: data/dataset_builder.cpp).
-json data_state(const DataOptions& d) {
+// The flags that say which samples a run reads, and in which order, as a save records them:
+// --seed shuffles the datasets, so the samples consumed index another order under another seed
+// (Megatron's datasets take args.seed too). Mock data takes no --split (Megatron forces an even
+// one without a blend: data/dataset_builder.cpp).
+json data_state(const TrainOptions& o) {
+  const DataOptions& d = o.data;
   json state = {{"--data-path", d.path}, {"--train-data-path", d.train_path}, {"--valid-data-path", d.valid_path},
-                {"--test-data-path", d.test_path}, {"--mock-data", d.mock_data}};
+                {"--test-data-path", d.test_path}, {"--mock-data", d.mock_data}, {"--seed", o.seed}};
   if (!d.mock_data) state["--split"] = d.split;
   return state;
 }
@@ -165,7 +192,7 @@ json data_state(const DataOptions& d) {
 // order. Megatron says nothing; tessel names what changed (issue 43: a silent change of the data).
 void note_data_change(TrainPlan& plan, const json& run_config) {
   if (!run_config.contains("data")) return;  // a save from before the data was recorded
-  const json now = data_state(plan.options.data);
+  const json now = data_state(plan.options);
   const json& saved = run_config["data"];
   std::vector<std::string> changed;
   for (const auto& [flag, value] : now.items())
@@ -183,7 +210,8 @@ json resume_state(const TrainPlan& plan, int64_t iteration) {
   return {{"consumed_train_samples", plan.batches.consumed_before(iteration + 1)},
           {"consumed_valid_samples", plan.valid_samples_before(iteration / plan.options.eval.interval)},
           {"opt_param_scheduler", scheduler_state(plan.options)},
-          {"data", data_state(plan.options.data)}};
+          {"data", data_state(plan.options)},
+          {"adam", adam_state(plan.options.optim.adamw)}};
 }
 
 void resume_from_save(TrainPlan& plan) {
@@ -224,12 +252,15 @@ void resume_from_save(TrainPlan& plan) {
   note_data_change(plan, run_config);
   resume_validation(plan, run_config, iteration, where);
   if (c.no_load_optim || !has_optimizer_state(meta)) return;  // the schedule starts again
-  if (!run_config.contains("opt_param_scheduler")) {
+  std::vector<std::string> refused;
+  if (const std::string adam = check_adam(plan, run_config); !adam.empty()) refused.push_back(adam);
+  if (!run_config.contains("opt_param_scheduler"))
     plan.notes.push_back(fmt::format("--load {}: a save from before its learning-rate schedule was recorded: the "
                                      "flags' schedule is taken to be its", c.load));
-    return;
-  }
-  check_scheduler(plan, run_config["opt_param_scheduler"], where);
+  else if (const std::string schedule = check_scheduler(plan, run_config["opt_param_scheduler"], where);
+           !schedule.empty())
+    refused.push_back(schedule);
+  if (!refused.empty()) throw ConfigError(fmt::format("--load {}: {}", c.load, fmt::join(refused, "; ")));
 }
 
 }  // namespace tessel

@@ -7,7 +7,9 @@
 // --global-batch-size (or step schedule) neither replays nor skips a sample. A schedule that
 // differs from the save's is refused naming the flag, unless --override-opt_param-scheduler (the
 // flags' values, stated) or --use-checkpoint-opt_param-scheduler (the save's, stated), as
-// Megatron's _check_and_set. Other data (--data-path, --split, ...) goes on from the consumed
+// Megatron's _check_and_set. Adam's --adam-beta1/2 and --adam-eps, which Megatron restores with
+// the optimizer's state, are refused changed while the optimizer is resumed. Other data
+// (--data-path, --split, ...) or another --seed (the datasets' shuffle) goes on from the consumed
 // samples as Megatron's does, stated. A save from before these fields consumed what its own
 // global batch (run_config's) gives, and its schedule is taken to be the flags' (stated).
 #pragma once
