@@ -22,6 +22,7 @@
 #include "tessel/pipeline/stages.h"
 #include "tessel/train/batch_schedule.h"
 #include "tessel/train/options.h"
+#include "tessel/train/virtual_stages.h"
 
 namespace tessel {
 
@@ -41,15 +42,6 @@ int microbatch_count(const ParallelConfig& config, int64_t micro_batch, int64_t 
 // sequence into 2·CP chunks, expert layers under TP need sequence parallel, ...
 std::vector<std::string> training_violations(const ParallelConfig& config, const ModelConfig& model,
                                              int64_t micro_batch, int64_t global_batch);
-
-// The virtual stages per rank that --num-layers-per-virtual-pipeline-stage (the layers of a
-// pipeline stage over the layers of a chunk) or --pipeline-model-parallel-layout (its entries over
-// PP) give, as Megatron's argument validation derives them: sets config.vpp and returns the rules
-// broken, one message each (at most one of those two and --num-virtual-stages-per-pipeline-rank).
-std::vector<std::string> resolve_virtual_stages(int num_layers, const PipelineOptions& pipeline, ParallelConfig& config);
-
-// The stages of a layout, as the pipeline flags ask, for a model with mtp_layers MTP layers.
-StageOptions stage_options(const ParallelConfig& config, const PipelineOptions& pipeline, int mtp_layers);
 
 // A run, resolved. Everything here follows from the model and the options.
 struct TrainPlan {
