@@ -93,10 +93,14 @@ TEST(PlanCli, SearchExplainAndDrawings) {
 }
 
 // --calibrate measures this machine (GEMM, copy, MPI and a short tessel train) and writes a
-// cluster that plans a CPU run: the calibration run's own step and peak RSS come back.
+// cluster that plans a CPU run: the calibration run's own step and peak RSS come back. A damaged
+// cluster file where `--cluster cpu` looks (TESSEL_CLUSTER_FILE) is not read: it measures anew.
 TEST(PlanCli, CalibrateWritesAClusterForThisMachine) {
   const std::string file = ::testing::TempDir() + "/calibrated-cpu.json";
-  const testing::CommandResult c = run_tessel("plan --calibrate --out " + file);
+  const std::string damaged = ::testing::TempDir() + "/damaged-cpu.json";
+  std::ofstream(damaged) << R"({"device": "cpu", "peak_flops": -1})";
+  const testing::CommandResult c = testing::run_command("TESSEL_CLUSTER_FILE=" + damaged + " " + TESSEL_BINARY +
+                                                        " plan --calibrate --out " + file);
   ASSERT_EQ(c.exit_code, 0) << c.output;
   std::ifstream in(file);
   const nlohmann::json cluster = nlohmann::json::parse(in);

@@ -171,7 +171,9 @@ Cluster calibrate_cpu(const std::string& out_path) {
   // Written after a minute of measuring: a file that cannot be is found first.
   require_writable_file("--out", out_path);
   const std::string self = self_executable();
-  Cluster c = cluster_preset("cpu");
+  // Not the file it replaces (cluster_preset("cpu") reads it): every rate is measured anew, and
+  // a damaged file must not stop the command that rewrites it.
+  Cluster c = uncalibrated_cpu();
   c.name = "cpu";
   c.device = "cpu";
   c.devices_per_node = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -44,23 +44,6 @@ Cluster dgx(const std::string& name, double memory_gib, double tflops, double hb
   return c;
 }
 
-// This machine before --calibrate: MACHINE.md's measured rates (oneDNN sgemm on one core,
-// memcpy of large buffers, Open MPI shared-memory send/recv), one node.
-Cluster uncalibrated_cpu() {
-  Cluster c;
-  c.name = "cpu";
-  c.device = "cpu";
-  c.devices_per_node = 2;
-  c.memory_gib = 12;
-  c.peak_flops = 150e9;
-  c.memory_bandwidth = 17e9;
-  c.intra_bandwidth = c.inter_bandwidth = 5e9;
-  c.intra_latency = c.inter_latency = 2e-6;
-  c.gemm_efficiency = c.memory_efficiency = c.network_efficiency = 1.0;
-  c.runtime_memory_gib = 0.08;
-  c.source = "not calibrated (MACHINE.md's rates): run `tessel plan --calibrate` first";
-  return c;
-}
 
 // The file's keys are the struct's fields: one table serves reading and writing.
 struct Field {
@@ -101,6 +84,24 @@ const std::vector<Field>& fields() {
 }
 
 }  // namespace
+
+// This machine before --calibrate: MACHINE.md's measured rates (oneDNN sgemm on one core,
+// memcpy of large buffers, Open MPI shared-memory send/recv), one node.
+Cluster uncalibrated_cpu() {
+  Cluster c;
+  c.name = "cpu";
+  c.device = "cpu";
+  c.devices_per_node = 2;
+  c.memory_gib = 12;
+  c.peak_flops = 150e9;
+  c.memory_bandwidth = 17e9;
+  c.intra_bandwidth = c.inter_bandwidth = 5e9;
+  c.intra_latency = c.inter_latency = 2e-6;
+  c.gemm_efficiency = c.memory_efficiency = c.network_efficiency = 1.0;
+  c.runtime_memory_gib = 0.08;
+  c.source = "not calibrated (MACHINE.md's rates): run `tessel plan --calibrate` first";
+  return c;
+}
 
 std::vector<std::string> Cluster::violations() const {
   std::vector<std::string> v;

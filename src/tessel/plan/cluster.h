@@ -44,6 +44,8 @@ std::vector<std::string> cluster_preset_names();
 Cluster load_cluster(const std::string& preset_or_file);
 Cluster cluster_from_json(const nlohmann::json& j, const std::string& source);
 nlohmann::json cluster_to_json(const Cluster& c);
+// This machine before --calibrate, which measures every one of its rates.
+Cluster uncalibrated_cpu();
 // Where --calibrate writes by default: $TESSEL_CLUSTER_FILE, else ./tessel-cpu-cluster.json.
 std::string cpu_cluster_file();
 
