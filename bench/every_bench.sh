@@ -41,11 +41,6 @@ skip() {  # NAME WHY
 run openblas_coretype 300 bench/openblas_coretype.sh 1
 run train_throughput_tiny 900 bench/train_throughput.sh --rounds 1 --iters 5 --warmup 1 tiny 1
 run train_throughput_gemm 900 bench/train_throughput.sh --gemm --rounds 1 small 1
-if [ -x build-avx2/tessel ] && [ -x build-avx2/bench/gemm_bench ]; then
-  run train_throughput_avx2 900 bench/train_throughput.sh --isa avx2 --rounds 1 --iters 5 --warmup 1 tiny 1
-else
-  skip train_throughput_avx2 "build-avx2/ not built (scripts/test-avx2.sh)"
-fi
 for mode in dp torch tp buckets dpcost moe allreduce; do
   run "parallel_scaling_$mode" 900 bench/parallel_scaling.sh --rounds 1 --iters 3 --warmup 1 "$mode" tiny
 done
@@ -68,6 +63,11 @@ run gdn_bench 300 env OMP_NUM_THREADS=1 build/bench/gdn_bench --reps 2
 run ckpt_bench 300 build/bench/ckpt_bench --num-layers 2 --hidden-size 256 --rounds 1 --dir "$logs/ckpt"
 run cp_bench 300 "${mpirun[@]}" -n 2 build/bench/cp_bench
 run allreduce_bench 300 "${mpirun[@]}" -n 2 build/bench/allreduce_bench
+if [ -x build-avx2/tessel ] && [ -x build-avx2/bench/gemm_bench ]; then
+  run train_throughput_avx2 900 bench/train_throughput.sh --isa avx2 --rounds 1 --iters 5 --warmup 1 tiny 1
+else
+  skip train_throughput_avx2 "build-avx2/ not built (scripts/test-avx2.sh)"
+fi
 skip loaded_suite "the whole suite twice (20+ min): bench/loaded_suite.sh"
 skip gpu "needs a GPU machine: bench/gpu-pack.sh here, bench/gpu.sh there"
 
