@@ -54,11 +54,11 @@ run zero_bubble 900 bench/zero_bubble.sh 1 2
 run same_trajectory 900 bench/same_trajectory.sh build/tessel
 run plan_same 900 bench/plan_same.sh build/tessel
 run plan_published 900 bench/plan_published.sh
-run plan_cpu 900 /usr/bin/python3 bench/plan_cpu.py --rounds 1 --iters 2
-run test_timeouts 300 /usr/bin/python3 bench/test_timeouts.py
+run plan_cpu 900 /usr/bin/python3 bench/plan_cpu.py --rounds 1 --iters 4 --layouts '^(DP2|TP2)$'  # four step times
+run test_timeouts 900 /usr/bin/python3 bench/test_timeouts.py --run -R '^fault_bad_values$'  # a test that runs `timeout`
 run gemm_bench 300 env OMP_NUM_THREADS=1 build/bench/gemm_bench --threads 1 --min-reps 1 --min-seconds 0.05
 run bubble_bench 60 build/bench/bubble_bench
-run plan_calibration_bench 60 build/bench/plan_calibration_bench
+run plan_calibration_bench 900 build/bench/plan_calibration_bench
 run gdn_bench 300 env OMP_NUM_THREADS=1 build/bench/gdn_bench --reps 2
 run ckpt_bench 300 build/bench/ckpt_bench --num-layers 2 --hidden-size 256 --rounds 1 --dir "$logs/ckpt"
 run cp_bench 300 "${mpirun[@]}" -n 2 build/bench/cp_bench
