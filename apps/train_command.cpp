@@ -156,10 +156,13 @@ TrainCommand::TrainCommand(CLI::App& app) {
       "--decoupled-min-lr", [&t](const float& lr) { t.optim.decoupled_min_lr = lr; },
       "final learning rate of the input embedding and the output layer (default: --min-lr)");
   c.add_option("--lr-warmup-iters", t.optim.lr.warmup_iters, "linear warmup iterations")->capture_default_str();
-  c.add_option("--lr-decay-iters", t.optim.lr.decay_iters, "decay iterations (0: --train-iters)")
-      ->capture_default_str();
+  c.add_option_function<int64_t>(
+      "--lr-decay-iters", [&t](const int64_t& iters) { t.optim.lr.decay_iters = iters; },
+      "decay iterations, at least 1 (default: --train-iters)");
   c.add_option("--lr-warmup-samples", t.optim.lr.warmup_samples, "linear warmup samples (with --train-samples)");
-  c.add_option("--lr-decay-samples", t.optim.lr.decay_samples, "decay samples (with --train-samples; 0: all of them)");
+  c.add_option_function<int64_t>(
+      "--lr-decay-samples", [&t](const int64_t& samples) { t.optim.lr.decay_samples = samples; },
+      "decay samples, at least 1, with --train-samples (default: all of them)");
   c.add_option_function<double>(
       "--lr-warmup-fraction", [&t](const double& fraction) { t.optim.lr.warmup_fraction = fraction; },
       "warmup as a fraction of the decay, instead of --lr-warmup-iters or --lr-warmup-samples");

@@ -155,6 +155,16 @@ TEST(MegatronFlagsCli, GlobalBatchDefaultsToMicroBatchTimesDataParallel) {
     EXPECT_NE(zero.output.find(said), std::string::npos) << said << "\n" << zero.output;
 }
 
+// --lr-decay-iters 0 is refused as Megatron's scheduler asserts decay steps > 0, beside the run's
+// other broken rules; it is not taken for "not given" (the run's length).
+TEST(MegatronFlagsCli, DecayItersOfZeroIsRefused) {
+  const testing::CommandResult r = testing::run_tessel(
+      "train " + kSizes + "--micro-batch-size 2 --global-batch-size 4 --train-iters 4 --lr-decay-iters 0 --min-lr 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  for (const char* said : {"invalid configuration: ", "--lr-decay-iters 0 must be positive", "--min-lr 1 is not within"})
+    EXPECT_NE(r.output.find(said), std::string::npos) << said << "\n" << r.output;
+}
+
 // Megatron's OptimizerParamScheduler asserts lr_warmup_steps < lr_decay_steps (the decay the
 // run's length when --lr-decay-iters/-samples is not given), for every decay style: a warmup as
 // long as the run is refused, in the one message beside the run's other broken rules.

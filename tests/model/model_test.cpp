@@ -264,7 +264,7 @@ TrainOptions small_run(const ModelConfig& cfg, int64_t iters) {
   o.batch.global_batch_size = 8;
   o.log.interval = 1000;
   o.eval.iters = 0;  // no validation: these runs train only
-  o.optim.lr = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup_iters = 2, .decay_iters = 0, .train_iters = iters,
+  o.optim.lr = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup_iters = 2, .train_iters = iters,
           .style = LrDecayStyle::Cosine};
   return o;
 }
@@ -316,7 +316,7 @@ TEST_P(TrainLoop, OverfitsOneBatch) {
                            "In the beginning God created the")};  // 32 bytes
   o.batch.micro_batch_size = 1;
   o.batch.global_batch_size = 1;
-  o.optim.lr = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 5, .decay_iters = 0, .train_iters = 150,
+  o.optim.lr = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 5, .train_iters = 150,
           .style = LrDecayStyle::Cosine};
   std::vector<IterationStats> h = train(cfg, o);
   EXPECT_GT(h.front().loss, 5.0);

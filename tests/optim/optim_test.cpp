@@ -261,6 +261,26 @@ TEST(LrSchedule, WarmupFractionBelowZeroOrNanIsRefused) {
   }
 }
 
+// Megatron's OptimizerParamScheduler asserts lr_decay_steps > 0, and get_optimizer_param_scheduler
+// takes the run's length only for a decay not given (None): --lr-decay-iters 0 or
+// --lr-decay-samples 0 is refused, not read as "decay over the run".
+TEST(LrSchedule, DecayOfZeroIsRefusedAsMegatronAsserts) {
+  LrScheduleConfig c = schedule(LrDecayStyle::Linear);
+  c.warmup_iters = 0;
+  c.decay_iters = 0;
+  expect_rules(c, {"--lr-decay-iters 0 must be positive"});
+  EXPECT_THROW(LrSchedule{c}, Error);
+  c.decay_iters = {};  // left out: the run's length
+  EXPECT_EQ(all(c), "");
+  EXPECT_EQ(c.decay_steps(), c.train_iters);
+  c.train_iters = 0;
+  c.train_samples = 100;
+  c.decay_samples = 0;
+  expect_rules(c, {"--lr-decay-samples 0 must be positive"});
+  c.decay_iters = 0;  // given under --train-samples: the other kind's flag, whatever its value
+  expect_rules(c, {"--lr-decay-iters with --train-samples"});
+}
+
 // Megatron's OptimizerParamScheduler asserts 0 <= lr_warmup_steps < lr_decay_steps, the decay
 // defaulting to the run's length, whatever the style; each form of the warmup is held to it, in
 // the one list beside the other broken rules.

@@ -48,7 +48,7 @@ OptimOptions optim_options(bool post_validation) {
   OptimOptions o;
   o.adamw.clip_grad = 1.0f;
   o.post_validation = post_validation;
-  o.lr = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 2, .decay_iters = 0, .train_iters = 200,
+  o.lr = {.lr = 1e-2f, .min_lr = 1e-3f, .warmup_iters = 2, .train_iters = 200,
           .style = LrDecayStyle::Cosine};
   return o;
 }

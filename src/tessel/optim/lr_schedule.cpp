@@ -35,8 +35,8 @@ int64_t LrScheduleConfig::iterations() const {
 
 int64_t LrScheduleConfig::decay_steps() const {
   if (saved_decay_steps >= 0) return saved_decay_steps;
-  if (sample_based()) return decay_samples > 0 ? decay_samples : train_samples;
-  return (decay_iters > 0 ? decay_iters : train_iters) * global_batch;
+  if (sample_based()) return decay_samples.value_or(train_samples);
+  return decay_iters.value_or(train_iters) * global_batch;
 }
 
 double LrScheduleConfig::warmup_steps() const {
@@ -57,13 +57,13 @@ std::string warmup_past_decay(const LrScheduleConfig& config) {
   if (config.saved_decay_steps >= 0) return {};  // the save's lengths: resume.cpp checks them
   const bool samples = config.sample_based();
   const int64_t run = samples ? config.train_samples : config.train_iters;
-  const int64_t given = samples ? config.decay_samples : config.decay_iters;
-  const int64_t decay = given > 0 ? given : run;
+  const std::optional<int64_t> given = samples ? config.decay_samples : config.decay_iters;
+  const int64_t decay = given.value_or(run);
   const int64_t warmup = samples ? config.warmup_samples : config.warmup_iters;
-  if (decay <= 0 || warmup < 0 || run < 0 || given < 0) return {};
+  if (decay <= 0 || warmup < 0 || run < 0) return {};
   const char* unit = samples ? "samples" : "iterations";
   const std::string decay_named =
-      given > 0 ? fmt::format("{} {}", samples ? "--lr-decay-samples" : "--lr-decay-iters", given)
+      given ? fmt::format("{} {}", samples ? "--lr-decay-samples" : "--lr-decay-iters", *given)
                 : fmt::format("{} {}, as --{} is not given", samples ? "--train-samples" : "--train-iters", run,
                               samples ? "lr-decay-samples" : "lr-decay-iters");
   if (config.warmup_fraction) {
@@ -89,15 +89,20 @@ std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) 
   if (!(config.warmup_init >= 0.0f && config.warmup_init <= config.lr))
     problems.push_back(fmt::format("--lr-warmup-init {} is not within [0, --lr {}]", config.warmup_init, config.lr));
   for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--lr-warmup-iters", config.warmup_iters},
-                                    {"--lr-decay-iters", config.decay_iters},
                                     {"--train-iters", config.train_iters},
                                     {"--lr-warmup-samples", config.warmup_samples},
-                                    {"--lr-decay-samples", config.decay_samples},
                                     {"--train-samples", config.train_samples}})
     if (value < 0) problems.push_back(fmt::format("{} {} is negative", flag, value));
+  // Megatron's scheduler asserts lr_decay_steps > 0: a decay given as 0 is refused, not taken for
+  // the run's length (which a decay left out is).
+  for (const auto& [flag, value] : {std::pair<const char*, std::optional<int64_t>>{"--lr-decay-iters", config.decay_iters},
+                                    {"--lr-decay-samples", config.decay_samples}})
+    if (value && *value <= 0)
+      problems.push_back(fmt::format("{} {} must be positive (left out, the decay lasts the run): Megatron's "
+                                     "scheduler asserts decay steps > 0", flag, *value));
   // The schedule counts samples: iterations × G must be a number (2^63 − 1 at most).
   for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--train-iters", config.train_iters},
-                                    {"--lr-decay-iters", config.decay_iters},
+                                    {"--lr-decay-iters", config.decay_iters.value_or(0)},
                                     {"--lr-warmup-iters", config.warmup_iters}})
     if (config.global_batch > 0 && value > std::numeric_limits<int64_t>::max() / config.global_batch)
       problems.push_back(fmt::format("{} {} × --global-batch-size {} is past 2^63 samples", flag, value,
@@ -105,23 +110,23 @@ std::vector<std::string> lr_schedule_violations(const LrScheduleConfig& config) 
   if (config.warmup_fraction && !(*config.warmup_fraction >= 0 && *config.warmup_fraction <= 1))
     problems.push_back(fmt::format("--lr-warmup-fraction {} is not within [0, 1]", *config.warmup_fraction));
   // Megatron's assertions: one kind of training (the other kind's flags not given), one warmup length.
-  using Given = std::pair<const char*, int64_t>;
   const bool samples = config.sample_based();
+  using Given = std::pair<const char*, bool>;  // a flag of the other kind, and whether it was given
   const std::vector<Given> other_kind =
-      samples ? std::vector<Given>{{"--train-iters", config.train_iters},
-                                   {"--lr-decay-iters", config.decay_iters},
-                                   {"--lr-warmup-iters", config.warmup_iters}}
-              : std::vector<Given>{{"--lr-decay-samples", config.decay_samples},
-                                   {"--lr-warmup-samples", config.warmup_samples}};
-  for (const auto& [flag, value] : other_kind)
-    if (value > 0)
+      samples ? std::vector<Given>{{"--train-iters", config.train_iters > 0},
+                                   {"--lr-decay-iters", config.decay_iters.has_value()},
+                                   {"--lr-warmup-iters", config.warmup_iters > 0}}
+              : std::vector<Given>{{"--lr-decay-samples", config.decay_samples.has_value()},
+                                   {"--lr-warmup-samples", config.warmup_samples > 0}};
+  for (const auto& [flag, given] : other_kind)
+    if (given)
       problems.push_back(fmt::format("{} {} --train-samples: {}-based training takes {} and {}", flag,
                                      samples ? "with" : "without", samples ? "sample" : "iteration",
                                      samples ? "--lr-decay-samples" : "--lr-decay-iters",
                                      samples ? "--lr-warmup-samples" : "--lr-warmup-iters"));
-  const Given warmup = samples ? Given{"--lr-warmup-samples", config.warmup_samples}
-                               : Given{"--lr-warmup-iters", config.warmup_iters};
-  if (config.warmup_fraction && warmup.second > 0)
+  const Given warmup = samples ? Given{"--lr-warmup-samples", config.warmup_samples > 0}
+                               : Given{"--lr-warmup-iters", config.warmup_iters > 0};
+  if (config.warmup_fraction && warmup.second)
     problems.push_back(fmt::format("--lr-warmup-fraction and {}: give one", warmup.first));
   if (std::string broken = warmup_past_decay(config); !broken.empty()) problems.push_back(std::move(broken));
   return problems;

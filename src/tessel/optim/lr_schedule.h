@@ -20,16 +20,17 @@ LrDecayStyle parse_lr_decay_style(std::string_view name);  // "constant" | "line
 std::string lr_decay_style_name(LrDecayStyle style);
 
 // Named after the flags. Iteration- or sample-based, as Megatron: a run gives --train-iters (and
-// the _iters flags) or --train-samples (and the _samples flags), not both; 0 is "not given".
+// the _iters flags) or --train-samples (and the _samples flags), not both; 0 is "not given",
+// but for the decay's lengths, which Megatron asserts positive when given (nullopt: not given).
 struct LrScheduleConfig {
   float lr = 0.0f;           // --lr: the peak
   float min_lr = 0.0f;       // --min-lr
   float warmup_init = 0.0f;  // --lr-warmup-init: where warmup starts
   int64_t warmup_iters = 0;      // --lr-warmup-iters
-  int64_t decay_iters = 0;       // --lr-decay-iters (0: --train-iters)
+  std::optional<int64_t> decay_iters;    // --lr-decay-iters (not given: --train-iters)
   int64_t train_iters = 0;       // --train-iters, or --train-samples / G
   int64_t warmup_samples = 0;    // --lr-warmup-samples
-  int64_t decay_samples = 0;     // --lr-decay-samples (0: --train-samples)
+  std::optional<int64_t> decay_samples;  // --lr-decay-samples (not given: --train-samples)
   int64_t train_samples = 0;     // --train-samples
   // --lr-warmup-fraction of the decay. Not a sentinel such as -1: a negative or NaN fraction given
   // would read as "not given" and train without the warmup asked for.
