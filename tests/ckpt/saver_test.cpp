@@ -3,6 +3,7 @@
 // poll() after its writer is done; a failed write stops the run at once (a background one at
 // the next poll), naming the file, the error and the save the tracker still names.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <filesystem>
@@ -155,6 +156,24 @@ TEST(CheckpointSaver, FileNamesLeadingOutOfTheSaveAreRefused) {
     });
     EXPECT_NE(loaded.find(expected), std::string::npos) << loaded;
   }
+}
+
+// A tracker that is not a regular file (a FIFO, a folder) is named as such, not called missing:
+// the folder is a --save folder with something wrong in it, and a FIFO is never opened (its read
+// would wait for a writer).
+TEST(CheckpointSaver, ATrackerThatIsNotARegularFileIsNamed) {
+  SaverFixture f;
+  const std::string tracker = f.dir.path("ckpt/latest_checkpointed_iteration.txt");
+  ASSERT_EQ(::mkfifo(tracker.c_str(), 0644), 0);
+  const std::string fifo = testing::error_of([&] { f.latest(); });
+  EXPECT_NE(fifo.find(tracker + " is not a regular file"), std::string::npos) << fifo;
+  fs::remove(tracker);
+  fs::create_directory(tracker);
+  const std::string folder = testing::error_of([&] { f.latest(); });
+  EXPECT_NE(folder.find(tracker + " is not a regular file"), std::string::npos) << folder;
+  fs::remove(tracker);
+  const std::string missing = testing::error_of([&] { f.latest(); });
+  EXPECT_NE(missing.find(tracker + ": no checkpoint tracker"), std::string::npos) << missing;
 }
 
 }  // namespace

@@ -214,8 +214,12 @@ std::string megatron_format_of_files(const std::string& iter_dir) {
 
 int64_t latest_checkpointed_iteration(const std::string& dir) {
   const std::string tracker = dir + "/latest_checkpointed_iteration.txt";
-  TESSEL_CHECK(fs::is_regular_file(tracker), "{}: no checkpoint tracker (is {} a --save folder?)",
-               tracker, dir);
+  std::error_code error;
+  const fs::file_status status = fs::status(tracker, error);
+  TESSEL_CHECK(fs::exists(status), "{}: no checkpoint tracker (is {} a --save folder?)", tracker, dir);
+  // A FIFO or a device there is not read (a FIFO would hang the read), nor called missing.
+  TESSEL_CHECK(fs::is_regular_file(status), "{} is not a regular file: a checkpoint tracker holds the "
+               "iteration of the newest save", tracker);
   std::ifstream in(tracker);
   TESSEL_CHECK(in.good(), "{}: cannot open", tracker);
   std::stringstream text;
