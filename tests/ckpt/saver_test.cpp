@@ -158,6 +158,25 @@ TEST(CheckpointSaver, FileNamesLeadingOutOfTheSaveAreRefused) {
   }
 }
 
+// An iteration folder the run may save into that is a symbolic link is refused at its start, all
+// of them named; one outside the run's iterations, or a name a save never makes, is left alone.
+TEST(CheckpointSaver, LinkedIterationFoldersTheRunWouldSaveIntoAreNamed) {
+  SaverFixture f;
+  const std::string ckpt = f.dir.path("ckpt"), elsewhere = f.dir.path("elsewhere");
+  fs::create_directories(elsewhere);
+  for (const char* name : {"iter_0000001", "iter_0000005", "iter_0000010", "iter_5", "iter_00000007"})
+    fs::create_directory_symlink(elsewhere, ckpt + "/" + name);
+  fs::create_directories(ckpt + "/iter_0000006");
+  const std::string named = testing::error_of([&] { require_no_linked_iteration_dirs(ckpt, 2, 10); });
+  EXPECT_NE(named.find("--save " + ckpt + ": " + ckpt + "/iter_0000005 (iteration 5), " + ckpt +
+                       "/iter_0000010 (iteration 10) are each a symbolic link"),
+            std::string::npos) << named;
+  for (const char* left : {"iter_0000001", "iter_5", "iter_00000007", "iter_0000006"})
+    EXPECT_EQ(named.find(left), std::string::npos) << left << "\n" << named;
+  EXPECT_NO_THROW(require_no_linked_iteration_dirs(ckpt, 11, 20));
+  EXPECT_NO_THROW(require_no_linked_iteration_dirs(ckpt, 6, 9));
+}
+
 // A tracker that is not a regular file (a FIFO, a folder) is named as such, not called missing:
 // the folder is a --save folder with something wrong in it, and a FIFO is never opened (its read
 // would wait for a writer).

@@ -220,6 +220,28 @@ TEST(OutputFilesCli, AnotherUsersTrackerInAStickyFolderIsRefusedBeforeTraining) 
   EXPECT_EQ(files_in(shared), (std::map<std::string, std::string>{{"latest_checkpointed_iteration.txt", "5\n"}}));
 }
 
+// An iteration folder under --save that is a symbolic link (the issue 43 re-probe: refused only
+// at the save after training) is refused at the start, named with its iteration; one of an
+// iteration the run does not save stays.
+TEST(OutputFilesCli, ALinkedIterationFolderUnderSaveIsRefusedBeforeTraining) {
+  testing::TestDir dir;
+  const std::string save = dir.path("s"), elsewhere = dir.path("elsewhere");
+  fs::create_directories(save);
+  fs::create_directories(elsewhere);
+  fs::create_directory_symlink(elsewhere, save + "/iter_0000002");
+  fs::create_directory_symlink(elsewhere, save + "/iter_0000009");
+  CommandResult r = run_tessel(kTrain + "--train-iters 2 --save " + save);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  expect_in(r, "--save " + save + ": " + save + "/iter_0000002 (iteration 2) is a symbolic link: tessel writes no "
+               "save through a link, and this run saves up to iteration 2");
+  EXPECT_EQ(r.output.find("iter_0000009"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("iter "), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::is_empty(elsewhere));
+  fs::remove(save + "/iter_0000002");
+  r = run_tessel(kTrain + "--train-iters 2 --save " + save);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 // One run's outputs against each other, before it starts (the issue 43 re-probe: the log was
 // replaced by the timeline, or by the save's tracker file, and the run exited 0).
 TEST(OutputFilesCli, ARunsOutputsMustNotOverwriteEachOther) {

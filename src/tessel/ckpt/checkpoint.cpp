@@ -1,8 +1,10 @@
 #include "tessel/ckpt/checkpoint.h"
 #include "tessel/ckpt/checkpoint_format.h"
 
+#include <algorithm>
 #include <atomic>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -118,6 +120,26 @@ std::string checkpoint_iteration_dir(const std::string& dir, int64_t iteration) 
   return fmt::format("{}/iter_{:07d}", dir, iteration);
 }
 
+void require_no_linked_iteration_dirs(const std::string& dir, int64_t first, int64_t last) {
+  // The folder's entries, not the iterations: a run may save any of millions of them.
+  std::vector<std::string> linked;
+  std::error_code error;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    // iter_ and up to 18 digits, the names a save makes (checkpoint_iteration_dir) and no others
+    if (!name.starts_with("iter_") || name.size() < 6 || name.size() > 23 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    const int64_t iteration = std::stoll(name.substr(5));
+    if (iteration < first || iteration > last || checkpoint_iteration_dir(dir, iteration) != dir + "/" + name) continue;
+    if (it->is_symlink(error)) linked.push_back(fmt::format("{} (iteration {})", it->path().string(), iteration));
+  }
+  std::sort(linked.begin(), linked.end());
+  TESSEL_CHECK(linked.empty(), "--save {}: {} {} a symbolic link: tessel writes no save through a link, and this run "
+               "saves up to iteration {}; remove the link or give another --save", dir, fmt::join(linked, ", "),
+               linked.size() == 1 ? "is" : "are each", last);
+}
+
 // One rank's part of a save between its snapshot and its commit: the values and whole moments
 // copied out of training's buffers, and what the commit needs.
 struct CheckpointSaver::Pending {
@@ -209,6 +231,7 @@ void CheckpointSaver::save(const std::string& dir, int64_t iteration, const Para
       // the run stops it, named by the lock's holder, instead of being made again unlocked.
       if (lock_ != nullptr) lock_->check();
       std::error_code error;
+      // Checked at the run's start too (require_no_linked_iteration_dirs); one made since is met here.
       TESSEL_CHECK(!fs::is_symlink(fs::symlink_status(s->iter_dir, error)),
                    "{}: a symbolic link: tessel writes no save through a link", s->iter_dir);
       fs::create_directory(s->iter_dir, error);

@@ -38,6 +38,11 @@ uint32_t file_crc32(const std::string& path);
 
 // "DIR/iter_0000100".
 std::string checkpoint_iteration_dir(const std::string& dir, int64_t iteration);
+// A save writes no file through a symbolic link (CheckpointSaver::save refuses one). Throws Error
+// naming every iteration folder of the --save folder `dir`, from `first` to `last` (the
+// iterations a run may save), that is a link, so that a run refuses them at its start rather
+// than at the save after its training.
+void require_no_linked_iteration_dirs(const std::string& dir, int64_t first, int64_t last);
 // The iteration the tracker names; throws Error naming the tracker when it is missing or bad.
 int64_t latest_checkpointed_iteration(const std::string& dir);
 

@@ -194,6 +194,9 @@ struct RunSetup {
       resumed = ckpt.finetune ? 0 : saved;
       loaded_optimizer = with_optimizer && has_optimizer_state(read_checkpoint_metadata(ckpt.load, saved));
     }
+    // A save writes no file through a link: an iteration folder this run may save into that is one
+    // is refused now, not at the save after the training up to it.
+    if (!ckpt.save.empty()) require_no_linked_iteration_dirs(ckpt.save, resumed + 1, plan.train_iters());
     const bool first_rank = groups.world_rank() == 0;
     const LogOptions& l = plan.options.log;
     // The traces written at the end (by the first rank), checked before training, not after.
