@@ -9,6 +9,7 @@
 // dropout and --init-method-std may change.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -95,6 +96,23 @@ TEST(ResumeCli, AnotherGlobalBatchGoesOnAtTheConsumedSample) {
   EXPECT_TRUE(says(r, "its 5 iterations consumed 20 samples; the next global batch (8) starts at sample 20"))
       << r.output;
   EXPECT_FALSE(says(r, "other data")) << r.output;
+}
+
+// --init-from beside a --load folder that holds a save: the save wins, as Megatron reads
+// --pretrained-checkpoint only when --load holds no checkpoint, and the run says that the
+// --init-from weights are not read (it read them, then replaced them without a word). Damaged,
+// they stop nothing.
+TEST(ResumeCli, InitFromBesideASaveIsNotReadAndIsSaid) {
+  testing::TestDir dir;
+  const std::string save = dir.path("ckpt"), hf = dir.path("hf");
+  const CommandResult saved = train("--global-batch-size 4 --exit-interval 2 --save " + save + " --save-hf " + hf);
+  ASSERT_EQ(saved.exit_code, 0) << saved.output;
+  for (const auto& e : std::filesystem::directory_iterator(hf))
+    if (e.path().extension() == ".safetensors") std::ofstream(e.path()) << "not weights";
+  const CommandResult r = train("--global-batch-size 4 --load " + save + " --init-from " + hf);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(says(r, "--init-from " + hf + ": its weights are not read: --load " + save + " holds iteration 2, "
+                      "whose weights the run starts from")) << r.output;
 }
 
 // Other data goes on from the consumed samples, as Megatron's resume does, but is said (Megatron

@@ -63,6 +63,9 @@ struct TrainPlan {
   // (counted under these flags) and the validation samples they consumed (Megatron's
   // consumed_valid_samples); 0, 0 for a new run.
   int64_t resumed_evaluations = 0, resumed_valid_samples = 0;
+  // --load holds a save (its tracker is there): the run starts from its weights, and --init-from's
+  // are not read (train/resume.h).
+  bool loads_save = false;
   MoeDispatcherType moe_dispatcher = MoeDispatcherType::AllToAll;  // --moe-token-dispatcher-type
 
   const ParallelConfig& layout() const { return options.parallel.layout; }

@@ -220,12 +220,19 @@ void resume_from_save(TrainPlan& plan) {
     throw ConfigError("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler: give one "
                       "(the flags' schedule or the save's), as Megatron");
   if (c.load.empty() || !std::filesystem::exists(c.load + "/latest_checkpointed_iteration.txt")) return;
+  plan.loads_save = true;
   // The tokenizer first, under --finetune too: the weights mean nothing under another.
   const std::string why = tokenizer_mismatch(saved_tokenizer(c.load), tokenizer_identity(*plan.tokenizer));
   if (!why.empty())
     throw Error(fmt::format("--load {}: {}; give the tokenizer flags it was trained with", c.load, why));
-  if (c.finetune) return;
   const int64_t iteration = latest_checkpointed_iteration(c.load);
+  // As Megatron's load_checkpoint, which falls back to --pretrained-checkpoint only when --load
+  // holds no checkpoint: the save wins, and the weights not read are named.
+  if (!c.init_from.empty())
+    plan.notes.push_back(fmt::format("--init-from {}: its weights are not read: --load {} holds iteration {}, whose "
+                                     "weights the run starts from (as Megatron reads --pretrained-checkpoint only "
+                                     "when --load holds no checkpoint)", c.init_from, c.load, iteration));
+  if (c.finetune) return;
   const json meta = read_checkpoint_metadata(c.load, iteration);
   const std::string where = checkpoint_iteration_dir(c.load, iteration) + "/metadata.json";
   const json& run_config = meta["run_config"];

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -61,8 +60,9 @@ struct StageModel {
           ChunkGroups{.tp = tp, .cp = cp, .moe = moe}));
     params.finalize(k.memory);
     for (auto& c : chunks) c->bind(params);
+    // A save in --load replaces these values: --init-from's are not read then (plan.notes says so).
     const std::string& init_from = plan.options.checkpoint.init_from;
-    if (init_from.empty()) params.init_values(plan.options.seed);
+    if (init_from.empty() || plan.loads_save) params.init_values(plan.options.seed);
     else load_hf_weights(params, plan.model, init_from);
   }
 
@@ -167,7 +167,7 @@ struct RunSetup {
     if (plan.options.optim.decoupled_lr)
       optimizer.set_decoupled_group([&model = plan.model](const Param& p) { return is_embedding_or_output_param(p, model); });
     const CheckpointOptions& ckpt = plan.options.checkpoint;
-    if (!ckpt.init_from.empty()) require_finite_weights(k, stage.params, ckpt.init_from);
+    if (!ckpt.init_from.empty() && !plan.loads_save) require_finite_weights(k, stage.params, ckpt.init_from);
     if (!ckpt.save.empty()) {
       require_writable_dir("--save", ckpt.save, groups.world_rank());
       // The tracker too: in a sticky folder, another user's would fail only at the first save.
@@ -181,13 +181,11 @@ struct RunSetup {
     // resuming needs the weights, the moments and the step count, the plan having taken the
     // save's consumed samples and schedule (train/resume.h). As Megatron, a --load folder without
     // a save yet starts from scratch: the same command line (--save X --load X) starts a run and
-    // resumes it after a crash.
-    has_save = !ckpt.load.empty() &&
-               std::filesystem::exists(ckpt.load + "/latest_checkpointed_iteration.txt");
+    // resumes it after a crash (plan.loads_save).
     // --finetune takes the weights alone and starts at iteration 0; --no-load-optim, or a save
     // without the moments (--no-save-optim), leaves the optimizer fresh, its schedule from the start.
     // The plan checked the save's tokenizer (train/resume.h).
-    if (has_save) {
+    if (plan.loads_save) {
       const bool with_optimizer = !ckpt.finetune && !ckpt.no_load_optim;
       saved = load_checkpoint(ckpt.load, stage.params, optimizer, plan.model, -1, with_optimizer);
       require_finite_weights(k, stage.params, checkpoint_iteration_dir(ckpt.load, saved));
@@ -212,7 +210,6 @@ struct RunSetup {
   GradSync sync;
   AdamW optimizer;
   std::unique_ptr<SaveLock> save_lock;  // on world rank 0, with --save
-  bool has_save = false;
   int64_t saved = 0;    // the iteration of the save loaded
   int64_t resumed = 0;  // the iteration training goes on after (0 under --finetune)
   bool loaded_optimizer = false;
@@ -248,10 +245,10 @@ void report_start(const TrainPlan& plan, ProcessGroups& groups, const GptDataSpl
                             o.checkpoint.save, setup.save_lock->stale_holder(),
                             setup.save_lock->removed_leftovers()));
   const std::string& load = o.checkpoint.load;
-  if (setup.has_save && o.checkpoint.finetune)
+  if (plan.loads_save && o.checkpoint.finetune)
     log.message(fmt::format("--finetune: the weights of {} (iteration {}), trained from iteration 0 with a fresh "
                             "optimizer", load, setup.saved));
-  else if (setup.has_save)
+  else if (plan.loads_save)
     log.message(fmt::format("resumed from {} after iteration {}{}", load, setup.resumed,
                             setup.loaded_optimizer ? ""
                             : o.checkpoint.no_load_optim
