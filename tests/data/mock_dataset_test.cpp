@@ -154,5 +154,27 @@ TEST(MockDataRules, EveryBrokenRuleNamedAtOnce) {
   }
 }
 
+// --mock-data splits its documents 1,1,1 as Megatron's does, but a --split beside it is held to
+// the form it must have beside --data-path: a malformed one is refused by name, not accepted
+// without a word.
+TEST(MockDataRules, AMalformedSplitIsRefusedAsWithRealData) {
+  TokenizerOptions null;
+  null.type = "NullTokenizer";
+  null.vocab_size = 1000;
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(null);
+  GptDataOptions o;
+  o.mock_data = true;
+  o.seq_length = 16;
+  o.tokenizer = tokenizer.get();
+  o.num_samples = {4, 0, 0};
+  for (const char* split : {"90,x", "1,2,3,4", "0,0,0", "-1,2"}) {
+    o.split = split;
+    const std::string refused = testing::error_of([&] { build_gpt_datasets(o); });
+    EXPECT_NE(refused.find(std::string("--split \"") + split + "\""), std::string::npos) << refused;
+  }
+  o.split = "98,2";  // well formed: mock data splits 1,1,1 whatever it says
+  EXPECT_NE(build_gpt_datasets(o).get(Split::Train), nullptr);
+}
+
 }  // namespace
 }  // namespace tessel

@@ -305,10 +305,11 @@ GptDataSplits build_gpt_datasets(const GptDataOptions& options,
     for (size_t i = 1; i < problems.size(); ++i) message += "; " + problems[i];
     throw ConfigError(message);
   }
-  if (!options.data_path.empty()) {  // bad flags are found alike on every rank, before waiting
-    parse_data_blend(options.data_path, "--data-path");
-    parse_split(options.split);
-  }
+  // Bad flags are found alike on every rank, before waiting. --split is held to its form whatever
+  // the data: --mock-data splits 1,1,1 as Megatron's does, but a malformed --split beside it is
+  // refused as it is beside --data-path, not accepted without a word.
+  if (!options.data_path.empty()) parse_data_blend(options.data_path, "--data-path");
+  parse_split(options.split);
   GptDataSplits splits;
   for (const bool first_phase : {true, false}) {
     const std::function<void()> phase = [&] {
