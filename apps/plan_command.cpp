@@ -164,7 +164,11 @@ PlanRun PlanCommand::resolve_run(const PlanModel& model, const Cluster& cluster)
 Cluster PlanCommand::resolve_cluster() const {
   Cluster c = load_cluster(cluster_);
   if (runtime_memory_opt_->count() > 0) {
-    if (!(runtime_memory_gib_ >= 0)) throw ConfigError(fmt::format("--runtime-memory-gib must not be negative (got {})", runtime_memory_gib_));
+    // An infinite allowance passed "not negative" and put every layout over the limit; 0 is allowed,
+    // as a calibrated CPU cluster's own value may be.
+    if (!(std::isfinite(runtime_memory_gib_) && runtime_memory_gib_ >= 0))
+      throw ConfigError(fmt::format("--runtime-memory-gib {} must be a finite number ≥ 0 (GiB per rank outside the "
+                                    "model)", runtime_memory_gib_));
     c.runtime_memory_gib = runtime_memory_gib_;
   }
   if (!(memory_margin_ >= 0 && memory_margin_ < 1))

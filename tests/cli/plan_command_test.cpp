@@ -33,7 +33,9 @@ TEST(PlanCli, BadInputIsRefusedClearly) {
   expect_error("--tp 1 --recompute-granularity full --recompute-method block", "models full recompute as --recompute-method uniform");
   expect_error("--tp 1 --recompute-method uniform", "need --recompute-granularity full");
   expect_error("--model llama3-8b --cluster h100 --memory-margin 1.5", "--memory-margin is a fraction of the limit in [0, 1)");
-  expect_error("--model llama3-8b --cluster h100 --tp 1 --runtime-memory-gib -1", "--runtime-memory-gib must not be negative");
+  for (const char* gib : {"-1", "inf", "nan"})
+    expect_error(std::string("--model llama3-8b --cluster h100 --tp 1 --runtime-memory-gib ") + gib,
+                 std::string("--runtime-memory-gib ") + gib + " must be a finite number ≥ 0");
 }
 
 // The layout Llama 3 405B ran on 16384 H100s (TP 8, PP 16, VPP 4 of one-layer-short ends): the
