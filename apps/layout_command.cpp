@@ -4,11 +4,13 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "parallel_flags.h"
 #include "tessel/core/error.h"
 #include "tessel/parallel/context_parallel.h"
+#include "tessel/pipeline/schedule.h"
 #include "tessel/train/plan.h"
 
 namespace tessel {
@@ -260,20 +262,35 @@ void LayoutCommand::run() const {
     v.push_back(fmt::format("{} needs --micro-batch-size",
                             num_microbatches_opt_->count() > 0 ? "--num-microbatches" : "--global-batch-size"));
   if (num_microbatches_ < 1) v.push_back(fmt::format("--num-microbatches must be positive (got {})", num_microbatches_));
-  const int64_t per_step = layout_ok ? micro_batch * config_.dp() : 0;
-  int64_t global_batch =
-      global_batch_opt_->count() > 0 ? batch_.global_batch_size : per_step * num_microbatches_;
-
-  // A global batch left to the microbatch count is reported through that count's rule.
-  if (global_batch_opt_->count() == 0) global_batch = std::max<int64_t>(global_batch, 1);
+  // A global batch left to the count is micro batch × DP × microbatches, compared by division
+  // before it is multiplied: the flags take any 64-bit number, and the product wrapped to a
+  // negative batch. A count past the schedules' bound or a product past 2^63 is the batch's one
+  // rule broken, named by the flags given; a count below 1 is reported by its own rule, one
+  // microbatch standing in for it.
+  int64_t global_batch = batch_.global_batch_size;
+  bool batch_known = true;
+  if (global_batch_opt_->count() == 0) {
+    const int64_t dp = layout_ok ? config_.dp() : 1, count = std::max(num_microbatches_, 1);
+    batch_known = false;
+    if (count > kMaxSchedulePairs)
+      v.push_back(fmt::format("--num-microbatches {} is past tessel's bound of {}", count, kMaxSchedulePairs));
+    else if (micro_batch > 0 && micro_batch > std::numeric_limits<int64_t>::max() / dp / count)
+      v.push_back(fmt::format("--micro-batch-size {}{} × --num-microbatches {} is past 2^63 samples", micro_batch,
+                              layout_ok ? fmt::format(" × DP {}", dp) : "", count));
+    else
+      batch_known = true, global_batch = std::max<int64_t>(micro_batch * dp * count, 1);
+  }
   if (model_given()) {
     std::vector<std::string> m = model.violations();
     v.insert(v.end(), m.begin(), m.end());
-    std::vector<std::string> t = training_violations(config_, model, micro_batch, global_batch);
-    v.insert(v.end(), t.begin(), t.end());
-  } else if (batch_given()) {
+  }
+  if ((model_given() || batch_given()) && batch_known) {
     std::vector<std::string> b = batch_violations(config_, micro_batch, global_batch);
     v.insert(v.end(), b.begin(), b.end());
+  }
+  if (model_given()) {
+    std::vector<std::string> t = model_split_violations(config_, model, micro_batch);
+    v.insert(v.end(), t.begin(), t.end());
   }
   ParallelConfig staged = config_;  // with the virtual stages that --num-layers-per-virtual-pipeline-stage gives
   const std::vector<std::string> chunks = resolve_virtual_stages(model.num_layers, pipeline_, staged);

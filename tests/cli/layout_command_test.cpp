@@ -22,6 +22,14 @@ Result run_ok(const std::string& args) {
   return r;
 }
 
+// A refused layout: exit 1, every rule broken on the one error line.
+Result run_refused(const std::string& args) {
+  Result r = run_layout(args);
+  EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  return r;
+}
+
 void expect_contains(const Result& r, const std::string& text) {
   EXPECT_NE(r.output.find(text), std::string::npos) << "missing: " << text << "\n" << r.output;
 }
@@ -175,21 +183,35 @@ TEST(LayoutCli, JsonIsOneObject) {
 }
 
 TEST(LayoutCli, BadInputListsEveryRuleOnOneLine) {
-  Result r = run_layout("--world 8 --tp 4 --num-attention-heads 6 --micro-batch-size 2 --global-batch-size 6");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  Result r = run_refused("--world 8 --tp 4 --num-attention-heads 6 --micro-batch-size 2 --global-batch-size 6");
   expect_contains(r, "--num-attention-heads 6 is not divisible by --tensor-model-parallel-size 4");
   expect_contains(r, "--global-batch-size 6 is not divisible by --micro-batch-size 2 × DP 2 = 4");
 
-  r = run_layout("--world 10 --tp 4 --order tp-pp-xx");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  r = run_refused("--world 10 --tp 4 --order tp-pp-xx");
   expect_contains(r, "world size 10 is not divisible by TP × CP × PP");
   expect_contains(r, "unknown axis 'xx'");
 
-  r = run_layout("--world 8 --rank 8");
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = run_refused("--world 8 --rank 8");
   expect_contains(r, "--rank 8 is outside the world of 8 ranks");
+}
+
+// The global batch the count gives, micro batch × DP × microbatches, is checked before it is
+// multiplied: past 2^63 it is refused naming the flags (it wrapped to a negative batch), beside
+// the other rules, and the batch rules do not speak of the wrapped product.
+TEST(LayoutCli, GlobalBatchPastTwoTo63IsRefusedNamingTheFlags) {
+  Result r = run_refused("--world 4 --micro-batch-size 4611686018427387904 --num-microbatches 8 --rank 9");
+  expect_contains(r, "--micro-batch-size 4611686018427387904 × DP 4 × --num-microbatches 8 is past 2^63 samples");
+  expect_contains(r, "--rank 9 is outside the world of 4 ranks");
+  EXPECT_EQ(r.output.find("--global-batch-size"), std::string::npos) << r.output;
+  // 2^40 × 2 × 2^22 is 2^63, one past the largest number; a microbatch fewer is a batch.
+  r = run_refused("--world 2 --micro-batch-size 1099511627776 --num-microbatches 4194304");
+  expect_contains(r, "--micro-batch-size 1099511627776 × DP 2 × --num-microbatches 4194304 is past 2^63 samples");
+  r = run_ok("--world 2 --micro-batch-size 1099511627776 --num-microbatches 4194303");
+  expect_contains(r, "= 1099511627776 × 2 × 4194303 = 9223369837831520256");
+  // A count past the schedules' bound is named by its flag, not as a --global-batch-size not given.
+  r = run_refused("--world 2 --micro-batch-size 1 --num-microbatches 2000000000");
+  expect_contains(r, "--num-microbatches 2000000000 is past tessel's bound of 4194304");
+  EXPECT_EQ(r.output.find("--global-batch-size"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -169,6 +169,13 @@ int microbatch_count(const ParallelConfig& c, int64_t micro_batch, int64_t globa
 std::vector<std::string> training_violations(const ParallelConfig& c, const ModelConfig& model,
                                              int64_t micro_batch, int64_t global_batch) {
   std::vector<std::string> v = batch_violations(c, micro_batch, global_batch);
+  append(v, model_split_violations(c, model, micro_batch));
+  return v;
+}
+
+std::vector<std::string> model_split_violations(const ParallelConfig& c, const ModelConfig& model,
+                                                int64_t micro_batch) {
+  std::vector<std::string> v;
   // A microbatch's tokens, bounded before the data indices or any activation is sized by them
   // (10^9 samples built indices for a minute, then ran out of memory): 8 times the longest
   // published training sequence, 2^20 tokens, as the model's bounds. --seq-length's own bound

@@ -37,11 +37,14 @@ inline constexpr int64_t kMaxMicrobatchTokens = int64_t{1} << 23;
 // bound it to an int).
 int microbatch_count(const ParallelConfig& config, int64_t micro_batch, int64_t global_batch);
 
-// Megatron's rules that involve the model and the batch: heads, query groups, ffn and vocabulary
-// by TP, the batch rules, sequence parallel needs TP > 1 and rows divisible, CP cuts the
-// sequence into 2·CP chunks, expert layers under TP need sequence parallel, ...
+// Megatron's rules that involve the model and the batch: the batch rules and the model's split.
 std::vector<std::string> training_violations(const ParallelConfig& config, const ModelConfig& model,
                                              int64_t micro_batch, int64_t global_batch);
+// The model's split under the layout and the micro batch: heads, query groups, ffn and vocabulary
+// by TP, sequence parallel needs TP > 1 and rows divisible, CP cuts the sequence into 2·CP
+// chunks, expert layers under TP need sequence parallel, a microbatch's tokens bounded, ...
+std::vector<std::string> model_split_violations(const ParallelConfig& config, const ModelConfig& model,
+                                                int64_t micro_batch);
 
 // A run, resolved. Everything here follows from the model and the options.
 struct TrainPlan {
