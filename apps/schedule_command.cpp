@@ -270,7 +270,8 @@ void ScheduleCommand::run() const {
     }
   }
   config.virtual_stages = chunks_per_rank(config.kind, config.virtual_stages);
-  for (const std::string& rule : schedule_violations(config)) v.push_back(rule);
+  for (const std::string& rule : schedule_violations(config, fmt::format("--microbatches {}", config.microbatches)))
+    v.push_back(rule);
   SimulationCosts costs;
   costs.forward = forward_cost_;
   costs.backward_input = backward_input_cost_;

@@ -291,7 +291,8 @@ TEST(Cli, BadPipelineConfigNamesTheRule) {
             std::string::npos) << layers.output;
   Result interleaved = run_command(mpirun + "--vpp 2 --num-layers 4 --micro-batch-size 16 --global-batch-size 16");
   EXPECT_NE(interleaved.exit_code, 0);
-  EXPECT_NE(interleaved.output.find("--microbatches 1 is below --pp 2"), std::string::npos) << interleaved.output;
+  EXPECT_NE(interleaved.output.find("--global-batch-size 16 / (--micro-batch-size 16 × DP 1) = 1 microbatch is below "
+                                    "--pp 2"), std::string::npos) << interleaved.output;
   Result layout = run_command(mpirun + "--num-layers 4 --pipeline-model-parallel-layout 'Ett|ttX'");
   EXPECT_NE(layout.exit_code, 0);
   EXPECT_NE(layout.output.find("unknown layer 'X'"), std::string::npos) << layout.output;

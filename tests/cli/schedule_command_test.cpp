@@ -152,7 +152,7 @@ TEST(ScheduleCli, BadInputNamesEveryRule) {
   expect_one_line_error("--pp 4 --microbatches 6 --vpp 2",
                         {"--microbatches 6 leaves a final group of 2", "must be 0 or at least pp"});
   expect_one_line_error("--pp 0 --microbatches 0 --forward-cost 0",
-                        {"--pp must be at least 1", "--microbatches must be at least 1",
+                        {"--pp must be at least 1", "--microbatches 0 must be at least 1",
                          "--forward-cost must be at least 1"});
   expect_one_line_error("--pp 2 --microbatches 4 --vpp 2 --schedule 1f1b", {"--vpp 2 needs --schedule interleaved"});
   expect_one_line_error("--pp 2 --microbatches 4 --schedule zigzag", {"unknown --schedule 'zigzag'"});

@@ -119,7 +119,8 @@ TEST(ZeroBubbleCli, BadConfigsListEveryRule) {
   const size_t line = r.output.find("tessel: error: invalid configuration");
   ASSERT_NE(line, std::string::npos) << r.output;
   const std::string message = r.output.substr(line, r.output.find('\n', line) - line);
-  EXPECT_NE(message.find("dualpipev needs at least 2 × --pp = 4 microbatches (got 2)"), std::string::npos) << message;
+  EXPECT_NE(message.find("dualpipev needs at least 2 × --pp = 4 microbatches (got --global-batch-size 4 / "
+                         "(--micro-batch-size 2 × DP 1) = 2 microbatches)"), std::string::npos) << message;
   EXPECT_NE(message.find("--recompute-method block needs --recompute-granularity full"), std::string::npos) << message;
 }
 

@@ -53,7 +53,7 @@ Simulation simulate_with(const ScheduleConfig& c, double f, double i, double w) 
 TEST(ZeroBubble, EveryChunkRunsFThenIThenWInMicrobatchOrder) {
   for (const ScheduleConfig& c : zero_bubble_configs()) {
     SCOPED_TRACE(name(c));
-    EXPECT_TRUE(schedule_violations(c).empty());
+    EXPECT_TRUE(schedule_violations(c, "--microbatches").empty());
     const std::vector<RankSchedule> ranks = generate_schedule(c);
     for (int r = 0; r < c.pipeline_size; ++r) {
       // Position of each (kind, microbatch, chunk); B counts as I and W at once.
@@ -241,7 +241,7 @@ TEST(ZeroBubble, VPlacementFoldsTheModelOverTheRanks) {
 TEST(ZeroBubble, ViolationsNameTheRule) {
   auto all = [](const ScheduleConfig& c) {
     std::string s;
-    for (const std::string& v : schedule_violations(c)) s += v + "\n";
+    for (const std::string& v : schedule_violations(c, "--microbatches " + std::to_string(c.microbatches))) s += v + "\n";
     return s;
   };
   std::string v = all(config(ScheduleKind::ZeroBubbleV, 1, 4, 3));
@@ -249,7 +249,7 @@ TEST(ZeroBubble, ViolationsNameTheRule) {
             std::string::npos) << v;
   EXPECT_NE(v.find("--schedule zb-v needs --pp 2 or more"), std::string::npos) << v;
   v = all(zb(ScheduleKind::DualPipeV, 4, 6));
-  EXPECT_NE(v.find("--schedule dualpipev needs at least 2 × --pp = 8 microbatches (got 6)"), std::string::npos) << v;
+  EXPECT_NE(v.find("--schedule dualpipev needs at least 2 × --pp = 8 microbatches (got --microbatches 6)"), std::string::npos) << v;
   v = all(config(ScheduleKind::ZeroBubbleH1, 2, 4, 2));
   EXPECT_NE(v.find("--vpp 2 needs --schedule interleaved (zb-h1 runs one model chunk per rank)"), std::string::npos)
       << v;

@@ -122,15 +122,29 @@ TEST(TrainPlan, MoeTokenDispatcherType) {
       << flex.notes[0];
 }
 
-// The schedule's rules need the microbatch count, which needs a valid layout and batch.
+// The schedule's rules need the microbatch count, which needs a valid layout and batch. train has
+// no --microbatches (`tessel schedule` has): its messages name the flags that give the count.
 TEST(TrainPlan, ScheduleRulesSeeTheMicrobatches) {
   ModelConfig model;
   TrainOptions o = options_for(2);
   o.parallel.layout.pp = 2;
   o.parallel.layout.vpp = 2;
   o.batch = {.micro_batch_size = 16, .global_batch_size = 16};
-  EXPECT_NE(violations_of(model, o).find("--microbatches 1 is below --pp 2"), std::string::npos)
-      << violations_of(model, o);
+  EXPECT_NE(violations_of(model, o).find("--global-batch-size 16 / (--micro-batch-size 16 × DP 1) = 1 microbatch "
+                                         "is below --pp 2"),
+            std::string::npos) << violations_of(model, o);
+  EXPECT_EQ(violations_of(model, o).find("--microbatches"), std::string::npos) << violations_of(model, o);
+  // A step schedule's batches, and the evaluation's batch beside them, are named as what they are.
+  TrainOptions stepped = o;
+  stepped.batch = {.micro_batch_size = 16, .step_schedule = "0:16"};
+  stepped.optim.lr.train_iters = 2;
+  const std::string v = violations_of(model, stepped);
+  for (const char* said : {"--step-batch-size-schedule: global batch 16 / (--micro-batch-size 16 × DP 1) = 1 "
+                           "microbatch is below --pp 2",
+                           "--eval-iters: the evaluation's batch 16 / (--micro-batch-size 16 × DP 1) = 1 microbatch "
+                           "is below --pp 2"})
+    EXPECT_NE(v.find(said), std::string::npos) << said << "\n" << v;
+  EXPECT_EQ(v.find("--microbatches"), std::string::npos) << v;
   o.batch.global_batch_size = 32;
   EXPECT_EQ(violations_of(model, o), "");
   o.parallel.pipeline.schedule = "zigzag";

@@ -59,11 +59,12 @@ ScheduleConfig chosen_schedule(const std::string& name, int pp, int microbatches
   return {kind, pp, microbatches, chunks_per_rank(kind, vpp), microbatch_group};
 }
 
-std::vector<std::string> schedule_violations(const ScheduleConfig& c) {
+std::vector<std::string> schedule_violations(const ScheduleConfig& c, const std::string& microbatches_named) {
   std::vector<std::string> v;
   const int p = c.pipeline_size, m = c.microbatches, vpp = c.virtual_stages;
+  const std::string& named = microbatches_named;
   if (p < 1) v.push_back(fmt::format("--pp must be at least 1 (got {})", p));
-  if (m < 1) v.push_back(fmt::format("--microbatches must be at least 1 (got {})", m));
+  if (m < 1) v.push_back(fmt::format("{} must be at least 1", named));
   if (vpp < 1) v.push_back(fmt::format("--vpp must be at least 1 (got {})", vpp));
   if (c.microbatch_group < 0)
     v.push_back(fmt::format("--microbatch-group-size-per-virtual-pipeline-stage must be positive (got {})",
@@ -72,8 +73,8 @@ std::vector<std::string> schedule_violations(const ScheduleConfig& c) {
   // run's would take minutes and gigabytes to generate and simulate before failing.
   const int64_t pairs = int64_t{std::max(p, 0)} * std::max(m, 0) * std::max(vpp, 0);
   if (pairs > kMaxSchedulePairs)
-    v.push_back(fmt::format("--pp {} × --microbatches {} × --vpp {} = {} (microbatch, chunk) pairs, past the bound "
-                            "of {}", p, m, vpp, pairs, kMaxSchedulePairs));
+    v.push_back(fmt::format("--pp {} × {} × --vpp {} = {} (microbatch, chunk) pairs, past the bound of {}", p,
+                            named, vpp, pairs, kMaxSchedulePairs));
   if (schedule_placement(c.kind) == Placement::V) {
     const std::string name = schedule_kind_name(c.kind);
     if (vpp != 2)
@@ -83,7 +84,7 @@ std::vector<std::string> schedule_violations(const ScheduleConfig& c) {
     // DeepSeek's DualPipeV needs its steady phase: at least 2 · p microbatches.
     if (c.kind == ScheduleKind::DualPipeV && p >= 1 && m < 2 * p)
       v.push_back(fmt::format("--schedule dualpipev needs at least 2 × --pp = {} microbatches (got {})", 2 * p,
-                              m));
+                              named));
     return v;
   }
   if (c.kind != ScheduleKind::Interleaved) {
@@ -109,15 +110,15 @@ std::vector<std::string> schedule_violations(const ScheduleConfig& c) {
                             "(interleaved: pp ≤ group ≤ microbatches)", g, p));
   } else if (g > m) {
     if (defaulted)
-      v.push_back(fmt::format("--microbatches {} is below --pp {}, the default microbatch group "
-                              "(interleaved: pp ≤ group ≤ microbatches)", m, p));
+      v.push_back(fmt::format("{} is below --pp {}, the default microbatch group "
+                              "(interleaved: pp ≤ group ≤ microbatches)", named, p));
     else
-      v.push_back(fmt::format("--microbatch-group-size-per-virtual-pipeline-stage {} exceeds --microbatches {} "
-                              "(interleaved: pp ≤ group ≤ microbatches)", g, m));
+      v.push_back(fmt::format("--microbatch-group-size-per-virtual-pipeline-stage {} exceeds {} "
+                              "(interleaved: pp ≤ group ≤ microbatches)", g, named));
   } else if (m % g != 0 && m % g < p) {
-    v.push_back(fmt::format("--microbatches {} leaves a final group of {} microbatches (--microbatches mod "
+    v.push_back(fmt::format("{} leaves a final group of {} microbatches (the microbatches mod "
                             "--microbatch-group-size-per-virtual-pipeline-stage {}), fewer than --pp {} "
-                            "(interleaved: the remainder must be 0 or at least pp)", m, m % g, g, p));
+                            "(interleaved: the remainder must be 0 or at least pp)", named, m % g, g, p));
   }
   return v;
 }
@@ -186,7 +187,8 @@ RankSchedule interleaved(int p, int m, int v, int g, int rank) {
 }
 
 void check_valid(const ScheduleConfig& config) {
-  std::vector<std::string> v = schedule_violations(config);
+  // The config came from a caller that checked it with its own flags' names: this is the backstop.
+  std::vector<std::string> v = schedule_violations(config, fmt::format("{} microbatches", config.microbatches));
   if (v.empty()) return;
   std::string msg = "invalid pipeline schedule: " + v[0];
   for (size_t i = 1; i < v.size(); ++i) msg += "; " + v[i];

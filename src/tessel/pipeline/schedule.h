@@ -62,9 +62,12 @@ using RankSchedule = std::vector<Action>;
 
 // Every rule the config breaks (p ≥ 1, m ≥ 1, p·m·v ≤ kMaxSchedulePairs; interleaved: v ≥ 2,
 // p ≥ 2, p ≤ g ≤ m, m mod g == 0 or ≥ p, as Megatron; ZB-V and DualPipeV: v = 2, p ≥ 2;
-// DualPipeV: m ≥ 2p, as DeepSeek's), one message each naming the flags; empty when valid.
+// DualPipeV: m ≥ 2p, as DeepSeek's), one message each naming the flags; empty when valid. The
+// microbatch count comes from the caller's flags (`tessel schedule`'s --microbatches, `train`'s
+// batch flags), so the caller names it with its value: `microbatches_named` stands for m in the
+// messages ("--microbatches 6", "3 microbatches of --global-batch-size 12 / ...").
 inline constexpr int64_t kMaxSchedulePairs = int64_t{1} << 22;
-std::vector<std::string> schedule_violations(const ScheduleConfig& config);
+std::vector<std::string> schedule_violations(const ScheduleConfig& config, const std::string& microbatches_named);
 
 // Compute actions only (F and B, or I and W where the schedule splits a backward), per pipeline
 // rank. Throws tessel::Error listing violations.

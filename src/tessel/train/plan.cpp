@@ -303,6 +303,14 @@ std::vector<std::string> checkpoint_format_notes(const CheckpointOptions& c) {
   return notes;
 }
 
+// The microbatches of a global batch (`batch_named` and its size), named by the flags that give
+// them, for the pipeline schedule's rules: train has no --microbatches, as `tessel schedule` has.
+std::string microbatches_named(const char* batch_named, int64_t global_batch, const TrainPlan& plan) {
+  const int64_t micro_batch = plan.options.batch.micro_batch_size, count = global_batch / (micro_batch * plan.dp);
+  return fmt::format("{} {} / (--micro-batch-size {} × DP {}) = {} microbatch{}", batch_named, global_batch,
+                     micro_batch, plan.dp, count, count == 1 ? "" : "es");
+}
+
 // A step schedule's rules beyond its text and flags: every batch the run reaches a multiple of
 // micro batch × DP, and never below the one before (Megatron's training loop refuses fewer
 // microbatches); the pipeline schedule valid for each count of microbatches. For a plan whose
@@ -322,9 +330,10 @@ std::vector<std::string> step_schedule_violations(const TrainPlan& plan) {
                               "past tessel's bound of {}", step.global_batch, step.from_sample,
                               step.global_batch / per_step, kMaxSchedulePairs));
     else
-      for (std::string& m : schedule_violations(plan.schedule_of(static_cast<int>(step.global_batch / per_step))))
+      for (std::string& m : schedule_violations(plan.schedule_of(static_cast<int>(step.global_batch / per_step)),
+                                                microbatches_named("global batch", step.global_batch, plan)))
         if (std::find(seen.begin(), seen.end(), m) == seen.end()) {
-          v.push_back(fmt::format("--step-batch-size-schedule: global batch {}: {}", step.global_batch, m));
+          v.push_back("--step-batch-size-schedule: " + m);
           seen.push_back(m);
         }
     if (step.global_batch < before)
@@ -413,12 +422,13 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
     plan.microbatches = microbatch_count(c, batch.micro_batch_size, batch.global_batch_size);
     try {
       plan.schedule = plan.schedule_of(plan.microbatches);
-      // With a step schedule this count is the evaluation's alone; the iterations have theirs.
-      for (const std::string& m : schedule_violations(plan.schedule))
+      // With a step schedule this count is the evaluation's alone (of --global-batch-size's
+      // default, micro batch × DP); the iterations have theirs.
+      const std::string named =
+          microbatches_named(stepped ? "the evaluation's batch" : "--global-batch-size", batch.global_batch_size, plan);
+      for (const std::string& m : schedule_violations(plan.schedule, named))
         if (!stepped) v.push_back(m);
-        else if (o.eval.iters > 0)
-          v.push_back(fmt::format("--eval-iters: the evaluation's batch of micro batch × DP = {} samples: {}",
-                                  o.batch.global_batch_size, m));
+        else if (o.eval.iters > 0) v.push_back("--eval-iters: " + m);
       if (stepped && schedule_valid) append(v, step_schedule_violations(plan));
     } catch (const Error& e) {
       v.push_back(e.what());  // an unknown --schedule name
