@@ -44,9 +44,9 @@ int main(int argc, char** argv) {
       c.pipeline_size = p;
       c.microbatches = m;
       c.virtual_stages = row.vpp;
-      if (!tessel::schedule_violations(c).empty()) {
-        fmt::print("{:<12}{:>5}  skipped: {}\n", tessel::schedule_kind_name(c.kind), row.vpp,
-                   tessel::schedule_violations(c)[0]);
+      const std::vector<std::string> broken = tessel::schedule_violations(c, fmt::format("{} microbatches", m));
+      if (!broken.empty()) {
+        fmt::print("{:<12}{:>5}  skipped: {}\n", tessel::schedule_kind_name(c.kind), row.vpp, broken[0]);
         continue;
       }
       tessel::SimulationCosts costs;
