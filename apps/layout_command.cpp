@@ -297,7 +297,7 @@ void LayoutCommand::run() const {
   v.insert(v.end(), chunks.begin(), chunks.end());
   const StageOptions stages = stage_options(staged, pipeline_, model.mtp_num_layers);
   const bool layers = model_.given(&ModelConfig::num_layers), experts = model_.given(&MoeConfig::num_experts);
-  if (layers) {
+  if (layers && chunks.empty()) {
     std::vector<std::string> st = stage_violations(model.num_layers, stages);
     v.insert(v.end(), st.begin(), st.end());
   }

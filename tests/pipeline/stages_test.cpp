@@ -96,9 +96,20 @@ TEST(Stages, LayoutExpansionIsBounded) {
   EXPECT_EQ(one("E((((t*4))))|t*4L"), "");
 }
 
+// As Megatron's parse_str_to_list, a character that names no layer (or a bracket or repeat that
+// does not parse) is the layout's one problem: the rules of its entries are not asked of it.
+TEST(Stages, ALayoutThatDoesNotParseIsItsOwnProblem) {
+  EXPECT_EQ(stage_violations(4, {.pipeline_size = 2, .layout = "x"}),
+            (std::vector<std::string>{"--pipeline-model-parallel-layout: unknown layer 'x' (t, m, E, L)"}));
+  EXPECT_EQ(stage_violations(4, {.pipeline_size = 2, .layout = "Ett|ttXX|L"}).size(), 1u);
+  std::vector<std::string> errors;
+  EXPECT_EQ(layout_stage_count("Et|t*|tL", errors), 0);
+  EXPECT_EQ(errors, (std::vector<std::string>{"--pipeline-model-parallel-layout: '*' needs a repeat count"}));
+}
+
 TEST(Stages, BadSplitsNameTheRule) {
   EXPECT_NE(stage_violations(7, {.pipeline_size = 2})[0].find("--num-layers 7 is not divisible"), std::string::npos);
-  EXPECT_NE(stage_violations(8, {.pipeline_size = 2, .layout = "Ett|ttX|L"})[0].find("PP × VPP is 2"),
+  EXPECT_NE(stage_violations(8, {.pipeline_size = 2, .layout = "Ett|tt|tL"})[0].find("PP × VPP is 2"),
             std::string::npos);
   auto v = stage_violations(8, {.pipeline_size = 2, .layout = "tttt|Etttt"});
   EXPECT_GE(v.size(), 2u);  // E outside the first stage, no L in the last

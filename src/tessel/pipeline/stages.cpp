@@ -69,16 +69,25 @@ std::string expand_layout(const std::string& s, size_t& i, int depth, std::vecto
   return out;
 }
 
-// The layout's '|'-separated entries, repeats and groups expanded, cosmetic commas dropped.
+// The layout's '|'-separated entries, repeats and groups expanded, cosmetic commas dropped. A
+// layout that does not parse (a bracket, a repeat, a character that names no layer, as Megatron's
+// parse_str_to_list refuses) appends its errors and has no entries: the rules of a layout's
+// entries would only restate them.
 std::vector<std::string> layout_entries(const std::string& layout, std::vector<std::string>& errors) {
+  const size_t before = errors.size();
   size_t i = 0;
   std::string flat = expand_layout(layout, i, 0, errors);
   while (i < layout.size() && flat.size() <= kMaxLayoutLength) flat += expand_layout(layout, ++i, 0, errors);
+  std::string unknown;  // each character that names no layer, once
   std::vector<std::string> entries(1);
   for (char c : flat) {
     if (c == '|') entries.emplace_back();
-    else if (c != ',' && c != ' ') entries.back() += c;
+    else if (c == 't' || c == 'm' || c == 'E' || c == 'L') entries.back() += c;
+    else if (c != ',' && c != ' ' && unknown.find(c) == std::string::npos) unknown += c;
   }
+  for (char c : unknown)
+    errors.push_back(fmt::format("--pipeline-model-parallel-layout: unknown layer '{}' (t, m, E, L)", c));
+  if (errors.size() > before) return {};
   return entries;
 }
 
@@ -94,6 +103,7 @@ struct LayoutEntries {
 LayoutEntries parse_layout(const std::string& layout, int chunks, int mtp_layers) {
   LayoutEntries r;
   const std::vector<std::string> entries = layout_entries(layout, r.errors);
+  if (entries.empty()) return r;
   if (static_cast<int>(entries.size()) != chunks) {
     r.errors.push_back(fmt::format("--pipeline-model-parallel-layout has {} stages but PP × VPP is {}",
                                    entries.size(), chunks));
@@ -113,8 +123,6 @@ LayoutEntries parse_layout(const std::string& layout, int chunks, int mtp_layers
         r.errors.push_back("--pipeline-model-parallel-layout: the embedding 'E' must be in the first stage");
       else if (c == 'L' && k + 1 != entries.size())
         r.errors.push_back("--pipeline-model-parallel-layout: the loss 'L' must be in the last stage");
-      else if (c != 'E' && c != 'L')
-        r.errors.push_back(fmt::format("--pipeline-model-parallel-layout: unknown layer '{}' (t, m, E, L)", c));
     }
     r.layers.push_back(t);
   }
@@ -158,6 +166,7 @@ std::vector<int> layer_counts(int L, const StageOptions& o, std::vector<std::str
                   "--decoder-first/last-pipeline-num-layers");
     LayoutEntries e = parse_layout(o.layout, chunks, o.mtp_layers);
     v.insert(v.end(), e.errors.begin(), e.errors.end());
+    if (e.layers.empty()) return {};  // it did not parse
     int total = 0;
     for (int t : e.layers) total += t;
     if (total != L)
@@ -206,8 +215,7 @@ std::vector<int> layer_counts(int L, const StageOptions& o, std::vector<std::str
 
 }  // namespace
 
-int layout_stage_count(const std::string& layout) {
-  std::vector<std::string> errors;
+int layout_stage_count(const std::string& layout, std::vector<std::string>& errors) {
   return static_cast<int>(layout_entries(layout, errors).size());
 }
 

@@ -32,8 +32,9 @@ struct StageOptions {
   int mtp_layers = 0;  // --mtp-num-layers: the layout's 'm' entries
 };
 
-// The model chunks a --pipeline-model-parallel-layout names (its '|'-separated entries).
-int layout_stage_count(const std::string& layout);
+// The model chunks a --pipeline-model-parallel-layout names (its '|'-separated entries); 0 for a
+// layout that does not parse, whose errors are appended to `errors`.
+int layout_stage_count(const std::string& layout, std::vector<std::string>& errors);
 
 // Every rule broken (layers not dividing, a malformed layout string, ...), one message each.
 std::vector<std::string> stage_violations(int num_layers, const StageOptions& options);

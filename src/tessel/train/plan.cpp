@@ -382,6 +382,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
     notes.push_back("--sequence-parallel: disabled, because tensor model parallelism is disabled (TP 1), as Megatron does");
   }
   std::vector<std::string> v = resolve_virtual_stages(model.num_layers, o.parallel.pipeline, o.parallel.layout);
+  const bool virtual_stages_resolved = v.empty();
   append(notes, checkpoint_format_notes(o.checkpoint));
   append(notes, unused_switch_notes(o));
   const ParallelConfig& c = o.parallel.layout;
@@ -415,7 +416,9 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
   }
   TrainPlan plan{.model = model, .options = o, .tokenizer = tokenizer, .notes = notes, .batches = batches};
   plan.stages = stage_options(c, o.parallel.pipeline, model.mtp_num_layers);
-  append(v, stage_violations(model.num_layers, plan.stages));
+  const std::vector<std::string> stage_rules =
+      virtual_stages_resolved ? stage_violations(model.num_layers, plan.stages) : std::vector<std::string>{};
+  append(v, stage_rules);
   // The schedule's rules need the microbatch count, which needs a valid layout and batch.
   if (layout.empty() && batch_violations(c, batch.micro_batch_size, batch.global_batch_size).empty()) {
     plan.dp = c.dp();
@@ -451,7 +454,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
   append(v, expert_violations(c, model));
   // Recompute's layer count is bounded by the largest model chunk, known once the split is valid.
   int chunk_layers = model.num_layers;
-  if (stage_violations(model.num_layers, plan.stages).empty()) {
+  if (virtual_stages_resolved && stage_rules.empty()) {
     chunk_layers = 0;
     for (const ChunkSpec& chunk : assign_layers(model.num_layers, plan.stages))
       chunk_layers = std::max(chunk_layers, chunk.num_layers);

@@ -15,8 +15,10 @@ std::vector<std::string> resolve_virtual_stages(int num_layers, const PipelineOp
     v.push_back("no more than one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank "
                 "and --pipeline-model-parallel-layout may be given (Megatron's rule)");
   if (layout) {
-    // Megatron: the layout's entries are PP × VPP model chunks.
-    const int stages = layout_stage_count(p.layout);
+    // Megatron: the layout's entries are PP × VPP model chunks; one that does not parse has none.
+    const size_t before = v.size();
+    const int stages = layout_stage_count(p.layout, v);
+    if (v.size() > before) return v;
     if (c.pp > 0 && stages % c.pp != 0)
       v.push_back(fmt::format("--pipeline-model-parallel-layout has {} stages, not divisible by "
                               "--pipeline-model-parallel-size {}", stages, c.pp));

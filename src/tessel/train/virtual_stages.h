@@ -14,7 +14,9 @@ namespace tessel {
 // The virtual stages per rank that --num-layers-per-virtual-pipeline-stage (the layers of a
 // pipeline stage over the layers of a chunk) or --pipeline-model-parallel-layout (its entries over
 // PP) give, as Megatron's argument validation derives them: sets config.vpp and returns the rules
-// broken, one message each (at most one of those two and --num-virtual-stages-per-pipeline-rank).
+// broken, one message each (at most one of those two and --num-virtual-stages-per-pipeline-rank;
+// a layout that does not parse). The stages' rules (stage_violations) follow from the virtual
+// stages: with any of these broken they would restate them, and are not asked.
 std::vector<std::string> resolve_virtual_stages(int num_layers, const PipelineOptions& pipeline, ParallelConfig& config);
 
 // The stages of a layout, as the pipeline flags ask, for a model with mtp_layers MTP layers.

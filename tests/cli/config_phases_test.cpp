@@ -1,0 +1,47 @@
+// A bad configuration is refused with every broken rule in one message, whichever phase finds
+// them, and without the follow-ons of a value that does not parse.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "support/run_command.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tessel::testing::CommandResult;
+using tessel::testing::run_tessel;
+
+bool says(const CommandResult& r, const std::string& text) { return r.output.find(text) != std::string::npos; }
+
+// Refused by the rules: exit 1 and one line.
+void expect_refused(const CommandResult& r) {
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+}
+
+const std::string kTrain = "train --train-iters 1 --seq-length 16 --micro-batch-size 1 --threads 1 ";
+
+TEST(ConfigPhases, ALayoutThatDoesNotParseIsReportedWithoutItsFollowOns) {
+  const CommandResult train = run_tessel(kTrain + "--num-layers 4 --pipeline-model-parallel-layout x --eval-interval 0");
+  expect_refused(train);
+  EXPECT_TRUE(says(train, "--pipeline-model-parallel-layout: unknown layer 'x'")) << train.output;
+  EXPECT_TRUE(says(train, "--eval-interval 0 must be at least 1")) << train.output;  // the other phases' rules are still there
+  for (const char* follow_on : {"embedding 'E'", "loss 'L'", "holds 0 layers"})
+    EXPECT_FALSE(says(train, follow_on)) << follow_on << ": " << train.output;
+
+  // Over two stages, neither the stage count nor the split of layers is made up from it.
+  const CommandResult layout =
+      run_tessel("layout --world 2 --pp 2 --num-layers 4 --pipeline-model-parallel-layout 'x|(tt'");
+  expect_refused(layout);
+  EXPECT_TRUE(says(layout, "'(' without ')'")) << layout.output;
+  EXPECT_TRUE(says(layout, "unknown layer 'x'")) << layout.output;
+  for (const char* follow_on : {"stages", "embedding 'E'", "loss 'L'", "holds"})
+    EXPECT_FALSE(says(layout, follow_on)) << follow_on << ": " << layout.output;
+}
+
+}  // namespace
