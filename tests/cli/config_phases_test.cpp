@@ -26,6 +26,28 @@ void expect_refused(const CommandResult& r) {
 
 const std::string kTrain = "train --train-iters 1 --seq-length 16 --micro-batch-size 1 --threads 1 ";
 
+TEST(ConfigPhases, TokenizerFlagRulesJoinTheModelRules) {
+  const CommandResult hf =
+      run_tessel(kTrain + "--tokenizer-type HuggingFaceTokenizer --hidden-size 30 --num-attention-heads 4");
+  expect_refused(hf);
+  EXPECT_TRUE(says(hf, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model")) << hf.output;
+  EXPECT_TRUE(says(hf, "--hidden-size 30 is not divisible by --num-attention-heads 4")) << hf.output;
+  // The vocabulary left to that tokenizer is unknown, not a broken rule of its own.
+  EXPECT_FALSE(says(hf, "--vocab-size")) << hf.output;
+
+  // A file the tokenizer cannot read is named among them.
+  const CommandResult missing = run_tessel(kTrain + "--tokenizer-type HuggingFaceTokenizer --tokenizer-model "
+                                           "/nonexistent/tokenizer.json --hidden-size 30 --num-attention-heads 4");
+  expect_refused(missing);
+  EXPECT_TRUE(says(missing, "/nonexistent/tokenizer.json")) << missing.output;
+  EXPECT_TRUE(says(missing, "--hidden-size 30 is not divisible by --num-attention-heads 4")) << missing.output;
+
+  const CommandResult bpe = run_tessel(kTrain + "--tokenizer-type GPT2BPETokenizer --num-layers 0");
+  expect_refused(bpe);
+  for (const char* rule : {"needs --vocab-file", "needs --merge-file", "--num-layers must be positive"})
+    EXPECT_TRUE(says(bpe, rule)) << rule << ": " << bpe.output;
+}
+
 TEST(ConfigPhases, ALayoutThatDoesNotParseIsReportedWithoutItsFollowOns) {
   const CommandResult train = run_tessel(kTrain + "--num-layers 4 --pipeline-model-parallel-layout x --eval-interval 0");
   expect_refused(train);

@@ -271,14 +271,18 @@ std::array<int64_t, kNumSplits> megatron_num_samples(int64_t train_iters, int64_
           eval_iters * global_batch};
 }
 
-std::vector<std::string> data_source_violations(bool data_path, bool per_split, bool mock_data,
-                                                const Tokenizer* tokenizer) {
+std::vector<std::string> data_source_violations(bool data_path, bool per_split, bool mock_data) {
   std::vector<std::string> v;
   if (data_path && per_split)
     v.push_back("--data-path excludes --train-data-path, --valid-data-path and --test-data-path");
   if (mock_data && (data_path || per_split))
     v.push_back("--mock-data generates the data: it excludes --data-path, --train-data-path, "
                 "--valid-data-path and --test-data-path");
+  return v;
+}
+
+std::vector<std::string> mock_data_tokenizer_violations(bool mock_data, const Tokenizer* tokenizer) {
+  std::vector<std::string> v;
   if (mock_data && (tokenizer == nullptr || tokenizer->special_ids().eod < 0))
     v.push_back(fmt::format("--mock-data ends every document with the tokenizer's end-of-document "
                             "token, which {} has none of (give --tokenizer-type NullTokenizer "
@@ -292,7 +296,9 @@ GptDataSplits build_gpt_datasets(const GptDataOptions& options,
   const bool per_split = !options.train_data_path.empty() || !options.valid_data_path.empty() ||
                          !options.test_data_path.empty();
   std::vector<std::string> problems = data_source_violations(!options.data_path.empty(), per_split,
-                                                             options.mock_data, options.tokenizer);
+                                                             options.mock_data);
+  for (std::string& m : mock_data_tokenizer_violations(options.mock_data, options.tokenizer))
+    problems.push_back(std::move(m));
   if (options.data_path.empty() && !per_split && !options.mock_data)
     problems.push_back("no data: give --data-path or --train-data-path (and --valid/--test-data-path), "
                        "or --mock-data");

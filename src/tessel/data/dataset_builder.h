@@ -75,10 +75,12 @@ struct GptDataSplits {
   const SampleDataset* get(Split s) const { return splits[static_cast<int>(s)].get(); }
 };
 
-// Megatron's rule of a single data source (--mock-data, --data-path, or the per-split paths) and
-// what mock data needs of the tokenizer (an end-of-document token): each rule broken, a sentence.
-std::vector<std::string> data_source_violations(bool data_path, bool per_split, bool mock_data,
-                                                const Tokenizer* tokenizer);
+// Megatron's rule of a single data source (--mock-data, --data-path, or the per-split paths):
+// each rule broken, a sentence.
+std::vector<std::string> data_source_violations(bool data_path, bool per_split, bool mock_data);
+// What mock data needs of the tokenizer (null: none): an end-of-document token. Apart from the
+// sources' rules, which hold whether or not the tokenizer could be made.
+std::vector<std::string> mock_data_tokenizer_violations(bool mock_data, const Tokenizer* tokenizer);
 
 // Throws ConfigError for bad flags (both --data-path and a per-split path, --mock-data with
 // either, or with a tokenizer that has no end-of-document token, an odd blend, weights <= 0, a

@@ -82,7 +82,9 @@ struct TokenizerOptions {
 //                                         Megatron's FILE.json vocabulary with pattern v1 | v2
 //   SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer (sentencepiece = the GPT one)
 //                                         --tokenizer-model FILE.model
-// Throws tessel::Error naming the flag or file that is wrong.
+// Throws tessel::Error naming the file that is wrong, or every flag rule broken (a known type, the
+// files it needs given, no file flag it does not read, NullTokenizer's vocabulary) before any file
+// is read.
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerOptions& options);
 
 // Megatron's name for a --tokenizer-type: tessel's short names (byte, gpt2, hf, tiktoken,

@@ -46,8 +46,9 @@ std::vector<std::string> non_finite_violations(const ModelConfig& model, const T
 }
 
 // The rules of the options alone: what the run reads, how long it runs, how it reduces.
+// `tokenizer` is null where its own rules are broken: the rules that ask it are left out.
 std::vector<std::string> option_violations(const ModelConfig& model, const TrainOptions& o,
-                                           const Tokenizer& tokenizer) {
+                                           const Tokenizer* tokenizer) {
   std::vector<std::string> v = non_finite_violations(model, o);
   append(v, fault_violations(o.faults));
   append(v, output_path_violations(o));
@@ -77,20 +78,22 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
       o.optim.lr.iterations() == 0)
     v.push_back(fmt::format("--train-samples {} is less than one --global-batch-size {}: no iteration",
                             o.optim.lr.train_samples, o.batch.global_batch_size));
-  if (model.vocab_size < tokenizer.vocab_size())
-    v.push_back(fmt::format("--vocab-size {} is smaller than the {}'s {}", model.vocab_size,
-                            tokenizer.type(), tokenizer.vocab_size()));
   const DataOptions& d = o.data;
   append(v, data_source_violations(!d.path.empty(),
                                    !d.train_path.empty() || !d.valid_path.empty() || !d.test_path.empty(),
-                                   d.mock_data, &tokenizer));
+                                   d.mock_data));
   if (d.path.empty() && d.train_path.empty() && !d.mock_data)
     v.push_back("--data-path (or --train-data-path, or --mock-data) is required");
-  if ((d.reset_position_ids || d.reset_attention_mask || d.eod_mask_loss) &&
-      tokenizer.special_ids().eod < 0)
-    v.push_back(fmt::format("--reset-position-ids, --reset-attention-mask and --eod-mask-loss find "
-                            "documents by their end-of-document token, which the {} has none of",
-                            tokenizer.type()));
+  if (tokenizer != nullptr) {
+    if (model.vocab_size < tokenizer->vocab_size())
+      v.push_back(fmt::format("--vocab-size {} is smaller than the {}'s {}", model.vocab_size,
+                              tokenizer->type(), tokenizer->vocab_size()));
+    append(v, mock_data_tokenizer_violations(d.mock_data, tokenizer));
+    if ((d.reset_position_ids || d.reset_attention_mask || d.eod_mask_loss) && tokenizer->special_ids().eod < 0)
+      v.push_back(fmt::format("--reset-position-ids, --reset-attention-mask and --eod-mask-loss find "
+                              "documents by their end-of-document token, which the {} has none of",
+                              tokenizer->type()));
+  }
   if (o.seed > 0xffffffffull)  // numpy's RandomState, which the datasets' shuffles reproduce
     v.push_back(fmt::format("--seed {} must be below 2^32", o.seed));
   if (o.device == Device::CUDA && model.attention_dropout > 0)  // hidden dropout runs on CUDA
@@ -394,11 +397,20 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
   const bool global_batch_given = batch.global_batch_size != 0;
   if (!global_batch_given) o.batch.global_batch_size = batch.micro_batch_size * (layout.empty() ? c.dp() : 1);
   o.optim.lr.global_batch = o.batch.global_batch_size;  // the schedule counts samples
-  std::shared_ptr<const Tokenizer> tokenizer = make_tokenizer(o.data.tokenizer);
+  // What keeps the tokenizer from being made (its flags, or a file it names) joins the other rules;
+  // without it, the rules that ask the tokenizer are not asked.
+  std::shared_ptr<const Tokenizer> tokenizer;
+  try {
+    tokenizer = make_tokenizer(o.data.tokenizer);
+  } catch (const Error& e) {
+    v.push_back(e.what());
+  }
   // As Megatron, the model's vocabulary is the tokenizer's (padded per TP) unless one is given.
-  if (model.vocab_size == 0) model.vocab_size = tokenizer->vocab_size();
+  // Left to a tokenizer that could not be made, it is unknown: the model's rules are asked as if
+  // it held one token, so that none of them restates the tokenizer's problem.
+  if (model.vocab_size == 0) model.vocab_size = tokenizer ? tokenizer->vocab_size() : 1;
   append(v, model.violations());
-  append(v, option_violations(model, o, *tokenizer));
+  append(v, option_violations(model, o, tokenizer.get()));
   append(v, layout);
   append(v, training_violations(c, model, batch.micro_batch_size, batch.global_batch_size));
   const bool stepped = !batch.step_schedule.empty();

@@ -95,8 +95,8 @@ struct TrainPlan {
 
 // Checks every rule of the model, the options (data, tokenizer, evaluation), the layout, the
 // batch, the stages, the schedule and the experts; throws one tessel::ConfigError listing every
-// one broken, else resolves. Reads the tokenizer's files (a bad file is a tessel::Error); a
-// vocab_size of 0 becomes the tokenizer's. With --load, resolved against its newest save
+// one broken, else resolves. Reads the tokenizer's files (what keeps it from being made, its flags
+// or a bad file, is listed with the rest); a vocab_size of 0 becomes the tokenizer's. With --load, resolved against its newest save
 // (train/resume.h): the batches go on from its consumed samples, its schedule checked.
 TrainPlan plan_training(ModelConfig model, const TrainOptions& options);
 // The same rules without the throw: every one broken, one message each (empty when the

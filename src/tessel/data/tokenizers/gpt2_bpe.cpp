@@ -48,8 +48,6 @@ std::unique_ptr<Tokenizer> parse_gpt2_bpe(std::string_view vocab_json, std::stri
 }
 
 std::unique_ptr<Tokenizer> load_gpt2_bpe(const std::string& vocab_file, const std::string& merge_file) {
-  TESSEL_CHECK(!vocab_file.empty(), "--tokenizer-type GPT2BPETokenizer needs --vocab-file (vocab.json or encoder.json)");
-  TESSEL_CHECK(!merge_file.empty(), "--tokenizer-type GPT2BPETokenizer needs --merge-file (merges.txt or vocab.bpe)");
   const std::string vocab = read_text_file(vocab_file);
   return parse_gpt2_bpe(vocab, vocab_file, read_text_file(merge_file), merge_file);
 }

@@ -184,7 +184,6 @@ std::unique_ptr<Tokenizer> parse_hf_tokenizer(std::string_view tokenizer_json, s
 
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path) {
   namespace fs = std::filesystem;
-  TESSEL_CHECK(!path.empty(), "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model (tokenizer.json or its folder)");
   std::error_code ec;
   const fs::path file = fs::is_directory(path, ec) ? fs::path(path) / "tokenizer.json" : fs::path(path);
   const fs::path config = file.parent_path() / "tokenizer_config.json";

@@ -165,8 +165,6 @@ class SentencePieceTokenizer final : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_sentencepiece(const TokenizerOptions& options) {
-  TESSEL_CHECK(!options.tokenizer_model.empty(), "--tokenizer-type {} needs --tokenizer-model (a SentencePiece .model)",
-               options.type);
   // libsentencepiece's own message for a missing file does not name it.
   if (!std::ifstream(options.tokenizer_model)) fail("{}: cannot read: {}", options.tokenizer_model, std::strerror(errno));
   return std::make_unique<SentencePieceTokenizer>(options.type, options.tokenizer_model);

@@ -181,7 +181,6 @@ std::unique_ptr<Tokenizer> parse_tiktoken(std::string_view ranks, std::string_vi
 }
 
 std::unique_ptr<Tokenizer> load_tiktoken(const TokenizerOptions& options) {
-  TESSEL_CHECK(!options.tokenizer_model.empty(), "--tokenizer-type TikTokenizer needs --tokenizer-model (a .tiktoken rank file or Megatron's .json)");
   return parse_tiktoken(read_text_file(options.tokenizer_model), options.tokenizer_model, options);
 }
 
