@@ -22,6 +22,7 @@ namespace {
 
 using namespace hf_testing;
 using testing::expect_error;
+using testing::error_of;
 namespace fs = std::filesystem;
 
 TEST_F(HfTest, ExportLoadRoundTripGpt2) {
@@ -134,6 +135,28 @@ TEST_F(HfTest, ConfigErrors) {
                {"cfg.json", "'n_embd' has a value of the wrong type (\"big\")"});
   expect_error([&] { model_config_from_hf(nlohmann::json::object(), "cfg.json"); },
                {"cfg.json", "no model_type"});
+}
+
+// Every key problem of a config.json in one message naming the file once, for the importer and
+// the planner alike; a check that read the zero standing for a missing key is not reported.
+TEST_F(HfTest, ConfigKeyProblemsAllInOneMessage) {
+  nlohmann::json j = hf_config_json(small_gpt2());
+  j.erase("n_embd");
+  j.erase("n_layer");
+  j["n_head"] = "many";
+  for (const std::string& got : {error_of([&] { model_config_from_hf(j, "cfg.json"); }),
+                                 error_of([&] { planner_sizes_from_hf(j, "cfg.json"); })}) {
+    EXPECT_EQ(got.find("cfg.json: "), 0u) << got;
+    EXPECT_EQ(got.find("cfg.json", 1), std::string::npos) << got;
+    for (const char* part : {"missing key 'n_embd'", "missing key 'n_layer'", "key 'n_head' has a value of the wrong type"})
+      EXPECT_NE(got.find(part), std::string::npos) << part << ": " << got;
+  }
+  // mlp_only_layers is checked against the layers, which are missing.
+  j = hf_config_json(small_llama());
+  j.update({{"model_type", "qwen2_moe"}, {"num_experts", 4}, {"num_experts_per_tok", 2},
+            {"moe_intermediate_size", 8}, {"mlp_only_layers", {1}}});
+  j.erase("num_hidden_layers");
+  EXPECT_EQ(error_of([&] { model_config_from_hf(j, "cfg.json"); }), "cfg.json: missing key 'num_hidden_layers'");
 }
 
 // A whole model of `cfg` in one process, its registry finalized (values not yet set).

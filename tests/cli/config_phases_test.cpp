@@ -48,6 +48,20 @@ TEST(ConfigPhases, TokenizerFlagRulesJoinTheModelRules) {
     EXPECT_TRUE(says(bpe, rule)) << rule << ": " << bpe.output;
 }
 
+TEST(ConfigPhases, ConfigJsonNamesEveryMissingKeyAtOnce) {
+  const fs::path dir = fs::temp_directory_path() / ("tessel_config_phases_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"model_type": "llama", "num_attention_heads": 4,
+                                            "num_key_value_heads": "four", "max_position_embeddings": 64})";
+  const CommandResult r = run_tessel(kTrain + "--init-from " + dir.string());
+  fs::remove_all(dir);
+  expect_refused(r);
+  EXPECT_TRUE(says(r, (dir / "config.json").string())) << r.output;
+  for (const char* key : {"hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"})
+    EXPECT_TRUE(says(r, std::string("missing key '") + key + "'")) << key << ": " << r.output;
+  EXPECT_TRUE(says(r, "key 'num_key_value_heads' has a value of the wrong type")) << r.output;
+}
+
 TEST(ConfigPhases, ALayoutThatDoesNotParseIsReportedWithoutItsFollowOns) {
   const CommandResult train = run_tessel(kTrain + "--num-layers 4 --pipeline-model-parallel-layout x --eval-interval 0");
   expect_refused(train);

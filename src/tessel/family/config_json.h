@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tessel/core/error.h"
@@ -19,25 +21,67 @@ namespace tessel::config_json {
 // and parsing it back yields the same float.
 inline double json_float(float v) { return std::stod(fmt::format("{}", v)); }
 
+// The problems of a file's keys (a required key missing, a value of the wrong type or out of
+// range) met while read_every_key reads it: reported together, not one a run. Null outside.
+struct KeyProblems {
+  std::vector<std::string> messages;  // each as it would be thrown alone: "SOURCE: problem"
+};
+inline thread_local KeyProblems* key_problems = nullptr;
+
+// A key's problem: thrown, or inside read_every_key kept, the read going on with T's zero.
+template <typename T>
+T key_problem(std::string message) {
+  if (key_problems == nullptr) throw Error(message);
+  key_problems->messages.push_back(std::move(message));
+  return T{};
+}
+
+// Runs read() (a family's reading of `file`) and throws one Error naming the file with every key
+// problem met. A read refused for another reason after a key problem is not reported: it read
+// the zero that stood for the key.
+template <typename Read>
+auto read_every_key(const std::string& file, Read read) -> decltype(read()) {
+  KeyProblems problems;
+  struct Collecting {  // for the read alone, whatever it throws
+    KeyProblems* outer;
+    ~Collecting() { key_problems = outer; }
+  } collecting{std::exchange(key_problems, &problems)};
+  std::optional<decltype(read())> result;
+  try {
+    result = read();
+  } catch (const std::exception&) {
+    if (problems.messages.empty()) throw;
+  }
+  if (problems.messages.empty()) return std::move(*result);
+  std::string all;
+  for (const std::string& m : problems.messages)  // the file named once, at the front
+    all += (all.empty() ? "" : "; ") + (m.starts_with(file + ": ") ? m.substr(file.size() + 2) : m);
+  throw Error(fmt::format("{}: {}", file, all));
+}
+
 // Numbers are range-checked (core/json_values.h): 4294967298 layers is an error, not 2.
 template <typename T>
 T value_as(const nlohmann::json& value, const char* key, const std::string& source) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (value.is_number()) return json_integer<T>(value, source, key);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    if (value.is_number()) return json_number<T>(value, source, key);
+  try {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (value.is_number()) return json_integer<T>(value, source, key);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (value.is_number()) return json_number<T>(value, source, key);
+    }
+  } catch (const Error& e) {
+    return key_problem<T>(e.what());
   }
   try {
     return value.get<T>();
   } catch (const nlohmann::json::exception&) {
-    fail("{}: key '{}' has a value of the wrong type ({})", source, key, value.dump());
+    return key_problem<T>(fmt::format("{}: key '{}' has a value of the wrong type ({})", source, key, value.dump()));
   }
 }
 
 template <typename T>
 T required(const nlohmann::json& j, const char* key, const std::string& source) {
   auto it = j.find(key);
-  TESSEL_CHECK(it != j.end() && !it->is_null(), "{}: missing key '{}'", source, key);
+  if (it == j.end() || it->is_null()) return key_problem<T>(fmt::format("{}: missing key '{}'", source, key));
   return value_as<T>(*it, key, source);
 }
 

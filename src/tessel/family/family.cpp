@@ -81,7 +81,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& sou
     fail("{}: model_type '{}' is not supported (tessel reads {} and {})", source, model_type,
          fmt::join(known, ", "), last);
   }
-  ModelConfig cfg = family->read(j, model_type, source);
+  ModelConfig cfg = config_json::read_every_key(source, [&] { return family->read(j, model_type, source); });
   cfg.seq_length = cfg.max_position_embeddings;
   try {
     cfg.validate();
@@ -106,7 +106,7 @@ PlannerSizes planner_sizes_from_hf(const nlohmann::json& j, const std::string& s
       for (const std::string& t : planner_types(*f)) known.push_back(t);
     fail("{}: model_type '{}' is not known to the planner ({})", source, type, fmt::join(known, ", "));
   }
-  return family->planner_sizes(j, type, source);
+  return config_json::read_every_key(source, [&] { return family->planner_sizes(j, type, source); });
 }
 
 }  // namespace tessel
