@@ -8,7 +8,7 @@
 #
 # Each bench runs under a time limit, its output kept in LOG_DIR/NAME.log (default
 # /tmp/every_bench); the table at the end gives each one's exit status, seconds and last line.
-# `--isa avx2` runs only where build-avx2/ is built (scripts/test-avx2.sh). Not run, with the
+# `--isa avx2` runs only where build-avx2/ is built (scripts/build-avx2.sh). Not run, with the
 # reason printed: loaded_suite.sh (the whole suite twice, 20+ min), gpu.sh and gpu-pack.sh (a GPU
 # machine; bench/README.md "On a GPU"). timeline_replay.py runs inside zero_bubble.sh,
 # openblas_probe.py inside openblas_coretype.sh, pytorch_train.py inside run_pytorch.sh.
@@ -66,7 +66,7 @@ run allreduce_bench 300 "${mpirun[@]}" -n 2 build/bench/allreduce_bench
 if [ -x build-avx2/tessel ] && [ -x build-avx2/bench/gemm_bench ]; then
   run train_throughput_avx2 900 bench/train_throughput.sh --isa avx2 --rounds 1 --iters 5 --warmup 1 tiny 1
 else
-  skip train_throughput_avx2 "build-avx2/ not built (scripts/test-avx2.sh)"
+  skip train_throughput_avx2 "build-avx2/ not built (scripts/build-avx2.sh)"
 fi
 skip loaded_suite "the whole suite twice (20+ min): bench/loaded_suite.sh"
 skip gpu "needs a GPU machine: bench/gpu-pack.sh here, bench/gpu.sh there"

@@ -24,7 +24,7 @@
 # each, and their ratios.
 #
 # --isa avx2 measures what a user with an AVX2-only CPU gets, on any x86-64 machine: tessel from
-# build-avx2/ (scripts/test-avx2.sh builds it; on a CPU without AVX-512 the native build already
+# build-avx2/ (scripts/build-avx2.sh builds it; on a CPU without AVX-512 the native build already
 # is one) with oneDNN capped at AVX2 (ONEDNN_MAX_CPU_ISA), PyTorch with the faster of OpenBLAS's
 # AVX2 kernels (Haswell, Zen), gemm_bench from build-avx2/ too.
 set -euo pipefail

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "support/log_json.h"
 #include "support/run_command.h"
 #include "tessel/ckpt/safetensors.h"
 #include "tessel/ckpt/checkpoint.h"
@@ -47,11 +48,7 @@ std::vector<double> train(const fs::path& dir, int ranks, const std::string& fla
                                            std::to_string(ranks) + " -x OMP_NUM_THREADS=1 " + train;
   const testing::CommandResult r = testing::run_command(cmd);
   EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
-  std::vector<double> losses;
-  std::ifstream in(log);
-  for (std::string line; std::getline(in, line);)
-    losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return losses;
+  return testing::log_json_losses(log);
 }
 
 // 20 iterations straight, and 10 + save then resume for 10 in a new process under `resumed`.

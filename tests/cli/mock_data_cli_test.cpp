@@ -5,13 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "support/fixtures.h"
+#include "support/log_json.h"
 #include "support/run_command.h"
 
 namespace tessel {
@@ -19,6 +18,7 @@ namespace {
 
 using testing::CommandResult;
 using testing::run_command;
+using testing::log_json_losses;
 using testing::run_tessel;
 
 const std::string kMock =
@@ -26,18 +26,11 @@ const std::string kMock =
     "--hidden-size 32 --num-attention-heads 4 --seq-length 64 --micro-batch-size 2 "
     "--global-batch-size 4 --train-iters 3 --eval-iters 0 --log-interval 1 --lr 1e-2 --lr-warmup-iters 0 --threads 1 ";
 
-std::vector<double> losses(const std::string& log) {
-  std::vector<double> out;
-  std::ifstream lines(log);
-  for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line)["loss"]);
-  return out;
-}
-
 TEST(MockDataCli, TrainsAlikeUnderDpAndTp) {
   testing::TestDir dir;
   const CommandResult one = run_tessel(kMock + "--log-json " + dir.path("one.jsonl"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const std::vector<double> reference = losses(dir.path("one.jsonl"));
+  const std::vector<double> reference = log_json_losses(dir.path("one.jsonl"));
   ASSERT_EQ(reference.size(), 3u);
   for (const std::string layout : {"--tp 1", "--tp 2 --sequence-parallel"}) {
     const std::string log = dir.path("two.jsonl");
@@ -45,7 +38,7 @@ TEST(MockDataCli, TrainsAlikeUnderDpAndTp) {
         "timeout 120 mpirun --allow-run-as-root --oversubscribe -n 2 -x OMP_NUM_THREADS=1 " TESSEL_BINARY " " +
         kMock + layout + " --log-json " + log + " 2>&1");
     ASSERT_EQ(two.exit_code, 0) << layout << "\n" << two.output;
-    const std::vector<double> got = losses(log);
+    const std::vector<double> got = log_json_losses(log);
     ASSERT_EQ(got.size(), reference.size()) << layout;
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], reference[i], 1e-4) << layout << ", iteration " << i + 1;
   }

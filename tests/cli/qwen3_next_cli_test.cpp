@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "support/fixtures.h"
+#include "support/log_json.h"
 #include "tessel/ckpt/safetensors.h"
 #include "support/run_command.h"
 
@@ -49,9 +50,7 @@ TEST(Qwen3NextCli, TinyModelTrainsAndItsLossFalls) {
                  "--micro-batch-size 2 --global-batch-size 4 --train-iters 40 --eval-iters 0 --lr 3e-3 --log-interval 1 "
                  "--log-json " + dir.path("log.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::ifstream lines(dir.path("log.jsonl"));
-  std::vector<double> losses;
-  for (std::string line; std::getline(lines, line);) losses.push_back(nlohmann::json::parse(line)["loss"]);
+  const std::vector<double> losses = testing::log_json_losses(dir.path("log.jsonl"));
   ASSERT_EQ(losses.size(), 40u);
   EXPECT_NEAR(losses.front(), std::log(256.0), 0.1);  // the byte vocabulary, untrained
   auto mean = [](auto first, auto last) { return std::accumulate(first, last, 0.0) / (last - first); };

@@ -1,4 +1,5 @@
-// The kernel table: every backend built into this binary fills every slot, memory included.
+// The kernel table: every backend built into this binary fills every slot, memory included, and
+// so does the CPU kernels' AVX2 twin where the build has one.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -44,6 +45,31 @@ TEST(KernelTable, ReserveGrowsAndKeepsItsLargestSize) {
   EXPECT_EQ(ids.dtype(), DType::I32);
   EXPECT_EQ(ids.bytes(), 12);
 }
+
+#ifdef TESSEL_CPU_AVX2_TWIN
+}  // namespace
+namespace cpu {
+const Kernels& kernel_table(Precision precision);
+}
+namespace cpu_avx2 {
+const Kernels& kernel_table(Precision precision);
+}
+namespace {
+
+// TESSEL_CPU_ISA=avx2's table (cmake/cpu_isa_twin.cmake): complete, in both precisions, and made
+// of its own functions, not the native kernels under another name.
+TEST(KernelTable, TheAvx2TwinIsCompleteAndItsOwn) {
+  for (const Precision precision : {Precision::FP32, Precision::BF16}) {
+    const Kernels& twin = cpu_avx2::kernel_table(precision);
+    const Kernels& native = cpu::kernel_table(precision);
+    EXPECT_TRUE(missing_kernel_slots(twin).empty()) << fmt::format("{}", fmt::join(missing_kernel_slots(twin), ", "));
+    EXPECT_EQ(twin.precision, precision);
+    EXPECT_NE(twin.layernorm_forward, native.layernorm_forward);
+    EXPECT_NE(twin.attention_forward, native.attention_forward);
+    EXPECT_NE(twin.gemm, native.gemm);
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace tessel

@@ -14,6 +14,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -89,11 +90,13 @@ fs::path work_dir() {
 
 // The references and the real data, shared by every test process of this build
 // (tests/CMakeLists.txt gives the build its own TMPDIR). Besides a command line, an entry depends
-// on the binary that ran it and on the bundled corpus (the default --data-path, the real data's
-// source).
+// on the binary that ran it, on the bundled corpus (the default --data-path, the real data's
+// source) and on the kernels it computed with (TESSEL_CPU_ISA: a cache of its own each, so that
+// the suite run both ways keeps both).
 const testing::RunCache& cache() {
+  const char* isa = std::getenv("TESSEL_CPU_ISA");
   static const testing::RunCache shared(
-      fs::temp_directory_path() / "tessel_equivalence_cache",
+      fs::temp_directory_path() / (std::string("tessel_equivalence_cache_") + (isa ? isa : "native")),
       md5_hex(testing::read_bytes(TESSEL_BINARY) + testing::read_bytes(kCorpus)));
   return shared;
 }

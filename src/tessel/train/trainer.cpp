@@ -17,6 +17,7 @@
 #include "tessel/core/error.h"
 #include "tessel/data/tokenizer_files.h"
 #include "tessel/core/writable.h"
+#include "tessel/kernels/cpu_isa.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/model/param_groups.h"
 #include "tessel/model/transformer.h"
@@ -236,6 +237,8 @@ void report_start(const TrainPlan& plan, ProcessGroups& groups, const GptDataSpl
   const TrainOptions& o = plan.options;
   TrainLog& log = *setup.log;
   for (const std::string& note : plan.notes) log.message(note);
+  if (o.device == Device::CPU && std::string(cpu_kernels_isa()) == "avx2")
+    log.message("TESSEL_CPU_ISA=avx2: the CPU kernels and oneDNN compute as on an AVX2-only CPU");
   report_run(log, plan, groups, setup.stage.params, data);
   if (o.eval.iters > 0 && data.get(Split::Valid) == nullptr)
     log.message("no validation: the valid split has no samples (see --split or --valid-data-path)");

@@ -1,4 +1,4 @@
-// The CPU entry of the kernel table.
+// The CPU kernels' table; cpu_isa.cpp chooses between it and its AVX2 twin.
 #include "tessel/kernels/kernels.h"
 
 namespace tessel {
@@ -18,10 +18,13 @@ Kernels make_cpu_kernels(Precision precision) {
 
 }  // namespace
 
-const Kernels& cpu_kernels(Precision precision) {
+namespace cpu {
+// Named through the namespace, so that the AVX2 twin (cmake/cpu_isa_twin.cmake) has its own.
+const Kernels& kernel_table(Precision precision) {
   static const Kernels fp32 = make_cpu_kernels(Precision::FP32);
   static const Kernels bf16 = make_cpu_kernels(Precision::BF16);
   return precision == Precision::BF16 ? bf16 : fp32;
 }
+}  // namespace cpu
 
 }  // namespace tessel
