@@ -4,8 +4,8 @@
 # build's tessel (scripts/build-avx2.sh tessel), then trains five models both ways — GPT-2 fp32,
 # GPT-2 bf16, a llama under CP 2 (ring attention), the Qwen3-Next hybrid (gated delta rule, MoE)
 # and a llama MoE under EP 2 — and compares what their --log-json files computed (every loss and
-# gradient norm and learning rate, printed in full; not the timings) byte for byte. On a CPU without AVX-512 the native build is that build: nothing
-# to check. Usage: scripts/check-avx2-twin.sh (from anywhere; uses build/ and build-avx2/).
+# gradient norm and learning rate, printed in full; not the timings) byte for byte. On a CPU
+# without AVX-512 the native build is that build: nothing to check. Usage: scripts/check-avx2-twin.sh (from anywhere; uses build/ and build-avx2/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! grep -qw avx512f /proc/cpuinfo; then

@@ -72,6 +72,6 @@ const Kernels& cpu_kernels(Precision precision) {
   return cpu::kernel_table(precision);
 }
 
-const char* cpu_kernels_isa() { return cpu_isa() == CpuIsa::Avx2 ? "avx2" : "native"; }
+bool cpu_kernels_are_avx2() { return cpu_isa() == CpuIsa::Avx2; }
 
 }  // namespace tessel

@@ -5,7 +5,7 @@
 
 namespace tessel {
 
-// "native" or "avx2", as TESSEL_CPU_ISA chose.
-const char* cpu_kernels_isa();
+// Whether TESSEL_CPU_ISA=avx2 chose the kernels an AVX2-only CPU computes with.
+bool cpu_kernels_are_avx2();
 
 }  // namespace tessel

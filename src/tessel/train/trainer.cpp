@@ -237,7 +237,7 @@ void report_start(const TrainPlan& plan, ProcessGroups& groups, const GptDataSpl
   const TrainOptions& o = plan.options;
   TrainLog& log = *setup.log;
   for (const std::string& note : plan.notes) log.message(note);
-  if (o.device == Device::CPU && std::string(cpu_kernels_isa()) == "avx2")
+  if (o.device == Device::CPU && cpu_kernels_are_avx2())
     log.message("TESSEL_CPU_ISA=avx2: the CPU kernels and oneDNN compute as on an AVX2-only CPU");
   report_run(log, plan, groups, setup.stage.params, data);
   if (o.eval.iters > 0 && data.get(Split::Valid) == nullptr)
