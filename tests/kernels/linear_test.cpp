@@ -1,5 +1,7 @@
 // Kernel cases: the linear layer in both weight layouts, the bias alone (row-parallel layers),
 // and the GEMM under them with its profiling counters.
+#include <fmt/format.h>
+
 #include <cstring>
 #include <string>
 
@@ -116,6 +118,27 @@ void gemm(const Kernels& k) {
   }
 }
 
+// B's rows a multiple of 2 KiB apart, where the AVX2 build copies B to another stride before
+// oneDNN's sgemm (cpu/gemm.cpp): the product is the same, for N short of the stride and for N
+// itself a multiple of 512 (the copy's stride is then padded), with both transposes of A.
+void gemm_b_rows_2kib_apart(const Kernels& k) {
+  for (const int64_t N : {int64_t{200}, int64_t{512}}) {
+    const int64_t M = 96, K = 40, ldb = 1024, ldc = N;
+    for (bool trans_a : {false, true}) {
+      SCOPED_TRACE(fmt::format("N {} {}", N, trans_a ? "TN" : "NN"));
+      const int64_t lda = trans_a ? M : K;
+      const Floats a = random_floats(M * K, 75), b = random_floats(K * ldb, 76), c0 = random_floats(M * N, 77);
+      const FloatBuffer d_a(k, a), d_b(k, b);
+      FloatBuffer c(k, c0);
+      k.gemm(trans_a, false, M, N, K, 1.0f, d_a.data(), lda, d_b.data(), ldb, 1.0f, c.data(), ldc);
+      EXPECT_LT(max_relative_error(c.host(), ref::gemm(trans_a, false, M, N, K, 1.0f, a, lda, b, ldb,
+                                                       1.0f, c0, ldc)),
+                kForwardTolerance);
+      EXPECT_EQ(d_b.host(), b) << "B is read only";
+    }
+  }
+}
+
 // The profiling counters: 2·M·N·K floating-point operations and one call per gemm while
 // enabled, nothing while disabled, zero after a reset.
 void gemm_stats(const Kernels& k) {
@@ -147,6 +170,7 @@ const bool kRegistered = add_kernel_cases({
     {"linear", {"linear_forward", "linear_backward"}, linear},
     {"bias", {"bias_forward", "bias_backward"}, bias},
     {"gemm", {"gemm"}, gemm},
+    {"gemm_b_rows_2kib_apart", {"gemm"}, gemm_b_rows_2kib_apart},
     {"gemm_stats", {"gemm_stats_enable", "gemm_stats", "gemm_stats_reset"}, gemm_stats},
 });
 
