@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(build-essential cmake libopenmpi-dev openmpi-bin libdnnl-dev libopenblas-dev
           libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev libgoogle-perftools-dev zlib1g-dev
           pkg-config libpcre2-dev libsentencepiece-dev sentencepiece libutf8proc-dev libssl-dev
-          time
+          time ninja-build
           "$@")
 missing=()
 for p in "${packages[@]}"; do
