@@ -8,10 +8,16 @@
 //   backward weight dW (out, in) = dYᵀ · X             TN
 // Attention adds, per (sample, head), scores (T, T) = Q · Kᵀ and out (T, D) = P · V.
 //
+// --b-strides instead times products whose B rows lie a multiple of 2 KiB apart, as they do in a
+// training step (a weight gradient's B with 512 features; attention's per-head blocks of a fused
+// QKV with 4096 features): oneDNN's sgemm on B as it lies and on the same B at a stride 16 floats
+// longer, and tessel's gemm, which copies such a B to another stride on AVX2 (kernels/cpu/gemm.cpp).
+//
 // OpenBLAS picks its kernels when it loads, from OPENBLAS_CORETYPE if set: run the program once
 // with the environment as it is and once with the variable unset to see both (README).
 #include <cblas.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -127,6 +133,48 @@ ShapeResult run_shape(const GemmShape& s, int min_reps, double min_seconds, std:
   return {flops / t_dnnl * 1e-9, flops / t_blas * 1e-9, max_rel_diff};
 }
 
+// A product whose B (K, N) lies with row stride ldb.
+struct StridedShape {
+  std::string name;
+  bool trans_a;
+  int64_t M, N, K, ldb;
+};
+
+void run_b_strides(int min_reps, double min_seconds) {
+  const std::vector<StridedShape> shapes = {
+      {"tiny weight grad 128 × 512", true, 128, 512, 1024, 512},
+      {"4096-wide attn p·v", false, 64, 128, 64, 3 * 4096},
+      {"4096-wide attn dk = dsᵀ·q", true, 64, 128, 64, 3 * 4096},
+      {"4096-wide attn dv = pᵀ·dout", true, 128, 128, 64, 4096},
+  };
+  fmt::print("{:<28} {:>2} {:>5} {:>5} {:>5} {:>6}  {:>10} {:>10} {:>10}\n", "product", "op", "M", "N", "K",
+             "ldb", "oneDNN", "ldb + 16", "tessel");
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (const StridedShape& s : shapes) {
+    const int64_t lda = s.trans_a ? s.M : s.K;
+    // 64-byte aligned, as tessel's tensors are: oneDNN's AVX2 kernels are slow only on aligned rows.
+    std::vector<float> A(s.M * s.K), B_storage(s.K * (s.ldb + 16) + 16), C(s.M * s.N);
+    float* B = B_storage.data() + (64 - reinterpret_cast<uintptr_t>(B_storage.data()) % 64) % 64 / 4;
+    for (float& x : A) x = uniform(rng);
+    for (int64_t i = 0; i < s.K * (s.ldb + 16); ++i) B[i] = uniform(rng);
+    const auto onednn = [&](int64_t ldb) {
+      return median_seconds([&] {
+        dnnl_sgemm(s.trans_a ? 'T' : 'N', 'N', s.M, s.N, s.K, 1.0f, A.data(), lda, B, ldb, 0.0f,
+                   C.data(), s.N);
+      }, min_reps, min_seconds);
+    };
+    const double t_tessel = median_seconds([&] {
+      tessel::cpu_kernels().gemm(s.trans_a, false, s.M, s.N, s.K, 1.0f, A.data(), lda, B, s.ldb,
+                                 0.0f, C.data(), s.N);
+    }, min_reps, min_seconds);
+    const double flops = 2.0 * s.M * s.N * s.K * 1e-9;
+    fmt::print("{:<28} {:>2} {:>5} {:>5} {:>5} {:>6}  {:>10.1f} {:>10.1f} {:>10.1f}\n", s.name,
+               s.trans_a ? "TN" : "NN", s.M, s.N, s.K, s.ldb, flops / onednn(s.ldb), flops / onednn(s.ldb + 16),
+               flops / t_tessel);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,10 +189,18 @@ int main(int argc, char** argv) {
   app.add_option("--min-reps", min_reps, "timed calls per shape and library, at least")
       ->check(CLI::PositiveNumber);
   app.add_option("--min-seconds", min_seconds, "keep timing a shape until this much time passed");
+  bool b_strides = false;
+  app.add_flag("--b-strides", b_strides,
+               "instead: products whose B rows lie a multiple of 2 KiB apart, oneDNN against tessel's gemm");
   CLI11_PARSE(app, argc, argv);
 
   omp_set_num_threads(threads);  // oneDNN's OpenMP pool
   openblas_set_num_threads(threads);
+  if (b_strides) {
+    fmt::print("threads {}, GFLOP/s, median of >= {} calls\n", threads, min_reps);
+    run_b_strides(min_reps, min_seconds);
+    return 0;
+  }
 
   // The models of bench/pytorch_train.py's two standard configurations.
   const std::vector<BenchModel> models = {

@@ -15,9 +15,10 @@
 # shown beside the mean-based tessel figure.
 #
 # --gemm instead alternates `tessel train --profile-report` (under /usr/bin/time -v) with
-# build/bench/gemm_bench on the same model: tessel's GFLOP/s inside gemm calls as a percentage of
-# oneDNN's on the model's shapes as gemm_bench measures them alone, and tessel's peak RSS against
-# the analytic sum --profile-report prints.
+# build/bench/gemm_bench on the same model: tessel's GFLOP/s inside gemm calls, and its whole
+# step's (the step's GEMM flops over the step's time), each as a percentage of oneDNN's on the
+# model's shapes as gemm_bench measures them alone; and tessel's peak RSS against the analytic
+# sum --profile-report prints.
 #
 # --against OTHER_TESSEL alternates this build's tessel with another tessel binary (e.g. one built
 # from the commit before a change) on the same run: tok/s and peak RSS (/usr/bin/time -v) of
@@ -183,8 +184,8 @@ fi
 # --gemm: tessel --profile-report under /usr/bin/time -v, alternating with gemm_bench on the same model.
 [ -x "$gemm_bench" ] || { echo "train_throughput.sh: $gemm_bench not found" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "train_throughput.sh: /usr/bin/time not found (apt-get install time)" >&2; exit 1; }
-printf '%-5s %10s %10s %10s %7s   %9s %9s %9s %6s   %s\n' round "tessel" "oneDNN,all" \
-  "oneDNN,step" "% step" "RSS MiB" "time -v" "analytic" ratio "load"
+printf '%-5s %10s %10s %10s %7s %7s   %9s %9s %9s %6s   %s\n' round "tessel" "oneDNN,all" \
+  "oneDNN,step" "% step" "% whole" "RSS MiB" "time -v" "analytic" ratio "load"
 : >"$work/rows"
 for r in $(seq 1 "$rounds"); do
   (cd "$work" && OMP_NUM_THREADS=$threads /usr/bin/time -v -o "$work/time_$r" "$tessel" \
@@ -198,6 +199,7 @@ import re, sys
 profile, timev, gemm = (open(p).read() for p in sys.argv[1:4])
 layers, batch, heads = map(int, sys.argv[4:7])
 tessel_gflops = float(re.search(r"profile: gemm ([\d.]+) GFLOP/s", profile).group(1))
+whole_step_gflops = float(re.search(r"whole step ([\d.]+) GFLOP/s", profile).group(1))
 rss, analytic = map(float, re.search(r"peak RSS ([\d.]+) MiB; analytic ([\d.]+) MiB", profile).groups())
 time_rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", timev).group(1)) / 1024
 all_rate = float(re.search(r"time-weighted GFLOP/s: oneDNN ([\d.]+)", gemm).group(1))
@@ -214,15 +216,16 @@ for line in gemm.splitlines():
     seconds += count * 2.0 * m * n * k / (rate * 1e9)
 step_rate = flops / seconds / 1e9
 print(f"{tessel_gflops:.1f} {all_rate:.1f} {step_rate:.1f} {100 * tessel_gflops / step_rate:.1f} "
+      f"{100 * whole_step_gflops / step_rate:.1f} "
       f"{rss:.1f} {time_rss:.1f} {analytic:.1f} {rss / analytic:.3f}")
 EOF
 )
-  printf '%-5s %10s %10s %10s %7s   %9s %9s %9s %6s   %s\n' "$r" $row "$(load)"
+  printf '%-5s %10s %10s %10s %7s %7s   %9s %9s %9s %6s   %s\n' "$r" $row "$(load)"
   echo "$row" >>"$work/rows"
 done
 echo "summary over $rounds rounds (GFLOP/s inside gemm calls; oneDNN alone on the model's shapes)," \
   "cpu $cpu:"
 summary "tessel gemm GFLOP/s" "oneDNN, products once" "oneDNN, step-weighted" \
-  "tessel % of step-weighted" "peak RSS MiB (--profile-report)" "peak RSS MiB (time -v)" \
+  "tessel % of step-weighted" "whole step % of step-weighted" "peak RSS MiB (--profile-report)" "peak RSS MiB (time -v)" \
   "analytic MiB" "RSS / analytic" <"$work/rows"
 echo "last tessel profile:"; grep '^profile' "$work/profile_$rounds"
