@@ -32,7 +32,8 @@ const float* rounded(std::vector<float>& dst, const float* src, int64_t rows, in
 // features, or attention's blocks of a fused QKV with 4096 features, measured 53–78 against
 // 100–103 GFLOP/s with the same B at a stride off that multiple (bench/RESULTS.md). Such a B
 // is copied to a padded stride first: K·N floats moved against the product's 2·M·N·K flops.
-// The AVX-512 kernels run those shapes within 4 % of each other, so there B is used as it is.
+// The AVX-512 kernels lose 8–25 % on those strides, about what the copy costs there (gemm_bench
+// --b-strides), so there B is used as it is.
 bool b_stride_is_slow(bool trans_b, int64_t M, int64_t ldb) {
 #if defined(__AVX512F__)
   (void)trans_b, (void)M, (void)ldb;
