@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "support/run_command.h"
+#include "support/svg_render.h"
 
 namespace tessel {
 namespace {
@@ -86,6 +87,10 @@ TEST(PlanCli, SearchExplainAndDrawings) {
     std::stringstream text;
     text << in.rdbuf();
     EXPECT_EQ(text.str().rfind("<svg", 0), 0u) << file;
+    // The memory drawing of one stage was 298 px wide, its title twice that.
+    if (testing::svg_renderer_missing().empty()) {
+      EXPECT_EQ(testing::ink_outside_canvas(dir + file), "");
+    }
   }
   const testing::CommandResult explain = run_tessel("plan --model llama3-8b --cluster h100 --num-gpus 8 --tp 2 "
                                                     "--micro-batch-size 1 --global-batch-size 32 --explain");

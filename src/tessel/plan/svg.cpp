@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "tessel/core/svg.h"
 #include "tessel/plan/report.h"
 
 namespace tessel {
@@ -11,32 +12,17 @@ namespace tessel {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr const char* kColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
-                                   "#ff9da7", "#9c755f", "#bab0ac"};
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
 
 struct Part {
   std::string name;
   double value;
 };
 
-std::string legend(const std::vector<std::string>& names, double x, double y) {
-  std::string s;
-  for (size_t i = 0; i < names.size(); ++i) {
-    s += fmt::format("<rect x='{:.0f}' y='{:.0f}' width='12' height='12' fill='{}'/>", x, y + 18 * i, kColors[i % 10]);
-    s += fmt::format("<text x='{:.0f}' y='{:.0f}' font-size='12'>{}</text>\n", x + 18, y + 18 * i + 11, escape(names[i]));
-  }
-  return s;
+// The palette's first `n` colours, one for each part.
+std::vector<std::string> colours(size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n; ++i) out.push_back(kSvgPalette[i % kSvgPalette.size()]);
+  return out;
 }
 
 }  // namespace
@@ -44,18 +30,18 @@ std::string legend(const std::vector<std::string>& names, double x, double y) {
 std::string memory_svg(const Estimate& est, const std::string& title) {
   const std::vector<std::string> names = {"weights", "gradients", "optimizer", "activations", "buffers", "runtime"};
   const double bar = 28, gap = 10, left = 60, top = 40, height = 320;
-  const double width = left + est.stages.size() * (bar + gap) + 200;
+  const double plot_right = left + est.stages.size() * (bar + gap);
   double top_value = est.memory_limit_gib;
   for (const StageMemory& s : est.stages) top_value = std::max(top_value, s.total() / kGiB);
   top_value *= 1.05;
   auto y_of = [&](double g) { return top + height * (1 - g / top_value); };
-  std::string svg = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{:.0f}' height='{:.0f}' font-family='sans-serif'>\n",
-                                width, top + height + 50);
-  svg += fmt::format("<text x='{}' y='20' font-size='14'>{}</text>\n", left, escape(title));
+  SvgCanvas svg;
   for (int tick = 0; tick <= 4; ++tick) {
     const double g = top_value * tick / 4;
-    svg += fmt::format("<line x1='{}' x2='{:.0f}' y1='{:.1f}' y2='{:.1f}' stroke='#ddd'/><text x='5' y='{:.1f}' font-size='11'>{:.0f} GiB</text>\n",
-                       left, width - 200, y_of(g), y_of(g), y_of(g) + 4, g);
+    svg.shape(fmt::format("<line x1='{}' x2='{:.0f}' y1='{:.1f}' y2='{:.1f}' stroke='#ddd'/>", left, plot_right,
+                          y_of(g), y_of(g)),
+              plot_right, y_of(g));
+    svg.text(5, y_of(g) + 4, fmt::format("{:.0f} GiB", g), 11);
   }
   for (size_t i = 0; i < est.stages.size(); ++i) {
     const StageMemory& s = est.stages[i];
@@ -64,19 +50,26 @@ std::string memory_svg(const Estimate& est, const std::string& title) {
     const double x = left + i * (bar + gap);
     for (size_t k = 0; k < 6; ++k) {
       const double g = parts[k] / kGiB;
-      svg += fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{}' height='{:.1f}' fill='{}'><title>stage {} {}: {:.2f} GiB</title></rect>\n",
-                         x, y_of(base + g), bar, y_of(base) - y_of(base + g), kColors[k], s.stage, names[k], g);
+      svg.shape(fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{}' height='{:.1f}' fill='{}'><title>stage {} {}: "
+                            "{:.2f} GiB</title></rect>", x, y_of(base + g), bar, y_of(base) - y_of(base + g),
+                            kSvgPalette[k], s.stage, names[k], g),
+                x + bar, y_of(base));
       base += g;
     }
-    svg += fmt::format("<text x='{:.1f}' y='{:.0f}' font-size='11'>{}</text>\n", x + 4, top + height + 15, s.stage);
+    svg.text(x + 4, top + height + 15, std::to_string(s.stage), 11);
   }
-  svg += fmt::format("<line x1='{}' x2='{:.0f}' y1='{:.1f}' y2='{:.1f}' stroke='#d00' stroke-dasharray='6,4'/>"
-                     "<text x='{}' y='{:.1f}' font-size='11' fill='#d00'>device memory {:.0f} GiB</text>\n",
-                     left, width - 200, y_of(est.memory_limit_gib), y_of(est.memory_limit_gib), left + 4,
-                     y_of(est.memory_limit_gib) - 4, est.memory_limit_gib);
-  svg += fmt::format("<text x='{}' y='{:.0f}' font-size='12'>pipeline stage</text>\n", left, top + height + 35);
-  svg += legend(names, width - 180, top);
-  return svg + "</svg>\n";
+  const double limit_y = y_of(est.memory_limit_gib);
+  svg.shape(fmt::format("<line x1='{}' x2='{:.0f}' y1='{:.1f}' y2='{:.1f}' stroke='#d00' stroke-dasharray='6,4'/>",
+                        left, plot_right, limit_y, limit_y),
+            plot_right, limit_y);
+  svg.text(left + 4, limit_y - 4, fmt::format("device memory {:.0f} GiB", est.memory_limit_gib), 11, "start",
+           "fill='#d00'");
+  svg.text(left, top + height + 35, "pipeline stage", 12);
+  // The legend right of all drawn so far (the device memory's label runs past a narrow plot), the
+  // title above all.
+  svg.legend(names, colours(names.size()), svg.right() + 20, top);
+  svg.text(left, 20, title, 14);
+  return svg.document();
 }
 
 std::string time_svg(const Estimate& est, const std::string& title) {
@@ -86,21 +79,21 @@ std::string time_svg(const Estimate& est, const std::string& title) {
                                    {"DP comm", t.dp_comm},  {"embedding sync", t.embedding_sync},
                                    {"optimizer", t.optimizer}};
   const double left = 20, top = 40, length = 600, bar = 40;
-  std::string svg = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{:.0f}' height='{:.0f}' font-family='sans-serif'>\n",
-                                left + length + 220, top + 18 * parts.size() + 20);
-  svg += fmt::format("<text x='{}' y='20' font-size='14'>{} — step {:.4g} s (busiest stage {})</text>\n", left, escape(title), t.step, t.stage);
+  SvgCanvas svg;
+  svg.text(left, 20, fmt::format("{} — step {:.4g} s (busiest stage {})", title, t.step, t.stage), 14);
   double at = 0;
   std::vector<std::string> names;
   for (size_t i = 0; i < parts.size(); ++i) {
     const double w = t.step > 0 ? length * parts[i].value / t.step : 0;
-    svg += fmt::format("<rect x='{:.1f}' y='{}' width='{:.1f}' height='{}' fill='{}'><title>{}: {:.4g} s</title></rect>\n",
-                       left + at, top, w, bar, kColors[i], parts[i].name, parts[i].value);
+    svg.shape(fmt::format("<rect x='{:.1f}' y='{}' width='{:.1f}' height='{}' fill='{}'><title>{}: {:.4g} s</title>"
+                          "</rect>", left + at, top, w, bar, kSvgPalette[i], parts[i].name, parts[i].value),
+              left + at + w, top + bar);
     at += w;
     names.push_back(fmt::format("{} {:.4g} s ({:.1f} %)", parts[i].name, parts[i].value,
                                 t.step > 0 ? 100 * parts[i].value / t.step : 0));
   }
-  svg += legend(names, left + length + 20, top);
-  return svg + "</svg>\n";
+  svg.legend(names, colours(names.size()), left + length + 20, top);
+  return svg.document();
 }
 
 }  // namespace tessel
