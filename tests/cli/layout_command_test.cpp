@@ -118,9 +118,12 @@ TEST(LayoutCli, SeedExample9VirtualStages) {
 // Seed example 12: 60 layers over PP 8 is 7.5 per stage: refused evenly, accepted with lighter
 // first and last stages.
 TEST(LayoutCli, SeedExample12UnevenStages) {
-  Result bad = run_layout("--world 8 --pp 8 --num-layers 60");
-  EXPECT_EQ(bad.exit_code, 1);
-  expect_contains(bad, "--num-layers 60 is not divisible by --pipeline-model-parallel-size 8");
+  Result bad = run_refused("--world 8 --pp 8 --num-layers 60");
+  expect_contains(bad, "--num-layers 60 is not divisible by --pipeline-model-parallel-size 8 (60 / 8 = 7.5 layers "
+                       "a stage); splits that work: --decoder-first-pipeline-num-layers 6 "
+                       "--decoder-last-pipeline-num-layers 6 (8 layers on each other stage), or "
+                       "--pipeline-model-parallel-layout 'E(t*7|)*2(t*8|)*4t*7|t*7L' (7, 7, 8, 8, 8, 8, 7, 7 "
+                       "layers a stage)");
   Result r = run_ok("--world 8 --pp 8 --num-layers 60 --decoder-first-pipeline-num-layers 6 "
                     "--decoder-last-pipeline-num-layers 6");
   expect_contains(r, "stage 0: layers 1–6 + embedding\n");
@@ -131,6 +134,24 @@ TEST(LayoutCli, SeedExample12UnevenStages) {
   Result layout = run_layout("--world 2 --pp 2 --num-layers 8 --pipeline-model-parallel-layout 'Ett|tttt)L'");
   EXPECT_EQ(layout.exit_code, 1);
   expect_contains(layout, "--pipeline-model-parallel-layout");
+}
+
+// Every split a refusal offers is accepted as it is written, with and without model chunks.
+TEST(LayoutCli, TheSplitsOfferedForLayersThatDoNotDivideWork) {
+  for (const char* sizes : {"--world 8 --pp 8 --num-layers 60", "--world 8 --pp 8 --num-layers 9",
+                            "--world 3 --pp 3 --num-layers 7", "--world 2 --pp 2 --num-layers 7",
+                            "--world 2 --pp 2 --num-layers 10 --vpp 2", "--world 4 --pp 4 --num-layers 50 --vpp 3"}) {
+    const Result bad = run_refused(sizes);
+    // A layout string gives the model chunks itself, in place of --vpp.
+    const std::string stages = std::regex_replace(std::string(sizes), std::regex(" --vpp \\d+"), "");
+    const std::regex offered("(--decoder-first-pipeline-num-layers \\d+ --decoder-last-pipeline-num-layers \\d+)|"
+                             "(--pipeline-model-parallel-layout '[^']+')");
+    int splits = 0;
+    for (auto m = std::sregex_iterator(bad.output.begin(), bad.output.end(), offered); m != std::sregex_iterator();
+         ++m, ++splits)
+      run_ok(stages + " " + m->str());
+    EXPECT_EQ(splits, std::string(sizes).find("--vpp") == std::string::npos ? 2 : 1) << bad.output;
+  }
 }
 
 // Seed example 10: 8 experts over EP 2, 512 over EP 8.

@@ -1,6 +1,7 @@
 #include "tessel/pipeline/stages.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -152,6 +153,42 @@ LayoutEntries parse_layout(const std::string& layout, int chunks, int mtp_layers
   return r;
 }
 
+// "t*7|" for a model chunk of 7 layers, the last chunk's "|" left to the caller.
+std::string chunk_text(int layers) { return layers == 1 ? "t" : layers == 0 ? "" : fmt::format("t*{}", layers); }
+
+// Two uneven splits that work, for L layers that do not divide over the chunks: with one chunk a
+// stage, the first and last stage lighter (they also hold the embedding and the loss) and the
+// others L / PP rounded up; and a layout string giving every chunk L / chunks rounded down or up,
+// the lighter chunks at both ends.
+std::string uneven_splits(int L, int p, int vpp) {
+  const int chunks = p * vpp;
+  std::vector<std::string> splits;
+  if (vpp == 1) {
+    int middle = (L + p - 1) / p;
+    while (L - (p - 2) * middle < 0) --middle;
+    const int ends = L - (p - 2) * middle;
+    splits.push_back(fmt::format("--decoder-first-pipeline-num-layers {} --decoder-last-pipeline-num-layers {}{}",
+                                 ends / 2, ends - ends / 2,
+                                 p > 2 ? fmt::format(" ({} layers on each other stage)", middle) : ""));
+  }
+  std::vector<int> counts(chunks, L / chunks);
+  const int heavier = L % chunks, lighter_first = (chunks - heavier + 1) / 2;
+  for (int c = lighter_first; c < lighter_first + heavier; ++c) ++counts[c];
+  // Runs of equal chunks as "(t*8|)*4"; the last chunk ends with the loss instead of "|".
+  std::string layout = "E";
+  for (int c = 0; c + 1 < chunks;) {
+    int run = 1;
+    while (c + run + 1 < chunks && counts[c + run] == counts[c]) ++run;
+    layout += run == 1 ? chunk_text(counts[c]) + "|" : fmt::format("({}|)*{}", chunk_text(counts[c]), run);
+    c += run;
+  }
+  layout += chunk_text(counts.back()) + "L";
+  splits.push_back(fmt::format("--pipeline-model-parallel-layout '{}' ({} layers a {}{})", layout,
+                               fmt::join(counts, ", "), vpp > 1 ? "model chunk" : "stage",
+                               vpp > 1 ? ", in place of --num-virtual-stages-per-pipeline-rank" : ""));
+  return fmt::format("{}", fmt::join(splits, ", or "));
+}
+
 // Layers per model chunk, or the reasons there is none.
 std::vector<int> layer_counts(int L, const StageOptions& o, std::vector<std::string>& v) {
   const int p = o.pipeline_size, vpp = o.virtual_stages, chunks = p * vpp;
@@ -181,10 +218,12 @@ std::vector<int> layer_counts(int L, const StageOptions& o, std::vector<std::str
       return {};
     }
     if (L % chunks != 0) {
-      v.push_back(vpp > 1 ? fmt::format("--num-layers {} is not divisible by --pipeline-model-parallel-size {} × "
-                                        "--num-virtual-stages-per-pipeline-rank {}", L, p, vpp)
-                          : fmt::format("--num-layers {} is not divisible by --pipeline-model-parallel-size {} "
-                                        "(use --decoder-first/last-pipeline-num-layers for an uneven split)", L, p));
+      const std::string sizes = vpp > 1 ? fmt::format("--pipeline-model-parallel-size {} × "
+                                                      "--num-virtual-stages-per-pipeline-rank {}", p, vpp)
+                                        : fmt::format("--pipeline-model-parallel-size {}", p);
+      v.push_back(fmt::format("--num-layers {} is not divisible by {} ({} / {} = {:.4g} layers a {}); splits "
+                              "that work: {}", L, sizes, L, chunks, static_cast<double>(L) / chunks,
+                              vpp > 1 ? "model chunk" : "stage", uneven_splits(L, p, vpp)));
       return {};
     }
     return std::vector<int>(chunks, L / chunks);
