@@ -5,41 +5,21 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 #include "parallel_flags.h"
 #include "tessel/core/error.h"
+#include "tessel/core/writable.h"
 #include "tessel/parallel/context_parallel.h"
+#include "tessel/parallel/group_kinds.h"
+#include "tessel/parallel/layout_svg.h"
 #include "tessel/pipeline/schedule.h"
 #include "tessel/train/plan.h"
 
 namespace tessel {
 
 namespace {
-
-// The axes a rank has a coordinate on, each with its own group kind; the combined kinds (dp_cp,
-// mp, ...) are listed after the table.
-constexpr std::array<GroupKind, 7> kAxisKinds = {GroupKind::TP, GroupKind::CP, GroupKind::DP, GroupKind::PP,
-                                                 GroupKind::ETP, GroupKind::EP, GroupKind::EDP};
-
-const char* group_kind_role(GroupKind kind) {
-  switch (kind) {
-    case GroupKind::TP: return "tensor parallel: splits each layer's weights";
-    case GroupKind::CP: return "context parallel: splits the sequence";
-    case GroupKind::DP: return "data parallel: same weights, other samples";
-    case GroupKind::DP_CP: return "data × context: gradients are reduced here";
-    case GroupKind::PP: return "pipeline: one rank per stage";
-    case GroupKind::TP_CP: return "tensor × context";
-    case GroupKind::MP: return "model parallel: tensor × pipeline";
-    case GroupKind::TP_DP_CP: return "tensor × data × context";
-    case GroupKind::Embedding: return "first and last pipeline stage: the tied embedding";
-    case GroupKind::EP: return "expert parallel: splits the experts";
-    case GroupKind::ETP: return "expert tensor parallel";
-    case GroupKind::EDP: return "expert data parallel";
-    case GroupKind::TP_EP: return "expert tensor × expert parallel";
-  }
-  return "";
-}
 
 // (0,1,2) as the seed writes groups.
 std::string group_text(const std::vector<int>& group) {
@@ -63,9 +43,32 @@ void print_summary(const Layout& layout) {
   fmt::print("world {} = TP {} × CP {} × PP {} × DP {}   (order {}, first axis varies fastest)\n",
              c.world, c.tp, c.cp, c.pp, c.dp(), c.order);
   fmt::print("DP = world / (TP × CP × PP) = {} / ({} × {} × {}) = {}\n", c.world, c.tp, c.cp, c.pp, c.dp());
-  fmt::print("expert layers: world {} = ETP {} × EP {} × PP {} × EDP {}, EDP = {} / ({} × {} × {}) = {}\n",
-             c.world, c.expert_tp(), c.ep, c.pp, c.expert_dp(), c.world, c.expert_tp(), c.ep, c.pp,
-             c.expert_dp());
+  if (c.ep > 1 || c.expert_tp() != c.tp)  // otherwise the expert layers are split as the dense ones
+    fmt::print("expert layers: world {} = ETP {} × EP {} × PP {} × EDP {}, EDP = {} / ({} × {} × {}) = {}\n",
+               c.world, c.expert_tp(), c.ep, c.pp, c.expert_dp(), c.world, c.expert_tp(), c.ep, c.pp,
+               c.expert_dp());
+}
+
+// The seed lists its groups in the order tp-pp-dp: a model replica's pipeline stages are
+// neighbours, and the replicas follow. Megatron's default order puts dp before pp. Where the
+// order given makes other groups of the kinds shown than the seed's order would, one line says
+// so, with rank 0's groups both ways. (With CP or EP above 1 the seed's order, which leaves them
+// out, is no layout, and nothing is said.)
+void print_order_note(const Layout& layout, const std::vector<GroupKind>& kinds) {
+  ParallelConfig seed_config = layout.config();
+  seed_config.order = "tp-pp-dp";
+  if (!layout_violations(seed_config).empty()) return;
+  const Layout seed(seed_config);
+  auto rank0 = [&](const Layout& l) {
+    std::vector<std::string> parts;
+    for (GroupKind kind : kinds) parts.push_back(fmt::format("{} {}", group_kind_name(kind), group_text(l.group_of(kind, 0))));
+    return fmt::format("{}", fmt::join(parts, ", "));
+  };
+  if (std::all_of(kinds.begin(), kinds.end(), [&](GroupKind k) { return layout.groups(k) == seed.groups(k); })) return;
+  fmt::print("order {}{} is not the seed's {} (pipeline stages before data replicas): rank 0 is in {} here, "
+             "and in {} with --order {}\n",
+             layout.config().order, layout.config().order == ParallelConfig{}.order ? " (Megatron's default)" : "",
+             seed_config.order, rank0(layout), rank0(seed), seed_config.order);
 }
 
 void print_batch(int64_t micro_batch, int dp, int64_t microbatches) {
@@ -119,32 +122,59 @@ void print_stages(const std::vector<ChunkSpec>& chunks, const StageOptions& o, c
     }
     fmt::print("  stage {}: {}\n", stage, text);
   }
-  if (o.pipeline_size > 1)
-    fmt::print("  each stage sends its output activation [micro batch, sequence, hidden] = [{}, {}, {}] "
-               "forward and receives its gradient back\n",
-               micro_batch, m.seq_length, m.hidden_size);
+  // Every model chunk but the last sends forward; the last computes the loss instead.
+  const int p = o.pipeline_size, last = p - 1;
+  const std::string activation = fmt::format("its output activation [micro batch, sequence, hidden] = [{}, {}, {}]",
+                                             micro_batch, m.seq_length, m.hidden_size);
+  if (o.virtual_stages > 1)
+    fmt::print("  each model chunk sends {} forward to the next (stage {}'s chunk k to stage 0's chunk k+1) and "
+               "receives its gradient back; the last, stage {}'s chunk {}, computes the loss and sends nothing "
+               "forward\n", activation, last, last, o.virtual_stages - 1);
+  else if (p == 2)
+    fmt::print("  stage 0 sends {} forward to stage 1 and receives its gradient back; stage 1, the last, computes "
+               "the loss and sends nothing forward\n", activation);
+  else
+    fmt::print("  stages 0–{} each send {} forward to the next stage and receive its gradient back; stage {}, the "
+               "last, computes the loss and sends nothing forward\n", last - 1, activation, last);
+}
+
+// The query-key pairs causal attention scores for `positions`: position t attends to 0…t.
+int64_t causal_pairs(const std::vector<int32_t>& positions) {
+  int64_t pairs = 0;
+  for (int32_t t : positions) pairs += t + 1;
+  return pairs;
 }
 
 // How context parallelism splits one sequence (seed example 11): the seed's simple split into
 // CP contiguous pieces, and Megatron's load-balanced one that tessel runs — 2·CP chunks, rank i
-// holding chunks i and 2·CP−1−i, so every rank gets the same share of the causal triangle.
+// holding chunks i and 2·CP−1−i, so every rank gets the same share of the causal triangle. The
+// work of each rank (query-key pairs) is printed with both, which is the reason for the second.
 void print_context_split(int cp, int64_t T) {
   fmt::print("context parallel: sequence {} over CP {}\n", T, cp);
   std::vector<std::string> simple;
-  for (int r = 0; r < cp; ++r)
-    simple.push_back(fmt::format("rank {} positions {}–{}", r, r * T / cp, (r + 1) * T / cp - 1));
+  for (int r = 0; r < cp; ++r) {
+    std::vector<int32_t> mine(T / cp);
+    std::iota(mine.begin(), mine.end(), static_cast<int32_t>(r * T / cp));
+    simple.push_back(fmt::format("rank {} positions {}–{} ({} pairs)", r, mine.front(), mine.back(), causal_pairs(mine)));
+  }
   fmt::print("  simple split: {}\n", fmt::join(simple, ", "));
-  fmt::print("  load-balanced (what tessel runs): {} chunks of {}\n", 2 * cp, T / (2 * cp));
-  for (int r = 0; r < cp; ++r)
-    fmt::print("    rank {} chunks {{{},{}}}: positions [{}]\n", r, r, 2 * cp - 1 - r,
-               fmt::join(context_parallel_positions(T, cp, r), ","));
+  fmt::print("  causal attention: position t attends to positions 0…t, t+1 query-key pairs, so later positions "
+             "cost more and the simple split leaves rank {} the most work\n", cp - 1);
+  fmt::print("  load-balanced (what tessel runs): {} chunks of {}, rank i holding chunks i and 2·CP−1−i = {}−i, an "
+             "early chunk with a late one\n", 2 * cp, T / (2 * cp), 2 * cp - 1);
+  for (int r = 0; r < cp; ++r) {
+    const std::vector<int32_t> mine = context_parallel_positions(T, cp, r);
+    fmt::print("    rank {} chunks {{{},{}}}: positions [{}] ({} pairs)\n", r, r, 2 * cp - 1 - r, fmt::join(mine, ","),
+               causal_pairs(mine));
+  }
 }
 
 // Seed example 10: the experts of every MoE layer split evenly over EP, and each expert's MLP
-// over ETP.
+// over ETP (each only where its size is above 1).
 void print_expert_split(int experts, int ep, int etp) {
-  fmt::print("experts: {} / EP {} = {} per EP rank: {}\n", experts, ep, experts / ep,
-             split_text(experts, ep, "expert", "experts"));
+  if (ep > 1)
+    fmt::print("experts: {} / EP {} = {} per EP rank: {}\n", experts, ep, experts / ep,
+               split_text(experts, ep, "expert", "experts"));
   if (etp > 1)
     fmt::print("each expert over ETP {}: gate/up split by columns, down by rows (1/{} of its "
                "neurons per rank); the tokens it receives are all-gathered over ETP, its output "
@@ -152,56 +182,89 @@ void print_expert_split(int experts, int ep, int etp) {
                etp, etp);
 }
 
-void print_table(const Layout& layout) {
-  std::vector<GroupKind> shown;
-  for (GroupKind kind : kAxisKinds)
-    if (layout.groups(kind).front().size() > 1) shown.push_back(kind);
-  std::vector<std::string> lines(layout.world() + 1);
-  lines[0] = "rank | tp cp dp pp | etp ep edp";
-  for (int r = 0; r < layout.world(); ++r) {
-    RankCoords c = layout.coords(r);
-    lines[r + 1] = fmt::format("{:>4} | {:>2} {:>2} {:>2} {:>2} | {:>3} {:>2} {:>3}", r, c.tp, c.cp, c.dp,
-                               c.pp, c.etp, c.ep, c.edp);
+// One row per rank: its coordinate on each kind shown that is one axis, then its group of each
+// kind shown.
+void print_table(const Layout& layout, const std::vector<GroupKind>& kinds) {
+  std::vector<std::vector<std::string>> columns;  // each a header, then a cell per rank
+  columns.push_back({"rank"});
+  for (int r = 0; r < layout.world(); ++r) columns.back().push_back(std::to_string(r));
+  for (GroupKind kind : kinds)
+    if (const auto axis = axis_coordinate(kind)) {
+      columns.push_back({group_kind_name(kind)});
+      for (int r = 0; r < layout.world(); ++r) columns.back().push_back(std::to_string(layout.coords(r).**axis));
+    }
+  const size_t coordinates = columns.size();
+  for (GroupKind kind : kinds) {
+    columns.push_back({std::string(group_kind_name(kind)) + " group"});
+    for (int r = 0; r < layout.world(); ++r) columns.back().push_back(group_text(layout.group_of(kind, r)));
   }
-  // One column per shown kind, as wide as its widest cell.
-  for (size_t i = 0; i < shown.size(); ++i) {
-    std::vector<std::string> cells = {std::string(group_kind_name(shown[i])) + " group"};
-    for (int r = 0; r < layout.world(); ++r) cells.push_back(group_text(layout.group_of(shown[i], r)));
-    size_t width = 0;
-    for (const std::string& cell : cells) width = std::max(width, cell.size());
-    for (size_t row = 0; row < lines.size(); ++row)
-      lines[row] += (i == 0 ? " | " : "  ") +
-                    (i + 1 == shown.size() ? cells[row] : fmt::format("{:<{}}", cells[row], width));
-  }
+  // Numbers right-aligned, groups left-aligned, each column as wide as its widest cell.
   fmt::print("\n");
-  for (const std::string& line : lines) fmt::print("{}\n", line);
+  for (int row = 0; row <= layout.world(); ++row) {
+    std::string line;
+    for (size_t c = 0; c < columns.size(); ++c) {
+      size_t width = 0;
+      for (const std::string& cell : columns[c]) width = std::max(width, cell.size());
+      const std::string& cell = columns[c][row];
+      const std::string separator = c == 0 ? "" : c == 1 || c == coordinates ? " | " : c < coordinates ? " " : "  ";
+      line += separator + (c < coordinates ? fmt::format("{:>{}}", cell, width)
+                                           : c + 1 == columns.size() ? cell : fmt::format("{:<{}}", cell, width));
+    }
+    fmt::print("{}\n", line);
+  }
 }
 
-void print_group_lists(const Layout& layout) {
+void print_group_lists(const Layout& layout, const std::vector<GroupKind>& kinds) {
   fmt::print("\ngroups, in Megatron-Core's order:\n");
-  for (GroupKind kind : kAllGroupKinds) {
+  for (GroupKind kind : kinds) {
     const std::vector<std::vector<int>>& groups = layout.groups(kind);
     std::vector<std::string> texts;
     for (const std::vector<int>& g : groups) texts.push_back(group_text(g));
     fmt::print("  {:<10} {} group{} of {}: {}\n", group_kind_name(kind), groups.size(),
                groups.size() == 1 ? "" : "s", groups.front().size(), fmt::join(texts, " "));
   }
+  std::vector<std::string> others;
+  for (GroupKind kind : kAllGroupKinds)
+    if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) others.push_back(group_kind_name(kind));
+  if (!others.empty()) fmt::print("  not shown: {} (--groups all, or name them)\n", fmt::join(others, ", "));
 }
 
-void print_rank(const Layout& layout, int rank) {
-  RankCoords c = layout.coords(rank);
-  fmt::print("\nrank {}: tp {}, cp {}, dp {}, pp {}; expert layers: etp {}, ep {}, edp {}\n", rank, c.tp, c.cp,
-             c.dp, c.pp, c.etp, c.ep, c.edp);
+void print_rank(const Layout& layout, const std::vector<GroupKind>& kinds, int rank) {
+  std::vector<std::string> coordinates;
+  for (GroupKind kind : kinds)
+    if (const auto axis = axis_coordinate(kind))
+      coordinates.push_back(fmt::format("{} {}", group_kind_name(kind), layout.coords(rank).**axis));
+  fmt::print("\nrank {}{}{}\n", rank, coordinates.empty() ? "" : ": ", fmt::join(coordinates, ", "));
   std::vector<std::string> texts;
   size_t width = 0;
-  for (GroupKind kind : kAllGroupKinds) {
+  for (GroupKind kind : kinds) {
     const std::vector<int>& g = layout.group_of(kind, rank);
     texts.push_back(g.empty() ? "(none: a middle pipeline stage)" : group_text(g));
     width = std::max(width, texts.back().size());
   }
-  for (int k = 0; k < kNumGroupKinds; ++k)
-    fmt::print("  {:<10} {:<{}}   {}\n", group_kind_name(kAllGroupKinds[k]), texts[k], width,
-               group_kind_role(kAllGroupKinds[k]));
+  for (size_t k = 0; k < kinds.size(); ++k)
+    fmt::print("  {:<10} {:<{}}   {}\n", group_kind_name(kinds[k]), texts[k], width, group_kind_role(kinds[k]));
+}
+
+// --groups: the kinds it names, in its order, or every kind for "all"; a name it does not know is
+// added to `v`.
+std::vector<GroupKind> parse_group_kinds(const std::string& text, std::vector<std::string>& v) {
+  if (text == "all") return {kAllGroupKinds.begin(), kAllGroupKinds.end()};
+  std::vector<GroupKind> kinds;
+  std::vector<std::string> names;
+  for (size_t start = 0; start <= text.size();) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string name = text.substr(start, comma - start);
+    if (const auto kind = group_kind_from_name(name)) {
+      if (std::find(kinds.begin(), kinds.end(), *kind) == kinds.end()) kinds.push_back(*kind);
+    } else {
+      for (GroupKind k : kAllGroupKinds) names.push_back(group_kind_name(k));
+      v.push_back(fmt::format("--groups {}: no group kind '{}' (known: {}, or all)", text, name, fmt::join(names, ", ")));
+      names.clear();
+    }
+    start = comma + 1;
+  }
+  return kinds;
 }
 
 nlohmann::ordered_json layout_json(const Layout& layout) {
@@ -229,7 +292,15 @@ LayoutCommand::LayoutCommand(CLI::App& app) {
   c.add_option("--world", config_.world, "number of ranks")->required();
   sequence_parallel_opt_ = add_layout_flags(c, config_).sequence_parallel;
   rank_opt_ = c.add_option("--rank", rank_, "show this rank's groups only");
-  c.add_flag("--json", json_, "print one JSON object: world, order, groups, ranks")->excludes(rank_opt_);
+  CLI::Option* json = c.add_flag("--json", json_, "print one JSON object: world, order, groups (all kinds), ranks")
+                          ->excludes(rank_opt_);
+  groups_opt_ = c.add_option("--groups", groups_,
+                             "the group kinds to show, e.g. tp,pp,dp, or all (default: TP, CP, DP, PP and EP where "
+                             "their size is above 1, ETP and EDP where they also differ from TP and DP)")
+                    ->excludes(json);
+  svg_opt_ = c.add_option("--svg", svg_path_, "also draw the picture into this SVG file");
+  gpus_per_node_opt_ =
+      c.add_option("--gpus-per-node", gpus_per_node_, "--svg: draw the ranks a row per node of this many");
   const BatchFlags batch = add_batch_flags(c, batch_);
   micro_batch_opt_ = batch.micro_batch;
   num_microbatches_opt_ = add_microbatches_flag(c, num_microbatches_);
@@ -239,7 +310,8 @@ LayoutCommand::LayoutCommand(CLI::App& app) {
   c.footer(
       "A model flag adds what the layout does to the model, and its rules: --num-attention-heads, "
       "--num-query-groups, --hidden-size and --ffn-hidden-size the split over TP, --num-layers the "
-      "pipeline stages, --num-experts the experts per EP rank, --seq-length with CP the context split.");
+      "pipeline stages, --num-experts the experts per EP rank, --seq-length with CP the context split. "
+      "Only parallelisms larger than one are described.");
 }
 
 bool LayoutCommand::model_given() const { return model_.any_given() || sequence_parallel_opt_->count() > 0; }
@@ -249,12 +321,19 @@ bool LayoutCommand::batch_given() const {
 }
 
 void LayoutCommand::run() const {
+  if (!svg_path_.empty()) require_writable_file("--svg", svg_path_);  // a folder or none: said first
   const ModelConfig model = model_.resolve("");
   const int64_t micro_batch = batch_.micro_batch_size;
   std::vector<std::string> v = layout_violations(config_);
   const bool layout_ok = v.empty();
   if (rank_opt_->count() > 0 && (rank_ < 0 || rank_ >= config_.world))
     v.push_back(fmt::format("--rank {} is outside the world of {} ranks", rank_, config_.world));
+  const std::vector<GroupKind> kinds_asked =
+      groups_opt_->count() > 0 ? parse_group_kinds(groups_, v) : std::vector<GroupKind>{};
+  if (gpus_per_node_opt_->count() > 0 && gpus_per_node_ < 1)
+    v.push_back(fmt::format("--gpus-per-node must be at least 1 (got {})", gpus_per_node_));
+  if (gpus_per_node_opt_->count() > 0 && svg_opt_->count() == 0)
+    v.push_back("--gpus-per-node draws the nodes in --svg's picture: give --svg too");
 
   // The batch: micro batch × DP × microbatches, from the micro batch and either of the others
   // (Megatron's default global batch is micro batch × DP).
@@ -310,29 +389,41 @@ void LayoutCommand::run() const {
   if (!v.empty()) throw Error(fmt::format("invalid layout: {}", fmt::join(v, "; ")));
 
   Layout layout(config_);
+  const std::vector<GroupKind> kinds = groups_opt_->count() > 0 ? kinds_asked : kinds_of_interest(layout);
   if (json_) {
     fmt::print("{}\n", layout_json(layout).dump());
-    return;
+  } else {
+    print_summary(layout);
+    print_order_note(layout, kinds);
+    if (batch_given())
+      print_batch(micro_batch, config_.dp(), microbatch_count(config_, micro_batch, global_batch));
+    const bool heads = model_.given(&ModelConfig::num_attention_heads);
+    const bool groups =
+        model_.given(&ModelConfig::num_query_groups) && model.query_groups() != model.num_attention_heads;
+    const bool mlp = model_.given(&ModelConfig::hidden_size) || model_.given(&ModelConfig::ffn_hidden_size);
+    // Only the parallelisms of size above 1 are described: TP 1 splits nothing.
+    if (config_.tp > 1 && (heads || groups || mlp)) print_model_split(model, config_.tp, heads, groups, mlp);
+    if (show_cp) print_context_split(config_.cp, model.seq_length);
+    if (experts) print_expert_split(num_experts, config_.ep, config_.expert_tp());
+    if (layers && config_.pp > 1)
+      print_stages(assign_layers(model.num_layers, stages), stages, model,
+                   micro_batch_opt_->count() ? micro_batch : 1);
+    if (rank_opt_->count() > 0) {
+      print_rank(layout, kinds, rank_);
+    } else {
+      print_table(layout, kinds);
+      print_group_lists(layout, kinds);
+    }
   }
-  print_summary(layout);
-  if (batch_given())
-    print_batch(micro_batch, config_.dp(), microbatch_count(config_, micro_batch, global_batch));
-  const bool heads = model_.given(&ModelConfig::num_attention_heads);
-  const bool groups =
-      model_.given(&ModelConfig::num_query_groups) && model.query_groups() != model.num_attention_heads;
-  const bool mlp = model_.given(&ModelConfig::hidden_size) || model_.given(&ModelConfig::ffn_hidden_size);
-  if (heads || groups || mlp) print_model_split(model, config_.tp, heads, groups, mlp);
-  if (show_cp) print_context_split(config_.cp, model.seq_length);
-  if (experts) print_expert_split(num_experts, config_.ep, config_.expert_tp());
-  if (layers)
-    print_stages(assign_layers(model.num_layers, stages), stages, model,
-                 micro_batch_opt_->count() ? micro_batch : 1);
-  if (rank_opt_->count() > 0) {
-    print_rank(layout, rank_);
-    return;
+  if (!svg_path_.empty()) {
+    try {
+      // A plot: a rerun of the command draws it again, no fsync.
+      write_file_atomically(svg_path_, layout_svg(layout, kinds, gpus_per_node_), Durability::kReplaceable);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--svg {}: {}", svg_path_, e.what()));
+    }
+    if (!json_) fmt::print("wrote {}\n", svg_path_);
   }
-  print_table(layout);
-  print_group_lists(layout);
 }
 
 }  // namespace tessel

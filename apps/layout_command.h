@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model_flags.h"
@@ -31,11 +32,17 @@ class LayoutCommand {
   ParallelConfig config_;
   int rank_ = -1;
   bool json_ = false;
+  std::string groups_;  // --groups as given: kind names with commas, or "all"
+  std::string svg_path_;
+  int gpus_per_node_ = 0;  // 0: not given
   BatchOptions batch_{.micro_batch_size = 1, .global_batch_size = 0};  // 0: micro batch × DP × microbatches
   int num_microbatches_ = 1;
   ModelFlags model_{ModelConfig{}};
   PipelineOptions pipeline_;
   CLI::Option* rank_opt_ = nullptr;
+  CLI::Option* groups_opt_ = nullptr;
+  CLI::Option* svg_opt_ = nullptr;
+  CLI::Option* gpus_per_node_opt_ = nullptr;
   CLI::Option* sequence_parallel_opt_ = nullptr;
   CLI::Option* micro_batch_opt_ = nullptr;
   CLI::Option* num_microbatches_opt_ = nullptr;

@@ -252,7 +252,7 @@ ScheduleCommand::ScheduleCommand(CLI::App& app) {
       ->capture_default_str();
   c.add_flag("--forward-only", forward_only_, "forwards only, as Megatron's forward_only (evaluation) runs them");
   c.add_option("--columns", columns_, "time units per block of the table")->capture_default_str();
-  c.add_option("--svg", svg_path_, "also draw the schedule into this SVG file");
+  c.add_option("--svg", svg_path_, "also draw the picture into this SVG file");
   c.add_flag("--json", json_, "print the simulation as JSON (per rank: actions, idle time, peak in flight; the "
                               "bubble beside its formula) instead of the table");
 }

@@ -67,15 +67,15 @@ TEST(LayoutCli, SeedExample3BothOrders) {
   expect_line(seed, "tp", "4 groups of 2: (0,1) (2,3) (4,5) (6,7)");
   expect_line(seed, "pp", "4 groups of 2: (0,2) (1,3) (4,6) (5,7)");
   expect_line(seed, "dp", "4 groups of 2: (0,4) (1,5) (2,6) (3,7)");
-  // The table's row for rank 0: coordinates, then its TP, DP and PP groups.
-  expect_contains(seed, "   0 |  0  0  0  0 |   0  0   0 | (0,1)");
+  // The table's row for rank 0: its coordinates, then its TP, DP and PP groups.
+  expect_contains(seed, "   0 |  0  0  0 | (0,1)     (0,4)     (0,2)\n");
   Result gpu0 = run_ok("--world 8 --tp 2 --pp 2 --order tp-pp-dp --rank 0");
   expect_line(gpu0, "tp", "(0,1) ");
   expect_line(gpu0, "pp", "(0,2) ");
   expect_line(gpu0, "dp", "(0,4) ");
   EXPECT_EQ(gpu0.output.find("groups of"), std::string::npos) << "--rank shows one rank only";
 
-  Result megatron = run_ok("--world 8 --tp 2 --pp 2");
+  Result megatron = run_ok("--world 8 --tp 2 --pp 2 --groups all");
   expect_line(megatron, "tp", "4 groups of 2: (0,1) (2,3) (4,5) (6,7)");
   expect_line(megatron, "pp", "4 groups of 2: (0,4) (1,5) (2,6) (3,7)");
   expect_line(megatron, "dp", "4 groups of 2: (0,2) (1,3) (4,6) (5,7)");
@@ -105,7 +105,17 @@ TEST(LayoutCli, SeedExample7PipelineStages) {
   Result r = run_ok("--world 2 --pp 2 --num-layers 8 --micro-batch-size 4 --seq-length 4 --hidden-size 8");
   expect_contains(r, "stage 0: layers 1–4 + embedding\n");
   expect_contains(r, "stage 1: layers 5–8 + final norm, LM head, loss\n");
-  expect_contains(r, "[micro batch, sequence, hidden] = [4, 4, 8] forward and receives its gradient back");
+  expect_contains(r, "stage 0 sends its output activation [micro batch, sequence, hidden] = [4, 4, 8] forward to "
+                     "stage 1 and receives its gradient back; stage 1, the last, computes the loss and sends "
+                     "nothing forward\n");
+  // The last stage sends nothing forward, with more stages and with model chunks too.
+  r = run_ok("--world 4 --pp 4 --num-layers 8");
+  expect_contains(r, "stages 0–2 each send its output activation");
+  expect_contains(r, "stage 3, the last, computes the loss and sends nothing forward\n");
+  EXPECT_EQ(r.output.find("each stage sends"), std::string::npos) << r.output;
+  r = run_ok("--world 2 --pp 2 --vpp 2 --num-layers 8");
+  expect_contains(r, "forward to the next (stage 1's chunk k to stage 0's chunk k+1) and receives its gradient back; "
+                     "the last, stage 1's chunk 1, computes the loss");
 }
 
 // Seed example 9: 8 layers, PP 2, VPP 2 — each stage holds two chunks, every other piece.
@@ -170,12 +180,76 @@ TEST(LayoutCli, SeedExample10ExpertsPerEpRank) {
 // Seed example 11: sequence 8 over CP 2 — the seed's simple split and Megatron's balanced one.
 TEST(LayoutCli, SeedExample11ContextSplit) {
   Result r = run_ok("--world 2 --cp 2 --seq-length 8");
-  expect_contains(r, "simple split: rank 0 positions 0–3, rank 1 positions 4–7\n");
-  expect_contains(r, "rank 0 chunks {0,3}: positions [0,1,6,7]\n");
-  expect_contains(r, "rank 1 chunks {1,2}: positions [2,3,4,5]\n");
+  expect_contains(r, "simple split: rank 0 positions 0–3 (10 pairs), rank 1 positions 4–7 (26 pairs)\n");
+  expect_contains(r, "causal attention: position t attends to positions 0…t, t+1 query-key pairs, so later "
+                     "positions cost more and the simple split leaves rank 1 the most work\n");
+  expect_contains(r, "rank i holding chunks i and 2·CP−1−i = 3−i, an early chunk with a late one\n");
+  expect_contains(r, "rank 0 chunks {0,3}: positions [0,1,6,7] (18 pairs)\n");
+  expect_contains(r, "rank 1 chunks {1,2}: positions [2,3,4,5] (18 pairs)\n");
   Result bad = run_layout("--world 2 --cp 2 --seq-length 6");
   EXPECT_EQ(bad.exit_code, 1);
   expect_contains(bad, "--seq-length 6");
+}
+
+// --groups picks the kinds the table, the lists and --rank show; by default the seed's three.
+TEST(LayoutCli, GroupsChooseTheKindsShown) {
+  Result r = run_ok("--world 8 --tp 2 --pp 2");
+  for (const char* kind : {"tp", "dp", "pp"}) expect_line(r, kind, "4 groups of 2");
+  for (const char* kind : {"cp ", "mp ", "tp_dp_cp", "embedding", "etp", "edp"})
+    EXPECT_EQ(r.output.find(std::string("\n  ") + kind), std::string::npos) << kind << "\n" << r.output;
+  expect_contains(r, "  not shown: cp, dp_cp, tp_cp, mp, tp_dp_cp, embedding, ep, etp, edp, tp_ep (--groups all, or "
+                     "name them)\n");
+  expect_contains(r, "rank | tp dp pp | tp group  dp group  pp group\n");
+
+  r = run_ok("--world 8 --tp 2 --pp 2 --groups pp,mp");
+  expect_line(r, "pp", "4 groups of 2: (0,4) (1,5) (2,6) (3,7)");
+  expect_line(r, "mp", "2 groups of 4: (0,1,4,5) (2,3,6,7)");
+  expect_contains(r, "rank | pp | pp group  mp group\n");
+  EXPECT_EQ(std::regex_search(r.output, std::regex("\n +tp ")), false) << r.output;
+  r = run_ok("--world 8 --tp 2 --pp 2 --groups all");
+  for (const char* kind : {"tp", "cp", "dp", "dp_cp", "pp", "tp_cp", "mp", "tp_dp_cp", "embedding", "ep", "etp",
+                           "edp", "tp_ep"})
+    expect_line(r, kind, "");
+  EXPECT_EQ(r.output.find("not shown"), std::string::npos);
+  r = run_ok("--world 8 --tp 2 --pp 2 --rank 0 --groups dp");
+  expect_contains(r, "rank 0: dp 0\n");
+  expect_line(r, "dp", "(0,2) ");
+  // Expert layers: EP, and EDP where it differs from DP.
+  r = run_ok("--world 4 --ep 2");
+  for (const char* kind : {"dp", "ep", "edp"}) expect_line(r, kind, "");
+
+  r = run_refused("--world 8 --groups tp,tensor");
+  expect_contains(r, "--groups tp,tensor: no group kind 'tensor' (known: tp, cp, dp, dp_cp, pp");
+  EXPECT_NE(run_layout("--world 8 --groups tp --json").exit_code, 0);
+}
+
+// The seed lists tp-pp-dp's groups; Megatron's default order gives others, and says so.
+TEST(LayoutCli, AnOrderOtherThanTheSeedsIsNamed) {
+  expect_contains(run_ok("--world 8 --tp 2 --pp 2"),
+                  "order tp-cp-ep-dp-pp (Megatron's default) is not the seed's tp-pp-dp (pipeline stages before data "
+                  "replicas): rank 0 is in tp (0,1), dp (0,2), pp (0,4) here, and in tp (0,1), dp (0,4), pp (0,2) "
+                  "with --order tp-pp-dp\n");
+  // Where the seed's order is no valid one (it leaves out CP 2), and where it gives the same groups.
+  for (const char* same : {"--world 8 --tp 2 --pp 2 --order tp-pp-dp", "--world 8 --tp 2", "--world 8 --pp 8",
+                           "--world 8 --cp 2 --pp 2"}) {
+    const Result r = run_ok(same);
+    EXPECT_EQ(r.output.find("seed's"), std::string::npos) << same << "\n" << r.output;
+  }
+}
+
+// A parallelism of size 1 is not described: TP 1 splits no heads and reduces nothing, EP 1 splits
+// no experts, PP 1 sends nothing, and a model without experts has no expert grid to explain.
+TEST(LayoutCli, ASizeOfOneIsNotDescribed) {
+  const Result r = run_ok("--world 4 --cp 2 --pp 2 --seq-length 8 --hidden-size 8 --ffn-hidden-size 32 "
+                          "--num-attention-heads 4 --num-experts 8 --num-layers 4");
+  for (const char* absent : {"TP 1 splits", "all-reduced", "per TP rank", "EP 1", "expert layers:", "experts:", "edp group"})
+    EXPECT_EQ(r.output.find(absent), std::string::npos) << absent << "\n" << r.output;
+  expect_contains(r, "context parallel: sequence 8 over CP 2\n");
+  expect_contains(r, "stage 1: layers 3–4 + final norm, LM head, loss\n");
+  const Result one = run_ok("--world 2 --tp 2 --num-layers 8 --hidden-size 8");
+  expect_contains(one, "TP 2 splits the model:\n");
+  EXPECT_EQ(one.output.find("pipeline:"), std::string::npos) << one.output;
+  EXPECT_EQ(one.output.find("sends"), std::string::npos) << one.output;
 }
 
 TEST(LayoutCli, JsonIsOneObject) {

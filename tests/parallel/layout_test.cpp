@@ -18,6 +18,7 @@
 
 #include "tessel/train/plan.h"
 #include "tessel/core/error.h"
+#include "tessel/parallel/group_kinds.h"
 #include "tessel/parallel/layout.h"
 
 namespace {
@@ -217,6 +218,27 @@ TEST(Layout, GroupOfRejectsRanksOutsideTheWorld) {
   Layout layout(parallel_config(4, 2, 1, 1, 1, 0, "tp-cp-ep-dp-pp"));
   EXPECT_THROW(layout.group_of(GroupKind::TP, 4), tessel::Error);
   EXPECT_THROW(layout.coords(-1), tessel::Error);
+}
+
+// The kinds `tessel layout` shows unless --groups names others: the axes larger than one, the
+// expert ones only where their groups differ from the dense ones.
+TEST(Layout, KindsOfInterest) {
+  using Kinds = std::vector<GroupKind>;
+  EXPECT_EQ(tessel::kinds_of_interest(Layout(parallel_config(8, 2, 1, 2, 1, 0, "tp-pp-dp"))),
+            (Kinds{GroupKind::TP, GroupKind::DP, GroupKind::PP}));
+  EXPECT_EQ(tessel::kinds_of_interest(Layout(parallel_config(1, 1, 1, 1, 1, 0, "tp-cp-ep-dp-pp"))), Kinds{});
+  // EP 2 over DP 4: expert DP is 2, other groups than DP's.
+  EXPECT_EQ(tessel::kinds_of_interest(Layout(parallel_config(4, 1, 1, 1, 2, 0, "tp-cp-ep-dp-pp"))),
+            (Kinds{GroupKind::DP, GroupKind::EP, GroupKind::EDP}));
+  // ETP 1 under TP 2: the expert layers are not split over TP, their DP is twice as large.
+  EXPECT_EQ(tessel::kinds_of_interest(Layout(parallel_config(8, 2, 2, 1, 2, 1, "tp-cp-ep-dp-pp"))),
+            (Kinds{GroupKind::TP, GroupKind::CP, GroupKind::DP, GroupKind::EP, GroupKind::EDP}));
+  // Without experts split otherwise, the expert DP (here DP × CP) is no parallelism of its own.
+  EXPECT_EQ(tessel::kinds_of_interest(Layout(parallel_config(4, 1, 2, 2, 1, 0, "tp-cp-ep-dp-pp"))),
+            (Kinds{GroupKind::CP, GroupKind::PP}));
+  for (GroupKind kind : tessel::kAllGroupKinds)
+    EXPECT_EQ(tessel::group_kind_from_name(tessel::group_kind_name(kind)), kind);
+  EXPECT_EQ(tessel::group_kind_from_name("tensor"), std::nullopt);
 }
 
 // ---- validation ----
