@@ -144,6 +144,8 @@ void ring_forward(const ContextParallel& cp, float* out, float* lse, const float
     K.attention_block_forward(step_out, step_lse, q, held, held + count / 2, s.B, s.T_l, s.T_l,
                               s.H, s.G, s.D, q_ld, width, width, q_pos, k_pos, s.key_start, s.dropout);
     if (step > 0) K.attention_merge(out, lse, block_out, block_lse, s.B, s.T_l, s.H, s.D);
+    if (cp.on_ring_step)
+      cp.on_ring_step({step, (r - step + ranks) % ranks, step_out, step_lse, out, lse});
     send.wait();
     recv.wait();
     std::swap(held, arriving);

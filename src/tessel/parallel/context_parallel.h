@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -86,6 +87,20 @@ struct ContextParallel {
                          int64_t B, int64_t T_l) const;
   void heads_to_sequence(const std::vector<CpColumns>& whole, const std::vector<CpColumns>& local,
                          int64_t B, int64_t T_l) const;
+
+  // One step of the p2p ring's forward, as it ends: the rank whose K/V block was used, that
+  // block's partial result alone (block_out (B, T_l, H·D), block_lse (B, H, T_l)) and the result
+  // merged over the steps so far (out, lse), all in the backend's memory.
+  struct RingStep {
+    int step, kv_rank;
+    const float* block_out;
+    const float* block_lse;
+    const float* out;
+    const float* lse;
+  };
+  // Called, when set, after each step of the ring's forward: for showing the ring at work (tessel
+  // demo cp), never for computing.
+  std::function<void(const RingStep&)> on_ring_step;
 
   // The buffers of one call, grown on first use and kept (no allocation in later steps); shared
   // by the copies of this object, which run one call at a time.

@@ -312,5 +312,42 @@ TEST(ContextParallel, OneRankIsTheKernel) {
   EXPECT_EQ(lse, want_lse);
 }
 
+// The ring's step hook (what tessel demo cp prints): one call per step, the K/V block of rank
+// r − step, and after the last step the merged result is what attention_forward returns; the
+// hook changes nothing of the result.
+TEST(ContextParallel, RingStepHookSeesEveryBlock) {
+  auto comm = world_copy();
+  ContextParallel cp{comm.get(), CpCommType::P2P, cpu_kernels()};
+  const int n = cp.size(), r = cp.rank();
+  const int64_t H = 2, G = 1, D = 4, T_l = 4, width = H * D;
+  const std::vector<float> q = random_vector(T_l * H * D, 11 + r, 1.0f);
+  const std::vector<float> kv = random_vector(2 * T_l * G * D, 21 + r, 1.0f);
+  const float* k = kv.data();
+  const float* v = kv.data() + T_l * G * D;
+  std::vector<float> plain_out(T_l * width), plain_lse(H * T_l);
+  cp.attention_forward(plain_out.data(), plain_lse.data(), q.data(), k, v, 1, T_l, H, G, D, width,
+                       G * D, G * D);
+
+  std::vector<int> steps, kv_ranks;
+  std::vector<float> last_out, last_lse;
+  cp.on_ring_step = [&](const ContextParallel::RingStep& s) {
+    steps.push_back(s.step);
+    kv_ranks.push_back(s.kv_rank);
+    last_out.assign(s.out, s.out + T_l * width);
+    last_lse.assign(s.lse, s.lse + H * T_l);
+  };
+  std::vector<float> out(T_l * width), lse(H * T_l);
+  cp.attention_forward(out.data(), lse.data(), q.data(), k, v, 1, T_l, H, G, D, width, G * D, G * D);
+  ASSERT_EQ(static_cast<int>(steps.size()), n);
+  for (int s = 0; s < n; ++s) {
+    EXPECT_EQ(steps[s], s);
+    EXPECT_EQ(kv_ranks[s], (r - s + n) % n);
+  }
+  EXPECT_EQ(last_out, out);
+  EXPECT_EQ(last_lse, lse);
+  EXPECT_EQ(out, plain_out);
+  EXPECT_EQ(lse, plain_lse);
+}
+
 }  // namespace
 }  // namespace tessel
