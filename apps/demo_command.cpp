@@ -4,13 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <sstream>
 #include <utility>
 #include <vector>
 
-#include "tessel/parallel/groups.h"
-#include "tessel/comm/mpi.h"
+#include "demo_output.h"
+#include "demo_runs.h"
 #include "tessel/core/error.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/kernels.h"
@@ -21,66 +19,6 @@
 namespace tessel {
 
 namespace {
-
-constexpr int kRanks = 2;  // every demo is the seed's two-GPU picture
-
-// "1,2,3,4" -> {1, 2, 3, 4}; a ConfigError naming the flag otherwise.
-std::vector<float> parse_floats(const std::string& text, const char* flag) {
-  std::vector<float> values;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    size_t used = 0;
-    try {
-      values.push_back(std::stof(item, &used));
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || item.find_first_not_of(" ", used) != std::string::npos)
-      throw ConfigError(fmt::format("{} '{}': not a comma-separated list of numbers", flag, text));
-  }
-  if (values.empty()) throw ConfigError(fmt::format("{} is empty", flag));
-  return values;
-}
-
-std::string list_text(const float* values, int64_t n) {
-  return fmt::format("[{:.4g}]", fmt::join(values, values + n, ", "));
-}
-
-float max_abs_difference(const float* a, const float* b, int64_t n) {
-  float m = 0.0f;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
-}
-
-float norm(const float* values, int64_t n) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(values[i]) * values[i];
-  return static_cast<float>(std::sqrt(sum));
-}
-
-// Rank 0 prints every rank's text, in rank order. (mpirun forwards each rank's stdout on its
-// own, so ranks printing for themselves could interleave.) Collective over `world`. The Comm
-// moves floats, and a byte (0–255) is exact in a float.
-void print_by_rank(Comm& world, const std::string& text) {
-  const float length = static_cast<float>(text.size());
-  std::vector<float> lengths(world.size());
-  world.all_gather(&length, lengths.data(), 1);
-  const int64_t longest =
-      static_cast<int64_t>(*std::max_element(lengths.begin(), lengths.end())) + 1;  // never 0
-  std::vector<float> mine(longest, 0.0f), all(longest * world.size());
-  for (size_t i = 0; i < text.size(); ++i) mine[i] = static_cast<unsigned char>(text[i]);
-  world.all_gather(mine.data(), all.data(), longest);
-  if (world.rank() != 0) return;
-  for (int r = 0; r < world.size(); ++r)
-    for (int64_t i = 0; i < static_cast<int64_t>(lengths[r]); ++i)
-      std::putchar(static_cast<char>(static_cast<unsigned char>(all[r * longest + i])));
-  std::fflush(stdout);
-}
-
-// A line every rank would say alike, printed once. Collective over `world`.
-void print_from_rank0(Comm& world, const std::string& text) {
-  print_by_rank(world, world.rank() == 0 ? text : std::string());
-}
 
 // This rank's shard of a parameter, sliced out of the whole tensor by the registry's shard spec
 // (Param::global_index) — the rule every tessel layer's weights follow.
@@ -104,6 +42,20 @@ std::pair<int64_t, int64_t> split_range(const Param& p) {
     return p.global_index(local) / global_stride % p.global_shape[d];
   };
   return {coord(0), coord((p.local_shape[d] - 1) * local_stride)};
+}
+
+float norm(const float* values, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(values[i]) * values[i];
+  return static_cast<float>(std::sqrt(sum));
+}
+
+// One line per token of values (N, C): "PREFIX, token t: [...]".
+std::string token_rows(const std::string& prefix, const float* values, int64_t N, int64_t C) {
+  std::string lines;
+  for (int64_t t = 0; t < N; ++t)
+    lines += fmt::format("{}, token {}: {}\n", prefix, t, list_text(values + t * C, C));
+  return lines;
 }
 
 ShardSpec tp_split(Comm& tp, int dim) {
@@ -207,10 +159,13 @@ void demo_tp_mlp(ProcessGroups& groups, int64_t C, int64_t F, int64_t N, uint64_
 
   std::vector<float> partial(N * C);  // (N, C)
   mlp_product(partial.data(), x.data(), shard, N, C);
-  const float partial_norm = norm(partial.data(), N * C);
+  // Printed as it is before the reduction, which clobbers it.
+  const std::string partial_rows =
+      token_rows(fmt::format("rank {} partial sum", tp.rank()), partial.data(), N, C);
   // Megatron's g: without sequence parallel, leaving a row-parallel region all-reduces over TP.
-  std::vector<float> y(N * C);
-  TensorParallel{.group = tp, .kernels = &cpu_kernels()}.reduce_rows(partial.data(), y.data(), N, C);
+  std::vector<float> sum(N * C), y(N * C);  // (N, C) each
+  TensorParallel{.group = tp, .kernels = &cpu_kernels()}.reduce_rows(partial.data(), sum.data(), N, C);
+  y = sum;
   cpu_kernels().bias_forward(y.data(), shard.get("mlp.c_proj.bias").value, N, C);
 
   std::vector<float> y_whole(N * C);
@@ -233,15 +188,16 @@ void demo_tp_mlp(ProcessGroups& groups, int64_t C, int64_t F, int64_t N, uint64_
   print_by_rank(
       groups.world(),
       fmt::format(
-          "rank {} holds neurons {}–{} (c_fc columns, c_proj rows: shapes [{}, {}] and [{}, {}])\n"
-          "rank {} partial sum ({}×{}) norm {:.6f}\n",
+          "rank {} holds neurons {}–{} (c_fc columns, c_proj rows: shapes [{}, {}] and [{}, {}])\n",
           tp.rank(), fc_first, fc_last, fc_w.local_shape[0], fc_w.local_shape[1],
-          proj_w.local_shape[0], proj_w.local_shape[1], tp.rank(), N, C, partial_norm));
-  print_by_rank(
-      groups.world(),
-      fmt::format(
-          "rank {} all-reduced + bias: output norm {:.6f}; unsplit MLP: max difference {:.1e}\n",
-          tp.rank(), norm(y.data(), N * C), diff));
+          proj_w.local_shape[0], proj_w.local_shape[1]) +
+          partial_rows);
+  print_by_rank(groups.world(),
+                token_rows(fmt::format("rank {} all-reduced (the partial sums added)", tp.rank()),
+                           sum.data(), N, C) +
+                    fmt::format("rank {} all-reduced + bias: output norm {:.6f}; unsplit MLP: max "
+                                "difference {:.1e}\n",
+                                tp.rank(), norm(y.data(), N * C), diff));
   TESSEL_CHECK(diff <= 1e-5f, "demo tp-mlp: the TP output differs from the unsplit MLP by {:.1e}",
                diff);
 }
@@ -296,19 +252,6 @@ void demo_dp(ProcessGroups& groups, float w0, const std::vector<float>& grads, f
   TESSEL_CHECK(identical, "demo dp: the replicas differ after the step");
 }
 
-// Every demo's layout: 2 ranks, split over TP (tp = 2) or replicated over DP (tp = 1).
-ProcessGroups demo_groups(const MpiRuntime& runtime, const std::string& name, int tp) {
-  if (runtime.world_size() != kRanks)
-    throw ConfigError(
-        fmt::format("tessel demo {} needs {} ranks, this run has {}: "
-                    "run it as `mpirun -n {} tessel demo {}`",
-                    name, kRanks, runtime.world_size(), kRanks, name));
-  ParallelConfig config;
-  config.world = kRanks;
-  config.tp = tp;
-  return ProcessGroups::create(Layout(config), runtime.world_rank());
-}
-
 }  // namespace
 
 DemoCommand::DemoCommand(CLI::App& app) {
@@ -339,33 +282,89 @@ DemoCommand::DemoCommand(CLI::App& app) {
   dp_->add_option("--grads", grads_, "each rank's gradient, comma-separated")
       ->capture_default_str();
   dp_->add_option("--lr", lr_, "SGD learning rate")->capture_default_str();
+
+  pp_ = cmd_->add_subcommand(
+      "pp", "seed example 7: 8 layers over PP 2, the activation [4, 4, 8] forward, its gradient back");
+  pp_->add_option("--seed", seed_, "seed of the weights and the input")->capture_default_str();
+
+  ep_ = cmd_->add_subcommand(
+      "ep", "seed example 10: 8 experts over EP 2, tokens routed top-k, all-to-all there and back");
+  ep_->add_option("--route", route_,
+                  "each token's first-choice expert, comma-separated (tokens A, B, ...; the first "
+                  "half on rank 0)")
+      ->capture_default_str();
+  ep_->add_option("--moe-router-topk", top_k_, "experts per token")->capture_default_str();
+  ep_->add_option("--seed", seed_, "seed of the weights and the inputs")->capture_default_str();
+
+  cp_ = cmd_->add_subcommand(
+      "cp", "seed example 11: a sequence over CP 2, causal attention by the ring of K/V blocks");
+  cp_->add_option("--seq-length", seq_length_, "positions in the sequence (a multiple of 4)")
+      ->capture_default_str();
+  cp_->add_option("--seed", seed_, "seed of Q, K and V")->capture_default_str();
 }
 
 void DemoCommand::run(const MpiRuntime& runtime) const {
   // Flags are checked before any communication, alike on every rank (ConfigError).
   if (*tp_column_) {
     const std::vector<float> x = parse_floats(x_, "--x");
-    if (x.size() % kRanks != 0)
-      throw ConfigError(fmt::format("--x has {} values: not divisible by TP {}", x.size(), kRanks));
-    ProcessGroups groups = demo_groups(runtime, "tp-column", kRanks);
+    if (x.size() % kDemoRanks != 0)
+      throw ConfigError(fmt::format("--x has {} values: not divisible by TP {}", x.size(), kDemoRanks));
+    ProcessGroups groups = demo_groups(runtime, "tp-column", {.tp = kDemoRanks});
     demo_tp_column(groups, x, weight_ == "identity", seed_);
   } else if (*tp_mlp_) {
     if (hidden_ < 1 || tokens_ < 1)
       throw ConfigError(
           fmt::format("--hidden-size {} and --tokens {}: both must be positive", hidden_, tokens_));
-    if (ffn_ < 1 || ffn_ % kRanks != 0)
+    if (ffn_ < 1 || ffn_ % kDemoRanks != 0)
       throw ConfigError(
-          fmt::format("--ffn-hidden-size {}: not a positive multiple of TP {}", ffn_, kRanks));
-    ProcessGroups groups = demo_groups(runtime, "tp-mlp", kRanks);
+          fmt::format("--ffn-hidden-size {}: not a positive multiple of TP {}", ffn_, kDemoRanks));
+    ProcessGroups groups = demo_groups(runtime, "tp-mlp", {.tp = kDemoRanks});
     demo_tp_mlp(groups, hidden_, ffn_, tokens_, seed_);
   } else if (*dp_) {
     const std::vector<float> grads = parse_floats(grads_, "--grads");
-    if (grads.size() != kRanks)
+    if (grads.size() != kDemoRanks)
       throw ConfigError(fmt::format("--grads gives {} gradients: one per rank ({}) needed",
-                                    grads.size(), kRanks));
-    ProcessGroups groups = demo_groups(runtime, "dp", 1);
+                                    grads.size(), kDemoRanks));
+    ProcessGroups groups = demo_groups(runtime, "dp", {});
     demo_dp(groups, w_, grads, lr_);
+  } else if (*pp_) {
+    ProcessGroups groups = demo_groups(runtime, "pp", {.pp = kDemoRanks});
+    demo_pp(groups, seed_);
+  } else if (*ep_) {
+    run_ep(runtime);
+  } else if (*cp_) {
+    if (seq_length_ < 1 || seq_length_ % (2 * kDemoRanks) != 0)
+      throw ConfigError(fmt::format("--seq-length {}: not a positive multiple of 2·CP = {} (the "
+                                    "causal balance cuts it into 2·CP chunks)",
+                                    seq_length_, 2 * kDemoRanks));
+    ProcessGroups groups = demo_groups(runtime, "cp", {.cp = kDemoRanks});
+    demo_cp(groups, seq_length_, seed_);
   }
+}
+
+void DemoCommand::run_ep(const MpiRuntime& runtime) const {
+  std::vector<std::string> problems;
+  std::vector<int> route;
+  std::vector<float> experts;
+  try {
+    experts = parse_floats(route_, "--route");
+  } catch (const ConfigError& e) {
+    problems.push_back(e.what());
+  }
+  for (float e : experts) {
+    route.push_back(static_cast<int>(e));
+    if (e != std::floor(e) || e < 0 || e >= kDemoExperts)
+      problems.push_back(fmt::format("--route: {:g} is not an expert (0–{})", e, kDemoExperts - 1));
+  }
+  if (!experts.empty() && route.size() < kDemoRanks)
+    problems.push_back(fmt::format("--route names {} token(s): at least one per rank ({}) needed",
+                                   route.size(), kDemoRanks));
+  if (route.size() > 26) problems.push_back("--route names more tokens than A–Z");
+  if (top_k_ < 1 || top_k_ > kDemoExperts)
+    problems.push_back(fmt::format("--moe-router-topk {}: not between 1 and {}", top_k_, kDemoExperts));
+  if (!problems.empty()) throw ConfigError(fmt::format("{}", fmt::join(problems, "; ")));
+  ProcessGroups groups = demo_groups(runtime, "ep", {.ep = kDemoRanks});
+  demo_ep(groups, route, top_k_, seed_);
 }
 
 }  // namespace tessel
