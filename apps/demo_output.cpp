@@ -46,7 +46,8 @@ std::string list_text(const float* values, int64_t n) {
 float max_abs_difference(const float* a, const float* b, int64_t n) {
   float m = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
-    // Equal infinities (a row that sees no key has lse −inf) differ by nothing.
+    // Equal infinities (a row that sees no key has lse −inf) differ by nothing; std::max would
+    // pass a NaN over.
     const float d = a[i] == b[i] ? 0.0f : std::fabs(a[i] - b[i]);
     m = std::isnan(d) ? INFINITY : std::max(m, d);
     if (std::isinf(m)) return m;
@@ -76,9 +77,10 @@ void print_from_rank0(Comm& world, const std::string& text) {
   print_by_rank(world, world.rank() == 0 ? text : std::string());
 }
 
-float largest_over_ranks(Comm& world, float difference) {
+void check_against_one_process(Comm& world, float difference, const std::string& result) {
   world.all_reduce(&difference, 1, ReduceOp::Max);
-  return difference;
+  if (difference > 1e-5f)
+    throw JobError(fmt::format("{} differs from one process's by {:.1e}", result, difference));
 }
 
 }  // namespace tessel

@@ -26,6 +26,8 @@ std::vector<float> parse_floats(const std::string& text, const char* flag);
 
 // "[1, 2.5, -3]": n values, 4 significant digits.
 std::string list_text(const float* values, int64_t n);
+// The largest |a − b|; a NaN on either side counts as an infinite difference (a result that is
+// not a number is never confirmed), equal infinities as none.
 float max_abs_difference(const float* a, const float* b, int64_t n);
 
 // Rank 0 prints every rank's text, in rank order. Collective over `world`.
@@ -33,8 +35,9 @@ void print_by_rank(Comm& world, const std::string& text);
 // A line every rank would say alike, printed once. Collective over `world`.
 void print_from_rank0(Comm& world, const std::string& text);
 
-// The largest of every rank's `difference` from the one-process result: what each demo checks, so
-// that all ranks pass or fail together. Collective over `world`.
-float largest_over_ranks(Comm& world, float difference);
+// The check every demo ends with: when any rank's `difference` from the one-process result is
+// over 1e-5, every rank throws the same JobError ("RESULT differs from one process's by D"), so
+// rank 0 reports it once and all exit 1. Collective over `world`.
+void check_against_one_process(Comm& world, float difference, const std::string& result);
 
 }  // namespace tessel

@@ -81,6 +81,14 @@ case "$case_name" in
     demo tp-column --weight random --seed 7
     small_differences 2
     same_on_every_rank "gathered"
+    # A result that is not a number is never confirmed: NaN in X makes the check fail, exit 1.
+    echo "\$ mpirun -n 2 tessel demo tp-column --x nan,1,2,3"
+    timeout --kill-after=5 60 $mpirun -n 2 "$tessel" demo tp-column --x nan,1,2,3 >"$log" 2>&1
+    rc=$?
+    cat "$log"
+    [ "$rc" -ne 0 ] || { echo "FAIL: exit code 0 for a NaN result"; failed=1; }
+    line "rank 0 gathered [nan, nan, nan, nan] (unsplit X·W: max difference inf)"
+    line "tessel: error: demo tp-column: the gathered Y differs from one process's by inf"
     ;;
   tp-mlp)
     # Seed example 6: MLP 8 → 32 → 8 over TP 2, against the unsplit MLP on every rank.
