@@ -7,6 +7,10 @@
 namespace tessel::cuda_test {
 namespace {
 
+std::string precision_name(Precision precision) {
+  return precision == Precision::BF16 ? "bf16 " : precision == Precision::FP16 ? "fp16 " : "fp32 ";
+}
+
 TEST_F(CudaKernels, MemoryIsZeroFilledAndRoundTrips) {
   const DeviceMemory& m = cuda_memory();
   const int64_t n = 1000;
@@ -140,10 +144,10 @@ TEST_F(CudaKernels, Activations) {
   expect_close(dlogit, "sigmoid_gate_backward dlogit");
 }
 
-// fp32, and bf16 (both sides round the same operands: only the fp32 sums' order differs).
+// fp32, bf16 and fp16 (both sides round the same operands: only the fp32 sums' order differs).
 TEST_F(CudaKernels, LinearBothLayouts) {
   const int64_t N = 130, IC = 96, OC = 72;
-  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+  for (Precision precision : {Precision::FP32, Precision::BF16, Precision::FP16}) {
     for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn}) {
       Floats inp = random_floats(rng, N * IC), w = random_floats(rng, IC * OC),
              b = random_floats(rng, OC);
@@ -160,7 +164,7 @@ TEST_F(CudaKernels, LinearBothLayouts) {
         k.bias_forward(out.on(k), b.on(k), N, OC);
         k.bias_backward(db.on(k), dout.on(k), N, OC);
       }, precision);
-      const std::string name = std::string(precision == Precision::BF16 ? "bf16 " : "fp32 ") +
+      const std::string name = precision_name(precision) +
                                (layout == WeightLayout::InOut ? "InOut " : "OutIn ");
       expect_close(out, name + "linear_forward + bias_forward");
       expect_close(dinp, name + "dinp");
@@ -172,10 +176,10 @@ TEST_F(CudaKernels, LinearBothLayouts) {
 }
 
 // Transposes, strides wider than the rows, an operand at an odd offset (cuBLASLt's alignment),
-// alpha and beta, and K = 0 (C = beta · C); fp32, and bf16 against the CPU's emulation.
+// alpha and beta, and K = 0 (C = beta · C); fp32, and bf16 and fp16 against the CPU's emulation.
 TEST_F(CudaKernels, GemmShapes) {
   const int64_t M = 67, N = 45, K = 33, ld = 80;
-  for (Precision precision : {Precision::FP32, Precision::BF16}) {
+  for (Precision precision : {Precision::FP32, Precision::BF16, Precision::FP16}) {
     for (int trans = 0; trans < 4; ++trans) {
       const bool ta = trans & 1, tb = trans & 2;
       Floats A = random_floats(rng, ld * 80 + 1), B = random_floats(rng, ld * 80),
@@ -184,7 +188,7 @@ TEST_F(CudaKernels, GemmShapes) {
         k.gemm(ta, tb, M, N, K, 0.5f, A.on(k) + 1, ld, B.on(k), ld, 0.25f, C.on(k), ld);
         k.gemm(ta, tb, M, 30, 0, 0.5f, A.on(k), ld, B.on(k), ld, 2.0f, C.on(k) + N, ld);
       }, precision);
-      expect_close(C, std::string(precision == Precision::BF16 ? "bf16 " : "fp32 ") +
+      expect_close(C, precision_name(precision) +
                           "gemm trans_a " + std::to_string(ta) + " trans_b " + std::to_string(tb));
     }
   }

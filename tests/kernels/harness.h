@@ -24,6 +24,7 @@
 #include "support/gradient_check.h"
 #include "tessel/core/philox.h"
 #include "tessel/kernels/bf16.h"
+#include "tessel/kernels/fp16.h"
 #include "tessel/kernels/kernels.h"
 
 namespace tessel::testing {
@@ -102,9 +103,11 @@ inline Ints random_indices(int64_t n, int32_t bound, uint64_t stream, uint64_t s
 
 inline Vec to_double(const Floats& x) { return Vec(x.begin(), x.end()); }
 
-// x with every element rounded to bf16 (kernels/bf16.h): what a --bf16 GEMM reads.
-inline Floats rounded_to_bf16(Floats x) {
-  for (float& v : x) v = round_to_bf16(v);
+// x with every element rounded as a `precision` table's GEMM reads it (kernels/bf16.h,
+// kernels/fp16.h): what a --bf16 or --fp16 GEMM reads.
+inline Floats rounded_as(Precision precision, Floats x) {
+  for (float& v : x)
+    v = precision == Precision::BF16 ? round_to_bf16(v) : precision == Precision::FP16 ? round_to_fp16(v) : v;
   return x;
 }
 

@@ -76,13 +76,14 @@ void bias(const Kernels& k) {
 
 // C = alpha · op(A) · op(B) + beta · C for every transpose pair, with padded leading dimensions
 // (the padding must stay as it was) and M, N, K not multiples of a vector width; on the backend's
-// fp32 table and on its bf16 twin (--bf16), whose result is the product of the operands rounded to
-// bf16 within fp32 accumulation's error — measurably not the fp32 product (the rounding is there),
-// but within bf16's precision of it.
+// fp32 table and on its bf16 and fp16 twins (--bf16, --fp16), whose result is the product of the
+// operands rounded to bf16 or fp16 within fp32 accumulation's error — measurably not the fp32
+// product (the rounding is there), but within bf16's precision of it.
 void gemm(const Kernels& k) {
-  const Kernels& bf16 = kernels_for(k.memory.device, Precision::BF16);
-  for (const Kernels* table : {&k, &bf16}) {
-    const bool rounds = table->precision == Precision::BF16;
+  const Kernels &bf16 = kernels_for(k.memory.device, Precision::BF16),
+                &fp16 = kernels_for(k.memory.device, Precision::FP16);
+  for (const Kernels* table : {&k, &bf16, &fp16}) {
+    const bool rounds = table->precision != Precision::FP32;
     const int64_t M = 37, N = 29, K = rounds ? 300 : 45, pad = 3;
     const float alpha = 0.75f, beta = -0.5f;
     for (bool trans_a : {false, true})
@@ -109,8 +110,8 @@ void gemm(const Kernels& k) {
           continue;
         }
         EXPECT_LT(max_relative_error(inside, ref::gemm(trans_a, trans_b, M, N, K, alpha,
-                                                       rounded_to_bf16(a), lda, rounded_to_bf16(b),
-                                                       ldb, beta, c0, ldc)),
+                                                       rounded_as(table->precision, a), lda,
+                                                       rounded_as(table->precision, b), ldb, beta, c0, ldc)),
                   kForwardTolerance);
         EXPECT_GT(max_relative_error(inside, fp32), 1e-4) << "the operands were not rounded";
         EXPECT_LT(max_relative_error(inside, fp32), kBf16Tolerance);

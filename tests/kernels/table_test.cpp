@@ -56,10 +56,10 @@ const Kernels& kernel_table(Precision precision);
 }
 namespace {
 
-// TESSEL_CPU_ISA=avx2's table (cmake/cpu_isa_twin.cmake): complete, in both precisions, and made
+// TESSEL_CPU_ISA=avx2's table (cmake/cpu_isa_twin.cmake): complete, in every precision, and made
 // of its own functions, not the native kernels under another name.
 TEST(KernelTable, TheAvx2TwinIsCompleteAndItsOwn) {
-  for (const Precision precision : {Precision::FP32, Precision::BF16}) {
+  for (const Precision precision : {Precision::FP32, Precision::BF16, Precision::FP16}) {
     const Kernels& twin = cpu_avx2::kernel_table(precision);
     const Kernels& native = cpu::kernel_table(precision);
     EXPECT_TRUE(missing_kernel_slots(twin).empty()) << fmt::format("{}", fmt::join(missing_kernel_slots(twin), ", "));

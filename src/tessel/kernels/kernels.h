@@ -82,21 +82,22 @@ struct Kernels {
   void copy(float* dst, const float* src, int64_t n) const { memory.copy(dst, src, n * 4); }
 };
 
-// A backend's table made its bf16 twin (--bf16): the slots that are GEMMs — gemm, linear_forward,
-// linear_backward — run on operands rounded to bf16 through the backend's GemmBf16; every other
-// slot is the fp32 one.
-template <GemmFn GemmBf16, auto BiasForward, auto BiasBackward>
-void use_bf16_gemms(Kernels& k, const char* name) {
+// A backend's table made its bf16 or fp16 twin (--bf16, --fp16): the slots that are GEMMs — gemm,
+// linear_forward, linear_backward — run on operands rounded to `precision` through the backend's
+// GemmRounded; every other slot is the fp32 one.
+template <GemmFn GemmRounded, auto BiasForward, auto BiasBackward>
+void use_rounded_gemms(Kernels& k, Precision precision, const char* name) {
   k.name = name;
-  k.precision = Precision::BF16;
-  k.gemm = GemmBf16;
-  k.linear_forward = &linear_forward_via<GemmBf16, BiasForward>;
-  k.linear_backward = &linear_backward_via<GemmBf16, BiasBackward>;
+  k.precision = precision;
+  k.gemm = GemmRounded;
+  k.linear_forward = &linear_forward_via<GemmRounded, BiasForward>;
+  k.linear_backward = &linear_backward_via<GemmRounded, BiasBackward>;
 }
 
-// The CPU backend: the reference kernels of kernels/cpu/; with BF16 its emulation of bf16 GEMMs.
+// The CPU backend: the reference kernels of kernels/cpu/; with BF16 or FP16 its emulation of
+// bf16 or fp16 GEMMs.
 const Kernels& cpu_kernels(Precision precision = Precision::FP32);
-// The table of `device` in `precision` (tessel train --device, --bf16). Throws tessel::Error when
+// The table of `device` in `precision` (tessel train --device, --bf16, --fp16). Throws tessel::Error when
 // this build has no such backend or this machine no such device.
 const Kernels& kernels_for(Device device, Precision precision);
 // Every backend compiled into this build and usable on this machine, the CPU first, in the given

@@ -49,8 +49,8 @@ inline void linear_backward_products(GemmFn gemm, float* dinp, float* dweight, c
 namespace tessel {
 
 // A backend's linear_forward / linear_backward slots over a given gemm (its fp32 one, or its
-// bf16 one for Precision::BF16) and its bias kernels: one definition for every backend and
-// precision.
+// bf16 or fp16 one for Precision::BF16 or FP16) and its bias kernels: one definition for every
+// backend and precision.
 template <GemmFn Gemm, auto BiasForward>
 void linear_forward_via(float* out, const float* inp, const float* weight, const float* bias,
                         int64_t N, int64_t IC, int64_t OC, WeightLayout layout) {

@@ -9,9 +9,10 @@ namespace tessel {
 // (y = x·Wᵀ). Both are the Hugging Face tensors as stored, so names and shapes match files.
 enum class WeightLayout : uint8_t { InOut, OutIn };
 
-// The arithmetic of a kernel table's GEMMs (--bf16): fp32 operands, or operands rounded to bf16
-// (kernels/bf16.h) with fp32 accumulation and fp32 results. Nothing else of a table changes.
-enum class Precision : uint8_t { FP32, BF16 };
+// The arithmetic of a kernel table's GEMMs (--bf16, --fp16): fp32 operands, or operands rounded
+// to bf16 (kernels/bf16.h) or to fp16 (kernels/fp16.h) with fp32 accumulation and fp32 results.
+// Nothing else of a table changes.
+enum class Precision : uint8_t { FP32, BF16, FP16 };
 
 // How a Mixture-of-Experts router scores the experts (Megatron's --moe-router-score-function).
 enum class RouterScore : uint8_t { Softmax, Sigmoid };

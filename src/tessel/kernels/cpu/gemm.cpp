@@ -9,6 +9,7 @@
 
 #include "tessel/core/error.h"
 #include "tessel/kernels/bf16.h"
+#include "tessel/kernels/fp16.h"
 
 namespace tessel::cpu {
 
@@ -16,14 +17,16 @@ namespace {
 std::atomic<bool> stats_on{false};
 std::atomic<int64_t> stats_flops{0}, stats_ns{0}, stats_calls{0};
 
-// The (rows, cols) matrix at src (row stride ld), rounded to bf16, packed into dst (stride cols).
+// The (rows, cols) matrix at src (row stride ld), rounded by `round` (to bf16 or fp16), packed into
+// dst (stride cols).
+template <float (*round)(float)>
 const float* rounded(std::vector<float>& dst, const float* src, int64_t rows, int64_t cols,
                      int64_t ld) {
   dst.resize(static_cast<size_t>(rows * cols));
   float* out = dst.data();
 #pragma omp parallel for schedule(static) if (rows * cols > (int64_t{1} << 16))
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = round_to_bf16(src[r * ld + c]);
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = round(src[r * ld + c]);
   return out;
 }
 
@@ -74,16 +77,31 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   }
 }
 
-void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-               int64_t ldc) {
+// gemm over operands rounded by `round`: the emulation of a GEMM on bf16 or fp16 inputs with fp32
+// accumulation.
+template <float (*round)(float)>
+void gemm_rounded(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc) {
   if (M == 0 || N == 0) return;
   thread_local std::vector<float> a_rounded, b_rounded;
   // Stored shapes: op(A) (M, K) is A (K, M) when transposed, op(B) (K, N) is B (N, K).
   const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
   const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  gemm(trans_a, trans_b, M, N, K, alpha, rounded(a_rounded, A, a_rows, a_cols, lda), a_cols,
-       rounded(b_rounded, B, b_rows, b_cols, ldb), b_cols, beta, C, ldc);
+  gemm(trans_a, trans_b, M, N, K, alpha, rounded<round>(a_rounded, A, a_rows, a_cols, lda), a_cols,
+       rounded<round>(b_rounded, B, b_rows, b_cols, ldb), b_cols, beta, C, ldc);
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  gemm_rounded<round_to_bf16>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_fp16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  gemm_rounded<round_to_fp16>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_stats_enable(bool on) { stats_on.store(on); }

@@ -18,6 +18,10 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc);
+// The same with both operands rounded to fp16 (kernels/fp16.h: an operand past 65504 becomes inf).
+void gemm_fp16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
 
 // Optional accounting of every gemm call (GemmStats, types.h). Off by default: it costs two clock
 // reads a call.

@@ -12,7 +12,9 @@ Kernels make_cpu_kernels(Precision precision) {
   TESSEL_KERNEL_SLOTS(TESSEL_CPU_SLOT)
 #undef TESSEL_CPU_SLOT
   if (precision == Precision::BF16)
-    use_bf16_gemms<cpu::gemm_bf16, cpu::bias_forward, cpu::bias_backward>(k, "cpu-bf16");
+    use_rounded_gemms<cpu::gemm_bf16, cpu::bias_forward, cpu::bias_backward>(k, precision, "cpu-bf16");
+  if (precision == Precision::FP16)
+    use_rounded_gemms<cpu::gemm_fp16, cpu::bias_forward, cpu::bias_backward>(k, precision, "cpu-fp16");
   return k;
 }
 
@@ -23,7 +25,8 @@ namespace cpu {
 const Kernels& kernel_table(Precision precision) {
   static const Kernels fp32 = make_cpu_kernels(Precision::FP32);
   static const Kernels bf16 = make_cpu_kernels(Precision::BF16);
-  return precision == Precision::BF16 ? bf16 : fp32;
+  static const Kernels fp16 = make_cpu_kernels(Precision::FP16);
+  return precision == Precision::BF16 ? bf16 : precision == Precision::FP16 ? fp16 : fp32;
 }
 }  // namespace cpu
 

@@ -7,8 +7,9 @@
 //
 // Each distinct call shape gets a plan once — descriptors, layouts and the heuristic's algorithm
 // — kept in a map, so a training step, which repeats the same few shapes, pays for no query after
-// its first. The key holds the operand types: bf16 operands with fp32 accumulation (mixed
-// precision) are a plan with CUDA_R_16BF inputs and the same compute type, through this path.
+// its first. The key holds the operand types: bf16 or fp16 operands with fp32 accumulation (mixed
+// precision) are a plan with CUDA_R_16BF or CUDA_R_16F inputs and the same compute type, through
+// this path.
 //
 // cuBLASLt is opened on the first GEMM rather than linked: its initialisers cost every process
 // that links it half a second and 200 MB at start, CPU-only runs and every test process included.
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "tessel/kernels/bf16.h"
+#include "tessel/kernels/fp16.h"
 #include "tessel/kernels/cuda/device.cuh"
 #include "tessel/kernels/cuda/kernels.h"
 
@@ -202,7 +204,7 @@ void resolve_pending() {
 
 namespace {
 
-// One cuBLASLt matmul of operands of the given type (fp32, or bf16) into fp32 C.
+// One cuBLASLt matmul of operands of the given type (fp32, bf16 or fp16) into fp32 C.
 void matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
             const void* A, int64_t lda, const void* B, int64_t ldb, float beta, float* C,
             int64_t ldc, cudaDataType_t operand_type) {
@@ -239,21 +241,43 @@ bool empty_product(int64_t M, int64_t N, int64_t K, float beta, float* C, int64_
   return true;
 }
 
-// (rows, cols) at src (row stride ld) rounded to bf16 (to nearest, ties to even: kernels/bf16.h),
-// packed into dst (stride cols).
-__global__ void to_bf16_kernel(uint16_t* dst, const float* src, int64_t rows, int64_t cols,
-                               int64_t ld) {
-  TESSEL_GRID_LOOP(i, rows * cols) dst[i] = bf16_bits(src[(i / cols) * ld + i % cols]);
+// x as cuBLASLt's 16-bit `type` encodes it: bf16 or fp16, to nearest, ties to even (kernels/bf16.h,
+// kernels/fp16.h).
+template <cudaDataType_t type>
+__device__ uint16_t encoded(float x) {
+  static_assert(type == CUDA_R_16BF || type == CUDA_R_16F);
+  return type == CUDA_R_16F ? fp16_bits(x) : bf16_bits(x);
 }
 
-const uint16_t* to_bf16(CudaScratch& scratch, const float* src, int64_t rows, int64_t cols,
-                        int64_t ld) {
+// (rows, cols) at src (row stride ld) encoded as `type`, packed into dst (stride cols).
+template <cudaDataType_t type>
+__global__ void to_16_bits_kernel(uint16_t* dst, const float* src, int64_t rows, int64_t cols,
+                                  int64_t ld) {
+  TESSEL_GRID_LOOP(i, rows * cols) dst[i] = encoded<type>(src[(i / cols) * ld + i % cols]);
+}
+
+template <cudaDataType_t type>
+const uint16_t* to_16_bits(CudaScratch& scratch, const float* src, int64_t rows, int64_t cols,
+                           int64_t ld) {
   uint16_t* dst = scratch.reserve<uint16_t>(rows * cols);
-  launch_n("gemm_bf16 (rounding)", to_bf16_kernel, rows * cols, dst, src, rows, cols, ld);
+  launch_n("gemm (rounding)", to_16_bits_kernel<type>, rows * cols, dst, src, rows, cols, ld);
   return dst;
 }
 
-CudaScratch a_bf16, b_bf16;
+CudaScratch a_16_bits, b_16_bits;
+
+// gemm over operands rounded to `type` (bf16 or fp16 inputs), fp32 accumulation and C.
+template <cudaDataType_t type>
+void gemm_16_bits(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                  int64_t ldc) {
+  if (empty_product(M, N, K, beta, C, ldc)) return;
+  // Stored shapes: op(A) (M, K) is A (K, M) when transposed, op(B) (K, N) is B (N, K).
+  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  matmul(trans_a, trans_b, M, N, K, alpha, to_16_bits<type>(a_16_bits, A, a_rows, a_cols, lda), a_cols,
+         to_16_bits<type>(b_16_bits, B, b_rows, b_cols, ldb), b_cols, beta, C, ldc, type);
+}
 
 }  // namespace
 
@@ -266,12 +290,13 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                int64_t ldc) {
-  if (empty_product(M, N, K, beta, C, ldc)) return;
-  // Stored shapes: op(A) (M, K) is A (K, M) when transposed, op(B) (K, N) is B (N, K).
-  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
-  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  matmul(trans_a, trans_b, M, N, K, alpha, to_bf16(a_bf16, A, a_rows, a_cols, lda), a_cols,
-         to_bf16(b_bf16, B, b_rows, b_cols, ldb), b_cols, beta, C, ldc, CUDA_R_16BF);
+  gemm_16_bits<CUDA_R_16BF>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void gemm_fp16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc) {
+  gemm_16_bits<CUDA_R_16F>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_stats_enable(bool on) { stats.on = on; }

@@ -19,9 +19,11 @@ TESSEL_KERNEL_SLOTS(TESSEL_CUDA_DECLARE)
 // cpu::gemm_bf16's contract: both operands rounded to bf16 (cuBLASLt bf16 inputs), fp32
 // accumulation and C.
 decltype(::tessel::cpu::gemm_bf16) gemm_bf16;
+// cpu::gemm_fp16's: both operands rounded to fp16 (cuBLASLt fp16 inputs), fp32 accumulation and C.
+decltype(::tessel::cpu::gemm_fp16) gemm_fp16;
 }  // namespace cuda
 
-// The CUDA backend's table (BF16: its GEMMs on bf16 operands). Building it touches no device, so
+// The CUDA backend's table (BF16, FP16: its GEMMs on bf16 or fp16 operands). Building it touches no device, so
 // it exists (and can be checked for empty slots) on a machine without one; calling its kernels
 // needs a device.
 const Kernels& cuda_kernels(Precision precision = Precision::FP32);

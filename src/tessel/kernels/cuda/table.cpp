@@ -13,7 +13,9 @@ Kernels make_cuda_kernels(Precision precision) {
   TESSEL_KERNEL_SLOTS(TESSEL_CUDA_SLOT)
 #undef TESSEL_CUDA_SLOT
   if (precision == Precision::BF16)
-    use_bf16_gemms<cuda::gemm_bf16, cuda::bias_forward, cuda::bias_backward>(k, "cuda-bf16");
+    use_rounded_gemms<cuda::gemm_bf16, cuda::bias_forward, cuda::bias_backward>(k, precision, "cuda-bf16");
+  if (precision == Precision::FP16)
+    use_rounded_gemms<cuda::gemm_fp16, cuda::bias_forward, cuda::bias_backward>(k, precision, "cuda-fp16");
   return k;
 }
 }  // namespace
@@ -21,7 +23,8 @@ Kernels make_cuda_kernels(Precision precision) {
 const Kernels& cuda_kernels(Precision precision) {
   static const Kernels fp32 = make_cuda_kernels(Precision::FP32);
   static const Kernels bf16 = make_cuda_kernels(Precision::BF16);
-  return precision == Precision::BF16 ? bf16 : fp32;
+  static const Kernels fp16 = make_cuda_kernels(Precision::FP16);
+  return precision == Precision::BF16 ? bf16 : precision == Precision::FP16 ? fp16 : fp32;
 }
 
 }  // namespace tessel

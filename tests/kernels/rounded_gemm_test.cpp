@@ -1,8 +1,9 @@
-// bf16 mixed precision (--bf16): the rounding (kernels/bf16.h) and every backend's bf16 table —
-// its linear layer against a double-precision reference over operands rounded to bf16, within
-// fp32 accumulation's 1e-5 (the gemm slot: linear_test.cpp's gemm case, on both tables); every
-// other slot the fp32 table's own. On a machine with a GPU the CUDA bf16 table (cuBLASLt bf16
-// operands) runs the same checks, so it is compared with the CPU's emulation of the same rounding.
+// bf16 and fp16 mixed precision (--bf16, --fp16): the bf16 rounding (kernels/bf16.h; fp16's is
+// fp16_test.cpp's) and every backend's bf16 and fp16 table — its linear layer against a
+// double-precision reference over operands rounded to bf16 or fp16, within fp32 accumulation's
+// 1e-5 (the gemm slot: linear_test.cpp's gemm case, on every table); every other slot the fp32
+// table's own. On a machine with a GPU the CUDA tables (cuBLASLt bf16 and fp16 operands) run the
+// same checks, so they are compared with the CPU's emulation of the same rounding.
 #include "tessel/kernels/bf16.h"
 
 #include <cmath>
@@ -36,30 +37,31 @@ TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(round_to_bf16(tiny), 0.0f);
 }
 
-// A backend's bf16 table, printed by its name in test listings.
-struct Bf16Backend {
+// A backend's bf16 or fp16 table, printed by its name in test listings.
+struct RoundedBackend {
   const Kernels* table;
 };
-void PrintTo(const Bf16Backend& b, std::ostream* os) { *os << b.table->name; }
+void PrintTo(const RoundedBackend& b, std::ostream* os) { *os << b.table->name; }
 
-std::vector<Bf16Backend> bf16_backends() {
-  std::vector<Bf16Backend> all;
-  for (const Kernels* k : available_kernels(Precision::BF16)) all.push_back({k});
+std::vector<RoundedBackend> rounded_backends() {
+  std::vector<RoundedBackend> all;
+  for (Precision precision : {Precision::BF16, Precision::FP16})
+    for (const Kernels* k : available_kernels(precision)) all.push_back({k});
   return all;
 }
 
-class Bf16Table : public ::testing::TestWithParam<Bf16Backend> {};
+class RoundedTable : public ::testing::TestWithParam<RoundedBackend> {};
 
 // The linear layer in both layouts: forward over rounded input and weight (the bias added in
 // fp32), the input gradient over rounded dout and weight, the weight gradient over rounded input
 // and dout — accumulated into fp32 gradients — and the bias gradient from dout unrounded.
-TEST_P(Bf16Table, LinearLayerRoundsEveryProduct) {
+TEST_P(RoundedTable, LinearLayerRoundsEveryProduct) {
   const Kernels& k = *GetParam().table;
   const int64_t N = 9, IC = 70, OC = 23;
   const Floats inp = random_floats(N * IC, 83), weight = random_floats(IC * OC, 84, 0.3f);
   const Floats bias = random_floats(OC, 85), dout = random_floats(N * OC, 86);
-  const Vec inp16 = to_double(rounded_to_bf16(inp)), weight16 = to_double(rounded_to_bf16(weight));
-  const Vec dout16 = to_double(rounded_to_bf16(dout));
+  const Vec inp16 = to_double(rounded_as(k.precision, inp)), weight16 = to_double(rounded_as(k.precision, weight));
+  const Vec dout16 = to_double(rounded_as(k.precision, dout));
   const FloatBuffer d_inp(k, inp), d_weight(k, weight), d_bias(k, bias), d_dout(k, dout);
   for (WeightLayout layout : {WeightLayout::InOut, WeightLayout::OutIn}) {
     const bool in_out = layout == WeightLayout::InOut;
@@ -96,30 +98,31 @@ TEST_P(Bf16Table, LinearLayerRoundsEveryProduct) {
 
 // Only the GEMM slots differ from the fp32 table: norms, softmax, loss, the optimizer and the rest
 // are the fp32 kernels themselves, and the memory is the same backend's.
-TEST_P(Bf16Table, EveryOtherSlotIsTheFp32One) {
-  const Kernels& bf16 = *GetParam().table;
+TEST_P(RoundedTable, EveryOtherSlotIsTheFp32One) {
+  const Kernels& rounded = *GetParam().table;
   const Kernels* fp32 = nullptr;
   for (const Kernels* k : available_kernels())
-    if (k->memory.device == bf16.memory.device) fp32 = k;
+    if (k->memory.device == rounded.memory.device) fp32 = k;
   ASSERT_NE(fp32, nullptr);
-  EXPECT_EQ(std::string(bf16.name), std::string(fp32->name) + "-bf16");
+  EXPECT_EQ(std::string(rounded.name),
+            std::string(fp32->name) + (rounded.precision == Precision::FP16 ? "-fp16" : "-bf16"));
   EXPECT_EQ(fp32->precision, Precision::FP32);
-  EXPECT_EQ(bf16.memory.alloc, fp32->memory.alloc);
-  EXPECT_TRUE(missing_kernel_slots(bf16).empty());
+  EXPECT_EQ(rounded.memory.alloc, fp32->memory.alloc);
+  EXPECT_TRUE(missing_kernel_slots(rounded).empty());
 #define TESSEL_EXPECT_SAME_SLOT(op)                                         \
   if (std::string(#op) != "gemm" && std::string(#op) != "linear_forward" && \
       std::string(#op) != "linear_backward") {                              \
-    EXPECT_EQ(bf16.op, fp32->op) << #op;                                    \
+    EXPECT_EQ(rounded.op, fp32->op) << #op;                                 \
   }
   TESSEL_KERNEL_SLOTS(TESSEL_EXPECT_SAME_SLOT)
 #undef TESSEL_EXPECT_SAME_SLOT
-  EXPECT_NE(bf16.gemm, fp32->gemm);
-  EXPECT_NE(bf16.linear_forward, fp32->linear_forward);
-  EXPECT_NE(bf16.linear_backward, fp32->linear_backward);
+  EXPECT_NE(rounded.gemm, fp32->gemm);
+  EXPECT_NE(rounded.linear_forward, fp32->linear_forward);
+  EXPECT_NE(rounded.linear_backward, fp32->linear_backward);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Bf16Table, ::testing::ValuesIn(bf16_backends()),
-                         [](const ::testing::TestParamInfo<Bf16Backend>& info) {
+INSTANTIATE_TEST_SUITE_P(Backends, RoundedTable, ::testing::ValuesIn(rounded_backends()),
+                         [](const ::testing::TestParamInfo<RoundedBackend>& info) {
                            std::string name = info.param.table->name;
                            for (char& c : name)
                              if (c == '-') c = '_';
