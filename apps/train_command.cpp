@@ -48,6 +48,21 @@ std::string launched_without_mpi() {
   return "";
 }
 
+// Megatron's loss-scaling flags (optim/loss_scaler.h), with its defaults and meanings.
+void add_loss_scale_flags(CLI::App& c, LossScaleOptions& o) {
+  c.add_option_function<float>(
+      "--loss-scale", [&o](const float& scale) { o.loss_scale = scale; },
+      "static loss scale (with --fp16, --bf16 or --use-distributed-optimizer); not given (or 0): dynamic "
+      "loss scaling with --fp16");
+  c.add_option("--initial-loss-scale", o.initial_loss_scale, "initial dynamic loss scale")->capture_default_str();
+  c.add_option("--min-loss-scale", o.min_loss_scale, "minimum dynamic loss scale")->capture_default_str();
+  c.add_option("--loss-scale-window", o.loss_scale_window,
+               "iterations without an overflow after which the dynamic scale doubles")
+      ->capture_default_str();
+  c.add_option("--hysteresis", o.hysteresis, "overflows (since the last growth) before the dynamic scale halves")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 TrainCommand::TrainCommand(CLI::App& app) {
@@ -203,6 +218,11 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_flag_callback(
       "--bf16", [&t] { t.precision = Precision::BF16; },
       "bf16 mixed precision: GEMMs on bf16 operands, fp32 accumulation, fp32 master weights");
+  c.add_flag_callback(
+      "--fp16", [&t] { t.precision = Precision::FP16; },
+      "fp16 mixed precision with loss scaling: GEMMs on fp16 operands (overflow to inf), fp32 accumulation, fp32 "
+      "master weights; on the CPU an exact emulation, slower than fp32, numerically fp16's");
+  add_loss_scale_flags(c, t.loss_scale);
   logging_.add_to(c, t.log);
   add_thread_count_flag(c, "--threads", threads_, "threads per process (default: OMP_NUM_THREADS or all cores)");
   FaultOptions& f = t.faults;
@@ -274,6 +294,8 @@ void TrainCommand::run(MpiRuntime& runtime) {
     // 0 stands for a global batch not given (micro batch × DP); given, it is refused as Megatron's.
     if (global_batch_->count() > 0 && t.batch.global_batch_size == 0)
       v.push_back("--global-batch-size must be positive (got 0)");
+    if (cmd_->count("--bf16") > 0 && cmd_->count("--fp16") > 0)
+      v.push_back("--fp16 and --bf16: give one, as Megatron-LM");
     moe_.apply(model, t.notes, v);
     unbuilt_.check(t.notes, v);
     if (!v.empty()) {  // with the plan's rules, all in one message

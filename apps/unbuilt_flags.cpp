@@ -40,15 +40,7 @@ bool is_off(const std::string& value, const char* off) {
 const std::vector<Feature>& features() {
   static const std::vector<std::string> kDtypes = {"fp32", "bf16", "fp16", "auto"};
   static const std::vector<Feature> table = {
-      {"fp16 mixed precision",
-       "tessel trains in fp32, or in bf16 with --bf16; fp16 with loss scaling is not built yet",
-       {{"--fp16", false, {}, true, nullptr, "fp16 mixed precision"},
-        {"--loss-scale", true},
-        {"--initial-loss-scale", true},
-        {"--min-loss-scale", true},
-        {"--loss-scale-window", true},
-        {"--hysteresis", true}}},
-      {"FP8 training", "tessel's GEMMs take fp32 or bf16 operands; FP8 recipes are not built yet",
+      {"FP8 training", "tessel's GEMMs take fp32, bf16 or fp16 operands; FP8 recipes are not built yet",
        {{"--fp8-format", true, {"e4m3", "hybrid"}, true},
         {"--fp8-param-gather", false, {}, true},
         {"--fp8-recipe", true, {"tensorwise", "delayed", "mxfp8", "blockwise", "custom"}},

@@ -74,6 +74,7 @@ const std::set<std::string> kOwnMeaning = {
     "--json",       // each prints its own JSON
     "--attention-backend",  // plan models that GPU attention's memory; train's is its own kernel
     "--bf16",       // plan's planned precision, the default on GPU clusters
+    "--fp16",       // plan's planned precision; train's also scales the loss
 };
 
 TEST(FlagsCli, ASharedFlagHasOneHelp) {

@@ -99,14 +99,19 @@ TrainLog::~TrainLog() {
 
 void TrainLog::iteration(const IterationStats& s) {
   elapsed_s_ += s.iteration_time_ms / 1000.0;
+  skipped_since_logged_ += s.skipped ? 1 : 0;
+  // A skipped step is news, unless a loss scaler skips it: then it is the scaler's overflow, which
+  // the interval's line counts, as Megatron's.
   const bool logged = s.iteration % log_interval_ == 0 || s.iteration == train_iters_ ||
-                      s.iteration == 1 || s.skipped;
+                      s.iteration == 1 || (s.skipped && !s.loss_scale);
   if (logged) {
     std::string after_loss, at_end;
+    if (s.loss_scale) after_loss += fmt::format(" | loss scale {:.1f}", s.loss_scale->scale);
     for (const StepFigure& f : s.figures) (f.after_loss ? after_loss : at_end) += " | " + f.text;
     if (s.num_zeros) at_end += fmt::format(" | num zeros {:.0f}", *s.num_zeros);
     if (s.params_norm) at_end += fmt::format(" | params norm {:.3f}", *s.params_norm);
     if (s.throughput) at_end += fmt::format(" | {:.3g} TFLOP/s per rank", *s.throughput);
+    if (s.loss_scale) at_end += fmt::format(" | number of skipped iterations {:3d}", skipped_since_logged_);
     message(fmt::format("iter {:>{}}/{} | loss {:.4f}{} | lr {:.3e} | global batch {} | grad norm {:.3f} | "
                         "{:.0f} tok/s | {:.1f} ms{}{}",
                         s.iteration, fmt::formatted_size("{}", train_iters_), train_iters_,
@@ -134,12 +139,19 @@ void TrainLog::iteration(const IterationStats& s) {
       optional("memory_bytes", s.memory_bytes);
       optional("peak_memory_bytes", s.peak_memory_bytes);
       if (s.skipped) j["skipped"] = true;
+      if (s.loss_scale) {
+        j["loss_scale"] = s.loss_scale->scale;
+        j["growth_tracker"] = s.loss_scale->growth_tracker;
+        j["hysteresis_tracker"] = s.loss_scale->hysteresis_tracker;
+        j["skipped_iterations"] = skipped_since_logged_;
+      }
       for (const StepFigure& f : s.figures)
         for (const auto& [key, value] : f.json) add_json_figure(j, key, value);
       for (const IterationStats::Comm& c : s.comm)
         j["comm"][c.group][c.op] = {{"calls", c.calls}, {"bytes", c.bytes}, {"ms", 1e3 * c.seconds}};
       write_json(j);
     }
+    skipped_since_logged_ = 0;
   }
   if (progress_) draw_progress(s);
 }

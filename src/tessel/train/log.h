@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tessel/model/step_terms.h"
+#include "tessel/optim/loss_scaler.h"
 
 namespace tessel {
 
@@ -23,8 +24,11 @@ struct IterationStats {
   double iteration_time_ms = 0;
   double data_wait_ms = 0;  // of which waiting for the data loader's batch
   // No optimizer step was taken: the loss or the gradient norm was not finite and
-  // --no-check-for-nan-in-loss-and-grad let the run go on (Megatron's skipped_iter).
+  // --no-check-for-nan-in-loss-and-grad let the run go on (Megatron's skipped_iter), as a dynamic
+  // loss scale's overflow does.
   bool skipped = false;
+  // With a loss scaler (optim/loss_scaler.h): its state after this iteration's update.
+  std::optional<LossScaler::State> loss_scale;
   // The figures of the step's terms besides `loss` (model/step_terms.h), in their order.
   std::vector<StepFigure> figures;
   // Megatron's figures of the iteration (train/metrics.h), as TensorBoard gets them.
@@ -84,6 +88,7 @@ class TrainLog {
   std::optional<std::string> write_error_;
   double elapsed_s_ = 0;
   bool progress_drawn_ = false;
+  int64_t skipped_since_logged_ = 0;  // Megatron's 'number of skipped iterations' of the interval
 };
 
 }  // namespace tessel

@@ -82,7 +82,7 @@ void RunMetrics::write(const IterationStats& s) {
     scalar("learning-rate", s.lr, it, samples);
     scalar("batch-size", static_cast<double>(s.global_batch), it, samples);
     scalar("lm loss", s.loss, it, samples);
-    if (tb.loss_scale) scalar("loss-scale", 1.0, it, samples);  // no loss scaling: fp32 and bf16
+    if (tb.loss_scale) scalar("loss-scale", s.loss_scale ? s.loss_scale->scale : 1.0, it, samples);
     if (tb.world_size) scalar("world-size", s.world_size, it, samples);
     scalar("grad-norm", s.grad_norm, it, samples);
     if (s.num_zeros) scalar("num-zeros", *s.num_zeros, it, samples);

@@ -13,6 +13,7 @@
 #include "tessel/model/recompute.h"
 #include "tessel/kernels/types.h"
 #include "tessel/optim/adamw.h"
+#include "tessel/optim/loss_scaler.h"
 #include "tessel/optim/lr_schedule.h"
 #include "tessel/parallel/layout.h"
 
@@ -194,9 +195,13 @@ struct FaultOptions {
 
 struct TrainOptions {
   uint64_t seed = 1234;  // --seed: initialisation, the datasets' shuffles and the dropout masks
-  // --bf16: every GEMM on bf16 operands with fp32 accumulation (kernels/bf16.h); master weights,
-  // gradients and their reductions, the optimizer, norms, softmax and loss stay fp32.
+  // --bf16, --fp16: every GEMM on bf16 or fp16 operands with fp32 accumulation (kernels/bf16.h,
+  // kernels/fp16.h); master weights, gradients and their reductions, the optimizer, norms,
+  // softmax and loss stay fp32.
   Precision precision = Precision::FP32;
+  // --loss-scale, --initial-loss-scale, --min-loss-scale, --loss-scale-window, --hysteresis
+  // (optim/loss_scaler.h).
+  LossScaleOptions loss_scale;
   Device device = Device::CPU;  // --device cpu | cuda: where the kernel table computes
   // --model-config: the model's file, read by the command (apps/model_flags.h); here so that no
   // output of the run is written over it (train/output_paths.h).

@@ -12,6 +12,7 @@
 #include "tessel/core/error.h"
 #include "tessel/data/dataset_builder.h"
 #include "tessel/data/tokenizer.h"
+#include "tessel/train/mixed_precision.h"
 #include "tessel/train/numerics.h"
 #include "tessel/train/output_paths.h"
 #include "tessel/train/resume.h"
@@ -115,6 +116,7 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
   append(v, optimizer_violations(o.optim.adamw));
   append(v, lr_schedule_violations(o.optim.lr));
   append(v, decoupled_lr_violations(o.optim.lr, o.optim.decoupled_lr, o.optim.decoupled_min_lr));
+  append(v, mixed_precision_violations(o));
   return v;
 }
 
@@ -388,6 +390,7 @@ CheckedPlan check_training(ModelConfig model, const TrainOptions& given) {
   const bool virtual_stages_resolved = v.empty();
   append(notes, checkpoint_format_notes(o.checkpoint));
   append(notes, unused_switch_notes(o));
+  append(notes, settle_mixed_precision(o));
   const ParallelConfig& c = o.parallel.layout;
   const BatchOptions& batch = o.batch;
   // The model's --vocab-size is the tokenizer's too where it reads one (NullTokenizer), as Megatron.

@@ -32,11 +32,12 @@ std::vector<std::vector<double>> count_term_tokens(const std::vector<StepTerm>& 
 }
 
 void set_loss_scales(const std::vector<std::unique_ptr<TransformerChunk>>& chunks,
-                     const std::vector<StepTerm>& terms, const std::vector<std::vector<double>>& counted) {
+                     const std::vector<StepTerm>& terms, const std::vector<std::vector<double>>& counted,
+                     float loss_scale) {
   for (size_t i = 0; i < terms.size(); ++i) {
     if (counted[i].empty()) continue;
     std::vector<float> scales;
-    for (double n : counted[i]) scales.push_back(static_cast<float>(terms[i].weight / std::max(n, 1.0)));
+    for (double n : counted[i]) scales.push_back(static_cast<float>(terms[i].weight / std::max(n, 1.0)) * loss_scale);
     for (const auto& c : chunks) c->set_loss_scales(terms[i].name, scales);
   }
 }

@@ -26,9 +26,11 @@ std::vector<std::vector<double>> count_term_tokens(const std::vector<StepTerm>& 
                                                    int64_t global_batch, const MicrobatchLoader& loader,
                                                    ProcessGroups& groups);
 
-// Each side loss's gradient scales for the next forwards, weight / its counted tokens, to every chunk.
+// Each side loss's gradient scales for the next forwards, weight / its counted tokens times the loss
+// scale (optim/loss_scaler.h; Megatron scales its auxiliary losses' gradients by it too), to every chunk.
 void set_loss_scales(const std::vector<std::unique_ptr<TransformerChunk>>& chunks,
-                     const std::vector<StepTerm>& terms, const std::vector<std::vector<double>>& counted);
+                     const std::vector<StepTerm>& terms, const std::vector<std::vector<double>>& counted,
+                     float loss_scale);
 
 // The terms' figures, reduced over `groups`, into s.figures. Collective: every rank calls it.
 void add_term_figures(IterationStats& s, const std::vector<StepTerm>& terms,

@@ -29,6 +29,7 @@
 #include "tessel/train/loss_scales.h"
 #include "tessel/train/metrics.h"
 #include "tessel/train/microbatches.h"
+#include "tessel/train/mixed_precision.h"
 #include "tessel/train/numerics.h"
 #include "tessel/train/report.h"
 #include "tessel/train/resume.h"
@@ -164,7 +165,8 @@ struct RunSetup {
         loader(k, batches, cp),
         stage(k, plan, groups, tp, cp),
         sync(k, stage.params, groups, grad_sync_config(plan, stage, groups.coords().pp)),
-        optimizer(k, stage.params, plan.options.optim.adamw, sync.owned_ranges()) {
+        optimizer(k, stage.params, plan.options.optim.adamw, sync.owned_ranges()),
+        loss_scaler(run_loss_scaling(plan.options), plan.options.loss_scale) {
     if (plan.options.optim.decoupled_lr)
       optimizer.set_decoupled_group([&model = plan.model](const Param& p) { return is_embedding_or_output_param(p, model); });
     const CheckpointOptions& ckpt = plan.options.checkpoint;
@@ -191,7 +193,12 @@ struct RunSetup {
       saved = load_checkpoint(ckpt.load, stage.params, optimizer, plan.model, -1, with_optimizer);
       require_finite_weights(k, stage.params, checkpoint_iteration_dir(ckpt.load, saved));
       resumed = ckpt.finetune ? 0 : saved;
-      loaded_optimizer = with_optimizer && has_optimizer_state(read_checkpoint_metadata(ckpt.load, saved));
+      const nlohmann::json meta = read_checkpoint_metadata(ckpt.load, saved);
+      loaded_optimizer = with_optimizer && has_optimizer_state(meta);
+      // The scaler's state is the optimizer's, as Megatron saves it (its state_dict's grad_scaler).
+      const nlohmann::json& run = meta["run_config"];
+      if (loaded_optimizer && run.contains("grad_scaler"))
+        loss_scaler.restore(run["grad_scaler"], checkpoint_iteration_dir(ckpt.load, saved) + "/metadata.json");
     }
     // A save writes no file through a link: an iteration folder this run may save into that is one
     // is refused now, not at the save after the training up to it.
@@ -210,6 +217,7 @@ struct RunSetup {
   StageModel stage;
   GradSync sync;
   AdamW optimizer;
+  LossScaler loss_scaler;
   std::unique_ptr<SaveLock> save_lock;  // on world rank 0, with --save
   int64_t saved = 0;    // the iteration of the save loaded
   int64_t resumed = 0;  // the iteration training goes on after (0 under --finetune)
@@ -380,13 +388,21 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     numerics.before_reduction(it, index);
     sync.grad_ready(index);
   };
+  // The loss scale multiplies every loss's gradient weight; the reduced gradients are divided by it
+  // again before the norm and the step (optim/loss_scaler.h).
+  LossScaler& loss_scaler = setup->loss_scaler;
+  const bool loss_scaled = loss_scaler.scaling() != LossScaling::None;
+  std::vector<float> scaled;  // `scales` times the loss scale
   const auto compute = [&] {
     params.zero_grads();
     take_step_terms(stage.chunks);
-    set_loss_scales(stage.chunks, terms, term_counted);
+    set_loss_scales(stage.chunks, terms, term_counted, loss_scaler.scale());
+    scaled = scales;
+    for (float& scale : scaled) scale *= loss_scaler.scale();
     const double loss_sum =
-        pipeline.run(actions_of(microbatches), microbatches, fill, scales, arm, grad_ready);
+        pipeline.run(actions_of(microbatches), microbatches, fill, scaled, arm, grad_ready);
     sync.finish();
+    if (loss_scaled) k.scale(params.grads(), loss_scaler.inv_scale(), params.numel());
     return loss_sum;
   };
   // 8. The step, and where its iterations go once final: Megatron's figures added, the log and
@@ -395,8 +411,12 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   StragglerLog stragglers(o.log);
   std::unique_ptr<RunMetrics> metrics;
   check_together(groups.world(), [&] { metrics = std::make_unique<RunMetrics>(plan, groups, sync, setup->resumed + 1); });
+  // A step is final here: the scaler learns whether it overflowed (was skipped), before the next
+  // iteration's loss is scaled, and the log gets the scale it goes on with, as Megatron's.
   const auto record = [&](const IterationStats& s) {
     IterationStats& done = history.emplace_back(s);
+    loss_scaler.update(done.skipped);
+    if (loss_scaled) done.loss_scale = loss_scaler.state();
     metrics->complete(done);
     log.iteration(done);
     metrics->write(done);
@@ -444,6 +464,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
       });
       nlohmann::json config = run_config;
       config.update(resume_state(plan, it));
+      if (loss_scaled) config["grad_scaler"] = loss_scaler.to_json();
       saver.save(ckpt.save, it, params, setup->optimizer, plan.model, pc.distributed_optimizer, o.seed, config,
                  groups);
     }

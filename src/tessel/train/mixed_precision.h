@@ -1,0 +1,25 @@
+// A run's mixed precision as Megatron-LM's argument validation settles it: the loss scaler
+// (optim/loss_scaler.h) that --fp16, --bf16, the distributed optimizer and the loss-scale flags
+// give, and what that changes of the other flags.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tessel/optim/loss_scaler.h"
+#include "tessel/train/options.h"
+
+namespace tessel {
+
+// The run's loss scaler.
+LossScaling run_loss_scaling(const TrainOptions& o);
+
+// Every rule the precision and loss-scale flags break, one message each.
+std::vector<std::string> mixed_precision_violations(const TrainOptions& o);
+
+// As Megatron's validate_args: a dynamic loss scale turns --check-for-nan-in-loss-and-grad off (a
+// non-finite gradient is the scaler's signal, its step skipped); returns what it changed and the
+// flags that have no effect, one note each.
+std::vector<std::string> settle_mixed_precision(TrainOptions& o);
+
+}  // namespace tessel
