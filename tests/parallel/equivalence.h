@@ -20,9 +20,7 @@ struct Layout {
   int layers = 2;
   const char* model_extra = "";  // flags for the reference too (the MoE settings, the batch)
   bool real_data = false;  // the blend of preprocessed datasets (real_data_flags), with evaluation
-  // A --bf16 case: its final weights are held to the bf16 run's own distance from fp32
-  // (expect_bf16_weights_follow) rather than elementwise within 1e-4.
-  bool bf16 = false;
+
   // Both runs start from a Hugging Face folder of the model: `tessel export` with these flags
   // (--hf-model-type, --max-shard-size) and another seed than training's. nullptr: from tessel's
   // own initialisation.
@@ -31,6 +29,10 @@ struct Layout {
   // tolerances: these flags in place of `flags` (the all-to-all run of an all-gather MoE case).
   // nullptr: none.
   const char* twin_flags = nullptr;
+  // A --bf16 or --fp16 case: these precision flags (the loss scale's too) for the reference as
+  // well; its final weights are held to the mixed-precision run's own distance from the same runs
+  // in fp32 (expect_rounded_weights_follow) rather than elementwise within 1e-4. "": fp32.
+  const char* precision = "";
 };
 
 void PrintTo(const Layout& layout, std::ostream* os);

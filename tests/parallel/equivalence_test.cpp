@@ -36,6 +36,7 @@ void PrintTo(const Layout& layout, std::ostream* os) {
   *os << layout.name << ": " << layout.ranks << " ranks, " << layout.layers << " layers"
       << (layout.odd_model ? ", odd parameter count" : "") << ", flags \"" << layout.flags << "\"";
   if (*layout.model_extra != '\0') *os << ", model \"" << layout.model_extra << "\"";
+  if (*layout.precision != '\0') *os << ", precision \"" << layout.precision << "\"";
   if (layout.real_data) *os << ", preprocessed blend";
   if (layout.init_from != nullptr) *os << ", from a Hugging Face folder (export " << layout.init_from << ")";
   if (layout.twin_flags != nullptr) *os << ", and as the run with flags \"" << layout.twin_flags << "\"";
@@ -77,6 +78,8 @@ struct TrainRun {
   std::vector<std::vector<double>> mtp_losses;  // each iteration's, with --mtp-num-layers
   std::vector<std::string> evaluations;  // "split@iteration" of each evaluation, in order
   std::vector<double> evaluation_losses;
+  std::vector<bool> skipped;        // each iteration's: its step skipped
+  std::vector<double> loss_scales;  // with a loss scaler: the scale after each iteration
   fs::path weights;
 };
 
@@ -171,7 +174,7 @@ std::string train_command(const std::string& arch, const Layout& layout, const s
   const bool batch_given = extra.find("--global-batch-size") != std::string::npos ||
                            extra.find("--step-batch-size-schedule") != std::string::npos;
   return std::string(TESSEL_BINARY) + " train " + model_flags(arch, layout.odd_model, layout.layers) +
-         kNoDropout + layout.model_extra + " " + kTraining + flags +
+         kNoDropout + layout.model_extra + " " + layout.precision + " " + kTraining + flags +
          (layout.init_from != nullptr ? " --init-from " + hf_folder(arch, layout).string() : std::string()) +
          (batch_given ? "" : " --global-batch-size 8") +
          (layout.real_data ? " " + real_data_flags() : std::string());
@@ -203,6 +206,8 @@ TrainRun read_run(const fs::path& dir) {
       r.evaluation_losses.push_back(j["loss"].get<double>());
     } else {
       r.losses.push_back(j["loss"].get<double>());
+      r.skipped.push_back(j.value("skipped", false));
+      if (j.contains("loss_scale")) r.loss_scales.push_back(j["loss_scale"].get<double>());
       if (j.contains("aux_loss")) r.aux_losses.push_back(j["aux_loss"].get<double>());
       if (j.contains("mtp_losses")) r.mtp_losses.push_back(j["mtp_losses"].get<std::vector<double>>());
     }
@@ -248,6 +253,10 @@ void expect_follows(const TrainRun& got, const TrainRun& want, const Layout& lay
     EXPECT_LT(rel, i == 0 ? 1e-6 : 1e-4)
         << "iteration " << i + 1 << ": " << got.losses[i] << " vs " << want.losses[i];
   }
+  // The same steps taken and, with a loss scaler, the same overflows and scales: the scaler's
+  // verdict is the whole model's, whatever the layout.
+  EXPECT_EQ(got.skipped, want.skipped);
+  EXPECT_EQ(got.loss_scales, want.loss_scales);
   // The MoE auxiliary losses logged are the model's, whatever the layout.
   ASSERT_EQ(got.aux_losses.size(), want.aux_losses.size());
   for (size_t i = 0; i < want.aux_losses.size(); ++i) {
@@ -272,7 +281,7 @@ void expect_follows(const TrainRun& got, const TrainRun& want, const Layout& lay
     EXPECT_LT(rel, 1e-4) << want.evaluations[i] << ": " << got.evaluation_losses[i] << " vs "
                          << want.evaluation_losses[i];
   }
-  if (layout.bf16) return;  // expect_bf16_weights_follow
+  if (*layout.precision != '\0') return;  // expect_rounded_weights_follow
   const SafetensorsReader a(want.weights.string()), b(got.weights.string());
   ASSERT_EQ(a.tensors().size(), b.tensors().size());
   for (const SafetensorsTensor& t : a.tensors()) {
@@ -307,25 +316,25 @@ double rms_distance(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(sum / static_cast<double>(a.size()));
 }
 
-// --bf16's final weights. Rounding GEMM operands to bf16 moves each by up to half a bf16 step
-// (2^-9 relative); a layout regroups fp32 sums (TP's partial products, PP's tied-embedding
-// gradient) and so moves only the operands those few ulps carry across a rounding boundary, by
-// one step. Its distance from the single process's bf16 run is therefore a fraction of the bf16
-// run's own distance from fp32 (same model, data and seed): measured 0.13-0.21 over 8 seeds for
-// bf16_tp2, on AVX-512 and on the AVX2 build alike; held to half. A layout that skipped a rounding
-// or computed in fp32 comes out near 1. The largest single element is not compared: where a
-// gradient is near zero, one flipped rounding can flip its sign, and Adam then moves the weight
-// by up to 2·lr a step whatever the gradient's size (2.6e-3 on an AVX2 Zen 3 for bf16_tp2, where
-// this machine's AVX-512 and AVX2 builds give 2e-4).
-void expect_bf16_weights_follow(const TrainRun& got, const TrainRun& want, const TrainRun& fp32) {
-  const std::vector<float> layout = all_weights(got.weights), bf16 = all_weights(want.weights),
+// --bf16's and --fp16's final weights. Rounding GEMM operands moves each by up to half a step of
+// the format (2^-9 relative for bf16, 2^-12 for fp16); a layout regroups fp32 sums (TP's partial
+// products, PP's tied-embedding gradient) and so moves only the operands those few ulps carry
+// across a rounding boundary, by one step. Its distance from the single process's run in the same
+// precision is therefore a fraction of that run's own distance from fp32 (same model, data and
+// seed): measured 0.13-0.21 over 8 seeds for bf16_tp2, on AVX-512 and on the AVX2 build alike;
+// held to half. A layout that skipped a rounding or computed in fp32 comes out near 1. The largest
+// single element is not compared: where a gradient is near zero, one flipped rounding can flip its
+// sign, and Adam then moves the weight by up to 2·lr a step whatever the gradient's size (2.6e-3
+// on an AVX2 Zen 3 for bf16_tp2, where this machine's AVX-512 and AVX2 builds give 2e-4).
+void expect_rounded_weights_follow(const TrainRun& got, const TrainRun& want, const TrainRun& fp32) {
+  const std::vector<float> layout = all_weights(got.weights), rounded = all_weights(want.weights),
                            reference = all_weights(fp32.weights);
-  ASSERT_EQ(layout.size(), bf16.size());
-  ASSERT_EQ(reference.size(), bf16.size());
-  const double rounding = rms_distance(bf16, reference), regrouping = rms_distance(layout, bf16);
-  EXPECT_GT(rounding, 1e-6) << "--bf16 changed nothing: the reference rounds no operand";
+  ASSERT_EQ(layout.size(), rounded.size());
+  ASSERT_EQ(reference.size(), rounded.size());
+  const double rounding = rms_distance(rounded, reference), regrouping = rms_distance(layout, rounded);
+  EXPECT_GT(rounding, 1e-6) << "the precision flag changed nothing: the reference rounds no operand";
   EXPECT_LE(regrouping, 0.5 * rounding)
-      << "the layout is " << regrouping / rounding << " of the bf16 run's distance from fp32 ("
+      << "the layout is " << regrouping / rounding << " of the mixed-precision run's distance from fp32 ("
       << regrouping << " against " << rounding << ", RMS over every weight)";
 }
 
@@ -344,10 +353,10 @@ TEST_P(Equivalence, FollowsTheSingleProcess) {
     SCOPED_TRACE("against the single process");
     expect_follows(got, want, layout);
   }
-  if (layout.bf16) {
+  if (*layout.precision != '\0') {
     Layout fp32 = layout;
-    fp32.model_extra = "";
-    expect_bf16_weights_follow(got, want, single_process(arch, fp32));
+    fp32.precision = "";
+    expect_rounded_weights_follow(got, want, single_process(arch, fp32));
   }
   if (layout.twin_flags != nullptr) {
     SCOPED_TRACE(std::string("against the run with ") + layout.twin_flags);
@@ -420,11 +429,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, Equivalence,
                          });
 
 // bf16 mixed precision: the layouts under --bf16 follow the single process's --bf16 run, the
-// losses within the suite's tolerance and the final weights as expect_bf16_weights_follow says.
+// losses within the suite's tolerance and the final weights as expect_rounded_weights_follow says.
 const Layout kBf16Layouts[] = {
-    {"bf16_dp2", 2, "", false, 2, "--bf16", false, true},
-    {"bf16_tp2", 2, "--tp 2", false, 2, "--bf16", false, true},
-    {"bf16_pp2", 2, "--pp 2", false, 4, "--bf16", false, true},
+    {.name = "bf16_dp2", .ranks = 2, .flags = "", .precision = "--bf16"},
+    {.name = "bf16_tp2", .ranks = 2, .flags = "--tp 2", .precision = "--bf16"},
+    {.name = "bf16_pp2", .ranks = 2, .flags = "--pp 2", .layers = 4, .precision = "--bf16"},
 };
 
 INSTANTIATE_TEST_SUITE_P(Bf16, Equivalence,
