@@ -3,7 +3,8 @@
 // double-precision reference over operands rounded to bf16 or fp16, within fp32 accumulation's
 // 1e-5 (the gemm slot: linear_test.cpp's gemm case, on every table); every other slot the fp32
 // table's own. On a machine with a GPU the CUDA tables (cuBLASLt bf16 and fp16 operands) run the
-// same checks, so they are compared with the CPU's emulation of the same rounding.
+// same checks, so they are compared with the CPU's emulation of the same rounding. The suite's
+// name has Kernel in it: bench/gpu.sh's GPU filter (*Kernel*) runs it.
 #include "tessel/kernels/bf16.h"
 
 #include <cmath>
@@ -50,12 +51,12 @@ std::vector<RoundedBackend> rounded_backends() {
   return all;
 }
 
-class RoundedTable : public ::testing::TestWithParam<RoundedBackend> {};
+class RoundedKernelTable : public ::testing::TestWithParam<RoundedBackend> {};
 
 // The linear layer in both layouts: forward over rounded input and weight (the bias added in
 // fp32), the input gradient over rounded dout and weight, the weight gradient over rounded input
 // and dout — accumulated into fp32 gradients — and the bias gradient from dout unrounded.
-TEST_P(RoundedTable, LinearLayerRoundsEveryProduct) {
+TEST_P(RoundedKernelTable, LinearLayerRoundsEveryProduct) {
   const Kernels& k = *GetParam().table;
   const int64_t N = 9, IC = 70, OC = 23;
   const Floats inp = random_floats(N * IC, 83), weight = random_floats(IC * OC, 84, 0.3f);
@@ -98,7 +99,7 @@ TEST_P(RoundedTable, LinearLayerRoundsEveryProduct) {
 
 // Only the GEMM slots differ from the fp32 table: norms, softmax, loss, the optimizer and the rest
 // are the fp32 kernels themselves, and the memory is the same backend's.
-TEST_P(RoundedTable, EveryOtherSlotIsTheFp32One) {
+TEST_P(RoundedKernelTable, EveryOtherSlotIsTheFp32One) {
   const Kernels& rounded = *GetParam().table;
   const Kernels* fp32 = nullptr;
   for (const Kernels* k : available_kernels())
@@ -121,7 +122,7 @@ TEST_P(RoundedTable, EveryOtherSlotIsTheFp32One) {
   EXPECT_NE(rounded.linear_backward, fp32->linear_backward);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, RoundedTable, ::testing::ValuesIn(rounded_backends()),
+INSTANTIATE_TEST_SUITE_P(Backends, RoundedKernelTable, ::testing::ValuesIn(rounded_backends()),
                          [](const ::testing::TestParamInfo<RoundedBackend>& info) {
                            std::string name = info.param.table->name;
                            for (char& c : name)
