@@ -3,9 +3,10 @@
 
 Each file holds one JSON object a line: {"iteration": i, "loss": x, "grad_norm": g, "lr": r}.
 Exits 1 when any iteration's loss differs by more than --rtol (relative), when the two files do
-not cover the same iterations, or, with --grad-norm-rtol, when a gradient norm differs by more;
-with --mtp, the multi-token prediction loss too (tessel's "mtp_losses"[0], the reference's
-"mtp_loss"), to --rtol.
+not cover the same iterations, or, with --grad-norm-rtol, when a gradient norm differs by more (a
+norm that is not finite, null in the JSON, agrees only with another); with --mtp, the
+multi-token prediction loss too (tessel's "mtp_losses"[0], the reference's "mtp_loss"), to
+--rtol; with --loss-scale, each iteration's "loss_scale" and "skipped" (fp16) must be equal.
 Standard library only.
 """
 import argparse
@@ -31,8 +32,15 @@ def read_log(path):
 
 
 def relative_difference(a, b):
+    if a is None or b is None:  # a norm that was not finite
+        return 0.0 if a is None and b is None else float("inf")
     scale = max(abs(a), abs(b))
     return abs(a - b) / scale if scale > 0 else 0.0
+
+
+def norm(record):
+    value = record.get("grad_norm", float("nan"))
+    return float("nan") if value is None else value
 
 
 def main():
@@ -42,6 +50,8 @@ def main():
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance on the loss")
     p.add_argument("--grad-norm-rtol", type=float,
                    help="also check the gradient norm with this relative tolerance")
+    p.add_argument("--loss-scale", action="store_true",
+                   help="also check that the loss scale and the skipped steps are the same")
     p.add_argument("--mtp", action="store_true",
                    help="also check the MTP loss (both files must have it) with --rtol")
     args = p.parse_args()
@@ -62,6 +72,11 @@ def main():
             flags.append("LOSS")
         if args.grad_norm_rtol is not None and norm_diff > args.grad_norm_rtol:
             flags.append("GRAD_NORM")
+        if args.loss_scale:
+            scales = [(r.get("loss_scale"), bool(r.get("skipped", False))) for r in (a, b)]
+            print(f"      loss scale {scales[0][0]} {scales[1][0]}, skipped {scales[0][1]} {scales[1][1]}")
+            if None in (scales[0][0], scales[1][0]) or scales[0] != scales[1]:
+                flags.append("LOSS_SCALE")
         if args.mtp:
             mtp = [r.get("mtp_loss", (r.get("mtp_losses") or [None])[0]) for r in (a, b)]
             if None in mtp:
@@ -72,7 +87,7 @@ def main():
                 if mtp_diff > args.rtol:
                     flags.append("MTP_LOSS")
         print(f"{it:5d} {a['loss']:12.6f} {b['loss']:12.6f} {loss_diff:9.2e}  "
-              f"{a.get('grad_norm', float('nan')):10.5f} {b.get('grad_norm', float('nan')):10.5f} "
+              f"{norm(a):10.5f} {norm(b):10.5f} "
               f"{norm_diff:9.2e}  {a.get('lr', float('nan')):10.3e} {b.get('lr', float('nan')):10.3e}"
               f"  {' '.join(flags)}")
         if flags:
