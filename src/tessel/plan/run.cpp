@@ -112,7 +112,7 @@ std::vector<std::string> run_violations(const PlanModel& model, const PlanRun& r
   const bool tessel = run.engine_on(cluster) == PlannedEngine::Tessel;
   if (!tessel && cluster.cpu()) add("Megatron-LM runs on GPUs: --engine megatron needs a GPU cluster");
   if (tessel && run.precision != PlannedPrecision::FP32)
-    add(cluster.cpu() ? "tessel plan models CPU ranks in fp32 (tessel train --bf16 on a CPU only rounds the GEMM operands, to compare with a GPU run; no --fp16)"
+    add(cluster.cpu() ? "tessel plan models CPU ranks in fp32 (tessel train --bf16 or --fp16 on a CPU only rounds the GEMM operands, to compare with a GPU run)"
                       : "tessel plan models tessel's ranks in fp32 (what its declare-only build declares; not --bf16 or --fp16 on CUDA yet)");
   if (tessel && model.multi_latent_attention) add("tessel does not train --multi-latent-attention yet (plan it on a GPU cluster)");
   if (cluster.cpu() && run.threads < 1) add("--threads must be positive");
