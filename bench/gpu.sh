@@ -24,7 +24,7 @@ OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 report=$OUT/gpu-report.md
 work=$(mktemp -d /tmp/tessel-gpu.XXXX)
-TEST_FILTER=${GPU_TEST_FILTER:-*Kernel*:Backends/Bf16Table.*:Bf16.*}
+TEST_FILTER=${GPU_TEST_FILTER:-*Kernel*:Bf16.*:Fp16.*}
 DEADLINE=${GPU_DEADLINE:-540}
 
 [ -f .gpu/bundle.tar.xz ] || { echo "gpu.sh: no .gpu/bundle.tar.xz: run bench/gpu-pack.sh here and carry .gpu" >&2; exit 2; }
