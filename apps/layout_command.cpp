@@ -199,12 +199,16 @@ void print_table(const Layout& layout, const std::vector<GroupKind>& kinds) {
     for (int r = 0; r < layout.world(); ++r) columns.back().push_back(group_text(layout.group_of(kind, r)));
   }
   // Numbers right-aligned, groups left-aligned, each column as wide as its widest cell.
+  std::vector<size_t> widths;
+  for (const std::vector<std::string>& column : columns) {
+    widths.push_back(0);
+    for (const std::string& cell : column) widths.back() = std::max(widths.back(), cell.size());
+  }
   fmt::print("\n");
   for (int row = 0; row <= layout.world(); ++row) {
     std::string line;
     for (size_t c = 0; c < columns.size(); ++c) {
-      size_t width = 0;
-      for (const std::string& cell : columns[c]) width = std::max(width, cell.size());
+      const size_t width = widths[c];
       const std::string& cell = columns[c][row];
       const std::string separator = c == 0 ? "" : c == 1 || c == coordinates ? " | " : c < coordinates ? " " : "  ";
       line += separator + (c < coordinates ? fmt::format("{:>{}}", cell, width)

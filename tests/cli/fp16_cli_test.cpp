@@ -6,12 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "support/fixtures.h"
+#include "support/log_json.h"
 #include "support/run_command.h"
 
 namespace tessel {
@@ -24,13 +24,6 @@ const std::string kTrain =
     "train --arch gpt2 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
     "--micro-batch-size 2 --global-batch-size 4 --threads 1 --log-interval 1 --lr 3e-3 --eval-iters 0 --fp16 ";
 
-std::vector<nlohmann::json> records(const std::string& log) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(log);
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 bool says(const CommandResult& r, const std::string& text) { return r.output.find(text) != std::string::npos; }
 
 // Megatron's default initial scale, 2^32, makes the loss gradient's operands overflow fp16's 65504:
@@ -40,7 +33,7 @@ TEST(Fp16Cli, OverflowSkipsTheStepAndBacksTheScaleOff) {
   testing::TestDir dir;
   const CommandResult r = run_tessel(kTrain + "--train-iters 4 --log-json " + dir.path("log.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<nlohmann::json> log = records(dir.path("log.jsonl"));
+  const std::vector<nlohmann::json> log = testing::log_json_records(dir.path("log.jsonl"));
   ASSERT_EQ(log.size(), 4u);
   const double scales[] = {0x1p32, 0x1p31, 0x1p30, 0x1p29};
   const int64_t hysteresis[] = {1, 0, -1, -2};
@@ -64,7 +57,7 @@ TEST(Fp16Cli, ACleanWindowDoublesTheScale) {
   const CommandResult r = run_tessel(kTrain + "--train-iters 4 --initial-loss-scale 8 --loss-scale-window 2 "
                                               "--log-json " + dir.path("log.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::vector<nlohmann::json> log = records(dir.path("log.jsonl"));
+  const std::vector<nlohmann::json> log = testing::log_json_records(dir.path("log.jsonl"));
   ASSERT_EQ(log.size(), 4u);
   const double scales[] = {8, 16, 16, 32};
   for (size_t i = 0; i < log.size(); ++i) {
@@ -87,8 +80,8 @@ TEST(Fp16Cli, ResumesTheScalerBitwise) {
   const CommandResult resumed =
       run_tessel(flags + "--load " + dir.path("ckpt") + " --log-json " + dir.path("resumed.jsonl"));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  const std::vector<nlohmann::json> want = records(dir.path("straight.jsonl")),
-                                    got = records(dir.path("resumed.jsonl"));
+  const std::vector<nlohmann::json> want = testing::log_json_records(dir.path("straight.jsonl")),
+                                    got = testing::log_json_records(dir.path("resumed.jsonl"));
   ASSERT_EQ(want.size(), 6u);
   ASSERT_EQ(got.size(), 3u);
   bool scale_moved = false;
