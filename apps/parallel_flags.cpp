@@ -1,5 +1,7 @@
 #include "parallel_flags.h"
 
+#include <fmt/format.h>
+
 namespace tessel {
 
 PipelineSizeFlags add_pipeline_size_flags(CLI::App& app, int& pp, int& vpp) {
@@ -28,6 +30,60 @@ LayoutFlags add_layout_flags(CLI::App& app, ParallelConfig& c) {
   f.distributed_optimizer = app.add_flag("--use-distributed-optimizer", c.distributed_optimizer,
                                          "shard Adam state and the update over DP (ZeRO-1)");
   return f;
+}
+
+void add_sharding_flags(CLI::App& app, ShardingFlags& f) {
+  f.megatron_fsdp = app.add_flag("--use-megatron-fsdp", f.use_megatron_fsdp,
+                                 "fully sharded data parallelism (Megatron-FSDP), sharding as "
+                                 "--data-parallel-sharding-strategy says");
+  f.torch_fsdp2 = app.add_flag("--use-torch-fsdp2", f.use_torch_fsdp2,
+                               "fully sharded data parallelism as PyTorch's FSDP2: optimizer state, gradients and "
+                               "parameters (tessel's one mechanism, as --use-megatron-fsdp's optim_grads_params)");
+  f.strategy = app.add_option("--data-parallel-sharding-strategy", f.strategy_name,
+                              "with --use-megatron-fsdp: no_shard | optim (ZeRO-1) | optim_grads (ZeRO-2) | "
+                              "optim_grads_params (ZeRO-3)")
+                   ->capture_default_str()
+                   ->check(CLI::IsMember({"no_shard", "optim", "optim_grads", "optim_grads_params"}));
+  f.reshard = app.add_option("--fsdp-reshard-after-forward", f.reshard_name,
+                             "fully sharded: free each unit after its forward: default (always, but never under "
+                             "pipeline parallelism, as torchtitan) | always | never")
+                  ->capture_default_str()
+                  ->check(CLI::IsMember({"default", "always", "never"}));
+  f.no_reshard = app.add_flag("--torch-fsdp2-no-reshard-after-forward", f.no_reshard_after_forward,
+                              "keep units whole from the forward to the backward (--fsdp-reshard-after-forward never)");
+}
+
+void resolve_sharding(const ShardingFlags& f, ParallelConfig& c, std::vector<std::string>& v,
+                      std::vector<std::string>& notes) {
+  const bool fsdp = f.use_megatron_fsdp || f.use_torch_fsdp2;
+  if (f.use_megatron_fsdp && f.use_torch_fsdp2)
+    v.push_back("--use-megatron-fsdp and --use-torch-fsdp2: give one (both are tessel's one fully sharded mechanism)");
+  if (f.strategy->count() > 0 && !f.use_megatron_fsdp)
+    v.push_back("--data-parallel-sharding-strategy takes effect with --use-megatron-fsdp (as in Megatron-LM); "
+                "--use-torch-fsdp2 always shards the parameters");
+  if ((f.reshard->count() > 0 || f.no_reshard->count() > 0) && !fsdp)
+    v.push_back(fmt::format("{} needs --use-megatron-fsdp or --use-torch-fsdp2",
+                            f.reshard->count() > 0 ? "--fsdp-reshard-after-forward" : "--torch-fsdp2-no-reshard-after-forward"));
+  if (f.no_reshard->count() > 0 && f.reshard->count() > 0 && f.reshard_name != "never")
+    v.push_back(fmt::format("--torch-fsdp2-no-reshard-after-forward and --fsdp-reshard-after-forward {}: they disagree",
+                            f.reshard_name));
+  if (!fsdp) return;
+  if (f.use_torch_fsdp2) c.sharding = ShardingStrategy::OptimGradsParams;
+  else parse_sharding_strategy(f.strategy_name, c.sharding);
+  // As Megatron-FSDP (v1) turns on its distributed optimizer: the state is sharded unless no_shard.
+  c.distributed_optimizer = c.sharding != ShardingStrategy::NoShard;
+  parse_reshard_after_forward(f.no_reshard_after_forward ? "never" : f.reshard_name, c.reshard_after_forward);
+  static const char* const kWhat[] = {"nothing but the batch (DDP)", "the optimizer state (ZeRO-1)",
+                                      "the optimizer state and gradients (ZeRO-2)",
+                                      "the optimizer state, gradients and parameters (ZeRO-3)"};
+  std::string note = fmt::format("{} {}: data parallelism shards {}", f.use_megatron_fsdp ? "--use-megatron-fsdp" : "--use-torch-fsdp2",
+                                 sharding_strategy_name(c.sharding), kWhat[static_cast<int>(c.sharding)]);
+  if (c.fully_sharded())
+    note += fmt::format(", a unit (the embedding, each layer, the head, the MTP layers) at a time; {}",
+                        c.reshards_after_forward()
+                            ? "units are freed after each forward and gradients reduce-scattered every microbatch"
+                            : "units stay whole over the step's microbatches and gradients are reduce-scattered once");
+  notes.push_back(std::move(note));
 }
 
 void add_stage_flags(CLI::App& app, PipelineOptions& p) {

@@ -29,6 +29,21 @@ struct LayoutFlags {
 };
 LayoutFlags add_layout_flags(CLI::App& app, ParallelConfig& config);
 
+// Fully sharded data parallelism (parallel/fully_sharded.h): --use-megatron-fsdp with
+// --data-parallel-sharding-strategy (Megatron's default optim_grads_params), --use-torch-fsdp2
+// (always the parameters too) with --torch-fsdp2-no-reshard-after-forward, and torchtitan's
+// policy as --fsdp-reshard-after-forward.
+struct ShardingFlags {
+  CLI::Option *megatron_fsdp, *torch_fsdp2, *strategy, *reshard, *no_reshard;
+  bool use_megatron_fsdp = false, use_torch_fsdp2 = false, no_reshard_after_forward = false;
+  std::string strategy_name = "optim_grads_params", reshard_name = "default";
+};
+void add_sharding_flags(CLI::App& app, ShardingFlags& flags);
+// After the parse: the strategy and policy into `config`, every rule the flags break into
+// `violations`, and a line saying what is sharded into `notes`.
+void resolve_sharding(const ShardingFlags& flags, ParallelConfig& config, std::vector<std::string>& violations,
+                      std::vector<std::string>& notes);
+
 // Where the layers go: --decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers,
 // --pipeline-model-parallel-layout, --num-layers-per-virtual-pipeline-stage.
 void add_stage_flags(CLI::App& app, PipelineOptions& pipeline);

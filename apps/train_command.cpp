@@ -197,6 +197,7 @@ TrainCommand::TrainCommand(CLI::App& app) {
   c.add_option("--clip-grad", t.optim.adamw.clip_grad, "gradient clipping by global norm (0: off)")
       ->capture_default_str();
   add_layout_flags(c, t.parallel.layout);
+  add_sharding_flags(c, sharding_);
   add_schedule_flags(c, t.parallel.pipeline.schedule, t.parallel.pipeline.microbatch_group);
   add_stage_flags(c, t.parallel.pipeline);
   c.add_option("--cp-comm-type", t.parallel.cp_comm_type,
@@ -297,6 +298,7 @@ void TrainCommand::run(MpiRuntime& runtime) {
     if (cmd_->count("--bf16") > 0 && cmd_->count("--fp16") > 0)
       v.push_back("--fp16 and --bf16: give one, as Megatron-LM");
     moe_.apply(model, t.notes, v);
+    resolve_sharding(sharding_, t.parallel.layout, v, t.notes);
     unbuilt_.check(t.notes, v);
     if (!v.empty()) {  // with the plan's rules, all in one message
       for (std::string& rule : training_plan_violations(model, t)) v.push_back(std::move(rule));

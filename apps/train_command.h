@@ -13,6 +13,7 @@
 #include "logging_flags.h"
 #include "model_flags.h"
 #include "moe_flags.h"
+#include "parallel_flags.h"
 #include "unbuilt_flags.h"
 #include "tessel/comm/mpi.h"
 #include "tessel/train/options.h"
@@ -39,6 +40,7 @@ class TrainCommand {
   ImplementationFlags implementation_;
   MoeFlags moe_;
   UnbuiltFlags unbuilt_;
+  ShardingFlags sharding_;
   LoggingFlags logging_;
   bool explain_flags_ = false;
   std::string no_weight_decay_cond_type_;  // Megatron-LM's deprecated spelling of --apply-wd-to-qk-layernorm

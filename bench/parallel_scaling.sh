@@ -27,6 +27,11 @@
 #             dense MLP 4·hidden; MoE 8 experts of 2·hidden, top-2): dense 1 rank | MoE 1 rank |
 #             dense DP2 | MoE EP2 (2 ranks, experts split, tokens by all-to-all); also the EP
 #             all-to-all's bytes and blocked time per iteration (rank 0, --log-json "comm")
+#   fsdp      DP2 --use-distributed-optimizer (ZeRO-1, the reference) | DP2 ZeRO-2 (--use-megatron-fsdp
+#             --data-parallel-sharding-strategy optim_grads) | DP2 ZeRO-3 (optim_grads_params, units
+#             freed after each forward) | DP2 ZeRO-3 units kept over the step
+#             (--fsdp-reshard-after-forward never); also ZeRO-3's all-gather bytes and blocked time
+#             per iteration (rank 0, --log-json "comm"): the part of the gathers the prefetch hid
 #   allreduce build/bench/allreduce_bench on 2 ranks, glibc then tcmalloc, R rounds; per size the
 #             medians over rounds of tessel's and plain MPI_Allreduce's GB/s and their ratio
 #             (default 3 rounds; CONFIG is ignored, give either)
@@ -63,7 +68,7 @@ while [ $# -gt 0 ]; do
 done
 if [ $# -ne 2 ]; then
   echo "usage: parallel_scaling.sh [--rounds R] [--iters N] [--warmup W] [--microbatches K]" \
-    "dp|torch|tp|buckets|dpcost|moe|allreduce tiny|small" >&2
+    "dp|torch|tp|buckets|dpcost|moe|fsdp|allreduce tiny|small" >&2
   exit 2
 fi
 mode=$1 config=$2
@@ -82,6 +87,7 @@ case $mode in
   buckets) variants=(dp2-b4M dp2-b1M dp2-b16M) ;;
   dpcost)  variants=(1rank 1rank-1mb 2procs-1mb dp2 dp2-overlap) ;;
   moe)     variants=(dense-1rank moe-1rank dense-dp2 moe-ep2) ;;
+  fsdp)    variants=(dp2-distopt dp2-zero2 dp2-zero3 dp2-zero3-keep) ;;
   allreduce) variants=() ;;
   *) echo "parallel_scaling.sh: unknown mode $mode" >&2; exit 2 ;;
 esac
@@ -205,6 +211,10 @@ EOF
     dp2-overlap) extra=(--overlap-grad-reduce) ;;
     moe-ep2) extra=("${moe_flags[@]}" --ep 2) ;;
     dp2-distopt) extra=(--use-distributed-optimizer) ;;
+    dp2-zero2) extra=(--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads) ;;
+    dp2-zero3) extra=(--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params) ;;
+    dp2-zero3-keep)
+      extra=(--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --fsdp-reshard-after-forward never) ;;
     tp2) extra=(--tp 2) ;;
     tp2-sp) extra=(--tp 2 --sequence-parallel) ;;
     dp2-b*)
@@ -296,13 +306,16 @@ if mode == "dpcost":
         print(line(key, values))
 EOF
 
-if [ "$mode" = moe ]; then
-  python3 - "$work" "$rounds" "$warmup" <<'EOF'
+if [ "$mode" = moe ] || [ "$mode" = fsdp ]; then
+  comm_variants=(moe-ep2)
+  [ "$mode" = fsdp ] && comm_variants=(dp2-distopt dp2-zero3 dp2-zero3-keep)
+  for variant in "${comm_variants[@]}"; do
+  python3 - "$work" "$rounds" "$warmup" "$variant" <<'EOF'
 import json, statistics, sys
-work, rounds, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-print("MoE EP2, rank 0's communication per iteration (medians of the timed iterations), per round:")
+work, rounds, warmup, variant = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+print(f"{variant}, rank 0's communication per iteration (medians of the timed iterations), per round:")
 for r in range(1, rounds + 1):
-    timed = [json.loads(l) for l in open(f"{work}/moe-ep2_{r}.json")]
+    timed = [json.loads(l) for l in open(f"{work}/{variant}_{r}.json")]
     timed = [t for t in timed if t["iteration"] > warmup]
     cells = {}
     for t in timed:
@@ -317,4 +330,5 @@ for r in range(1, rounds + 1):
               f"{statistics.median(c['bytes'] for c in cs) / 1e6:9.3f} MB  blocked {ms:8.2f} ms "
               f"({100 * ms / step:.1f}% of the step)")
 EOF
+  done
 fi

@@ -29,8 +29,13 @@ const std::string kCommon =
     "--lr-warmup-iters 2 --lr-decay-style cosine --log-interval 1 --seed 11 --threads 1 ";
 const std::string kTraining = kCommon + "--train-iters 20 --eval-iters 0 ";
 
+// A case's folder, as fresh_dir made it.
+fs::path case_dir(const std::string& name) {
+  return fs::temp_directory_path() / ("tessel_checkpoint_" + std::to_string(::getpid())) / name;
+}
+
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("tessel_checkpoint_" + std::to_string(::getpid())) / name;
+  const fs::path dir = case_dir(name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -176,6 +181,29 @@ TEST(Checkpoint, Tp2Pp2Dp2SaveResumesUnderManyLayouts) {
     const std::vector<double> second = train(dir, ranks, flags + " --load " + ckpt.string(), four_layers);
     ASSERT_EQ(second.size(), 10u);
     expect_close(second, straight, 10);
+  }
+}
+
+// Fully sharded: a ZeRO-3 save over PP 2 × DP 2 (each rank holding half of each unit's weights,
+// gradients and moments; GPT-2's tied embedding on both stages) resumes bitwise in the same
+// layout, and under ZeRO-2, the distributed optimizer (ZeRO-1) and in one process within the
+// suite's tolerance.
+TEST(Checkpoint, FullyShardedPp2SaveResumesUnderOtherStrategies) {
+  const char* four_layers =
+      "--arch gpt2 --num-layers 4 --hidden-size 64 --num-attention-heads 8 --ffn-hidden-size 128 ";
+  const std::string zero3 = "--pp 2 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params";
+  const Resume r = straight_and_resumed("zero3_pp2", 4, zero3, 4, zero3, four_layers);
+  expect_bitwise(r);
+  const fs::path dir = case_dir("zero3_pp2"), ckpt = dir / "ckpt";
+  const std::pair<int, std::string> layouts[] = {
+      {2, "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads"},
+      {2, "--use-distributed-optimizer"},
+      {1, ""}};
+  for (const auto& [ranks, flags] : layouts) {
+    SCOPED_TRACE(flags);
+    const std::vector<double> second = train(dir, ranks, flags + " --load " + ckpt.string(), four_layers);
+    ASSERT_EQ(second.size(), 10u);
+    expect_close(second, r.straight, 10);
   }
 }
 

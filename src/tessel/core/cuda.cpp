@@ -119,8 +119,11 @@ const DeviceMemory& cuda_memory() {
   static const DeviceMemory memory{.device = Device::CUDA,
                                    .alloc = cuda_alloc,
                                    .release = cuda_release,
+                                   .reserve = cuda_alloc,
+                                   .unreserve = [](void* p, int64_t) { cuda_release(p); },
                                    .copy = cuda_copy,
                                    .zero = cuda_zero,
+                                   .discard = cuda_zero,
                                    .to_host = cuda_to_host,
                                    .from_host = cuda_from_host};
   return memory;

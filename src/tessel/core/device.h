@@ -23,9 +23,18 @@ struct DeviceMemory {
   // machine's memory at once. release(nullptr) does nothing.
   void* (*alloc)(int64_t bytes) = nullptr;
   void (*release)(void* p) = nullptr;
+  // Zero-filled as alloc's, for a large buffer of which parts may stay unused: on the host its
+  // pages are taken only when first written (the parameter registry's flat buffers, whose slices
+  // of other ranks fully sharded data parallelism never keeps). unreserve takes the same size.
+  void* (*reserve)(int64_t bytes) = nullptr;
+  void (*unreserve)(void* p, int64_t bytes) = nullptr;
   // Within the device; the ranges may not overlap.
   void (*copy)(void* dst, const void* src, int64_t bytes) = nullptr;
   void (*zero)(void* dst, int64_t bytes) = nullptr;
+  // The contents are no longer needed: the range reads as zeros afterwards, and on the host the
+  // whole pages inside it go back to the system until written again (fully sharded data
+  // parallelism's freed units). On a GPU it zeroes and keeps the memory.
+  void (*discard)(void* dst, int64_t bytes) = nullptr;
   // Host ↔ device. On the CPU both are copies (nothing when dst == src).
   void (*to_host)(void* host_dst, const void* src, int64_t bytes) = nullptr;
   void (*from_host)(void* dst, const void* host_src, int64_t bytes) = nullptr;

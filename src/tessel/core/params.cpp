@@ -82,8 +82,8 @@ int ParamRegistry::add(std::string name, Shape global_shape, ParamInit init, flo
 
 void ParamRegistry::finalize(const DeviceMemory& memory) {
   memory_ = &memory;
-  values_ = alloc_floats(numel_, memory);
-  grads_ = alloc_floats(numel_, memory);
+  values_ = reserve_floats(numel_, memory);
+  grads_ = reserve_floats(numel_, memory);
   for (Param& p : params_) {
     p.value = values_.get() + p.offset;
     p.grad = grads_.get() + p.offset;
@@ -91,30 +91,36 @@ void ParamRegistry::finalize(const DeviceMemory& memory) {
 }
 
 // Drawn on the host, then moved to the registry's memory.
-void ParamRegistry::init_values(uint64_t seed) {
-  std::vector<float> host;
-  for (Param& p : params_) {
-    const int64_t n = p.numel();
-    host.resize(n);
-    if (p.init == ParamInit::Normal) {
-      const uint64_t stream = fnv1a64(p.name);
-      float* values = host.data();
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t g = p.global_index(i);
-        values[i] = g < 0 ? 0.0f : p.init_std * random_normal(seed, stream, g);
-      }
-    } else if (p.init == ParamInit::LogUniform) {
-      const uint64_t stream = fnv1a64(p.name);
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t g = p.global_index(i);
-        host[i] = g < 0 ? 0.0f : std::log(p.init_std * random_uniform(seed, stream, g));
-      }
-    } else {
-      std::fill(host.begin(), host.end(), p.init == ParamInit::Ones ? 1.0f : 0.0f);
-    }
-    from_host(p, host.data());
+void ParamRegistry::init_values(uint64_t seed, const std::vector<FlatRange>& only) {
+  if (only.empty()) {
+    for (Param& p : params_) init_piece(p, 0, p.numel(), seed);
+    return;
   }
+  for_each_piece(params_, only, [&](const Param& p, int64_t first, int64_t n, int64_t) {
+    init_piece(params_[&p - params_.data()], first, n, seed);
+  });
+}
+
+void ParamRegistry::init_piece(Param& p, int64_t first, int64_t n, uint64_t seed) {
+  std::vector<float> host(n);
+  if (p.init == ParamInit::Normal) {
+    const uint64_t stream = fnv1a64(p.name);
+    float* values = host.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t g = p.global_index(first + i);
+      values[i] = g < 0 ? 0.0f : p.init_std * random_normal(seed, stream, g);
+    }
+  } else if (p.init == ParamInit::LogUniform) {
+    const uint64_t stream = fnv1a64(p.name);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t g = p.global_index(first + i);
+      host[i] = g < 0 ? 0.0f : std::log(p.init_std * random_uniform(seed, stream, g));
+    }
+  } else {
+    std::fill(host.begin(), host.end(), p.init == ParamInit::Ones ? 1.0f : 0.0f);
+  }
+  memory_->from_host(p.value + first, host.data(), n * 4);
 }
 
 void ParamRegistry::zero_grads() { memory_->zero(grads_.get(), numel_ * 4); }

@@ -107,8 +107,9 @@ class ParamRegistry {
   // Allocates the flat value and gradient buffers in `memory` (a backend's, kernels.h) and
   // points every Param into them.
   void finalize(const DeviceMemory& memory = host_memory());
-  // Sets every element to f(seed, name, global element index): independent of the layout.
-  void init_values(uint64_t seed);
+  // Sets every element to f(seed, name, global element index): independent of the layout. Only
+  // those inside `only` (a fully sharded rank's slices) when it is not empty.
+  void init_values(uint64_t seed, const std::vector<FlatRange>& only = {});
   void zero_grads();
   // A parameter's values on the host and back (checkpoints, Hugging Face I/O): the one path
   // between the registry's memory and the host.
@@ -129,6 +130,9 @@ class ParamRegistry {
   int64_t numel() const { return numel_; }
 
  private:
+  // Elements [first, first + n) of p.
+  void init_piece(Param& p, int64_t first, int64_t n, uint64_t seed);
+
   std::vector<Param> params_;
   std::unordered_map<std::string, int> index_;
   std::shared_ptr<float> values_, grads_;

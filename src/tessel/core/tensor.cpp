@@ -22,6 +22,12 @@ std::shared_ptr<float> alloc_floats(int64_t n, const DeviceMemory& memory) {
                                 [release](float* p) { release(p); });
 }
 
+std::shared_ptr<float> reserve_floats(int64_t n, const DeviceMemory& memory) {
+  void (*unreserve)(void*, int64_t) = memory.unreserve;
+  return std::shared_ptr<float>(static_cast<float*>(memory.reserve(n * 4)),
+                                [unreserve, n](float* p) { unreserve(p, n * 4); });
+}
+
 Tensor Tensor::zeros(Shape shape, DType dtype, const DeviceMemory& memory) {
   Tensor t;
   void (*release)(void*) = memory.release;

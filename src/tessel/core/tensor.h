@@ -59,5 +59,7 @@ class Tensor {
 
 // A zero-filled allocation of n fp32 values in `memory`; freed with the returned pointer.
 std::shared_ptr<float> alloc_floats(int64_t n, const DeviceMemory& memory = host_memory());
+// The same through DeviceMemory::reserve: pages taken only when written, on the host.
+std::shared_ptr<float> reserve_floats(int64_t n, const DeviceMemory& memory = host_memory());
 
 }  // namespace tessel

@@ -1,5 +1,7 @@
 #include "tessel/model/transformer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "tessel/core/error.h"
@@ -123,7 +125,10 @@ void TransformerChunk::declare_embeddings(const LayerContext& ctx) {
   ParamRegistry& registry = ctx.registry;
   const std::string word_embeddings = Embedding::word_embeddings_name(cfg_);
   if (spec_.has_embedding) {
+    const int first = static_cast<int>(registry.params().size());
     embedding_.emplace(ctx);
+    embedding_unit_ = add_unit("embedding", first);
+    units_[embedding_unit_].backward_needs_weights = false;
   } else if (spec_.has_head && cfg_.head_reads_embeddings() && registry.has(word_embeddings)) {
     shared_tied_ = registry.index(word_embeddings);
   } else if (spec_.has_head && cfg_.head_reads_embeddings()) {
@@ -134,6 +139,7 @@ void TransformerChunk::declare_embeddings(const LayerContext& ctx) {
 bool TransformerChunk::build_layers(const LayerContext& ctx, const RecomputeOptions& recompute) {
   const int L = spec_.num_layers;
   bool full_recompute = false;
+  first_block_unit_ = static_cast<int>(units_.size());
   for (int i = 0; i < L; ++i) {
     const LayerRecompute r = layer_recompute(recompute, i, L);
     group_start_.push_back(r.full ? recompute_group_start(recompute, i) : i);
@@ -141,7 +147,9 @@ bool TransformerChunk::build_layers(const LayerContext& ctx, const RecomputeOpti
     const char* part = cfg_.moe.is_moe_layer(spec_.first_layer + i) ? "MoE layers" : "layers";
     ctx.buffers.scratch.set_part(part);
     ctx.buffers.shared.set_part(part);
+    const int first = static_cast<int>(ctx.registry.params().size());
     blocks_.push_back(std::make_unique<TransformerBlock>(ctx, spec_.first_layer + i, r));
+    add_unit(fmt::format("layer {}", spec_.first_layer + i), first);
   }
   return full_recompute;
 }
@@ -149,13 +157,22 @@ bool TransformerChunk::build_layers(const LayerContext& ctx, const RecomputeOpti
 bool TransformerChunk::build_head(const LayerContext& ctx, const RecomputeOptions& recompute) {
   const int words = embedding_ ? embedding_->word_embeddings() : shared_tied_ >= 0 ? shared_tied_ : tied_copy_;
   ctx.buffers.scratch.set_part("head");
+  int first = static_cast<int>(ctx.registry.params().size());
   head_.emplace(ctx, cfg_.tied_embeddings() ? words : -1);
+  head_unit_ = add_unit("head", first);
+  WeightUnit& head = units_[head_unit_];
+  if (tied_copy_ >= 0) head.params.push_back(tied_copy_);
+  else if (cfg_.tied_embeddings()) head.reads.push_back(words);
   if (cfg_.mtp_num_layers == 0) return false;
   // One more layer, recomputed as a chunk of one layer would be.
   const LayerRecompute r = layer_recompute(recompute, 0, 1);
   ctx.buffers.scratch.set_part("MTP");
   ctx.buffers.shared.set_part("MTP");
+  first = static_cast<int>(ctx.registry.params().size());
   mtp_.emplace(ctx, words, head_->lm_head(), r);
+  mtp_unit_ = add_unit("mtp", first);
+  units_[mtp_unit_].reads = {words};
+  if (head_->lm_head() != words) units_[mtp_unit_].reads.push_back(head_->lm_head());
   mtp_loss_sums_.assign(cfg_.mtp_num_layers, 0.0);
   return r.full;
 }
@@ -173,6 +190,13 @@ std::vector<DeclaredTensor> TransformerChunk::declare_recompute_memory(TensorLis
   if (largest > 0) shared.add(recompute_arena_, {largest / 4}, "recompute arena (the largest group's tensors)");
   if (full_recompute) shared.add(recompute_out_, {N_l_, C_}, "recomputed group's output");
   return kept.declared();
+}
+
+int TransformerChunk::add_unit(std::string name, int first) {
+  WeightUnit unit{.name = std::move(name), .params = {}, .reads = {}, .backward_needs_weights = true};
+  for (int i = first; i < static_cast<int>(registry_.params().size()); ++i) unit.params.push_back(i);
+  units_.push_back(std::move(unit));
+  return static_cast<int>(units_.size()) - 1;
 }
 
 void TransformerChunk::bind(const ParamRegistry& registry) const {
@@ -285,23 +309,33 @@ double TransformerChunk::forward(ChunkActivations& acts, const InputRows& rows, 
                           input_rows(rows, "sequence_key_start"), input_rows(rows, "sample_ids"),
                           input_rows(rows, "routing_sample_ids")};
   if (embedding_) {
+    acquire(embedding_unit_, false);
     embedding_->forward(acts.embedding, acts.resid[0].data(), input_rows(rows, "tokens"), packed, scratch_);
+    release(embedding_unit_, false);
   } else {
     k_.copy(acts.resid[0].data(), input, N_l_ * C_);
   }
   acts.grad_scale = grad_scale;
   acts.packed = packed;
-  for (int i = 0; i < spec_.num_layers; ++i)
+  for (int i = 0; i < spec_.num_layers; ++i) {
+    acquire(first_block_unit_ + i, false);
     blocks_[i]->forward(acts.layers[i], acts.resid[i + 1].data(), acts.resid[i].data(), grad_scale,
                         packed, scratch_);
-  acts.loss_sum =
-      head_ ? head_->forward(acts.head, acts.resid.back().data(), targets, grad_scale, scratch_)
-            : 0.0;
+    release(first_block_unit_ + i, false);
+  }
+  acts.loss_sum = 0.0;
+  if (head_) {
+    acquire(head_unit_, false);
+    acts.loss_sum = head_->forward(acts.head, acts.resid.back().data(), targets, grad_scale, scratch_);
+    release(head_unit_, false);
+  }
   if (mtp_ && targets != nullptr && grad_scale > 0) {
     const MtpRows mtp{input_rows(rows, "shifted_tokens"), input_rows(rows, "shifted_targets")};
     TESSEL_CHECK(mtp.tokens != nullptr && mtp.targets != nullptr && !mtp_loss_scales_.empty(),
                  "model chunk: multi-token prediction needs the microbatch's shifted rows and its loss scales");
+    acquire(mtp_unit_, false);
     mtp_->forward(acts.mtp, acts.head, mtp, grad_scale, mtp_loss_scales_.data(), packed, scratch_);
+    release(mtp_unit_, false);
     for (int d = 0; d < mtp_depths(); ++d) mtp_loss_sums_[d] += acts.mtp.loss_sums[d];
   }
   return acts.loss_sum;
@@ -359,24 +393,35 @@ void TransformerChunk::backward_input(ChunkActivations& acts, const float* d_out
     if (tied_here()) head_->backward_weight(acts.head);
     k_.zero(dres, N_l_ * C_);
     if (mtp_) {  // adds to the head's output gradient first
+      acquire(mtp_unit_, true);
       mtp_->backward_input(acts.mtp, acts.head, acts.grad_scale, acts.packed, recompute_out_.data(), scratch_,
                            grad_ready);
+      release(mtp_unit_, true);
       if (shared_tied_ >= 0) report_ready(grad_ready, {shared_tied_});
     }
+    acquire(head_unit_, true);
     head_->backward_input(acts.head, dres, acts.resid.back().data());
+    release(head_unit_, true);
     report_ready(grad_ready, {head_->norm().weight(), head_->norm().bias()});
   } else {
     k_.copy(dres, d_output, N_l_ * C_);
   }
   for (int end = spec_.num_layers; end > 0;) {  // a recompute group [first, end) at a time
     const int first = group_start_[end - 1];
-    if (blocks_[first]->recompute().full) recompute_group(acts, first, end);
-    for (int i = end - 1; i >= first; --i)
+    const bool recomputed = blocks_[first]->recompute().full;
+    // A recomputed group's layers are whole from its recompute to their own backward.
+    for (int i = recomputed ? first : end; i < end; ++i) acquire(first_block_unit_ + i, true);
+    if (recomputed) recompute_group(acts, first, end);
+    for (int i = end - 1; i >= first; --i) {
+      if (!recomputed) acquire(first_block_unit_ + i, true);
       blocks_[i]->backward_input(acts.layers[i], dres, acts.resid[i].data(), scratch_, grad_ready);
+      release(first_block_unit_ + i, true);
+    }
     end = first;
   }
-  if (embedding_) {
+  if (embedding_) {  // its backward adds rows of gradient: no weights needed
     embedding_->backward(acts.embedding, dres, scratch_);
+    grads_written(embedding_unit_);
     report_ready(grad_ready, {embedding_->word_embeddings(), embedding_->position_embeddings()});
   }
 }
@@ -393,9 +438,15 @@ void TransformerChunk::backward_weight(ChunkActivations& acts, const GradReady& 
     if (mtp_) mtp_->lm_head_backward_weight(acts.mtp);
     report_ready(grad_ready, {!cfg_.tied_embeddings() ? head_->lm_head() : shared_tied_});
   }
-  if (mtp_) mtp_->backward_weight(acts.mtp, grad_ready);
-  for (int i = spec_.num_layers - 1; i >= 0; --i)
+  grads_written(head_unit_);
+  if (mtp_) {
+    mtp_->backward_weight(acts.mtp, grad_ready);
+    grads_written(mtp_unit_);
+  }
+  for (int i = spec_.num_layers - 1; i >= 0; --i) {
     blocks_[i]->backward_weight(acts.layers[i], grad_ready);
+    grads_written(first_block_unit_ + i);
+  }
 }
 
 }  // namespace tessel

@@ -43,6 +43,7 @@
 #include "tessel/model/mtp.h"
 #include "tessel/model/recompute.h"
 #include "tessel/model/step_terms.h"
+#include "tessel/parallel/weight_units.h"
 #include "tessel/parallel/context_parallel.h"
 #include "tessel/parallel/tensor_parallel.h"
 
@@ -220,6 +221,15 @@ class TransformerChunk {
   int shared_tied_embedding() const { return shared_tied_; }
   // The tensors the chunk declared (allocated, in this build).
   const ChunkTensors& tensors() const { return tensors_; }
+  // Its parameters in units (parallel/weight_units.h): the embedding, each layer, the head (with a
+  // tied copy of the word embeddings), the MTP layers — those the chunk has, in forward order.
+  const std::vector<WeightUnit>& weight_units() const { return units_; }
+  // From now on the chunk tells `hooks` around each unit's computation; unit u of weight_units()
+  // is hooks' unit first_unit + u. nullptr: nobody listens.
+  void set_weight_hooks(WeightUnitHooks* hooks, int first_unit) {
+    hooks_ = hooks;
+    first_unit_ = first_unit;
+  }
   // Memory of the activations recomputed inside a backward (--recompute-*), shared by all
   // microbatches, as held now: part of the activation memory, apart from the slots.
   int64_t shared_activation_bytes() const;
@@ -269,6 +279,23 @@ class TransformerChunk {
   std::vector<float> mtp_loss_scales_;
   std::vector<double> mtp_loss_sums_;
   ChunkTensors tensors_;
+  // Weight units (weight_units()): each part's index in units_, -1 where the chunk lacks it.
+  std::vector<WeightUnit> units_;
+  int embedding_unit_ = -1, head_unit_ = -1, mtp_unit_ = -1;
+  int first_block_unit_ = 0;  // layer i's unit is first_block_unit_ + i
+  WeightUnitHooks* hooks_ = nullptr;
+  int first_unit_ = 0;
+  // Adds a unit of the parameters declared from registry index `first` on; returns its index.
+  int add_unit(std::string name, int first);
+  void acquire(int unit, bool backward) const {
+    if (hooks_ && unit >= 0) hooks_->acquire(first_unit_ + unit, backward);
+  }
+  void release(int unit, bool backward) const {
+    if (hooks_ && unit >= 0) hooks_->release(first_unit_ + unit, backward);
+  }
+  void grads_written(int unit) const {
+    if (hooks_ && unit >= 0) hooks_->grads_written(first_unit_ + unit);
+  }
 };
 
 }  // namespace tessel

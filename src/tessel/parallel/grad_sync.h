@@ -13,7 +13,10 @@
 //   data parallel: dense gradients summed over DP × CP (the ranks that saw other tokens of the
 //     same batch), experts' over expert-DP (the ranks holding the same experts), each by its own
 //     buckets (parallel/data_parallel.h), during backward with --overlap-grad-reduce; the
-//     distributed optimizer reduce-scatters them and all-gathers the updated parameters.
+//     distributed optimizer reduce-scatters them and all-gathers the updated parameters; fully
+//     sharded data parallelism (parallel/fully_sharded.h) reduce-scatters each weight unit's as
+//     its backward writes them, and sums the TP-replicated and tied pieces above on the reduced
+//     slices instead (a sum of slices is the slice of the sum).
 // The global norm then counts every parameter exactly once over all ranks.
 //
 // This layer does not know the model: which parameters are experts and where a tied embedding
@@ -22,18 +25,26 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "tessel/core/params.h"
 #include "tessel/kernels/kernels.h"
 #include "tessel/parallel/data_parallel.h"
+#include "tessel/parallel/fully_sharded.h"
 #include "tessel/parallel/groups.h"
 
 namespace tessel {
 
 struct GradSyncConfig {
   bool sequence_parallel = false;      // --sequence-parallel
-  bool distributed_optimizer = false;  // --use-distributed-optimizer
+  // --data-parallel-sharding-strategy: no_shard (DDP), optim (--use-distributed-optimizer),
+  // optim_grads or optim_grads_params (fully sharded, over `units`).
+  ShardingStrategy sharding = ShardingStrategy::NoShard;
+  bool reshard_after_forward = true;   // resolved (parallel/fully_sharded.h)
+  std::vector<WeightUnit> units;       // every chunk's, in the rank's chunk order
+  std::vector<int> chunk_first_unit;
   int64_t bucket_floats = int64_t{1} << 22;  // --ddp-bucket-size
   bool overlap = false;                // --overlap-grad-reduce
   // Routed experts (required): reduced over expert-DP, counted in the norm over ETP × EP.
@@ -68,6 +79,22 @@ class GradSync {
   // After the optimizer step, with the distributed optimizer: every rank gets every updated
   // parameter. Collective.
   void gather_params();
+  // Gradients zeroed for a new step (discarded, fully sharded).
+  void zero_grads();
+  // The owned gradients times `factor` (a loss scale undone).
+  void scale_grads(float factor);
+  // Fully sharded only (nullptr otherwise): the hooks the chunks call around each unit, and the
+  // mechanism itself (gather_all before a save, shard_values after the values are set).
+  FullySharded* fully_sharded() { return sharded_.get(); }
+  // This rank's memory for the model's state, in bytes: the parameters and gradients it keeps,
+  // Adam's two moments of its owned ranges, and (fully sharded) at most how much of the units
+  // gathered whole at once since the last call.
+  struct StateBytes {
+    double params = 0, grads = 0, optimizer = 0, gathered_peak = 0;
+  };
+  StateBytes take_state_bytes();
+  // Whether the optimizer's state is sharded (any strategy but no_shard).
+  bool sharded_optimizer() const { return config_.sharding != ShardingStrategy::NoShard; }
   // Counted as the gradient norm counts, every parameter once: the L2 norm of the parameters
   // (Megatron's --log-params-norm; after gather_params), and the zeros among the reduced
   // gradients (--log-num-zeros-in-grad). The same on every rank. Collective.
@@ -86,7 +113,11 @@ class GradSync {
   ParamRegistry& params_;
   ProcessGroups& groups_;
   GradSyncConfig config_;
-  DataParallel dense_, experts_;
+  // Sums the TP-replicated and tied pieces of the owned, reduced gradients (fully sharded).
+  void sum_reduced_pieces();
+
+  std::optional<DataParallel> dense_, experts_;  // no_shard and optim
+  std::unique_ptr<FullySharded> sharded_;        // optim_grads and optim_grads_params
   std::vector<FlatRange> owned_;
   Request tied_sum_;  // the tied embedding's sum over the embedding group, on its owner
 };

@@ -14,11 +14,36 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cctype>
 
 #include "tessel/core/error.h"
 
 namespace tessel {
+
+namespace {
+
+constexpr const char* kStrategies[] = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
+constexpr const char* kReshard[] = {"default", "always", "never"};
+
+template <typename E, size_t N>
+bool parse_name(const char* const (&names)[N], const std::string& name, E& out) {
+  const auto found = std::find(std::begin(names), std::end(names), name);
+  if (found == std::end(names)) return false;
+  out = static_cast<E>(found - std::begin(names));
+  return true;
+}
+
+}  // namespace
+
+const char* sharding_strategy_name(ShardingStrategy s) { return kStrategies[static_cast<int>(s)]; }
+bool parse_sharding_strategy(const std::string& name, ShardingStrategy& out) {
+  return parse_name(kStrategies, name, out);
+}
+const char* reshard_after_forward_name(ReshardAfterForward r) { return kReshard[static_cast<int>(r)]; }
+bool parse_reshard_after_forward(const std::string& name, ReshardAfterForward& out) {
+  return parse_name(kReshard, name, out);
+}
 
 namespace {
 

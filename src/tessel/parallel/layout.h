@@ -13,6 +13,18 @@
 
 namespace tessel {
 
+// --data-parallel-sharding-strategy, Megatron-FSDP's names: what data parallelism shards besides
+// the batch — nothing (DDP), the optimizer's state (the distributed optimizer, ZeRO-1), the
+// gradients too (ZeRO-2), the parameters too (ZeRO-3). parallel/fully_sharded.h.
+enum class ShardingStrategy : uint8_t { NoShard, Optim, OptimGrads, OptimGradsParams };
+const char* sharding_strategy_name(ShardingStrategy s);  // "no_shard", "optim", ...
+bool parse_sharding_strategy(const std::string& name, ShardingStrategy& out);  // false: unknown
+// torchtitan's reshard_after_forward policy; "default" is always without pipeline parallelism and
+// never with it (parallel/fully_sharded.h says why).
+enum class ReshardAfterForward : uint8_t { Default, Always, Never };
+const char* reshard_after_forward_name(ReshardAfterForward r);
+bool parse_reshard_after_forward(const std::string& name, ReshardAfterForward& out);
+
 struct ParallelConfig {
   int world = 1;
   int tp = 1;   // --tensor-model-parallel-size
@@ -24,7 +36,21 @@ struct ParallelConfig {
   std::string order = "tp-cp-ep-dp-pp";
   bool sequence_parallel = false;
   bool distributed_optimizer = false;
+  // --use-megatron-fsdp's strategy (NoShard without it: strategy() follows --use-distributed-optimizer).
+  ShardingStrategy sharding = ShardingStrategy::NoShard;
+  ReshardAfterForward reshard_after_forward = ReshardAfterForward::Default;
 
+  ShardingStrategy strategy() const {
+    return sharding != ShardingStrategy::NoShard ? sharding
+           : distributed_optimizer              ? ShardingStrategy::Optim
+                                                : ShardingStrategy::NoShard;
+  }
+  bool fully_sharded() const { return strategy() >= ShardingStrategy::OptimGrads; }
+  // Whether units are freed after the forward (the policy resolved).
+  bool reshards_after_forward() const {
+    return reshard_after_forward == ReshardAfterForward::Always ||
+           (reshard_after_forward == ReshardAfterForward::Default && pp == 1);
+  }
   int expert_tp() const { return etp > 0 ? etp : tp; }
   int dp() const { return world / (tp * cp * pp); }          // valid configs only
   int expert_dp() const { return world / (expert_tp() * ep * pp); }

@@ -178,6 +178,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         break;
       case ActionKind::Forward: {
         s.recv.wait();
+        if (before_compute_) before_compute_(last_microbatch);
         compute_start = Clock::now();
         loss_sum += forward(s, a.chunk, a.microbatch, fill, grad_scales.at(a.microbatch));
         stats_.peak_in_flight = std::max(stats_.peak_in_flight, ++in_flight);
@@ -200,6 +201,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
         float* d_input = k > 0 ? s.d_input.data() : nullptr;
         s.input_grad_done = true;
         if (last_microbatch) reported[a.chunk] |= whole ? 3 : 1;
+        if (before_compute_) before_compute_(last_microbatch);
         compute_start = Clock::now();
         if (!whole) {
           chunk.backward_input(s.acts, d_output, d_input, ready);
@@ -219,6 +221,7 @@ double PipelineExecutor::run(const RankSchedule& actions, int microbatches, cons
                      "pipeline schedule runs W of microbatch {} on chunk {} without a backward_input "
                      "before it", a.microbatch, a.chunk);
         if (last_microbatch) reported[a.chunk] |= 2;
+        if (before_compute_) before_compute_(last_microbatch);
         compute_start = Clock::now();
         chunk.backward_weight(s.acts, ready);
         computed(a);
@@ -263,6 +266,7 @@ double PipelineExecutor::run_forward(const RankSchedule& actions, int microbatch
         break;
       case ActionKind::Forward:
         s.recv.wait();
+        if (before_compute_) before_compute_(true);
         loss_sum += forward(s, a.chunk, a.microbatch, fill, 0.0f);
         if (k + 1 == num_model_chunks_) s.microbatch = -1;  // nothing to send on
         break;

@@ -78,6 +78,10 @@ class PipelineExecutor {
   // free again once its output has left. Returns Σ token losses computed on this rank.
   double run_forward(const RankSchedule& actions, int microbatches, const FillFn& fill);
   const Stats& stats() const { return stats_; }
+  // Called before each forward and backward (B, I or W) with whether its microbatch is the
+  // iteration's last (fully sharded data parallelism frees its units and reduces its gradients
+  // then, when it keeps them over the microbatches); evaluation's forwards count as last.
+  void set_before_compute(std::function<void(bool last_microbatch)> hook) { before_compute_ = std::move(hook); }
 
   // What each slot of model chunk `model_chunk` (of `model_chunks`) holds besides its activations,
   // as the executor allocates it: the chunk's microbatch inputs, and its input and its gradient
@@ -132,6 +136,7 @@ class PipelineExecutor {
   // many: reported on to grad_ready when the last of them has.
   std::vector<std::pair<int, int>> shared_params_;
   Stats stats_;
+  std::function<void(bool)> before_compute_;
 };
 
 }  // namespace tessel

@@ -133,7 +133,11 @@ void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
                               : "",
                           pc.pp > 1 ? " | schedule " + schedule_kind_name(plan.schedule.kind) : "",
                           pc.sequence_parallel ? " | sequence parallel" : "",
-                          pc.distributed_optimizer ? " | distributed optimizer" : "", pc.order));
+                          pc.strategy() == ShardingStrategy::NoShard ? ""
+                          : pc.strategy() == ShardingStrategy::Optim
+                              ? " | distributed optimizer"
+                              : fmt::format(" | sharded {}", sharding_strategy_name(pc.strategy())),
+                          pc.order));
 }
 
 void RunTotals::start_iteration(int64_t it) {

@@ -28,6 +28,7 @@
 #include "tessel/train/export.h"
 #include "tessel/train/loss_scales.h"
 #include "tessel/train/metrics.h"
+#include "tessel/train/model_state.h"
 #include "tessel/train/microbatches.h"
 #include "tessel/train/mixed_precision.h"
 #include "tessel/train/numerics.h"
@@ -35,6 +36,7 @@
 #include "tessel/train/resume.h"
 #include "tessel/train/signals.h"
 #include "tessel/train/terms.h"
+#include "tessel/train/stage_model.h"
 #include "tessel/train/step.h"
 #include "tessel/train/straggler.h"
 
@@ -44,59 +46,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// This rank's part of the model: its pipeline stage's chunks (several with VPP), each split over
-// TP and its experts over EP and ETP, all their parameters in one registry, initialised.
-struct StageModel {
-  StageModel(const Kernels& k, const TrainPlan& plan, ProcessGroups& groups,
-             const TensorParallel& tp, const ContextParallel& cp) {
-    // The ranks holding other rows of the same sequences (TP under sequence parallel, CP) count
-    // the MoE auxiliary losses' tokens together.
-    token_group = moe_rows_split(tp, cp.size()) ? &groups.tp_cp() : nullptr;
-    const MoeGroups moe{.ep = &groups.ep(), .etp = &groups.etp(), .token_group = token_group,
-                        .tp_ep = &groups.tp_ep(), .dispatcher = plan.moe_dispatcher};
-    for (const ChunkSpec& spec : plan.stage_chunks(groups.coords().pp))
-      chunks.push_back(std::make_unique<TransformerChunk>(
-          k, params, plan.model,
-          ChunkBuild{.spec = spec, .micro_batch = plan.options.batch.micro_batch_size,
-                     .recompute = plan.options.recompute, .seed = plan.options.seed},
-          ChunkGroups{.tp = tp, .cp = cp, .moe = moe}));
-    params.finalize(k.memory);
-    for (auto& c : chunks) c->bind(params);
-    // A save in --load replaces these values: --init-from's are not read then (plan.notes says so).
-    const std::string& init_from = plan.options.checkpoint.init_from;
-    if (init_from.empty() || plan.loads_save) params.init_values(plan.options.seed);
-    else load_hf_weights(params, plan.model, init_from);
-  }
-
-  std::vector<TransformerChunk*> pointers() const {
-    std::vector<TransformerChunk*> p;
-    for (const auto& c : chunks) p.push_back(c.get());
-    return p;
-  }
-
-  ParamRegistry params;
-  std::vector<std::unique_ptr<TransformerChunk>> chunks;
-  Comm* token_group = nullptr;
-};
-
-// Gradient synchronisation of this rank's parameters. A tied embedding lives on the first and
-// the last stage; both copies start equal (same seed and name, or the same file) and the
-// embedding group keeps them so; the norm counts the first stage's. In a V the first stage
-// holds the head too: one embedding, no group.
-GradSyncConfig grad_sync_config(const TrainPlan& plan, const StageModel& stage, int pp_rank) {
-  const ParallelConfig& pc = plan.layout();
-  const std::vector<ChunkSpec> mine = plan.stage_chunks(pp_rank);
-  const bool head_here = std::any_of(mine.begin(), mine.end(), [](const ChunkSpec& c) { return c.has_head; });
-  const bool owns_tied = plan.model.head_reads_embeddings() && pp_rank == 0 && !head_here;
-  return {.sequence_parallel = pc.sequence_parallel,
-          .distributed_optimizer = pc.distributed_optimizer,
-          .bucket_floats = plan.options.parallel.ddp.bucket_size,
-          .overlap = plan.options.parallel.ddp.overlap_grad_reduce,
-          .is_expert = is_expert_param,
-          .tied_owner = owns_tied ? stage.params.index(Embedding::word_embeddings_name(plan.model)) : -1,
-          .tied_copy = stage.chunks.back()->tied_embedding_copy()};
-}
-
 // What a checkpoint records of the run besides the weights: the layout and the training flags.
 nlohmann::json checkpoint_run_config(const TrainPlan& plan) {
   const ParallelConfig& pc = plan.layout();
@@ -104,6 +53,7 @@ nlohmann::json checkpoint_run_config(const TrainPlan& plan) {
   return {{"tp", pc.tp}, {"pp", pc.pp}, {"vpp", pc.vpp}, {"cp", pc.cp}, {"ep", pc.ep},
           {"etp", pc.expert_tp()}, {"dp", plan.dp}, {"world", pc.world},
           {"distributed_optimizer", pc.distributed_optimizer},
+          {"data_parallel_sharding_strategy", sharding_strategy_name(pc.strategy())},
           {"sequence_parallel", pc.sequence_parallel},
           {"micro_batch_size", o.batch.micro_batch_size},
           {"global_batch_size", o.batch.global_batch_size}, {"step_batch_size_schedule", o.batch.step_schedule},
@@ -167,6 +117,7 @@ struct RunSetup {
         sync(k, stage.params, groups, grad_sync_config(plan, stage, groups.coords().pp)),
         optimizer(k, stage.params, plan.options.optim.adamw, sync.owned_ranges()),
         loss_scaler(run_loss_scaling(plan.options), plan.options.loss_scale) {
+    if (stage.init_deferred) stage.params.init_values(plan.options.seed, sync.owned_ranges());
     if (plan.options.optim.decoupled_lr)
       optimizer.set_decoupled_group([&model = plan.model](const Param& p) { return is_embedding_or_output_param(p, model); });
     const CheckpointOptions& ckpt = plan.options.checkpoint;
@@ -210,6 +161,16 @@ struct RunSetup {
     if (first_rank && l.profile.on) require_writable_file("--profile", l.profile.path);
     log = std::make_unique<TrainLog>(plan.train_iters(), l.interval, first_rank ? l.json : std::string(),
                                      l.progress && first_rank, !first_rank, resumed);
+    // Fully sharded: the chunks gather each unit as they compute with it; the values set above
+    // (initialised, read) are kept only in this rank's slices from now on.
+    if (FullySharded* sharded = sync.fully_sharded()) {
+      int first = 0;
+      for (auto& chunk : stage.chunks) {
+        chunk->set_weight_hooks(sharded, first);
+        first += static_cast<int>(chunk->weight_units().size());
+      }
+      sharded->shard_values();
+    }
   }
 
   BatchLoader batches;
@@ -305,16 +266,20 @@ void end_of_run(const TrainPlan& plan, ProcessGroups& groups, RunSetup& setup, E
                 RunMetrics& metrics, const NumericsGuard& numerics, RunTotals& totals) {
   const TrainOptions& o = plan.options;
   TrainLog& log = *setup.log;
+  FullySharded* sharded = setup.sync.fully_sharded();
   if (o.eval.iters > 0) {
     const int64_t last = plan.train_iters();
     evaluate(evaluator, log, metrics, numerics, Split::Valid, last, plan.valid_samples_before(last / o.eval.interval));
     evaluate(evaluator, log, metrics, numerics, Split::Test, last, 0);
+    if (sharded) sharded->shard_values();
   }
   ParamRegistry& params = setup.stage.params;
   totals.report(log, params, *setup.stage.chunks.front(), setup.loader.read_seconds_per_batch());
+  if (o.log.profile_report) report_model_state(log, groups, setup.sync);
   const std::string& save_hf = o.checkpoint.save_hf;
   if (save_hf.empty()) return;
   // The export fails, if at all, on its writing rank after its communication: agreed on.
+  if (sharded) sharded->gather_all();
   check_together(groups.world(), [&] {
     export_gathered(params, plan, groups);
     if (groups.world_rank() == 0) save_tokenizer_files(o.data.tokenizer, *plan.tokenizer, save_hf);
@@ -384,6 +349,8 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     loader.fill(m, inputs);
   };
   const std::function<void()> arm = [&] { sync.arm(); };
+  FullySharded* sharded = sync.fully_sharded();
+  if (sharded) pipeline.set_before_compute([sharded](bool last) { sharded->begin_compute(last); });
   const std::function<void(int)> grad_ready = [&](int index) {
     numerics.before_reduction(it, index);
     sync.grad_ready(index);
@@ -394,7 +361,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   const bool loss_scaled = loss_scaler.scaling() != LossScaling::None;
   std::vector<float> scaled;  // `scales` times the loss scale
   const auto compute = [&] {
-    params.zero_grads();
+    sync.zero_grads();
     take_step_terms(stage.chunks);
     set_loss_scales(stage.chunks, terms, term_counted, loss_scaler.scale());
     scaled = scales;
@@ -402,7 +369,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     const double loss_sum =
         pipeline.run(actions_of(microbatches), microbatches, fill, scaled, arm, grad_ready);
     sync.finish();
-    if (loss_scaled) k.scale(params.grads(), loss_scaler.inv_scale(), params.numel());
+    if (loss_scaled) sync.scale_grads(loss_scaler.inv_scale());
     return loss_sum;
   };
   // 8. The step, and where its iterations go once final: Megatron's figures added, the log and
@@ -456,17 +423,21 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     const bool saving = save_due(plan, it, exiting);
     // An evaluation, a save and what follows the loop read the validated parameters.
     if (evaluating || saving || exiting || it == plan.train_iters()) step.settle();
-    if (evaluating)
+    if (evaluating) {
       evaluate(evaluator, log, *metrics, numerics, Split::Valid, it, plan.valid_samples_before(it / o.eval.interval - 1));
+      if (sharded) sharded->shard_values();
+    }
     if (saving) {
+      if (sharded) sharded->gather_all();
       check_together(groups.world(), [&] {
         require_finite_weights(k, params, fmt::format("the save of iteration {}", it));
       });
       nlohmann::json config = run_config;
       config.update(resume_state(plan, it));
       if (loss_scaled) config["grad_scaler"] = loss_scaler.to_json();
-      saver.save(ckpt.save, it, params, setup->optimizer, plan.model, pc.distributed_optimizer, o.seed, config,
+      saver.save(ckpt.save, it, params, setup->optimizer, plan.model, pc.strategy() != ShardingStrategy::NoShard, o.seed, config,
                  groups);
+      if (sharded) sharded->shard_values();
     }
     if (exiting) break;
   }

@@ -57,7 +57,7 @@ TEST(GradSync, Tp2Dp2SequenceParallelDistributedOptimizer) {
       p.grad[i] = static_cast<float>(grad_of(id, p.global_index(i), at.tp, at.dp));
   }
   GradSync sync(k, params, groups,
-                {.sequence_parallel = true, .distributed_optimizer = true, .bucket_floats = 3,
+                {.sequence_parallel = true, .sharding = ShardingStrategy::Optim, .bucket_floats = 3,
                  .overlap = true, .is_expert = is_expert});
   backward_hooks(sync, params);
 
