@@ -152,6 +152,18 @@ TEST(PlanCli, TeachingSizedDrawings) {
   EXPECT_EQ(time.find(">bubble "), std::string::npos) << time;
 }
 
+// A preset keeps its name; flags that change its depth or width say so.
+TEST(PlanCli, ModelNamesSayWhatIsPlanned) {
+  const std::string layout = " --cluster h100 --num-gpus 8 --tp 8 --micro-batch-size 1 --global-batch-size 8";
+  const testing::CommandResult preset = run_tessel("plan --model llama3-8b" + layout);
+  ASSERT_EQ(preset.exit_code, 0) << preset.output;
+  EXPECT_NE(preset.output.find("model: llama3-8b |"), std::string::npos) << preset.output;
+  const testing::CommandResult resized = run_tessel("plan --model llama3-8b --num-layers 4" + layout);
+  ASSERT_EQ(resized.exit_code, 0) << resized.output;
+  EXPECT_NE(resized.output.find("model: llama3-8b resized (4 layers, 4096 hidden) |"), std::string::npos)
+      << resized.output;
+}
+
 // --calibrate measures this machine (GEMM, copy, MPI and a short tessel train) and writes a
 // cluster that plans a CPU run: the calibration run's own step and peak RSS come back. A damaged
 // cluster file where `--cluster cpu` looks (TESSEL_CLUSTER_FILE) is not read: it measures anew.
