@@ -1,7 +1,8 @@
 // Replays lowered pipeline schedules with costs: each rank runs its list in order, a receive waits
 // for its matching send (plus the communication cost), sends never block. Gives every rank's time
-// line, the makespan, each rank's bubble and its peak number of microbatches in flight; finds
-// deadlocks and broken schedules instead of hanging. Behind `tessel schedule` and the planner.
+// line, the makespan, each rank's idle time, the bubble (their share of the iteration) and each
+// rank's peak number of microbatches in flight; finds deadlocks and broken schedules instead of
+// hanging. Behind `tessel schedule` and the planner.
 #pragma once
 
 #include <optional>
@@ -41,7 +42,7 @@ struct Interval {
 
 struct RankTimeline {
   std::vector<TimedAction> compute;  // the rank's F / B / I / W in the order it ran them
-  std::vector<Interval> idle;        // the gaps in [0, makespan) with no compute
+  std::vector<Interval> idle;        // the gaps in [0, makespan) with no compute (blocking sends in them)
   double busy = 0;                   // useful time: the sum of compute costs (the ideal time)
   double blocked = 0;                // in blocking sends and receives: their own costs, not the waits
   double idle_time = 0;              // makespan − busy − blocked: the rank's part of the bubble
@@ -72,7 +73,8 @@ struct Simulation {
   // the neighbouring iterations' (the ranks' spans stack like a parallelogram's rows), and an
   // iteration costs the longest span: the most a rank idles inside its span ÷ that span is what the
   // zero-bubble papers publish (ZB-V with m ≥ 2p and T_F = T_I = T_W: 0). Equal to bubble() for
-  // GPipe and 1F1B.
+  // whole GPipe and 1F1B iterations; 0 for a forward-only pass, whose ranks idle only outside
+  // their spans.
   double back_to_back_bubble() const;
   double longest_span() const;
 };
