@@ -86,8 +86,9 @@ PlanCommand::PlanCommand(CLI::App& app) {
   c.add_option("--cluster", cluster_, "a100-80gb | h100 | h200 | b200 | cpu | a cluster JSON file")->capture_default_str();
   num_gpus_opt_ = c.add_option("--num-gpus", num_gpus_, "GPUs (CPU: ranks) to plan for (default: one node)");
   runtime_memory_opt_ = c.add_option("--runtime-memory-gib", runtime_memory_gib_,
-                                     "memory per rank outside the model (CUDA context, workspaces, NCCL buffers; "
-                                     "default: the cluster's, 1 GiB on the GPU presets)");
+                                     "memory per rank outside the model (GPU: CUDA context, workspaces, NCCL buffers; "
+                                     "CPU: the process's baseline resident memory; default: the cluster's, 1 GiB on "
+                                     "the GPU presets)");
   c.add_option("--memory-margin", memory_margin_,
                "search: list the layouts over the memory limit by at most this fraction of it as near misses")
       ->capture_default_str();
@@ -114,11 +115,17 @@ bool PlanCommand::layout_given() const {
 PlanModel PlanCommand::resolve_model() const {
   TESSEL_CHECK(preset_.empty() || model_.model_file().empty(), "give --model or --model-config, not both");
   PlanModel m;
-  m.name = "tessel default (gpt2, 4 layers, hidden 256)";
   if (!preset_.empty()) m = model_preset(preset_);
   if (!model_.model_file().empty()) m = load_plan_model(model_.model_file());
+  const ModelConfig named = m.cfg;
   model_.apply(m.cfg);
   for (const auto& apply : overrides_) apply(m);
+  // Titles and tables name the model by what it is: the preset or file, resized when the flags
+  // change its depth or width, or one sized by the flags alone.
+  const std::string size = fmt::format("{} layers, {} hidden", m.cfg.num_layers, m.cfg.hidden_size);
+  if (m.name.empty()) m.name = "custom (" + size + ")";
+  else if (m.cfg.num_layers != named.num_layers || m.cfg.hidden_size != named.hidden_size)
+    m.name += " resized (" + size + ")";
   std::vector<std::string> v = m.violations();
   if (!v.empty()) {
     std::string msg = "invalid model: " + v[0];
@@ -176,10 +183,10 @@ Cluster PlanCommand::resolve_cluster() const {
   return c;
 }
 
-void PlanCommand::write_svgs(const Estimate& est, const std::string& title) const {
+void PlanCommand::write_svgs(const Estimate& est, const Cluster& cluster, const std::string& title) const {
   // Plots: a rerun of the command draws them again, no fsync.
   const Durability plot = Durability::kReplaceable;
-  if (!svg_memory_.empty()) write_file_atomically(svg_memory_, memory_svg(est, title), plot);
+  if (!svg_memory_.empty()) write_file_atomically(svg_memory_, memory_svg(est, cluster, title), plot);
   if (!svg_time_.empty()) write_file_atomically(svg_time_, time_svg(est, title), plot);
 }
 
@@ -191,7 +198,7 @@ void PlanCommand::evaluate(const PlanModel& model, const Cluster& cluster, const
     throw ConfigError(msg);
   }
   const Estimate est = estimate(model, run, cluster);
-  write_svgs(est, model.name + " | " + run.describe());
+  write_svgs(est, cluster, model.name + " | " + run.describe());
   // A layout that does not fit is still predicted, with what would make it fit.
   const std::vector<MemoryFix> fixes = est.fits() ? std::vector<MemoryFix>{}
                                                   : memory_fixes(model, run, cluster, planned_run_violations, !json_);
@@ -242,7 +249,7 @@ void PlanCommand::search_layouts(const PlanModel& model, const Cluster& cluster,
                                   "e.g. {}", model.name, base.parallel.world, cluster.name, base.global_batch,
                                   result.considered, why));
   }
-  write_svgs(result.ranked.front(), model.name + " | best: " + result.ranked.front().run.describe());
+  write_svgs(result.ranked.front(), cluster, model.name + " | best: " + result.ranked.front().run.describe());
   if (json_) fmt::print("{}\n", search_json(model, cluster, result).dump(2));
   else if (explain_) print_explain(model, cluster, result.ranked.front());
   else print_search(model, cluster, result, all_rejected_);

@@ -30,7 +30,7 @@ class PlanCommand {
   Cluster resolve_cluster() const;
   void evaluate(const PlanModel& model, const Cluster& cluster, const PlanRun& run) const;
   void search_layouts(const PlanModel& model, const Cluster& cluster, const PlanRun& base) const;
-  void write_svgs(const Estimate& est, const std::string& title) const;
+  void write_svgs(const Estimate& est, const Cluster& cluster, const std::string& title) const;
 
   CLI::App* cmd_;
   // Model: a preset or file, then the model flags given on top, then the planner's own.

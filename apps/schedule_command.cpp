@@ -9,7 +9,7 @@
 #include "parallel_flags.h"
 #include "tessel/core/error.h"
 #include "tessel/core/writable.h"
-#include "tessel/pipeline/simulate.h"
+#include "tessel/pipeline/schedule_svg.h"
 
 namespace tessel {
 
@@ -67,16 +67,16 @@ std::string number(double x) { return fmt::format("{:.4g}", x); }
 constexpr int64_t kMaxTableCells = int64_t{1} << 24;
 
 void print_rank_stats(const Simulation& sim, const ScheduleConfig& config, bool forward_only) {
-  fmt::print("\n{:<6}{:>9}{:>7}{:>15}{:>17}", "rank", "compute", "idle", "bubble/ideal", "idle/iteration");
+  fmt::print("\n{:<6}{:>9}{:>7}{:>13}", "rank", "compute", "idle", "idle share");
   if (!forward_only) fmt::print("{:>17}", "peak in flight");
   fmt::print("\n");
   for (size_t r = 0; r < sim.ranks.size(); ++r) {
     const RankTimeline& t = sim.ranks[r];
-    fmt::print("{:<6}{:>9}{:>7}{:>15}{:>17}", r, number(t.busy), number(t.idle_time), number(t.bubble_ratio()),
-               number(t.idle_fraction()));
+    fmt::print("{:<6}{:>9}{:>7}{:>13}", r, number(t.busy), number(t.idle_time), number(t.idle_share()));
     if (!forward_only) fmt::print("{:>17}", t.peak_in_flight);
     fmt::print("\n");
   }
+  fmt::print("idle share: the rank's idle time ÷ the iteration (makespan {})\n", number(sim.makespan));
   if (forward_only) return;
   if (config.virtual_stages > 1)
     fmt::print("peak in flight: (microbatch, chunk) forwards whose backward has not run; each holds 1/{} "
@@ -85,50 +85,34 @@ void print_rank_stats(const Simulation& sim, const ScheduleConfig& config, bool 
     fmt::print("peak in flight: microbatches whose forward has run and backward not yet\n");
 }
 
-const char* kind_class(ActionKind kind) {
-  switch (kind) {
-    case ActionKind::Forward: return "F";
-    case ActionKind::Backward: return "B";
-    case ActionKind::BackwardInput: return "I";
-    case ActionKind::BackwardWeight: return "W";
-    default: return "comm";
-  }
-}
-
+// The bubble, the seed's: the ranks' idle share of the iteration, beside its formula. Megatron's
+// paper states the same idle over the compute time; the zero-bubble papers' count (iterations back
+// to back) is named as what it is.
 void print_bubble(const Simulation& sim, const ScheduleConfig& config, const SimulationCosts& costs) {
   const int p = config.pipeline_size, m = config.microbatches, v = config.virtual_stages;
-  const bool megatrons = config.kind == ScheduleKind::GPipe || config.kind == ScheduleKind::OneFOneB ||
-                         config.kind == ScheduleKind::Interleaved;
   const char* without_communication = costs.communication > 0 ? " (without communication time)" : "";
-  if (megatrons) {  // Megatron's measure: every rank idles alike
-    double low = sim.ranks[0].bubble_ratio(), high = low;
-    size_t low_rank = 0, high_rank = 0;
-    for (size_t r = 1; r < sim.ranks.size(); ++r) {
-      const double b = sim.ranks[r].bubble_ratio();
-      if (b < low) low = b, low_rank = r;
-      if (b > high) high = b, high_rank = r;
-    }
-    fmt::print("\nbubble = bubble time / ideal time (a rank's idle time in the iteration ÷ its compute time)\n");
-    if (high - low < 1e-9)
-      fmt::print("  measured: {} on every rank (makespan {})\n", number(high), number(sim.makespan));
-    else
-      fmt::print("  measured: {} (rank {}) to {} (rank {}) (makespan {})\n", number(low), low_rank, number(high),
-                 high_rank, number(sim.makespan));
-    if (config.kind == ScheduleKind::Interleaved)
-      fmt::print("  formula:  (p − 1)/(v·m) = ({} − 1)/({}·{}) = {}", p, v, m, number((p - 1.0) / (v * m)));
-    else
-      fmt::print("  formula:  (p − 1)/m = ({} − 1)/{} = {}", p, m, number((p - 1.0) / m));
-    fmt::print("{}\n", without_communication);
+  double idle = 0;
+  for (const RankTimeline& t : sim.ranks) idle += t.idle_time;
+  fmt::print("\nbubble = the ranks' idle share of the iteration: the table's · cells over all its cells\n");
+  fmt::print("  measured: idle ÷ (ranks × makespan) = {} ÷ ({} × {}) = {}\n", number(idle), p, number(sim.makespan),
+             number(sim.bubble()));
+  const PublishedBubble formula = published_bubble(config, costs);
+  if (!formula.back_to_back) {
+    fmt::print("  formula:  {}{}\n", formula.text, without_communication);
+    const bool interleaved = config.kind == ScheduleKind::Interleaved;
+    fmt::print("  (Megatron's paper divides the same idle time by the compute time instead: {} = {})\n",
+               interleaved ? "(p − 1)/(v·m)" : "(p − 1)/m", number((p - 1.0) / ((interleaved ? v : 1) * m)));
+    return;
   }
   size_t worst = 0;
   for (size_t r = 1; r < sim.ranks.size(); ++r)
     if (sim.ranks[r].span_idle() > sim.ranks[worst].span_idle()) worst = r;
-  fmt::print("\niteration bubble = the most a rank idles between its first and last action ÷ the longest such "
-             "span\n(what an iteration loses once iterations run back to back, as optimizer post-validation lets "
-             "them)\n");
-  fmt::print("  measured: {} (rank {} idles {} of span {})\n", number(sim.bubble()), worst,
+  fmt::print("\nwith iterations back to back (optimizer post-validation), the zero-bubble papers' count: the most "
+             "a rank idles\nbetween its first and last action ÷ the longest such span (warm-up and cool-down overlap "
+             "the neighbouring iterations)\n");
+  fmt::print("  measured: {} (rank {} idles {} of span {})\n", number(sim.back_to_back_bubble()), worst,
              number(sim.ranks[worst].span_idle()), number(sim.longest_span()));
-  fmt::print("  formula:  {}{}\n", published_bubble(config, costs).text, without_communication);
+  fmt::print("  formula:  {}{}\n", formula.text, without_communication);
 }
 
 // The simulation for tools: per rank its actions, idle time and peak in flight; overall the
@@ -139,10 +123,10 @@ nlohmann::json schedule_json(const Simulation& sim, const ScheduleConfig& config
     const RankTimeline& t = sim.ranks[r];
     nlohmann::json actions = nlohmann::json::array();
     for (const TimedAction& ta : t.compute)
-      actions.push_back({{"kind", kind_class(ta.action.kind)}, {"microbatch", ta.action.microbatch},
+      actions.push_back({{"kind", action_kind_name(ta.action.kind)}, {"microbatch", ta.action.microbatch},
                          {"chunk", ta.action.chunk}, {"start", ta.start}, {"end", ta.end}});
-    ranks.push_back({{"rank", r}, {"compute", t.busy}, {"idle", t.span_idle()},
-                     {"idle_in_makespan", t.idle_time}, {"first_start", t.first_start}, {"last_end", t.last_end},
+    ranks.push_back({{"rank", r}, {"compute", t.busy}, {"idle", t.idle_time}, {"idle_share", t.idle_share()},
+                     {"idle_in_span", t.span_idle()}, {"first_start", t.first_start}, {"last_end", t.last_end},
                      {"peak_in_flight", t.peak_in_flight}, {"actions", actions}});
   }
   const PublishedBubble formula = published_bubble(config, costs);
@@ -152,84 +136,11 @@ nlohmann::json schedule_json(const Simulation& sim, const ScheduleConfig& config
                      {"backward_input", costs.backward_input}, {"backward_weight", costs.backward_weight},
                      {"communication", costs.communication}}},
           {"makespan", sim.makespan}, {"longest_span", sim.longest_span()}, {"bubble", sim.bubble()},
-          {"formula", formula.text},
-          {"bubble_formula", formula.value ? nlohmann::json(*formula.value) : nlohmann::json(nullptr)},
+          {"back_to_back_bubble", sim.back_to_back_bubble()},
+          {"formula", {{"text", formula.text},
+                       {"measures", formula.back_to_back ? "back_to_back_bubble" : "bubble"},
+                       {"value", formula.value ? nlohmann::json(*formula.value) : nlohmann::json(nullptr)}}},
           {"ranks", ranks}};
-}
-
-// A colour per compute kind, lightened towards white for later chunks so that a rank's chunks
-// stand apart.
-std::string fill_colour(const Action& a, int virtual_stages) {
-  int rgb[3] = {76, 120, 168};                                                  // F: blue
-  if (a.kind == ActionKind::Backward) rgb[0] = 228, rgb[1] = 120, rgb[2] = 30;  // B: orange
-  if (a.kind == ActionKind::BackwardInput) rgb[0] = 214, rgb[1] = 80, rgb[2] = 80;
-  if (a.kind == ActionKind::BackwardWeight) rgb[0] = 84, rgb[1] = 162, rgb[2] = 75;
-  const double lighten = virtual_stages > 1 ? 0.55 * a.chunk / (virtual_stages - 1) : 0;
-  for (int& c : rgb) c = static_cast<int>(std::lround(c + (255 - c) * lighten));
-  return fmt::format("#{:02x}{:02x}{:02x}", rgb[0], rgb[1], rgb[2]);
-}
-
-// One row per rank, one box per compute action (class F / B / I / W, the microbatch number
-// inside), a time axis below, and a legend.
-std::string schedule_svg(const Simulation& sim, const ScheduleConfig& config, const std::string& title) {
-  const int p = config.pipeline_size, v = config.virtual_stages;
-  const double unit = std::clamp(1200.0 / std::max(sim.makespan, 1.0), 8.0, 48.0);  // pixels per time unit
-  const double left = 70, top = 40, row = 34, gap = 8;
-  const double plot_w = sim.makespan * unit, plot_h = p * (row + gap);
-  const double width = left + plot_w + 20, height = top + plot_h + 80;
-  std::string s = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
-      "font-family=\"sans-serif\" font-size=\"12\">\n",
-      width, height);
-  s += fmt::format("<text x=\"{}\" y=\"22\" font-size=\"14\">{}</text>\n", left, title);
-  for (int r = 0; r < p; ++r) {
-    const double y = top + r * (row + gap);
-    s += fmt::format("<text x=\"8\" y=\"{:.1f}\">rank {}</text>\n", y + row * 0.62, r);
-    s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ccc\"/>\n", left,
-                     y + row / 2, left + plot_w, y + row / 2);
-    for (const TimedAction& ta : sim.ranks[r].compute) {
-      const double x = left + ta.start * unit, w = (ta.end - ta.start) * unit;
-      s += fmt::format("<rect class=\"{}\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" "
-                       "stroke=\"#333\" stroke-width=\"0.6\"><title>rank {} {}</title></rect>\n",
-                       kind_class(ta.action.kind), x, y, w, row, fill_colour(ta.action, v), r,
-                       action_label(ta.action, v));
-      s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"{:.0f}\">{}</text>\n",
-                       x + w / 2, y + row * 0.62, std::min(12.0, unit * 0.9), ta.action.microbatch + 1);
-    }
-  }
-  // Time axis: a tick every `step` units, at least ~30 px apart.
-  const double axis_y = top + plot_h;
-  s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#000\"/>\n", left, axis_y,
-                   left + plot_w, axis_y);
-  const int step = std::max(1, static_cast<int>(std::ceil(30.0 / unit)));
-  for (int t = 0; t <= static_cast<int>(sim.makespan); t += step) {
-    const double x = left + t * unit;
-    s += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#000\"/>\n", x, axis_y,
-                     x, axis_y + 5);
-    s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x, axis_y + 18, t);
-  }
-  s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">time</text>\n", left + plot_w,
-                   axis_y + 34);
-  // Legend: each kind of compute the schedule runs, for every chunk.
-  double x = left;
-  const double legend_y = axis_y + 48;
-  for (ActionKind kind : {ActionKind::Forward, ActionKind::Backward, ActionKind::BackwardInput,
-                          ActionKind::BackwardWeight}) {
-    const bool runs = std::any_of(sim.ranks.begin(), sim.ranks.end(), [&](const RankTimeline& t) {
-      return std::any_of(t.compute.begin(), t.compute.end(), [&](const TimedAction& a) { return a.action.kind == kind; });
-    });
-    if (!runs) continue;
-    for (int c = 0; c < v; ++c) {
-      Action a{kind, 0, c, -1};
-      s += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"14\" fill=\"{}\" stroke=\"#333\" "
-                       "stroke-width=\"0.6\"/>\n", x, legend_y, fill_colour(a, v));
-      const std::string name = fmt::format("{}{}", kind_class(kind), v > 1 ? fmt::format(" chunk {}", c) : "");
-      s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", x + 18, legend_y + 11, name);
-      x += 30 + 7.0 * name.size();
-    }
-  }
-  s += "</svg>\n";
-  return s;
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // `tessel schedule`: a pipeline schedule as the generator makes it for the trainer, replayed by the
 // simulator — each rank's time line as a table (T1, T2, … like the seed's), the measured bubble
-// beside its formula, each rank's peak microbatches in flight, and with --svg a colour drawing.
+// (the ranks' idle share of the iteration: the table's · cells over all its cells) beside its
+// formula, each rank's peak microbatches in flight, and with --svg a colour drawing
+// (pipeline/schedule_svg.h).
 //
 // The seed's example 8 (九/十, PP 2, 4 microbatches):
 //   tessel schedule --pp 2 --microbatches 4 --schedule gpipe --forward-only

@@ -1,7 +1,7 @@
 // Pipeline bubble of 1F1B and interleaved 1F1B on PP4 with 8 microbatches (the issue's
 // configuration), measured by replaying the generated schedules in the simulator, against the
-// formulas (p − 1)/m and (p − 1)/(v·m). Bubble = bubble time / ideal time: a rank's idle time in
-// the iteration over its compute time.
+// formulas (p − 1)/(m + p − 1) and (p − 1)/(v·m + p − 1). Bubble = the ranks' idle share of the
+// iteration (Simulation::bubble), as `tessel schedule`, `train` and `plan` report it.
 //
 // Costs are per chunk; a rank's work per microbatch is the same in every row (a stage's forward
 // is v chunk forwards), so makespans compare directly. The measured figures from real runs (the
@@ -35,8 +35,8 @@ int main(int argc, char** argv) {
   const Row rows[] = {{tessel::ScheduleKind::GPipe, 1}, {tessel::ScheduleKind::OneFOneB, 1},
                       {tessel::ScheduleKind::Interleaved, 2}, {tessel::ScheduleKind::Interleaved, 4}};
   fmt::print("pp {}, {} microbatches, communication {}; a stage's forward = 2 time units\n\n", p, m, communication);
-  fmt::print("{:<12}{:>5}{:>8}{:>11}{:>12}{:>14}{:>10}{:>16}\n", "schedule", "vpp", "F:B", "makespan", "bubble",
-             "bubble range", "formula", "peak in flight");
+  fmt::print("{:<12}{:>5}{:>8}{:>11}{:>12}{:>17}{:>10}{:>16}\n", "schedule", "vpp", "F:B", "makespan", "bubble",
+             "rank idle share", "formula", "peak in flight");
   for (const Row& row : rows) {
     for (double backward_ratio : {1.0, 2.0}) {
       tessel::ScheduleConfig c;
@@ -60,16 +60,17 @@ int main(int argc, char** argv) {
       }
       double low = 1e300, high = 0;
       for (const tessel::RankTimeline& t : sim.ranks) {
-        low = std::min(low, t.bubble_ratio());
-        high = std::max(high, t.bubble_ratio());
+        low = std::min(low, t.idle_share());
+        high = std::max(high, t.idle_share());
       }
-      const double formula = (p - 1.0) / (row.vpp * m);
-      fmt::print("{:<12}{:>5}{:>8}{:>11.4g}{:>12.4f}{:>14}{:>10.4f}{:>16}\n", tessel::schedule_kind_name(c.kind),
-                 row.vpp, fmt::format("1:{:g}", backward_ratio), sim.makespan, high,
-                 high - low < 1e-12 ? "all ranks" : fmt::format("{:.4f}+", low), formula,
+      const double formula = (p - 1.0) / (row.vpp * m + p - 1.0);
+      fmt::print("{:<12}{:>5}{:>8}{:>11.4g}{:>12.4f}{:>17}{:>10.4f}{:>16}\n", tessel::schedule_kind_name(c.kind),
+                 row.vpp, fmt::format("1:{:g}", backward_ratio), sim.makespan, sim.bubble(),
+                 high - low < 1e-12 ? "alike" : fmt::format("{:.4f}–{:.4f}", low, high), formula,
                  sim.ranks[0].peak_in_flight);
     }
   }
-  fmt::print("\nbubble: the largest over ranks; peak in flight: rank 0's, in (microbatch, chunk) units\n");
+  fmt::print("\nbubble: the ranks' idle share of the iteration; peak in flight: rank 0's, in (microbatch, chunk) "
+             "units\n");
   return 0;
 }

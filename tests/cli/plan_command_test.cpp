@@ -2,9 +2,12 @@
 // JSON carries the promised figures, --explain prints formulas, the SVGs are written.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
+#include <vector>
 
 #include "support/run_command.h"
 #include "support/svg_render.h"
@@ -13,6 +16,13 @@ namespace tessel {
 namespace {
 
 using testing::run_tessel;
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 void expect_error(const std::string& args, const std::string& message) {
   const testing::CommandResult r = run_tessel("plan " + args);
@@ -83,10 +93,7 @@ TEST(PlanCli, SearchExplainAndDrawings) {
   EXPECT_NE(search.output.find("tok/s/GPU"), std::string::npos) << search.output;
   EXPECT_NE(search.output.find("rejected layouts"), std::string::npos) << search.output;
   for (const char* file : {"mem.svg", "time.svg"}) {
-    std::ifstream in(dir + file);
-    std::stringstream text;
-    text << in.rdbuf();
-    EXPECT_EQ(text.str().rfind("<svg", 0), 0u) << file;
+    EXPECT_EQ(read_text(dir + file).rfind("<svg", 0), 0u) << file;
     // The memory drawing of one stage was 298 px wide, its title twice that.
     if (testing::svg_renderer_missing().empty()) {
       EXPECT_EQ(testing::ink_outside_canvas(dir + file), "");
@@ -97,6 +104,64 @@ TEST(PlanCli, SearchExplainAndDrawings) {
   ASSERT_EQ(explain.exit_code, 0) << explain.output;
   for (const char* formula : {"weights = params × 2 B", "Q, K, V", "e·(q + 2·kv)/t", "MFU = model FLOPs / (step · GPUs · peak)"})
     EXPECT_NE(explain.output.find(formula), std::string::npos) << formula << "\n" << explain.output;
+}
+
+// The seed's example 7 model (8 layers over PP 2, 4 microbatches) on a CPU cluster: its pictures
+// name it by its size (not "tessel default"), scale bytes and seconds to their magnitude (not
+// "0.00 GiB"), tick at round values, explain a CPU's allowance as a CPU's, and give the one
+// bubble, the stages' idle share (not "bubble 57 %").
+TEST(PlanCli, TeachingSizedDrawings) {
+  const std::string dir = ::testing::TempDir();
+  const testing::CommandResult r = run_tessel(
+      "plan --cluster cpu --num-gpus 2 --pp 2 --num-layers 8 --hidden-size 8 --num-attention-heads 2 --seq-length 4 "
+      "--micro-batch-size 4 --global-batch-size 16 --svg-memory " + dir + "small-mem.svg --svg-time " + dir +
+      "small-time.svg");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: custom (8 layers, 8 hidden)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the process's baseline resident memory"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("CUDA"), std::string::npos) << r.output;
+  const size_t bubble = r.output.find("pipeline bubble ");
+  ASSERT_NE(bubble, std::string::npos) << r.output;
+  // (2 − 1)/(4 + 2 − 1) = 20 % were the stages alike; the last one's head makes the first wait more.
+  const double percent = std::stod(r.output.substr(bubble + 16));
+  EXPECT_GE(percent, 20) << r.output;
+  EXPECT_LT(percent, 50) << r.output;
+  for (const char* file : {"small-mem.svg", "small-time.svg"}) {
+    const std::string svg = read_text(dir + file);
+    EXPECT_NE(svg.find("custom (8 layers, 8 hidden) | "), std::string::npos) << file;
+    EXPECT_EQ(svg.find("tessel default"), std::string::npos) << file;
+    EXPECT_EQ(svg.find("0.00 GiB"), std::string::npos) << file;
+    EXPECT_EQ(svg.find("CUDA"), std::string::npos) << file;
+    if (testing::svg_renderer_missing().empty()) {
+      EXPECT_EQ(testing::ink_outside_canvas(dir + file), "") << file;
+    }
+  }
+  const std::string memory = read_text(dir + "small-mem.svg");
+  // The axis: 0 and round steps (1, 2 or 5 × 10^k) in KiB or MiB, the first above 0 being the step.
+  const std::regex tick(">([0-9.]+) (B|KiB|MiB)</text>");
+  std::vector<double> ticks;
+  for (std::sregex_iterator it(memory.begin(), memory.end(), tick), end; it != end; ++it)
+    ticks.push_back(std::stod((*it)[1]));
+  ASSERT_GE(ticks.size(), 3u) << memory;
+  EXPECT_EQ(ticks[0], 0);
+  const double step = ticks[1], magnitude = std::pow(10, std::floor(std::log10(step)));
+  EXPECT_TRUE(step == magnitude || step == 2 * magnitude || step == 5 * magnitude) << step;
+  for (size_t i = 1; i < ticks.size(); ++i) EXPECT_NEAR(ticks[i], i * step, 1e-9 * step) << memory;
+  const std::string time = read_text(dir + "small-time.svg");
+  EXPECT_NE(time.find("; pipeline bubble "), std::string::npos) << time;
+  EXPECT_EQ(time.find(">bubble "), std::string::npos) << time;
+}
+
+// A preset keeps its name; flags that change its depth or width say so.
+TEST(PlanCli, ModelNamesSayWhatIsPlanned) {
+  const std::string layout = " --cluster h100 --num-gpus 8 --tp 8 --micro-batch-size 1 --global-batch-size 8";
+  const testing::CommandResult preset = run_tessel("plan --model llama3-8b" + layout);
+  ASSERT_EQ(preset.exit_code, 0) << preset.output;
+  EXPECT_NE(preset.output.find("model: llama3-8b |"), std::string::npos) << preset.output;
+  const testing::CommandResult resized = run_tessel("plan --model llama3-8b --num-layers 4" + layout);
+  ASSERT_EQ(resized.exit_code, 0) << resized.output;
+  EXPECT_NE(resized.output.find("model: llama3-8b resized (4 layers, 4096 hidden) |"), std::string::npos)
+      << resized.output;
 }
 
 // --calibrate measures this machine (GEMM, copy, MPI and a short tessel train) and writes a

@@ -291,8 +291,9 @@ TEST(Simulate, PeakMicrobatchesInFlight) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(vpp.ranks[r].peak_in_flight, 2 * (4 - r - 1) + 4 + 1) << "rank " << r;
 }
 
-// Bubble time / ideal time: (p − 1)/m for GPipe and 1F1B, (p − 1)/(v·m) for interleaved 1F1B;
-// the makespan is the ideal time plus p − 1 forward-backward pairs (of a chunk, with VPP).
+// The bubble, the ranks' idle share of the iteration: (p − 1)/(m + p − 1) for GPipe and 1F1B,
+// (p − 1)/(v·m + p − 1) for interleaved 1F1B, every rank idling alike; the makespan is the ideal
+// time plus p − 1 forward-backward pairs (of a chunk, with VPP).
 TEST(Simulate, BubbleMatchesTheFormula) {
   for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB})
     for (int p : {1, 2, 3, 4})
@@ -302,7 +303,9 @@ TEST(Simulate, BubbleMatchesTheFormula) {
           tessel::Simulation sim = run(c, f, b);
           ASSERT_TRUE(sim.ok()) << sim.error;
           EXPECT_DOUBLE_EQ(sim.makespan, (m + p - 1) * (f + b)) << name(c);
-          for (int r = 0; r < p; ++r) EXPECT_NEAR(sim.ranks[r].bubble_ratio(), (p - 1.0) / m, 1e-12) << name(c);
+          EXPECT_NEAR(sim.bubble(), (p - 1.0) / (m + p - 1), 1e-12) << name(c);
+          EXPECT_NEAR(sim.bubble(), *tessel::published_bubble(c, {}).value, 1e-12) << name(c);
+          for (int r = 0; r < p; ++r) EXPECT_NEAR(sim.ranks[r].idle_share(), sim.bubble(), 1e-12) << name(c);
         }
   // Every valid interleaved configuration of the matrix, m a multiple of g or not.
   for (const ScheduleConfig& c : valid_configs()) {
@@ -312,9 +315,23 @@ TEST(Simulate, BubbleMatchesTheFormula) {
       ASSERT_TRUE(sim.ok()) << sim.error;
       const int p = c.pipeline_size, m = c.microbatches, v = c.virtual_stages;
       EXPECT_DOUBLE_EQ(sim.makespan, (v * m + p - 1) * (f + b)) << name(c);
-      for (int r = 0; r < p; ++r) EXPECT_NEAR(sim.ranks[r].bubble_ratio(), (p - 1.0) / (v * m), 1e-12) << name(c);
+      EXPECT_NEAR(sim.bubble(), (p - 1.0) / (v * m + p - 1), 1e-12) << name(c);
+      for (int r = 0; r < p; ++r) EXPECT_NEAR(sim.ranks[r].idle_share(), sim.bubble(), 1e-12) << name(c);
     }
   }
+}
+
+// The seed's forward table (PP 2, 4 microbatches, T1..T5): 2 idle cells of 10, a bubble of 0.2 —
+// not 0, as the most a rank idles between its own first and last forward would say.
+TEST(Simulate, SeedForwardTableBubble) {
+  const ScheduleConfig c = config(ScheduleKind::GPipe, 2, 4);
+  const tessel::Simulation sim =
+      tessel::simulate(tessel::lower(tessel::forward_only_schedule(tessel::generate_schedule(c)), c), c);
+  ASSERT_TRUE(sim.ok()) << sim.error;
+  EXPECT_DOUBLE_EQ(sim.makespan, 5);
+  EXPECT_DOUBLE_EQ(sim.bubble(), 0.2);
+  EXPECT_DOUBLE_EQ(*tessel::published_bubble(c, {}).value, 0.2);
+  EXPECT_DOUBLE_EQ(sim.back_to_back_bubble(), 0);
 }
 
 // The bubble shrinks with more virtual stages: PP4, 8 microbatches, 1F1B against VPP2.
@@ -324,7 +341,8 @@ TEST(Simulate, InterleavingShrinksTheBubble) {
   ASSERT_TRUE(flat.ok() && vpp.ok());
   EXPECT_DOUBLE_EQ(flat.ranks[0].busy, vpp.ranks[0].busy);
   EXPECT_LT(vpp.makespan, flat.makespan);
-  EXPECT_NEAR(vpp.ranks[0].bubble_ratio() * 2, flat.ranks[0].bubble_ratio(), 1e-12);
+  EXPECT_NEAR(vpp.ranks[0].idle_time * 2, flat.ranks[0].idle_time, 1e-12);
+  EXPECT_LT(vpp.bubble(), flat.bubble());
 }
 
 TEST(Simulate, FindsDeadlock) {

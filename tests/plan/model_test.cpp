@@ -149,9 +149,12 @@ TEST(PlanModel, ReadsHuggingFaceConfigs) {
       {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"intermediate_size", 14336},
       {"vocab_size", 128256}, {"max_position_embeddings", 131072}, {"rope_scaling", {{"factor", 8.0}}}}));
   EXPECT_NEAR(total_params(llama) / 1e9, 8.03, 0.01);
+  EXPECT_EQ(llama.name, ::testing::TempDir() + "llama.json");  // no model named in it: the file
   const PlanModel mixtral = load_plan_model(write_temp("mixtral.json", {{"model_type", "mixtral"}, {"hidden_size", 4096},
       {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"intermediate_size", 14336},
-      {"vocab_size", 32000}, {"max_position_embeddings", 32768}, {"num_local_experts", 8}, {"num_experts_per_tok", 2}}));
+      {"vocab_size", 32000}, {"max_position_embeddings", 32768}, {"num_local_experts", 8}, {"num_experts_per_tok", 2},
+      {"_name_or_path", "mistralai/Mixtral-8x7B-v0.1"}}));
+  EXPECT_EQ(mixtral.name, "mistralai/Mixtral-8x7B-v0.1");  // the model it was saved from names it
   EXPECT_EQ(total_params(mixtral), total_params(model_preset("mixtral-8x7b")));
   const PlanModel ds = load_plan_model(write_temp("ds.json", {{"model_type", "deepseek_v3"}, {"hidden_size", 7168},
       {"num_hidden_layers", 61}, {"num_attention_heads", 128}, {"num_key_value_heads", 128}, {"intermediate_size", 18432},

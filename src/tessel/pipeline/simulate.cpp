@@ -11,18 +11,22 @@
 
 namespace tessel {
 
-std::string action_label(const Action& a, int virtual_stages) {
-  const char* name = "?";
-  switch (a.kind) {
-    case ActionKind::Forward: name = "F"; break;
-    case ActionKind::Backward: name = "B"; break;
-    case ActionKind::BackwardInput: name = "I"; break;
-    case ActionKind::BackwardWeight: name = "W"; break;
-    case ActionKind::SendForward: name = "sendF"; break;
-    case ActionKind::RecvForward: name = "recvF"; break;
-    case ActionKind::SendBackward: name = "sendB"; break;
-    case ActionKind::RecvBackward: name = "recvB"; break;
+const char* action_kind_name(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::Forward: return "F";
+    case ActionKind::Backward: return "B";
+    case ActionKind::BackwardInput: return "I";
+    case ActionKind::BackwardWeight: return "W";
+    case ActionKind::SendForward: return "sendF";
+    case ActionKind::RecvForward: return "recvF";
+    case ActionKind::SendBackward: return "sendB";
+    case ActionKind::RecvBackward: return "recvB";
   }
+  return "?";
+}
+
+std::string action_label(const Action& a, int virtual_stages) {
+  const char* name = action_kind_name(a.kind);
   if (virtual_stages > 1) return fmt::format("{}{}.{}", name, a.microbatch + 1, a.chunk);
   return fmt::format("{}{}", name, a.microbatch + 1);
 }
@@ -110,7 +114,7 @@ void fill_idle(RankTimeline& t, double makespan) {
     t.busy += ta.end - ta.start;
   }
   if (makespan > at) t.idle.push_back({at, makespan});
-  t.idle_time = makespan - t.busy;
+  t.idle_time = makespan - t.busy - t.blocked;
 }
 
 }  // namespace
@@ -123,6 +127,12 @@ double Simulation::longest_span() const {
 
 double Simulation::bubble() const {
   double idle = 0;
+  for (const RankTimeline& t : ranks) idle += t.idle_time;
+  return makespan > 0 ? idle / (static_cast<double>(ranks.size()) * makespan) : 0;
+}
+
+double Simulation::back_to_back_bubble() const {
+  double idle = 0;
   for (const RankTimeline& t : ranks) idle = std::max(idle, t.span_idle());
   const double span = longest_span();
   return span > 0 ? idle / span : 0;
@@ -130,11 +140,16 @@ double Simulation::bubble() const {
 
 PublishedBubble published_bubble(const ScheduleConfig& c, const SimulationCosts& costs) {
   const int p = c.pipeline_size, m = c.microbatches, v = c.virtual_stages;
+  // The zero-bubble papers count an iteration's idle with iterations back to back.
+  const bool back_to_back = c.kind != ScheduleKind::GPipe && c.kind != ScheduleKind::OneFOneB &&
+                            c.kind != ScheduleKind::Interleaved;
   // form = (p − 1)/(n + p − 1), n written out as `n_text`
   auto fraction = [&](const std::string& form, const std::string& n_text, int n) {
     const double value = (p - 1.0) / (n + p - 1.0);
-    return PublishedBubble{fmt::format("{} = ({} − 1)/({} + {} − 1) = {:.4g}", form, p, n_text, p, value), value};
+    return PublishedBubble{fmt::format("{} = ({} − 1)/({} + {} − 1) = {:.4g}", form, p, n_text, p, value), value,
+                           back_to_back};
   };
+  auto none = [&](const std::string& why) { return PublishedBubble{why, {}, back_to_back}; };
   const bool equal = costs.forward == costs.backward_input && costs.backward_input == costs.backward_weight;
   const std::string unequal = "(the published value assumes T_F = T_I = T_W)";
   switch (c.kind) {
@@ -143,18 +158,18 @@ PublishedBubble published_bubble(const ScheduleConfig& c, const SimulationCosts&
     case ScheduleKind::Interleaved:
       return fraction("(p − 1)/(v·m + p − 1)", fmt::format("{}·{}", v, m), v * m);
     case ScheduleKind::ZeroBubbleH1:
-      if (!equal) return {"(p − 1)/(3m + p − 1) " + unequal, {}};
-      if (m < p) return {"(p − 1)/(3m + p − 1) once m ≥ p", {}};
+      if (!equal) return none("(p − 1)/(3m + p − 1) " + unequal);
+      if (m < p) return none("(p − 1)/(3m + p − 1) once m ≥ p");
       return fraction("(p − 1)/(3m + p − 1)", fmt::format("3·{}", m), 3 * m);
     case ScheduleKind::ZeroBubbleV:
-      if (!equal) return {"0 " + unequal, {}};
-      if (m < 2 * p) return {"0 once m ≥ 2p", {}};
-      return {"0 (m ≥ 2p)", 0.0};
+      if (!equal) return none("0 " + unequal);
+      if (m < 2 * p) return none("0 once m ≥ 2p");
+      return {"0 (m ≥ 2p)", 0.0, back_to_back};
     case ScheduleKind::DualPipeV:
-      if (!equal) return {"(p − 1)/(6m + p − 1) " + unequal, {}};
+      if (!equal) return none("(p − 1)/(6m + p − 1) " + unequal);
       return fraction("(p − 1)/(6m + p − 1)", fmt::format("6·{}", m), 6 * m);
   }
-  return {"", {}};
+  return none("");
 }
 
 // Each pass lets every rank run as far as it can; a receive whose send has not happened yet stops
@@ -196,6 +211,7 @@ Simulation simulate(const std::vector<RankSchedule>& lowered, const ScheduleConf
           case ActionKind::RecvBackward: {
             auto it = in_transit.find({r, p2p_tag(a, r, config)});
             s.clock = std::max(s.clock, it->second.ready) + cost_of(r, a, costs);
+            line.blocked += cost_of(r, a, costs);
             in_transit.erase(it);
             break;
           }
@@ -213,6 +229,7 @@ Simulation simulate(const std::vector<RankSchedule>& lowered, const ScheduleConf
               return sim;
             }
             s.clock += cost_of(r, a, costs);
+            line.blocked += cost_of(r, a, costs);
             in_transit[{a.peer, tag}] = {r, s.clock + costs.communication};
             break;
           }

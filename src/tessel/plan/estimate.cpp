@@ -232,8 +232,9 @@ Estimate estimate(const PlanModel& model, const PlanRun& run, const Cluster& clu
 
   StepTime& t = est.time;
   t.makespan = sim.makespan;
+  t.bubble = sim.bubble();
   // The parts are the busiest stage's: it sets the pace (lighter stages wait, which would show
-  // as their bubble).
+  // as their idle time).
   int& b = t.stage;
   double most = -1;
   for (int r = 0; r < x.pp; ++r) {
@@ -250,7 +251,7 @@ Estimate estimate(const PlanModel& model, const PlanRun& run, const Cluster& clu
     const Seconds& s = a.kind == ActionKind::Forward ? costs[b][a.chunk].forward : costs[b][a.chunk].backward;
     t.compute += s.gemm + s.memory, t.tp_comm += s.tp, t.cp_comm += s.cp, t.ep_comm += s.ep;
   }
-  t.bubble = std::max(0.0, sim.makespan - t.compute - t.tp_comm - t.cp_comm - t.ep_comm - t.pp_comm);
+  t.idle = std::max(0.0, sim.makespan - t.compute - t.tp_comm - t.cp_comm - t.ep_comm - t.pp_comm);
   // After the flush every stage reduces and updates its own parameters: the slowest one counts.
   IterationTail slowest;
   for (int r = 0; r < x.pp; ++r) {
@@ -285,7 +286,8 @@ Estimate estimate(const PlanModel& model, const PlanRun& run, const Cluster& clu
   t.terms.push_back({"pipeline (simulated schedule)", sim.makespan,
                      fmt::format("{} schedule, p = {}, m = {}, v = {}, every action at its cost",
                                  schedule_kind_name(x.schedule.kind), x.pp, x.microbatches, x.v),
-                     fmt::format("stage {} busy {:.4g} s, idle (bubble) {:.4g} s", b, t.makespan - t.bubble, t.bubble)});
+                     fmt::format("stage {} busy {:.4g} s, idle {:.4g} s; bubble {:.3g} (all stages' idle share)", b,
+                                 t.makespan - t.idle, t.idle, t.bubble)});
   for (const Term& term : slowest.terms) t.terms.push_back(term);
 
   const double tokens = static_cast<double>(run.global_batch) * model.cfg.seq_length;

@@ -30,7 +30,8 @@ struct StepTime {
   double compute = 0;       // its compute (GEMMs, memory-bound kernels, recompute)
   double tp_comm = 0, cp_comm = 0, ep_comm = 0;  // exposed
   double pp_comm = 0;       // its blocked point-to-point time
-  double bubble = 0;        // its idle time in the simulated schedule
+  double idle = 0;          // its idle time in the simulated schedule: waiting for the other stages
+  double bubble = 0;        // the pipeline's bubble: all stages' idle share of the schedule (a fraction)
   double dp_comm = 0, embedding_sync = 0, optimizer = 0;
   double makespan = 0;      // the simulated pipeline part
   std::vector<Term> terms;

@@ -64,7 +64,10 @@ PlanModel load_plan_model(const std::string& path) {
   } catch (const json::exception& e) {
     fail("{}: {}", path, e.what());
   }
-  if (m.name.empty() || m.name == j.value("model_type", "")) m.name = path;
+  // A Hugging Face config names its model in _name_or_path when it was saved from one.
+  const json named = j.is_object() ? j.value("_name_or_path", json()) : json();
+  if (named.is_string() && !named.get<std::string>().empty()) m.name = named.get<std::string>();
+  else if (m.name.empty() || m.name == j.value("model_type", "")) m.name = path;
   return m;
 }
 

@@ -27,11 +27,11 @@ std::string verdict_of(const PublishedPrediction& p) {
 
 // The parts of the predicted step, as fractions of it: what the errors are set against.
 struct Shares {
-  double compute, tp, pp, bubble, tail;
+  double compute, tp, pp, idle, tail;  // idle: the busiest stage's, waiting for the others
 };
 Shares shares_of(const Estimate& e) {
   const StepTime& t = e.time;
-  return {t.compute / t.step, (t.tp_comm + t.cp_comm + t.ep_comm) / t.step, t.pp_comm / t.step, t.bubble / t.step,
+  return {t.compute / t.step, (t.tp_comm + t.cp_comm + t.ep_comm) / t.step, t.pp_comm / t.step, t.idle / t.step,
           (t.dp_comm + t.embedding_sync + t.optimizer) / t.step};
 }
 
@@ -99,7 +99,7 @@ void print_published(bool json, const TrainRules& rules) {
     if (row.in_fit) {
       errors.push_back(std::fabs(err)), signed_errors.push_back(err);
       const Shares s = shares_of(p.estimate);
-      for (auto [k, v] : {std::pair{0, s.compute}, {1, s.tp}, {2, s.pp}, {3, s.bubble}, {4, s.tail}}) share_columns[k].push_back(v);
+      for (auto [k, v] : {std::pair{0, s.compute}, {1, s.tp}, {2, s.pp}, {3, s.idle}, {4, s.tail}}) share_columns[k].push_back(v);
     }
     if (json) {
       const PlanRun& r = p.estimate.run;
@@ -133,7 +133,7 @@ void print_published(bool json, const TrainRules& rules) {
   for (double e : errors) mean += e / errors.size();
   const double median = sorted[sorted.size() / 2], p90 = sorted[static_cast<size_t>(0.9 * (sorted.size() - 1))];
   const int within6 = static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double e) { return e <= 0.06; }));
-  const char* const share_names[] = {"compute", "TP/CP/EP collectives", "pipeline messages", "bubble", "DP, embedding, optimizer"};
+  const char* const share_names[] = {"compute", "TP/CP/EP collectives", "pipeline messages", "busiest stage idle", "DP, embedding, optimizer"};
   if (json) {
     nlohmann::json corr = nlohmann::json::object();
     for (int k = 0; k < 5; ++k) corr[share_names[k]] = correlation(signed_errors, share_columns[k]);

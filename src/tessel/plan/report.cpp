@@ -41,7 +41,7 @@ std::string against_limit(double total_gib, double limit_gib) {
   return fmt::format("over {:.2f} ({:.1f} %)", total_gib - limit_gib, 100 * (total_gib / limit_gib - 1));
 }
 
-void print_memory_table(const Estimate& est) {
+void print_memory_table(const Estimate& est, const Cluster& cluster) {
   fmt::print("memory per rank (GiB)\n  {:>5} {:>9} {:>8} {:>8} {:>9} {:>11} {:>8} {:>8} {:>8} {:>9}  {}\n", "stage",
              "params", "weights", "grads", "optimizer", "activations", "buffers", "runtime", "total", "in flight",
              "against the limit");
@@ -50,17 +50,22 @@ void print_memory_table(const Estimate& est) {
                billions(static_cast<double>(s.params)), gib(s.weights), gib(s.grads), gib(s.optimizer), gib(s.activations),
                gib(s.buffers), gib(s.runtime), gib(s.total()), s.peak_in_flight, against_limit(gib(s.total()), est.memory_limit_gib));
   const MemoryVerdict v = est.verdict();
-  fmt::print("  limit {:.1f} GiB per rank, a runtime allowance of {:.2f} GiB included (CUDA context, workspaces, NCCL "
-             "buffers; --runtime-memory-gib): fullest stage {} {}\n",
-             est.memory_limit_gib, v.runtime_gib, v.stage, v.fits() ? v.text() : "does NOT fit: " + v.text());
+  fmt::print("  limit {:.1f} GiB per rank, a runtime allowance of {:.2f} GiB included ({}; --runtime-memory-gib): "
+             "fullest stage {} {}\n",
+             est.memory_limit_gib, v.runtime_gib,
+             cluster.cpu() ? "the process's baseline resident memory: MPI, the libraries, the program itself"
+                           : "CUDA context, workspaces, NCCL buffers",
+             v.stage, v.fits() ? v.text() : "does NOT fit: " + v.text());
 }
 
 void print_time(const Estimate& est) {
   const StepTime& t = est.time;
   fmt::print("step time {:.4g} s = pipeline {:.4g} s (busiest stage {}: compute {:.4g}, TP {:.4g}, CP {:.4g}, EP {:.4g}, "
-             "PP {:.4g}, bubble {:.4g}) + DP {:.4g} + embedding {:.4g} + optimizer {:.4g}\n",
-             t.step, t.makespan, t.stage, t.compute, t.tp_comm, t.cp_comm, t.ep_comm, t.pp_comm, t.bubble, t.dp_comm,
+             "PP {:.4g}, idle {:.4g}) + DP {:.4g} + embedding {:.4g} + optimizer {:.4g}\n",
+             t.step, t.makespan, t.stage, t.compute, t.tp_comm, t.cp_comm, t.ep_comm, t.pp_comm, t.idle, t.dp_comm,
              t.embedding_sync, t.optimizer);
+  if (est.run.parallel.pp > 1)
+    fmt::print("pipeline bubble {:.1f} % = the stages' idle share of the simulated pipeline\n", 100 * t.bubble);
   fmt::print("throughput {:.1f} tokens/s/GPU | {:.2f} TFLOP/s/GPU | MFU {:.1f} % (model FLOPs {:.4g} per step)\n",
              est.tokens_per_s_per_gpu, est.tflops_per_gpu, 100 * est.mfu, est.model_flops);
 }
@@ -140,7 +145,7 @@ RankKinds rank_kinds(const Estimate& est) {
 void print_estimate(const PlanModel& model, const Cluster& cluster, const Estimate& est) {
   print_header(model, cluster);
   fmt::print("{}\n", layout_line(est));
-  print_memory_table(est);
+  print_memory_table(est, cluster);
   print_time(est);
 }
 
@@ -230,9 +235,10 @@ nlohmann::json estimate_json(const Estimate& est) {
             {"spare_gib", est.verdict().spare_gib()}, {"over_fraction", est.verdict().over_fraction()},
             {"runtime_allowance_gib", est.verdict().runtime_gib}}},
           {"step_time_s", t.step},
+          {"pipeline_bubble", t.bubble},  // the stages' idle share of the simulated pipeline
           {"time_breakdown_s",
            {{"pipeline", t.makespan}, {"busiest_stage", t.stage}, {"compute", t.compute}, {"tp_comm", t.tp_comm}, {"cp_comm", t.cp_comm},
-            {"ep_comm", t.ep_comm}, {"pp_comm", t.pp_comm}, {"bubble", t.bubble}, {"dp_comm", t.dp_comm},
+            {"ep_comm", t.ep_comm}, {"pp_comm", t.pp_comm}, {"idle", t.idle}, {"dp_comm", t.dp_comm},
             {"embedding_sync", t.embedding_sync}, {"optimizer", t.optimizer}}},
           {"tokens_per_s_per_gpu", est.tokens_per_s_per_gpu},
           {"tflops_per_gpu", est.tflops_per_gpu},

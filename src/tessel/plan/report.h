@@ -26,7 +26,7 @@ nlohmann::json single_json(const PlanModel& model, const Cluster& cluster, const
 
 // Stacked bars of each stage's memory (weights, gradients, optimizer, activations, buffers,
 // runtime) against the device's memory; and the step time's parts as one bar.
-std::string memory_svg(const Estimate& est, const std::string& title);
+std::string memory_svg(const Estimate& est, const Cluster& cluster, const std::string& title);
 std::string time_svg(const Estimate& est, const std::string& title);
 
 // Rank kinds: the first, middle (the fullest) and last pipeline stage's peak, in GiB.

@@ -64,10 +64,11 @@ void report_communication(TrainLog& log, const std::map<std::string, IterationSt
                             1e3 * c.seconds / iterations, 100 * c.seconds / seconds));
 }
 
-// Each rank's measured idle fraction (the bubble as `tessel schedule` has it: the share of the
-// iterations' spans over all ranks, first compute to last, it did not compute in), peak
-// microbatches in flight, mean time per compute action (PP > 1) and peak saved activations (the
-// slots and the memory the recomputed ones share), gathered to the first rank.
+// Each rank's measured idle share of the iterations (the time from the first action to the last on
+// any rank, summed over the counted iterations, it did not compute in), and with PP > 1 their mean,
+// the bubble as `tessel schedule` and `tessel plan` have it; peak microbatches in flight, mean time
+// per compute action (PP > 1) and peak saved activations (the slots and the memory the recomputed
+// ones share), gathered to the first rank.
 void report_pipeline(TrainLog& log, ProcessGroups& groups, double idle, int peak,
                      const PipelineExecutor::Stats& actions, int64_t activation_bytes) {
   Comm& world = groups.world();
@@ -80,13 +81,20 @@ void report_pipeline(TrainLog& log, ProcessGroups& groups, double idle, int peak
       mine[4 + kind] = static_cast<float>(1e3 * actions.compute_seconds[kind] / actions.compute_count[kind]);
   std::vector<float> all(kFields * world.size());
   world.all_gather(mine, all.data(), kFields);
+  if (pipelined) {
+    double idle_sum = 0;
+    for (int r = 0; r < world.size(); ++r) idle_sum += all[kFields * r];
+    log.message(fmt::format("pipeline: bubble {:.1f}% = the ranks' idle share of the iterations (mean of the {} "
+                            "ranks' idle below; `tessel schedule` simulates it)",
+                            100 * idle_sum / world.size(), world.size()));
+  }
   for (int r = 0; r < world.size(); ++r) {
     const float* a = all.data() + kFields * r;
     std::string per_action;
     for (int kind = 0; kind < 4; ++kind)
       if (a[4 + kind] > 0) per_action += fmt::format("{}{} {:.2f}", per_action.empty() ? "" : ", ", "FBIW"[kind], a[4 + kind]);
     if (pipelined)
-      log.message(fmt::format("pipeline: rank {} (stage {}): idle {:.1f}% of the step, peak {} "
+      log.message(fmt::format("pipeline: rank {} (stage {}): idle {:.1f}% of the iterations, peak {} "
                               "microbatches in flight, peak activations {:.3f} MiB; ms per action {}",
                               r, static_cast<int>(a[2]), 100 * a[0], static_cast<int>(a[1]), a[3], per_action));
     else
