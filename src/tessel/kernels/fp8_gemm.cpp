@@ -56,4 +56,48 @@ void gemm_fp8(GemmFn gemm, const Fp8Quantisation& qa, const Fp8Quantisation& qb,
   gemm(trans_a, trans_b, M, N, K, alpha, a_quantised.data(), a_cols, b_quantised.data(), b_cols, beta, C, ldc);
 }
 
+namespace {
+
+// The stored (rows, cols) operand at src (packed) quantised as `operand` for a GEMM contracting
+// along its columns or rows, into `scratch`.
+const float* quantised(std::vector<float>& scratch, const Fp8Recipe& recipe, Fp8Operand operand, float delayed_scale,
+                       const float* src, int64_t rows, int64_t cols, bool contracts_along_cols) {
+  Fp8Quantisation q = fp8_operand_quantisation(recipe, operand, contracts_along_cols);
+  q.scale = delayed_scale;
+  scratch.resize(static_cast<size_t>(rows * cols));
+  fp8_quantise(q, scratch.data(), src, rows, cols, cols);
+  return scratch.data();
+}
+
+}  // namespace
+
+void linear_forward_fp8(GemmFn gemm, const Fp8Recipe& recipe, const Fp8LinearScales& scales, float* out,
+                        const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC, WeightLayout layout) {
+  thread_local std::vector<float> inp_q, weight_q;
+  const bool in_out = layout == WeightLayout::InOut;  // W (IC, OC): contracts along its rows
+  linear_forward_products(
+      gemm, out, quantised(inp_q, recipe, Fp8Operand::Activation, scales.input, inp, N, IC, true),
+      quantised(weight_q, recipe, Fp8Operand::Weight, scales.weight, weight, in_out ? IC : OC, in_out ? OC : IC, !in_out),
+      N, IC, OC, layout);
+}
+
+void linear_backward_fp8(GemmFn gemm, const Fp8Recipe& recipe, const Fp8LinearScales& scales, float* dinp,
+                         float* dweight, const float* dout, const float* inp, const float* weight, int64_t N,
+                         int64_t IC, int64_t OC, WeightLayout layout) {
+  thread_local std::vector<float> first_q, second_q;
+  const bool in_out = layout == WeightLayout::InOut;
+  if (dinp != nullptr)  // dout · Wᵀ: W (IC, OC) contracts along its columns, (OC, IC) along its rows
+    linear_backward_products(
+        gemm, dinp, nullptr, quantised(first_q, recipe, Fp8Operand::Gradient, scales.gradient, dout, N, OC, true),
+        nullptr,
+        quantised(second_q, recipe, Fp8Operand::Weight, scales.weight, weight, in_out ? IC : OC, in_out ? OC : IC,
+                  in_out),
+        N, IC, OC, layout);
+  if (dweight != nullptr)
+    linear_backward_products(
+        gemm, nullptr, dweight, quantised(first_q, recipe, Fp8Operand::Gradient, scales.gradient, dout, N, OC, false),
+        quantised(second_q, recipe, Fp8Operand::Activation, scales.input, inp, N, IC, false), nullptr, N, IC, OC,
+        layout);
+}
+
 }  // namespace tessel

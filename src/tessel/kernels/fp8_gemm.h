@@ -23,4 +23,22 @@ void gemm_fp8(GemmFn gemm, const Fp8Quantisation& qa, const Fp8Quantisation& qb,
               int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
               float beta, float* C, int64_t ldc);
 
+// The scales delayed scaling gives a linear layer's three operands (from the layer's amax
+// histories, kernels/fp8_history.h); the other recipes scale from the operands themselves.
+struct Fp8LinearScales {
+  float input = 1.0f, weight = 1.0f, gradient = 1.0f;
+};
+
+// A linear layer's GEMMs (linear_products.h) in FP8, as Transformer Engine's Linear runs them:
+// forward out = inp · W with inp an activation contracting along IC and W a weight; the input
+// gradient dinp += dout · Wᵀ with dout a gradient contracting along OC; the weight gradient
+// dweight += inpᵀ · dout with inp and dout contracting along the N rows — each operand quantised
+// for its GEMM, along that GEMM's contraction (TE's rowwise and columnwise copies). Overwrites out;
+// dinp or dweight may be nullptr.
+void linear_forward_fp8(GemmFn gemm, const Fp8Recipe& recipe, const Fp8LinearScales& scales, float* out,
+                        const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC, WeightLayout layout);
+void linear_backward_fp8(GemmFn gemm, const Fp8Recipe& recipe, const Fp8LinearScales& scales, float* dinp,
+                         float* dweight, const float* dout, const float* inp, const float* weight, int64_t N,
+                         int64_t IC, int64_t OC, WeightLayout layout);
+
 }  // namespace tessel
