@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tessel/model/config.h"
 #include "tessel/optim/loss_scaler.h"
 #include "tessel/train/options.h"
 
@@ -14,8 +15,9 @@ namespace tessel {
 // The run's loss scaler.
 LossScaling run_loss_scaling(const TrainOptions& o);
 
-// Every rule the precision and loss-scale flags break, one message each.
-std::vector<std::string> mixed_precision_violations(const TrainOptions& o);
+// Every rule the precision, loss-scale and FP8 flags break against the model and the layout, one
+// message each.
+std::vector<std::string> mixed_precision_violations(const ModelConfig& model, const TrainOptions& o);
 
 // As Megatron's validate_args: a dynamic loss scale turns --check-for-nan-in-loss-and-grad off (a
 // non-finite gradient is the scaler's signal, its step skipped); returns what it changed and the
