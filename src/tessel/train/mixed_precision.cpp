@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "tessel/kernels/fp8_scaling.h"
+#include "tessel/kernels/fp8_kernels.h"
 
 namespace tessel {
 
@@ -63,12 +63,38 @@ std::vector<std::string> fp8_violations(const ModelConfig& model, const TrainOpt
                                 flag, count, per_stage));
   if (f.recipe == "blockwise") check_fp8_blocks(model, o, kFp8Block, v);
   if (f.recipe == "mxfp8") check_fp8_blocks(model, o, kMxfp8Block, v);
-  v.push_back("FP8 training is not built into the model yet: the recipes' quantisation and the emulated FP8 GEMM "
-              "are (kernels/fp8_scaling.h, kernels/fp8_gemm.h), their linear layers and amax reductions not");
+  // What is not built yet, each its own line.
+  const ParallelConfig& c = o.parallel.layout;
+  if (f.recipe == "delayed")
+    v.push_back("--fp8-recipe delayed (Megatron-LM's default) is not built yet: its amax histories, reduced over the "
+                "ranks that hold each tensor and saved in checkpoints; give --fp8-recipe tensorwise, blockwise or mxfp8");
+  if (f.recipe == "tensorwise" && (c.tp > 1 || c.cp > 1))
+    v.push_back("--fp8-recipe tensorwise under TP or CP is not built yet: each tensor's amax reduced over the ranks "
+                "that hold parts of it");
+  if (c.ep > 1)
+    v.push_back("--fp8-format under EP is not built yet: an expert's tokens come from several ranks' microbatches, "
+                "whose scales one process computes per microbatch");
+  if (f.first_last_layers_bf16) v.push_back("--first-last-layers-bf16 is not built yet");
+  if (model.mtp_num_layers > 0 || model.attention_output_gate || model.linear.enabled())
+    v.push_back("--fp8-format with multi-token prediction, --attention-output-gate or Gated DeltaNet layers is not "
+                "built yet: their projections do not run through the FP8 linear layer");
+  if (o.device == Device::CUDA) v.push_back("--fp8-format with --device cuda is not built yet (cuBLASLt's FP8 GEMMs)");
   return v;
 }
 
 }  // namespace
+
+Fp8Recipe fp8_recipe(const Fp8Options& o) {
+  const Fp8Scaling scaling = o.recipe == "tensorwise" ? Fp8Scaling::Tensorwise
+                             : o.recipe == "blockwise" ? Fp8Scaling::Blockwise
+                             : o.recipe == "mxfp8"     ? Fp8Scaling::Mxfp8
+                                                       : Fp8Scaling::Delayed;
+  return {scaling, o.format == "hybrid"};
+}
+
+const Kernels& run_kernels(const TrainOptions& o) {
+  return o.fp8.on() ? fp8_kernels_for(o.device, o.precision, fp8_recipe(o.fp8)) : kernels_for(o.device, o.precision);
+}
 
 LossScaling run_loss_scaling(const TrainOptions& o) {
   return loss_scaling(o.loss_scale, o.precision, o.parallel.layout.distributed_optimizer);
@@ -90,6 +116,13 @@ std::vector<std::string> mixed_precision_violations(const ModelConfig& model, co
 std::vector<std::string> settle_mixed_precision(TrainOptions& o) {
   std::vector<std::string> notes;
   const LossScaling scaling = run_loss_scaling(o);
+  if (o.fp8.on() && o.device == Device::CPU)
+    notes.push_back(fmt::format("--fp8-format {} --fp8-recipe {}: the linear layers' GEMMs on FP8 operands with fp32 "
+                                "accumulation, emulated on the CPU: slower than {}, numerically the recipe's",
+                                o.fp8.format, o.fp8.recipe, o.precision == Precision::BF16 ? "bf16" : "fp32"));
+  if (o.fp8.param_gather)
+    notes.push_back("--fp8-param-gather: the distributed optimizer gathers the fp32 weights here, which the linear "
+                    "layers then quantise whole: the FP8 weights Transformer Engine gathers, without the saving");
   if (o.precision == Precision::FP16 && o.device == Device::CPU)
     notes.push_back("--fp16: every GEMM's operands rounded to fp16 and accumulated in fp32, emulated on the CPU: "
                     "slower than fp32, numerically fp16's");

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "tessel/kernels/fp8_scaling.h"
+#include "tessel/kernels/kernels.h"
 #include "tessel/model/config.h"
 #include "tessel/optim/loss_scaler.h"
 #include "tessel/train/options.h"
@@ -14,6 +16,13 @@ namespace tessel {
 
 // The run's loss scaler.
 LossScaling run_loss_scaling(const TrainOptions& o);
+
+// The FP8 recipe --fp8-format and --fp8-recipe name.
+Fp8Recipe fp8_recipe(const Fp8Options& o);
+
+// The run's kernel table: its device's in its precision, with FP8 linear layers under --fp8-format
+// (kernels/fp8_kernels.h).
+const Kernels& run_kernels(const TrainOptions& o);
 
 // Every rule the precision, loss-scale and FP8 flags break against the model and the layout, one
 // message each.
