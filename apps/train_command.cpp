@@ -63,6 +63,36 @@ void add_loss_scale_flags(CLI::App& c, LossScaleOptions& o) {
       ->capture_default_str();
 }
 
+// Megatron-LM's FP8 flags (transformer_config.py, arguments.py), with its defaults and choices.
+void add_fp8_flags(CLI::App& c, Fp8Options& o) {
+  c.add_option("--fp8-format", o.format,
+               "FP8 GEMMs in the linear layers: e4m3 everywhere | hybrid (e4m3 forward, e5m2 gradients); on the "
+               "CPU an exact emulation, slower than bf16, numerically the recipe's")
+      ->check(CLI::IsMember({"e4m3", "hybrid"}));
+  c.add_option("--fp8-recipe", o.recipe,
+               "how each FP8 operand is scaled: delayed (amax history) | tensorwise (current amax) | blockwise "
+               "(1x128 and 128x128 blocks) | mxfp8 (1x32 blocks, e8m0 scales) | custom")
+      ->check(CLI::IsMember({"tensorwise", "delayed", "mxfp8", "blockwise", "custom"}))
+      ->capture_default_str();
+  c.add_option("--fp8-margin", o.margin, "delayed scaling: the scale divided by 2^margin")->capture_default_str();
+  c.add_option("--fp8-amax-history-len", o.amax_history_len, "delayed scaling: the amaxes remembered")
+      ->capture_default_str();
+  c.add_option("--fp8-amax-compute-algo", o.amax_compute_algo,
+               "delayed scaling: the history's most_recent amax, or its max")
+      ->check(CLI::IsMember({"most_recent", "max"}))
+      ->capture_default_str();
+  c.add_flag("--first-last-layers-bf16", o.first_last_layers_bf16,
+             "the first and last transformer layers without FP8 (not with --fp8-recipe delayed)");
+  c.add_option("--num-layers-at-start-in-bf16", o.num_layers_at_start_in_bf16,
+               "with --first-last-layers-bf16: the layers at the start without FP8")
+      ->capture_default_str();
+  c.add_option("--num-layers-at-end-in-bf16", o.num_layers_at_end_in_bf16,
+               "with --first-last-layers-bf16: the layers at the end without FP8")
+      ->capture_default_str();
+  c.add_flag("--fp8-param-gather", o.param_gather,
+             "the distributed optimizer's parameter all-gather in FP8 (needs --use-distributed-optimizer)");
+}
+
 }  // namespace
 
 TrainCommand::TrainCommand(CLI::App& app) {
@@ -224,6 +254,7 @@ TrainCommand::TrainCommand(CLI::App& app) {
       "fp16 mixed precision with loss scaling: GEMMs on fp16 operands (overflow to inf), fp32 accumulation, fp32 "
       "master weights; on the CPU an exact emulation, slower than fp32, numerically fp16's");
   add_loss_scale_flags(c, t.loss_scale);
+  add_fp8_flags(c, t.fp8);
   logging_.add_to(c, t.log);
   add_thread_count_flag(c, "--threads", threads_, "threads per process (default: OMP_NUM_THREADS or all cores)");
   FaultOptions& f = t.faults;

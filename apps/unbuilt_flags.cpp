@@ -40,17 +40,10 @@ bool is_off(const std::string& value, const char* off) {
 const std::vector<Feature>& features() {
   static const std::vector<std::string> kDtypes = {"fp32", "bf16", "fp16", "auto"};
   static const std::vector<Feature> table = {
-      {"FP8 training", "tessel's GEMMs take fp32, bf16 or fp16 operands; FP8 recipes are not built yet",
-       {{"--fp8-format", true, {"e4m3", "hybrid"}, true},
-        {"--fp8-param-gather", false, {}, true},
-        {"--fp8-recipe", true, {"tensorwise", "delayed", "mxfp8", "blockwise", "custom"}},
-        {"--fp8-margin", true},
-        {"--fp8-amax-history-len", true},
-        {"--fp8-amax-compute-algo", true, {"most_recent", "max"}},
-        {"--reuse-grad-buf-for-mxfp8-param-ag"},
-        {"--moe-router-padding-for-fp8"},
-        {"--moe-router-padding-for-quantization"},
-        {"--first-last-layers-bf16"}}},
+      {"FP8's MXFP8 buffer reuse and MoE router padding", "not built yet",
+       {{"--reuse-grad-buf-for-mxfp8-param-ag", false, {}, true},
+        {"--moe-router-padding-for-fp8", false, {}, true},
+        {"--moe-router-padding-for-quantization", false, {}, true}}},
       {"hybrid sharded data parallelism (HSDP)",
        "not built yet: --use-megatron-fsdp shards over the whole DP × CP group",
        {{"--num-distributed-optimizer-instances", true, {}, true, "1"},

@@ -1,4 +1,4 @@
-// Megatron-LM's flags for features tessel has not built yet: FP8 mixed precision, fully
+// Megatron-LM's flags for features tessel has not built yet: FP8's MXFP8 buffer reuse, fully
 // sharded data parallelism, multi-latent attention and DeepSeek-V3's router, gpt-oss's attention
 // and MLP. A Megatron script that uses one is refused in one
 // line per feature, naming it and the flags that asked for it, rather than stopped by the parser

@@ -1,6 +1,6 @@
 // train/plan.h: a run's configuration resolved once (DP, stages, schedule, microbatches, the data
 // split), and every rule it breaks — model, options, optimizer, layout, batch, stages, schedule,
-// experts — listed in one ConfigError.
+// experts, FP8 — listed in one ConfigError.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -187,6 +187,73 @@ TEST(TrainPlan, VirtualStagesComeFromTheLayout) {
   model.mtp_num_layers = 2;
   EXPECT_NE(violations_of(model, o).find("holds 1 MTP layers 'm' but --mtp-num-layers is 2"), std::string::npos)
       << violations_of(model, o);
+}
+
+// The FP8 flags' rules (train/mixed_precision.h): Megatron-LM's own (transformer_config.py,
+// arguments.py), tessel's (a history of no amax, FP8 with fp16), and the block recipes' blocks
+// against the shards — each one line, all of them with the other rules in one ConfigError.
+TrainOptions fp8_options(int world, const char* recipe) {
+  TrainOptions o = options_for(world);
+  o.optim.lr.train_iters = 2;
+  o.fp8.format = "hybrid";
+  o.fp8.recipe = recipe;
+  return o;
+}
+
+bool says(const std::string& message, const std::string& rule) { return message.find(rule) != std::string::npos; }
+
+TEST(Fp8Rules, BadSettingsAreListedTogether) {
+  ModelConfig model;
+  TrainOptions o = fp8_options(1, "delayed");
+  o.precision = Precision::FP16;
+  o.fp8.amax_history_len = 0;
+  o.fp8.param_gather = true;
+  o.fp8.first_last_layers_bf16 = true;
+  o.fp8.num_layers_at_end_in_bf16 = model.num_layers + 1;
+  const std::string v = violations_of(model, o);
+  for (const char* rule : {"--fp8-format with --fp16", "--fp8-amax-history-len 0 must be at least 1",
+                           "--fp8-param-gather needs --use-distributed-optimizer",
+                           "--first-last-layers-bf16 with --fp8-recipe delayed",
+                           "--num-layers-at-end-in-bf16 5 must be between 0 and the layers per pipeline stage (4)"})
+    EXPECT_TRUE(says(v, rule)) << rule << "\n" << v;
+  EXPECT_EQ(v.find("invalid configuration"), v.rfind("invalid configuration")) << "one message";
+}
+
+TEST(Fp8Rules, ParamGatherNeedsFp8) {
+  TrainOptions o = fp8_options(1, "delayed");
+  o.fp8.format.clear();
+  o.fp8.param_gather = true;
+  o.parallel.layout.distributed_optimizer = true;
+  EXPECT_TRUE(says(violations_of(ModelConfig{}, o), "--fp8-param-gather needs --fp8-format")) << violations_of(ModelConfig{}, o);
+}
+
+// hidden 256 over 4 heads: each TP 2 shard holds 128 of the heads' width (whole blocks of 128 and
+// of 32) and 512 of the MLP's 1024 neurons; a sequence of 128 in CP 2's four chunks holds 32 tokens
+// each — whole MXFP8 blocks, a quarter of a blockwise block.
+TEST(Fp8Rules, BlockRecipesRefuseShardsThatCutABlock) {
+  ModelConfig model;
+  TrainOptions tp = fp8_options(2, "blockwise");
+  tp.parallel.layout.tp = 2;
+  EXPECT_FALSE(says(violations_of(model, tp), "leave a part of a block")) << violations_of(model, tp);
+
+  TrainOptions cp = fp8_options(2, "blockwise");
+  cp.parallel.layout.cp = 2;
+  const std::string v = violations_of(model, cp);
+  EXPECT_TRUE(says(v, "--fp8-recipe blockwise quantises in blocks of 128")) << v;
+  EXPECT_TRUE(says(v, "each sequence's tokens 128 over CP chunks (2·CP) 4")) << v;
+  cp.fp8.recipe = "mxfp8";
+  EXPECT_FALSE(says(violations_of(model, cp), "leave a part of a block")) << violations_of(model, cp);
+
+  model.hidden_size = 160;  // 80 of the heads' width a TP 2 shard: a cut block of 128 and of 32
+  model.ffn_hidden_size = 640;  // 320 neurons a shard: whole blocks of 32, not of 128
+  for (const char* recipe : {"blockwise", "mxfp8"}) {
+    tp.fp8.recipe = recipe;
+    const std::string cut = violations_of(model, tp);
+    EXPECT_TRUE(says(cut, "the query heads' width 160 over TP 2")) << cut;
+    EXPECT_EQ(says(cut, "--ffn-hidden-size 640 over TP 2"), std::string(recipe) == "blockwise") << cut;
+  }
+  tp.fp8.recipe = "tensorwise";  // one scale per tensor: no blocks to cut
+  EXPECT_FALSE(says(violations_of(model, tp), "leave a part of a block"));
 }
 
 }  // namespace

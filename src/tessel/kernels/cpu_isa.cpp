@@ -11,16 +11,19 @@
 
 #include "tessel/core/error.h"
 #include "tessel/kernels/cpu_isa.h"
+#include "tessel/kernels/fp8_kernels.h"
 #include "tessel/kernels/kernels.h"
 
 namespace tessel {
 
 namespace cpu {
 const Kernels& kernel_table(Precision precision);
+const Kernels& fp8_kernel_table(Precision precision, const Fp8Recipe& recipe);
 }
 #ifdef TESSEL_CPU_AVX2_TWIN
 namespace cpu_avx2 {
 const Kernels& kernel_table(Precision precision);
+const Kernels& fp8_kernel_table(Precision precision, const Fp8Recipe& recipe);
 }
 #endif
 
@@ -70,6 +73,16 @@ const Kernels& cpu_kernels(Precision precision) {
   cpu_isa();  // refuses what it cannot honour, caps oneDNN
 #endif
   return cpu::kernel_table(precision);
+}
+
+const Kernels& fp8_kernels_for(Device device, Precision precision, const Fp8Recipe& recipe) {
+  TESSEL_CHECK(device == Device::CPU, "--fp8-format: FP8 GEMMs are built for the CPU only (an emulation), not yet for CUDA");
+#ifdef TESSEL_CPU_AVX2_TWIN
+  if (cpu_isa() == CpuIsa::Avx2) return cpu_avx2::fp8_kernel_table(precision, recipe);
+#else
+  cpu_isa();  // refuses what it cannot honour, caps oneDNN
+#endif
+  return cpu::fp8_kernel_table(precision, recipe);
 }
 
 bool cpu_kernels_are_avx2() { return cpu_isa() == CpuIsa::Avx2; }

@@ -56,10 +56,12 @@ double Head::forward(Saved& s, const float* x_local, const int32_t* targets, flo
   norm_.forward(s.norm, out_local, x_local, N_l);
   tp_.gather_rows(out_local, s.out.data(), N_, C_);
   // logits (N, V_l) = out (N, C) · Wᵀ with W (V_l, C): the tied embedding or lm_head.weight;
-  // turned into their gradient in place when there is one.
+  // turned into their gradient in place when there is one. The table's GEMM, not its linear
+  // layer: under --fp8-format only the transformer layers' linear layers run in FP8, Megatron's
+  // output layer not being a Transformer Engine layer.
   const bool gradients = targets != nullptr && grad_scale > 0;
   float* logits = gradients ? s.d_logits.data() : logits_.data();
-  k_.linear_forward(logits, s.out.data(), params_.value(lm_head_), nullptr, N_, C_, V_l_,
+  linear_forward_products(k_.gemm, logits, s.out.data(), params_.value(lm_head_), N_, C_, V_l_,
                     WeightLayout::OutIn);
   if (targets == nullptr) return 0.0;
   check_token_ids(k_, targets, N_, static_cast<int32_t>(vocab_size_), "target", -1);
@@ -70,7 +72,7 @@ double Head::forward(Saved& s, const float* x_local, const int32_t* targets, flo
                               V_valid_);
     float* d_full = scratch.full_grad.data();  // (N, C)
     k_.zero(d_full, N_ * C_);
-    k_.linear_backward(d_full, nullptr, nullptr, logits, s.out.data(), params_.value(lm_head_), N_, C_,
+    linear_backward_products(k_.gemm, d_full, nullptr, logits, s.out.data(), params_.value(lm_head_), N_, C_,
                        V_l_, WeightLayout::OutIn);
     tp_.reduce_rows(d_full, scratch.local_grad.data(), N_, C_);
     k_.copy(s.d_out.data(), scratch.local_grad.data(), N_l * C_);
@@ -83,12 +85,12 @@ void Head::decode(Saved& s, const float* x, int64_t n) {
   // The next token is drawn from the last row's logits alone: one row through the norm and the
   // LM head keeps generation's logits at one vocabulary's size, whatever the context.
   norm_.forward(s.norm, s.out.data(), x + (n - 1) * C_, 1);
-  k_.linear_forward(logits_.data(), s.out.data(), params_.value(lm_head_), nullptr, 1, C_, V_l_,
+  linear_forward_products(k_.gemm, logits_.data(), s.out.data(), params_.value(lm_head_), 1, C_, V_l_,
                     WeightLayout::OutIn);
 }
 
 void Head::backward_weight(const Saved& s) const {
-  k_.linear_backward(nullptr, params_.grad(lm_head_), nullptr, s.d_logits.data(), s.out.data(),
+  linear_backward_products(k_.gemm, nullptr, params_.grad(lm_head_), s.d_logits.data(), s.out.data(),
                      params_.value(lm_head_), N_, C_, V_l_, WeightLayout::OutIn);
 }
 

@@ -193,6 +193,22 @@ struct FaultOptions {
   }
 };
 
+// Megatron-LM's FP8 flags (megatron/core/transformer/transformer_config.py; --fp8-param-gather:
+// megatron/training/arguments.py), each with Megatron's default. The recipes' arithmetic is
+// kernels/fp8_scaling.h's; train/mixed_precision.h checks the rules.
+struct Fp8Options {
+  std::string format;                             // --fp8-format e4m3 | hybrid; empty: no FP8
+  std::string recipe = "delayed";                 // --fp8-recipe tensorwise | delayed | mxfp8 | blockwise | custom
+  int margin = 0;                                 // --fp8-margin: delayed's scale divided by 2^margin
+  int amax_history_len = 1;                       // --fp8-amax-history-len
+  std::string amax_compute_algo = "most_recent";  // --fp8-amax-compute-algo most_recent | max
+  bool first_last_layers_bf16 = false;            // --first-last-layers-bf16
+  int num_layers_at_start_in_bf16 = 1;            // --num-layers-at-start-in-bf16
+  int num_layers_at_end_in_bf16 = 1;              // --num-layers-at-end-in-bf16
+  bool param_gather = false;                      // --fp8-param-gather
+  bool on() const { return !format.empty(); }
+};
+
 struct TrainOptions {
   uint64_t seed = 1234;  // --seed: initialisation, the datasets' shuffles and the dropout masks
   // --bf16, --fp16: every GEMM on bf16 or fp16 operands with fp32 accumulation (kernels/bf16.h,
@@ -202,6 +218,7 @@ struct TrainOptions {
   // --loss-scale, --initial-loss-scale, --min-loss-scale, --loss-scale-window, --hysteresis
   // (optim/loss_scaler.h).
   LossScaleOptions loss_scale;
+  Fp8Options fp8;  // --fp8-format, --fp8-recipe, ...
   Device device = Device::CPU;  // --device cpu | cuda: where the kernel table computes
   // --model-config: the model's file, read by the command (apps/model_flags.h); here so that no
   // output of the run is written over it (train/output_paths.h).

@@ -116,7 +116,7 @@ std::vector<std::string> option_violations(const ModelConfig& model, const Train
   append(v, optimizer_violations(o.optim.adamw));
   append(v, lr_schedule_violations(o.optim.lr));
   append(v, decoupled_lr_violations(o.optim.lr, o.optim.decoupled_lr, o.optim.decoupled_min_lr));
-  append(v, mixed_precision_violations(o));
+  append(v, mixed_precision_violations(model, o));
   return v;
 }
 

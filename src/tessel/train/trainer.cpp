@@ -296,7 +296,7 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   TESSEL_CHECK(groups.world().size() == pc.world, "the plan is for {} ranks, the job has {}",
                pc.world, groups.world().size());
   ExitRequest exit_request(o.faults);
-  const Kernels& k = kernels_for(o.device, o.precision);
+  const Kernels& k = run_kernels(o);
   // 2. Groups and model: `groups`, and this rank's chunks, their gradient reductions and
   // optimizer, the data, the save resumed from.
   const TensorParallel tp{&groups.tp(), pc.sequence_parallel, &k};

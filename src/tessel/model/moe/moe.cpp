@@ -251,7 +251,8 @@ void MoeLayer::shared_forward(Saved& s, float* out, const float* x) {
     return;
   }
   float* scale = s.shared_scale.data();
-  k_.linear_forward(scale, x, params_.value(shared_gate_), nullptr, N, C_, 1, WeightLayout::OutIn);
+  // The table's GEMM: the shared expert's gate stays out of FP8 (--fp8-format), as in Megatron.
+  linear_forward_products(k_.gemm, scale, x, params_.value(shared_gate_), N, C_, 1, WeightLayout::OutIn);
   k_.sigmoid_gate_forward(out, scale, s.shared_out.data(), N, C_);
 }
 
@@ -299,7 +300,7 @@ void MoeLayer::shared_backward_input(Saved& s, float* dx, const float* dout, con
     k_.residual_forward(dx, dx, shared_local_.data(), N * C_);
   }
   if (shared_gate_ >= 0)
-    k_.linear_backward(dx, nullptr, nullptr, s.d_shared_logit.data(), x, params_.value(shared_gate_), N, C_,
+    linear_backward_products(k_.gemm, dx, nullptr, s.d_shared_logit.data(), x, params_.value(shared_gate_), N, C_,
                        1, WeightLayout::OutIn);
 }
 
@@ -311,7 +312,7 @@ void MoeLayer::backward_weight(Saved& slot, const float* x, const GradReady& rea
   if (shared_ && N > 0) {
     shared_->backward_weight_rows(s.shared.rows(), shared_input(s, x), N * tp_.size());
     if (shared_gate_ >= 0)
-      k_.linear_backward(nullptr, params_.grad(shared_gate_), nullptr, s.d_shared_logit.data(), x,
+      linear_backward_products(k_.gemm, nullptr, params_.grad(shared_gate_), s.d_shared_logit.data(), x,
                          params_.value(shared_gate_), N, C_, 1, WeightLayout::OutIn);
   }
   if (ready) {

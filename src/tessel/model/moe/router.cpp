@@ -65,7 +65,8 @@ void TopKRouter::list_saved(Saved& s, TensorList& buffers) const {
 void TopKRouter::logits_forward(Saved& s, const float* x, const int32_t* sample_ids) {
   if (s.N == 0) return;
   if (!moe_.force_load_balancing) {
-    k_.linear_forward(s.logits.data(), x, params_.value(weight_), nullptr, s.N, C_, E_, WeightLayout::OutIn);
+    // The table's GEMM: the gate stays out of FP8 (--fp8-format), as Megatron's router does.
+    linear_forward_products(k_.gemm, s.logits.data(), x, params_.value(weight_), s.N, C_, E_, WeightLayout::OutIn);
     return;
   }
   TESSEL_CHECK(sample_ids != nullptr && keys_.positions != nullptr,
@@ -159,14 +160,14 @@ void TopKRouter::backward_input(Saved& s, float* dx, const float* d_probs, const
                            s.aux_grad_scale);
   }
   if (N > 0) {
-    k_.linear_backward(dx, nullptr, nullptr, d_logits, x, params_.value(weight_), N, C_, E_,
+    linear_backward_products(k_.gemm, dx, nullptr, d_logits, x, params_.value(weight_), N, C_, E_,
                        WeightLayout::OutIn);
   }
 }
 
 void TopKRouter::backward_weight(Saved& s, const float* x) const {
   if (s.N == 0) return;
-  k_.linear_backward(nullptr, params_.grad(weight_), nullptr, s.d_logits.data(), x,
+  linear_backward_products(k_.gemm, nullptr, params_.grad(weight_), s.d_logits.data(), x,
                      params_.value(weight_), s.N, C_, E_, WeightLayout::OutIn);
 }
 
