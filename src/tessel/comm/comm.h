@@ -92,11 +92,9 @@ class Comm {
   // Empties the counters and the list of calls.
   void reset_stats();
   // From now on (or no longer) each counted call is also listed in calls(), until the next reset.
-  // The MPI backend lists its calls; the device backends (NCCL, staged) count them only.
   void record_calls(bool on) { recording_ = on; }
   const std::vector<CommCall>& calls() const { return calls_; }
-  // The world ranks of the group's members in group order; empty where the backend does not know
-  // them (a group of one process, the device backends).
+  // The world ranks of the group's members in group order; empty for a group of one process.
   const std::vector<int>& members() const { return members_; }
 
   // The backends' bookkeeping: a call of `op` moving `bytes` (to or from group-local `peer`, -1
