@@ -8,6 +8,7 @@
 #include <numeric>
 #include <nlohmann/json.hpp>
 
+#include "layout_traffic.h"
 #include "parallel_flags.h"
 #include "tessel/core/error.h"
 #include "tessel/core/writable.h"
@@ -305,6 +306,9 @@ LayoutCommand::LayoutCommand(CLI::App& app) {
   svg_opt_ = c.add_option("--svg", svg_path_, "also draw the picture into this SVG file");
   gpus_per_node_opt_ =
       c.add_option("--gpus-per-node", gpus_per_node_, "--svg: draw the ranks a row per node of this many");
+  traffic_opt_ = c.add_option("--traffic", traffic_path_,
+                              "--svg: shade each rank's box by the bytes it moved in the last record of this "
+                              "tessel train --log-json file");
   const BatchFlags batch = add_batch_flags(c, batch_);
   micro_batch_opt_ = batch.micro_batch;
   num_microbatches_opt_ = add_microbatches_flag(c, num_microbatches_);
@@ -338,6 +342,10 @@ void LayoutCommand::run() const {
     v.push_back(fmt::format("--gpus-per-node must be at least 1 (got {})", gpus_per_node_));
   if (gpus_per_node_opt_->count() > 0 && svg_opt_->count() == 0)
     v.push_back("--gpus-per-node draws the nodes in --svg's picture: give --svg too");
+  if (traffic_opt_->count() > 0 && svg_opt_->count() == 0)
+    v.push_back("--traffic shades the boxes of --svg's picture: give --svg too");
+  const LayoutTraffic traffic =
+      traffic_opt_->count() > 0 ? read_layout_traffic(traffic_path_, config_.world, v) : LayoutTraffic{};
 
   // The batch: micro batch × DP × microbatches, from the micro batch and either of the others
   // (Megatron's default global batch is micro batch × DP).
@@ -422,7 +430,7 @@ void LayoutCommand::run() const {
   if (!svg_path_.empty()) {
     try {
       // A plot: a rerun of the command draws it again, no fsync.
-      write_file_atomically(svg_path_, layout_svg(layout, kinds, gpus_per_node_), Durability::kReplaceable);
+      write_file_atomically(svg_path_, layout_svg(layout, kinds, gpus_per_node_, traffic), Durability::kReplaceable);
     } catch (const Error& e) {
       throw Error(fmt::format("--svg {}: {}", svg_path_, e.what()));
     }

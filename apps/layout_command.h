@@ -34,6 +34,7 @@ class LayoutCommand {
   bool json_ = false;
   std::string groups_;  // --groups as given: kind names with commas, or "all"
   std::string svg_path_;
+  std::string traffic_path_;  // --traffic: a tessel train --log-json file
   int gpus_per_node_ = 0;  // 0: not given
   BatchOptions batch_{.micro_batch_size = 1, .global_batch_size = 0};  // 0: micro batch × DP × microbatches
   int num_microbatches_ = 1;
@@ -43,6 +44,7 @@ class LayoutCommand {
   CLI::Option* groups_opt_ = nullptr;
   CLI::Option* svg_opt_ = nullptr;
   CLI::Option* gpus_per_node_opt_ = nullptr;
+  CLI::Option* traffic_opt_ = nullptr;
   CLI::Option* sequence_parallel_opt_ = nullptr;
   CLI::Option* micro_batch_opt_ = nullptr;
   CLI::Option* num_microbatches_opt_ = nullptr;

@@ -48,8 +48,9 @@ void LoggingFlags::add_to(CLI::App& c, LogOptions& log) {
                  "report GEMM throughput, memory, communication and the data loader's waits at the end"));
   add(c.add_option(
       "--pipeline-timeline", log.pipeline_timeline,
-      "write the last iteration's F, B, I and W actions on every rank as a Chrome trace (chrome://tracing, "
-      "Perfetto); with --profile, the profile's iterations instead"));
+      "draw the last iteration on every rank: its F, B, I and W actions, sends and receives, collectives and "
+      "bubbles, as an SVG picture (a name ending in .svg) or else a Chrome trace (chrome://tracing, Perfetto); "
+      "with --profile, the profile's iterations instead"));
 }
 
 std::vector<std::string> LoggingFlags::resolve(LogOptions& log) const {

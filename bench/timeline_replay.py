@@ -62,7 +62,7 @@ def replay(ranks, pipeline, duration):
 def main():
     for path in sys.argv[1:]:
         trace = json.load(open(path))["traceEvents"]
-        events = [e for e in trace if e["ph"] == "X"]
+        events = [e for e in trace if e["ph"] == "X" and e["cat"] != "comm"]  # compute, not the calls
         # "rank R (pp P, tp T, dp D, cp C)": the pipeline is (T, D, C).
         pipeline = {e["tid"]: re.sub(r"pp \d+, ", "", e["args"]["name"].split("(", 1)[1])
                     for e in trace if e["name"] == "thread_name"}

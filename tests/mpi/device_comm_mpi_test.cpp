@@ -180,12 +180,14 @@ TEST(DeviceComm, VariableCollectives) {
 
 // The ring of context parallelism: send to the next rank and receive from the previous, both
 // posted before either is waited for.
+// Each backend lists its calls while recording (comm.h), as the run's pictures read them.
 TEST(DeviceComm, RingOfSendsAndReceives) {
   for (const CommSetup& s : setups()) {
     SCOPED_TRACE(s.name);
     auto comm = open(s);
     const int R = comm->size(), me = comm->rank();
     if (R == 1) continue;  // no message to itself
+    comm->record_calls(true);
     const int64_t n = 300000;
     Buffer held(*s.memory, values(me, n)), arriving(*s.memory, std::vector<float>(n, 0));
     Request send = comm->isend(held.data(), n, (me + 1) % R, 7);
@@ -194,6 +196,13 @@ TEST(DeviceComm, RingOfSendsAndReceives) {
     recv.wait();
     EXPECT_EQ(arriving.host(), values((me + R - 1) % R, n));
     EXPECT_EQ(comm->stats()[static_cast<int>(CommOp::Send)].calls, 1);
+    // Listed as MpiComm lists them: each with its peer (the world's order here) and its wait.
+    ASSERT_EQ(comm->calls().size(), 2u);
+    EXPECT_EQ(comm->calls()[0].op, CommOp::Send);
+    EXPECT_EQ(comm->calls()[0].peer, (me + 1) % R);
+    EXPECT_EQ(comm->calls()[1].op, CommOp::Recv);
+    EXPECT_EQ(comm->calls()[1].peer, (me + R - 1) % R);
+    EXPECT_LE(comm->calls()[1].start, comm->calls()[1].end);
     comm->barrier();
   }
 }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "tessel/core/error.h"
 
 namespace tessel {
@@ -14,12 +16,59 @@ const char* comm_op_name(CommOp op) {
   return kNames[static_cast<int>(op)];
 }
 
+namespace {
+double system_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+void Comm::reset_stats() {
+  stats_ = {};
+  calls_.clear();
+  ++generation_;
+}
+
+CallTicket Comm::note_call(CommOp op, double bytes, int peer) {
+  CommCounter& counter = stats_[static_cast<int>(op)];
+  ++counter.calls;
+  counter.bytes += bytes;
+  if (!recording_) return {};
+  const double now = system_seconds();
+  const int world_peer = peer < 0 || members_.empty() ? peer : members_.at(peer);
+  calls_.push_back({op, bytes, world_peer, now, now, 0});
+  return {generation_, calls_.size() - 1};
+}
+
+void Comm::note_blocked(CommOp op, const CallTicket& ticket, double seconds) {
+  stats_[static_cast<int>(op)].seconds += seconds;
+  if (ticket.generation != generation_) return;
+  CommCall& call = calls_[ticket.index];
+  call.blocked += seconds;
+  call.end = system_seconds();
+}
+
 // Waits for each request in turn and empties the list, so it can collect the next round.
 // Waiting in order cannot deadlock: every request is already posted, and waiting on one makes
 // progress on all of them.
 void wait_all(std::vector<Request>& requests) {
   for (Request& request : requests) request.wait();
   requests.clear();
+}
+
+std::vector<float> all_gather_lists(Comm& comm, const std::vector<float>& mine, std::vector<int64_t>& starts) {
+  // The lengths go first, as floats (exact below 2^24 elements).
+  std::vector<float> lengths(comm.size());
+  const float length = static_cast<float>(mine.size());
+  comm.all_gather(&length, lengths.data(), 1);
+  std::vector<int64_t> counts(comm.size());
+  starts.assign(comm.size() + 1, 0);
+  for (int r = 0; r < comm.size(); ++r) {
+    counts[r] = static_cast<int64_t>(lengths[r]);
+    starts[r + 1] = starts[r] + counts[r];
+  }
+  std::vector<float> all(starts.back());
+  comm.all_gather_v(mine.data(), all.data(), counts.data(), starts.data());
+  return all;
 }
 
 std::optional<RankMessage> first_error(Comm& world, const std::optional<std::string>& mine) {

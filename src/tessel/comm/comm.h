@@ -63,6 +63,24 @@ struct CommCounter {
 };
 using CommStats = std::array<CommCounter, kNumCommOps>;
 
+// One call as it ran, kept while a Comm records its calls (the pictures of a run and who talks to
+// whom are drawn from these): its kind and bytes as counted, the peer of a send or receive as a
+// world rank (-1 for a collective), when it started and when this rank's last wait for it ended
+// (system-clock seconds since the epoch, a clock the ranks of one host share; the end is the
+// start until it is waited for) and the seconds it blocked this rank.
+struct CommCall {
+  CommOp op = CommOp::AllReduce;
+  double bytes = 0;
+  int peer = -1;
+  double start = 0, end = 0, blocked = 0;
+};
+// Which counted call a wait belongs to: a call counted before the last reset_stats() is no
+// longer listed, and its wait then adds to the counter alone.
+struct CallTicket {
+  int64_t generation = -1;
+  size_t index = 0;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -71,7 +89,19 @@ class Comm {
 
   // Counters since the last reset (a group of one process moves nothing and counts nothing).
   const CommStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = {}; }
+  // Empties the counters and the list of calls.
+  void reset_stats();
+  // From now on (or no longer) each counted call is also listed in calls(), until the next reset.
+  void record_calls(bool on) { recording_ = on; }
+  const std::vector<CommCall>& calls() const { return calls_; }
+  // The world ranks of the group's members in group order; empty for a group of one process.
+  const std::vector<int>& members() const { return members_; }
+
+  // The backends' bookkeeping: a call of `op` moving `bytes` (to or from group-local `peer`, -1
+  // for a collective) is counted, and listed while recording; the seconds a wait for it blocked
+  // this rank are added to it.
+  CallTicket note_call(CommOp op, double bytes, int peer = -1);
+  void note_blocked(CommOp op, const CallTicket& ticket, double seconds);
 
   // In place over `count` elements.
   virtual void all_reduce(float* data, int64_t count, ReduceOp op = ReduceOp::Sum) = 0;
@@ -89,13 +119,6 @@ class Comm {
   // recv (in place).
   virtual void all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
                             const int64_t* recv_offsets) = 0;
-  // The same without waiting (fully sharded data parallelism's prefetch); the counts and offsets
-  // may be freed once it returns. A backend without a non-blocking form gathers before returning.
-  virtual Request all_gather_v_async(const float* send, float* recv, const int64_t* recv_counts,
-                                     const int64_t* recv_offsets) {
-    all_gather_v(send, recv, recv_counts, recv_offsets);
-    return Request();
-  }
   // Variable reduce-scatter: send holds every rank's block in rank order (counts[r] elements
   // for rank r); recv (counts[rank()]) = Σ over ranks of their send's block for this rank.
   virtual void reduce_scatter_v(const float* send, float* recv, const int64_t* counts) = 0;
@@ -112,6 +135,12 @@ class Comm {
 
  protected:
   CommStats stats_{};
+  std::vector<int> members_;
+
+ private:
+  bool recording_ = false;
+  std::vector<CommCall> calls_;
+  int64_t generation_ = 0;  // reset_stats() calls so far
 };
 
 // A rank's place in a group: its index and the group's size. What a layer reads of a group to
@@ -145,6 +174,10 @@ struct CommGroup {
   [[noreturn]] static void refuse();
   Comm* comm_ = nullptr;  // null: a declare-only build's group, which never communicates
 };
+
+// Every rank's `mine`, each of its own length, in rank order on every rank; `starts` gets where
+// each rank's begins, and the total after the last. Collective over `comm`.
+std::vector<float> all_gather_lists(Comm& comm, const std::vector<float>& mine, std::vector<int64_t>& starts);
 
 // A group of one process: collectives copy (within `memory`, where the tensors live) or do nothing;
 // point to point with itself is an error.

@@ -53,41 +53,36 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void count_call(CommCounter& counter, double bytes) {
-  ++counter.calls;
-  counter.bytes += bytes;
-}
-
-// Counts one call moving `bytes` in `counter`; the time until it goes out of scope is blocked.
+// Counts one call of `comm` moving `bytes`; the time until it goes out of scope is blocked.
 class BlockingCall {
  public:
-  BlockingCall(CommCounter& counter, double bytes) : counter_(counter), start_(Clock::now()) {
-    count_call(counter, bytes);
-  }
-  ~BlockingCall() { counter_.seconds += seconds_since(start_); }
+  BlockingCall(Comm& comm, CommOp op, double bytes)
+      : comm_(comm), op_(op), ticket_(comm.note_call(op, bytes)), start_(Clock::now()) {}
+  ~BlockingCall() { comm_.note_blocked(op_, ticket_, seconds_since(start_)); }
   BlockingCall(const BlockingCall&) = delete;
   BlockingCall& operator=(const BlockingCall&) = delete;
 
  private:
-  CommCounter& counter_;
+  Comm& comm_;
+  CommOp op_;
+  CallTicket ticket_;
   Clock::time_point start_;
 };
 
-// One MPI request of `comm`; the time this rank waits for it is added to its counter. A Request
+// One MPI request of `comm`; the time this rank waits for it is added to its call. A Request
 // dropped while in flight is waited for here: MPI may still read or write its buffer, and
 // freeing a non-blocking collective's request is not allowed.
 class MpiRequest final : public Request::Impl {
  public:
-  MpiRequest(MPI_Request request, CommCounter& counter, const MpiComm& comm, const char* what,
-             int peer, std::shared_ptr<const std::vector<int>> arrays)
-      : request_(request), counter_(counter), comm_(comm), what_(what), peer_(peer), arrays_(std::move(arrays)) {}
+  MpiRequest(MPI_Request request, MpiComm& comm, CommOp op, CallTicket ticket, int peer)
+      : request_(request), comm_(comm), op_(op), ticket_(ticket), peer_(peer) {}
   ~MpiRequest() override {
     if (request_ != MPI_REQUEST_NULL && mpi_usable()) wait();
   }
   void wait() override {
     const Clock::time_point start = Clock::now();
-    comm_.wait(request_, what_, peer_);
-    counter_.seconds += seconds_since(start);
+    comm_.wait(request_, comm_op_name(op_), peer_);
+    comm_.note_blocked(op_, ticket_, seconds_since(start));
   }
   bool test() override {
     int done = 0;
@@ -97,11 +92,10 @@ class MpiRequest final : public Request::Impl {
 
  private:
   MPI_Request request_;
-  CommCounter& counter_;
-  const MpiComm& comm_;
-  const char* what_;
+  MpiComm& comm_;
+  CommOp op_;
+  CallTicket ticket_;
   int peer_;
-  std::shared_ptr<const std::vector<int>> arrays_;  // read by MPI until the call completes
 };
 
 // All-gather in place when this rank's block already sits at its place in recv (MPI forbids
@@ -121,6 +115,16 @@ MpiComm::MpiComm(MPI_Comm comm, std::string name) : comm_(comm), name_(std::move
                "predefined one");
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  // The members' world ranks, for what a call's peer is in the whole job.
+  MPI_Group group, world;
+  MPI_Comm_group(comm_, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> in_group(size_);
+  for (int r = 0; r < size_; ++r) in_group[r] = r;
+  members_.resize(size_);
+  MPI_Group_translate_ranks(group, size_, in_group.data(), world, members_.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
   int* tag_ub = nullptr;
   int found = 0;
   MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &found);
@@ -141,16 +145,14 @@ void MpiComm::check_tag(int tag) const {
                tag_ub_);
 }
 
-Request MpiComm::started(MPI_Request request, CommOp op, double bytes, int peer,
-                         std::shared_ptr<const std::vector<int>> arrays) {
-  count_call(counter(op), bytes);
-  return Request(std::make_shared<MpiRequest>(request, counter(op), *this, comm_op_name(op), peer,
-                                              std::move(arrays)));
+Request MpiComm::started(MPI_Request request, CommOp op, double bytes, int peer) {
+  const CallTicket ticket = note_call(op, bytes, peer);
+  return Request(std::make_shared<MpiRequest>(request, *this, op, ticket, peer));
 }
 
 void MpiComm::all_reduce(float* data, int64_t count, ReduceOp op) {
   to_mpi_count(count, "all_reduce count");
-  BlockingCall call(counter(CommOp::AllReduce), count * sizeof(float));
+  BlockingCall call(*this, CommOp::AllReduce, count * sizeof(float));
   for (int64_t begin = 0; begin < count; begin += kPieceFloats) {
     MPI_Request request;
     MPI_Iallreduce(MPI_IN_PLACE, data + begin,
@@ -161,7 +163,7 @@ void MpiComm::all_reduce(float* data, int64_t count, ReduceOp op) {
 }
 
 void MpiComm::all_reduce(double* data, int64_t count, ReduceOp op) {
-  BlockingCall call(counter(CommOp::AllReduce), count * sizeof(double));
+  BlockingCall call(*this, CommOp::AllReduce, count * sizeof(double));
   MPI_Request request;
   MPI_Iallreduce(MPI_IN_PLACE, data, to_mpi_count(count, "all_reduce count"), MPI_DOUBLE,
                  to_mpi_op(op), comm_, &request);
@@ -183,7 +185,7 @@ Request MpiComm::all_reduce_async(double* data, int64_t count, ReduceOp op) {
 }
 
 void MpiComm::all_gather(const float* send, float* recv, int64_t count) {
-  BlockingCall call(counter(CommOp::AllGather), size_ * count * sizeof(float));
+  BlockingCall call(*this, CommOp::AllGather, size_ * count * sizeof(float));
   MPI_Request request;
   start_all_gather(send, recv, count, request);
   wait(request, "all_gather");
@@ -205,7 +207,7 @@ void MpiComm::reduce_scatter(const float* send, float* recv, int64_t count) {
   TESSEL_CHECK(!overlaps(send, size_ * count, recv, count),
                "comm/mpi.cpp: reduce_scatter recv overlaps send");
   to_mpi_count(size_ * count, "reduce_scatter count");
-  BlockingCall call(counter(CommOp::ReduceScatter), size_ * count * sizeof(float));
+  BlockingCall call(*this, CommOp::ReduceScatter, size_ * count * sizeof(float));
   // Open MPI 4.1's MPI_Reduce_scatter_block reduces at ~1.5 GB/s at every size here and
   // MPI_Reduce_scatter collapses past a few MiB like the all-reduce, so the ranks' blocks go in
   // pieces: piece [o, o + len) of every block copied together (in cache), then reduce-scattered.
@@ -234,42 +236,25 @@ Request MpiComm::reduce_scatter_async(const float* send, float* recv, int64_t co
   return started(request, CommOp::ReduceScatter, size_ * count * sizeof(float));
 }
 
-double MpiComm::start_all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
-                                  const int64_t* recv_offsets, std::vector<int>& arrays,
-                                  MPI_Request& request) {
-  arrays.resize(2 * size_);
-  int* counts = arrays.data();
-  int* offsets = counts + size_;
-  int64_t extent = 0, gathered = 0;
+void MpiComm::all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
+                           const int64_t* recv_offsets) {
+  std::vector<int> counts(size_), offsets(size_);
+  int64_t extent = 0;
   for (int r = 0; r < size_; ++r) {
     counts[r] = to_mpi_count(recv_counts[r], "all_gather_v count");
     offsets[r] = to_mpi_count(recv_offsets[r], "all_gather_v offset");
     extent = std::max(extent, recv_offsets[r] + recv_counts[r]);
-    gathered += recv_counts[r];
   }
   const bool in_place = send == recv + recv_offsets[rank_];
   TESSEL_CHECK(in_place || !overlaps(send, recv_counts[rank_], recv, extent),
                "comm/mpi.cpp: all_gather_v send buffer overlaps recv without being this rank's block");
-  MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, counts[rank_], MPI_FLOAT, recv, counts, offsets,
-                  MPI_FLOAT, comm_, &request);
-  return static_cast<double>(gathered) * sizeof(float);
-}
-
-void MpiComm::all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
-                           const int64_t* recv_offsets) {
-  std::vector<int> arrays;
+  int64_t gathered = 0;
+  for (int r = 0; r < size_; ++r) gathered += recv_counts[r];
+  BlockingCall call(*this, CommOp::AllGather, gathered * sizeof(float));
   MPI_Request request;
-  const double bytes = start_all_gather_v(send, recv, recv_counts, recv_offsets, arrays, request);
-  BlockingCall call(counter(CommOp::AllGather), bytes);
+  MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, counts[rank_], MPI_FLOAT, recv, counts.data(),
+                  offsets.data(), MPI_FLOAT, comm_, &request);
   wait(request, "all_gather_v");
-}
-
-Request MpiComm::all_gather_v_async(const float* send, float* recv, const int64_t* recv_counts,
-                                    const int64_t* recv_offsets) {
-  auto arrays = std::make_shared<std::vector<int>>();
-  MPI_Request request;
-  const double bytes = start_all_gather_v(send, recv, recv_counts, recv_offsets, *arrays, request);
-  return started(request, CommOp::AllGather, bytes, -1, std::move(arrays));
 }
 
 void MpiComm::reduce_scatter_v(const float* send, float* recv, const int64_t* counts) {
@@ -281,7 +266,7 @@ void MpiComm::reduce_scatter_v(const float* send, float* recv, const int64_t* co
   }
   TESSEL_CHECK(!overlaps(send, total, recv, counts[rank_]),
                "comm/mpi.cpp: reduce_scatter_v recv overlaps send");
-  BlockingCall call(counter(CommOp::ReduceScatter), total * sizeof(float));
+  BlockingCall call(*this, CommOp::ReduceScatter, total * sizeof(float));
   MPI_Request request;
   MPI_Ireduce_scatter(send, recv, mpi_counts.data(), MPI_FLOAT, MPI_SUM, comm_, &request);
   wait(request, "reduce_scatter_v");
@@ -299,7 +284,7 @@ void MpiComm::all_to_all_v(const float* send, const int64_t* send_counts,
     counts_in[r] = to_mpi_count(recv_counts[r], "all_to_all_v recv count");
     offsets_in[r] = to_mpi_count(recv_offsets[r], "all_to_all_v recv offset");
   }
-  BlockingCall call(counter(CommOp::AllToAll), sent_elsewhere * sizeof(float));
+  BlockingCall call(*this, CommOp::AllToAll, sent_elsewhere * sizeof(float));
   MPI_Request request;
   MPI_Ialltoallv(send, counts_out.data(), offsets_out.data(), MPI_FLOAT, recv, counts_in.data(),
                  offsets_in.data(), MPI_FLOAT, comm_, &request);
@@ -308,7 +293,7 @@ void MpiComm::all_to_all_v(const float* send, const int64_t* send_counts,
 
 void MpiComm::broadcast(float* data, int64_t count, int root) {
   check_peer(root, "broadcast root");
-  BlockingCall call(counter(CommOp::Broadcast), count * sizeof(float));
+  BlockingCall call(*this, CommOp::Broadcast, count * sizeof(float));
   MPI_Request request;
   MPI_Ibcast(data, to_mpi_count(count, "broadcast count"), MPI_FLOAT, root, comm_, &request);
   wait(request, "broadcast");

@@ -37,16 +37,12 @@ cudaEvent_t new_event() {
   return e;
 }
 
-void count_call(CommCounter& counter, double bytes) {
-  ++counter.calls;
-  counter.bytes += bytes;
-}
-
 // A non-blocking collective: done when its event on NCCL's stream is; wait() puts that event in
 // the kernels' stream's way. Dropped unwaited, it does the same, so no later kernel races it.
 class NcclRequest final : public Request::Impl {
  public:
-  NcclRequest(cudaEvent_t event, CommCounter& counter) : event_(event), counter_(counter) {}
+  NcclRequest(cudaEvent_t event, Comm& comm, CommOp op, CallTicket ticket)
+      : event_(event), comm_(comm), op_(op), ticket_(ticket) {}
   ~NcclRequest() override {
     if (!waited_) cudaStreamWaitEvent(cuda_stream(), event_, 0);
     cudaEventDestroy(event_);
@@ -55,7 +51,7 @@ class NcclRequest final : public Request::Impl {
     const Clock::time_point start = Clock::now();
     cuda_check(cudaStreamWaitEvent(cuda_stream(), event_, 0), "cudaStreamWaitEvent");
     waited_ = true;
-    counter_.seconds += seconds_since(start);
+    comm_.note_blocked(op_, ticket_, seconds_since(start));
   }
   bool test() override {
     if (cudaEventQuery(event_) != cudaSuccess) return false;
@@ -65,14 +61,16 @@ class NcclRequest final : public Request::Impl {
 
  private:
   cudaEvent_t event_;
-  CommCounter& counter_;
+  Comm& comm_;
+  CommOp op_;
+  CallTicket ticket_;
   bool waited_ = false;
 };
 
 class NcclP2pRequest final : public Request::Impl {
  public:
-  NcclP2pRequest(NcclComm& comm, std::shared_ptr<P2pDone> done, CommCounter& counter)
-      : comm_(comm), done_(std::move(done)), counter_(counter) {}
+  NcclP2pRequest(NcclComm& comm, std::shared_ptr<P2pDone> done, CommOp op, CallTicket ticket)
+      : comm_(comm), done_(std::move(done)), op_(op), ticket_(ticket) {}
   ~NcclP2pRequest() override {
     if (!waited_) wait();  // launches it if still collected: a peer may be waiting for it
   }
@@ -81,7 +79,7 @@ class NcclP2pRequest final : public Request::Impl {
     if (done_->event == nullptr) comm_.flush();
     cuda_check(cudaStreamWaitEvent(cuda_stream(), done_->event, 0), "cudaStreamWaitEvent");
     waited_ = true;
-    counter_.seconds += seconds_since(start);
+    comm_.note_blocked(op_, ticket_, seconds_since(start));
   }
   bool test() override {
     if (done_->event == nullptr) comm_.flush();
@@ -93,7 +91,8 @@ class NcclP2pRequest final : public Request::Impl {
  private:
   NcclComm& comm_;
   std::shared_ptr<P2pDone> done_;
-  CommCounter& counter_;
+  CommOp op_;
+  CallTicket ticket_;
   bool waited_ = false;
 };
 
@@ -108,6 +107,7 @@ NcclComm::NcclComm(MPI_Comm comm) : host_(comm) {
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate (nccl)");
   ready_ = new_event();
   p2p_ready_ = new_event();
+  members_ = host_.members();
 }
 
 NcclComm::~NcclComm() {
@@ -137,8 +137,8 @@ cudaEvent_t NcclComm::end() {
   return done;
 }
 
-Request NcclComm::pending(cudaEvent_t finished, CommCounter& counter) {
-  return Request(std::make_shared<NcclRequest>(finished, counter));
+Request NcclComm::pending(cudaEvent_t finished, CommOp op, CallTicket ticket) {
+  return Request(std::make_shared<NcclRequest>(finished, *this, op, ticket));
 }
 
 void NcclComm::flush() {
@@ -164,13 +164,13 @@ void NcclComm::flush() {
 #define TESSEL_NCCL_BLOCKING(counter_op, bytes, ...)                                \
   do {                                                                              \
     const Clock::time_point start = Clock::now();                                   \
-    count_call(counter(counter_op), bytes);                                         \
+    const CallTicket ticket = note_call(counter_op, bytes);                         \
     begin();                                                                        \
     __VA_ARGS__;                                                                    \
     cudaEvent_t done = end();                                                       \
     cuda_check(cudaStreamWaitEvent(cuda_stream(), done, 0), "cudaStreamWaitEvent"); \
     cudaEventDestroy(done);                                                         \
-    counter(counter_op).seconds += seconds_since(start);                            \
+    note_blocked(counter_op, ticket, seconds_since(start));                         \
   } while (0)
 
 void NcclComm::all_reduce(float* data, int64_t count, ReduceOp op) {
@@ -202,11 +202,11 @@ Request NcclComm::all_reduce_async(float* data, int64_t count, ReduceOp op) {
     flush();
     return host_.all_reduce_async(data, count, op);
   }
-  count_call(counter(CommOp::AllReduce), count * 4.0);
+  const CallTicket ticket = note_call(CommOp::AllReduce, count * 4.0);
   begin();
   check(ncclAllReduce(data, data, count, ncclFloat, to_nccl(op), nccl_, stream_), "ncclAllReduce",
         nccl_);
-  return pending(end(), counter(CommOp::AllReduce));
+  return pending(end(), CommOp::AllReduce, ticket);
 }
 
 Request NcclComm::all_reduce_async(double* data, int64_t count, ReduceOp op) {
@@ -214,11 +214,11 @@ Request NcclComm::all_reduce_async(double* data, int64_t count, ReduceOp op) {
     flush();
     return host_.all_reduce_async(data, count, op);
   }
-  count_call(counter(CommOp::AllReduce), count * 8.0);
+  const CallTicket ticket = note_call(CommOp::AllReduce, count * 8.0);
   begin();
   check(ncclAllReduce(data, data, count, ncclDouble, to_nccl(op), nccl_, stream_), "ncclAllReduce",
         nccl_);
-  return pending(end(), counter(CommOp::AllReduce));
+  return pending(end(), CommOp::AllReduce, ticket);
 }
 
 // In place when send is this rank's block of recv, which NCCL accepts as it is.
@@ -238,10 +238,10 @@ Request NcclComm::all_gather_async(const float* send, float* recv, int64_t count
     flush();
     return host_.all_gather_async(send, recv, count);
   }
-  count_call(counter(CommOp::AllGather), size() * count * 4.0);
+  const CallTicket ticket = note_call(CommOp::AllGather, size() * count * 4.0);
   begin();
   check(ncclAllGather(send, recv, count, ncclFloat, nccl_, stream_), "ncclAllGather", nccl_);
-  return pending(end(), counter(CommOp::AllGather));
+  return pending(end(), CommOp::AllGather, ticket);
 }
 
 void NcclComm::reduce_scatter(const float* send, float* recv, int64_t count) {
@@ -261,11 +261,11 @@ Request NcclComm::reduce_scatter_async(const float* send, float* recv, int64_t c
     flush();
     return host_.reduce_scatter_async(send, recv, count);
   }
-  count_call(counter(CommOp::ReduceScatter), size() * count * 4.0);
+  const CallTicket ticket = note_call(CommOp::ReduceScatter, size() * count * 4.0);
   begin();
   check(ncclReduceScatter(send, recv, count, ncclFloat, ncclSum, nccl_, stream_),
         "ncclReduceScatter", nccl_);
-  return pending(end(), counter(CommOp::ReduceScatter));
+  return pending(end(), CommOp::ReduceScatter, ticket);
 }
 
 // NCCL has no variable all-gather: every rank's block goes to every other rank in one group of
@@ -383,11 +383,11 @@ Request NcclComm::isend(const float* data, int64_t count, int peer, int tag) {
   }
   // NCCL matches by order, not tag: ranks post their messages in the same order (as the
   // schedules do).
-  count_call(counter(CommOp::Send), count * 4.0);
+  const CallTicket ticket = note_call(CommOp::Send, count * 4.0, peer);
   cuda_check(cudaEventRecord(p2p_ready_, cuda_stream()), "cudaEventRecord");
   auto done = std::make_shared<P2pDone>();
   posted_.push_back({true, const_cast<float*>(data), count, peer, done});
-  return Request(std::make_shared<NcclP2pRequest>(*this, done, counter(CommOp::Send)));
+  return Request(std::make_shared<NcclP2pRequest>(*this, done, CommOp::Send, ticket));
 }
 
 Request NcclComm::irecv(float* data, int64_t count, int peer, int tag) {
@@ -397,11 +397,11 @@ Request NcclComm::irecv(float* data, int64_t count, int peer, int tag) {
     flush();
     return host_.irecv(data, count, peer, tag);
   }
-  count_call(counter(CommOp::Recv), count * 4.0);
+  const CallTicket ticket = note_call(CommOp::Recv, count * 4.0, peer);
   cuda_check(cudaEventRecord(p2p_ready_, cuda_stream()), "cudaEventRecord");
   auto done = std::make_shared<P2pDone>();
   posted_.push_back({false, data, count, peer, done});
-  return Request(std::make_shared<NcclP2pRequest>(*this, done, counter(CommOp::Recv)));
+  return Request(std::make_shared<NcclP2pRequest>(*this, done, CommOp::Recv, ticket));
 }
 
 }  // namespace tessel

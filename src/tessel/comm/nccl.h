@@ -77,8 +77,7 @@ class NcclComm final : public Comm {
   bool on_device(const void* a, const void* b) const;
   void begin();       // NCCL's stream waits for the kernels' queued work
   cudaEvent_t end();  // records the call's completion on NCCL's stream
-  Request pending(cudaEvent_t finished, CommCounter& counter);
-  CommCounter& counter(CommOp op) { return stats_[static_cast<int>(op)]; }
+  Request pending(cudaEvent_t finished, CommOp op, CallTicket ticket);
 
   MpiComm host_;
   ncclComm_t nccl_ = nullptr;

@@ -116,4 +116,15 @@ std::vector<ProcessGroups::CommUse> ProcessGroups::comm_uses() const {
   return uses;
 }
 
+void ProcessGroups::record_comm_calls(bool on) {
+  for (auto& comm : comms_) comm->record_calls(on);
+}
+
+std::vector<ProcessGroups::GroupCall> ProcessGroups::comm_calls() const {
+  std::vector<GroupCall> calls;
+  for (GroupKind kind : kAllGroupKinds)
+    for (const CommCall& call : comms_[static_cast<int>(kind)]->calls()) calls.push_back({kind, call});
+  return calls;
+}
+
 }  // namespace tessel

@@ -56,6 +56,14 @@ class ProcessGroups {
     CommCounter counter;
   };
   std::vector<CommUse> comm_uses() const;
+  // Every group kind's calls listed as well from now on (comm.h's record_calls), and those listed
+  // since the last reset, in each group's order.
+  void record_comm_calls(bool on);
+  struct GroupCall {
+    GroupKind group;
+    CommCall call;
+  };
+  std::vector<GroupCall> comm_calls() const;
 
   int world_rank() const { return world_rank_; }
   // This rank's coordinate on every axis of the layout (all 0 for single()).

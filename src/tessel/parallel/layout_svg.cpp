@@ -33,13 +33,26 @@ struct Grid {
   double lane(int rank, int kind) const { return y(rank) + kLaneTop + kind * kLaneStep; }
 };
 
-// "tp 0 · pp 1 · dp 0": the rank's coordinate on each kind drawn that is one axis.
-std::string coordinates_text(const Layout& layout, const std::vector<GroupKind>& kinds, int rank) {
+// "tp 0 · pp 1 · dp 0": the rank's coordinate on each kind drawn that is one axis, and the bytes it
+// moved where a run's traffic is given.
+std::string coordinates_text(const Layout& layout, const std::vector<GroupKind>& kinds, int rank,
+                             const LayoutTraffic& traffic) {
   std::vector<std::string> parts;
   const RankCoords c = layout.coords(rank);
   for (GroupKind kind : kinds)
     if (const auto axis = axis_coordinate(kind)) parts.push_back(fmt::format("{} {}", group_kind_name(kind), c.**axis));
+  if (!traffic.written.empty()) parts.push_back(traffic.written[rank]);
   return fmt::format("{}", fmt::join(parts, " · "));
+}
+
+// White for no bytes to a light orange for the most any rank moved: light enough that the
+// groups' lines, the dp line's orange among them, stay visible over it.
+std::string traffic_fill(const LayoutTraffic& traffic, int rank) {
+  if (traffic.bytes.empty()) return "#fff";
+  const double most = *std::max_element(traffic.bytes.begin(), traffic.bytes.end());
+  const double share = most > 0 ? 0.4 * traffic.bytes[rank] / most : 0;
+  const auto channel = [&](int full) { return static_cast<int>(std::lround(255 - (255 - full) * share)); };
+  return fmt::format("#{:02x}{:02x}{:02x}", channel(0xf2), channel(0x8e), channel(0x2b));
 }
 
 // A group's line: straight between ranks that are neighbours on the grid, and otherwise an arc
@@ -99,7 +112,8 @@ std::vector<std::string> group_lines(const std::vector<std::vector<int>>& groups
 
 }  // namespace
 
-std::string layout_svg(const Layout& layout, const std::vector<GroupKind>& kinds, int gpus_per_node) {
+std::string layout_svg(const Layout& layout, const std::vector<GroupKind>& kinds, int gpus_per_node,
+                       const LayoutTraffic& traffic) {
   const ParallelConfig& c = layout.config();
   const int world = layout.world();
   Grid grid;
@@ -109,15 +123,19 @@ std::string layout_svg(const Layout& layout, const std::vector<GroupKind>& kinds
   grid.box_w = 64;
   for (int r = 0; r < world; ++r)
     grid.box_w = std::max({grid.box_w, svg_text_width(fmt::format("rank {}", r), 13) + 16,
-                           svg_text_width(coordinates_text(layout, kinds, r), 10) + 12});
+                           svg_text_width(coordinates_text(layout, kinds, r, traffic), 10) + 12});
 
   SvgCanvas svg;
   svg.text(kLeft, 22, fmt::format("world {} = TP {} × CP {} × PP {} × DP {} · order {} (first axis fastest){}", world,
                                   c.tp, c.cp, c.pp, c.dp(), c.order,
                                   gpus_per_node > 0 ? fmt::format(" · nodes of {} GPUs", gpus_per_node) : ""),
            15);
-  svg.text(kLeft, 42, "each box a rank; a line of a kind's colour joins the ranks of one group, a dot on each", 12,
-           "start", "fill='#555'");
+  svg.text(kLeft, 42,
+           fmt::format("each box a rank; a line of a kind's colour joins the ranks of one group, a dot on each{}",
+                       traffic.bytes.empty() ? ""
+                                             : fmt::format("; the deeper a box's orange, the more bytes its rank "
+                                                           "sent, received and reduced in {}", traffic.source)),
+           12, "start", "fill='#555'");
 
   if (gpus_per_node > 0) {
     const int nodes = (world + gpus_per_node - 1) / gpus_per_node;  // a row each
@@ -132,8 +150,8 @@ std::string layout_svg(const Layout& layout, const std::vector<GroupKind>& kinds
     }
   }
   for (int r = 0; r < world; ++r)
-    svg.shape(fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' rx='4' fill='#fff' "
-                          "stroke='#333'/>", grid.x(r), grid.y(r), grid.box_w, grid.box_h),
+    svg.shape(fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' rx='4' fill='{}' "
+                          "stroke='#333'/>", grid.x(r), grid.y(r), grid.box_w, grid.box_h, traffic_fill(traffic, r)),
               grid.x(r) + grid.box_w, grid.y(r) + grid.box_h);
   for (size_t k = 0; k < kinds.size(); ++k)
     for (const std::vector<int>& group : layout.groups(kinds[k]))
@@ -143,7 +161,7 @@ std::string layout_svg(const Layout& layout, const std::vector<GroupKind>& kinds
   for (int r = 0; r < world; ++r) {
     const double middle = grid.x(r) + grid.box_w / 2;
     svg.text(middle, grid.y(r) + 16, fmt::format("rank {}", r), 13, "middle", "font-weight='bold' " + halo);
-    svg.text(middle, grid.y(r) + 30, coordinates_text(layout, kinds, r), 10, "middle", halo);
+    svg.text(middle, grid.y(r) + 30, coordinates_text(layout, kinds, r, traffic), 10, "middle", halo);
   }
 
   // The legend: each kind's colour, name, role and groups.

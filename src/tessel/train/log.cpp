@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "tessel/core/error.h"
@@ -102,8 +103,7 @@ void TrainLog::iteration(const IterationStats& s) {
   skipped_since_logged_ += s.skipped ? 1 : 0;
   // A skipped step is news, unless a loss scaler skips it: then it is the scaler's overflow, which
   // the interval's line counts, as Megatron's.
-  const bool logged = s.iteration % log_interval_ == 0 || s.iteration == train_iters_ ||
-                      s.iteration == 1 || (s.skipped && !s.loss_scale);
+  const bool logged = at_interval(s.iteration) || (s.skipped && !s.loss_scale);
   if (logged) {
     std::string after_loss, at_end;
     if (s.loss_scale) after_loss += fmt::format(" | loss scale {:.1f}", s.loss_scale->scale);
@@ -149,6 +149,16 @@ void TrainLog::iteration(const IterationStats& s) {
         for (const auto& [key, value] : f.json) add_json_figure(j, key, value);
       for (const IterationStats::Comm& c : s.comm)
         j["comm"][c.group][c.op] = {{"calls", c.calls}, {"bytes", c.bytes}, {"ms", 1e3 * c.seconds}};
+      // Every rank's: "ranks": [{"rank": 0, "comm": {"pp": {"send": {calls, bytes, ms, "peers": {"2": ...}}}}}]
+      std::map<int, nlohmann::json> ranks;
+      for (const IterationStats::PeerComm& c : s.traffic) {
+        nlohmann::json& rank = ranks.try_emplace(c.rank, nlohmann::json{{"rank", c.rank}}).first->second;
+        const nlohmann::json counter = {{"calls", c.calls}, {"bytes", c.bytes}, {"ms", 1e3 * c.seconds}};
+        nlohmann::json& call = rank["comm"][c.group][c.op];
+        if (c.peer < 0) call.update(counter);
+        else call["peers"][std::to_string(c.peer)] = counter;
+      }
+      for (auto& [r, rank] : ranks) j["ranks"].push_back(std::move(rank));
       write_json(j);
     }
     skipped_since_logged_ = 0;

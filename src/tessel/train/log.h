@@ -50,6 +50,17 @@ struct IterationStats {
     double bytes = 0, seconds = 0;
   };
   std::vector<Comm> comm;
+  // Who talks to whom (--log-json, --profile-report): every rank's communication in the iteration
+  // by group kind and kind of call, gathered to the first rank (empty on the others). An entry
+  // with peer -1 is the rank's counter (Comm above); the others are its calls with one peer
+  // each: a send's or receive's, or every other member of a collective's group.
+  struct PeerComm {
+    int rank = 0, peer = -1;
+    std::string group, op;
+    int64_t calls = 0;
+    double bytes = 0, seconds = 0;
+  };
+  std::vector<PeerComm> traffic;
 };
 
 class TrainLog {
@@ -66,6 +77,9 @@ class TrainLog {
   TrainLog& operator=(const TrainLog&) = delete;
 
   void iteration(const IterationStats& s);
+  // Whether iteration `it` is logged whatever its figures: the --log-interval's, the first and the
+  // last (a skipped step is logged as well).
+  bool at_interval(int64_t it) const { return it % log_interval_ == 0 || it == train_iters_ || it == 1; }
   void message(const std::string& line);  // a plain line that does not break the progress line
   // An evaluation's loss on `split` after iteration `it`: a line with its perplexity and, in
   // --log-json, {"iteration", "split", "loss", "ppl"}.

@@ -52,16 +52,25 @@ void report_data_loader(TrainLog& log, double wait_seconds, double read_seconds,
                   wait_ms, 100 * wait_ms / step_ms, step_ms, read_ms, 100 * read_ms / step_ms));
 }
 
-// This rank's communication per profiled iteration, by group and kind of call: what moved and how
-// long the rank was blocked on it (the part that computation did not hide).
-void report_communication(TrainLog& log, const std::map<std::string, IterationStats::Comm>& sums,
-                          int iterations, double seconds) {
+// Every rank's communication per profiled iteration, by group and kind of call: what moved and
+// how long the rank was blocked on it (the part that computation did not hide), and with whom.
+void report_communication(TrainLog& log, const std::map<CommKey, IterationStats::PeerComm>& sums, int iterations,
+                          double seconds) {
   if (iterations == 0) return;
-  for (const auto& [name, c] : sums)
-    log.message(fmt::format("profile: comm {:<22} {:6.1f} calls {:9.3f} MB  blocked {:8.2f} ms "
-                            "({:.1f}% of step) per iteration",
-                            name, static_cast<double>(c.calls) / iterations, c.bytes / iterations / 1e6,
-                            1e3 * c.seconds / iterations, 100 * c.seconds / seconds));
+  const auto per_iteration = [&](const IterationStats::PeerComm& c) {
+    return fmt::format("{:6.1f} calls {:9.3f} MB  blocked {:8.2f} ms", static_cast<double>(c.calls) / iterations,
+                       c.bytes / iterations / 1e6, 1e3 * c.seconds / iterations);
+  };
+  for (const auto& [key, c] : sums) {
+    if (c.peer >= 0) continue;  // the rank's peers follow its counter's line
+    std::string peers;
+    for (auto it = sums.upper_bound(key); it != sums.end() && it->second.rank == c.rank && it->second.group == c.group &&
+                                          it->second.op == c.op;
+         ++it)
+      peers += fmt::format("\n    with rank {}: {}", it->second.peer, per_iteration(it->second));
+    log.message(fmt::format("profile: comm rank {} {:<10} {:<14} {} ({:.1f}% of step) per iteration{}", c.rank,
+                            c.group, c.op, per_iteration(c), 100 * c.seconds / seconds, peers));
+  }
 }
 
 // Each rank's measured idle share of the iterations (the time from the first action to the last on
@@ -160,11 +169,12 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
     profiled_seconds_ += s.iteration_time_ms / 1000.0;
     profiled_data_wait_seconds_ += s.data_wait_ms / 1000.0;
     profiled_iterations_ += 1;
-    for (const IterationStats::Comm& c : s.comm) {
-      IterationStats::Comm& sum = profiled_comm_[c.group + " " + c.op];
-      sum.calls += c.calls;
-      sum.bytes += c.bytes;
-      sum.seconds += c.seconds;
+    for (const IterationStats::PeerComm& c : s.traffic) {
+      auto [sum, fresh] = profiled_comm_.try_emplace({c.rank, c.group, c.op, c.peer}, c);
+      if (fresh) continue;
+      sum->second.calls += c.calls;
+      sum->second.bytes += c.bytes;
+      sum->second.seconds += c.seconds;
     }
   }
   // The iteration's span over the world, from the first compute on any rank to the last (the
@@ -184,11 +194,11 @@ void RunTotals::add(const IterationStats& s, const PipelineExecutor::Stats& pipe
       actions_.compute_count[kind] += pipeline.compute_count[kind];
     }
   }
-  if (!plan_.options.log.pipeline_timeline.empty()) last_ = {{s.iteration, pipeline}};
+  if (!plan_.options.log.pipeline_timeline.empty()) last_ = {{s.iteration, pipeline, groups_.comm_calls()}};
   // Megatron's window: its profiler starts after step_start iterations and stops after step_end.
   const ProfileWindow& window = plan_.options.log.profile;
   if (window.on && s.iteration > window.step_start && s.iteration <= window.step_end)
-    profiled_.push_back({s.iteration, pipeline});
+    profiled_.push_back({s.iteration, pipeline, groups_.comm_calls()});
   peak_in_flight_ = std::max(peak_in_flight_, pipeline.peak_in_flight);
   peak_activation_bytes_ = std::max(peak_activation_bytes_, pipeline.peak_activation_bytes);
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tessel/core/params.h"
@@ -24,6 +25,9 @@ namespace tessel {
 // The model, the data and the batch arithmetic, and (several ranks) the layout.
 void report_run(TrainLog& log, const TrainPlan& plan, ProcessGroups& groups,
                 const ParamRegistry& params, const GptDataSplits& data);
+
+// Where a rank's communication went: (rank, group kind, kind of call, peer; -1 first: all peers).
+using CommKey = std::tuple<int, std::string, std::string, int>;
 
 // What the end-of-run reports add up over the iterations. The first iteration sizes buffers and
 // warms caches, so profiles start at the second (the pipeline's idle time too, unless the run
@@ -50,7 +54,7 @@ class RunTotals {
   ProcessGroups& groups_;
   double profiled_seconds_ = 0, profiled_data_wait_seconds_ = 0;
   int profiled_iterations_ = 0;
-  std::map<std::string, IterationStats::Comm> profiled_comm_;  // by "group op", summed
+  std::map<CommKey, IterationStats::PeerComm> profiled_comm_;  // every rank's, summed
   // The spans of the iterations' pipelines over the world: the pending one's, the latest end so
   // far, and the time the counted ones cover.
   void add_span();  // adds the pending span once it has arrived

@@ -23,6 +23,7 @@
 #include "tessel/model/transformer.h"
 #include "tessel/parallel/grad_sync.h"
 #include "tessel/pipeline/executor.h"
+#include "tessel/train/comm_traffic.h"
 #include "tessel/train/data.h"
 #include "tessel/train/evaluate.h"
 #include "tessel/train/export.h"
@@ -92,15 +93,17 @@ std::vector<float> microbatch_scales(const TrainPlan& plan, const MicrobatchLoad
                                 counted);
 }
 
-// The iteration's time, throughput and this rank's communication by group and kind of call.
-void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens,
-                ProcessGroups& groups) {
+// The iteration's time, throughput and this rank's communication by group and kind of call; with
+// `every_rank` (collective) every rank's too, with its peers, on the first rank.
+void add_timing(IterationStats& s, Clock::time_point start, double batch_tokens, ProcessGroups& groups,
+                bool every_rank) {
   const std::chrono::duration<double> took = Clock::now() - start;
   s.iteration_time_ms = took.count() * 1000.0;
   s.tokens_per_s = batch_tokens / took.count();
   for (const ProcessGroups::CommUse& use : groups.comm_uses())
     s.comm.push_back({group_kind_name(use.group), comm_op_name(use.op), use.counter.calls,
                       use.counter.bytes, use.counter.seconds});
+  if (every_rank) s.traffic = gather_comm_traffic(groups);
 }
 
 // What a rank reads and creates before training: the train split's loader, the model
@@ -398,6 +401,11 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
   const CheckpointOptions& ckpt = o.checkpoint;
   CheckpointSaver saver(ckpt.async_save, !ckpt.no_save_optim, setup->save_lock.get());
   RunTotals totals(k, plan, groups);
+  // The calls are listed for the pictures of the run and for who talks to whom (gathered from
+  // every rank at the iterations --log-json logs, or each with --profile-report: a wait for the
+  // slowest rank).
+  groups.record_comm_calls(!o.log.json.empty() || o.log.profile_report || !o.log.pipeline_timeline.empty() ||
+                           o.log.profile.on);
   std::optional<std::string> stop;  // why the run ends early (a signal, the time limit)
   for (it = setup->resumed + 1; it <= plan.train_iters(); ++it) {
     totals.start_iteration(it);
@@ -410,7 +418,8 @@ std::vector<IterationStats> train(const TrainPlan& plan, ProcessGroups& groups) 
     term_counted = count_term_tokens(terms, plan, s.global_batch, loader, groups);
     step.take(s, counted);
     add_term_figures(s, take_step_terms(stage.chunks), term_counted, term_groups);
-    add_timing(s, start, plan.batch_tokens(s.global_batch), groups);
+    add_timing(s, start, plan.batch_tokens(s.global_batch), groups,
+               o.log.profile_report || (!o.log.json.empty() && log.at_interval(it)));
     totals.add(s, pipeline.stats());
     step.record(s);
     // A --log-json record that could not be written (a full disk) stops the run at its iteration.

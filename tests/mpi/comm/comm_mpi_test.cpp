@@ -315,6 +315,47 @@ TEST(MpiComm, StatsCountCallsBytesAndBlockedTime) {
   }
 }
 
+// While recording, each counted call is listed: its kind, bytes, peer as a world rank (the group
+// here numbers the world's ranks backwards), start before end, and the time it blocked; a reset
+// empties the list, and a wait for a call counted before it leaves the new list alone.
+TEST(MpiComm, RecordedCallsNameTheirWorldPeers) {
+  int world_rank = 0, world_size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm reversed;
+  MPI_Comm_split(MPI_COMM_WORLD, 0, world_size - 1 - world_rank, &reversed);
+  MpiComm comm(reversed, "reversed");
+  ASSERT_EQ(comm.rank(), world_size - 1 - world_rank);
+  float value = 1, received = 0;
+  comm.all_reduce(&value, 1);
+  EXPECT_TRUE(comm.calls().empty());  // not recording yet
+  comm.record_calls(true);
+  const int next = (comm.rank() + 1) % comm.size(), previous = (comm.rank() + comm.size() - 1) % comm.size();
+  Request recv = comm.irecv(&received, 1, previous, 7);
+  Request send = comm.isend(&value, 1, next, 7);
+  recv.wait();
+  send.wait();
+  comm.all_reduce(&value, 1);
+  ASSERT_EQ(comm.calls().size(), 3u);
+  const CommCall &r = comm.calls()[0], &s = comm.calls()[1], &a = comm.calls()[2];
+  EXPECT_EQ(r.op, CommOp::Recv);
+  EXPECT_EQ(r.peer, world_size - 1 - previous);
+  EXPECT_EQ(s.op, CommOp::Send);
+  EXPECT_EQ(s.peer, world_size - 1 - next);
+  EXPECT_EQ(a.op, CommOp::AllReduce);
+  EXPECT_EQ(a.peer, -1);
+  EXPECT_EQ(a.bytes, sizeof(float));
+  for (const CommCall& call : comm.calls()) {
+    EXPECT_LE(call.start, call.end);
+    EXPECT_GE(call.blocked, 0);
+  }
+  Request late = comm.all_reduce_async(&value, 1);
+  comm.reset_stats();
+  late.wait();
+  EXPECT_TRUE(comm.calls().empty());
+  EXPECT_EQ(comm.stats()[static_cast<int>(CommOp::AllReduce)].calls, 0);
+}
+
 TEST(MpiComm, BadArgumentsThrow) {
   auto comm = world_copy();
   float x = 0;
