@@ -119,6 +119,13 @@ class Comm {
   // recv (in place).
   virtual void all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
                             const int64_t* recv_offsets) = 0;
+  // The same without waiting (fully sharded data parallelism's prefetch); the counts and offsets
+  // may be freed once it returns. A backend without a non-blocking form gathers before returning.
+  virtual Request all_gather_v_async(const float* send, float* recv, const int64_t* recv_counts,
+                                     const int64_t* recv_offsets) {
+    all_gather_v(send, recv, recv_counts, recv_offsets);
+    return Request();
+  }
   // Variable reduce-scatter: send holds every rank's block in rank order (counts[r] elements
   // for rank r); recv (counts[rank()]) = Σ over ranks of their send's block for this rank.
   virtual void reduce_scatter_v(const float* send, float* recv, const int64_t* counts) = 0;

@@ -74,8 +74,9 @@ class BlockingCall {
 // freeing a non-blocking collective's request is not allowed.
 class MpiRequest final : public Request::Impl {
  public:
-  MpiRequest(MPI_Request request, MpiComm& comm, CommOp op, CallTicket ticket, int peer)
-      : request_(request), comm_(comm), op_(op), ticket_(ticket), peer_(peer) {}
+  MpiRequest(MPI_Request request, MpiComm& comm, CommOp op, CallTicket ticket, int peer,
+             std::shared_ptr<const std::vector<int>> arrays)
+      : request_(request), comm_(comm), op_(op), ticket_(ticket), peer_(peer), arrays_(std::move(arrays)) {}
   ~MpiRequest() override {
     if (request_ != MPI_REQUEST_NULL && mpi_usable()) wait();
   }
@@ -96,6 +97,7 @@ class MpiRequest final : public Request::Impl {
   CommOp op_;
   CallTicket ticket_;
   int peer_;
+  std::shared_ptr<const std::vector<int>> arrays_;  // read by MPI until the call completes
 };
 
 // All-gather in place when this rank's block already sits at its place in recv (MPI forbids
@@ -145,9 +147,10 @@ void MpiComm::check_tag(int tag) const {
                tag_ub_);
 }
 
-Request MpiComm::started(MPI_Request request, CommOp op, double bytes, int peer) {
+Request MpiComm::started(MPI_Request request, CommOp op, double bytes, int peer,
+                         std::shared_ptr<const std::vector<int>> arrays) {
   const CallTicket ticket = note_call(op, bytes, peer);
-  return Request(std::make_shared<MpiRequest>(request, *this, op, ticket, peer));
+  return Request(std::make_shared<MpiRequest>(request, *this, op, ticket, peer, std::move(arrays)));
 }
 
 void MpiComm::all_reduce(float* data, int64_t count, ReduceOp op) {
@@ -236,25 +239,42 @@ Request MpiComm::reduce_scatter_async(const float* send, float* recv, int64_t co
   return started(request, CommOp::ReduceScatter, size_ * count * sizeof(float));
 }
 
-void MpiComm::all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
-                           const int64_t* recv_offsets) {
-  std::vector<int> counts(size_), offsets(size_);
-  int64_t extent = 0;
+double MpiComm::start_all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
+                                  const int64_t* recv_offsets, std::vector<int>& arrays,
+                                  MPI_Request& request) {
+  arrays.resize(2 * size_);
+  int* counts = arrays.data();
+  int* offsets = counts + size_;
+  int64_t extent = 0, gathered = 0;
   for (int r = 0; r < size_; ++r) {
     counts[r] = to_mpi_count(recv_counts[r], "all_gather_v count");
     offsets[r] = to_mpi_count(recv_offsets[r], "all_gather_v offset");
     extent = std::max(extent, recv_offsets[r] + recv_counts[r]);
+    gathered += recv_counts[r];
   }
   const bool in_place = send == recv + recv_offsets[rank_];
   TESSEL_CHECK(in_place || !overlaps(send, recv_counts[rank_], recv, extent),
                "comm/mpi.cpp: all_gather_v send buffer overlaps recv without being this rank's block");
-  int64_t gathered = 0;
-  for (int r = 0; r < size_; ++r) gathered += recv_counts[r];
-  BlockingCall call(*this, CommOp::AllGather, gathered * sizeof(float));
+  MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, counts[rank_], MPI_FLOAT, recv, counts, offsets,
+                  MPI_FLOAT, comm_, &request);
+  return static_cast<double>(gathered) * sizeof(float);
+}
+
+void MpiComm::all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
+                           const int64_t* recv_offsets) {
+  std::vector<int> arrays;
   MPI_Request request;
-  MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, counts[rank_], MPI_FLOAT, recv, counts.data(),
-                  offsets.data(), MPI_FLOAT, comm_, &request);
+  const double bytes = start_all_gather_v(send, recv, recv_counts, recv_offsets, arrays, request);
+  BlockingCall call(*this, CommOp::AllGather, bytes);
   wait(request, "all_gather_v");
+}
+
+Request MpiComm::all_gather_v_async(const float* send, float* recv, const int64_t* recv_counts,
+                                    const int64_t* recv_offsets) {
+  auto arrays = std::make_shared<std::vector<int>>();
+  MPI_Request request;
+  const double bytes = start_all_gather_v(send, recv, recv_counts, recv_offsets, *arrays, request);
+  return started(request, CommOp::AllGather, bytes, -1, std::move(arrays));
 }
 
 void MpiComm::reduce_scatter_v(const float* send, float* recv, const int64_t* counts) {

@@ -57,6 +57,8 @@ class MpiComm final : public Comm {
   Request reduce_scatter_async(const float* send, float* recv, int64_t count) override;
   void all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
                     const int64_t* recv_offsets) override;
+  Request all_gather_v_async(const float* send, float* recv, const int64_t* recv_counts,
+                             const int64_t* recv_offsets) override;
   void reduce_scatter_v(const float* send, float* recv, const int64_t* counts) override;
   void all_to_all_v(const float* send, const int64_t* send_counts, const int64_t* send_offsets,
                     float* recv, const int64_t* recv_counts, const int64_t* recv_offsets) override;
@@ -69,8 +71,13 @@ class MpiComm final : public Comm {
   void check_peer(int peer, const char* what) const;
   void check_tag(int tag) const;
   // A non-blocking call counted under `op` (moving `bytes`), returned to be waited for.
-  Request started(MPI_Request request, CommOp op, double bytes, int peer = -1);
+  // `arrays`: what MPI may read until the call completes (a v-collective's counts and offsets).
+  Request started(MPI_Request request, CommOp op, double bytes, int peer = -1,
+                  std::shared_ptr<const std::vector<int>> arrays = nullptr);
   void start_all_gather(const float* send, float* recv, int64_t count, MPI_Request& request);
+  // Starts all_gather_v; returns the bytes gathered. `arrays` gets MPI's counts, then offsets.
+  double start_all_gather_v(const float* send, float* recv, const int64_t* recv_counts,
+                            const int64_t* recv_offsets, std::vector<int>& arrays, MPI_Request& request);
 
   MPI_Comm comm_;
   std::string name_;
