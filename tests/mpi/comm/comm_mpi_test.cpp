@@ -186,6 +186,48 @@ TEST(MpiComm, ReduceScatterVGivesEachRankItsUnevenBlock) {
     EXPECT_EQ(recv[j], size * (size - 1) / 2 + size * (first + j)) << "element " << j;
 }
 
+// Blocks of more than one piece (reduce_scatter_v goes in pieces of 2^20 / size elements), of
+// different lengths, the last rank's empty (a fully sharded bucket's slices when the last rank's
+// falls past the end); every rank sends rank + k % 1000 at element k.
+TEST(MpiComm, ReduceScatterVInPiecesGivesEachRankItsBlock) {
+  auto comm = world_copy();
+  const int size = comm->size(), me = comm->rank();
+  const int64_t piece = (int64_t{1} << 20) / size;
+  std::vector<int64_t> counts(size);
+  int64_t total = 0, first = 0;
+  for (int r = 0; r < size; ++r) {
+    counts[r] = size > 1 && r == size - 1 ? 0 : 2 * piece + 7 * r + 1;
+    if (r < me) first += counts[r];
+    total += counts[r];
+  }
+  std::vector<float> send(total), recv(std::max<int64_t>(counts[me], 1), -1.0f);
+  for (int64_t k = 0; k < total; ++k) send[k] = static_cast<float>(me + k % 1000);
+  comm->reduce_scatter_v(send.data(), recv.data(), counts.data());
+  for (int64_t j = 0; j < counts[me]; ++j)
+    ASSERT_EQ(recv[j], size * (size - 1) / 2 + size * ((first + j) % 1000)) << "element " << j;
+}
+
+// The non-blocking all_gather_v (fully sharded data parallelism's prefetch) gathers in place as the
+// blocking one, its counts freed before the wait.
+TEST(MpiComm, AllGatherVAsyncGathersInPlace) {
+  auto comm = world_copy();
+  const int size = comm->size(), me = comm->rank();
+  int64_t total = 0;
+  std::vector<int64_t> offsets(size);
+  for (int r = 0; r < size; ++r) offsets[r] = total, total += 3 + r;
+  std::vector<float> gathered(total, -1.0f);
+  for (int64_t k = 0; k < 3 + me; ++k) gathered[offsets[me] + k] = static_cast<float>(100 * me + k);
+  Request request;
+  {
+    std::vector<int64_t> counts(size);
+    for (int r = 0; r < size; ++r) counts[r] = 3 + r;
+    request = comm->all_gather_v_async(gathered.data() + offsets[me], gathered.data(), counts.data(), offsets.data());
+  }
+  request.wait();
+  for (int r = 0; r < size; ++r)
+    for (int64_t k = 0; k < 3 + r; ++k) EXPECT_EQ(gathered[offsets[r] + k], 100 * r + k) << r << " " << k;
+}
+
 // Rank s sends (s + 2d) % 3 elements to rank d (some zero), valued s·1000 + d·100 + k. Blocks
 // sit in reverse rank order in the send buffer and with a gap of one element in the receive
 // buffer, so offsets are honoured rather than assumed contiguous.
